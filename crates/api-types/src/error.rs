@@ -1,0 +1,94 @@
+//! The error body every failed API call returns.
+
+use serde::{Deserialize, Serialize};
+
+/// Body of every error response: `{"code": "...", "message": "...", "request_id": "..."}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// Stable machine-readable code.
+    pub code: ErrorCode,
+    /// Human-readable explanation. Never holds host paths, SQL or stack traces.
+    pub message: String,
+    /// Id of the request, also in the `x-request-id` response header.
+    pub request_id: String,
+}
+
+macro_rules! error_codes {
+    ($( $(#[$doc:meta])* $variant:ident = $wire:literal => $status:literal, )*) => {
+        /// Stable error codes. The wire string is snake_case; each has one HTTP status.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        pub enum ErrorCode {
+            $( $(#[$doc])* #[serde(rename = $wire)] $variant, )*
+        }
+
+        impl ErrorCode {
+            /// The wire string.
+            pub fn as_str(self) -> &'static str {
+                match self { $( ErrorCode::$variant => $wire, )* }
+            }
+
+            /// The HTTP status this code is returned with.
+            pub fn http_status(self) -> u16 {
+                match self { $( ErrorCode::$variant => $status, )* }
+            }
+        }
+    };
+}
+
+error_codes! {
+    /// The request is malformed or a field is invalid; the message names the field.
+    InvalidArgument = "invalid_argument" => 400,
+    /// Missing or wrong bearer token.
+    Unauthorized = "unauthorized" => 401,
+    /// The token is valid but may not do this.
+    Forbidden = "forbidden" => 403,
+    /// The sandbox's user may not access this file.
+    PermissionDenied = "permission_denied" => 403,
+    /// No such route or resource.
+    NotFound = "not_found" => 404,
+    /// No such sandbox (or it was deleted).
+    SandboxNotFound = "sandbox_not_found" => 404,
+    /// No such template.
+    TemplateNotFound = "template_not_found" => 404,
+    /// No such release of the template, or it is not ready.
+    ReleaseNotFound = "release_not_found" => 404,
+    /// No such command in the sandbox.
+    CommandNotFound = "command_not_found" => 404,
+    /// No such operation.
+    OperationNotFound = "operation_not_found" => 404,
+    /// No such file or directory in the sandbox.
+    FileNotFound = "file_not_found" => 404,
+    /// The HTTP method is not allowed on this route.
+    MethodNotAllowed = "method_not_allowed" => 405,
+    /// The transition is not allowed from the sandbox's current state.
+    InvalidState = "invalid_state" => 409,
+    /// The sandbox is not running (paused, suspended, stopped, failed), so it cannot run commands
+    /// or serve files.
+    SandboxNotRunning = "sandbox_not_running" => 409,
+    /// The same `Idempotency-Key` was used with a different request body.
+    IdempotencyMismatch = "idempotency_mismatch" => 409,
+    /// A file or directory already exists where one was to be created.
+    AlreadyExists = "already_exists" => 409,
+    /// The operation does not apply in the resource's current state (e.g. stdin closed).
+    FailedPrecondition = "failed_precondition" => 409,
+    /// The request body is larger than allowed.
+    PayloadTooLarge = "payload_too_large" => 413,
+    /// The request's headers are too large.
+    HeadersTooLarge = "headers_too_large" => 431,
+    /// The sandbox's disk is full.
+    NoSpace = "no_space" => 507,
+    /// The feature exists in the API but is not implemented by this server or runtime yet.
+    NotImplemented = "not_implemented" => 501,
+    /// The sandbox's agent or a node is unreachable right now.
+    Unavailable = "unavailable" => 503,
+    /// An operation exceeded its deadline.
+    DeadlineExceeded = "deadline_exceeded" => 504,
+    /// A server bug or an unexpected failure; details are in the server log under the request id.
+    Internal = "internal" => 500,
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

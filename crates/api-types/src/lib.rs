@@ -1,0 +1,26 @@
+//! Public REST v1 and data-plane payloads of Cove: the one source of truth for wire names.
+//!
+//! Management API (bearer token): sandboxes, commands, files, templates, releases, operations.
+//! Data plane (attachment token): command output as server-sent events and stdin.
+//! Every request type rejects unknown fields (`deny_unknown_fields`), so a typo is a 400, not a
+//! silently ignored option.
+
+mod command;
+mod error;
+mod file;
+mod operation;
+mod sandbox;
+mod template;
+
+pub use command::*;
+pub use error::*;
+pub use file::*;
+pub use operation::*;
+pub use sandbox::*;
+pub use template::*;
+
+/// Header carrying the request id on every response (and accepted on requests).
+pub const REQUEST_ID_HEADER: &str = "x-request-id";
+
+/// Header for idempotent lifecycle calls.
+pub const IDEMPOTENCY_KEY_HEADER: &str = "idempotency-key";

@@ -1,0 +1,167 @@
+//! `cove create`: creates a sandbox, waits until it runs, prints its id.
+
+use std::time::Duration;
+
+use anyhow::bail;
+use clap::Args;
+use cove_api_types::{CreateSandboxRequest, OperationState, ResourcesRequest, Sandbox};
+use cove_client::Client;
+
+use super::exec::parse_key_value;
+
+/// How long `create` waits for the create operation (which has its own, shorter deadline).
+pub(crate) const CREATE_WAIT: Duration = Duration::from_secs(3600);
+
+/// Options of `cove create`.
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    /// Template to start from (default: the server's, `base`).
+    #[arg(short, long)]
+    pub template: Option<String>,
+    /// Release of the template (default: its latest ready release).
+    #[arg(long)]
+    pub release: Option<u32>,
+    /// CPU limit in vCPUs.
+    #[arg(long)]
+    pub vcpus: Option<u32>,
+    /// Memory limit in MiB.
+    #[arg(long)]
+    pub memory_mib: Option<u64>,
+    /// Environment of every command in the sandbox (repeatable).
+    #[arg(short, long = "env", value_name = "K=V", value_parser = parse_key_value)]
+    pub env: Vec<(String, String)>,
+    /// Label of the sandbox (repeatable).
+    #[arg(long = "metadata", value_name = "K=V", value_parser = parse_key_value)]
+    pub metadata: Vec<(String, String)>,
+    /// Default working directory of commands.
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<String>,
+    /// Default user of commands.
+    #[arg(short, long)]
+    pub user: Option<String>,
+    /// Idempotency key: repeating a create with the same key returns the same sandbox.
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
+    /// Print the sandbox as JSON instead of its id.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl CreateArgs {
+    /// The create request these options describe.
+    pub fn request(&self) -> CreateSandboxRequest {
+        CreateSandboxRequest {
+            template: self.template.clone(),
+            release: self.release,
+            resources: resources(self.vcpus, self.memory_mib),
+            env: self.env.iter().cloned().collect(),
+            metadata: self.metadata.iter().cloned().collect(),
+            cwd: self.cwd.clone(),
+            user: self.user.clone(),
+        }
+    }
+}
+
+/// Resource overrides, or `None` when none is given.
+pub(crate) fn resources(vcpus: Option<u32>, memory_mib: Option<u64>) -> Option<ResourcesRequest> {
+    (vcpus.is_some() || memory_mib.is_some()).then_some(ResourcesRequest {
+        vcpus,
+        memory_mib,
+        pids_max: None,
+    })
+}
+
+/// Runs `cove create`.
+pub async fn run(client: &Client, args: CreateArgs) -> anyhow::Result<()> {
+    let created = client
+        .create_sandbox(&args.request(), args.idempotency_key.as_deref())
+        .await?;
+    let sandbox = wait_created(client, &created.sandbox.id, &created.operation.id).await?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&sandbox)?);
+    } else {
+        println!("{}", sandbox.id);
+    }
+    Ok(())
+}
+
+/// Waits for a create operation; the running sandbox, or an error saying why it did not start.
+pub(crate) async fn wait_created(
+    client: &Client,
+    sandbox_id: &str,
+    operation_id: &str,
+) -> anyhow::Result<Sandbox> {
+    let operation = client.wait_operation(operation_id, CREATE_WAIT).await?;
+    if operation.state != OperationState::Succeeded {
+        match operation.error {
+            Some(error) => bail!(
+                "sandbox {sandbox_id} did not start: {}: {}",
+                error.code,
+                error.message
+            ),
+            None => bail!(
+                "sandbox {sandbox_id} did not start: {}",
+                operation.state.as_str()
+            ),
+        }
+    }
+    Ok(client.get_sandbox(sandbox_id).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::{Cli, Verb};
+
+    #[test]
+    fn create_flags_become_a_request() {
+        let cli = Cli::try_parse_from([
+            "cove",
+            "create",
+            "--template",
+            "tiny",
+            "--vcpus",
+            "2",
+            "--memory-mib",
+            "1024",
+            "--env",
+            "A=1",
+            "-e",
+            "B=x=y",
+            "--cwd",
+            "/srv",
+            "--user",
+            "root",
+        ])
+        .expect("parses");
+        let Verb::Create(args) = cli.verb else {
+            panic!("expected create")
+        };
+        let request = args.request();
+        assert_eq!(request.template.as_deref(), Some("tiny"));
+        assert_eq!(
+            request.resources,
+            Some(ResourcesRequest {
+                vcpus: Some(2),
+                memory_mib: Some(1024),
+                pids_max: None
+            })
+        );
+        assert_eq!(request.env["A"], "1");
+        assert_eq!(request.env["B"], "x=y");
+        assert_eq!(request.cwd.as_deref(), Some("/srv"));
+        assert_eq!(request.user.as_deref(), Some("root"));
+    }
+
+    #[test]
+    fn defaults_send_an_empty_request() {
+        let cli = Cli::try_parse_from(["cove", "create"]).expect("parses");
+        let Verb::Create(args) = cli.verb else {
+            panic!("expected create")
+        };
+        assert_eq!(args.request(), CreateSandboxRequest::default());
+        assert!(Cli::try_parse_from(["cove", "create", "--env", "novalue"]).is_err());
+    }
+}

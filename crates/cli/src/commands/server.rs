@@ -1,0 +1,117 @@
+//! `cove server`: runs the Cove server in the foreground.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::GlobalArgs;
+
+// TEMPORARY stand-in until the lead's `cove_server::{Config, run}` exist; remove with the `use`.
+use self::stand_in as cove_server;
+#[allow(missing_docs, dead_code)]
+mod stand_in {
+    use std::net::SocketAddr;
+    use std::path::PathBuf;
+    pub struct Config {
+        pub data_dir: PathBuf,
+        pub listen: SocketAddr,
+        pub data_plane_listen: SocketAddr,
+        pub guest_agent: Option<PathBuf>,
+        pub cache_dir: Option<PathBuf>,
+        pub runc: Option<PathBuf>,
+        pub public_data_plane_url: Option<String>,
+    }
+    pub fn init_tracing() {}
+    pub async fn run(_config: Config) -> anyhow::Result<()> {
+        anyhow::bail!("the server is not built in yet")
+    }
+}
+
+/// Options of `cove server` (the data directory is the global `--data-dir`).
+#[derive(Debug, Clone, Args)]
+pub struct ServerArgs {
+    /// Address of the management API.
+    #[arg(long, default_value = "127.0.0.1:7700")]
+    pub listen: SocketAddr,
+    /// Address of the data plane (command output and stdin).
+    #[arg(long, default_value = "127.0.0.1:7701")]
+    pub data_plane_listen: SocketAddr,
+    /// Static guest agent binary (default: `cove-guest-agent` beside this executable).
+    #[arg(long, value_name = "PATH")]
+    pub guest_agent: Option<PathBuf>,
+    /// Build cache of release root filesystems (default: `<DATA_DIR>/cache`).
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// The `runc` binary (default: `runc` in PATH).
+    #[arg(long, value_name = "PATH")]
+    pub runc: Option<PathBuf>,
+    /// Data-plane base URL given to clients in attachments, when they reach the data plane
+    /// through another address such as a proxy (default: `http://<data-plane address>`).
+    #[arg(long, value_name = "URL")]
+    pub public_data_plane_url: Option<String>,
+}
+
+impl ServerArgs {
+    /// The server's configuration.
+    pub fn config(&self, global: &GlobalArgs) -> cove_server::Config {
+        cove_server::Config {
+            data_dir: global.data_dir.clone(),
+            listen: self.listen,
+            data_plane_listen: self.data_plane_listen,
+            guest_agent: self.guest_agent.clone(),
+            cache_dir: self.cache_dir.clone(),
+            runc: self.runc.clone(),
+            public_data_plane_url: self.public_data_plane_url.clone(),
+        }
+    }
+}
+
+/// Runs the server until SIGINT or SIGTERM, logging to stderr (`RUST_LOG`, default `info`).
+pub async fn run(global: &GlobalArgs, args: ServerArgs) -> anyhow::Result<()> {
+    cove_server::init_tracing();
+    cove_server::run(args.config(global)).await
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use crate::{Cli, Verb};
+
+    #[test]
+    fn server_flags_parse_with_defaults() {
+        let cli = Cli::try_parse_from(["cove", "server", "--data-dir", "/tmp/d"]).expect("parses");
+        let Verb::Server(args) = cli.verb else {
+            panic!("expected server")
+        };
+        assert_eq!(args.listen.to_string(), "127.0.0.1:7700");
+        assert_eq!(args.data_plane_listen.to_string(), "127.0.0.1:7701");
+        assert_eq!(cli.global.data_dir.to_str(), Some("/tmp/d"));
+
+        let cli = Cli::try_parse_from([
+            "cove",
+            "server",
+            "--listen",
+            "0.0.0.0:80",
+            "--data-plane-listen",
+            "0.0.0.0:81",
+            "--guest-agent",
+            "/bin/ga",
+            "--cache-dir",
+            "/c",
+            "--runc",
+            "/bin/runc",
+        ])
+        .expect("parses");
+        let Verb::Server(args) = cli.verb else {
+            panic!("expected server")
+        };
+        assert_eq!(args.listen.port(), 80);
+        assert_eq!(
+            args.guest_agent.as_deref().and_then(|p| p.to_str()),
+            Some("/bin/ga")
+        );
+        assert!(Cli::try_parse_from(["cove", "server", "--listen", "nope"]).is_err());
+    }
+}

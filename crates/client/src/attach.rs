@@ -1,0 +1,351 @@
+//! The data plane: a command's output as a resumable stream of events, and its stdin.
+//!
+//! Requests here go to the attachment's own URL with the attachment token, not to the
+//! management API.
+
+use base64::Engine as _;
+use bytes::Bytes;
+use cove_api_types::{Attachment, Command, OutputEvent};
+use futures::{Stream, StreamExt};
+use reqwest::{Method, RequestBuilder, Url};
+
+use crate::sse::{self, EventStream};
+
+use crate::{parse_http_url, Client, ClientError, Result};
+
+/// One event of a command's output stream.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttachEvent {
+    /// Bytes the command wrote to stdout.
+    Stdout {
+        /// Offset of the first byte in the command's combined output.
+        offset: u64,
+        /// The bytes.
+        data: Bytes,
+    },
+    /// Bytes the command wrote to stderr.
+    Stderr {
+        /// Offset of the first byte in the command's combined output.
+        offset: u64,
+        /// The bytes.
+        data: Bytes,
+    },
+    /// The command ended; the last event of the stream.
+    Exit(Command),
+}
+
+impl Client {
+    /// `GET {attachment.url}?offset=N`: the command's output from byte `offset` of its combined
+    /// output, then its exit. The stream ends after [`AttachEvent::Exit`].
+    ///
+    /// When the connection drops before the exit event, the stream reconnects from the offset
+    /// after the last byte it yielded, so no byte is lost or repeated; after a few failed
+    /// reconnections in a row, or on an API error (a revoked token is `unauthorized`), it
+    /// yields the error and ends.
+    pub fn attach(
+        &self,
+        attachment: &Attachment,
+        offset: u64,
+    ) -> impl Stream<Item = Result<AttachEvent>> + Send + 'static {
+        let state = AttachState {
+            http: self.http.clone(),
+            url: attachment.url.clone(),
+            token: attachment.token.clone(),
+            offset,
+            events: None,
+            failures: 0,
+            done: false,
+        };
+        futures::stream::unfold(state, |mut state| async move {
+            let item = state.next().await?;
+            Some((item, state))
+        })
+    }
+
+    /// `POST {attachment.url}/stdin`: writes `data` to the command's stdin (the command must
+    /// have been started with `stdin: true`).
+    pub async fn stdin_write(&self, attachment: &Attachment, data: impl Into<Bytes>) -> Result<()> {
+        let request = self.data_plane(attachment, "stdin")?.body(data.into());
+        crate::send(request).await.map(drop)
+    }
+
+    /// `POST {attachment.url}/stdin:close`: closes the command's stdin (it reads EOF).
+    pub async fn stdin_close(&self, attachment: &Attachment) -> Result<()> {
+        let request = self.data_plane(attachment, "stdin:close")?;
+        crate::send(request).await.map(drop)
+    }
+
+    /// A `POST` to `{attachment.url}/{leaf}` with the attachment token.
+    fn data_plane(&self, attachment: &Attachment, leaf: &str) -> Result<RequestBuilder> {
+        let url = child_url(&attachment.url, leaf)?;
+        Ok(self
+            .http
+            .request(Method::POST, url)
+            .bearer_auth(&attachment.token))
+    }
+}
+
+/// `{base}/{leaf}`, keeping the base's path.
+fn child_url(base: &str, leaf: &str) -> Result<Url> {
+    let mut url = parse_http_url(base)?;
+    url.path_segments_mut()
+        .map_err(|()| ClientError::InvalidUrl {
+            url: base.to_owned(),
+        })?
+        .pop_if_empty()
+        .push(leaf);
+    Ok(url)
+}
+
+/// Progress of an [`Client::attach`] stream.
+struct AttachState {
+    http: reqwest::Client,
+    url: String,
+    token: String,
+    /// Offset after the last byte yielded: where a reconnection resumes.
+    offset: u64,
+    events: Option<EventStream>,
+    /// Consecutive failed (re)connections.
+    failures: u32,
+    done: bool,
+}
+
+impl AttachState {
+    async fn next(&mut self) -> Option<Result<AttachEvent>> {
+        loop {
+            if self.done {
+                return None;
+            }
+            if self.events.is_none() {
+                let connected = match self.connect_request() {
+                    Ok(request) => sse::open(request).await,
+                    Err(err) => Err(err),
+                };
+                match connected {
+                    Ok(events) => self.events = Some(events),
+                    Err(err) => match self.retry(err).await {
+                        Some(err) => return Some(Err(err)),
+                        None => continue,
+                    },
+                }
+            }
+            let Some(events) = self.events.as_mut() else {
+                continue;
+            };
+            let err = match events.next().await {
+                Some(Ok(event)) => {
+                    self.failures = 0;
+                    match decode_event(&self.url, &event.event, &event.data) {
+                        Ok(Some(decoded)) => match self.resume_point(decoded) {
+                            Some(out) => return Some(Ok(out)),
+                            None => continue,
+                        },
+                        Ok(None) => continue,
+                        Err(err) => {
+                            self.done = true;
+                            return Some(Err(err));
+                        }
+                    }
+                }
+                Some(Err(err)) => sse::stream_error(&self.url, err),
+                None => ClientError::Stream {
+                    url: self.url.clone(),
+                    reason: "ended before the exit event".into(),
+                },
+            };
+            self.events = None;
+            if let Some(err) = self.retry(err).await {
+                return Some(Err(err));
+            }
+        }
+    }
+
+    /// The request that (re)opens the stream at the resume offset.
+    fn connect_request(&self) -> Result<RequestBuilder> {
+        let url = parse_http_url(&self.url)?;
+        Ok(self
+            .http
+            .request(Method::GET, url)
+            .bearer_auth(&self.token)
+            .query(&[("offset", self.offset)]))
+    }
+
+    /// Advances the resume offset past an output event, trimming bytes already yielded (a
+    /// server may resend from an earlier point); `None` when nothing new is left.
+    fn resume_point(&mut self, event: AttachEvent) -> Option<AttachEvent> {
+        let (offset, data, stdout) = match event {
+            AttachEvent::Exit(command) => {
+                self.done = true;
+                return Some(AttachEvent::Exit(command));
+            }
+            AttachEvent::Stdout { offset, data } => (offset, data, true),
+            AttachEvent::Stderr { offset, data } => (offset, data, false),
+        };
+        let end = offset + data.len() as u64;
+        if end <= self.offset {
+            return None;
+        }
+        let (offset, data) = if offset < self.offset {
+            let skip = usize::try_from(self.offset - offset).unwrap_or(usize::MAX);
+            (self.offset, data.slice(skip..))
+        } else {
+            (offset, data)
+        };
+        self.offset = end;
+        Some(if stdout {
+            AttachEvent::Stdout { offset, data }
+        } else {
+            AttachEvent::Stderr { offset, data }
+        })
+    }
+
+    /// Sleeps before a reconnection, or gives up and returns the error.
+    async fn retry(&mut self, err: ClientError) -> Option<ClientError> {
+        let retryable = err.is_retryable() || matches!(err, ClientError::Stream { .. });
+        if !retryable || self.failures >= sse::MAX_RECONNECTS {
+            self.done = true;
+            return Some(err);
+        }
+        self.failures += 1;
+        tracing::debug!(offset = self.offset, error = %err, "reconnecting attachment");
+        tokio::time::sleep(sse::backoff(self.failures)).await;
+        None
+    }
+}
+
+/// Decodes one server-sent event of the output stream; events of other names (keep-alives)
+/// are `None`.
+pub(crate) fn decode_event(url: &str, name: &str, data: &str) -> Result<Option<AttachEvent>> {
+    let decode_err = |source| ClientError::Decode {
+        url: url.to_owned(),
+        source,
+    };
+    match name {
+        "stdout" | "stderr" => {
+            let out: OutputEvent = serde_json::from_str(data).map_err(decode_err)?;
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(out.data.as_bytes())
+                .map_err(|e| ClientError::Stream {
+                    url: url.to_owned(),
+                    reason: format!("output at offset {} is not base64: {e}", out.offset),
+                })?;
+            if bytes.len() as u64 != out.len {
+                return Err(ClientError::Stream {
+                    url: url.to_owned(),
+                    reason: format!(
+                        "output at offset {} has {} bytes, announced {}",
+                        out.offset,
+                        bytes.len(),
+                        out.len
+                    ),
+                });
+            }
+            let (offset, data) = (out.offset, Bytes::from(bytes));
+            Ok(Some(if name == "stdout" {
+                AttachEvent::Stdout { offset, data }
+            } else {
+                AttachEvent::Stderr { offset, data }
+            }))
+        }
+        "exit" => Ok(Some(AttachEvent::Exit(
+            serde_json::from_str(data).map_err(decode_err)?,
+        ))),
+        _ => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(offset: u64) -> AttachState {
+        AttachState {
+            http: reqwest::Client::new(),
+            url: "http://h/v1/attach/cmd-1".into(),
+            token: "t".into(),
+            offset,
+            events: None,
+            failures: 0,
+            done: false,
+        }
+    }
+
+    #[test]
+    fn output_events_decode_base64() {
+        let data = r#"{"offset":5,"len":6,"data":"aGVsbG8K"}"#;
+        let event = decode_event("u", "stdout", data).expect("decodes");
+        assert_eq!(
+            event,
+            Some(AttachEvent::Stdout {
+                offset: 5,
+                data: Bytes::from_static(b"hello\n")
+            })
+        );
+        let data = r#"{"offset":0,"len":3,"data":"/wAB"}"#;
+        let event = decode_event("u", "stderr", data).expect("decodes");
+        assert_eq!(
+            event,
+            Some(AttachEvent::Stderr {
+                offset: 0,
+                data: Bytes::from_static(&[0xff, 0, 1])
+            })
+        );
+    }
+
+    #[test]
+    fn bad_output_events_are_errors() {
+        let not_b64 = r#"{"offset":0,"len":3,"data":"***"}"#;
+        assert!(matches!(
+            decode_event("u", "stdout", not_b64),
+            Err(ClientError::Stream { .. })
+        ));
+        let wrong_len = r#"{"offset":0,"len":4,"data":"aGk="}"#;
+        assert!(matches!(
+            decode_event("u", "stdout", wrong_len),
+            Err(ClientError::Stream { .. })
+        ));
+        assert!(matches!(
+            decode_event("u", "stdout", "{}"),
+            Err(ClientError::Decode { .. })
+        ));
+    }
+
+    #[test]
+    fn exit_event_decodes_a_command_and_others_are_ignored() {
+        let data = r#"{"id":"cmd-1","sandbox_id":"sb-1","argv":["true"],"user":"user",
+            "cwd":"/","pid":7,"state":"exited","exit_code":0,"signal":null,"timed_out":false,
+            "truncated":false,"output_bytes":0,"stdin_open":false,
+            "started_at":"2025-01-01T00:00:00Z","ended_at":"2025-01-01T00:00:01Z"}"#;
+        let Some(AttachEvent::Exit(command)) = decode_event("u", "exit", data).expect("decodes")
+        else {
+            panic!("expected exit");
+        };
+        assert_eq!(command.exit_code, Some(0));
+        assert_eq!(decode_event("u", "message", "").expect("ignored"), None);
+        assert_eq!(decode_event("u", "ping", "x").expect("ignored"), None);
+    }
+
+    #[test]
+    fn resent_bytes_are_trimmed() {
+        let mut st = state(4);
+        let out = |offset, data: &'static [u8]| AttachEvent::Stdout {
+            offset,
+            data: Bytes::from_static(data),
+        };
+        assert_eq!(st.resume_point(out(0, b"abcd")), None);
+        assert_eq!(st.resume_point(out(2, b"cdef")), Some(out(4, b"ef")));
+        assert_eq!(st.offset, 6);
+        assert_eq!(st.resume_point(out(6, b"g")), Some(out(6, b"g")));
+        assert_eq!(st.offset, 7);
+    }
+
+    #[test]
+    fn child_urls_keep_the_base_path() {
+        let url = child_url("http://127.0.0.1:7701/v1/attach/cmd-1", "stdin:close").expect("url");
+        assert_eq!(
+            url.as_str(),
+            "http://127.0.0.1:7701/v1/attach/cmd-1/stdin:close"
+        );
+        assert!(child_url("nope", "stdin").is_err());
+    }
+}

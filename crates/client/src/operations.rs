@@ -1,0 +1,214 @@
+//! Operations: `/v1/operations/{id}`, waiting for them, and following their log.
+
+use std::time::Duration;
+
+use cove_api_types::{Operation, OperationLogEvent};
+use futures::{Stream, StreamExt};
+use reqwest::Method;
+use tokio::time::Instant;
+
+use crate::sse::{self, EventStream};
+use crate::{wait_param, Client, ClientError, Result, LONG_POLL_SLACK, MAX_LONG_POLL};
+
+/// Consecutive transport failures [`Client::wait_operation`] rides out (a server restart).
+const MAX_WAIT_RETRIES: u32 = 3;
+
+impl Client {
+    /// `GET /v1/operations/{id}`, answering at once.
+    pub async fn get_operation(&self, id: &str) -> Result<Operation> {
+        self.json(self.request(Method::GET, self.url(&["v1", "operations", id])))
+            .await
+    }
+
+    /// `GET /v1/operations/{id}?wait=`: long-polls until the operation is final or `wait` (at
+    /// most 30 s) elapses.
+    pub async fn poll_operation(&self, id: &str, wait: Duration) -> Result<Operation> {
+        let wait = wait.min(MAX_LONG_POLL);
+        let request = self
+            .request(Method::GET, self.url(&["v1", "operations", id]))
+            .query(&[("wait", wait_param(wait))])
+            .timeout(wait + LONG_POLL_SLACK);
+        self.json(request).await
+    }
+
+    /// Long-polls until the operation is final and returns it. A failed or cancelled operation
+    /// is `Ok` (check `state` and `error`); [`ClientError::WaitTimeout`] when it is still going
+    /// after `timeout`. Brief transport failures are retried.
+    pub async fn wait_operation(&self, id: &str, timeout: Duration) -> Result<Operation> {
+        let deadline = Instant::now() + timeout;
+        let mut failures = 0;
+        loop {
+            let started = Instant::now();
+            let remaining = deadline.saturating_duration_since(started);
+            match self.poll_operation(id, remaining).await {
+                Ok(op) if op.state.is_final() => return Ok(op),
+                Ok(_) => failures = 0,
+                Err(err) if err.is_retryable() && failures < MAX_WAIT_RETRIES => {
+                    failures += 1;
+                    tracing::debug!(operation_id = id, error = %err, "retrying operation wait");
+                    tokio::time::sleep(sse::backoff(failures)).await;
+                }
+                Err(err) => return Err(err),
+            }
+            if Instant::now() >= deadline {
+                return Err(ClientError::WaitTimeout {
+                    operation_id: id.to_owned(),
+                    timeout,
+                });
+            }
+            // A server that answers a long-poll at once must not make this spin.
+            if started.elapsed() < Duration::from_millis(200) {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        }
+    }
+
+    /// `GET /v1/operations/{id}/logs`: the operation's log and progress, ending with
+    /// [`OperationLogEvent::Done`]. Lines after sequence number `after` only, when given.
+    ///
+    /// The stream reconnects (from the last line seen) when the connection drops before `done`,
+    /// up to a few times in a row; then it yields the error and ends.
+    pub fn operation_logs(
+        &self,
+        id: &str,
+        after: Option<u64>,
+    ) -> impl Stream<Item = Result<OperationLogEvent>> + Send + 'static {
+        let state = LogState {
+            client: self.clone(),
+            id: id.to_owned(),
+            after,
+            events: None,
+            failures: 0,
+            done: false,
+        };
+        futures::stream::unfold(state, |mut state| async move {
+            let item = state.next().await?;
+            Some((item, state))
+        })
+    }
+}
+
+/// Progress of an [`Client::operation_logs`] stream.
+struct LogState {
+    client: Client,
+    id: String,
+    /// Sequence number of the last log line seen.
+    after: Option<u64>,
+    events: Option<EventStream>,
+    /// Consecutive failed (re)connections.
+    failures: u32,
+    done: bool,
+}
+
+impl LogState {
+    async fn next(&mut self) -> Option<Result<OperationLogEvent>> {
+        let url = self.client.url(&["v1", "operations", &self.id, "logs"]);
+        let url_text = url.to_string();
+        loop {
+            if self.done {
+                return None;
+            }
+            let events = match &mut self.events {
+                Some(events) => events,
+                None => {
+                    let mut request = self.client.request(Method::GET, url.clone());
+                    if let Some(after) = self.after {
+                        request = request.query(&[("after", after)]);
+                    }
+                    match sse::open(request).await {
+                        Ok(events) => self.events.insert(events),
+                        Err(err) => match self.retry(err).await {
+                            Some(err) => return Some(Err(err)),
+                            None => continue,
+                        },
+                    }
+                }
+            };
+            let err = match events.next().await {
+                Some(Ok(event)) => {
+                    self.failures = 0;
+                    match parse_log_event(&url_text, &event.data) {
+                        Ok(Some(log)) => {
+                            match &log {
+                                OperationLogEvent::Log { seq, .. } => self.after = Some(*seq),
+                                OperationLogEvent::Done { .. } => self.done = true,
+                                OperationLogEvent::Progress { .. } => {}
+                            }
+                            return Some(Ok(log));
+                        }
+                        Ok(None) => continue,
+                        Err(err) => {
+                            self.done = true;
+                            return Some(Err(err));
+                        }
+                    }
+                }
+                Some(Err(err)) => sse::stream_error(&url_text, err),
+                None => ClientError::Stream {
+                    url: url_text.clone(),
+                    reason: "ended before the done event".into(),
+                },
+            };
+            self.events = None;
+            if let Some(err) = self.retry(err).await {
+                return Some(Err(err));
+            }
+        }
+    }
+
+    /// Sleeps before a reconnection, or gives up and returns the error.
+    async fn retry(&mut self, err: ClientError) -> Option<ClientError> {
+        let retryable = err.is_retryable() || matches!(err, ClientError::Stream { .. });
+        if !retryable || self.failures >= sse::MAX_RECONNECTS {
+            self.done = true;
+            return Some(err);
+        }
+        self.failures += 1;
+        tracing::debug!(operation_id = %self.id, error = %err, "reconnecting operation log");
+        tokio::time::sleep(sse::backoff(self.failures)).await;
+        None
+    }
+}
+
+/// Decodes the data of one log event; keep-alives (empty data) are `None`.
+fn parse_log_event(url: &str, data: &str) -> Result<Option<OperationLogEvent>> {
+    if data.trim().is_empty() {
+        return Ok(None);
+    }
+    serde_json::from_str(data)
+        .map(Some)
+        .map_err(|source| ClientError::Decode {
+            url: url.to_owned(),
+            source,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log_events_decode() {
+        let log = parse_log_event("u", r#"{"type":"log","seq":3,"line":"RUN apt-get"}"#);
+        assert_eq!(
+            log.expect("decodes"),
+            Some(OperationLogEvent::Log {
+                seq: 3,
+                line: "RUN apt-get".into()
+            })
+        );
+        let progress = parse_log_event("u", r#"{"type":"progress","percent":40,"phase":"unpack"}"#);
+        assert_eq!(
+            progress.expect("decodes"),
+            Some(OperationLogEvent::Progress {
+                percent: 40,
+                phase: "unpack".into()
+            })
+        );
+        assert_eq!(parse_log_event("u", "").expect("keep-alive"), None);
+        assert!(matches!(
+            parse_log_event("u", "{"),
+            Err(ClientError::Decode { .. })
+        ));
+    }
+}

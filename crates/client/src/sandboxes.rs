@@ -1,0 +1,105 @@
+//! Sandboxes: `/v1/sandboxes`.
+
+use cove_api_types::{
+    CreateSandboxRequest, CreateSandboxResponse, Operation, Sandbox, SandboxList, SandboxState,
+    IDEMPOTENCY_KEY_HEADER,
+};
+use reqwest::Method;
+
+use crate::{Client, Result};
+
+/// Filters and paging of [`Client::list_sandboxes`]; the default lists the first page of all.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ListSandboxes {
+    /// Only sandboxes in this state.
+    pub state: Option<SandboxState>,
+    /// Only sandboxes of this template.
+    pub template: Option<String>,
+    /// Page size (the server caps it).
+    pub limit: Option<u32>,
+    /// `next_cursor` of the previous page.
+    pub cursor: Option<String>,
+}
+
+impl ListSandboxes {
+    fn query(&self) -> Vec<(&'static str, String)> {
+        let mut query = Vec::new();
+        if let Some(state) = self.state {
+            query.push(("state", state.as_str().to_owned()));
+        }
+        if let Some(template) = &self.template {
+            query.push(("template", template.clone()));
+        }
+        if let Some(limit) = self.limit {
+            query.push(("limit", limit.to_string()));
+        }
+        if let Some(cursor) = &self.cursor {
+            query.push(("cursor", cursor.clone()));
+        }
+        query
+    }
+}
+
+impl Client {
+    /// `POST /v1/sandboxes`: starts creating a sandbox; wait for the returned operation with
+    /// [`Client::wait_operation`]. With an `idempotency_key`, repeating the same request returns
+    /// the same sandbox and operation.
+    pub async fn create_sandbox(
+        &self,
+        request: &CreateSandboxRequest,
+        idempotency_key: Option<&str>,
+    ) -> Result<CreateSandboxResponse> {
+        let mut builder = self
+            .request(Method::POST, self.url(&["v1", "sandboxes"]))
+            .json(request);
+        if let Some(key) = idempotency_key {
+            builder = builder.header(IDEMPOTENCY_KEY_HEADER, key);
+        }
+        self.json(builder).await
+    }
+
+    /// `GET /v1/sandboxes/{id}`.
+    pub async fn get_sandbox(&self, id: &str) -> Result<Sandbox> {
+        self.json(self.request(Method::GET, self.url(&["v1", "sandboxes", id])))
+            .await
+    }
+
+    /// `GET /v1/sandboxes`: one page, newest first; follow `next_cursor` for the rest.
+    pub async fn list_sandboxes(&self, filter: &ListSandboxes) -> Result<SandboxList> {
+        let request = self
+            .request(Method::GET, self.url(&["v1", "sandboxes"]))
+            .query(&filter.query());
+        self.json(request).await
+    }
+
+    /// `DELETE /v1/sandboxes/{id}`: starts deleting it; returns the delete operation.
+    pub async fn delete_sandbox(&self, id: &str) -> Result<Operation> {
+        self.json(self.request(Method::DELETE, self.url(&["v1", "sandboxes", id])))
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_query_has_only_set_fields() {
+        assert!(ListSandboxes::default().query().is_empty());
+        let filter = ListSandboxes {
+            state: Some(SandboxState::Running),
+            template: Some("base".into()),
+            limit: Some(10),
+            cursor: Some("c1".into()),
+        };
+        assert_eq!(
+            filter.query(),
+            vec![
+                ("state", "running".to_owned()),
+                ("template", "base".to_owned()),
+                ("limit", "10".to_owned()),
+                ("cursor", "c1".to_owned()),
+            ]
+        );
+    }
+}

@@ -1,0 +1,271 @@
+//! Commands: start, inspect, signal, kill, and their attachment tokens.
+
+use chrono::{DateTime, Duration as ChronoDuration, TimeZone, Utc};
+use cove_api_types::{
+    Attachment, Command, CommandList, CommandState, CreateCommandRequest, CreateCommandResponse,
+};
+use cove_domain::{ids, signals, validate, InvalidInput};
+use cove_node_api::{CommandInfo, Program, SpawnRequest};
+use cove_store::{CommandRecord, StoreError};
+use tracing::info;
+
+use crate::auth::{hash_token, new_token};
+use crate::error::{from_node, Subject};
+use crate::{ControlPlane, ServiceError};
+
+/// Largest accepted shell string or argv total, in bytes (1 MiB). Longer ones are `413`.
+pub const MAX_COMMAND_BYTES: usize = 1 << 20;
+
+/// Longest kill grace period (60 s); the default is [`DEFAULT_KILL_GRACE_MS`].
+pub const MAX_KILL_GRACE_MS: u64 = 60_000;
+
+/// Default time between SIGTERM and SIGKILL when killing a command (2 s).
+pub const DEFAULT_KILL_GRACE_MS: u64 = 2_000;
+
+impl ControlPlane {
+    /// Starts a command in a running sandbox and issues its first attachment token.
+    pub async fn create_command(
+        &self,
+        sandbox_id: &str,
+        req: CreateCommandRequest,
+    ) -> Result<CreateCommandResponse, ServiceError> {
+        let sandbox = self.running_sandbox(sandbox_id).await?;
+        let program = match (req.argv, req.shell) {
+            (Some(argv), None) => {
+                if argv.is_empty() || argv[0].is_empty() {
+                    return Err(InvalidInput::new("argv", "must name a program").into());
+                }
+                if argv.iter().any(|a| a.contains('\0')) {
+                    return Err(InvalidInput::new("argv", "must not contain NUL").into());
+                }
+                if argv.iter().map(|a| a.len() + 1).sum::<usize>() > MAX_COMMAND_BYTES {
+                    return Err(ServiceError::TooLarge("argv is larger than 1 MiB".into()));
+                }
+                Program::Argv(argv)
+            }
+            (None, Some(shell)) => {
+                if shell.contains('\0') {
+                    return Err(InvalidInput::new("shell", "must not contain NUL").into());
+                }
+                if shell.len() > MAX_COMMAND_BYTES {
+                    return Err(ServiceError::TooLarge("shell is larger than 1 MiB".into()));
+                }
+                Program::Shell(shell)
+            }
+            _ => return Err(InvalidInput::new("argv", "give exactly one of argv and shell").into()),
+        };
+        if req.pty {
+            return Err(ServiceError::NotImplemented(
+                "pty commands are not implemented yet".into(),
+            ));
+        }
+        validate::env("env", &req.env)?;
+        let timeout_ms = match req.timeout_s {
+            None => None,
+            Some(t) if !t.is_finite() || t < 0.0 => {
+                return Err(InvalidInput::new("timeout_s", "must be a number >= 0").into())
+            }
+            Some(0.0) => None,
+            Some(t) => Some((t * 1000.0).ceil() as u64),
+        };
+        let cwd = req.cwd.unwrap_or_else(|| sandbox.cwd.clone());
+        validate::path("cwd", cwd.as_bytes())?;
+        let user = req.user.unwrap_or_else(|| sandbox.user.clone());
+        validate::user("user", &user)?;
+        let mut env = sandbox.env.clone();
+        env.extend(req.env);
+
+        let command_id = ids::new_command_id();
+        let token = new_token();
+        let expires_at = self.attachment_expiry();
+        let record = CommandRecord {
+            id: command_id.clone(),
+            sandbox_id: sandbox.id.clone(),
+            attachment_token_hash: hash_token(&token),
+            attachment_expires_at: expires_at,
+        };
+        self.store().insert_command(&record).await?;
+        let spawn = SpawnRequest {
+            command_id: command_id.clone(),
+            program,
+            env,
+            cwd: Some(cove_node_api::GuestPath(cwd.into_bytes())),
+            user: Some(user),
+            stdin: req.stdin,
+            timeout_ms,
+        };
+        let info = match self.node().spawn(&sandbox.id, spawn).await {
+            Ok(info) => info,
+            Err(e) => {
+                self.store().delete_command(&command_id).await?;
+                return Err(from_node(e, &sandbox.id, Subject::Spawn, "command"));
+            }
+        };
+        info!(sandbox_id = %sandbox.id, command_id = %command_id, pid = info.pid, "command started");
+        Ok(CreateCommandResponse {
+            command: to_api(&sandbox.id, info),
+            attachment: self.attachment(&command_id, token, expires_at),
+        })
+    }
+
+    fn attachment_expiry(&self) -> DateTime<Utc> {
+        Utc::now()
+            + ChronoDuration::from_std(self.inner.cfg.attachment_ttl)
+                .unwrap_or(ChronoDuration::hours(1))
+    }
+
+    fn attachment(&self, command_id: &str, token: String, expires_at: DateTime<Utc>) -> Attachment {
+        Attachment {
+            url: format!(
+                "{}/v1/attach/{command_id}",
+                self.inner.cfg.data_plane_url.trim_end_matches('/')
+            ),
+            token,
+            expires_at,
+        }
+    }
+
+    async fn command_record(&self, sandbox_id: &str, cid: &str) -> Result<CommandRecord, ServiceError> {
+        match self.store().get_command(cid).await {
+            Ok(r) if r.sandbox_id == sandbox_id => Ok(r),
+            Ok(_) | Err(StoreError::NotFound) => Err(ServiceError::CommandNotFound(cid.to_string())),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// A command's state; with `wait`, returns once it exits or `wait` (≤ 60 s) elapses.
+    pub async fn get_command(
+        &self,
+        sandbox_id: &str,
+        cid: &str,
+        wait: Option<std::time::Duration>,
+    ) -> Result<Command, ServiceError> {
+        self.running_sandbox(sandbox_id).await?;
+        self.command_record(sandbox_id, cid).await?;
+        let info = self.node().command(sandbox_id, cid).await;
+        let mut info = info.map_err(|e| from_node(e, sandbox_id, Subject::Command, cid))?;
+        if let Some(wait) = wait {
+            let until = tokio::time::Instant::now() + wait.min(crate::operations::MAX_WAIT);
+            let mut step = std::time::Duration::from_millis(5);
+            while info.state == cove_node_api::CommandState::Running
+                && tokio::time::Instant::now() < until
+            {
+                tokio::time::sleep(step).await;
+                step = (step * 2).min(std::time::Duration::from_millis(200));
+                info = self
+                    .node()
+                    .command(sandbox_id, cid)
+                    .await
+                    .map_err(|e| from_node(e, sandbox_id, Subject::Command, cid))?;
+            }
+        }
+        Ok(to_api(sandbox_id, info))
+    }
+
+    /// Every command the sandbox keeps.
+    pub async fn list_commands(&self, sandbox_id: &str) -> Result<CommandList, ServiceError> {
+        self.running_sandbox(sandbox_id).await?;
+        let infos = self
+            .node()
+            .commands(sandbox_id)
+            .await
+            .map_err(|e| from_node(e, sandbox_id, Subject::Command, "commands"))?;
+        Ok(CommandList { commands: infos.into_iter().map(|i| to_api(sandbox_id, i)).collect() })
+    }
+
+    /// Delivers a signal as-is to the command's process group.
+    pub async fn signal_command(
+        &self,
+        sandbox_id: &str,
+        cid: &str,
+        signal: &str,
+    ) -> Result<Command, ServiceError> {
+        let sig = signals::parse(signal)
+            .ok_or_else(|| InvalidInput::new("signal", format!("unknown signal {signal:?}")))?;
+        self.running_sandbox(sandbox_id).await?;
+        self.command_record(sandbox_id, cid).await?;
+        self.node()
+            .signal(sandbox_id, cid, sig)
+            .await
+            .map_err(|e| from_node(e, sandbox_id, Subject::Command, cid))?;
+        self.get_command(sandbox_id, cid, None).await
+    }
+
+    /// Kills the command's process tree (SIGTERM, grace, SIGKILL); returns once it is gone.
+    pub async fn kill_command(
+        &self,
+        sandbox_id: &str,
+        cid: &str,
+        grace_ms: Option<u64>,
+    ) -> Result<Command, ServiceError> {
+        let grace = grace_ms.unwrap_or(DEFAULT_KILL_GRACE_MS);
+        if grace > MAX_KILL_GRACE_MS {
+            return Err(InvalidInput::new("grace_ms", "must be at most 60000").into());
+        }
+        self.running_sandbox(sandbox_id).await?;
+        self.command_record(sandbox_id, cid).await?;
+        let info = self
+            .node()
+            .kill(sandbox_id, cid, grace)
+            .await
+            .map_err(|e| from_node(e, sandbox_id, Subject::Command, cid))?;
+        Ok(to_api(sandbox_id, info))
+    }
+
+    /// Issues a new attachment token for a command; the previous one stops working.
+    pub async fn new_attachment(&self, sandbox_id: &str, cid: &str) -> Result<Attachment, ServiceError> {
+        self.get_sandbox(sandbox_id).await?;
+        self.command_record(sandbox_id, cid).await?;
+        let token = new_token();
+        let expires_at = self.attachment_expiry();
+        self.store().set_attachment(cid, &hash_token(&token), expires_at).await?;
+        Ok(self.attachment(cid, token, expires_at))
+    }
+
+    /// Checks a data-plane token for command `cid`; returns the command's sandbox id.
+    pub async fn authorize_attachment(&self, cid: &str, token: &str) -> Result<String, ServiceError> {
+        let denied = || ServiceError::Unauthorized("invalid or expired attachment token".into());
+        let record = match self.store().get_command(cid).await {
+            Ok(r) => r,
+            Err(StoreError::NotFound) => return Err(denied()),
+            Err(e) => return Err(e.into()),
+        };
+        let ok = constant_time_eq(record.attachment_token_hash.as_bytes(), hash_token(token).as_bytes());
+        if !ok || record.attachment_expires_at < Utc::now() {
+            return Err(denied());
+        }
+        Ok(record.sandbox_id)
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn ms_to_time(ms: u64) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(ms as i64).single().unwrap_or_default()
+}
+
+/// Converts the guest's view of a command to the API's.
+pub(crate) fn to_api(sandbox_id: &str, i: CommandInfo) -> Command {
+    Command {
+        id: i.command_id,
+        sandbox_id: sandbox_id.to_string(),
+        argv: i.argv,
+        user: i.user,
+        cwd: i.cwd,
+        pid: i.pid,
+        state: match i.state {
+            cove_node_api::CommandState::Running => CommandState::Running,
+            cove_node_api::CommandState::Exited => CommandState::Exited,
+        },
+        exit_code: i.exit_code,
+        signal: i.signal.map(signals::name),
+        timed_out: i.timed_out,
+        truncated: i.truncated,
+        output_bytes: i.output_bytes,
+        stdin_open: i.stdin_open,
+        started_at: ms_to_time(i.started_at_ms),
+        ended_at: i.ended_at_ms.map(ms_to_time),
+    }
+}

@@ -1,0 +1,176 @@
+//! Service errors, and their one mapping to API error codes.
+
+use cove_api_types::{ErrorCode, SandboxState};
+use cove_domain::InvalidInput;
+use cove_node_api::{GuestErrorCode, NodeError};
+use cove_store::StoreError;
+
+/// Errors of the control plane's services. Each maps to exactly one [`ErrorCode`] in
+/// [`ServiceError::code`]; 5xx details are logged, not shown to clients.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    /// A field of the request is invalid.
+    #[error("{0}")]
+    Invalid(#[from] InvalidInput),
+    /// Unknown sandbox.
+    #[error("sandbox {0} not found")]
+    SandboxNotFound(String),
+    /// Unknown template.
+    #[error("template {0} not found")]
+    TemplateNotFound(String),
+    /// No usable release.
+    #[error("{0}")]
+    ReleaseNotFound(String),
+    /// Unknown command.
+    #[error("command {0} not found")]
+    CommandNotFound(String),
+    /// Unknown operation.
+    #[error("operation {0} not found")]
+    OperationNotFound(String),
+    /// No such file in the sandbox.
+    #[error("{0}")]
+    FileNotFound(String),
+    /// The sandbox does not run.
+    #[error("sandbox {id} is {state}, not running", state = .state.as_str())]
+    SandboxNotRunning {
+        /// Sandbox id.
+        id: String,
+        /// Its state.
+        state: SandboxState,
+    },
+    /// The transition is illegal from the current state.
+    #[error("sandbox {id} cannot go from {from} to {to}", from = .from.as_str(), to = .to.as_str())]
+    InvalidState {
+        /// Sandbox id.
+        id: String,
+        /// Current state.
+        from: SandboxState,
+        /// Requested state.
+        to: SandboxState,
+    },
+    /// Idempotency key reused with another body.
+    #[error("the Idempotency-Key was already used with a different request")]
+    IdempotencyMismatch,
+    /// Not applicable in the current state.
+    #[error("{0}")]
+    FailedPrecondition(String),
+    /// Already there.
+    #[error("{0}")]
+    AlreadyExists(String),
+    /// Sandbox-side permission error.
+    #[error("{0}")]
+    PermissionDenied(String),
+    /// Disk full in the sandbox.
+    #[error("{0}")]
+    NoSpace(String),
+    /// Too large.
+    #[error("{0}")]
+    TooLarge(String),
+    /// Not built yet.
+    #[error("{0}")]
+    NotImplemented(String),
+    /// Missing or bad credentials.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// Agent or node unreachable.
+    #[error("{0}")]
+    Unavailable(String),
+    /// A bug or unexpected failure (logged with detail; clients see a generic message).
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ServiceError {
+    /// The API code of this error.
+    pub fn code(&self) -> ErrorCode {
+        use ServiceError::*;
+        match self {
+            Invalid(_) => ErrorCode::InvalidArgument,
+            SandboxNotFound(_) => ErrorCode::SandboxNotFound,
+            TemplateNotFound(_) => ErrorCode::TemplateNotFound,
+            ReleaseNotFound(_) => ErrorCode::ReleaseNotFound,
+            CommandNotFound(_) => ErrorCode::CommandNotFound,
+            OperationNotFound(_) => ErrorCode::OperationNotFound,
+            FileNotFound(_) => ErrorCode::FileNotFound,
+            SandboxNotRunning { .. } => ErrorCode::SandboxNotRunning,
+            InvalidState { .. } => ErrorCode::InvalidState,
+            IdempotencyMismatch => ErrorCode::IdempotencyMismatch,
+            FailedPrecondition(_) => ErrorCode::FailedPrecondition,
+            AlreadyExists(_) => ErrorCode::AlreadyExists,
+            PermissionDenied(_) => ErrorCode::PermissionDenied,
+            NoSpace(_) => ErrorCode::NoSpace,
+            TooLarge(_) => ErrorCode::PayloadTooLarge,
+            NotImplemented(_) => ErrorCode::NotImplemented,
+            Unauthorized(_) => ErrorCode::Unauthorized,
+            Unavailable(_) => ErrorCode::Unavailable,
+            Internal(_) => ErrorCode::Internal,
+        }
+    }
+
+    /// The message a client sees.
+    pub fn public_message(&self) -> String {
+        match self {
+            ServiceError::Internal(_) => {
+                "internal error; the server log has details under this request id".to_string()
+            }
+            other => other.to_string(),
+        }
+    }
+}
+
+impl From<StoreError> for ServiceError {
+    fn from(e: StoreError) -> Self {
+        ServiceError::Internal(format!("store: {e}"))
+    }
+}
+
+/// What a guest `NotFound` refers to, so it maps to the right API code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subject {
+    /// A command call: not found = unknown command.
+    Command,
+    /// A file call: not found = missing file.
+    File,
+    /// Starting a command: not found = a missing cwd (a caller error).
+    Spawn,
+}
+
+/// Maps a node error for a call on `sandbox_id` about `subject`.
+pub fn from_node(e: NodeError, sandbox_id: &str, subject: Subject, what: &str) -> ServiceError {
+    match e {
+        NodeError::SandboxNotFound(_) => ServiceError::Unavailable(format!(
+            "sandbox {sandbox_id} is not present on its node"
+        )),
+        NodeError::ReleaseNotFound(m) => ServiceError::ReleaseNotFound(m),
+        NodeError::Guest { code, message } => from_guest(code, message, subject, what),
+        NodeError::AgentUnavailable(m) => {
+            ServiceError::Unavailable(format!("sandbox {sandbox_id} does not answer: {m}"))
+        }
+        NodeError::Cancelled => ServiceError::FailedPrecondition("cancelled".into()),
+        e @ (NodeError::Runtime(_) | NodeError::Build(_) | NodeError::Internal(_)) => {
+            ServiceError::Internal(e.to_string())
+        }
+    }
+}
+
+fn from_guest(code: GuestErrorCode, message: String, subject: Subject, what: &str) -> ServiceError {
+    use GuestErrorCode as G;
+    match code {
+        G::NotFound => match subject {
+            Subject::Command => ServiceError::CommandNotFound(what.to_string()),
+            Subject::File => ServiceError::FileNotFound(message),
+            Subject::Spawn => ServiceError::Invalid(InvalidInput::new("cwd", message)),
+        },
+        G::InvalidArgument | G::WrongType => ServiceError::Invalid(InvalidInput::new(what, message)),
+        G::UnknownUser => ServiceError::Invalid(InvalidInput::new("user", message)),
+        G::AlreadyExists => ServiceError::AlreadyExists(message),
+        G::PermissionDenied => ServiceError::PermissionDenied(message),
+        G::FailedPrecondition => ServiceError::FailedPrecondition(message),
+        G::NoSpace => ServiceError::NoSpace(message),
+        G::TooLarge => ServiceError::TooLarge(message),
+        G::SpawnFailed => ServiceError::Unavailable(format!("could not start the process: {message}")),
+        G::UnsupportedVersion | G::Protocol | G::Internal => {
+            ServiceError::Internal(format!("guest: {message}"))
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! Data plane: a command's output as server-sent events, and its stdin.
+//!
+//! Authorised by the command's attachment token (`Authorization: Bearer`), which is valid for that
+//! one command only. Output events carry byte offsets; `?offset=N` (or `Last-Event-ID`) resumes
+//! exactly where a dropped connection stopped.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::IntoResponse;
+use base64::Engine;
+use cove_api_types::OutputEvent;
+use cove_node_api::{AttachEvent, OutputStream};
+use futures::StreamExt;
+use http_body_util::BodyExt;
+use serde::Deserialize;
+
+use super::extract::ApiQuery;
+use super::operations::async_stream;
+use crate::error::{from_node, Subject};
+use crate::{ControlPlane, ServiceError};
+
+/// Largest stdin write in one request (1 MiB); split larger input into several requests.
+pub const MAX_STDIN_WRITE: usize = 1 << 20;
+
+async fn authorize(cp: &ControlPlane, headers: &HeaderMap, cid: &str) -> Result<String, ServiceError> {
+    let token = super::bearer(headers)
+        .ok_or_else(|| ServiceError::Unauthorized("missing attachment token".into()))?;
+    cp.authorize_attachment(cid, token).await
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct AttachQuery {
+    offset: Option<u64>,
+    encoding: Option<String>,
+}
+
+pub(super) async fn attach(
+    State(cp): State<ControlPlane>,
+    Path(cid): Path<String>,
+    headers: HeaderMap,
+    ApiQuery(q): ApiQuery<AttachQuery>,
+) -> Result<impl IntoResponse, ServiceError> {
+    let sandbox_id = authorize(&cp, &headers, &cid).await?;
+    let utf8 = match q.encoding.as_deref() {
+        None | Some("base64") => false,
+        Some("utf8") | Some("utf-8") => true,
+        Some(other) => {
+            return Err(cove_domain::InvalidInput::new(
+                "encoding",
+                format!("must be base64 or utf8, not {other:?}"),
+            )
+            .into())
+        }
+    };
+    let resume = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let offset = q.offset.or(resume).unwrap_or(0);
+    cp.running_sandbox(&sandbox_id).await?;
+    let mut events = cp
+        .node()
+        .attach(&sandbox_id, &cid, offset)
+        .await
+        .map_err(|e| from_node(e, &sandbox_id, Subject::Command, &cid))?;
+    let stream = async_stream(move |tx| async move {
+        let mut carry = [Utf8Carry::default(), Utf8Carry::default()];
+        while let Some(ev) = events.next().await {
+            let ev = match ev {
+                Ok(AttachEvent::Output { offset, stream, data }) => {
+                    let (name, idx) = match stream {
+                        OutputStream::Stdout => ("stdout", 0),
+                        OutputStream::Stderr => ("stderr", 1),
+                    };
+                    let end = offset + data.len() as u64;
+                    let payload = if utf8 {
+                        match carry[idx].push(offset, &data) {
+                            Some((start, text)) => OutputEvent { offset: start, len: end - start, data: text },
+                            None => continue,
+                        }
+                    } else {
+                        OutputEvent {
+                            offset,
+                            len: data.len() as u64,
+                            data: base64::engine::general_purpose::STANDARD.encode(&data),
+                        }
+                    };
+                    Event::default().event(name).id(end.to_string()).json_data(&payload)
+                }
+                Ok(AttachEvent::Exited(info)) => {
+                    let cmd = crate::commands::to_api(&sandbox_id, info);
+                    Event::default().event("exit").json_data(&cmd)
+                }
+                Err(e) => {
+                    tracing::warn!(command_id = %cid, error = %e, "attach stream failed");
+                    Event::default().event("error").json_data(serde_json::json!({
+                        "code": "unavailable",
+                        "message": "the output stream broke; reconnect with ?offset= to resume",
+                    }))
+                }
+            };
+            let Ok(ev) = ev else { continue };
+            if tx.send(ev).await.is_err() {
+                return;
+            }
+        }
+    });
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+/// Holds back the incomplete tail of a UTF-8 sequence so that a character split between two reads
+/// is sent whole in the next event.
+#[derive(Default)]
+struct Utf8Carry {
+    pending: Vec<u8>,
+    pending_offset: u64,
+}
+
+impl Utf8Carry {
+    /// Returns the start offset and text of what can be sent now, or `None` if everything is held.
+    fn push(&mut self, offset: u64, data: &[u8]) -> Option<(u64, String)> {
+        let start = if self.pending.is_empty() { offset } else { self.pending_offset };
+        let mut buf = std::mem::take(&mut self.pending);
+        buf.extend_from_slice(data);
+        let keep = incomplete_tail(&buf);
+        let tail = buf.split_off(buf.len() - keep);
+        if !tail.is_empty() {
+            self.pending = tail;
+            self.pending_offset = start + buf.len() as u64;
+        }
+        if buf.is_empty() {
+            return None;
+        }
+        Some((start, String::from_utf8_lossy(&buf).into_owned()))
+    }
+}
+
+/// Length of a trailing, possibly incomplete multi-byte sequence (0–3 bytes).
+fn incomplete_tail(b: &[u8]) -> usize {
+    for back in 1..=3.min(b.len()) {
+        let c = b[b.len() - back];
+        if c & 0xC0 == 0x80 {
+            continue; // continuation byte: look further back
+        }
+        let need = match c {
+            0xC0..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF7 => 4,
+            _ => return 0,
+        };
+        return if need > back { back } else { 0 };
+    }
+    0
+}
+
+pub(super) async fn stdin_write(
+    State(cp): State<ControlPlane>,
+    Path(cid): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<impl IntoResponse, ServiceError> {
+    let sandbox_id = authorize(&cp, &headers, &cid).await?;
+    let limited = http_body_util::Limited::new(body, MAX_STDIN_WRITE);
+    let data = limited
+        .collect()
+        .await
+        .map_err(|_| ServiceError::TooLarge("stdin writes are at most 1 MiB per request".into()))?
+        .to_bytes();
+    cp.running_sandbox(&sandbox_id).await?;
+    cp.node()
+        .stdin_write(&sandbox_id, &cid, data)
+        .await
+        .map_err(|e| from_node(e, &sandbox_id, Subject::Command, &cid))?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub(super) async fn stdin_close(
+    State(cp): State<ControlPlane>,
+    Path(cid): Path<String>,
+    headers: HeaderMap,
+) -> Result<impl IntoResponse, ServiceError> {
+    let sandbox_id = authorize(&cp, &headers, &cid).await?;
+    cp.running_sandbox(&sandbox_id).await?;
+    cp.node()
+        .stdin_close(&sandbox_id, &cid)
+        .await
+        .map_err(|e| from_node(e, &sandbox_id, Subject::Command, &cid))?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_character_is_sent_whole() {
+        let mut c = Utf8Carry::default();
+        assert_eq!(c.push(0, b"\xE2"), None);
+        assert_eq!(c.push(1, b"\x89\xA4\n"), Some((0, "≤\n".to_string())));
+        assert_eq!(c.push(4, b"A\0B\xFFC"), Some((4, "A\0B\u{FFFD}C".to_string())));
+    }
+}

@@ -1,0 +1,97 @@
+//! Extractors whose rejections are API errors (JSON body with a code), not axum's plain text.
+
+use std::time::Duration;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use cove_domain::InvalidInput;
+use serde::de::DeserializeOwned;
+
+use crate::ServiceError;
+
+/// A JSON body; a malformed body is `invalid_argument` naming the field, an over-large one
+/// `payload_too_large`. An empty body is read as `{}`.
+pub(crate) struct ApiJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for ApiJson<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = ServiceError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = axum::body::Bytes::from_request(req, state).await.map_err(|e| {
+            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ServiceError::TooLarge("request body is too large".into())
+            } else {
+                ServiceError::Invalid(InvalidInput::new("body", e.body_text()))
+            }
+        })?;
+        let bytes = if bytes.iter().all(u8::is_ascii_whitespace) { &b"{}"[..] } else { &bytes[..] };
+        let de = &mut serde_json::Deserializer::from_slice(bytes);
+        serde_path_to_error::deserialize(de).map(ApiJson).map_err(|e| {
+            let field = e.path().to_string();
+            let field = if field == "." { "body".to_string() } else { field };
+            ServiceError::Invalid(InvalidInput::new(field, e.into_inner().to_string()))
+        })
+    }
+}
+
+/// Query parameters; a bad one is `invalid_argument`.
+pub(crate) struct ApiQuery<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for ApiQuery<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = ServiceError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(q) => Ok(ApiQuery(q.0)),
+            Err(e) => Err(query_error(e)),
+        }
+    }
+}
+
+fn query_error(e: QueryRejection) -> ServiceError {
+    ServiceError::Invalid(InvalidInput::new("query", e.body_text()))
+}
+
+/// Parses a wait duration: `30s`, `500ms`, `2m`, or a number of seconds.
+pub fn parse_wait(s: &str) -> Result<Duration, ServiceError> {
+    let bad = || ServiceError::Invalid(InvalidInput::new("wait", "use e.g. 30s, 500ms or 2m"));
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !(c.is_ascii_digit() || c == '.')) {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: f64 = num.parse().map_err(|_| bad())?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" => n,
+        "m" => n * 60.0,
+        _ => return Err(bad()),
+    };
+    if !secs.is_finite() || secs < 0.0 {
+        return Err(bad());
+    }
+    Ok(Duration::from_secs_f64(secs.min(3600.0)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waits() {
+        assert_eq!(parse_wait("30s").ok(), Some(Duration::from_secs(30)));
+        assert_eq!(parse_wait("500ms").ok(), Some(Duration::from_millis(500)));
+        assert_eq!(parse_wait("2").ok(), Some(Duration::from_secs(2)));
+        assert!(parse_wait("soon").is_err());
+    }
+}

@@ -1,0 +1,124 @@
+//! HTTP surfaces: the management API (`/v1`, bearer token) and the data plane (`/v1/attach`,
+//! attachment token), each served on its own listener.
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use tracing::Instrument;
+
+use crate::{ControlPlane, ServiceError};
+
+mod commands;
+mod data_plane;
+mod extract;
+mod files;
+mod operations;
+mod render;
+mod sandboxes;
+mod templates;
+
+pub use extract::parse_wait;
+
+tokio::task_local! {
+    /// Id of the request being served, for error bodies and logs.
+    static REQUEST_ID: String;
+}
+
+/// The management API router.
+pub fn management_router(cp: ControlPlane) -> Router {
+    let v1 = Router::new()
+        .route("/v1/templates", get(templates::list))
+        .route("/v1/templates/{name}", get(templates::get_one))
+        .route("/v1/templates/{name}/releases", post(templates::build))
+        .route("/v1/sandboxes", post(sandboxes::create).get(sandboxes::list))
+        .route("/v1/sandboxes/{id}", get(sandboxes::get_one).delete(sandboxes::delete))
+        .route("/v1/sandboxes/{id}/commands", post(commands::create).get(commands::list))
+        .route("/v1/sandboxes/{id}/commands/{cid}", get(commands::get_one))
+        .route("/v1/sandboxes/{id}/commands/{cid}/signal", post(commands::signal))
+        .route("/v1/sandboxes/{id}/commands/{cid}/kill", post(commands::kill))
+        .route("/v1/sandboxes/{id}/commands/{cid}/attachment", post(commands::attachment))
+        .route("/v1/sandboxes/{id}/files", get(files::read).put(files::write))
+        .route("/v1/operations/{id}", get(operations::get_one))
+        .route("/v1/operations/{id}/logs", get(operations::logs))
+        .route_layer(middleware::from_fn_with_state(cp.clone(), require_token));
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .merge(v1)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(cp)
+        .layer(middleware::from_fn(request_context))
+}
+
+/// The data-plane router: command output (SSE) and stdin, authorised per command.
+pub fn data_plane_router(cp: ControlPlane) -> Router {
+    Router::new()
+        .route("/v1/attach/{cid}", get(data_plane::attach))
+        .route("/v1/attach/{cid}/stdin", post(data_plane::stdin_write))
+        .route("/v1/attach/{cid}/stdin:close", post(data_plane::stdin_close))
+        .route("/healthz", get(|| async { "ok" }))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(cp)
+        .layer(middleware::from_fn(request_context))
+}
+
+async fn not_found() -> Response {
+    render::error_response(StatusCode::NOT_FOUND, cove_api_types::ErrorCode::NotFound, "no such route")
+}
+
+async fn method_not_allowed() -> Response {
+    render::error_response(
+        StatusCode::METHOD_NOT_ALLOWED,
+        cove_api_types::ErrorCode::MethodNotAllowed,
+        "method not allowed on this route",
+    )
+}
+
+/// Gives every request an id (the client's `x-request-id` when it is sane), a tracing span, and
+/// the id in the response header.
+async fn request_context(req: Request, next: Next) -> Response {
+    let id = req
+        .headers()
+        .get(cove_api_types::REQUEST_ID_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| {
+            !v.is_empty()
+                && v.len() <= 64
+                && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        })
+        .map(str::to_string)
+        .unwrap_or_else(cove_domain::ids::new_request_id);
+    let span = tracing::info_span!("request", request_id = %id, method = %req.method(),
+        path = %req.uri().path());
+    let mut resp = REQUEST_ID.scope(id.clone(), next.run(req)).instrument(span).await;
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        resp.headers_mut().insert(cove_api_types::REQUEST_ID_HEADER, v);
+    }
+    resp
+}
+
+/// The id of the request being served.
+pub(crate) fn current_request_id() -> String {
+    REQUEST_ID.try_with(|id| id.clone()).unwrap_or_default()
+}
+
+/// Bearer token from an `Authorization` header.
+pub(crate) fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
+    let v = headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = v.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+async fn require_token(State(cp): State<ControlPlane>, req: Request, next: Next) -> Response {
+    let Some(token) = bearer(req.headers()) else {
+        return ServiceError::Unauthorized("missing bearer token".into()).into_response();
+    };
+    match cp.check_token(token).await {
+        Ok(()) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
+}

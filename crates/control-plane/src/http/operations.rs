@@ -1,0 +1,115 @@
+//! `/v1/operations` handlers: get with long-poll, and the log stream of a build.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::IntoResponse;
+use axum::Json;
+use cove_api_types::OperationLogEvent;
+use futures::Stream;
+use serde::Deserialize;
+
+use super::extract::{parse_wait, ApiQuery};
+use crate::{ControlPlane, ServiceError};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct GetQuery {
+    wait: Option<String>,
+}
+
+pub(super) async fn get_one(
+    State(cp): State<ControlPlane>,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<GetQuery>,
+) -> Result<impl IntoResponse, ServiceError> {
+    let op = match q.wait.as_deref() {
+        Some(w) => cp.operations().wait(&id, parse_wait(w)?).await?,
+        None => cp.operations().get(&id).await?,
+    };
+    Ok(Json(op))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct LogsQuery {
+    after: Option<u64>,
+}
+
+pub(super) async fn logs(
+    State(cp): State<ControlPlane>,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<LogsQuery>,
+) -> Result<impl IntoResponse, ServiceError> {
+    cp.operations().get(&id).await?;
+    let stream = log_stream(cp, id, q.after.unwrap_or(0));
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+fn event(ev: &OperationLogEvent) -> Event {
+    let name = match ev {
+        OperationLogEvent::Log { .. } => "log",
+        OperationLogEvent::Progress { .. } => "progress",
+        OperationLogEvent::Done { .. } => "done",
+    };
+    let mut e = Event::default().event(name);
+    if let OperationLogEvent::Log { seq, .. } = ev {
+        e = e.id(seq.to_string());
+    }
+    e.json_data(ev).unwrap_or_else(|_| Event::default().comment("unencodable event"))
+}
+
+/// Log lines from `after` on, progress when it changes, then `done` once the operation is final
+/// and every line was sent.
+fn log_stream(
+    cp: ControlPlane,
+    id: String,
+    after: u64,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    async_stream(move |tx| async move {
+        let mut after = after;
+        let mut last_progress = None;
+        let mut changes = cp.operations().subscribe();
+        loop {
+            changes.borrow_and_update();
+            let Ok(op) = cp.operations().get(&id).await else { return };
+            let Ok(lines) = cp.operations().logs(&id, after).await else { return };
+            let drained = lines.len() < 500;
+            for (seq, line) in lines {
+                after = seq;
+                if tx.send(event(&OperationLogEvent::Log { seq, line })).await.is_err() {
+                    return;
+                }
+            }
+            if op.progress != last_progress {
+                last_progress = op.progress;
+                if let Some(percent) = op.progress {
+                    let ev = OperationLogEvent::Progress { percent, phase: String::new() };
+                    if tx.send(event(&ev)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            if op.state.is_final() && drained {
+                let _ = tx.send(event(&OperationLogEvent::Done { operation: op })).await;
+                return;
+            }
+            if drained {
+                let _ = tokio::time::timeout(Duration::from_secs(15), changes.changed()).await;
+            }
+        }
+    })
+}
+
+/// A stream fed by a task through a bounded channel (the task stops when the client goes).
+pub(super) fn async_stream<F, Fut>(f: F) -> impl Stream<Item = Result<Event, Infallible>>
+where
+    F: FnOnce(tokio::sync::mpsc::Sender<Event>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(f(tx));
+    futures::StreamExt::map(tokio_stream::wrappers::ReceiverStream::new(rx), Ok)
+}

@@ -1,0 +1,136 @@
+//! Templates and release builds.
+
+use chrono::{Duration as ChronoDuration, Utc};
+use cove_api_types::{
+    BuildReleaseRequest, BuildReleaseResponse, OperationKind, ReleaseState, Template,
+    TemplateDefaults, TemplateList,
+};
+use cove_domain::ids;
+use cove_node_api::{BuildEvent, RecipeInfo};
+use cove_store::NewOperation;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use crate::error::{from_node, Subject};
+use crate::operations::Begun;
+use crate::{ControlPlane, ServiceError};
+
+/// Deadline of a release build (1 h: a cold `base` build downloads ~100 MB of packages).
+pub const BUILD_DEADLINE_MIN: i64 = 60;
+
+impl ControlPlane {
+    /// Every template with its releases.
+    pub async fn list_templates(&self) -> Result<TemplateList, ServiceError> {
+        let mut templates = Vec::new();
+        for r in self.node().recipes() {
+            templates.push(self.template_of(r).await?);
+        }
+        Ok(TemplateList { templates })
+    }
+
+    /// One template.
+    pub async fn get_template(&self, name: &str) -> Result<Template, ServiceError> {
+        let recipe = self.recipe(name)?;
+        self.template_of(recipe).await
+    }
+
+    fn recipe(&self, name: &str) -> Result<RecipeInfo, ServiceError> {
+        self.node()
+            .recipes()
+            .into_iter()
+            .find(|r| r.name == name)
+            .ok_or_else(|| ServiceError::TemplateNotFound(name.to_string()))
+    }
+
+    async fn template_of(&self, r: RecipeInfo) -> Result<Template, ServiceError> {
+        let releases = self.store().list_releases(&r.name).await?;
+        let latest_release = releases
+            .iter()
+            .filter(|x| x.state == ReleaseState::Ready)
+            .map(|x| x.number)
+            .max();
+        Ok(Template {
+            name: r.name,
+            description: r.description,
+            defaults: TemplateDefaults { user: r.user, workdir: r.workdir, env: r.env },
+            latest_release,
+            releases,
+        })
+    }
+
+    /// Starts building the next release of a template.
+    pub async fn build_release(
+        &self,
+        name: &str,
+        req: BuildReleaseRequest,
+    ) -> Result<BuildReleaseResponse, ServiceError> {
+        let recipe = self.recipe(name)?;
+        let release = self.store().insert_next_release(name, &recipe.recipe_hash).await?;
+        let new_op = NewOperation {
+            id: ids::new_operation_id(),
+            kind: OperationKind::BuildRelease,
+            sandbox_id: None,
+            template: Some(name.to_string()),
+            release: Some(release.number),
+            idempotency_key: None,
+            request_hash: None,
+            deadline: Utc::now() + ChronoDuration::minutes(BUILD_DEADLINE_MIN),
+        };
+        let Begun::New(op) = self.operations().begin(new_op).await? else {
+            return Err(ServiceError::Internal("build replayed".into()));
+        };
+        let this = self.clone();
+        let (template, number, op_id) = (name.to_string(), release.number, op.id.clone());
+        self.operations().run(&op, async move {
+            this.run_build(&op_id, &template, number, req.no_cache).await
+        });
+        Ok(BuildReleaseResponse { release, operation: op })
+    }
+
+    async fn run_build(
+        &self,
+        op_id: &str,
+        template: &str,
+        number: u32,
+        no_cache: bool,
+    ) -> Result<(), ServiceError> {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<BuildEvent>(256);
+        let cancel = CancellationToken::new();
+        // Cancel the build if this future is dropped (deadline).
+        let _cancel_on_drop = cancel.clone().drop_guard();
+        let ops = self.operations().clone();
+        let op = op_id.to_string();
+        let forward = tokio::spawn(async move {
+            while let Some(ev) = rx.recv().await {
+                match ev {
+                    BuildEvent::Log(line) => ops.log(&op, &line).await,
+                    BuildEvent::Progress { percent, phase } => {
+                        ops.set_progress(&op, percent).await;
+                        ops.log(&op, &format!("[{percent:>3}%] {phase}")).await;
+                    }
+                }
+            }
+        });
+        let result = self.node().build_release(template, number, no_cache, tx, cancel.clone()).await;
+        let _ = forward.await;
+        match result {
+            Ok(built) => {
+                self.store()
+                    .set_release_state(template, number, ReleaseState::Ready, Some(built.size_bytes))
+                    .await?;
+                self.operations().set_progress(op_id, 100).await;
+                Ok(())
+            }
+            Err(e) => {
+                warn!(template, number, error = %e, "release build failed");
+                self.operations().log(op_id, &format!("error: {e}")).await;
+                let _ = self.node().remove_release(template, number).await;
+                self.store().set_release_state(template, number, ReleaseState::Failed, None).await?;
+                Err(match e {
+                    cove_node_api::NodeError::Build(m) => ServiceError::FailedPrecondition(m),
+                    other => from_node(other, "-", Subject::File, "release"),
+                })
+            }
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! The agent's state and its start-up sequence.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::net::UnixListener;
+use tokio::signal::unix::{signal, SignalKind};
+use tracing::{debug, info, warn};
+
+use crate::commands::CommandTable;
+use crate::config::Config;
+use crate::reaper::Reaper;
+use crate::users::UserFiles;
+use crate::{net, process_tree, server};
+
+/// Everything request handlers share.
+pub struct Agent {
+    /// Settings from the command line.
+    pub config: Config,
+    /// The commands started so far.
+    pub commands: CommandTable,
+    /// Collector of child exit statuses.
+    pub reaper: Reaper,
+    /// The sandbox's user database.
+    pub users: UserFiles,
+}
+
+/// Why the agent could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The SIGCHLD handler could not be installed.
+    #[error("installing the SIGCHLD handler: {0}")]
+    Reaper(io::Error),
+    /// The socket could not be bound.
+    #[error("listening on {path}: {source}")]
+    Listen {
+        /// Socket path.
+        path: PathBuf,
+        /// Cause.
+        source: io::Error,
+    },
+}
+
+impl Agent {
+    /// Where spilled command output goes.
+    pub fn output_dir(&self) -> PathBuf {
+        self.config.run_dir.join("output")
+    }
+
+    /// Where scripts of long shell commands go.
+    pub fn scripts_dir(&self) -> PathBuf {
+        self.config.run_dir.join("scripts")
+    }
+}
+
+/// Starts the agent and serves until SIGTERM/SIGINT.
+///
+/// Start-up: become a child subreaper (orphans are reaped by the agent even when it is not
+/// PID 1), bring `lo` up, prepare the run dir (`output/` 0700 and `scripts/` 0711, emptied; the run
+/// dir gets search permission for everyone so a non-root user can read its script), start the
+/// reaper, then listen (socket mode 0600: only the sandbox's root can use it).
+pub async fn run(config: Config) -> Result<(), StartError> {
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        warn!(error = %e, "cannot become a child subreaper");
+    }
+    if let Err(e) = net::bring_up_loopback() {
+        debug!(error = %e, "cannot bring lo up");
+    }
+    prepare_run_dir(&config.run_dir);
+    let reaper = Reaper::start().map_err(StartError::Reaper)?;
+    let listener = listen(&config.listen).map_err(|source| StartError::Listen {
+        path: config.listen.clone(),
+        source,
+    })?;
+    let agent = Arc::new(Agent {
+        config,
+        commands: CommandTable::default(),
+        reaper,
+        users: UserFiles::default(),
+    });
+    info!(socket = %agent.config.listen.display(), version = env!("CARGO_PKG_VERSION"), "guest agent listening");
+    let mut term = signal(SignalKind::terminate()).map_err(StartError::Reaper)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(StartError::Reaper)?;
+    tokio::select! {
+        _ = server::serve(agent.clone(), listener) => {}
+        _ = term.recv() => info!("SIGTERM: stopping"),
+        _ = int.recv() => info!("SIGINT: stopping"),
+    }
+    shutdown(&agent);
+    Ok(())
+}
+
+/// Kills every command's tree and removes the socket.
+fn shutdown(agent: &Agent) {
+    for command in agent.commands.all() {
+        process_tree::signal_tree(command.sid(), libc::SIGKILL);
+    }
+    let _ = fs::remove_file(&agent.config.listen);
+}
+
+fn listen(path: &Path) -> io::Result<UnixListener> {
+    match fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let listener = UnixListener::bind(path)?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+fn prepare_run_dir(run_dir: &Path) {
+    let result = (|| -> io::Result<()> {
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o711)
+            .create(run_dir)?;
+        let mode = fs::metadata(run_dir)?.permissions().mode();
+        if mode & 0o011 != 0o011 {
+            fs::set_permissions(run_dir, fs::Permissions::from_mode((mode | 0o011) & 0o7777))?;
+        }
+        for (name, mode) in [("output", 0o700), ("scripts", 0o711)] {
+            let dir = run_dir.join(name);
+            if dir.exists() {
+                fs::remove_dir_all(&dir)?;
+            }
+            fs::DirBuilder::new().mode(mode).create(&dir)?;
+            fs::set_permissions(&dir, fs::Permissions::from_mode(mode))?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = result {
+        warn!(error = %e, run_dir = %run_dir.display(), "cannot prepare the run dir; output will not spill");
+    }
+}

@@ -1,0 +1,206 @@
+//! Commands: processes the agent started, their state and their output.
+//!
+//! A command is `Exited` only once its leader has been reaped and both output pipes reached EOF,
+//! so its output is complete. A background process may keep the pipes open after the leader
+//! exited; then the agent waits at most [`EOF_WAIT`] (2 s) for EOF before it finishes the command
+//! ([`KILLED_EOF_WAIT`], 0.5 s, when the agent killed the tree itself). Bytes such a process
+//! writes later are read and dropped, so it does not die of `SIGPIPE`.
+
+mod attach;
+mod kill;
+mod list;
+mod start;
+mod stdin;
+mod supervise;
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use cove_guest_protocol::{CommandInfo, CommandState, Stream};
+use tokio::net::unix::pipe;
+use tokio::sync::watch;
+
+use crate::error::AgentError;
+use crate::output_log::OutputLog;
+
+pub use attach::attach;
+pub use kill::{kill, signal};
+pub use list::{forget, get, list};
+pub use start::start;
+pub use stdin::{stdin_close, stdin_write};
+
+/// Longest wait for the output pipes' EOF after the leader exited.
+pub const EOF_WAIT: Duration = Duration::from_secs(2);
+/// Longest wait for EOF after the agent killed the tree (timeout or kill).
+pub const KILLED_EOF_WAIT: Duration = Duration::from_millis(500);
+
+/// Locks a std mutex, ignoring poisoning (a panicked holder left consistent data behind: every
+/// critical section here is a few field updates).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Unix time in milliseconds.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+#[derive(Debug, Default)]
+struct Status {
+    exited: bool,
+    ended_at_ms: Option<u64>,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    timed_out: bool,
+}
+
+/// One started process and everything the agent keeps about it.
+pub struct Command {
+    id: String,
+    pid: i32,
+    argv: Vec<String>,
+    user: String,
+    cwd: String,
+    started_at_ms: u64,
+    log: Mutex<OutputLog>,
+    status: Mutex<Status>,
+    /// `true` once exited; modified (to wake attachers) on every append.
+    progress: watch::Sender<bool>,
+    stdin: tokio::sync::Mutex<Option<pipe::Sender>>,
+    has_stdin: bool,
+    stdin_open: AtomicBool,
+    /// The agent is killing the tree (timeout or kill request).
+    killing: AtomicBool,
+    /// Script file of a long shell command, removed at exit.
+    script: Option<PathBuf>,
+}
+
+impl Command {
+    /// The leader pid, which is also the process group and session id.
+    pub fn sid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Notes that the agent is killing the tree (shortens the wait for output EOF).
+    fn mark_killing(&self) {
+        self.killing.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the command has finished.
+    pub fn exited(&self) -> bool {
+        lock(&self.status).exited
+    }
+
+    /// The wire description.
+    pub fn info(&self) -> CommandInfo {
+        let (output_bytes, truncated) = {
+            let log = lock(&self.log);
+            (log.total(), log.truncated())
+        };
+        let st = lock(&self.status);
+        CommandInfo {
+            command_id: self.id.clone(),
+            pid: self.pid as u32,
+            argv: self.argv.clone(),
+            user: self.user.clone(),
+            cwd: self.cwd.clone(),
+            started_at_ms: self.started_at_ms,
+            ended_at_ms: st.ended_at_ms,
+            state: if st.exited {
+                CommandState::Exited
+            } else {
+                CommandState::Running
+            },
+            exit_code: st.exit_code,
+            signal: st.signal,
+            timed_out: st.timed_out,
+            output_bytes,
+            truncated,
+            stdin_open: self.stdin_open.load(Ordering::SeqCst),
+        }
+    }
+
+    fn append_output(&self, stream: Stream, data: &[u8]) {
+        let kept = lock(&self.log).append(stream, data);
+        if kept > 0 {
+            self.progress.send_modify(|_| ());
+        }
+    }
+
+    /// Waits until the command has exited.
+    pub async fn wait_exited(&self) {
+        let mut rx = self.progress.subscribe();
+        let _ = rx.wait_for(|exited| *exited).await;
+    }
+}
+
+#[derive(Default)]
+struct Table {
+    commands: HashMap<String, Arc<Command>>,
+    reserved: HashSet<String>,
+}
+
+/// Every command the agent keeps, by id.
+#[derive(Default)]
+pub struct CommandTable {
+    inner: Mutex<Table>,
+}
+
+/// A command id held while its process starts; released on drop unless committed.
+pub struct Reservation<'a> {
+    table: &'a CommandTable,
+    id: String,
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        lock(&self.table.inner).reserved.remove(&self.id);
+    }
+}
+
+impl Reservation<'_> {
+    fn commit(self, command: Arc<Command>) {
+        let mut t = lock(&self.table.inner);
+        t.commands.insert(command.id.clone(), command);
+    }
+}
+
+impl CommandTable {
+    /// The command with this id, or `NotFound`.
+    pub fn get(&self, id: &str) -> Result<Arc<Command>, AgentError> {
+        lock(&self.inner)
+            .commands
+            .get(id)
+            .cloned()
+            .ok_or_else(|| AgentError::not_found(format!("no command {id:?}")))
+    }
+
+    /// Every command.
+    pub fn all(&self) -> Vec<Arc<Command>> {
+        lock(&self.inner).commands.values().cloned().collect()
+    }
+
+    fn reserve(&self, id: &str) -> Result<Reservation<'_>, AgentError> {
+        let mut t = lock(&self.inner);
+        if t.commands.contains_key(id) || !t.reserved.insert(id.to_string()) {
+            return Err(AgentError::new(
+                cove_guest_protocol::ErrorCode::AlreadyExists,
+                format!("command {id:?} already exists"),
+            ));
+        }
+        Ok(Reservation {
+            table: self,
+            id: id.to_string(),
+        })
+    }
+
+    fn remove(&self, id: &str) -> Option<Arc<Command>> {
+        lock(&self.inner).commands.remove(id)
+    }
+}

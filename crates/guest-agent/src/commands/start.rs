@@ -1,0 +1,367 @@
+//! `Spawn`: validate a request, start the process, register the command.
+//!
+//! The environment starts empty: `HOME`, `USER`, `LOGNAME`, `SHELL` from the user's passwd entry,
+//! `PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`, `LANG=C.UTF-8`, then the
+//! request's variables over them. A shell command runs as `/bin/bash -l -c <s>` (or `/bin/sh -c
+//! <s>` without bash); one longer than [`MAX_INLINE_SCRIPT`] is written to a file in the run dir
+//! and sourced (`. <file>`), since Linux limits one argument to 128 KiB.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cove_guest_protocol::{ErrorCode, Program, SpawnRequest};
+use tokio::net::unix::pipe;
+use tokio::sync::watch;
+
+use super::{now_ms, supervise, Command, Status};
+use crate::agent::Agent;
+use crate::error::AgentError;
+use crate::files::path::{display, resolve};
+use crate::output_log::{LogLimits, OutputLog};
+use crate::spawn::{spawn, SpawnError, SpawnSpec, Spawned, Stage};
+use crate::users::User;
+
+/// Shell commands longer than this (bytes) run from a script file (Linux's limit for one
+/// argument, `MAX_ARG_STRLEN`, is 128 KiB).
+pub const MAX_INLINE_SCRIPT: usize = 100 * 1024;
+
+/// `PATH` of every command unless the request sets one.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Longest command id (it names the spill file).
+const MAX_ID_BYTES: usize = 128;
+
+/// What the blocking part hands back.
+struct Started {
+    spawned: Spawned,
+    spec: SpawnSpec,
+    user: String,
+    script: Option<PathBuf>,
+}
+
+/// Starts a command; returns the leader's pid.
+pub async fn start(agent: &Arc<Agent>, req: SpawnRequest) -> Result<u32, AgentError> {
+    validate_id(&req.command_id)?;
+    let reservation = agent.commands.reserve(&req.command_id)?;
+    let timeout = req.timeout_ms.map(Duration::from_millis);
+    let id = req.command_id.clone();
+    let a = agent.clone();
+    let started = tokio::task::spawn_blocking(move || prepare_and_spawn(&a, req))
+        .await
+        .map_err(|e| AgentError::internal(format!("spawn task failed: {e}")))??;
+    let Started {
+        spawned,
+        spec,
+        user,
+        script,
+    } = started;
+
+    let limits = LogLimits {
+        memory_bytes: agent.config.output_memory_bytes,
+        cap_bytes: agent.config.output_cap_bytes,
+    };
+    let log = OutputLog::new(agent.output_dir().join(format!("{id}.log")), limits);
+    let stdin = match spawned.stdin {
+        Some(fd) => Some(
+            pipe::Sender::from_owned_fd(fd).map_err(|e| AgentError::io_plain("stdin pipe", &e))?,
+        ),
+        None => None,
+    };
+    let stdout = pipe::Receiver::from_owned_fd(spawned.stdout)
+        .map_err(|e| AgentError::io_plain("stdout pipe", &e))?;
+    let stderr = pipe::Receiver::from_owned_fd(spawned.stderr)
+        .map_err(|e| AgentError::io_plain("stderr pipe", &e))?;
+    let has_stdin = stdin.is_some();
+    let command = Arc::new(Command {
+        id,
+        pid: spawned.pid,
+        argv: spec.argv,
+        user,
+        cwd: spec.cwd.to_string_lossy().into_owned(),
+        started_at_ms: now_ms(),
+        log: Mutex::new(log),
+        status: Mutex::new(Status::default()),
+        progress: watch::channel(false).0,
+        stdin: tokio::sync::Mutex::new(stdin),
+        has_stdin,
+        stdin_open: AtomicBool::new(has_stdin),
+        killing: AtomicBool::new(false),
+        script,
+    });
+    reservation.commit(command.clone());
+    tokio::spawn(supervise::supervise(
+        command,
+        spawned.exit,
+        stdout,
+        stderr,
+        timeout,
+    ));
+    Ok(spawned.pid as u32)
+}
+
+fn validate_id(id: &str) -> Result<(), AgentError> {
+    let ok = !id.is_empty()
+        && id.len() <= MAX_ID_BYTES
+        && !id.starts_with('.')
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(AgentError::invalid(format!(
+            "command id {id:?} must be 1-{MAX_ID_BYTES} characters of [A-Za-z0-9._-], not starting with '.'"
+        )))
+    }
+}
+
+/// Validates the request and starts the process (blocking: reads /etc, stats, forks).
+fn prepare_and_spawn(agent: &Agent, req: SpawnRequest) -> Result<Started, AgentError> {
+    let db = agent.users.load();
+    let user = db.resolve(req.user.as_deref())?;
+    let env = build_env(&user, &req.env)?;
+    let cwd = working_dir(&user, req.cwd.as_ref())?;
+    let (argv, script) = program_argv(agent, &req.command_id, req.program)?;
+    let spec = SpawnSpec {
+        argv,
+        env,
+        cwd,
+        uid: user.uid,
+        gid: user.gid,
+        groups: db.groups_of(&user),
+        stdin_pipe: req.stdin,
+    };
+    match spawn(&spec, &agent.reaper) {
+        Ok(spawned) => Ok(Started {
+            spawned,
+            spec,
+            user: user.name,
+            script,
+        }),
+        Err(e) => {
+            if let Some(s) = &script {
+                let _ = fs::remove_file(s);
+            }
+            Err(spawn_error(e, &user, &spec.cwd))
+        }
+    }
+}
+
+fn spawn_error(e: SpawnError, user: &User, cwd: &Path) -> AgentError {
+    match e {
+        SpawnError::Nul(_) => AgentError::invalid(e.to_string()),
+        SpawnError::Setup {
+            stage: Stage::Chdir,
+            source,
+        } => AgentError::new(
+            crate::error::code_for_io(&source),
+            format!(
+                "user {} cannot enter working directory {}: {}",
+                user.name,
+                display(cwd),
+                crate::error::describe(&source)
+            ),
+        ),
+        SpawnError::Setup {
+            stage: Stage::Identity,
+            ..
+        } => AgentError::new(
+            ErrorCode::SpawnFailed,
+            format!("switching to user {}: {e}", user.name),
+        ),
+        SpawnError::Prepare(_) | SpawnError::Fork(_) | SpawnError::Setup { .. } => {
+            AgentError::new(ErrorCode::SpawnFailed, e.to_string())
+        }
+    }
+}
+
+/// The environment of a command.
+pub fn build_env(
+    user: &User,
+    extra: &BTreeMap<String, String>,
+) -> Result<Vec<(String, String)>, AgentError> {
+    for (name, value) in extra {
+        if name.is_empty() || name.contains('=') || name.contains('\0') {
+            return Err(AgentError::invalid(format!(
+                "invalid environment variable name {name:?}: it must be non-empty without '=' or NUL"
+            )));
+        }
+        if value.contains('\0') {
+            return Err(AgentError::invalid(format!(
+                "environment variable {name:?} contains a NUL byte"
+            )));
+        }
+    }
+    let shell = if user.shell.is_empty() {
+        "/bin/sh"
+    } else {
+        user.shell.as_str()
+    };
+    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    env.insert("HOME".into(), user.home.clone());
+    env.insert("USER".into(), user.name.clone());
+    env.insert("LOGNAME".into(), user.name.clone());
+    env.insert("SHELL".into(), shell.into());
+    env.insert("PATH".into(), DEFAULT_PATH.into());
+    env.insert("LANG".into(), "C.UTF-8".into());
+    env.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
+    Ok(env.into_iter().collect())
+}
+
+/// The checked working directory: the given one must exist and be a directory (`NotFound` /
+/// `WrongType` naming it); without one, the user's home, or `/` when the home does not exist.
+fn working_dir(
+    user: &User,
+    cwd: Option<&cove_guest_protocol::GuestPath>,
+) -> Result<PathBuf, AgentError> {
+    let Some(cwd) = cwd else {
+        let home = user.home_path();
+        return Ok(if home.is_absolute() && home.is_dir() {
+            home.to_path_buf()
+        } else {
+            "/".into()
+        });
+    };
+    let path = resolve(cwd, user.home_path())?;
+    match fs::metadata(&path) {
+        Ok(m) if m.is_dir() => Ok(path),
+        Ok(_) => Err(AgentError::new(
+            ErrorCode::WrongType,
+            format!("working directory {} is not a directory", display(&path)),
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(AgentError::not_found(format!(
+            "working directory {} does not exist",
+            display(&path)
+        ))),
+        Err(e) => Err(AgentError::io("working directory", &path, &e)),
+    }
+}
+
+/// The argv to execute, and the script file of a long shell command.
+fn program_argv(
+    agent: &Agent,
+    id: &str,
+    program: Program,
+) -> Result<(Vec<String>, Option<PathBuf>), AgentError> {
+    match program {
+        Program::Argv(argv) => {
+            if argv.is_empty() {
+                return Err(AgentError::invalid("argv is empty"));
+            }
+            if argv[0].is_empty() {
+                return Err(AgentError::invalid("argv[0] is empty"));
+            }
+            if argv.iter().any(|a| a.contains('\0')) {
+                return Err(AgentError::invalid("an argument contains a NUL byte"));
+            }
+            Ok((argv, None))
+        }
+        Program::Shell(script) => {
+            if script.contains('\0') {
+                return Err(AgentError::invalid("the shell command contains a NUL byte"));
+            }
+            let bash = Path::new("/bin/bash").exists();
+            let mut argv: Vec<String> = if bash {
+                vec!["/bin/bash".into(), "-l".into(), "-c".into()]
+            } else {
+                vec!["/bin/sh".into(), "-c".into()]
+            };
+            if script.len() <= MAX_INLINE_SCRIPT {
+                argv.push(script);
+                return Ok((argv, None));
+            }
+            let path = write_script(&agent.scripts_dir(), id, &script)?;
+            argv.push(format!(". {}", shell_quote(&path.to_string_lossy())));
+            Ok((argv, Some(path)))
+        }
+    }
+}
+
+fn write_script(dir: &Path, id: &str, script: &str) -> Result<PathBuf, AgentError> {
+    let path = dir.join(format!("{id}.sh"));
+    let result = (|| {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(&path)?;
+        f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
+        f.write_all(script.as_bytes())
+    })();
+    result.map_err(|e| {
+        let _ = fs::remove_file(&path);
+        AgentError::new(
+            ErrorCode::SpawnFailed,
+            format!("writing the command's script: {e}"),
+        )
+    })?;
+    Ok(path)
+}
+
+/// Quotes a string for a POSIX shell.
+pub fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user() -> User {
+        User {
+            name: "user".into(),
+            uid: 1000,
+            gid: 1000,
+            home: "/home/user".into(),
+            shell: "".into(),
+        }
+    }
+
+    #[test]
+    fn env_defaults_and_overrides() {
+        let mut extra = BTreeMap::new();
+        extra.insert("PATH".to_string(), "/x".to_string());
+        extra.insert(
+            "TRICKY".to_string(),
+            " a b'c\"d$HOME`x`\nline2 ".to_string(),
+        );
+        let env: BTreeMap<_, _> = build_env(&user(), &extra)
+            .expect("env")
+            .into_iter()
+            .collect();
+        assert_eq!(env["HOME"], "/home/user");
+        assert_eq!(env["USER"], "user");
+        assert_eq!(env["LOGNAME"], "user");
+        assert_eq!(env["SHELL"], "/bin/sh");
+        assert_eq!(env["LANG"], "C.UTF-8");
+        assert_eq!(env["PATH"], "/x");
+        assert_eq!(env["TRICKY"], " a b'c\"d$HOME`x`\nline2 ");
+    }
+
+    #[test]
+    fn env_rejects_bad_names() {
+        for bad in ["", "A=B", "A\0"] {
+            let mut extra = BTreeMap::new();
+            extra.insert(bad.to_string(), "x".to_string());
+            let err = build_env(&user(), &extra).expect_err(bad);
+            assert_eq!(err.code, ErrorCode::InvalidArgument);
+        }
+    }
+
+    #[test]
+    fn ids_and_quoting() {
+        assert!(validate_id("cmd_01-a.b").is_ok());
+        for bad in ["", ".x", "a/b", "a b", &"x".repeat(129)] {
+            assert!(validate_id(bad).is_err(), "{bad}");
+        }
+        assert_eq!(shell_quote("/a/it's"), r"'/a/it'\''s'");
+    }
+}

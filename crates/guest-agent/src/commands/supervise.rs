@@ -1,0 +1,99 @@
+//! A command's life after the fork: pump its output, enforce its timeout, collect its exit.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use cove_guest_protocol::Stream;
+use tokio::io::AsyncReadExt;
+use tokio::net::unix::pipe;
+use tokio::sync::oneshot;
+use tracing::{debug, error, info};
+
+use super::{kill, lock, now_ms, Command, EOF_WAIT, KILLED_EOF_WAIT};
+use crate::reaper::ExitStatus;
+
+/// Bytes read from a pipe at once; each read is appended (and sent to attachers) right away.
+const READ_BUF: usize = 64 * 1024;
+
+/// Runs until the command has exited and is finished.
+pub async fn supervise(
+    command: Arc<Command>,
+    mut exit: oneshot::Receiver<ExitStatus>,
+    stdout: pipe::Receiver,
+    stderr: pipe::Receiver,
+    timeout: Option<Duration>,
+) {
+    let mut out = tokio::spawn(pump(command.clone(), stdout, Stream::Stdout));
+    let mut err = tokio::spawn(pump(command.clone(), stderr, Stream::Stderr));
+    let status = match timeout {
+        None => (&mut exit).await,
+        Some(t) => {
+            tokio::select! {
+                s = &mut exit => s,
+                _ = tokio::time::sleep(t) => {
+                    info!(command_id = %command.id, "command timed out; killing its process tree");
+                    lock(&command.status).timed_out = true;
+                    command.mark_killing();
+                    let sid = command.sid();
+                    tokio::spawn(async move { kill::kill_tree_now(sid).await });
+                    (&mut exit).await
+                }
+            }
+        }
+    };
+    let wait = if command.killing.load(Ordering::SeqCst) {
+        KILLED_EOF_WAIT
+    } else {
+        EOF_WAIT
+    };
+    let drained = tokio::time::timeout(wait, async {
+        let _ = (&mut out).await;
+        let _ = (&mut err).await;
+    })
+    .await;
+    if drained.is_err() {
+        debug!(command_id = %command.id, "output still open after the leader exited; finishing");
+    }
+    finish(&command, status.ok()).await;
+}
+
+/// Reads one pipe to EOF, appending to the log (dropped once the command finished).
+async fn pump(command: Arc<Command>, mut rx: pipe::Receiver, stream: Stream) {
+    let mut buf = vec![0u8; READ_BUF];
+    loop {
+        match rx.read(&mut buf).await {
+            Ok(0) => return,
+            Ok(n) => command.append_output(stream, &buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                debug!(command_id = %command.id, error = %e, "reading output failed");
+                return;
+            }
+        }
+    }
+}
+
+async fn finish(command: &Command, status: Option<ExitStatus>) {
+    lock(&command.log).close();
+    {
+        let mut st = lock(&command.status);
+        st.exited = true;
+        st.ended_at_ms = Some(now_ms());
+        match status {
+            Some(ExitStatus::Code(c)) => st.exit_code = Some(c),
+            Some(ExitStatus::Signal(s)) => st.signal = Some(s),
+            None => {
+                error!(command_id = %command.id, "exit status lost");
+                st.exit_code = Some(255);
+            }
+        }
+    }
+    command.stdin_open.store(false, Ordering::SeqCst);
+    if let Some(script) = &command.script {
+        let _ = std::fs::remove_file(script);
+    }
+    command.progress.send_replace(true);
+    // Close our end of stdin; a write in progress fails with EPIPE on its own.
+    *command.stdin.lock().await = None;
+}

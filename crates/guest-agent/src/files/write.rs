@@ -1,0 +1,184 @@
+//! `WriteFile`: an atomic upload.
+//!
+//! The bytes go to a new temporary file in the destination's directory (`O_EXCL`, random name),
+//! which is synced, given to the user (`fchown`), given its mode (the request's, else the replaced
+//! file's, else 0644) and renamed over the destination; the directory is then synced. Missing
+//! parents are created owned by the user. On any error, an upload beyond `max_bytes`, or a host
+//! that goes away before `DataEnd`, the temporary file is removed and the old file is untouched.
+//!
+//! A destination that is a symlink to an existing regular file is written through (the link
+//! stays); any other symlink is replaced by the new file.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use cove_guest_protocol::{ErrorCode, FileInfo, Response, WriteFileRequest};
+use tokio::sync::mpsc;
+
+use super::info::lstat_info;
+use super::mkdir::create_dirs;
+use super::path::{display, resolve};
+use crate::agent::Agent;
+use crate::error::AgentError;
+use crate::server::Responder;
+
+/// A frame of an upload, routed from the connection.
+#[derive(Debug)]
+pub enum Upload {
+    /// Bytes.
+    Data(Vec<u8>),
+    /// The last frame.
+    End,
+}
+
+/// How the upload ended without a file.
+enum Failed {
+    /// Answer this error.
+    Error(AgentError),
+    /// The host went away: nobody to answer.
+    Abandoned,
+}
+
+impl From<AgentError> for Failed {
+    fn from(e: AgentError) -> Self {
+        Failed::Error(e)
+    }
+}
+
+/// Receives an upload and answers `FileInfo` or an error.
+pub async fn write_file(
+    agent: &Arc<Agent>,
+    req: WriteFileRequest,
+    rx: mpsc::Receiver<Upload>,
+    r: &Responder,
+) {
+    let agent = agent.clone();
+    let result = tokio::task::spawn_blocking(move || write_blocking(&agent, req, rx)).await;
+    let response = match result {
+        Ok(Ok(info)) => Response::FileInfo(info),
+        Ok(Err(Failed::Error(e))) => e.into_response(),
+        Ok(Err(Failed::Abandoned)) => return,
+        Err(e) => AgentError::internal(format!("upload task failed: {e}")).into_response(),
+    };
+    r.send(response).await;
+}
+
+/// Removes the temporary file unless the upload completed.
+struct TempFile {
+    path: PathBuf,
+    keep: bool,
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+fn write_blocking(
+    agent: &Agent,
+    req: WriteFileRequest,
+    mut rx: mpsc::Receiver<Upload>,
+) -> Result<FileInfo, Failed> {
+    let db = agent.users.load();
+    let user = db.resolve(req.user.as_deref())?;
+    let mut target = resolve(&req.path, user.home_path())?;
+    if let Ok(m) = fs::symlink_metadata(&target) {
+        if m.file_type().is_symlink() {
+            if let Ok(real) = fs::canonicalize(&target) {
+                if real.is_file() {
+                    target = real;
+                }
+            }
+        }
+    }
+    let (Some(dir), Some(_)) = (target.parent(), target.file_name()) else {
+        return Err(AgentError::new(ErrorCode::WrongType, "/ is a directory").into());
+    };
+    create_dirs(dir, &user)?;
+    let old_mode = match fs::metadata(&target) {
+        Ok(m) if m.is_dir() => {
+            return Err(AgentError::new(
+                ErrorCode::WrongType,
+                format!("{} is a directory", display(&target)),
+            )
+            .into())
+        }
+        Ok(m) => Some(std::os::unix::fs::MetadataExt::mode(&m) & 0o7777),
+        Err(_) => None,
+    };
+    let mode = req.mode.map(|m| m & 0o7777).or(old_mode).unwrap_or(0o644);
+
+    let (mut file, mut temp) = create_temp(dir)?;
+    let io_err = |what: &str, e: &std::io::Error| AgentError::io(what, &target, e);
+    let mut total: u64 = 0;
+    loop {
+        match rx.blocking_recv() {
+            Some(Upload::Data(data)) => {
+                total += data.len() as u64;
+                if let Some(max) = req.max_bytes {
+                    if total > max {
+                        return Err(AgentError::new(
+                            ErrorCode::TooLarge,
+                            format!("upload to {} exceeds {max} bytes", display(&target)),
+                        )
+                        .into());
+                    }
+                }
+                file.write_all(&data).map_err(|e| io_err("write", &e))?;
+            }
+            Some(Upload::End) => break,
+            None => return Err(Failed::Abandoned),
+        }
+    }
+    file.sync_all().map_err(|e| io_err("sync", &e))?;
+    std::os::unix::fs::fchown(&file, Some(user.uid), Some(user.gid))
+        .map_err(|e| io_err("chown", &e))?;
+    file.set_permissions(fs::Permissions::from_mode(mode))
+        .map_err(|e| io_err("chmod", &e))?;
+    drop(file);
+    fs::rename(&temp.path, &target).map_err(|e| io_err("rename", &e))?;
+    temp.keep = true;
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(lstat_info(&target, &db)?)
+}
+
+/// A new, empty temporary file in `dir`.
+fn create_temp(dir: &Path) -> Result<(File, TempFile), AgentError> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut last = None;
+    for _ in 0..16 {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path = dir.join(format!(
+            ".cove-upload-{:x}-{:x}-{n:x}",
+            std::process::id(),
+            nanos
+        ));
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(&path)
+        {
+            Ok(f) => return Ok((f, TempFile { path, keep: false })),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(AgentError::io("create a temporary file in", dir, &e)),
+        }
+    }
+    let e = last.unwrap_or_else(|| std::io::Error::from_raw_os_error(libc::EEXIST));
+    Err(AgentError::io("create a temporary file in", dir, &e))
+}

@@ -1,0 +1,51 @@
+//! `cove-guest-agent`: see the library's documentation.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use cove_guest_agent::config::USAGE;
+use cove_guest_agent::{parse_args, Invocation};
+
+fn main() -> ExitCode {
+    cove_guest_agent::stdio::ensure_standard_fds();
+    let config = match parse_args(std::env::args().skip(1)) {
+        Ok(Invocation::Run(c)) => c,
+        Ok(Invocation::Help) => {
+            print!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Ok(Invocation::Version) => {
+            println!("cove-guest-agent {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        Err(message) => {
+            eprintln!("cove-guest-agent: {message}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("COVE_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(filter)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cove-guest-agent: starting the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(cove_guest_agent::run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "guest agent failed");
+            ExitCode::FAILURE
+        }
+    }
+}

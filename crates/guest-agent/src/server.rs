@@ -1,0 +1,393 @@
+//! Connections: handshake, request routing, and one writer task per connection.
+//!
+//! Every request of a connection runs in its own task; responses go through one bounded queue to
+//! the writer, so a slow host paces the agent instead of growing its memory. `Data`/`DataEnd`
+//! frames of an upload are routed by id to the upload's task through a bounded channel. A frame
+//! that cannot be decoded, or a protocol violation, drops that connection only.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cove_guest_protocol::{
+    encode_frame, read_frame, ErrorCode, FrameError, GuestFrame, HostFrame, Request, Response,
+    PROTOCOL_VERSION,
+};
+use tokio::io::AsyncWriteExt;
+use tokio::net::unix::OwnedWriteHalf;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::{mpsc, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use crate::agent::Agent;
+use crate::commands;
+use crate::error::AgentError;
+use crate::files::{self, write::Upload};
+
+/// Frames queued for the writer of one connection.
+const WRITE_QUEUE: usize = 4;
+/// Chunks queued for one upload.
+const UPLOAD_QUEUE: usize = 4;
+/// Requests of one connection served at once; more wait.
+const MAX_IN_FLIGHT: usize = 256;
+/// Budget of one `EntriesPart`/`CommandsPart` frame, by estimate (well under the frame limit).
+const PART_BUDGET: usize = 256 * 1024;
+
+/// Sends the responses of one request.
+#[derive(Clone)]
+pub struct Responder {
+    id: u64,
+    tx: mpsc::Sender<GuestFrame>,
+}
+
+impl Responder {
+    /// Queues a response; `false` when the connection is gone.
+    pub async fn send(&self, response: Response) -> bool {
+        self.tx
+            .send(GuestFrame {
+                id: self.id,
+                response,
+            })
+            .await
+            .is_ok()
+    }
+
+    /// Queues a response from a blocking thread; `false` when the connection is gone.
+    pub fn blocking_send(&self, response: Response) -> bool {
+        self.tx
+            .blocking_send(GuestFrame {
+                id: self.id,
+                response,
+            })
+            .is_ok()
+    }
+
+    /// Resolves when the connection is gone.
+    pub async fn closed(&self) {
+        self.tx.closed().await
+    }
+
+    async fn reply<T>(&self, result: Result<T, AgentError>, ok: impl FnOnce(T) -> Response) {
+        let response = match result {
+            Ok(v) => ok(v),
+            Err(e) => e.into_response(),
+        };
+        self.send(response).await;
+    }
+}
+
+/// Sends a list as `part` frames of bounded size, the last one as `last`.
+pub async fn send_in_parts<T>(
+    r: &Responder,
+    items: Vec<T>,
+    size: impl Fn(&T) -> usize,
+    part: impl Fn(Vec<T>) -> Response,
+    last: impl FnOnce(Vec<T>) -> Response,
+) {
+    let mut current = Vec::new();
+    let mut bytes = 0;
+    for item in items {
+        let s = size(&item);
+        if !current.is_empty() && bytes + s > PART_BUDGET {
+            if !r.send(part(std::mem::take(&mut current))).await {
+                return;
+            }
+            bytes = 0;
+        }
+        bytes += s;
+        current.push(item);
+    }
+    r.send(last(current)).await;
+}
+
+/// Accepts connections until the listener fails.
+pub async fn serve(agent: Arc<Agent>, listener: UnixListener) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                tokio::spawn(connection(agent.clone(), stream));
+            }
+            Err(e) => {
+                warn!(error = %e, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+async fn connection(agent: Arc<Agent>, stream: UnixStream) {
+    let (mut rd, wr) = stream.into_split();
+    let (tx, rx) = mpsc::channel(WRITE_QUEUE);
+    let cancel = CancellationToken::new();
+    let writer = tokio::spawn(write_loop(wr, rx, cancel.clone()));
+    if handshake(&mut rd, &tx).await {
+        read_loop(&agent, &mut rd, &tx, &cancel).await;
+    }
+    drop(tx);
+    // Let queued answers (a handshake or protocol error) go out, then stop streams still running.
+    tokio::select! {
+        _ = cancel.cancelled() => {}
+        _ = tokio::time::sleep(std::time::Duration::from_millis(200)) => {}
+    }
+    cancel.cancel();
+    let _ = writer.await;
+}
+
+/// Reads `Hello` and answers it; `false` when the connection must close.
+async fn handshake(
+    rd: &mut tokio::net::unix::OwnedReadHalf,
+    tx: &mpsc::Sender<GuestFrame>,
+) -> bool {
+    let frame: HostFrame = match read_frame(rd).await {
+        Ok(f) => f,
+        Err(e) => {
+            debug!(error = %e, "connection closed before hello");
+            return false;
+        }
+    };
+    let response = match frame.request {
+        Request::Hello { version } if version == PROTOCOL_VERSION => Response::Hello {
+            version: PROTOCOL_VERSION,
+            agent_version: env!("CARGO_PKG_VERSION").to_string(),
+        },
+        Request::Hello { version } => Response::Error {
+            code: ErrorCode::UnsupportedVersion,
+            message: format!(
+                "protocol version {version} is not supported; this agent speaks {PROTOCOL_VERSION}"
+            ),
+        },
+        _ => Response::Error {
+            code: ErrorCode::Protocol,
+            message: "the first frame must be Hello".into(),
+        },
+    };
+    let ok = matches!(response, Response::Hello { .. });
+    let _ = tx
+        .send(GuestFrame {
+            id: frame.id,
+            response,
+        })
+        .await;
+    ok
+}
+
+async fn read_loop(
+    agent: &Arc<Agent>,
+    rd: &mut tokio::net::unix::OwnedReadHalf,
+    tx: &mpsc::Sender<GuestFrame>,
+    cancel: &CancellationToken,
+) {
+    let mut uploads: HashMap<u64, mpsc::Sender<Upload>> = HashMap::new();
+    let permits = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    loop {
+        let frame: HostFrame = tokio::select! {
+            f = read_frame(rd) => match f {
+                Ok(f) => f,
+                Err(FrameError::Closed) => return,
+                Err(e) => {
+                    warn!(error = %e, "bad frame; dropping the connection");
+                    return;
+                }
+            },
+            _ = cancel.cancelled() => return,
+        };
+        let r = Responder {
+            id: frame.id,
+            tx: tx.clone(),
+        };
+        match frame.request {
+            Request::Data { data } => match uploads.get(&frame.id) {
+                // A failed upload stops receiving; its remaining chunks are dropped.
+                Some(up) => {
+                    let _ = up.send(Upload::Data(data)).await;
+                }
+                None => return protocol_error(&r, "data frame of no open upload").await,
+            },
+            Request::DataEnd => match uploads.remove(&frame.id) {
+                Some(up) => {
+                    let _ = up.send(Upload::End).await;
+                }
+                None => return protocol_error(&r, "end of no open upload").await,
+            },
+            Request::WriteFile(req) => {
+                if uploads.contains_key(&frame.id) {
+                    return protocol_error(&r, "upload id already in use").await;
+                }
+                let (up_tx, up_rx) = mpsc::channel(UPLOAD_QUEUE);
+                uploads.insert(frame.id, up_tx);
+                let agent = agent.clone();
+                tokio::spawn(async move { files::write::write_file(&agent, req, up_rx, &r).await });
+            }
+            Request::Hello { .. } => {
+                r.send(
+                    AgentError::new(ErrorCode::Protocol, "hello was already done").into_response(),
+                )
+                .await;
+            }
+            request => {
+                let Ok(permit) = permits.clone().acquire_owned().await else {
+                    return;
+                };
+                let agent = agent.clone();
+                tokio::spawn(async move {
+                    dispatch(&agent, request, &r).await;
+                    drop(permit);
+                });
+            }
+        }
+    }
+}
+
+async fn protocol_error(r: &Responder, message: &str) {
+    warn!(message, "protocol violation; dropping the connection");
+    r.send(AgentError::new(ErrorCode::Protocol, message).into_response())
+        .await;
+}
+
+/// Runs one request to its end.
+async fn dispatch(agent: &Arc<Agent>, request: Request, r: &Responder) {
+    match request {
+        Request::Ping => {
+            r.send(Response::Ok).await;
+        }
+        Request::Spawn(req) => {
+            r.reply(commands::start(agent, req).await, |pid| Response::Spawned {
+                pid,
+            })
+            .await
+        }
+        Request::Attach {
+            command_id,
+            offset,
+            follow,
+        } => commands::attach(agent, &command_id, offset, follow, r).await,
+        Request::StdinWrite { command_id, data } => {
+            r.reply(
+                commands::stdin_write(agent, &command_id, &data).await,
+                |()| Response::Ok,
+            )
+            .await
+        }
+        Request::StdinClose { command_id } => {
+            r.reply(commands::stdin_close(agent, &command_id).await, |()| {
+                Response::Ok
+            })
+            .await
+        }
+        Request::Signal { command_id, signal } => {
+            r.reply(commands::signal(agent, &command_id, signal).await, |()| {
+                Response::Ok
+            })
+            .await
+        }
+        Request::Kill {
+            command_id,
+            grace_ms,
+        } => {
+            r.reply(
+                commands::kill(agent, &command_id, grace_ms).await,
+                Response::Command,
+            )
+            .await
+        }
+        Request::GetCommand { command_id } => {
+            r.reply(commands::get(agent, &command_id), Response::Command)
+                .await
+        }
+        Request::ListCommands => commands::list(agent, r).await,
+        Request::ForgetCommand { command_id } => {
+            r.reply(commands::forget(agent, &command_id), |()| Response::Ok)
+                .await
+        }
+        Request::ReadFile {
+            path,
+            user,
+            offset,
+            length,
+        } => files::read::read_file(agent, path, user, offset, length, r).await,
+        Request::Stat { path, user } => {
+            r.reply(
+                files::blocking(agent, move |a| files::stat::stat(a, &path, user.as_deref())).await,
+                Response::FileInfo,
+            )
+            .await
+        }
+        Request::ListDir { path, user, depth } => {
+            files::list::list_dir(agent, path, user, depth, r).await
+        }
+        Request::MakeDir { path, user } => {
+            r.reply(
+                files::blocking(agent, move |a| {
+                    files::mkdir::make_dir(a, &path, user.as_deref())
+                })
+                .await,
+                Response::FileInfo,
+            )
+            .await
+        }
+        Request::Remove { path, user } => {
+            r.reply(
+                files::blocking(agent, move |a| {
+                    files::remove::remove(a, &path, user.as_deref())
+                })
+                .await,
+                |()| Response::Ok,
+            )
+            .await
+        }
+        Request::Rename { from, to, user } => {
+            r.reply(
+                files::blocking(agent, move |a| {
+                    files::rename::rename(a, &from, &to, user.as_deref())
+                })
+                .await,
+                Response::FileInfo,
+            )
+            .await
+        }
+        Request::Hello { .. } | Request::WriteFile(_) | Request::Data { .. } | Request::DataEnd => {
+            // Routed by the read loop; never dispatched.
+            r.send(AgentError::new(ErrorCode::Protocol, "unexpected frame").into_response())
+                .await;
+        }
+    }
+}
+
+async fn write_loop(
+    mut wr: OwnedWriteHalf,
+    mut rx: mpsc::Receiver<GuestFrame>,
+    cancel: CancellationToken,
+) {
+    loop {
+        let frame = tokio::select! {
+            f = rx.recv() => match f {
+                Some(f) => f,
+                None => break,
+            },
+            _ = cancel.cancelled() => break,
+        };
+        let bytes = match encode_frame(&frame) {
+            Ok(b) => b,
+            Err(e) => {
+                warn!(error = %e, "response cannot be encoded");
+                let err = GuestFrame {
+                    id: frame.id,
+                    response: AgentError::internal(format!("response cannot be sent: {e}"))
+                        .into_response(),
+                };
+                match encode_frame(&err) {
+                    Ok(b) => b,
+                    Err(_) => break,
+                }
+            }
+        };
+        let written = tokio::select! {
+            w = wr.write_all(&bytes) => w.is_ok(),
+            _ = cancel.cancelled() => false,
+        };
+        if !written {
+            break;
+        }
+    }
+    cancel.cancel();
+}

@@ -1,0 +1,125 @@
+//! Length-prefixed framing: `u32` big-endian body length, then a postcard body.
+
+use serde::{de::DeserializeOwned, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::MAX_FRAME_BYTES;
+
+/// Errors of reading or writing frames.
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    /// The peer closed the stream between frames.
+    #[error("connection closed")]
+    Closed,
+    /// The length prefix exceeds [`MAX_FRAME_BYTES`].
+    #[error("frame of {len} bytes exceeds the limit of {MAX_FRAME_BYTES}")]
+    TooLarge {
+        /// Announced length.
+        len: usize,
+    },
+    /// The body is not a valid message.
+    #[error("malformed frame: {0}")]
+    Malformed(#[from] postcard::Error),
+    /// The stream failed.
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Encodes one frame (length prefix + body). Fails with `TooLarge` if the body would exceed the
+/// limit.
+pub fn encode_frame<T: Serialize>(frame: &T) -> Result<Vec<u8>, FrameError> {
+    let body = postcard::to_stdvec(frame)?;
+    if body.len() > MAX_FRAME_BYTES {
+        return Err(FrameError::TooLarge { len: body.len() });
+    }
+    let mut out = Vec::with_capacity(body.len() + 4);
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
+/// Decodes a frame body (without its length prefix).
+pub fn decode_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, FrameError> {
+    Ok(postcard::from_bytes(body)?)
+}
+
+/// Writes one frame and flushes.
+pub async fn write_frame<W, T>(w: &mut W, frame: &T) -> Result<(), FrameError>
+where
+    W: AsyncWrite + Unpin,
+    T: Serialize,
+{
+    let buf = encode_frame(frame)?;
+    w.write_all(&buf).await?;
+    w.flush().await?;
+    Ok(())
+}
+
+/// Reads one frame. Returns `Closed` on a clean end of stream before a frame starts; a stream
+/// that ends inside a frame is an `Io` error.
+pub async fn read_frame<R, T>(r: &mut R) -> Result<T, FrameError>
+where
+    R: AsyncRead + Unpin,
+    T: DeserializeOwned,
+{
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Err(FrameError::Closed),
+        Err(e) => return Err(e.into()),
+    }
+    let len = u32::from_be_bytes(len) as usize;
+    if len > MAX_FRAME_BYTES {
+        return Err(FrameError::TooLarge { len });
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).await?;
+    decode_body(&body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{GuestFrame, HostFrame, Request, Response, Stream};
+
+    #[tokio::test]
+    async fn round_trip() {
+        let frames = vec![
+            HostFrame { id: 1, request: Request::Hello { version: 1 } },
+            HostFrame { id: 2, request: Request::Data { data: vec![0, 255, 10] } },
+        ];
+        let mut buf = Vec::new();
+        for f in &frames {
+            write_frame(&mut buf, f).await.expect("write");
+        }
+        let mut r = &buf[..];
+        for f in &frames {
+            let got: HostFrame = read_frame(&mut r).await.expect("read");
+            assert_eq!(&got, f);
+        }
+        assert!(matches!(read_frame::<_, HostFrame>(&mut r).await, Err(FrameError::Closed)));
+    }
+
+    #[tokio::test]
+    async fn rejects_oversized_length_without_allocating() {
+        let buf = u32::MAX.to_be_bytes();
+        let mut r = &buf[..];
+        assert!(matches!(
+            read_frame::<_, GuestFrame>(&mut r).await,
+            Err(FrameError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn output_chunk_of_max_size_fits() {
+        let f = GuestFrame {
+            id: u64::MAX,
+            response: Response::Output {
+                offset: u64::MAX,
+                stream: Stream::Stderr,
+                data: vec![0xAB; crate::MAX_CHUNK_BYTES],
+            },
+        };
+        assert!(encode_frame(&f).is_ok());
+    }
+}

@@ -1,0 +1,77 @@
+//! Host ⇄ guest protocol: the messages the node agent and the guest agent exchange, and their framing.
+//!
+//! # Wire format (version [`PROTOCOL_VERSION`])
+//! A connection is a byte stream (a unix socket for runc sandboxes). Each frame is a 4-byte
+//! big-endian body length followed by the body, a [postcard](https://docs.rs/postcard) encoding of
+//! [`HostFrame`] (host → guest) or [`GuestFrame`] (guest → host). A body is at most
+//! [`MAX_FRAME_BYTES`]; a longer length prefix is a protocol error and the reader drops the
+//! connection without allocating it.
+//!
+//! The first frame on every connection is [`Request::Hello`] from the host; the guest answers
+//! [`Response::Hello`] with the version it speaks, or [`Response::Error`] with
+//! [`ErrorCode::UnsupportedVersion`] and closes.
+//!
+//! # Multiplexing
+//! Every frame carries a request id chosen by the host. The guest serves the requests of one
+//! connection concurrently and tags every response with the id of the request it answers, so many
+//! unary requests share one connection. A streaming request ([`Request::Attach`],
+//! [`Request::ReadFile`], [`Request::WriteFile`]) takes a connection of its own, so that the socket's
+//! own flow control paces one stream without stalling the others.
+//!
+//! # Streams
+//! - `Attach`: the guest sends [`Response::Output`] frames from the requested offset on, then
+//!   [`Response::Exited`] once the command has ended and every byte was sent (or, with
+//!   `follow: false`, [`Response::End`] when the currently kept output is exhausted).
+//! - `ReadFile`: [`Response::FileInfo`], then [`Response::Data`] frames, then [`Response::End`].
+//! - `WriteFile`: the host sends [`Request::Data`] frames and then [`Request::DataEnd`] with the
+//!   same id; the guest answers [`Response::FileInfo`] once the file is durably renamed into place,
+//!   or [`Response::Error`] (the temporary file is removed, the old file is untouched).
+
+
+
+use serde::{Deserialize, Serialize};
+
+mod codec;
+mod types;
+
+pub use codec::{decode_body, encode_frame, read_frame, write_frame, FrameError};
+pub use types::*;
+
+/// The protocol version this crate speaks. Bumped on any incompatible change of the messages.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Largest frame body in bytes (1 MiB + headroom for the envelope). Chunks of output and file data
+/// are at most [`MAX_CHUNK_BYTES`], so every legal frame fits.
+pub const MAX_FRAME_BYTES: usize = (1 << 20) + 4096;
+
+/// Largest data payload in one `Output` or `Data` frame, in bytes (1 MiB).
+pub const MAX_CHUNK_BYTES: usize = 1 << 20;
+
+/// Path of the guest agent's listening socket inside a sandbox.
+pub const GUEST_SOCKET_PATH: &str = "/.cove/run/agent.sock";
+
+/// Directory inside a sandbox that holds the agent's socket and its own state (spilled output,
+/// large scripts). It is backed by the node, not by the sandbox's disk, so a full disk or a deleted
+/// `/tmp` in the sandbox does not break the agent.
+pub const GUEST_RUN_DIR: &str = "/.cove/run";
+
+/// Path of the guest agent binary inside a sandbox (mounted read-only).
+pub const GUEST_AGENT_PATH: &str = "/.cove/bin/cove-guest-agent";
+
+/// A frame from the host to the guest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HostFrame {
+    /// Request id chosen by the host; unique per connection while the request is open.
+    pub id: u64,
+    /// The request, or a data frame of an open `WriteFile`.
+    pub request: Request,
+}
+
+/// A frame from the guest to the host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GuestFrame {
+    /// Id of the request this frame answers.
+    pub id: u64,
+    /// The response.
+    pub response: Response,
+}

@@ -1,0 +1,361 @@
+//! Message types of the host ⇄ guest protocol.
+//!
+//! Strings that name files are raw bytes ([`GuestPath`]): Linux names are bytes, and a name with a
+//! newline, invalid UTF-8 or a leading dash must round-trip exactly.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A path inside the sandbox, as raw bytes (no NUL). Relative paths are resolved against the
+/// requesting user's home directory.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestPath(#[serde(with = "serde_bytes")] pub Vec<u8>);
+
+/// A request from the host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Request {
+    /// First frame of every connection.
+    Hello {
+        /// Protocol version the host speaks ([`crate::PROTOCOL_VERSION`]).
+        version: u32,
+    },
+    /// Liveness check; answered with [`Response::Ok`].
+    Ping,
+    /// Start a command. Answered with [`Response::Spawned`] once the process runs, or with
+    /// [`Response::Error`] (`NotFound` for a missing cwd, `InvalidArgument`, `UnknownUser`, ...)
+    /// before anything ran.
+    Spawn(SpawnRequest),
+    /// Stream a command's output from a byte offset (streaming; needs its own connection).
+    Attach {
+        /// Command id given at spawn.
+        command_id: String,
+        /// Offset into the command's combined output (stdout and stderr bytes counted together
+        /// in the order they were read).
+        offset: u64,
+        /// Keep streaming until the command exits (`true`) or stop at the end of what is kept.
+        follow: bool,
+    },
+    /// Write bytes to a command's stdin. Answered with `Ok`, or `FailedPrecondition` when the
+    /// command was started without stdin or its stdin is closed, `NotFound` for an unknown command.
+    StdinWrite {
+        /// Command id.
+        command_id: String,
+        /// Bytes to write (at most [`crate::MAX_CHUNK_BYTES`]).
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    /// Close a command's stdin (the process reads EOF). Same errors as `StdinWrite`.
+    StdinClose {
+        /// Command id.
+        command_id: String,
+    },
+    /// Send a signal to the command's whole process group. Answered with `Ok` after delivery.
+    Signal {
+        /// Command id.
+        command_id: String,
+        /// Signal number (Linux numbering, e.g. 15 = SIGTERM).
+        signal: i32,
+    },
+    /// Kill the command's process tree: SIGTERM to the group, then SIGKILL after `grace_ms`.
+    /// Answered with [`Response::Command`] only once every process of the group is gone.
+    Kill {
+        /// Command id.
+        command_id: String,
+        /// Milliseconds between SIGTERM and SIGKILL.
+        grace_ms: u64,
+    },
+    /// Get one command's state. Answered with [`Response::Command`].
+    GetCommand {
+        /// Command id.
+        command_id: String,
+    },
+    /// List every command the agent still keeps. Answered with [`Response::Commands`], preceded by
+    /// [`Response::CommandsPart`] frames when the list does not fit one frame.
+    ListCommands,
+    /// Forget a finished command and delete its kept output. `FailedPrecondition` while it runs.
+    ForgetCommand {
+        /// Command id.
+        command_id: String,
+    },
+    /// Read a file (streaming; needs its own connection).
+    ReadFile {
+        /// Path to read; symlinks are followed inside the sandbox.
+        path: GuestPath,
+        /// User whose home resolves a relative path.
+        user: Option<String>,
+        /// First byte to read.
+        offset: u64,
+        /// Bytes to read at most; `None` reads to the end.
+        length: Option<u64>,
+    },
+    /// Write a file (streaming; needs its own connection). Data follows as `Data` frames.
+    WriteFile(WriteFileRequest),
+    /// A chunk of an open `WriteFile` upload.
+    Data {
+        /// Bytes (at most [`crate::MAX_CHUNK_BYTES`]).
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    /// End of an open `WriteFile` upload.
+    DataEnd,
+    /// `lstat` a path. Answered with [`Response::FileInfo`].
+    Stat {
+        /// Path.
+        path: GuestPath,
+        /// User whose home resolves a relative path.
+        user: Option<String>,
+    },
+    /// List a directory. Answered with [`Response::Entries`], preceded by
+    /// [`Response::EntriesPart`] frames when the listing does not fit one frame.
+    ListDir {
+        /// Directory path.
+        path: GuestPath,
+        /// User whose home resolves a relative path.
+        user: Option<String>,
+        /// 1 lists the directory itself; n descends n-1 levels below (symlinks are not followed).
+        depth: u32,
+    },
+    /// Create a directory and its missing parents, owned by `user`. Answered with `FileInfo`.
+    MakeDir {
+        /// Directory path.
+        path: GuestPath,
+        /// Owner of the created directories (default: root).
+        user: Option<String>,
+    },
+    /// Remove a file, a symlink (not its target) or a directory tree. Answered with `Ok`.
+    Remove {
+        /// Path.
+        path: GuestPath,
+        /// User whose home resolves a relative path.
+        user: Option<String>,
+    },
+    /// Rename a path. Answered with `FileInfo` of the destination.
+    Rename {
+        /// Source path.
+        from: GuestPath,
+        /// Destination path.
+        to: GuestPath,
+        /// User whose home resolves relative paths.
+        user: Option<String>,
+    },
+}
+
+/// What to run and how.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpawnRequest {
+    /// Id the host gives the command (unique in the sandbox).
+    pub command_id: String,
+    /// What to execute.
+    pub program: Program,
+    /// Environment added over the user's login defaults (HOME, USER, LOGNAME, SHELL, PATH).
+    /// Names are validated by the host; the guest rejects names that are empty or hold `=`/NUL.
+    pub env: BTreeMap<String, String>,
+    /// Working directory; `None` = the user's home. Must exist (`NotFound` otherwise).
+    pub cwd: Option<GuestPath>,
+    /// User name from the sandbox's `/etc/passwd`; `None` = root.
+    pub user: Option<String>,
+    /// Keep stdin open as a pipe the host writes to; otherwise stdin is `/dev/null`.
+    pub stdin: bool,
+    /// Kill the process tree after this many milliseconds (`None` = never).
+    pub timeout_ms: Option<u64>,
+}
+
+/// The program of a command.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Program {
+    /// Exec this argv directly (argv\[0\] is looked up in PATH).
+    Argv(Vec<String>),
+    /// Run through `/bin/bash -l -c` where bash exists, else `/bin/sh -c`.
+    Shell(String),
+}
+
+/// A file upload's parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WriteFileRequest {
+    /// Destination path. Missing parent directories are created, owned by `user`.
+    pub path: GuestPath,
+    /// Owner of the file and of created parents (default root).
+    pub user: Option<String>,
+    /// Permission bits of the file (default 0o644, or the old file's mode when replacing).
+    pub mode: Option<u32>,
+    /// Refuse uploads larger than this many bytes (`TooLarge`, nothing written).
+    pub max_bytes: Option<u64>,
+}
+
+/// Which output stream a chunk came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Stream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// A response from the guest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Response {
+    /// Handshake answer.
+    Hello {
+        /// Protocol version the guest speaks.
+        version: u32,
+        /// The guest agent's build version (its crate version).
+        agent_version: String,
+    },
+    /// Success without a payload.
+    Ok,
+    /// The command runs.
+    Spawned {
+        /// Process id (inside the sandbox's pid namespace) of the command's leader.
+        pid: u32,
+    },
+    /// A chunk of a command's output.
+    Output {
+        /// Offset of `data`'s first byte in the command's combined output.
+        offset: u64,
+        /// Stream the bytes came from.
+        stream: Stream,
+        /// The bytes, exactly as the process wrote them.
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    /// The command ended; the last frame of an `Attach`.
+    Exited(CommandInfo),
+    /// One command's state.
+    Command(CommandInfo),
+    /// Every command the agent keeps.
+    Commands(Vec<CommandInfo>),
+    /// A chunk of file data.
+    Data {
+        /// Bytes.
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    /// End of a stream.
+    End,
+    /// Metadata of one file.
+    FileInfo(FileInfo),
+    /// A directory listing.
+    Entries(Vec<FileInfo>),
+    /// The request failed.
+    Error {
+        /// Stable code.
+        code: ErrorCode,
+        /// Human-readable detail (paths are the sandbox's, never the host's).
+        message: String,
+    },
+    /// A leading part of a directory listing too large for one frame. Zero or more parts precede
+    /// the final [`Response::Entries`] of the same request; the listing is their concatenation.
+    EntriesPart(Vec<FileInfo>),
+    /// A leading part of a command list too large for one frame. Zero or more parts precede the
+    /// final [`Response::Commands`] of the same request; the list is their concatenation.
+    CommandsPart(Vec<CommandInfo>),
+}
+
+/// Stable error codes of the guest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ErrorCode {
+    /// The host's protocol version is not spoken.
+    UnsupportedVersion,
+    /// A malformed or out-of-order frame.
+    Protocol,
+    /// A bad argument (empty argv, NUL in a name, over-long name, ...).
+    InvalidArgument,
+    /// No such command, file or directory.
+    NotFound,
+    /// The path exists but is the wrong type (a file where a directory is needed, ...).
+    WrongType,
+    /// A file or directory is already there.
+    AlreadyExists,
+    /// The sandbox user may not do this.
+    PermissionDenied,
+    /// The user is not in the sandbox's `/etc/passwd`.
+    UnknownUser,
+    /// The operation does not apply in the current state (stdin closed, command still running).
+    FailedPrecondition,
+    /// The sandbox's disk is full.
+    NoSpace,
+    /// The upload exceeds `max_bytes`.
+    TooLarge,
+    /// The process could not be started (fork failed, limit reached).
+    SpawnFailed,
+    /// Anything else; details in the message.
+    Internal,
+}
+
+/// Lifecycle of a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CommandState {
+    /// The process runs.
+    Running,
+    /// The process ended (exit or signal).
+    Exited,
+}
+
+/// A command's state as the guest knows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CommandInfo {
+    /// Command id.
+    pub command_id: String,
+    /// Leader pid inside the sandbox.
+    pub pid: u32,
+    /// The argv actually executed (for a shell command, the shell's argv).
+    pub argv: Vec<String>,
+    /// User it runs as.
+    pub user: String,
+    /// Working directory.
+    pub cwd: String,
+    /// Start time, Unix milliseconds.
+    pub started_at_ms: u64,
+    /// End time, Unix milliseconds.
+    pub ended_at_ms: Option<u64>,
+    /// Running or exited.
+    pub state: CommandState,
+    /// Exit code when the process exited normally.
+    pub exit_code: Option<i32>,
+    /// Signal number when the process was killed by a signal.
+    pub signal: Option<i32>,
+    /// The timeout fired and the tree was killed.
+    pub timed_out: bool,
+    /// Total bytes of output produced so far (the offset after the last byte).
+    pub output_bytes: u64,
+    /// Output beyond the kept cap was dropped.
+    pub truncated: bool,
+    /// The command was started with a stdin pipe that is still open.
+    pub stdin_open: bool,
+}
+
+/// Type of a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FileType {
+    /// Regular file.
+    File,
+    /// Directory.
+    Dir,
+    /// Symbolic link (not followed).
+    Symlink,
+    /// Anything else (fifo, socket, device).
+    Other,
+}
+
+/// Metadata of a file, from `lstat`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileInfo {
+    /// Final path component.
+    pub name: GuestPath,
+    /// Absolute path inside the sandbox.
+    pub path: GuestPath,
+    /// Type.
+    pub file_type: FileType,
+    /// Size in bytes (of the link itself for a symlink).
+    pub size: u64,
+    /// Permission bits (`st_mode & 0o7777`).
+    pub mode: u32,
+    /// Owner name (or the uid in decimal when unknown).
+    pub owner: String,
+    /// Group name (or the gid in decimal when unknown).
+    pub group: String,
+    /// Modification time, Unix milliseconds (UTC).
+    pub mtime_ms: i64,
+    /// Target of a symlink, as stored in the link.
+    pub symlink_target: Option<GuestPath>,
+}

@@ -1,0 +1,284 @@
+//! [`GuestClient`]: unary calls over the shared connection.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use cove_guest_protocol::{
+    CommandInfo, FileInfo, GuestPath, Request, Response, SpawnRequest, MAX_CHUNK_BYTES,
+};
+
+use super::connection::{kind, Conn};
+use super::error::GuestError;
+
+/// Default answer timeout of a unary call.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// Timeout of one connection attempt made on behalf of a call.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Pause between attempts of [`GuestClient::connect`].
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+
+/// A client of one sandbox's guest agent. Cheap to clone; clones share one lazily (re)connected
+/// connection for unary calls, while streams (attach, file reads and writes) open their own.
+#[derive(Clone)]
+pub struct GuestClient {
+    inner: Arc<Shared>,
+}
+
+struct Shared {
+    socket: PathBuf,
+    conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+}
+
+impl std::fmt::Debug for GuestClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GuestClient")
+            .field("socket", &self.inner.socket)
+            .finish()
+    }
+}
+
+impl GuestClient {
+    /// A client of the agent listening on `socket`. No I/O happens here.
+    pub fn new(socket: PathBuf) -> Self {
+        Self {
+            inner: Arc::new(Shared {
+                socket,
+                conn: tokio::sync::Mutex::new(None),
+            }),
+        }
+    }
+
+    pub(super) fn socket(&self) -> &Path {
+        &self.inner.socket
+    }
+
+    /// Retries connecting until the agent answers `Hello` or `timeout` passes (then
+    /// `Unavailable` with the last failure). A version mismatch fails at once.
+    pub async fn connect(&self, timeout: Duration) -> Result<(), GuestError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let err = match self
+                .connection(left.clamp(Duration::from_millis(10), CONNECT_TIMEOUT))
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(e @ (GuestError::Guest { .. } | GuestError::Protocol(_))) => return Err(e),
+                Err(e) => e,
+            };
+            if Instant::now() + RETRY_PAUSE >= deadline {
+                return Err(GuestError::Unavailable(format!(
+                    "guest agent not ready within {timeout:?}: {err}"
+                )));
+            }
+            tokio::time::sleep(RETRY_PAUSE).await;
+        }
+    }
+
+    /// The shared connection, (re)connecting when there is none or it broke.
+    async fn connection(&self, timeout: Duration) -> Result<Arc<Conn>, GuestError> {
+        let mut slot = self.inner.conn.lock().await;
+        if let Some(c) = slot.as_ref() {
+            if !c.is_broken() {
+                return Ok(c.clone());
+            }
+        }
+        *slot = None;
+        let conn = Arc::new(Conn::connect(&self.inner.socket, timeout).await?);
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// Sends `request` and maps its answer with `expect` (an unexpected kind breaks the
+    /// connection). A guest error becomes [`GuestError::Guest`].
+    async fn call<T>(
+        &self,
+        request: Request,
+        timeout: Duration,
+        expect: impl FnOnce(Response) -> Result<T, &'static str>,
+    ) -> Result<T, GuestError> {
+        let conn = self.connection(CONNECT_TIMEOUT).await?;
+        let mut call = conn.register()?;
+        let response = tokio::time::timeout(timeout, async {
+            conn.send(&call, request).await?;
+            call.response().await
+        })
+        .await
+        .map_err(|_| GuestError::Timeout)??;
+        match response {
+            Response::Error { code, message } => Err(GuestError::from_guest(code, message)),
+            other => expect(other).map_err(|k| {
+                let err = GuestError::Protocol(format!("unexpected response {k}"));
+                conn.fail(err.clone());
+                err
+            }),
+        }
+    }
+
+    /// Checks that the agent answers.
+    pub async fn ping(&self) -> Result<(), GuestError> {
+        self.call(Request::Ping, CALL_TIMEOUT, ok).await
+    }
+
+    /// Starts a command; returns its leader's pid.
+    pub async fn spawn(&self, req: SpawnRequest) -> Result<u32, GuestError> {
+        self.call(Request::Spawn(req), CALL_TIMEOUT, |r| match r {
+            Response::Spawned { pid } => Ok(pid),
+            r => Err(kind(&r)),
+        })
+        .await
+    }
+
+    /// Writes to a command's stdin (in frames of at most [`MAX_CHUNK_BYTES`]). Waits while the
+    /// process does not read; `FailedPrecondition` when it has no stdin, stdin is closed, or the
+    /// process no longer reads it.
+    pub async fn stdin_write(&self, command_id: &str, data: Bytes) -> Result<(), GuestError> {
+        if data.is_empty() {
+            // Still ask: the answer says whether stdin is writable.
+            let request = Request::StdinWrite {
+                command_id: command_id.to_string(),
+                data: Vec::new(),
+            };
+            return self.call(request, CALL_TIMEOUT, ok).await;
+        }
+        for chunk in data.chunks(MAX_CHUNK_BYTES) {
+            let request = Request::StdinWrite {
+                command_id: command_id.to_string(),
+                data: chunk.to_vec(),
+            };
+            self.call(request, CALL_TIMEOUT, ok).await?;
+        }
+        Ok(())
+    }
+
+    /// Closes a command's stdin.
+    pub async fn stdin_close(&self, command_id: &str) -> Result<(), GuestError> {
+        let request = Request::StdinClose {
+            command_id: command_id.to_string(),
+        };
+        self.call(request, CALL_TIMEOUT, ok).await
+    }
+
+    /// Sends a signal (Linux number) as-is to the command's process group.
+    pub async fn signal(&self, command_id: &str, signal: i32) -> Result<(), GuestError> {
+        let request = Request::Signal {
+            command_id: command_id.to_string(),
+            signal,
+        };
+        self.call(request, CALL_TIMEOUT, ok).await
+    }
+
+    /// Kills the command's whole tree (SIGTERM, SIGKILL after `grace`); answers once nothing of
+    /// it runs. Times out after `grace` + 30 s.
+    pub async fn kill(&self, command_id: &str, grace: Duration) -> Result<CommandInfo, GuestError> {
+        let request = Request::Kill {
+            command_id: command_id.to_string(),
+            grace_ms: grace.as_millis().min(u64::MAX as u128) as u64,
+        };
+        self.call(request, grace.saturating_add(CALL_TIMEOUT), command)
+            .await
+    }
+
+    /// One command's state.
+    pub async fn get_command(&self, command_id: &str) -> Result<CommandInfo, GuestError> {
+        let request = Request::GetCommand {
+            command_id: command_id.to_string(),
+        };
+        self.call(request, CALL_TIMEOUT, command).await
+    }
+
+    /// Every command the agent keeps.
+    pub async fn list_commands(&self) -> Result<Vec<CommandInfo>, GuestError> {
+        self.call(Request::ListCommands, CALL_TIMEOUT, |r| match r {
+            Response::Commands(v) => Ok(v),
+            r => Err(kind(&r)),
+        })
+        .await
+    }
+
+    /// Forgets a finished command and its kept output.
+    pub async fn forget_command(&self, command_id: &str) -> Result<(), GuestError> {
+        let request = Request::ForgetCommand {
+            command_id: command_id.to_string(),
+        };
+        self.call(request, CALL_TIMEOUT, ok).await
+    }
+
+    /// `lstat` of a path.
+    pub async fn stat(
+        &self,
+        path: GuestPath,
+        user: Option<String>,
+    ) -> Result<FileInfo, GuestError> {
+        self.call(Request::Stat { path, user }, CALL_TIMEOUT, file_info)
+            .await
+    }
+
+    /// Entries below a directory, `depth` levels deep (1 = its own entries).
+    pub async fn list_dir(
+        &self,
+        path: GuestPath,
+        user: Option<String>,
+        depth: u32,
+    ) -> Result<Vec<FileInfo>, GuestError> {
+        self.call(
+            Request::ListDir { path, user, depth },
+            CALL_TIMEOUT,
+            |r| match r {
+                Response::Entries(v) => Ok(v),
+                r => Err(kind(&r)),
+            },
+        )
+        .await
+    }
+
+    /// `mkdir -p`, created directories owned by `user`.
+    pub async fn make_dir(
+        &self,
+        path: GuestPath,
+        user: Option<String>,
+    ) -> Result<FileInfo, GuestError> {
+        self.call(Request::MakeDir { path, user }, CALL_TIMEOUT, file_info)
+            .await
+    }
+
+    /// Removes a file, a symlink (not its target) or a directory tree.
+    pub async fn remove(&self, path: GuestPath, user: Option<String>) -> Result<(), GuestError> {
+        self.call(Request::Remove { path, user }, CALL_TIMEOUT, ok)
+            .await
+    }
+
+    /// Renames a path; returns the destination's metadata.
+    pub async fn rename(
+        &self,
+        from: GuestPath,
+        to: GuestPath,
+        user: Option<String>,
+    ) -> Result<FileInfo, GuestError> {
+        self.call(Request::Rename { from, to, user }, CALL_TIMEOUT, file_info)
+            .await
+    }
+}
+
+fn ok(r: Response) -> Result<(), &'static str> {
+    match r {
+        Response::Ok => Ok(()),
+        r => Err(kind(&r)),
+    }
+}
+
+fn command(r: Response) -> Result<CommandInfo, &'static str> {
+    match r {
+        Response::Command(c) => Ok(c),
+        r => Err(kind(&r)),
+    }
+}
+
+fn file_info(r: Response) -> Result<FileInfo, &'static str> {
+    match r {
+        Response::FileInfo(f) => Ok(f),
+        r => Err(kind(&r)),
+    }
+}

@@ -1,0 +1,333 @@
+//! Invoking the `runc` CLI: one method per runc verb, errors mapped to [`RuntimeError`].
+//!
+//! Every call runs `runc --root <state_root> ...` with stdin from `/dev/null` and a timeout, and is
+//! killed if the caller's future is dropped.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde::Deserialize;
+use tokio::process::Command;
+
+use crate::{RuntimeError, RuntimeState};
+
+/// Longest time one runc invocation may take before it is killed.
+const RUNC_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Longest error detail kept from runc's stderr, in bytes.
+const MAX_DETAIL_BYTES: usize = 2048;
+
+/// A runc binary plus its state root.
+#[derive(Debug, Clone)]
+pub(crate) struct Runc {
+    binary: PathBuf,
+    root: PathBuf,
+}
+
+/// The part of `runc state` we use.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ContainerState {
+    /// Host pid of the container's init (0 once stopped).
+    pub pid: u32,
+    pub status: RuntimeState,
+}
+
+#[derive(Deserialize)]
+struct StateJson {
+    #[serde(default)]
+    pid: u32,
+    status: String,
+}
+
+#[derive(Deserialize)]
+struct ListEntry {
+    id: String,
+}
+
+impl Runc {
+    pub(crate) fn new(binary: PathBuf, root: PathBuf) -> Self {
+        Runc { binary, root }
+    }
+
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Runs `runc --version` synchronously (used once, at construction).
+    pub(crate) fn check_version(&self) -> Result<(), RuntimeError> {
+        let out = std::process::Command::new(&self.binary)
+            .arg("--version")
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| {
+                RuntimeError::Unavailable(format!("cannot run {}: {e}", self.binary.display()))
+            })?;
+        if !out.status.success() {
+            return Err(RuntimeError::Unavailable(format!(
+                "{} --version failed: {}",
+                self.binary.display(),
+                message(&out.stderr)
+            )));
+        }
+        Ok(())
+    }
+
+    fn command(&self) -> Command {
+        let mut cmd = Command::new(&self.binary);
+        cmd.arg("--root")
+            .arg(&self.root)
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        cmd
+    }
+
+    /// Runs a prepared command with the timeout; returns (success, stdout, stderr message).
+    async fn run(
+        &self,
+        op: &'static str,
+        id: &str,
+        mut cmd: Command,
+    ) -> Result<(bool, Vec<u8>, String), RuntimeError> {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let child = cmd.spawn().map_err(|source| RuntimeError::Io {
+            context: format!("spawn {} {op}", self.binary.display()),
+            source,
+        })?;
+        let out = tokio::time::timeout(RUNC_TIMEOUT, child.wait_with_output())
+            .await
+            .map_err(|_| RuntimeError::Command {
+                op,
+                id: id.to_string(),
+                detail: format!("runc {op} timed out after {} s", RUNC_TIMEOUT.as_secs()),
+            })?
+            .map_err(|source| RuntimeError::Io {
+                context: format!("wait for runc {op}"),
+                source,
+            })?;
+        Ok((out.status.success(), out.stdout, message(&out.stderr)))
+    }
+
+    /// Runs `runc <args> <id>`; a failure that says the container does not exist is `NotFound`.
+    async fn simple(&self, op: &'static str, id: &str, args: &[&str]) -> Result<(), RuntimeError> {
+        let mut cmd = self.command();
+        cmd.args(args).arg(id);
+        let (ok, _, err) = self.run(op, id, cmd).await?;
+        if ok {
+            Ok(())
+        } else if is_not_found(&err) {
+            Err(RuntimeError::NotFound { id: id.to_string() })
+        } else {
+            Err(RuntimeError::Command {
+                op,
+                id: id.to_string(),
+                detail: err,
+            })
+        }
+    }
+
+    /// `runc state <id>`; `None` when runc has no such container.
+    pub(crate) async fn state(&self, id: &str) -> Result<Option<ContainerState>, RuntimeError> {
+        let mut cmd = self.command();
+        cmd.arg("state").arg(id);
+        let (ok, stdout, err) = self.run("state", id, cmd).await?;
+        if !ok {
+            if is_not_found(&err) {
+                return Ok(None);
+            }
+            return Err(RuntimeError::Command {
+                op: "state",
+                id: id.to_string(),
+                detail: err,
+            });
+        }
+        let parsed: StateJson =
+            serde_json::from_slice(&stdout).map_err(|e| RuntimeError::Command {
+                op: "state",
+                id: id.to_string(),
+                detail: format!("unreadable runc state output: {e}"),
+            })?;
+        let status = match parsed.status.as_str() {
+            "created" | "creating" => RuntimeState::Created,
+            "running" => RuntimeState::Running,
+            "paused" | "pausing" => RuntimeState::Paused,
+            "stopped" => RuntimeState::Stopped,
+            other => {
+                return Err(RuntimeError::Command {
+                    op: "state",
+                    id: id.to_string(),
+                    detail: format!("unknown runc status {other:?}"),
+                })
+            }
+        };
+        Ok(Some(ContainerState {
+            pid: parsed.pid,
+            status,
+        }))
+    }
+
+    /// `runc create --bundle <bundle> <id>` with the container's stdout/stderr going to `log`.
+    ///
+    /// runc's own error messages go to `log` too (it shares its stdio with the container), so on
+    /// failure the caller reads them from there.
+    pub(crate) async fn create(
+        &self,
+        id: &str,
+        bundle: &Path,
+        log: std::fs::File,
+    ) -> Result<bool, RuntimeError> {
+        let log2 = log.try_clone().map_err(|source| RuntimeError::Io {
+            context: "duplicate agent log handle".to_string(),
+            source,
+        })?;
+        let mut cmd = self.command();
+        cmd.arg("create")
+            .arg("--bundle")
+            .arg(bundle)
+            .arg(id)
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(log2));
+        let mut child = cmd.spawn().map_err(|source| RuntimeError::Io {
+            context: format!("spawn {} create", self.binary.display()),
+            source,
+        })?;
+        let status = tokio::time::timeout(RUNC_TIMEOUT, child.wait())
+            .await
+            .map_err(|_| RuntimeError::Command {
+                op: "create",
+                id: id.to_string(),
+                detail: format!("runc create timed out after {} s", RUNC_TIMEOUT.as_secs()),
+            })?
+            .map_err(|source| RuntimeError::Io {
+                context: "wait for runc create".to_string(),
+                source,
+            })?;
+        Ok(status.success())
+    }
+
+    /// `runc start <id>`.
+    pub(crate) async fn start(&self, id: &str) -> Result<(), RuntimeError> {
+        self.simple("start", id, &["start"]).await
+    }
+
+    /// `runc pause <id>` (cgroup freezer).
+    pub(crate) async fn pause(&self, id: &str) -> Result<(), RuntimeError> {
+        self.simple("pause", id, &["pause"]).await
+    }
+
+    /// `runc resume <id>`.
+    pub(crate) async fn resume(&self, id: &str) -> Result<(), RuntimeError> {
+        self.simple("resume", id, &["resume"]).await
+    }
+
+    /// `runc kill <id> KILL`; a container that does not exist or no longer runs is fine.
+    pub(crate) async fn kill(&self, id: &str) -> Result<(), RuntimeError> {
+        let mut cmd = self.command();
+        cmd.arg("kill").arg(id).arg("KILL");
+        let (ok, _, err) = self.run("kill", id, cmd).await?;
+        if ok || is_not_found(&err) || err.contains("not running") {
+            return Ok(());
+        }
+        Err(RuntimeError::Command {
+            op: "kill",
+            id: id.to_string(),
+            detail: err,
+        })
+    }
+
+    /// `runc delete -f <id>`; succeeds when there is no such container.
+    pub(crate) async fn delete_force(&self, id: &str) -> Result<(), RuntimeError> {
+        match self.simple("delete", id, &["delete", "--force"]).await {
+            Err(RuntimeError::NotFound { .. }) => Ok(()),
+            other => other,
+        }
+    }
+
+    /// Ids from `runc list -f json` (which prints `null` when there are none).
+    pub(crate) async fn list(&self) -> Result<Vec<String>, RuntimeError> {
+        let mut cmd = self.command();
+        cmd.args(["list", "--format", "json"]);
+        let (ok, stdout, err) = self.run("list", "", cmd).await?;
+        if !ok {
+            return Err(RuntimeError::Command {
+                op: "list",
+                id: String::new(),
+                detail: err,
+            });
+        }
+        let entries: Option<Vec<ListEntry>> =
+            serde_json::from_slice(&stdout).map_err(|e| RuntimeError::Command {
+                op: "list",
+                id: String::new(),
+                detail: format!("unreadable runc list output: {e}"),
+            })?;
+        Ok(entries
+            .unwrap_or_default()
+            .into_iter()
+            .map(|e| e.id)
+            .collect())
+    }
+}
+
+/// Whether a runc error message says the container does not exist.
+fn is_not_found(message: &str) -> bool {
+    message.contains("does not exist")
+}
+
+/// The human part of runc's stderr: the `msg="..."` fields of its logrus lines when present,
+/// otherwise the trimmed text; at most [`MAX_DETAIL_BYTES`].
+pub(crate) fn message(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    let mut msgs = Vec::new();
+    for line in text.lines() {
+        if let Some(start) = line.find("msg=\"") {
+            let rest = &line[start + 5..];
+            let mut out = String::new();
+            let mut chars = rest.chars();
+            while let Some(c) = chars.next() {
+                match c {
+                    '\\' => {
+                        if let Some(n) = chars.next() {
+                            out.push(n);
+                        }
+                    }
+                    '"' => break,
+                    c => out.push(c),
+                }
+            }
+            msgs.push(out);
+        } else if !line.trim().is_empty() {
+            msgs.push(line.trim().to_string());
+        }
+    }
+    let mut joined = msgs.join("; ");
+    if joined.len() > MAX_DETAIL_BYTES {
+        let mut cut = MAX_DETAIL_BYTES;
+        while !joined.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        joined.truncate(cut);
+        joined.push('…');
+    }
+    joined
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_extracts_logrus_msgs() {
+        let err = b"time=\"2026-11-29T10:14:54Z\" level=error msg=\"container does not exist\"\n";
+        assert_eq!(message(err), "container does not exist");
+        let err = b"time=\"x\" level=error msg=\"a \\\"quoted\\\" word\"\n";
+        assert_eq!(message(err), "a \"quoted\" word");
+        assert_eq!(message(b"  plain failure \n"), "plain failure");
+    }
+
+    #[test]
+    fn message_is_bounded() {
+        let long = vec![b'x'; 10_000];
+        assert!(message(&long).len() <= MAX_DETAIL_BYTES + '…'.len_utf8());
+    }
+}

@@ -1,0 +1,453 @@
+//! The OCI `config.json` of a sandbox, built with `oci-spec`.
+//!
+//! Choices (beyond `runc spec`'s defaults, whose masked and read-only paths are kept):
+//! - init = the guest agent, root, `oomScoreAdj: -1000` so the sandbox's own OOM never kills it
+//!   (the agent resets its children to 0) when the node agent has `CAP_SYS_RESOURCE` (without it
+//!   the kernel refuses to lower a score and runc would fail, so the field is left out),
+//!   `noNewPrivileges: false` so `sudo` works inside;
+//! - Docker's default capability set, in bounding/effective/permitted; inheritable/ambient empty;
+//! - namespaces pid, mount, uts, ipc, cgroup and a new network namespace (loopback only);
+//! - resources: memory = memory+swap = `memory_mib` (no swap), `pids_max`, cpu quota =
+//!   `vcpus` × 100 ms per 100 ms, devices deny-all (runc adds its default device allow-list);
+//! - mounts: runc's standard set (proc, /dev tmpfs, devpts, /dev/shm, mqueue, sysfs ro, cgroup
+//!   ro) plus the guest agent binary (read-only bind) and the run dir
+//!   ([`GUEST_RUN_DIR`]) as a read-write bind with `nosuid,nodev,noexec`: the agent keeps its
+//!   socket, spilled output and scripts there; scripts are run by an interpreter (`sh FILE`,
+//!   `source FILE`), which needs read, not exec, permission, and a host-backed directory the guest
+//!   can write should not also hold executables;
+//! - seccomp: see [`super::seccomp`].
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use cove_guest_protocol::{GUEST_AGENT_PATH, GUEST_RUN_DIR, GUEST_SOCKET_PATH};
+use oci_spec::runtime::{
+    Capability, LinuxBuilder, LinuxCapabilities, LinuxCpu, LinuxDeviceCgroup, LinuxMemoryBuilder,
+    LinuxNamespace, LinuxNamespaceType, LinuxPids, LinuxResources, Mount, PosixRlimitBuilder,
+    PosixRlimitType, Process, Root, Spec, User,
+};
+use oci_spec::OciSpecError;
+
+use super::layout::Layout;
+use super::seccomp;
+use crate::{RuntimeError, SandboxSpec};
+
+/// `PATH` of the guest agent.
+const PATH_ENV: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// CFS period in microseconds (cpu quota = vcpus × period).
+const CPU_PERIOD_US: u64 = 100_000;
+
+/// `RLIMIT_NOFILE` of the sandbox (Docker ≥ 25's defaults: soft 1024, hard 524288).
+const NOFILE_SOFT: u64 = 1024;
+const NOFILE_HARD: u64 = 524_288;
+
+/// Docker's default capabilities.
+const CAPABILITIES: &[Capability] = &[
+    Capability::Chown,
+    Capability::DacOverride,
+    Capability::Fsetid,
+    Capability::Fowner,
+    Capability::Mknod,
+    Capability::NetRaw,
+    Capability::Setgid,
+    Capability::Setuid,
+    Capability::Setfcap,
+    Capability::Setpcap,
+    Capability::NetBindService,
+    Capability::SysChroot,
+    Capability::Kill,
+    Capability::AuditWrite,
+];
+
+/// Paths masked as in `runc spec`.
+const MASKED_PATHS: &[&str] = &[
+    "/proc/acpi",
+    "/proc/asound",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/sys/firmware",
+    "/proc/scsi",
+];
+
+/// Paths made read-only as in `runc spec`.
+const READONLY_PATHS: &[&str] = &[
+    "/proc/bus",
+    "/proc/fs",
+    "/proc/irq",
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+];
+
+/// OOM score of the guest agent: never chosen by the OOM killer.
+const AGENT_OOM_SCORE_ADJ: i32 = -1000;
+
+/// `CAP_SYS_RESOURCE`, needed to lower an OOM score and to raise a hard rlimit.
+const CAP_SYS_RESOURCE_BIT: u32 = 24;
+
+/// What the calling process (the node agent, which runs runc) may grant a sandbox. Some hosts,
+/// e.g. CI sandboxes, run root without `CAP_SYS_RESOURCE`; runc then fails on a lowered OOM score
+/// or a raised hard rlimit, so the config must stay within what the caller has.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HostPrivileges {
+    /// `CAP_SYS_RESOURCE` is in the effective set.
+    pub sys_resource: bool,
+    /// This process's hard `RLIMIT_NOFILE`.
+    pub nofile_hard: u64,
+}
+
+impl HostPrivileges {
+    /// Reads `/proc/self/status` and `/proc/self/limits`.
+    pub(crate) fn probe() -> Self {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let sys_resource = status
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("CapEff:")
+                    .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+            })
+            .is_some_and(|caps| caps & (1 << CAP_SYS_RESOURCE_BIT) != 0);
+        let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+        let nofile_hard = limits
+            .lines()
+            .find_map(|l| {
+                let rest = l.strip_prefix("Max open files")?;
+                let hard = rest.split_whitespace().nth(1)?;
+                Some(if hard == "unlimited" {
+                    u64::MAX
+                } else {
+                    hard.parse().ok()?
+                })
+            })
+            .unwrap_or(NOFILE_SOFT);
+        HostPrivileges {
+            sys_resource,
+            nofile_hard,
+        }
+    }
+
+    fn oom_score_adj(self) -> Option<i32> {
+        self.sys_resource.then_some(AGENT_OOM_SCORE_ADJ)
+    }
+
+    fn nofile(self) -> (u64, u64) {
+        let hard = if self.sys_resource {
+            NOFILE_HARD
+        } else {
+            NOFILE_HARD.min(self.nofile_hard)
+        };
+        (NOFILE_SOFT.min(hard), hard)
+    }
+}
+
+/// The config of one sandbox whose overlay is (to be) mounted at `layout.rootfs`.
+pub(crate) fn build(
+    spec: &SandboxSpec,
+    layout: &Layout,
+    host: HostPrivileges,
+) -> Result<Spec, RuntimeError> {
+    let mut args = vec![
+        GUEST_AGENT_PATH.to_string(),
+        "--listen".to_string(),
+        GUEST_SOCKET_PATH.to_string(),
+    ];
+    args.extend(spec.guest_agent_args.iter().cloned());
+
+    let caps: HashSet<Capability> = CAPABILITIES.iter().copied().collect();
+    let mut capabilities = LinuxCapabilities::default();
+    capabilities.set_bounding(Some(caps.clone()));
+    capabilities.set_effective(Some(caps.clone()));
+    capabilities.set_permitted(Some(caps));
+    capabilities.set_inheritable(Some(HashSet::new()));
+    capabilities.set_ambient(Some(HashSet::new()));
+
+    let (nofile_soft, nofile_hard) = host.nofile();
+    let nofile = PosixRlimitBuilder::default()
+        .typ(PosixRlimitType::RlimitNofile)
+        .soft(nofile_soft)
+        .hard(nofile_hard)
+        .build()
+        .map_err(|e| config_error(spec, e))?;
+
+    let mut user = User::default();
+    user.set_uid(0);
+    user.set_gid(0);
+
+    let mut process = Process::default();
+    process.set_terminal(Some(false));
+    process.set_user(user);
+    process.set_args(Some(args));
+    process.set_env(Some(vec![PATH_ENV.to_string()]));
+    process.set_cwd("/".into());
+    process.set_capabilities(Some(capabilities));
+    process.set_rlimits(Some(vec![nofile]));
+    process.set_no_new_privileges(Some(false));
+    process.set_oom_score_adj(host.oom_score_adj());
+
+    let mut root = Root::default();
+    root.set_path(absolute(&layout.rootfs)?);
+    root.set_readonly(Some(false));
+
+    let linux = LinuxBuilder::default()
+        .namespaces(namespaces())
+        .resources(resources(spec).map_err(|e| config_error(spec, e))?)
+        .cgroups_path(format!("cove/{}", spec.id))
+        .masked_paths(strings(MASKED_PATHS))
+        .readonly_paths(strings(READONLY_PATHS))
+        .seccomp(seccomp::profile().map_err(|e| config_error(spec, e))?)
+        .build()
+        .map_err(|e| config_error(spec, e))?;
+
+    let mut config = Spec::default();
+    config.set_version("1.0.2".to_string());
+    config.set_process(Some(process));
+    config.set_root(Some(root));
+    config.set_hostname(Some(spec.hostname.clone()));
+    config.set_mounts(Some(mounts(spec, layout)?));
+    config.set_annotations(None);
+    config.set_linux(Some(linux));
+    Ok(config)
+}
+
+/// Writes `config.json` into the bundle directory.
+pub(crate) fn write(config: &Spec, layout: &Layout) -> Result<(), RuntimeError> {
+    let json = serde_json::to_vec_pretty(config).map_err(|e| RuntimeError::Io {
+        context: "serialise OCI config".to_string(),
+        source: std::io::Error::other(e),
+    })?;
+    super::layout::write_file(&layout.config_json(), &json)
+}
+
+fn namespaces() -> Vec<LinuxNamespace> {
+    [
+        LinuxNamespaceType::Pid,
+        LinuxNamespaceType::Mount,
+        LinuxNamespaceType::Uts,
+        LinuxNamespaceType::Ipc,
+        LinuxNamespaceType::Network,
+        LinuxNamespaceType::Cgroup,
+    ]
+    .into_iter()
+    .map(|typ| {
+        let mut ns = LinuxNamespace::default();
+        ns.set_typ(typ);
+        ns
+    })
+    .collect()
+}
+
+fn resources(spec: &SandboxSpec) -> Result<LinuxResources, OciSpecError> {
+    let bytes = i64::try_from(spec.memory_mib.saturating_mul(1024 * 1024)).unwrap_or(i64::MAX);
+    let memory = LinuxMemoryBuilder::default()
+        .limit(bytes)
+        .swap(bytes)
+        .build()?;
+
+    let mut pids = LinuxPids::default();
+    pids.set_limit(i64::try_from(spec.pids_max).unwrap_or(i64::MAX));
+
+    let mut cpu = LinuxCpu::default();
+    cpu.set_period(Some(CPU_PERIOD_US));
+    cpu.set_quota(Some(i64::from(spec.vcpus.max(1)) * CPU_PERIOD_US as i64));
+
+    let mut deny_all = LinuxDeviceCgroup::default();
+    deny_all.set_allow(false);
+    deny_all.set_access(Some("rwm".to_string()));
+
+    let mut resources = LinuxResources::default();
+    resources.set_memory(Some(memory));
+    resources.set_pids(Some(pids));
+    resources.set_cpu(Some(cpu));
+    resources.set_devices(Some(vec![deny_all]));
+    Ok(resources)
+}
+
+fn mounts(spec: &SandboxSpec, layout: &Layout) -> Result<Vec<Mount>, RuntimeError> {
+    let m = |dest: &str, typ: &str, source: &str, opts: &[&str]| {
+        let mut mount = Mount::default();
+        mount.set_destination(dest.into());
+        mount.set_typ(Some(typ.to_string()));
+        mount.set_source(Some(source.into()));
+        mount.set_options(Some(strings(opts)));
+        mount
+    };
+    let mut agent = m(
+        GUEST_AGENT_PATH,
+        "bind",
+        "",
+        &["bind", "ro", "nosuid", "nodev"],
+    );
+    agent.set_source(Some(absolute(&spec.guest_agent)?));
+    let mut run = m(
+        GUEST_RUN_DIR,
+        "bind",
+        "",
+        &["bind", "nosuid", "nodev", "noexec"],
+    );
+    run.set_source(Some(absolute(&layout.run)?));
+    Ok(vec![
+        m("/proc", "proc", "proc", &["nosuid", "noexec", "nodev"]),
+        m(
+            "/dev",
+            "tmpfs",
+            "tmpfs",
+            &["nosuid", "strictatime", "mode=755", "size=65536k"],
+        ),
+        m(
+            "/dev/pts",
+            "devpts",
+            "devpts",
+            &[
+                "nosuid",
+                "noexec",
+                "newinstance",
+                "ptmxmode=0666",
+                "mode=0620",
+                "gid=5",
+            ],
+        ),
+        m(
+            "/dev/shm",
+            "tmpfs",
+            "shm",
+            &["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"],
+        ),
+        m(
+            "/dev/mqueue",
+            "mqueue",
+            "mqueue",
+            &["nosuid", "noexec", "nodev"],
+        ),
+        m(
+            "/sys",
+            "sysfs",
+            "sysfs",
+            &["nosuid", "noexec", "nodev", "ro"],
+        ),
+        m(
+            "/sys/fs/cgroup",
+            "cgroup",
+            "cgroup",
+            &["nosuid", "noexec", "nodev", "relatime", "ro"],
+        ),
+        agent,
+        run,
+    ])
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+fn absolute(path: &Path) -> Result<std::path::PathBuf, RuntimeError> {
+    std::path::absolute(path).map_err(|source| RuntimeError::Io {
+        context: format!("make {} absolute", path.display()),
+        source,
+    })
+}
+
+fn config_error(spec: &SandboxSpec, e: impl std::fmt::Display) -> RuntimeError {
+    RuntimeError::Command {
+        op: "config",
+        id: spec.id.clone(),
+        detail: e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PRIVILEGED: HostPrivileges = HostPrivileges {
+        sys_resource: true,
+        nofile_hard: 1024,
+    };
+
+    #[test]
+    fn stays_within_host_privileges() {
+        let s = spec();
+        let layout = Layout::new(&s.dir);
+        let unprivileged = HostPrivileges {
+            sys_resource: false,
+            nofile_hard: 20_000,
+        };
+        let json =
+            serde_json::to_value(build(&s, &layout, unprivileged).expect("build")).expect("json");
+        assert!(json["process"].get("oomScoreAdj").is_none());
+        assert_eq!(json["process"]["rlimits"][0]["hard"], 20_000);
+        let json =
+            serde_json::to_value(build(&s, &layout, PRIVILEGED).expect("build")).expect("json");
+        assert_eq!(json["process"]["rlimits"][0]["hard"], NOFILE_HARD);
+    }
+
+    fn spec() -> SandboxSpec {
+        SandboxSpec {
+            id: "sbx1".to_string(),
+            rootfs: "/releases/base/1/rootfs".into(),
+            dir: "/data/sandboxes/sbx1".into(),
+            guest_agent: "/usr/lib/cove/cove-guest-agent".into(),
+            guest_agent_args: vec!["--log".to_string(), "debug".to_string()],
+            hostname: "sbx1".to_string(),
+            vcpus: 2,
+            memory_mib: 512,
+            pids_max: 256,
+        }
+    }
+
+    #[test]
+    fn config_has_the_promised_shape() {
+        let s = spec();
+        let layout = Layout::new(&s.dir);
+        let json =
+            serde_json::to_value(build(&s, &layout, PRIVILEGED).expect("build")).expect("json");
+        let p = &json["process"];
+        assert_eq!(
+            p["args"],
+            serde_json::json!([
+                GUEST_AGENT_PATH,
+                "--listen",
+                GUEST_SOCKET_PATH,
+                "--log",
+                "debug"
+            ])
+        );
+        assert_eq!(p["oomScoreAdj"], -1000);
+        assert_eq!(p["noNewPrivileges"], false);
+        assert_eq!(p["terminal"], false);
+        assert_eq!(
+            p["capabilities"]["bounding"].as_array().map(Vec::len),
+            Some(14)
+        );
+        assert_eq!(p["capabilities"]["ambient"], serde_json::json!([]));
+        assert_eq!(json["root"]["path"], "/data/sandboxes/sbx1/rootfs");
+        assert_eq!(json["hostname"], "sbx1");
+        let r = &json["linux"]["resources"];
+        assert_eq!(r["memory"]["limit"], 512 * 1024 * 1024);
+        assert_eq!(r["memory"]["swap"], 512 * 1024 * 1024);
+        assert_eq!(r["pids"]["limit"], 256);
+        assert_eq!(r["cpu"]["quota"], 200_000);
+        assert_eq!(json["linux"]["cgroupsPath"], "cove/sbx1");
+        let ns: Vec<_> = json["linux"]["namespaces"]
+            .as_array()
+            .expect("namespaces")
+            .iter()
+            .map(|n| n["type"].as_str().unwrap_or_default().to_string())
+            .collect();
+        assert_eq!(ns, ["pid", "mount", "uts", "ipc", "network", "cgroup"]);
+        let mounts = json["mounts"].as_array().expect("mounts");
+        let agent = mounts
+            .iter()
+            .find(|m| m["destination"] == GUEST_AGENT_PATH)
+            .expect("agent mount");
+        assert_eq!(agent["source"], "/usr/lib/cove/cove-guest-agent");
+        let run = mounts
+            .iter()
+            .find(|m| m["destination"] == GUEST_RUN_DIR)
+            .expect("run mount");
+        assert_eq!(run["source"], "/data/sandboxes/sbx1/run");
+    }
+}

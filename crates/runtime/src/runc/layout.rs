@@ -1,0 +1,142 @@
+//! The layout of a sandbox directory and the files this driver writes into `upper/`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::RuntimeError;
+
+/// File name of the agent's socket inside `run/` (mirrors `GUEST_SOCKET_PATH` in `GUEST_RUN_DIR`).
+const AGENT_SOCKET_NAME: &str = "agent.sock";
+
+/// Paths inside one sandbox directory.
+#[derive(Debug, Clone)]
+pub(crate) struct Layout {
+    pub dir: PathBuf,
+    pub upper: PathBuf,
+    pub work: PathBuf,
+    pub rootfs: PathBuf,
+    pub run: PathBuf,
+    pub bundle: PathBuf,
+    pub agent_log: PathBuf,
+}
+
+impl Layout {
+    pub(crate) fn new(dir: &Path) -> Self {
+        Layout {
+            dir: dir.to_path_buf(),
+            upper: dir.join("upper"),
+            work: dir.join("work"),
+            rootfs: dir.join("rootfs"),
+            run: dir.join("run"),
+            bundle: dir.join("bundle"),
+            agent_log: dir.join("agent.log"),
+        }
+    }
+
+    /// Host path of the guest agent's socket.
+    pub(crate) fn agent_socket(&self) -> PathBuf {
+        self.run.join(AGENT_SOCKET_NAME)
+    }
+
+    pub(crate) fn config_json(&self) -> PathBuf {
+        self.bundle.join("config.json")
+    }
+}
+
+pub(crate) fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> RuntimeError {
+    let context = context.into();
+    move |source| RuntimeError::Io { context, source }
+}
+
+/// Writes `/etc/hostname` and `/etc/hosts` into `upper/` so the sandbox sees its own name, and
+/// pre-creates the mount points under `/.cove` (so runc need not create them in the overlay).
+///
+/// Both files are rewritten on every start: the hostname belongs to the platform.
+pub(crate) fn write_identity(upper: &Path, hostname: &str) -> Result<(), RuntimeError> {
+    let etc = upper.join("etc");
+    std::fs::create_dir_all(&etc).map_err(io_err(format!("create {}", etc.display())))?;
+    write_file(&etc.join("hostname"), format!("{hostname}\n").as_bytes())?;
+    let hosts = format!(
+        "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{hostname}\n"
+    );
+    write_file(&etc.join("hosts"), hosts.as_bytes())?;
+
+    let cove_bin = upper.join(".cove/bin");
+    std::fs::create_dir_all(&cove_bin).map_err(io_err(format!("create {}", cove_bin.display())))?;
+    let agent = cove_bin.join("cove-guest-agent");
+    if !agent.exists() {
+        write_file(&agent, b"")?;
+    }
+    let cove_run = upper.join(".cove/run");
+    std::fs::create_dir_all(&cove_run).map_err(io_err(format!("create {}", cove_run.display())))?;
+    Ok(())
+}
+
+/// Writes `bytes` to `path` through a temp file + rename.
+pub(crate) fn write_file(path: &Path, bytes: &[u8]) -> Result<(), RuntimeError> {
+    let tmp = path.with_extension("cove-tmp");
+    let mut f = std::fs::File::create(&tmp).map_err(io_err(format!("create {}", tmp.display())))?;
+    f.write_all(bytes)
+        .map_err(io_err(format!("write {}", tmp.display())))?;
+    drop(f);
+    std::fs::rename(&tmp, path).map_err(io_err(format!("rename to {}", path.display())))
+}
+
+/// Checks that a sandbox id is a safe container id and path component.
+pub(crate) fn validate_id(id: &str) -> Result<(), RuntimeError> {
+    let ok = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(RuntimeError::Command {
+            op: "start",
+            id: id.to_string(),
+            detail: "invalid sandbox id: expected 1-64 of [a-z0-9_-]".to_string(),
+        })
+    }
+}
+
+/// Checks that a hostname is a valid single DNS label-ish name (it goes into `/etc/hosts`).
+pub(crate) fn validate_hostname(id: &str, hostname: &str) -> Result<(), RuntimeError> {
+    let ok = !hostname.is_empty()
+        && hostname.len() <= 63
+        && hostname
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+        && !hostname.starts_with('-');
+    if ok {
+        Ok(())
+    } else {
+        Err(RuntimeError::Command {
+            op: "start",
+            id: id.to_string(),
+            detail: format!("invalid hostname {hostname:?}"),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_checked() {
+        assert!(validate_id("sbx-1_a").is_ok());
+        assert!(validate_id("").is_err());
+        assert!(validate_id("../x").is_err());
+        assert!(validate_id("A").is_err());
+        assert!(validate_id(&"a".repeat(65)).is_err());
+    }
+
+    #[test]
+    fn hostnames_are_checked() {
+        assert!(validate_hostname("x", "sbx-1").is_ok());
+        assert!(validate_hostname("x", "a b").is_err());
+        assert!(validate_hostname("x", "a\nb").is_err());
+        assert!(validate_hostname("x", "-a").is_err());
+    }
+}

@@ -1,0 +1,163 @@
+//! runc (OCI container) driver.
+//!
+//! A sandbox is an OCI container whose init process is the guest agent. Its root filesystem is an
+//! overlay of the release's read-only rootfs (lower) and the sandbox's own `upper/`, mounted by
+//! this driver on `<dir>/rootfs`; the container is created and started with the `runc` CLI.
+//!
+//! Layout of a sandbox directory (`SandboxSpec::dir`), see `layout.rs`:
+//!
+//! | path | what |
+//! |---|---|
+//! | `upper/`, `work/` | overlay upper and work dirs; `upper/` holds the sandbox's files and survives `stop` |
+//! | `rootfs/` | overlay mount point, the container's root |
+//! | `run/` | bind-mounted at [`cove_guest_protocol::GUEST_RUN_DIR`]; the agent's socket is `run/agent.sock` |
+//! | `bundle/config.json` | OCI config (`config.rs`) |
+//! | `agent.log` | stdout/stderr of the guest agent (and of `runc create`) |
+//!
+//! Files by verb: `start.rs` (create + start + wait for the agent, undo on failure), `stop.rs`
+//! (kill, delete, unmount; idempotent); by concern: `cli.rs` (invoking runc), `config.rs` (OCI
+//! config), `seccomp.rs` (syscall deny-list), `mounts.rs` (overlay), `cgroups.rs` (cgroup
+//! paths), `layout.rs` (the sandbox directory).
+//!
+//! Host requirements and quirks: root; cgroup v1 or v2 (runc decides; paths are read back from
+//! `/proc/<pid>/cgroup`). Without `CAP_SYS_RESOURCE` (as on this project's CI machines) the
+//! agent's `oomScoreAdj: -1000` and a raised `RLIMIT_NOFILE` hard limit are left out, because
+//! runc would fail on them. Stopped inits are reaped by the host's init (runc's `create` exits),
+//! so a stopped sandbox's init may linger as a zombie briefly.
+
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+
+use crate::{Capabilities, Runtime, RuntimeError, RuntimeKind, RuntimeState, SandboxSpec, Started};
+
+mod cgroups;
+mod cli;
+mod config;
+mod layout;
+mod mounts;
+mod seccomp;
+mod start;
+mod stop;
+
+use cli::Runc;
+
+/// Configuration of the runc driver.
+#[derive(Debug, Clone)]
+pub struct RuncConfig {
+    /// The runc binary (default `runc`, looked up in `PATH`).
+    pub runc_binary: PathBuf,
+    /// runc's state directory, passed as `runc --root` (e.g. `<data-dir>/runc`). Created if
+    /// missing.
+    pub state_root: PathBuf,
+}
+
+impl RuncConfig {
+    /// `runc` from `PATH` with the given state root.
+    pub fn new(state_root: impl Into<PathBuf>) -> Self {
+        RuncConfig {
+            runc_binary: PathBuf::from("runc"),
+            state_root: state_root.into(),
+        }
+    }
+}
+
+/// The runc driver. Cheap to share: it holds only paths.
+#[derive(Debug, Clone)]
+pub struct RuncRuntime {
+    runc: Runc,
+    /// What this process may grant a sandbox (probed once).
+    host: config::HostPrivileges,
+}
+
+impl RuncRuntime {
+    /// Checks that `runc --version` runs and creates the state root.
+    ///
+    /// Returns [`RuntimeError::Unavailable`] when runc cannot be run.
+    pub fn new(config: RuncConfig) -> Result<Self, RuntimeError> {
+        let runc = Runc::new(config.runc_binary, config.state_root);
+        runc.check_version()?;
+        std::fs::create_dir_all(runc.root()).map_err(|source| RuntimeError::Io {
+            context: format!("create runc state root {}", runc.root().display()),
+            source,
+        })?;
+        let host = config::HostPrivileges::probe();
+        if !host.sys_resource {
+            tracing::warn!(
+                nofile_hard = host.nofile_hard,
+                "no CAP_SYS_RESOURCE: guest agents keep oom_score_adj 0 instead of -1000, \
+                 and RLIMIT_NOFILE is capped at this process's hard limit"
+            );
+        }
+        Ok(RuncRuntime { runc, host })
+    }
+
+    /// runc's state directory (`runc --root`).
+    pub fn state_root(&self) -> &Path {
+        self.runc.root()
+    }
+}
+
+#[async_trait]
+impl Runtime for RuncRuntime {
+    fn kind(&self) -> RuntimeKind {
+        RuntimeKind::Runc
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            pause: true,
+            suspend_memory: false,
+        }
+    }
+
+    async fn start(&self, spec: &SandboxSpec) -> Result<Started, RuntimeError> {
+        start::start(&self.runc, spec, self.host).await
+    }
+
+    async fn state(&self, id: &str) -> Result<Option<RuntimeState>, RuntimeError> {
+        Ok(self.runc.state(id).await?.map(|s| s.status))
+    }
+
+    async fn pause(&self, id: &str) -> Result<(), RuntimeError> {
+        self.runc.pause(id).await
+    }
+
+    async fn resume(&self, id: &str) -> Result<(), RuntimeError> {
+        self.runc.resume(id).await
+    }
+
+    async fn stop(&self, id: &str, dir: &Path) -> Result<(), RuntimeError> {
+        stop::stop(&self.runc, id, dir).await
+    }
+
+    async fn list(&self) -> Result<Vec<String>, RuntimeError> {
+        self.runc.list().await
+    }
+
+    async fn cgroup_paths(&self, id: &str) -> Result<Vec<(String, PathBuf)>, RuntimeError> {
+        let state = self
+            .runc
+            .state(id)
+            .await?
+            .ok_or_else(|| RuntimeError::NotFound { id: id.to_string() })?;
+        if state.pid == 0 {
+            return Err(RuntimeError::Command {
+                op: "cgroup_paths",
+                id: id.to_string(),
+                detail: "sandbox has no running init process".to_string(),
+            });
+        }
+        tokio::task::spawn_blocking(move || cgroups::paths_of_pid(state.pid))
+            .await
+            .map_err(join_error)?
+    }
+}
+
+/// A panicked or cancelled `spawn_blocking` task as an I/O error.
+fn join_error(e: tokio::task::JoinError) -> RuntimeError {
+    RuntimeError::Io {
+        context: "blocking task failed".to_string(),
+        source: std::io::Error::other(e),
+    }
+}

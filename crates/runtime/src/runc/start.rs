@@ -1,0 +1,232 @@
+//! `start`: prepare the sandbox directory, mount the overlay, write the OCI config, `runc create`
+//! + `runc start`, and wait for the guest agent's socket. Any failure undoes every step.
+
+use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use tracing::{info, warn};
+
+use super::cli::Runc;
+use super::config::HostPrivileges;
+use super::layout::{io_err, validate_hostname, validate_id, write_identity, Layout};
+use super::{config, join_error, mounts, stop};
+use crate::{RuntimeError, SandboxSpec, Started};
+
+/// How long the guest agent has to create its socket.
+const AGENT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the socket's existence is checked.
+const AGENT_POLL: Duration = Duration::from_millis(5);
+/// How often (in polls) the agent process is checked to still be alive.
+const LIVENESS_EVERY: u32 = 20;
+/// Longest agent-log tail put into an error, in bytes.
+const LOG_TAIL_BYTES: u64 = 2048;
+
+/// Starts the sandbox; on failure removes everything this call made and returns the error.
+pub(crate) async fn start(
+    runc: &Runc,
+    spec: &SandboxSpec,
+    host: HostPrivileges,
+) -> Result<Started, RuntimeError> {
+    validate_id(&spec.id)?;
+    validate_hostname(&spec.id, &spec.hostname)?;
+    if runc.state(&spec.id).await?.is_some() {
+        // Not ours to undo: leave the existing container alone.
+        return Err(RuntimeError::Command {
+            op: "create",
+            id: spec.id.clone(),
+            detail: "a container with this id already exists".to_string(),
+        });
+    }
+    let layout = Layout::new(&spec.dir);
+    let made_dir = !layout.dir.exists();
+    let made_upper = !layout.upper.exists();
+    let began = Instant::now();
+    match run(runc, spec, &layout, host).await {
+        Ok(started) => {
+            info!(
+                sandbox_id = %spec.id,
+                init_pid = started.init_pid,
+                elapsed_ms = began.elapsed().as_millis() as u64,
+                "sandbox started"
+            );
+            Ok(started)
+        }
+        Err(error) => {
+            warn!(sandbox_id = %spec.id, %error, "sandbox start failed, undoing");
+            if let Err(undo) = stop::teardown(runc, &spec.id, &layout).await {
+                warn!(sandbox_id = %spec.id, error = %undo, "undo of a failed start failed");
+            }
+            let dir = layout.clone();
+            let _ = tokio::task::spawn_blocking(move || {
+                if made_upper {
+                    let _ = std::fs::remove_dir_all(&dir.upper);
+                    let _ = std::fs::remove_file(&dir.agent_log);
+                }
+                if made_dir {
+                    let _ = std::fs::remove_dir(&dir.dir);
+                }
+            })
+            .await;
+            Err(error)
+        }
+    }
+}
+
+async fn run(
+    runc: &Runc,
+    spec: &SandboxSpec,
+    layout: &Layout,
+    host: HostPrivileges,
+) -> Result<Started, RuntimeError> {
+    let prepared_spec = spec.clone();
+    let prepared_layout = layout.clone();
+    let (log, log_offset) =
+        tokio::task::spawn_blocking(move || prepare(&prepared_spec, &prepared_layout, host))
+            .await
+            .map_err(join_error)??;
+
+    if !runc.create(&spec.id, &layout.bundle, log).await? {
+        return Err(RuntimeError::Command {
+            op: "create",
+            id: spec.id.clone(),
+            detail: log_since(&layout.agent_log, log_offset),
+        });
+    }
+    let state = runc
+        .state(&spec.id)
+        .await?
+        .ok_or_else(|| RuntimeError::Command {
+            op: "create",
+            id: spec.id.clone(),
+            detail: "container vanished right after runc create".to_string(),
+        })?;
+    runc.start(&spec.id).await?;
+    wait_for_agent(spec, layout, state.pid, log_offset).await?;
+    Ok(Started {
+        agent_socket: layout.agent_socket(),
+        init_pid: state.pid,
+    })
+}
+
+/// Blocking part: directories, identity files, overlay mount, config.json, agent log.
+/// Returns the opened agent log and its length before this start.
+fn prepare(
+    spec: &SandboxSpec,
+    layout: &Layout,
+    host: HostPrivileges,
+) -> Result<(std::fs::File, u64), RuntimeError> {
+    if !spec.rootfs.is_dir() {
+        return Err(RuntimeError::Io {
+            context: format!("release rootfs {}", spec.rootfs.display()),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        });
+    }
+    if !spec.guest_agent.is_file() {
+        return Err(RuntimeError::Io {
+            context: format!("guest agent {}", spec.guest_agent.display()),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        });
+    }
+    // A stale mount from a crashed node agent (runc has no container, checked by the caller).
+    mounts::unmount(&layout.rootfs)?;
+    // Start from a fresh run dir, so an old socket is not mistaken for the new agent's.
+    match std::fs::remove_dir_all(&layout.run) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err(format!("clear {}", layout.run.display()))(e)),
+    }
+    for d in [
+        &layout.dir,
+        &layout.upper,
+        &layout.work,
+        &layout.rootfs,
+        &layout.run,
+        &layout.bundle,
+    ] {
+        std::fs::create_dir_all(d).map_err(io_err(format!("create {}", d.display())))?;
+    }
+    write_identity(&layout.upper, &spec.hostname)?;
+    mounts::mount_overlay(&spec.rootfs, &layout.upper, &layout.work, &layout.rootfs)?;
+    let config = config::build(spec, layout, host)?;
+    config::write(&config, layout)?;
+
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&layout.agent_log)
+        .map_err(io_err(format!("open {}", layout.agent_log.display())))?;
+    let offset = log
+        .metadata()
+        .map_err(io_err(format!("stat {}", layout.agent_log.display())))?
+        .len();
+    Ok((log, offset))
+}
+
+/// Polls for the agent's socket; fails early when the agent process is gone.
+async fn wait_for_agent(
+    spec: &SandboxSpec,
+    layout: &Layout,
+    pid: u32,
+    log_offset: u64,
+) -> Result<(), RuntimeError> {
+    use std::os::unix::fs::FileTypeExt;
+    let socket = layout.agent_socket();
+    let began = Instant::now();
+    let mut polls = 0u32;
+    loop {
+        if let Ok(meta) = tokio::fs::symlink_metadata(&socket).await {
+            if meta.file_type().is_socket() {
+                return Ok(());
+            }
+        }
+        polls += 1;
+        if polls % LIVENESS_EVERY == 0 && !process_alive(pid) {
+            return Err(RuntimeError::Command {
+                op: "start",
+                id: spec.id.clone(),
+                detail: format!(
+                    "guest agent exited before listening: {}",
+                    log_since(&layout.agent_log, log_offset)
+                ),
+            });
+        }
+        if began.elapsed() >= AGENT_TIMEOUT {
+            return Err(RuntimeError::AgentTimeout {
+                id: spec.id.clone(),
+                waited_ms: began.elapsed().as_millis() as u64,
+            });
+        }
+        tokio::time::sleep(AGENT_POLL).await;
+    }
+}
+
+/// Whether `pid` exists and is not a zombie.
+fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // `pid (comm) S ...`: the state follows the last `)`.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|state| state != 'Z' && state != 'X'),
+        Err(_) => false,
+    }
+}
+
+/// What the agent log gained since `offset` (runc's error, or the agent's last words), bounded.
+fn log_since(path: &Path, offset: u64) -> String {
+    let read = || -> std::io::Result<String> {
+        let mut f = std::fs::File::open(path)?;
+        let len = f.metadata()?.len();
+        let start = offset.max(len.saturating_sub(LOG_TAIL_BYTES));
+        f.seek(SeekFrom::Start(start))?;
+        let mut buf = Vec::new();
+        f.take(LOG_TAIL_BYTES).read_to_end(&mut buf)?;
+        Ok(super::cli::message(&buf))
+    };
+    match read() {
+        Ok(s) if !s.is_empty() => s,
+        Ok(_) => "no output".to_string(),
+        Err(e) => format!("agent log unreadable: {e}"),
+    }
+}

@@ -1,0 +1,70 @@
+//! `stop`: kill the container, delete runc's state (and with it the cgroups), unmount the
+//! overlay and remove everything of the sandbox directory except `upper/` (the sandbox's files)
+//! and `agent.log`. Idempotent, and works when runc has no such container.
+
+use std::path::Path;
+
+use tracing::info;
+
+use super::cli::Runc;
+use super::layout::{validate_id, Layout};
+use super::{join_error, mounts};
+use crate::{RuntimeError, RuntimeState};
+
+/// Stops sandbox `id` whose directory is `dir`.
+pub(crate) async fn stop(runc: &Runc, id: &str, dir: &Path) -> Result<(), RuntimeError> {
+    validate_id(id)?;
+    teardown(runc, id, &Layout::new(dir)).await?;
+    info!(sandbox_id = %id, "sandbox stopped");
+    Ok(())
+}
+
+/// The steps of `stop`; also the undo of a failed `start`.
+pub(crate) async fn teardown(runc: &Runc, id: &str, layout: &Layout) -> Result<(), RuntimeError> {
+    match runc.state(id).await? {
+        None => {}
+        Some(state) => {
+            if state.status == RuntimeState::Paused {
+                // Frozen tasks do not die until thawed.
+                match runc.resume(id).await {
+                    Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            if state.status != RuntimeState::Stopped {
+                runc.kill(id).await?;
+            }
+            runc.delete_force(id).await?;
+        }
+    }
+    let layout = layout.clone();
+    tokio::task::spawn_blocking(move || remove_node_resources(&layout))
+        .await
+        .map_err(join_error)?
+}
+
+/// Unmounts the overlay and removes `work/`, `bundle/`, `run/` and the empty mount point.
+fn remove_node_resources(layout: &Layout) -> Result<(), RuntimeError> {
+    mounts::unmount(&layout.rootfs)?;
+    for dir in [&layout.work, &layout.bundle, &layout.run] {
+        match std::fs::remove_dir_all(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(RuntimeError::Io {
+                    context: format!("remove {}", dir.display()),
+                    source,
+                })
+            }
+        }
+    }
+    // Only an empty directory: never recurse into what might still be a mount.
+    match std::fs::remove_dir(&layout.rootfs) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(RuntimeError::Io {
+            context: format!("remove mount point {}", layout.rootfs.display()),
+            source,
+        }),
+    }
+}

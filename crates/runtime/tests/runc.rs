@@ -1,0 +1,412 @@
+//! The runc driver against real runc: a busybox rootfs, and as the guest agent a tiny static C
+//! program (`fixtures/agent.c`) that runs one `/bin/sh -c` line per connection on its socket.
+//!
+//! Needs root, runc, `cc` with static glibc, and `/bin/busybox` (busybox-static).
+
+use std::hash::{Hash, Hasher};
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use cove_guest_protocol::GUEST_AGENT_PATH;
+use cove_runtime::runc::{RuncConfig, RuncRuntime};
+use cove_runtime::{Runtime, RuntimeError, RuntimeState, SandboxSpec};
+use tempfile::TempDir;
+
+const MIB: u64 = 1024 * 1024;
+
+/// Agent binary and busybox rootfs, shared (read-only) by all tests like a release shared by
+/// sandboxes. Built once into `CARGO_TARGET_TMPDIR`, keyed by the fixture's source and the host's
+/// busybox, through a temp dir + rename so parallel test processes do not trip over each other.
+struct Fixture {
+    agent: PathBuf,
+    rootfs: PathBuf,
+}
+
+fn fixture() -> &'static Fixture {
+    static FIXTURE: OnceLock<Fixture> = OnceLock::new();
+    FIXTURE.get_or_init(|| {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/agent.c");
+        let source = std::fs::read(&src).expect("read agent.c");
+        let busybox = std::fs::metadata("/bin/busybox").expect("/bin/busybox (busybox-static)");
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        (source, busybox.len(), busybox.modified().ok()).hash(&mut hasher);
+        let base = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        let dir = base.join(format!("runc-fixture-{:016x}", hasher.finish()));
+        if !dir.exists() {
+            std::fs::create_dir_all(base).expect("mkdir target tmp");
+            let tmp = tempfile::Builder::new()
+                .prefix(".runc-fixture-")
+                .tempdir_in(base)
+                .expect("tempdir");
+            build_fixture(tmp.path(), &src);
+            // Another test process may have won the race; its fixture is identical.
+            if std::fs::rename(tmp.path(), &dir).is_err() {
+                assert!(dir.exists(), "fixture rename failed");
+            }
+        }
+        Fixture {
+            agent: dir.join("agent"),
+            rootfs: dir.join("rootfs"),
+        }
+    })
+}
+
+fn build_fixture(dir: &Path, src: &Path) {
+    let out = Command::new("cc")
+        .args(["-static", "-O2", "-o"])
+        .arg(dir.join("agent"))
+        .arg(src)
+        .output()
+        .expect("run cc");
+    assert!(
+        out.status.success(),
+        "cc failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let rootfs = dir.join("rootfs");
+    for d in ["bin", "etc", "tmp", "root", "proc", "sys", "dev"] {
+        std::fs::create_dir_all(rootfs.join(d)).expect("mkdir");
+    }
+    std::fs::copy("/bin/busybox", rootfs.join("bin/busybox")).expect("copy busybox");
+    let list = Command::new("/bin/busybox")
+        .arg("--list")
+        .output()
+        .expect("busybox --list");
+    for applet in String::from_utf8_lossy(&list.stdout).lines() {
+        let link = rootfs.join("bin").join(applet);
+        if !link.exists() {
+            std::os::unix::fs::symlink("busybox", &link).expect("symlink");
+        }
+    }
+    std::fs::write(rootfs.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\n").expect("passwd");
+}
+
+/// One test's runtime (own runc state root) and sandbox directory; tears down on drop even when
+/// the test panics.
+struct Harness {
+    runtime: RuncRuntime,
+    dir: TempDir,
+    spec: SandboxSpec,
+}
+
+fn unique_id(tag: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "t{}-{}-{}",
+        std::process::id(),
+        tag,
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+impl Harness {
+    fn new(tag: &str) -> Harness {
+        let f = fixture();
+        let dir = tempfile::Builder::new()
+            .prefix("cove-runc-test-")
+            .tempdir()
+            .expect("tempdir");
+        let runtime = RuncRuntime::new(RuncConfig {
+            runc_binary: PathBuf::from("runc"),
+            state_root: dir.path().join("runc"),
+        })
+        .expect("runc available");
+        let id = unique_id(tag);
+        let spec = SandboxSpec {
+            id: id.clone(),
+            rootfs: f.rootfs.clone(),
+            dir: dir.path().join("sandboxes").join(&id),
+            guest_agent: f.agent.clone(),
+            guest_agent_args: Vec::new(),
+            hostname: format!("h-{id}"),
+            vcpus: 1,
+            memory_mib: 64,
+            pids_max: 64,
+        };
+        Harness { runtime, dir, spec }
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        let _ = Command::new("runc")
+            .arg("--root")
+            .arg(self.dir.path().join("runc"))
+            .args(["delete", "--force", &self.spec.id])
+            .output();
+        let rootfs = self.spec.dir.join("rootfs");
+        if mounted(&rootfs) {
+            let _ = Command::new("umount").arg("-l").arg(&rootfs).output();
+        }
+    }
+}
+
+/// Runs `line` with `/bin/sh -c` inside the sandbox through the fixture agent.
+fn sh(socket: &Path, line: &str) -> String {
+    let mut s = UnixStream::connect(socket).expect("connect to agent");
+    s.set_read_timeout(Some(Duration::from_secs(20)))
+        .expect("timeout");
+    s.write_all(format!("{line}\n").as_bytes()).expect("send");
+    let mut out = String::new();
+    s.read_to_string(&mut out).expect("read");
+    out.trim_end().to_string()
+}
+
+fn mounted(path: &Path) -> bool {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").expect("mountinfo");
+    let p = path.to_string_lossy();
+    info.lines()
+        .any(|l| l.split(' ').nth(4).is_some_and(|m| m == p))
+}
+
+fn host_has_cap_sys_resource() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").expect("status");
+    let hex = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .expect("CapEff");
+    u64::from_str_radix(hex.trim(), 16).expect("hex") & (1 << 24) != 0
+}
+
+fn read_trim(path: &Path) -> String {
+    std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+        .trim()
+        .to_string()
+}
+
+#[tokio::test]
+async fn sandbox_lifecycle() {
+    let h = Harness::new("life");
+    let rt = &h.runtime;
+    let spec = &h.spec;
+
+    let began = Instant::now();
+    let started = rt.start(spec).await.expect("start");
+    let start_ms = began.elapsed().as_secs_f64() * 1000.0;
+    assert_eq!(started.agent_socket, spec.dir.join("run/agent.sock"));
+    assert!(started.agent_socket.exists(), "socket visible on the host");
+    let sock = &started.agent_socket;
+
+    // Identity and isolation.
+    assert_eq!(sh(sock, "hostname"), spec.hostname);
+    assert_eq!(sh(sock, "cat /etc/hostname"), spec.hostname);
+    assert!(sh(sock, "cat /etc/hosts").contains(&spec.hostname));
+    assert_eq!(
+        sh(sock, "tr '\\0' ' ' < /proc/1/cmdline"),
+        format!("{GUEST_AGENT_PATH} --listen /.cove/run/agent.sock")
+    );
+    assert_eq!(sh(sock, "readlink /proc/1/exe"), GUEST_AGENT_PATH);
+    // -1000 needs CAP_SYS_RESOURCE on the host; without it the runtime leaves the score at 0.
+    let expected_adj = if host_has_cap_sys_resource() {
+        "-1000"
+    } else {
+        "0"
+    };
+    assert_eq!(sh(sock, "cat /proc/1/oom_score_adj"), expected_adj);
+    assert_eq!(sh(sock, "cat /proc/self/oom_score_adj"), "0");
+    let status = sh(sock, "cat /proc/self/status");
+    assert!(status.contains("NoNewPrivs:\t0"), "{status}");
+    // Docker's default capability set.
+    assert!(status.contains("CapBnd:\t00000000a80425fb"), "{status}");
+    // Only loopback.
+    let ifaces = sh(sock, "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '");
+    assert_eq!(ifaces, "lo");
+    // Seccomp: unshare is denied (root without CAP_SYS_ADMIN could otherwise make a user ns).
+    assert_eq!(sh(sock, "unshare -U true 2>/dev/null; echo $?"), "1");
+    // The agent's binary is read-only and the run dir is writable.
+    assert_ne!(
+        sh(sock, "echo x > /.cove/bin/cove-guest-agent 2>&1; echo $?"),
+        "0"
+    );
+    assert_eq!(sh(sock, "echo x > /.cove/run/f && echo ok"), "ok");
+    assert!(spec.dir.join("run/f").exists());
+    // Writes land in upper/, the shared lower stays untouched.
+    assert_eq!(sh(sock, "echo hi > /root/note && echo ok"), "ok");
+    assert!(spec.dir.join("upper/root/note").exists());
+    assert!(!fixture().rootfs.join("root/note").exists());
+
+    // The host view of init.
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", started.init_pid)).expect("cmdline");
+    assert!(String::from_utf8_lossy(&cmdline).contains("--listen"));
+
+    // Limits, through the cgroup paths the runtime reports.
+    let cgroups = rt.cgroup_paths(&spec.id).await.expect("cgroup paths");
+    let path_of = |c: &str| {
+        cgroups
+            .iter()
+            .find(|(name, _)| name == c)
+            .map(|(_, p)| p.clone())
+            .unwrap_or_else(|| panic!("no {c} cgroup in {cgroups:?}"))
+    };
+    let memory = path_of("memory");
+    assert_eq!(
+        read_trim(&memory.join("memory.limit_in_bytes")),
+        (64 * MIB).to_string()
+    );
+    let memsw = memory.join("memory.memsw.limit_in_bytes");
+    if memsw.exists() {
+        assert_eq!(read_trim(&memsw), (64 * MIB).to_string());
+    }
+    assert_eq!(read_trim(&path_of("pids").join("pids.max")), "64");
+    assert_eq!(
+        read_trim(&path_of("cpu").join("cpu.cfs_quota_us")),
+        "100000"
+    );
+    let procs = read_trim(&memory.join("cgroup.procs"));
+    assert!(
+        procs.lines().any(|l| l == started.init_pid.to_string()),
+        "init in its memory cgroup"
+    );
+
+    // Pause and resume.
+    assert_eq!(
+        rt.state(&spec.id).await.expect("state"),
+        Some(RuntimeState::Running)
+    );
+    let t = Instant::now();
+    rt.pause(&spec.id).await.expect("pause");
+    let pause_ms = t.elapsed().as_secs_f64() * 1000.0;
+    assert_eq!(
+        rt.state(&spec.id).await.expect("state"),
+        Some(RuntimeState::Paused)
+    );
+    assert_eq!(
+        read_trim(&path_of("freezer").join("freezer.state")),
+        "FROZEN"
+    );
+    rt.resume(&spec.id).await.expect("resume");
+    assert_eq!(
+        rt.state(&spec.id).await.expect("state"),
+        Some(RuntimeState::Running)
+    );
+    assert_eq!(sh(sock, "echo back"), "back");
+
+    assert!(rt.list().await.expect("list").contains(&spec.id));
+
+    // Stop from paused: it must still go away.
+    rt.pause(&spec.id).await.expect("pause");
+    let t = Instant::now();
+    rt.stop(&spec.id, &spec.dir).await.expect("stop");
+    let stop_ms = t.elapsed().as_secs_f64() * 1000.0;
+    assert_eq!(rt.state(&spec.id).await.expect("state"), None);
+    assert!(!rt.list().await.expect("list").contains(&spec.id));
+    assert!(!mounted(&spec.dir.join("rootfs")), "overlay unmounted");
+    assert!(!memory.exists(), "memory cgroup removed");
+    // Gone, or a zombie until the host's init reaps it (runc create exited, so init reparented).
+    if let Ok(stat) = std::fs::read_to_string(format!("/proc/{}/stat", started.init_pid)) {
+        let state = stat.rsplit_once(')').map(|(_, r)| r.trim_start());
+        assert!(state.is_some_and(|s| s.starts_with('Z')), "{stat}");
+    }
+    assert!(spec.dir.join("upper/root/note").exists(), "upper kept");
+    for gone in ["work", "bundle", "run", "rootfs"] {
+        assert!(!spec.dir.join(gone).exists(), "{gone} removed");
+    }
+    rt.stop(&spec.id, &spec.dir).await.expect("second stop");
+    eprintln!(
+        "timing: start→socket {start_ms:.1} ms, pause {pause_ms:.1} ms, stop (paused) {stop_ms:.1} ms"
+    );
+}
+
+#[tokio::test]
+async fn restart_keeps_files_and_survives_oom() {
+    let h = Harness::new("restart");
+    let rt = &h.runtime;
+    let spec = &h.spec;
+
+    let started = rt.start(spec).await.expect("start");
+    let sock = &started.agent_socket;
+    assert_eq!(sh(sock, "echo kept > /root/file && echo ok"), "ok");
+    // A child that exceeds the 64 MiB limit is OOM-killed; the agent lives on.
+    let rc = sh(
+        sock,
+        "dd if=/dev/zero of=/dev/null bs=128M count=1 2>/dev/null; echo $?",
+    );
+    assert_eq!(rc, "137", "dd is OOM-killed");
+    assert_eq!(sh(sock, "echo alive"), "alive");
+
+    let t = Instant::now();
+    rt.stop(&spec.id, &spec.dir).await.expect("stop");
+    let stop_ms = t.elapsed().as_secs_f64() * 1000.0;
+
+    let t = Instant::now();
+    let again = rt.start(spec).await.expect("start again");
+    let restart_ms = t.elapsed().as_secs_f64() * 1000.0;
+    assert_eq!(sh(&again.agent_socket, "cat /root/file"), "kept");
+    rt.stop(&spec.id, &spec.dir).await.expect("stop");
+    eprintln!("timing: stop (running) {stop_ms:.1} ms, restart→socket {restart_ms:.1} ms");
+}
+
+#[tokio::test]
+async fn failed_starts_leave_nothing() {
+    // The release rootfs is missing.
+    let h = Harness::new("norootfs");
+    let mut spec = h.spec.clone();
+    spec.rootfs = h.dir.path().join("no-such-rootfs");
+    let err = h.runtime.start(&spec).await.expect_err("must fail");
+    assert!(matches!(err, RuntimeError::Io { .. }), "{err:?}");
+    assert!(!spec.dir.exists(), "sandbox dir removed: {err}");
+    assert_eq!(h.runtime.state(&spec.id).await.expect("state"), None);
+
+    // The agent exits at once: runc created and started the container, so undo has more to do.
+    let h = Harness::new("agentdies");
+    let mut spec = h.spec.clone();
+    spec.guest_agent_args = vec!["--exit-now".to_string()];
+    let err = h.runtime.start(&spec).await.expect_err("must fail");
+    match &err {
+        RuntimeError::Command { detail, .. } => {
+            assert!(detail.contains("told to exit"), "{detail}")
+        }
+        other => panic!("unexpected error {other:?}"),
+    }
+    assert_eq!(h.runtime.state(&spec.id).await.expect("state"), None);
+    assert!(h.runtime.list().await.expect("list").is_empty());
+    assert!(!mounted(&spec.dir.join("rootfs")));
+    assert!(!spec.dir.exists(), "sandbox dir removed");
+
+    // A second start with an id runc already has must not disturb the running one.
+    let h = Harness::new("dup");
+    let started = h.runtime.start(&h.spec).await.expect("start");
+    let err = h.runtime.start(&h.spec).await.expect_err("duplicate");
+    assert!(
+        matches!(err, RuntimeError::Command { op: "create", .. }),
+        "{err:?}"
+    );
+    assert_eq!(sh(&started.agent_socket, "echo still"), "still");
+    h.runtime.stop(&h.spec.id, &h.spec.dir).await.expect("stop");
+}
+
+#[tokio::test]
+async fn stop_and_queries_of_unknown_sandboxes() {
+    let h = Harness::new("unknown");
+    let rt = &h.runtime;
+    rt.stop(&h.spec.id, &h.spec.dir)
+        .await
+        .expect("stop of nothing");
+    assert_eq!(rt.state(&h.spec.id).await.expect("state"), None);
+    assert!(matches!(
+        rt.pause(&h.spec.id).await,
+        Err(RuntimeError::NotFound { .. })
+    ));
+    assert!(matches!(
+        rt.cgroup_paths(&h.spec.id).await,
+        Err(RuntimeError::NotFound { .. })
+    ));
+    assert!(rt.list().await.expect("list").is_empty());
+}
+
+#[test]
+fn missing_runc_is_unavailable() {
+    let err = RuncRuntime::new(RuncConfig {
+        runc_binary: PathBuf::from("/nonexistent/runc"),
+        state_root: std::env::temp_dir().join("cove-unused-runc-root"),
+    })
+    .expect_err("no runc");
+    assert!(matches!(err, RuntimeError::Unavailable(_)), "{err:?}");
+}

@@ -1,0 +1,189 @@
+//! Composition root of `cove server`: config → store → node agent → control plane → routers →
+//! two listeners (management API and data plane), with graceful shutdown.
+
+use std::net::SocketAddr;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use cove_control_plane::{http, ControlPlane, ControlPlaneConfig};
+use cove_node_agent::{NodeAgent, NodeConfig};
+use cove_runtime::runc::{RuncConfig, RuncRuntime};
+use cove_store::Store;
+use tokio::net::TcpListener;
+use tracing::info;
+
+/// Default management API address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7700";
+/// Default data-plane address.
+pub const DEFAULT_DATA_PLANE_LISTEN: &str = "127.0.0.1:7701";
+/// Name of the admin token file in the data dir (mode 0600).
+pub const ADMIN_TOKEN_FILE: &str = "admin.token";
+
+/// Settings of `cove server`.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Data dir: `store.db`, `admin.token`, `releases/`, `sandboxes/`, `runc/`.
+    pub data_dir: PathBuf,
+    /// Management API address (port 0 picks a free port).
+    pub listen: SocketAddr,
+    /// Data-plane address (port 0 picks a free port).
+    pub data_plane_listen: SocketAddr,
+    /// The static guest agent binary; default: `cove-guest-agent` beside the running executable.
+    pub guest_agent: Option<PathBuf>,
+    /// Build cache of release root filesystems; default `<data-dir>/cache`.
+    pub cache_dir: Option<PathBuf>,
+    /// The runc binary; default `runc` from PATH.
+    pub runc: Option<PathBuf>,
+    /// URL clients use for the data plane; default `http://<data-plane address>`.
+    pub public_data_plane_url: Option<String>,
+}
+
+/// A started server.
+pub struct Running {
+    /// Bound management address.
+    pub api_addr: SocketAddr,
+    /// Bound data-plane address.
+    pub data_plane_addr: SocketAddr,
+    /// The admin token when it was created by this start (also written to the token file).
+    pub new_admin_token: Option<String>,
+    tasks: Vec<tokio::task::JoinHandle<std::io::Result<()>>>,
+    shutdown: tokio::sync::watch::Sender<bool>,
+}
+
+impl Running {
+    /// Stops accepting, lets in-flight requests finish (SSE streams are cut after 5 s), returns.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for t in self.tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        }
+    }
+}
+
+fn find_guest_agent(cfg: &Config) -> anyhow::Result<PathBuf> {
+    let path = match &cfg.guest_agent {
+        Some(p) => p.clone(),
+        None => std::env::current_exe()
+            .context("cannot locate the running executable")?
+            .with_file_name("cove-guest-agent"),
+    };
+    if !path.is_file() {
+        bail!(
+            "guest agent binary not found at {} (build it with scripts/build-guest-agent.sh and \
+             pass --guest-agent)",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+fn write_token_file(data_dir: &Path, token: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let path = data_dir.join(ADMIN_TOKEN_FILE);
+    let tmp = data_dir.join(format!("{ADMIN_TOKEN_FILE}.tmp"));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("create {}", tmp.display()))?;
+    f.write_all(token.as_bytes())?;
+    f.write_all(b"\n")?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, &path).with_context(|| format!("write {}", path.display()))?;
+    Ok(())
+}
+
+/// Starts the server: opens the store, reconciles, binds both listeners, serves until
+/// [`Running::shutdown`].
+pub async fn start(cfg: Config) -> anyhow::Result<Running> {
+    std::fs::create_dir_all(&cfg.data_dir)
+        .with_context(|| format!("create data dir {}", cfg.data_dir.display()))?;
+    let data_dir = cfg.data_dir.canonicalize()?;
+    let guest_agent = find_guest_agent(&cfg)?;
+    let store = Store::open_sqlite(&data_dir.join("store.db")).await.context("open the store")?;
+
+    let runc = RuncRuntime::new(RuncConfig {
+        runc_binary: cfg.runc.clone().unwrap_or_else(|| PathBuf::from("runc")),
+        state_root: data_dir.join("runc"),
+    })
+    .context("runc runtime")?;
+    let node = NodeAgent::new(
+        NodeConfig {
+            data_dir: data_dir.clone(),
+            guest_agent,
+            cache_dir: Some(cfg.cache_dir.clone().unwrap_or_else(|| data_dir.join("cache"))),
+            mirror: None,
+        },
+        Arc::new(runc),
+    );
+
+    let api_listener = TcpListener::bind(cfg.listen).await.context("bind the API listener")?;
+    let dp_listener =
+        TcpListener::bind(cfg.data_plane_listen).await.context("bind the data-plane listener")?;
+    let api_addr = api_listener.local_addr()?;
+    let data_plane_addr = dp_listener.local_addr()?;
+
+    let cp = ControlPlane::new(
+        store,
+        Arc::new(node),
+        ControlPlaneConfig {
+            data_plane_url: cfg
+                .public_data_plane_url
+                .clone()
+                .unwrap_or_else(|| format!("http://{data_plane_addr}")),
+            attachment_ttl: Duration::from_secs(3600),
+            runtime: "runc".into(),
+        },
+    );
+    let new_admin_token = cp.bootstrap_admin_token().await?;
+    if let Some(token) = &new_admin_token {
+        write_token_file(&data_dir, token)?;
+        info!(path = %data_dir.join(ADMIN_TOKEN_FILE).display(), "admin token created");
+    }
+    cp.reconcile().await?;
+
+    let (shutdown, rx) = tokio::sync::watch::channel(false);
+    let mut tasks = Vec::new();
+    for (listener, router) in [
+        (api_listener, http::management_router(cp.clone())),
+        (dp_listener, http::data_plane_router(cp.clone())),
+    ] {
+        let mut rx = rx.clone();
+        tasks.push(tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(async move {
+                    let _ = rx.wait_for(|stop| *stop).await;
+                })
+                .await
+        }));
+    }
+    info!(%api_addr, %data_plane_addr, data_dir = %data_dir.display(), "cove server listening");
+    Ok(Running { api_addr, data_plane_addr, new_admin_token, tasks, shutdown })
+}
+
+/// Runs the server until SIGTERM or SIGINT, then shuts down gracefully. Sandboxes keep running
+/// and are re-adopted at the next start.
+pub async fn run(cfg: Config) -> anyhow::Result<()> {
+    let running = start(cfg).await?;
+    println!("cove server: API http://{}  data plane http://{}", running.api_addr, running.data_plane_addr);
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    info!("shutting down");
+    running.shutdown().await;
+    Ok(())
+}
+
+/// Installs the tracing subscriber (`RUST_LOG`, default `info`) on stderr.
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}

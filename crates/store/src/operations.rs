@@ -1,0 +1,227 @@
+//! Operations and their log lines.
+
+use chrono::{DateTime, Utc};
+use cove_api_types::{ErrorCode, Operation, OperationError, OperationKind, OperationState};
+use sqlx::Row;
+
+use crate::{map_unique, parse_enum, Store, StoreError};
+
+/// A new operation.
+#[derive(Debug, Clone)]
+pub struct NewOperation {
+    /// Id.
+    pub id: String,
+    /// Kind.
+    pub kind: OperationKind,
+    /// Sandbox it acts on.
+    pub sandbox_id: Option<String>,
+    /// Template it acts on.
+    pub template: Option<String>,
+    /// Release it builds.
+    pub release: Option<u32>,
+    /// Idempotency key of the request, if any.
+    pub idempotency_key: Option<String>,
+    /// Hash of the request body (for idempotency checks).
+    pub request_hash: Option<String>,
+    /// Deadline.
+    pub deadline: DateTime<Utc>,
+}
+
+/// A change of an operation.
+#[derive(Debug, Clone, Default)]
+pub struct OperationUpdate {
+    /// New state.
+    pub state: Option<OperationState>,
+    /// New progress.
+    pub progress: Option<u8>,
+    /// Failure.
+    pub error: Option<OperationError>,
+}
+
+fn error_code_parse(s: &str) -> Option<ErrorCode> {
+    serde_json::from_value(serde_json::Value::String(s.to_string())).ok()
+}
+
+fn row_to_operation(r: &sqlx::sqlite::SqliteRow) -> Result<Operation, StoreError> {
+    let code: Option<String> = r.try_get("error_code")?;
+    let error = match code {
+        Some(c) => Some(OperationError {
+            code: parse_enum(&c, error_code_parse)?,
+            message: r.try_get::<Option<String>, _>("error_message")?.unwrap_or_default(),
+        }),
+        None => None,
+    };
+    Ok(Operation {
+        id: r.try_get("id")?,
+        kind: parse_enum(&r.try_get::<String, _>("kind")?, OperationKind::parse)?,
+        state: parse_enum(&r.try_get::<String, _>("state")?, OperationState::parse)?,
+        sandbox_id: r.try_get("sandbox_id")?,
+        template: r.try_get("template")?,
+        release: r.try_get::<Option<i64>, _>("release")?.map(|v| v as u32),
+        progress: r.try_get::<Option<i64>, _>("progress")?.map(|v| v as u8),
+        error,
+        created_at: r.try_get("created_at")?,
+        updated_at: r.try_get("updated_at")?,
+        deadline: r.try_get("deadline")?,
+    })
+}
+
+impl Store {
+    /// Inserts an operation in state `pending`. A taken idempotency key is a `Conflict`.
+    pub async fn insert_operation(&self, op: &NewOperation) -> Result<Operation, StoreError> {
+        let now = Utc::now();
+        sqlx::query(
+            "INSERT INTO operations (id, kind, state, sandbox_id, template, release, \
+             idempotency_key, request_hash, created_at, updated_at, deadline) \
+             VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&op.id)
+        .bind(op.kind.as_str())
+        .bind(&op.sandbox_id)
+        .bind(&op.template)
+        .bind(op.release)
+        .bind(&op.idempotency_key)
+        .bind(&op.request_hash)
+        .bind(now)
+        .bind(now)
+        .bind(op.deadline)
+        .execute(&self.pool)
+        .await
+        .map_err(map_unique)?;
+        self.get_operation(&op.id).await
+    }
+
+    /// One operation.
+    pub async fn get_operation(&self, id: &str) -> Result<Operation, StoreError> {
+        let row = sqlx::query("SELECT * FROM operations WHERE id = ?")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        row_to_operation(&row)
+    }
+
+    /// The operation of `kind` created with `key`, and its request hash.
+    pub async fn operation_by_idempotency_key(
+        &self,
+        kind: OperationKind,
+        key: &str,
+    ) -> Result<Option<(Operation, Option<String>)>, StoreError> {
+        let row = sqlx::query("SELECT * FROM operations WHERE kind = ? AND idempotency_key = ?")
+            .bind(kind.as_str())
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await?;
+        match row {
+            Some(r) => Ok(Some((row_to_operation(&r)?, r.try_get("request_hash")?))),
+            None => Ok(None),
+        }
+    }
+
+    /// Applies an update unless the operation already ended (final states never change).
+    /// Returns the operation as stored afterwards.
+    pub async fn update_operation(
+        &self,
+        id: &str,
+        u: &OperationUpdate,
+    ) -> Result<Operation, StoreError> {
+        sqlx::query(
+            "UPDATE operations SET state = COALESCE(?, state), progress = COALESCE(?, progress), \
+             error_code = COALESCE(?, error_code), error_message = COALESCE(?, error_message), \
+             updated_at = ? WHERE id = ? AND state NOT IN ('succeeded', 'failed', 'cancelled')",
+        )
+        .bind(u.state.map(|s| s.as_str()))
+        .bind(u.progress)
+        .bind(u.error.as_ref().map(|e| e.code.as_str()))
+        .bind(u.error.as_ref().map(|e| e.message.clone()))
+        .bind(Utc::now())
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        self.get_operation(id).await
+    }
+
+    /// Operations that have not ended (after a restart they are failed).
+    pub async fn unfinished_operations(&self) -> Result<Vec<Operation>, StoreError> {
+        let rows =
+            sqlx::query("SELECT * FROM operations WHERE state IN ('pending', 'running')")
+                .fetch_all(&self.pool)
+                .await?;
+        rows.iter().map(row_to_operation).collect()
+    }
+
+    /// Appends a log line; returns its sequence number (1, 2, ...).
+    pub async fn append_operation_log(&self, id: &str, line: &str) -> Result<u64, StoreError> {
+        let (seq,): (i64,) = sqlx::query_as(
+            "INSERT INTO operation_logs (operation_id, seq, line) VALUES \
+             (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM operation_logs WHERE operation_id = ?), ?) \
+             RETURNING seq",
+        )
+        .bind(id)
+        .bind(id)
+        .bind(line)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(seq as u64)
+    }
+
+    /// Log lines after `after`, at most `limit`.
+    pub async fn operation_logs(
+        &self,
+        id: &str,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<(u64, String)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT seq, line FROM operation_logs WHERE operation_id = ? AND seq > ? \
+             ORDER BY seq LIMIT ?",
+        )
+        .bind(id)
+        .bind(after as i64)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get::<i64, _>("seq")? as u64, r.try_get("line")?)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn final_states_do_not_change_and_keys_are_unique() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open_sqlite(&dir.path().join("s.db")).await.expect("open");
+        let new = NewOperation {
+            id: "op-1".into(),
+            kind: OperationKind::CreateSandbox,
+            sandbox_id: Some("sb-1".into()),
+            template: None,
+            release: None,
+            idempotency_key: Some("k".into()),
+            request_hash: Some("h".into()),
+            deadline: Utc::now(),
+        };
+        store.insert_operation(&new).await.expect("insert");
+        let dup = NewOperation { id: "op-2".into(), ..new.clone() };
+        assert!(matches!(store.insert_operation(&dup).await, Err(StoreError::Conflict(_))));
+        let done = OperationUpdate { state: Some(OperationState::Succeeded), ..Default::default() };
+        store.update_operation("op-1", &done).await.expect("update");
+        let late = OperationUpdate { state: Some(OperationState::Failed), ..Default::default() };
+        let op = store.update_operation("op-1", &late).await.expect("update");
+        assert_eq!(op.state, OperationState::Succeeded);
+        let (found, hash) = store
+            .operation_by_idempotency_key(OperationKind::CreateSandbox, "k")
+            .await
+            .expect("lookup")
+            .expect("some");
+        assert_eq!((found.id.as_str(), hash.as_deref()), ("op-1", Some("h")));
+        assert_eq!(store.append_operation_log("op-1", "a").await.expect("log"), 1);
+        assert_eq!(store.append_operation_log("op-1", "b").await.expect("log"), 2);
+        let lines = store.operation_logs("op-1", 1, 10).await.expect("logs");
+        assert_eq!(lines, vec![(2, "b".to_string())]);
+    }
+}

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# README command 1: Cove's main job on a fresh machine (as root). Installs what is missing,
+# builds Cove, starts a server, builds the `base` template once (cached in
+# /var/cache/cove/templates), creates a sandbox, uploads a small Python data analysis, runs it,
+# prints the report.csv it wrote, and deletes the sandbox.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/install-deps.sh
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/cove-target}"
+echo "==> building cove (release)" >&2
+cargo build --release --locked -q -p cove-cli
+scripts/build-guest-agent.sh --release >/dev/null
+BIN_DIR="$CARGO_TARGET_DIR/release"
+AGENT="$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release/cove-guest-agent"
+cove() { "$BIN_DIR/cove" "$@"; }
+
+export COVE_DATA_DIR="${COVE_DATA_DIR:-/var/lib/cove}"
+export COVE_URL="${COVE_URL:-http://127.0.0.1:7700}"
+LOG="$COVE_DATA_DIR/server.log"
+mkdir -p "$COVE_DATA_DIR"
+
+started=""
+if ! curl -fsS "$COVE_URL/healthz" >/dev/null 2>&1; then
+  echo "==> starting cove server (log: $LOG)" >&2
+  "$BIN_DIR/cove" server --data-dir "$COVE_DATA_DIR" --guest-agent "$AGENT" \
+    --cache-dir /var/cache/cove/templates >"$LOG" 2>&1 &
+  started=$!
+  for _ in $(seq 1 100); do
+    curl -fsS "$COVE_URL/healthz" >/dev/null 2>&1 && break
+    kill -0 "$started" 2>/dev/null || { cat "$LOG" >&2; exit 1; }
+    sleep 0.1
+  done
+fi
+SANDBOX=""
+cleanup() {
+  [ -n "$SANDBOX" ] && cove rm "$SANDBOX" >/dev/null 2>&1 || true
+  if [ -n "$started" ]; then kill -TERM "$started" 2>/dev/null || true; wait "$started" 2>/dev/null || true; fi
+}
+trap cleanup EXIT
+
+if ! cove template ls --json | python3 -c 'import json,sys; t={x["name"]:x for x in json.load(sys.stdin)["templates"]}; sys.exit(0 if t["base"]["latest_release"] else 1)'; then
+  echo "==> building the base template (once; later runs reuse the cache)" >&2
+  cove template build base
+fi
+
+echo "==> creating a sandbox" >&2
+SANDBOX=$(cove create --template base)
+echo "    $SANDBOX" >&2
+cove cp examples/analysis/analyze.py "$SANDBOX:/home/user/analyze.py"
+echo "==> running the analysis inside the sandbox" >&2
+cove exec "$SANDBOX" -- python3 /home/user/analyze.py
+echo "==> report.csv (written inside the sandbox)" >&2
+cove cp "$SANDBOX:/home/user/report.csv" -
+echo "==> deleting the sandbox" >&2
+cove rm "$SANDBOX"
+SANDBOX=""

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# README command 2: runs Cove's whole test suite (lints, unit tests, end-to-end tests with a real
+# server, real runc sandboxes and the real guest agent). Needs root (runc, mounts, cgroups).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/install-deps.sh
+# A build cache outside the clone keeps repeated runs fast.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/cove-target}"
+# Release root filesystems are cached per machine: `base` is built once.
+export COVE_TEST_CACHE_DIR="${COVE_TEST_CACHE_DIR:-/var/cache/cove/templates}"
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+scripts/build-guest-agent.sh
+export COVE_GUEST_AGENT="$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/debug/cove-guest-agent"
+cargo test --workspace --locked -- --test-threads=4

@@ -1,0 +1,311 @@
+//! End-to-end test harness: one real `cove` server per test binary (runc runtime, real guest
+//! agents, SQLite in a temporary data dir), started on first use on its own runtime thread.
+//!
+//! Environment:
+//! - `COVE_GUEST_AGENT`: the static guest agent; default: the debug build under the target dir,
+//!   built with `scripts/build-guest-agent.sh` when missing.
+//! - `COVE_TEST_CACHE_DIR`: release build cache shared by test runs (default
+//!   `/var/cache/cove/templates`), so `base` is built once per machine.
+//!
+//! At process exit every container the server started is killed and the data dir removed, so a
+//! failed test leaves no runc container, mount or file behind.
+
+#![allow(unsafe_code)]
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use cove_api_types::{
+    Attachment, BuildReleaseRequest, Command, CreateCommandRequest, CreateSandboxRequest,
+    OperationState,
+};
+use cove_client::{AttachEvent, Client};
+use futures::StreamExt;
+
+/// The shared server of this test binary.
+pub struct Server {
+    /// Management API base URL.
+    pub api_url: String,
+    /// Data-plane base URL.
+    pub data_plane_url: String,
+    /// Admin token.
+    pub token: String,
+    /// Data dir.
+    pub data_dir: PathBuf,
+}
+
+static SERVER: OnceLock<Server> = OnceLock::new();
+static DATA_DIR: OnceLock<PathBuf> = OnceLock::new();
+static BUILT: tokio::sync::Mutex<Option<HashSet<String>>> = tokio::sync::Mutex::const_new(None);
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+/// The guest agent binary, built once if needed.
+pub fn guest_agent() -> PathBuf {
+    static AGENT: OnceLock<PathBuf> = OnceLock::new();
+    AGENT
+        .get_or_init(|| {
+            if let Ok(p) = std::env::var("COVE_GUEST_AGENT") {
+                return PathBuf::from(p);
+            }
+            let target = std::env::var("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|_| workspace_root().join("target"));
+            let path = target.join("x86_64-unknown-linux-gnu/debug/cove-guest-agent");
+            if !path.is_file() {
+                let status = std::process::Command::new("bash")
+                    .arg(workspace_root().join("scripts/build-guest-agent.sh"))
+                    .status()
+                    .expect("run scripts/build-guest-agent.sh");
+                assert!(status.success(), "building the guest agent failed");
+            }
+            path
+        })
+        .clone()
+}
+
+extern "C" fn cleanup_at_exit() {
+    if let Some(dir) = DATA_DIR.get() {
+        cleanup(dir);
+    }
+}
+
+/// Kills every container under `dir`'s runc root, unmounts sandbox root filesystems, removes
+/// `dir`.
+fn cleanup(dir: &Path) {
+    let root = dir.join("runc");
+    let out = std::process::Command::new("runc")
+        .arg("--root")
+        .arg(&root)
+        .args(["list", "-q"])
+        .output();
+    if let Ok(out) = out {
+        for id in String::from_utf8_lossy(&out.stdout).lines() {
+            let _ = std::process::Command::new("runc")
+                .arg("--root")
+                .arg(&root)
+                .args(["delete", "-f", id])
+                .output();
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir(dir.join("sandboxes")) {
+        for e in entries.flatten() {
+            let _ = std::process::Command::new("umount").arg("-l").arg(e.path().join("rootfs")).output();
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The server of this test binary (started on first call).
+pub fn server() -> &'static Server {
+    SERVER.get_or_init(|| {
+        let agent = guest_agent();
+        let data_dir = tempfile::Builder::new()
+            .prefix("cove-e2e-")
+            .tempdir()
+            .expect("temp data dir")
+            .keep();
+        let _ = DATA_DIR.set(data_dir.clone());
+        // SAFETY: registers a plain `extern "C"` function with no arguments; it only reads a
+        // OnceLock and runs commands, which is sound at exit.
+        unsafe {
+            libc::atexit(cleanup_at_exit);
+        }
+        let cache = std::env::var("COVE_TEST_CACHE_DIR")
+            .unwrap_or_else(|_| "/var/cache/cove/templates".to_string());
+        let cfg = cove_server::Config {
+            data_dir: data_dir.clone(),
+            listen: "127.0.0.1:0".parse().expect("addr"),
+            data_plane_listen: "127.0.0.1:0".parse().expect("addr"),
+            guest_agent: Some(agent),
+            cache_dir: Some(PathBuf::from(cache)),
+            runc: None,
+            public_data_plane_url: None,
+        };
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                if std::env::var("COVE_TEST_LOG").is_ok() {
+                    cove_server::init_tracing();
+                }
+                let running = cove_server::start(cfg).await.expect("server starts");
+                let token = running.new_admin_token.clone().expect("fresh admin token");
+                tx.send((running.api_addr, running.data_plane_addr, token)).expect("send");
+                std::future::pending::<()>().await;
+            });
+        });
+        let (api, dp, token) = rx.recv().expect("server address");
+        Server {
+            api_url: format!("http://{api}"),
+            data_plane_url: format!("http://{dp}"),
+            token,
+            data_dir,
+        }
+    })
+}
+
+/// A client of the shared server (one per test: clients are bound to the test's runtime).
+pub fn client() -> Client {
+    let s = server();
+    Client::new(&s.api_url, s.token.clone()).expect("client")
+}
+
+/// Makes sure `template` has a ready release (built once per test binary, from the cache).
+pub async fn ensure_template(client: &Client, template: &str) {
+    let mut built = BUILT.lock().await;
+    let built = built.get_or_insert_with(HashSet::new);
+    if built.contains(template) {
+        return;
+    }
+    let resp = client
+        .build_release(template, &BuildReleaseRequest::default())
+        .await
+        .expect("start build");
+    let op = client
+        .wait_operation(&resp.operation.id, Duration::from_secs(1800))
+        .await
+        .expect("build finishes");
+    assert_eq!(op.state, OperationState::Succeeded, "build of {template} failed: {:?}", op.error);
+    built.insert(template.to_string());
+}
+
+/// Creates a sandbox of `template` (with `req`'s other fields) and waits until it runs.
+pub async fn sandbox_with(client: &Client, template: &str, mut req: CreateSandboxRequest) -> String {
+    ensure_template(client, template).await;
+    req.template = Some(template.to_string());
+    let resp = client.create_sandbox(&req, None).await.expect("create");
+    let op = client
+        .wait_operation(&resp.operation.id, Duration::from_secs(120))
+        .await
+        .expect("create finishes");
+    assert_eq!(op.state, OperationState::Succeeded, "create failed: {:?}", op.error);
+    resp.sandbox.id
+}
+
+/// Creates a default sandbox of `template`.
+pub async fn sandbox(client: &Client, template: &str) -> String {
+    sandbox_with(client, template, CreateSandboxRequest::default()).await
+}
+
+/// Deletes a sandbox and waits for it.
+pub async fn delete(client: &Client, id: &str) {
+    let op = client.delete_sandbox(id).await.expect("delete");
+    let op = client.wait_operation(&op.id, Duration::from_secs(60)).await.expect("delete finishes");
+    assert_eq!(op.state, OperationState::Succeeded, "delete failed: {:?}", op.error);
+}
+
+/// Which stream a chunk came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// stdout.
+    Stdout,
+    /// stderr.
+    Stderr,
+}
+
+/// Everything a finished command produced.
+#[derive(Debug, Clone)]
+pub struct Output {
+    /// stdout bytes.
+    pub stdout: Vec<u8>,
+    /// stderr bytes.
+    pub stderr: Vec<u8>,
+    /// The exit event's command.
+    pub command: Command,
+    /// Each chunk with its arrival time (relative to the command's start request).
+    pub chunks: Vec<(Duration, Source, Bytes)>,
+    /// Time from the start request to the exit event.
+    pub elapsed: Duration,
+}
+
+impl Output {
+    /// stdout as text (lossy).
+    pub fn stdout_text(&self) -> String {
+        String::from_utf8_lossy(&self.stdout).into_owned()
+    }
+
+    /// stderr as text (lossy).
+    pub fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+}
+
+/// Reads an attachment from `offset` until the exit event.
+pub async fn collect(client: &Client, att: &Attachment, offset: u64, t0: Instant) -> Output {
+    let mut out = Output {
+        stdout: Vec::new(),
+        stderr: Vec::new(),
+        command: placeholder_command(),
+        chunks: Vec::new(),
+        elapsed: Duration::ZERO,
+    };
+    let mut events = Box::pin(client.attach(att, offset));
+    let mut exited = false;
+    while let Some(ev) = events.next().await {
+        match ev.expect("attach event") {
+            AttachEvent::Stdout { data, .. } => {
+                out.stdout.extend_from_slice(&data);
+                out.chunks.push((t0.elapsed(), Source::Stdout, data));
+            }
+            AttachEvent::Stderr { data, .. } => {
+                out.stderr.extend_from_slice(&data);
+                out.chunks.push((t0.elapsed(), Source::Stderr, data));
+            }
+            AttachEvent::Exit(cmd) => {
+                out.command = cmd;
+                exited = true;
+                break;
+            }
+        }
+    }
+    assert!(exited, "the output stream ended without an exit event");
+    out.elapsed = t0.elapsed();
+    out
+}
+
+fn placeholder_command() -> Command {
+    serde_json::from_value(serde_json::json!({
+        "id": "", "sandbox_id": "", "argv": [], "user": "", "cwd": "", "pid": 0,
+        "state": "running", "exit_code": null, "signal": null, "timed_out": false,
+        "truncated": false, "output_bytes": 0, "stdin_open": false,
+        "started_at": "1970-01-01T00:00:00Z", "ended_at": null
+    }))
+    .expect("placeholder command")
+}
+
+/// Runs `req` in `sandbox` and collects its output.
+pub async fn run(client: &Client, sandbox: &str, req: CreateCommandRequest) -> Output {
+    let t0 = Instant::now();
+    let resp = client.create_command(sandbox, &req).await.expect("create command");
+    collect(client, &resp.attachment, 0, t0).await
+}
+
+/// Runs a shell string in `sandbox` and collects its output.
+pub async fn sh(client: &Client, sandbox: &str, shell: &str) -> Output {
+    run(client, sandbox, CreateCommandRequest { shell: Some(shell.to_string()), ..Default::default() })
+        .await
+}
+
+/// Random bytes.
+pub fn random_bytes(n: usize) -> Vec<u8> {
+    use rand::RngCore;
+    let mut v = vec![0u8; n];
+    rand::thread_rng().fill_bytes(&mut v);
+    v
+}
+
+/// Hex SHA-256.
+pub fn sha256_hex(b: &[u8]) -> String {
+    use sha2::Digest;
+    format!("{:x}", sha2::Sha256::digest(b))
+}
