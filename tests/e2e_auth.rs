@@ -12,7 +12,11 @@ async fn error_of(resp: reqwest::Response) -> (u16, ErrorBody) {
         .map(str::to_string);
     let body: ErrorBody = resp.json().await.expect("JSON error body");
     assert!(!body.request_id.is_empty(), "error body has a request id");
-    assert_eq!(rid.as_deref(), Some(body.request_id.as_str()), "header and body agree");
+    assert_eq!(
+        rid.as_deref(),
+        Some(body.request_id.as_str()),
+        "header and body agree"
+    );
     (status, body)
 }
 
@@ -25,21 +29,38 @@ async fn management_api_needs_the_token() {
     let (status, body) = error_of(http.get(&url).send().await.expect("send")).await;
     assert_eq!((status, body.code), (401, ErrorCode::Unauthorized));
 
-    let wrong = http.get(&url).bearer_auth("cove_wrong").send().await.expect("send");
+    let wrong = http
+        .get(&url)
+        .bearer_auth("cove_wrong")
+        .send()
+        .await
+        .expect("send");
     let (status, body) = error_of(wrong).await;
     assert_eq!((status, body.code), (401, ErrorCode::Unauthorized));
 
-    let ok = http.get(&url).bearer_auth(&s.token).send().await.expect("send");
+    let ok = http
+        .get(&url)
+        .bearer_auth(&s.token)
+        .send()
+        .await
+        .expect("send");
     assert_eq!(ok.status().as_u16(), 200);
 
-    let health = http.get(format!("{}/healthz", s.api_url)).send().await.expect("send");
+    let health = http
+        .get(format!("{}/healthz", s.api_url))
+        .send()
+        .await
+        .expect("send");
     assert_eq!(health.status().as_u16(), 200);
 
     let token_file = s.data_dir.join("admin.token");
     let meta = std::fs::metadata(&token_file).expect("token file");
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
-    assert_eq!(std::fs::read_to_string(&token_file).expect("read").trim(), s.token);
+    assert_eq!(
+        std::fs::read_to_string(&token_file).expect("read").trim(),
+        s.token
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -47,28 +68,57 @@ async fn attachment_tokens_are_scoped_to_one_command() {
     let c = client();
     let s = server();
     let id = sandbox(&c, "tiny").await;
-    let start = |shell: &str| CreateCommandRequest { shell: Some(shell.into()), ..Default::default() };
-    let a = c.create_command(&id, &start("echo secret-a")).await.expect("a");
-    let b = c.create_command(&id, &start("echo secret-b")).await.expect("b");
+    let start = |shell: &str| CreateCommandRequest {
+        shell: Some(shell.into()),
+        ..Default::default()
+    };
+    let a = c
+        .create_command(&id, &start("echo secret-a"))
+        .await
+        .expect("a");
+    let b = c
+        .create_command(&id, &start("echo secret-b"))
+        .await
+        .expect("b");
     let http = reqwest::Client::new();
 
     // B's URL with A's token: refused.
-    let resp = http.get(&b.attachment.url).bearer_auth(&a.attachment.token).send().await.expect("send");
+    let resp = http
+        .get(&b.attachment.url)
+        .bearer_auth(&a.attachment.token)
+        .send()
+        .await
+        .expect("send");
     let (status, body) = error_of(resp).await;
     assert_eq!((status, body.code), (401, ErrorCode::Unauthorized));
     // No token: refused. The management token is not an attachment token either.
     let resp = http.get(&a.attachment.url).send().await.expect("send");
     assert_eq!(resp.status().as_u16(), 401);
-    let resp = http.get(&a.attachment.url).bearer_auth(&s.token).send().await.expect("send");
+    let resp = http
+        .get(&a.attachment.url)
+        .bearer_auth(&s.token)
+        .send()
+        .await
+        .expect("send");
     assert_eq!(resp.status().as_u16(), 401);
     // Its own token works.
-    let resp = http.get(&a.attachment.url).bearer_auth(&a.attachment.token).send().await.expect("send");
+    let resp = http
+        .get(&a.attachment.url)
+        .bearer_auth(&a.attachment.token)
+        .send()
+        .await
+        .expect("send");
     assert_eq!(resp.status().as_u16(), 200);
     drop(resp);
 
     // A new attachment revokes the old token.
     let renewed = c.new_attachment(&id, &a.command.id).await.expect("renew");
-    let resp = http.get(&a.attachment.url).bearer_auth(&a.attachment.token).send().await.expect("send");
+    let resp = http
+        .get(&a.attachment.url)
+        .bearer_auth(&a.attachment.token)
+        .send()
+        .await
+        .expect("send");
     assert_eq!(resp.status().as_u16(), 401);
     let out = cove_e2e::collect(&c, &renewed, 0, std::time::Instant::now()).await;
     assert_eq!(out.stdout_text(), "secret-a\n");
@@ -90,9 +140,19 @@ async fn caller_errors_are_4xx_with_codes() {
             .send()
     };
 
-    let (st, b) = error_of(post("/v1/sandboxes".into(), "{not json").await.expect("send")).await;
+    let (st, b) = error_of(
+        post("/v1/sandboxes".into(), "{not json")
+            .await
+            .expect("send"),
+    )
+    .await;
     assert_eq!((st, b.code), (400, ErrorCode::InvalidArgument));
-    let (st, b) = error_of(post("/v1/sandboxes".into(), r#"{"timeout": -1}"#).await.expect("send")).await;
+    let (st, b) = error_of(
+        post("/v1/sandboxes".into(), r#"{"timeout": -1}"#)
+            .await
+            .expect("send"),
+    )
+    .await;
     assert_eq!((st, b.code), (400, ErrorCode::InvalidArgument));
     assert!(b.message.contains("timeout"), "{}", b.message);
     let body = r#"{"template":"tiny","resources":{"vcpus":-1}}"#;
@@ -101,7 +161,12 @@ async fn caller_errors_are_4xx_with_codes() {
     assert!(b.message.contains("resources.vcpus"), "{}", b.message);
 
     let cmds = format!("/v1/sandboxes/{id}/commands");
-    let (st, b) = error_of(post(cmds.clone(), r#"{"shell":"true","timeout_s":-1}"#).await.expect("send")).await;
+    let (st, b) = error_of(
+        post(cmds.clone(), r#"{"shell":"true","timeout_s":-1}"#)
+            .await
+            .expect("send"),
+    )
+    .await;
     assert_eq!((st, b.code), (400, ErrorCode::InvalidArgument));
     let (st, _) = error_of(post(cmds.clone(), r#"{}"#).await.expect("send")).await;
     assert_eq!(st, 400);

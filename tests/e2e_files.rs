@@ -11,9 +11,17 @@ async fn uploads_and_downloads_are_byte_exact() {
     for size in [0usize, 1, 18431, 18433, 1 << 20, (1 << 20) + 1, 64 << 20] {
         let data = random_bytes(size);
         let path = format!("/tmp/up/f_{size}");
-        let info = c.upload(&id, &path, data.clone(), &UploadOptions::default()).await.expect("upload");
+        let info = c
+            .upload(&id, &path, data.clone(), &UploadOptions::default())
+            .await
+            .expect("upload");
         assert_eq!(info.size, size as u64);
-        let o = sh(&c, &id, &format!("stat -c %s {path}; sha256sum {path} | cut -d' ' -f1")).await;
+        let o = sh(
+            &c,
+            &id,
+            &format!("stat -c %s {path}; sha256sum {path} | cut -d' ' -f1"),
+        )
+        .await;
         assert_eq!(o.stdout_text(), format!("{size}\n{}\n", sha256_hex(&data)));
         let back: Vec<u8> = c
             .download(&id, &path, &DownloadOptions::default())
@@ -26,7 +34,12 @@ async fn uploads_and_downloads_are_byte_exact() {
         assert_eq!(back.len(), size);
         assert!(back == data, "download of {size} bytes differs");
     }
-    sh(&c, &id, ": > /tmp/empty; printf '\\000\\377\\376\\200' > /tmp/bin").await;
+    sh(
+        &c,
+        &id,
+        ": > /tmp/empty; printf '\\000\\377\\376\\200' > /tmp/bin",
+    )
+    .await;
     let read = |p: &'static str| {
         let c = c.clone();
         let id = id.clone();
@@ -43,7 +56,15 @@ async fn uploads_and_downloads_are_byte_exact() {
     assert!(read("/tmp/empty").await.is_empty());
     assert_eq!(read("/tmp/bin").await, vec![0x00, 0xFF, 0xFE, 0x80]);
     let ranged: Vec<u8> = c
-        .download(&id, "/tmp/bin", &DownloadOptions { offset: Some(1), length: Some(2), ..Default::default() })
+        .download(
+            &id,
+            "/tmp/bin",
+            &DownloadOptions {
+                offset: Some(1),
+                length: Some(2),
+                ..Default::default()
+            },
+        )
         .await
         .expect("download")
         .map_ok(|b| b.to_vec())
@@ -51,7 +72,11 @@ async fn uploads_and_downloads_are_byte_exact() {
         .await
         .expect("bytes");
     assert_eq!(ranged, vec![0xFF, 0xFE]);
-    let err = c.download(&id, "/tmp/no-such-file", &DownloadOptions::default()).await.err().expect("404");
+    let err = c
+        .download(&id, "/tmp/no-such-file", &DownloadOptions::default())
+        .await
+        .err()
+        .expect("404");
     assert_eq!(err.status(), Some(404));
     delete(&c, &id).await;
 }

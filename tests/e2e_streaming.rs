@@ -23,7 +23,11 @@ async fn output_is_live_and_resumable() {
     let (first_at, src, first) = out.chunks.first().cloned().expect("a chunk");
     assert_eq!(src, Source::Stdout);
     assert!(first.starts_with(b"line-1\n"), "{first:?}");
-    assert!(out.elapsed >= Duration::from_millis(1800), "ran {:?}", out.elapsed);
+    assert!(
+        out.elapsed >= Duration::from_millis(1800),
+        "ran {:?}",
+        out.elapsed
+    );
     assert!(
         first_at + Duration::from_millis(1000) < out.elapsed,
         "first line at {first_at:?}, exit at {:?}",

@@ -42,7 +42,10 @@ static DATA_DIR: OnceLock<PathBuf> = OnceLock::new();
 static BUILT: tokio::sync::Mutex<Option<HashSet<String>>> = tokio::sync::Mutex::const_new(None);
 
 fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
 }
 
 /// The guest agent binary, built once if needed.
@@ -95,7 +98,10 @@ fn cleanup(dir: &Path) {
     }
     if let Ok(entries) = std::fs::read_dir(dir.join("sandboxes")) {
         for e in entries.flatten() {
-            let _ = std::process::Command::new("umount").arg("-l").arg(e.path().join("rootfs")).output();
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(e.path().join("rootfs"))
+                .output();
         }
     }
     let _ = std::fs::remove_dir_all(dir);
@@ -140,7 +146,8 @@ pub fn server() -> &'static Server {
                 }
                 let running = cove_server::start(cfg).await.expect("server starts");
                 let token = running.new_admin_token.clone().expect("fresh admin token");
-                tx.send((running.api_addr, running.data_plane_addr, token)).expect("send");
+                tx.send((running.api_addr, running.data_plane_addr, token))
+                    .expect("send");
                 std::future::pending::<()>().await;
             });
         });
@@ -175,12 +182,21 @@ pub async fn ensure_template(client: &Client, template: &str) {
         .wait_operation(&resp.operation.id, Duration::from_secs(1800))
         .await
         .expect("build finishes");
-    assert_eq!(op.state, OperationState::Succeeded, "build of {template} failed: {:?}", op.error);
+    assert_eq!(
+        op.state,
+        OperationState::Succeeded,
+        "build of {template} failed: {:?}",
+        op.error
+    );
     built.insert(template.to_string());
 }
 
 /// Creates a sandbox of `template` (with `req`'s other fields) and waits until it runs.
-pub async fn sandbox_with(client: &Client, template: &str, mut req: CreateSandboxRequest) -> String {
+pub async fn sandbox_with(
+    client: &Client,
+    template: &str,
+    mut req: CreateSandboxRequest,
+) -> String {
     ensure_template(client, template).await;
     req.template = Some(template.to_string());
     let resp = client.create_sandbox(&req, None).await.expect("create");
@@ -188,7 +204,12 @@ pub async fn sandbox_with(client: &Client, template: &str, mut req: CreateSandbo
         .wait_operation(&resp.operation.id, Duration::from_secs(120))
         .await
         .expect("create finishes");
-    assert_eq!(op.state, OperationState::Succeeded, "create failed: {:?}", op.error);
+    assert_eq!(
+        op.state,
+        OperationState::Succeeded,
+        "create failed: {:?}",
+        op.error
+    );
     resp.sandbox.id
 }
 
@@ -200,8 +221,16 @@ pub async fn sandbox(client: &Client, template: &str) -> String {
 /// Deletes a sandbox and waits for it.
 pub async fn delete(client: &Client, id: &str) {
     let op = client.delete_sandbox(id).await.expect("delete");
-    let op = client.wait_operation(&op.id, Duration::from_secs(60)).await.expect("delete finishes");
-    assert_eq!(op.state, OperationState::Succeeded, "delete failed: {:?}", op.error);
+    let op = client
+        .wait_operation(&op.id, Duration::from_secs(60))
+        .await
+        .expect("delete finishes");
+    assert_eq!(
+        op.state,
+        OperationState::Succeeded,
+        "delete failed: {:?}",
+        op.error
+    );
 }
 
 /// Which stream a chunk came from.
@@ -286,14 +315,24 @@ fn placeholder_command() -> Command {
 /// Runs `req` in `sandbox` and collects its output.
 pub async fn run(client: &Client, sandbox: &str, req: CreateCommandRequest) -> Output {
     let t0 = Instant::now();
-    let resp = client.create_command(sandbox, &req).await.expect("create command");
+    let resp = client
+        .create_command(sandbox, &req)
+        .await
+        .expect("create command");
     collect(client, &resp.attachment, 0, t0).await
 }
 
 /// Runs a shell string in `sandbox` and collects its output.
 pub async fn sh(client: &Client, sandbox: &str, shell: &str) -> Output {
-    run(client, sandbox, CreateCommandRequest { shell: Some(shell.to_string()), ..Default::default() })
-        .await
+    run(
+        client,
+        sandbox,
+        CreateCommandRequest {
+            shell: Some(shell.to_string()),
+            ..Default::default()
+        },
+    )
+    .await
 }
 
 /// Random bytes.

@@ -83,6 +83,8 @@ error_codes! {
     Unavailable = "unavailable" => 503,
     /// An operation exceeded its deadline.
     DeadlineExceeded = "deadline_exceeded" => 504,
+    /// The operation was cancelled by request (the code of a `cancelled` operation's `error`).
+    Cancelled = "cancelled" => 409,
     /// A server bug or an unexpected failure; details are in the server log under the request id.
     Internal = "internal" => 500,
 }

@@ -8,6 +8,7 @@
 mod command;
 mod error;
 mod file;
+mod lifecycle;
 mod operation;
 mod sandbox;
 mod template;
@@ -15,6 +16,7 @@ mod template;
 pub use command::*;
 pub use error::*;
 pub use file::*;
+pub use lifecycle::*;
 pub use operation::*;
 pub use sandbox::*;
 pub use template::*;

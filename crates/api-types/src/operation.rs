@@ -15,6 +15,14 @@ pub enum OperationKind {
     DeleteSandbox,
     /// Build a new release of a template.
     BuildRelease,
+    /// Freeze a running sandbox.
+    PauseSandbox,
+    /// Thaw a paused sandbox.
+    ResumeSandbox,
+    /// Save a sandbox to the snapshot store and release its node resources.
+    SuspendSandbox,
+    /// Restore a suspended sandbox and start it.
+    WakeSandbox,
 }
 
 impl OperationKind {
@@ -24,6 +32,10 @@ impl OperationKind {
             OperationKind::CreateSandbox => "create_sandbox",
             OperationKind::DeleteSandbox => "delete_sandbox",
             OperationKind::BuildRelease => "build_release",
+            OperationKind::PauseSandbox => "pause_sandbox",
+            OperationKind::ResumeSandbox => "resume_sandbox",
+            OperationKind::SuspendSandbox => "suspend_sandbox",
+            OperationKind::WakeSandbox => "wake_sandbox",
         }
     }
 
@@ -33,6 +45,10 @@ impl OperationKind {
             "create_sandbox" => OperationKind::CreateSandbox,
             "delete_sandbox" => OperationKind::DeleteSandbox,
             "build_release" => OperationKind::BuildRelease,
+            "pause_sandbox" => OperationKind::PauseSandbox,
+            "resume_sandbox" => OperationKind::ResumeSandbox,
+            "suspend_sandbox" => OperationKind::SuspendSandbox,
+            "wake_sandbox" => OperationKind::WakeSandbox,
             _ => return None,
         })
     }
@@ -80,7 +96,10 @@ impl OperationState {
 
     /// Whether the operation has ended.
     pub fn is_final(self) -> bool {
-        matches!(self, OperationState::Succeeded | OperationState::Failed | OperationState::Cancelled)
+        matches!(
+            self,
+            OperationState::Succeeded | OperationState::Failed | OperationState::Cancelled
+        )
     }
 }
 

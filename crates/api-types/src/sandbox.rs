@@ -77,7 +77,11 @@ pub struct Resources {
 
 impl Default for Resources {
     fn default() -> Self {
-        Resources { vcpus: 1, memory_mib: 512, pids_max: 1024 }
+        Resources {
+            vcpus: 1,
+            memory_mib: 512,
+            pids_max: 1024,
+        }
     }
 }
 
@@ -119,6 +123,14 @@ pub struct CreateSandboxRequest {
     /// Default user of commands (default: the template's, `user` in `base`).
     #[serde(default)]
     pub user: Option<String>,
+    /// Suspend the sandbox after this many seconds without command activity or API access
+    /// (default 21600 = 6 h; 0 = never). A command that is still running counts as activity.
+    #[serde(default)]
+    pub idle_timeout_s: Option<u64>,
+    /// Delete the sandbox this many seconds after its creation, whatever its state (default:
+    /// never).
+    #[serde(default)]
+    pub ttl_s: Option<u64>,
 }
 
 /// A sandbox.
@@ -150,6 +162,21 @@ pub struct Sandbox {
     pub created_at: DateTime<Utc>,
     /// Last state change.
     pub updated_at: DateTime<Utc>,
+    /// Seconds without activity after which the sandbox is suspended (0 = never).
+    #[serde(default)]
+    pub idle_timeout_s: u64,
+    /// Seconds after creation at which the sandbox is deleted (`None` = never).
+    #[serde(default)]
+    pub ttl_s: Option<u64>,
+    /// Last command activity or API access (flushed from memory every few seconds, so it may lag
+    /// by that much).
+    #[serde(default)]
+    pub last_activity_at: Option<DateTime<Utc>>,
+    /// After a `wake`: whether process memory was restored (`false` on runc, where waking
+    /// restarts the sandbox from its saved files and the commands from before the suspend are
+    /// gone). `None` until the sandbox is first woken.
+    #[serde(default)]
+    pub memory_restored: Option<bool>,
 }
 
 /// `202` answer of `POST /v1/sandboxes`.

@@ -30,13 +30,17 @@
 //! - [`attach`]: the data plane: output as a resumable stream of events, stdin.
 //! - [`files`]: streamed upload and download.
 //! - [`templates`]: list, get, build a release.
-//! - [`operations`]: get, wait until final, follow a build's log.
+//! - [`operations`]: get, wait until final, follow a build's log, cancel, list.
+//! - [`lifecycle`]: pause, resume, suspend, wake a sandbox; runtime capabilities.
+//! - [`events`]: the lifecycle event stream.
 //! - [`error`]: [`ClientError`], API errors apart from transport errors.
 
 pub mod attach;
 pub mod commands;
 pub mod error;
+pub mod events;
 pub mod files;
+pub mod lifecycle;
 pub mod operations;
 pub mod sandboxes;
 mod sse;

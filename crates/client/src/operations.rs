@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use cove_api_types::{Operation, OperationLogEvent};
+use cove_api_types::{Operation, OperationList, OperationLogEvent};
 use futures::{Stream, StreamExt};
 use reqwest::Method;
 use tokio::time::Instant;
@@ -18,6 +18,35 @@ impl Client {
     pub async fn get_operation(&self, id: &str) -> Result<Operation> {
         self.json(self.request(Method::GET, self.url(&["v1", "operations", id])))
             .await
+    }
+
+    /// `POST /v1/operations/{id}/cancel`: asks the operation to stop. It ends `cancelled` if it
+    /// had not finished (a cancelled create leaves nothing behind); a finished operation is
+    /// returned unchanged. Returns the operation as it is after the request.
+    pub async fn cancel_operation(&self, id: &str) -> Result<Operation> {
+        let url = self.url(&["v1", "operations", id, "cancel"]);
+        self.json(self.request(Method::POST, url)).await
+    }
+
+    /// `GET /v1/operations?sandbox_id=&limit=`: recent operations, newest first (of one sandbox
+    /// when `sandbox_id` is given; `limit` defaults to 50, at most 500).
+    pub async fn list_operations(
+        &self,
+        sandbox_id: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<Vec<Operation>> {
+        let mut query: Vec<(&str, String)> = Vec::new();
+        if let Some(id) = sandbox_id {
+            query.push(("sandbox_id", id.to_owned()));
+        }
+        if let Some(limit) = limit {
+            query.push(("limit", limit.to_string()));
+        }
+        let request = self
+            .request(Method::GET, self.url(&["v1", "operations"]))
+            .query(&query);
+        let list: OperationList = self.json(request).await?;
+        Ok(list.operations)
     }
 
     /// `GET /v1/operations/{id}?wait=`: long-polls until the operation is final or `wait` (at

@@ -13,7 +13,10 @@ pub const TOKEN_PREFIX: &str = "cove_";
 pub fn new_token() -> String {
     let mut raw = [0u8; 32];
     rand::thread_rng().fill_bytes(&mut raw);
-    format!("{TOKEN_PREFIX}{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw))
+    format!(
+        "{TOKEN_PREFIX}{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(raw)
+    )
 }
 
 /// Hex SHA-256 of a token.
@@ -29,7 +32,9 @@ impl ControlPlane {
             return Ok(None);
         }
         let token = new_token();
-        self.store().insert_token("admin", "admin", &hash_token(&token)).await?;
+        self.store()
+            .insert_token("admin", "admin", &hash_token(&token))
+            .await?;
         Ok(Some(token))
     }
 

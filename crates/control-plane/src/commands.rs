@@ -52,7 +52,9 @@ impl ControlPlane {
                 }
                 Program::Shell(shell)
             }
-            _ => return Err(InvalidInput::new("argv", "give exactly one of argv and shell").into()),
+            _ => {
+                return Err(InvalidInput::new("argv", "give exactly one of argv and shell").into())
+            }
         };
         if req.pty {
             return Err(ServiceError::NotImplemented(
@@ -125,10 +127,16 @@ impl ControlPlane {
         }
     }
 
-    async fn command_record(&self, sandbox_id: &str, cid: &str) -> Result<CommandRecord, ServiceError> {
+    async fn command_record(
+        &self,
+        sandbox_id: &str,
+        cid: &str,
+    ) -> Result<CommandRecord, ServiceError> {
         match self.store().get_command(cid).await {
             Ok(r) if r.sandbox_id == sandbox_id => Ok(r),
-            Ok(_) | Err(StoreError::NotFound) => Err(ServiceError::CommandNotFound(cid.to_string())),
+            Ok(_) | Err(StoreError::NotFound) => {
+                Err(ServiceError::CommandNotFound(cid.to_string()))
+            }
             Err(e) => Err(e.into()),
         }
     }
@@ -170,7 +178,9 @@ impl ControlPlane {
             .commands(sandbox_id)
             .await
             .map_err(|e| from_node(e, sandbox_id, Subject::Command, "commands"))?;
-        Ok(CommandList { commands: infos.into_iter().map(|i| to_api(sandbox_id, i)).collect() })
+        Ok(CommandList {
+            commands: infos.into_iter().map(|i| to_api(sandbox_id, i)).collect(),
+        })
     }
 
     /// Delivers a signal as-is to the command's process group.
@@ -213,24 +223,37 @@ impl ControlPlane {
     }
 
     /// Issues a new attachment token for a command; the previous one stops working.
-    pub async fn new_attachment(&self, sandbox_id: &str, cid: &str) -> Result<Attachment, ServiceError> {
+    pub async fn new_attachment(
+        &self,
+        sandbox_id: &str,
+        cid: &str,
+    ) -> Result<Attachment, ServiceError> {
         self.get_sandbox(sandbox_id).await?;
         self.command_record(sandbox_id, cid).await?;
         let token = new_token();
         let expires_at = self.attachment_expiry();
-        self.store().set_attachment(cid, &hash_token(&token), expires_at).await?;
+        self.store()
+            .set_attachment(cid, &hash_token(&token), expires_at)
+            .await?;
         Ok(self.attachment(cid, token, expires_at))
     }
 
     /// Checks a data-plane token for command `cid`; returns the command's sandbox id.
-    pub async fn authorize_attachment(&self, cid: &str, token: &str) -> Result<String, ServiceError> {
+    pub async fn authorize_attachment(
+        &self,
+        cid: &str,
+        token: &str,
+    ) -> Result<String, ServiceError> {
         let denied = || ServiceError::Unauthorized("invalid or expired attachment token".into());
         let record = match self.store().get_command(cid).await {
             Ok(r) => r,
             Err(StoreError::NotFound) => return Err(denied()),
             Err(e) => return Err(e.into()),
         };
-        let ok = constant_time_eq(record.attachment_token_hash.as_bytes(), hash_token(token).as_bytes());
+        let ok = constant_time_eq(
+            record.attachment_token_hash.as_bytes(),
+            hash_token(token).as_bytes(),
+        );
         if !ok || record.attachment_expires_at < Utc::now() {
             return Err(denied());
         }
@@ -243,7 +266,9 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 fn ms_to_time(ms: u64) -> DateTime<Utc> {
-    Utc.timestamp_millis_opt(ms as i64).single().unwrap_or_default()
+    Utc.timestamp_millis_opt(ms as i64)
+        .single()
+        .unwrap_or_default()
 }
 
 /// Converts the guest's view of a command to the API's.

@@ -75,6 +75,9 @@ pub enum ServiceError {
     /// Agent or node unreachable.
     #[error("{0}")]
     Unavailable(String),
+    /// The operation was cancelled (by request, or at its deadline).
+    #[error("{0}")]
+    Cancelled(String),
     /// A bug or unexpected failure (logged with detail; clients see a generic message).
     #[error("{0}")]
     Internal(String),
@@ -103,6 +106,7 @@ impl ServiceError {
             NotImplemented(_) => ErrorCode::NotImplemented,
             Unauthorized(_) => ErrorCode::Unauthorized,
             Unavailable(_) => ErrorCode::Unavailable,
+            Cancelled(_) => ErrorCode::Cancelled,
             Internal(_) => ErrorCode::Internal,
         }
     }
@@ -138,15 +142,15 @@ pub enum Subject {
 /// Maps a node error for a call on `sandbox_id` about `subject`.
 pub fn from_node(e: NodeError, sandbox_id: &str, subject: Subject, what: &str) -> ServiceError {
     match e {
-        NodeError::SandboxNotFound(_) => ServiceError::Unavailable(format!(
-            "sandbox {sandbox_id} is not present on its node"
-        )),
+        NodeError::SandboxNotFound(_) => {
+            ServiceError::Unavailable(format!("sandbox {sandbox_id} is not present on its node"))
+        }
         NodeError::ReleaseNotFound(m) => ServiceError::ReleaseNotFound(m),
         NodeError::Guest { code, message } => from_guest(code, message, subject, what),
         NodeError::AgentUnavailable(m) => {
             ServiceError::Unavailable(format!("sandbox {sandbox_id} does not answer: {m}"))
         }
-        NodeError::Cancelled => ServiceError::FailedPrecondition("cancelled".into()),
+        NodeError::Cancelled => ServiceError::Cancelled("cancelled".into()),
         e @ (NodeError::Runtime(_) | NodeError::Build(_) | NodeError::Internal(_)) => {
             ServiceError::Internal(e.to_string())
         }
@@ -161,14 +165,18 @@ fn from_guest(code: GuestErrorCode, message: String, subject: Subject, what: &st
             Subject::File => ServiceError::FileNotFound(message),
             Subject::Spawn => ServiceError::Invalid(InvalidInput::new("cwd", message)),
         },
-        G::InvalidArgument | G::WrongType => ServiceError::Invalid(InvalidInput::new(what, message)),
+        G::InvalidArgument | G::WrongType => {
+            ServiceError::Invalid(InvalidInput::new(what, message))
+        }
         G::UnknownUser => ServiceError::Invalid(InvalidInput::new("user", message)),
         G::AlreadyExists => ServiceError::AlreadyExists(message),
         G::PermissionDenied => ServiceError::PermissionDenied(message),
         G::FailedPrecondition => ServiceError::FailedPrecondition(message),
         G::NoSpace => ServiceError::NoSpace(message),
         G::TooLarge => ServiceError::TooLarge(message),
-        G::SpawnFailed => ServiceError::Unavailable(format!("could not start the process: {message}")),
+        G::SpawnFailed => {
+            ServiceError::Unavailable(format!("could not start the process: {message}"))
+        }
         G::UnsupportedVersion | G::Protocol | G::Internal => {
             ServiceError::Internal(format!("guest: {message}"))
         }

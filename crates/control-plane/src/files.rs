@@ -110,7 +110,12 @@ pub(crate) fn to_api(i: cove_node_api::FileInfo) -> FileInfo {
         mode: i.mode,
         owner: i.owner,
         group: i.group,
-        mtime: chrono::Utc.timestamp_millis_opt(i.mtime_ms).single().unwrap_or_default(),
-        symlink_target: i.symlink_target.map(|t| String::from_utf8_lossy(&t.0).into_owned()),
+        mtime: chrono::Utc
+            .timestamp_millis_opt(i.mtime_ms)
+            .single()
+            .unwrap_or_default(),
+        symlink_target: i
+            .symlink_target
+            .map(|t| String::from_utf8_lossy(&t.0).into_owned()),
     }
 }

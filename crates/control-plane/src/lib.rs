@@ -11,18 +11,24 @@ use std::time::Duration;
 use cove_node_api::NodeApi;
 use cove_store::Store;
 
+mod activity;
 pub mod auth;
 mod commands;
+mod controller;
 pub mod error;
+mod events;
 mod files;
 pub mod http;
+mod lifecycle;
 pub mod operations;
 mod reconcile;
 mod sandboxes;
 mod templates;
 
+pub use controller::Controller;
 pub use error::ServiceError;
 pub use files::{ReadFileQuery, WriteFileQuery};
+pub use lifecycle::LifecycleVerb;
 pub use operations::Operations;
 
 /// Settings of the control plane.
@@ -34,6 +40,28 @@ pub struct ControlPlaneConfig {
     pub attachment_ttl: Duration,
     /// Name of the runtime sandboxes run on (`runc`).
     pub runtime: String,
+    /// How often the controller loop runs: activity flush, idle suspends, TTL deletes, purge
+    /// (default 5 s; tests use ~250 ms).
+    pub controller_interval: Duration,
+    /// How often the running server re-checks desired against actual state (default 30 s).
+    pub reconcile_interval: Duration,
+    /// How long finished operations, their logs, and events are kept (default 7 days).
+    pub retention: Duration,
+}
+
+impl ControlPlaneConfig {
+    /// Defaults for everything but the data-plane URL: 1 h attachment tokens, `runc`, the
+    /// controller every 5 s, reconciliation every 30 s, 7 days of retention.
+    pub fn new(data_plane_url: impl Into<String>) -> Self {
+        ControlPlaneConfig {
+            data_plane_url: data_plane_url.into(),
+            attachment_ttl: Duration::from_secs(3600),
+            runtime: "runc".into(),
+            controller_interval: Duration::from_secs(5),
+            reconcile_interval: Duration::from_secs(30),
+            retention: operations::DEFAULT_RETENTION,
+        }
+    }
 }
 
 /// The control plane's services; cheap to clone.
@@ -49,6 +77,10 @@ struct Inner {
     cfg: ControlPlaneConfig,
     /// One lifecycle lock per sandbox: its operations run one at a time.
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Lifecycle events: change notifications for `GET /v1/events`.
+    events: events::Events,
+    /// Last activity per sandbox, flushed to the store by the controller.
+    activity: activity::Activity,
 }
 
 impl ControlPlane {
@@ -56,7 +88,15 @@ impl ControlPlane {
     pub fn new(store: Store, node: Arc<dyn NodeApi>, cfg: ControlPlaneConfig) -> Self {
         let ops = Operations::new(store.clone());
         ControlPlane {
-            inner: Arc::new(Inner { store, node, ops, cfg, locks: Mutex::new(HashMap::new()) }),
+            inner: Arc::new(Inner {
+                events: events::Events::new(store.clone()),
+                store,
+                node,
+                ops,
+                cfg,
+                locks: Mutex::new(HashMap::new()),
+                activity: activity::Activity::default(),
+            }),
         }
     }
 

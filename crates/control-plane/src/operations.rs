@@ -1,13 +1,16 @@
 //! Operations: creation with idempotency, a runner with deadlines, long-polling and build logs.
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::Utc;
-use cove_api_types::{Operation, OperationError, OperationKind, OperationState};
+use chrono::{DateTime, Utc};
+use cove_api_types::{ErrorCode, Operation, OperationError, OperationKind, OperationState};
 use cove_store::{NewOperation, OperationUpdate, Store, StoreError};
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
 
 use crate::error::ServiceError;
@@ -18,12 +21,55 @@ pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(30 * 60);
 /// Longest accepted `?wait=` of a long-poll (60 s).
 pub const MAX_WAIT: Duration = Duration::from_secs(60);
 
+/// Longest deadline a request may ask for (`deadline_s`, 24 h).
+pub const MAX_DEADLINE: Duration = Duration::from_secs(24 * 3600);
+
+/// How long finished operations (and their logs) and lifecycle events are kept before the
+/// controller purges them (7 days), unless the server is configured otherwise.
+pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// How long cooperative work has, after its deadline passed and it was told to stop, to reach a
+/// point where it can stop cleanly (30 s); then it is dropped.
+const DEADLINE_GRACE: Duration = Duration::from_secs(30);
+
+/// How long `cancel` waits for the operation to end before answering (10 s).
+const CANCEL_WAIT: Duration = Duration::from_secs(10);
+
+/// The deadline of an operation that starts now: `deadline_s` seconds (1 to 86400), or the
+/// default of 30 min.
+pub fn deadline_from(deadline_s: Option<u64>) -> Result<DateTime<Utc>, ServiceError> {
+    let d = match deadline_s {
+        None => DEFAULT_DEADLINE,
+        Some(0) => {
+            return Err(cove_domain::InvalidInput::new("deadline_s", "must be at least 1").into())
+        }
+        Some(s) if Duration::from_secs(s) > MAX_DEADLINE => {
+            return Err(
+                cove_domain::InvalidInput::new("deadline_s", "must be at most 86400").into(),
+            )
+        }
+        Some(s) => Duration::from_secs(s),
+    };
+    Ok(Utc::now() + chrono::Duration::from_std(d).unwrap_or(chrono::Duration::minutes(30)))
+}
+
+/// How an operation's work reacts to a cancel request or its deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    /// The work is dropped where it is (it must clean up on drop).
+    Drop,
+    /// The work is told through its token and ends itself at a safe point.
+    Cooperative,
+}
+
 /// The operation service. Every change of any operation bumps a version counter that long-polls
 /// and log streams wait on, so waiting costs no polling of the store.
 #[derive(Clone)]
 pub struct Operations {
     store: Store,
     changed: watch::Sender<u64>,
+    /// Cancel tokens of the operations this process runs.
+    running: Arc<Mutex<HashMap<String, (OperationKind, CancellationToken)>>>,
 }
 
 /// Hash of an idempotent request: its kind and canonical JSON body.
@@ -45,7 +91,11 @@ pub enum Begun {
 impl Operations {
     /// A service over `store`.
     pub fn new(store: Store) -> Self {
-        Operations { store, changed: watch::channel(0).0 }
+        Operations {
+            store,
+            changed: watch::channel(0).0,
+            running: Arc::default(),
+        }
     }
 
     fn bump(&self) {
@@ -56,7 +106,10 @@ impl Operations {
     /// earlier operation; the same key with another body is `IdempotencyMismatch`.
     pub async fn begin(&self, op: NewOperation) -> Result<Begun, ServiceError> {
         if let Some(key) = &op.idempotency_key {
-            if let Some(found) = self.replay(op.kind, key, op.request_hash.as_deref()).await? {
+            if let Some(found) = self
+                .replay(op.kind, key, op.request_hash.as_deref())
+                .await?
+            {
                 return Ok(Begun::Replayed(found));
             }
         }
@@ -68,7 +121,10 @@ impl Operations {
             // Lost a race with a concurrent request carrying the same key.
             Err(StoreError::Conflict(_)) if op.idempotency_key.is_some() => {
                 let key = op.idempotency_key.as_deref().unwrap_or_default();
-                match self.replay(op.kind, key, op.request_hash.as_deref()).await? {
+                match self
+                    .replay(op.kind, key, op.request_hash.as_deref())
+                    .await?
+                {
                     Some(found) => Ok(Begun::Replayed(found)),
                     None => Err(ServiceError::Internal("idempotency key conflict".into())),
                 }
@@ -92,12 +148,37 @@ impl Operations {
 
     /// Runs `work` for operation `op` in the background: `running`, then `succeeded`, or
     /// `failed` with the error's code, or `failed` with `deadline_exceeded` at the deadline.
+    /// A cancel request or the deadline drops `work` where it is.
     pub fn run<F>(&self, op: &Operation, work: F)
     where
         F: Future<Output = Result<(), ServiceError>> + Send + 'static,
     {
+        self.spawn(op, Stop::Drop, |_| work);
+    }
+
+    /// Like [`Operations::run`], but `work` is given a token that fires on a cancel request or
+    /// at the deadline, and stops by itself at a safe point (returning
+    /// [`ServiceError::Cancelled`]); it is dropped only if it has not stopped 30 s after its
+    /// deadline. A cancelled operation ends `cancelled`.
+    pub fn run_cancellable<F, Fut>(&self, op: &Operation, work: F)
+    where
+        F: FnOnce(CancellationToken) -> Fut,
+        Fut: Future<Output = Result<(), ServiceError>> + Send + 'static,
+    {
+        self.spawn(op, Stop::Cooperative, work);
+    }
+
+    fn spawn<F, Fut>(&self, op: &Operation, stop: Stop, work: F)
+    where
+        F: FnOnce(CancellationToken) -> Fut,
+        Fut: Future<Output = Result<(), ServiceError>> + Send + 'static,
+    {
         let this = self.clone();
         let id = op.id.clone();
+        let token = CancellationToken::new();
+        self.lock_running()
+            .insert(id.clone(), (op.kind, token.clone()));
+        let work = work(token.clone());
         let deadline = op.deadline;
         let span = tracing::info_span!("operation", op_id = %id, kind = op.kind.as_str(),
             sandbox_id = op.sandbox_id.as_deref().unwrap_or(""));
@@ -105,34 +186,120 @@ impl Operations {
             async move {
                 this.set_state(&id, OperationState::Running, None).await;
                 let left = (deadline - Utc::now()).to_std().unwrap_or(Duration::ZERO);
-                let outcome = tokio::time::timeout(left, work).await;
-                match outcome {
-                    Ok(Ok(())) => {
+                let mut work = std::pin::pin!(work);
+                let mut deadline_passed = false;
+                let outcome = tokio::select! {
+                    r = &mut work => Some(r),
+                    () = tokio::time::sleep(left) => {
+                        deadline_passed = true;
+                        None
+                    }
+                    () = token.cancelled(), if stop == Stop::Drop => {
+                        Some(Err(ServiceError::Cancelled("cancelled by request".into())))
+                    }
+                };
+                let outcome = match (outcome, stop) {
+                    (Some(r), _) => Some(r),
+                    (None, Stop::Drop) => None,
+                    (None, Stop::Cooperative) => {
+                        token.cancel();
+                        tokio::time::timeout(DEADLINE_GRACE, &mut work).await.ok()
+                    }
+                };
+                let (state, err) = match outcome {
+                    Some(Ok(())) => {
                         info!("operation succeeded");
-                        this.set_state(&id, OperationState::Succeeded, None).await;
+                        (OperationState::Succeeded, None)
                     }
-                    Ok(Err(e)) => {
+                    Some(Err(ServiceError::Cancelled(_))) if !deadline_passed => {
+                        info!("operation cancelled");
+                        let err = OperationError {
+                            code: ErrorCode::Cancelled,
+                            message: "cancelled by request".into(),
+                        };
+                        (OperationState::Cancelled, Some(err))
+                    }
+                    Some(Err(e)) if !deadline_passed => {
                         warn!(error = %e, "operation failed");
-                        let err = OperationError { code: e.code(), message: e.public_message() };
-                        this.set_state(&id, OperationState::Failed, Some(err)).await;
+                        let err = OperationError {
+                            code: e.code(),
+                            message: e.public_message(),
+                        };
+                        (OperationState::Failed, Some(err))
                     }
-                    Err(_) => {
+                    _ => {
                         warn!("operation deadline exceeded");
                         let err = OperationError {
-                            code: cove_api_types::ErrorCode::DeadlineExceeded,
+                            code: ErrorCode::DeadlineExceeded,
                             message: "the operation did not finish before its deadline".into(),
                         };
-                        this.set_state(&id, OperationState::Failed, Some(err)).await;
+                        (OperationState::Failed, Some(err))
                     }
-                }
+                };
+                this.set_state(&id, state, err).await;
+                this.lock_running().remove(&id);
             }
             .instrument(span),
         );
     }
 
+    fn lock_running(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, (OperationKind, CancellationToken)>> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Asks operation `id` to stop and returns it once it ended (or as it is after 10 s). A
+    /// finished operation is returned unchanged. A delete cannot be cancelled once accepted
+    /// (`failed_precondition`): a half-deleted sandbox has nothing to return to.
+    pub async fn cancel(&self, id: &str) -> Result<Operation, ServiceError> {
+        let op = self.get(id).await?;
+        if op.state.is_final() {
+            return Ok(op);
+        }
+        if op.kind == OperationKind::DeleteSandbox {
+            return Err(ServiceError::FailedPrecondition(
+                "a delete cannot be cancelled once accepted".into(),
+            ));
+        }
+        let token = self.lock_running().get(id).map(|(_, t)| t.clone());
+        match token {
+            Some(token) => {
+                info!(op_id = %id, "operation cancel requested");
+                token.cancel();
+                self.wait(id, CANCEL_WAIT).await
+            }
+            None => {
+                // Not run by this process (interrupted by a restart and not yet reconciled).
+                let err = OperationError {
+                    code: ErrorCode::Cancelled,
+                    message: "cancelled by request".into(),
+                };
+                self.set_state(id, OperationState::Cancelled, Some(err))
+                    .await;
+                self.get(id).await
+            }
+        }
+    }
+
+    /// Recent operations, newest first (of one sandbox when `sandbox_id` is given); `limit`
+    /// defaults to 50 and is capped at 500.
+    pub async fn list(
+        &self,
+        sandbox_id: Option<&str>,
+        limit: Option<u32>,
+    ) -> Result<Vec<Operation>, ServiceError> {
+        let limit = limit.unwrap_or(50).clamp(1, 500);
+        Ok(self.store.list_operations(sandbox_id, limit).await?)
+    }
+
     /// Sets an operation's state (final states are never changed).
     pub async fn set_state(&self, id: &str, state: OperationState, error: Option<OperationError>) {
-        let u = OperationUpdate { state: Some(state), progress: None, error };
+        let u = OperationUpdate {
+            state: Some(state),
+            progress: None,
+            error,
+        };
         if let Err(e) = self.store.update_operation(id, &u).await {
             warn!(op_id = %id, error = %e, "cannot record operation state");
         }
@@ -141,7 +308,10 @@ impl Operations {
 
     /// Records build progress.
     pub async fn set_progress(&self, id: &str, percent: u8) {
-        let u = OperationUpdate { progress: Some(percent.min(100)), ..Default::default() };
+        let u = OperationUpdate {
+            progress: Some(percent.min(100)),
+            ..Default::default()
+        };
         if let Err(e) = self.store.update_operation(id, &u).await {
             warn!(op_id = %id, error = %e, "cannot record progress");
         }

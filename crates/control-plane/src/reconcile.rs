@@ -1,101 +1,369 @@
-//! Start-up reconciliation: make the store and the node agree after a restart or a crash.
+//! Reconciliation: make the store (desired state) and the node (actual state) agree.
 //!
-//! - operations left `pending`/`running` end `failed` (the work that ran them is gone);
-//! - releases left `building` end `failed` and their files are removed;
-//! - sandboxes left `creating` end `failed`, `deleting` ones are finished;
-//! - `running`/`paused` sandboxes are re-adopted when the node still runs them, else `failed`;
-//! - containers the node has but the store does not want are destroyed (no orphans).
+//! At start-up, before serving ([`ControlPlane::reconcile`]), after a clean stop or a crash:
+//! - half-written snapshot uploads are removed; releases left `building` end `failed`;
+//! - `creating`: adopted (→ `running`) when the node runs it, else removed (→ `failed`);
+//! - `running`/`paused`: re-adopted with their commands when the node still runs them (the
+//!   guest agent keeps running under runc while the server is down), else removed (→ `failed`);
+//! - `suspending`: finished (→ `suspended`) when its snapshot is complete, else rolled back to
+//!   the state before (the sandbox was only frozen) or, with no sandbox left, `failed`;
+//! - `waking`: finished (→ `running`) when the node runs it, else back to `suspended` with the
+//!   snapshot (wake again), or `failed` without one;
+//! - `deleting`: finished (→ `deleted`);
+//! - whatever the node or the snapshot store holds that no sandbox wants is removed;
+//! - every unfinished operation ends: `succeeded` when its sandbox reached the state it asked
+//!   for, else `failed` (`unavailable`) with the state the sandbox is in.
+//!
+//! While serving ([`ControlPlane::reconcile_running`], every `reconcile_interval`): sandboxes
+//! that vanished from the node end `failed`; node leftovers and snapshots of sandboxes that no
+//! longer want them are removed. Sandboxes with a lifecycle call in flight are skipped.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
-use cove_api_types::{ErrorCode, OperationError, OperationState, ReleaseState, SandboxState};
+use cove_api_types::{
+    ErrorCode, OperationError, OperationKind, OperationState, ReleaseState, SandboxState,
+};
 use cove_node_api::NodeSandboxState;
 use tracing::{info, warn};
 
 use crate::{ControlPlane, ServiceError};
 
+/// Every state a sandbox can be in before it is deleted.
+const LIVE: [SandboxState; 8] = [
+    SandboxState::Creating,
+    SandboxState::Running,
+    SandboxState::Paused,
+    SandboxState::Suspending,
+    SandboxState::Suspended,
+    SandboxState::Waking,
+    SandboxState::Deleting,
+    SandboxState::Failed,
+];
+
 impl ControlPlane {
-    /// Reconciles desired (store) and actual (node) state. Run once at start, before serving.
+    /// Start-up reconciliation. Run once, before serving and before the controller starts.
     pub async fn reconcile(&self) -> Result<(), ServiceError> {
-        for op in self.store().unfinished_operations().await? {
-            let err = OperationError {
-                code: ErrorCode::Unavailable,
-                message: "the server restarted while the operation ran".into(),
-            };
-            self.operations().set_state(&op.id, OperationState::Failed, Some(err)).await;
-            info!(op_id = %op.id, "interrupted operation marked failed");
-        }
         for r in self.store().building_releases().await? {
             let _ = self.node().remove_release(&r.template, r.number).await;
-            self.store().set_release_state(&r.template, r.number, ReleaseState::Failed, None).await?;
+            self.store()
+                .set_release_state(&r.template, r.number, ReleaseState::Failed, None)
+                .await?;
         }
-        let mut wanted = HashSet::new();
-        let live = [SandboxState::Creating, SandboxState::Deleting, SandboxState::Running, SandboxState::Paused];
-        for s in self.store().sandboxes_in(&live).await? {
-            match s.state {
-                SandboxState::Creating => {
-                    let _ = self.node().destroy_sandbox(&s.id).await;
-                    let why = "the server restarted while the sandbox was being created";
-                    self.mark(&s.id, s.state, SandboxState::Failed, Some(why)).await?;
-                }
-                SandboxState::Deleting => {
-                    match self.node().destroy_sandbox(&s.id).await {
-                        Ok(()) => {
-                            self.store().delete_commands_of(&s.id).await?;
-                            self.mark(&s.id, s.state, SandboxState::Deleted, None).await?;
-                        }
-                        Err(e) => {
-                            warn!(sandbox_id = %s.id, error = %e, "cannot finish delete");
-                            let why = format!("delete failed: {e}");
-                            self.mark(&s.id, s.state, SandboxState::Failed, Some(&why)).await?;
-                        }
-                    }
-                }
-                _ => match self.node().adopt_sandbox(&s.id).await {
-                    Ok(Some(NodeSandboxState::Running)) => {
-                        wanted.insert(s.id.clone());
-                        self.mark(&s.id, s.state, SandboxState::Running, None).await?;
-                        info!(sandbox_id = %s.id, "sandbox re-adopted");
-                    }
-                    Ok(Some(NodeSandboxState::Paused)) => {
-                        wanted.insert(s.id.clone());
-                        self.mark(&s.id, s.state, SandboxState::Paused, None).await?;
-                    }
-                    other => {
-                        if let Err(e) = &other {
-                            warn!(sandbox_id = %s.id, error = %e, "cannot adopt sandbox");
-                        }
-                        let _ = self.node().destroy_sandbox(&s.id).await;
-                        let why = "the sandbox stopped while the server was down";
-                        self.mark(&s.id, s.state, SandboxState::Failed, Some(why)).await?;
-                    }
-                },
+        if let Err(e) = self.node().sweep_snapshots().await {
+            warn!(error = %e, "cannot sweep half-written snapshots");
+        }
+        let snapshots: HashSet<String> = match self.node().list_snapshots().await {
+            Ok(ids) => ids.into_iter().collect(),
+            Err(e) => {
+                warn!(error = %e, "cannot list snapshots");
+                HashSet::new()
+            }
+        };
+        let mut keep_on_node = HashSet::new();
+        for s in self.store().sandboxes_in(&LIVE).await? {
+            let id = s.id.as_str();
+            let has_snapshot = snapshots.contains(id);
+            if self.settle(id, s.state, has_snapshot).await? {
+                keep_on_node.insert(s.id.clone());
             }
         }
+        self.remove_unwanted(&keep_on_node, false).await?;
+        self.end_interrupted_operations().await
+    }
+
+    /// Settles one sandbox found in `state` at start-up; returns whether its node resources
+    /// stay.
+    async fn settle(
+        &self,
+        id: &str,
+        state: SandboxState,
+        has_snapshot: bool,
+    ) -> Result<bool, ServiceError> {
+        use SandboxState::*;
+        let restarted = "after a server restart";
+        match state {
+            Creating => match self.adopt(id).await {
+                Some(NodeSandboxState::Running) => {
+                    self.transition(id, Creating, Running, Some(restarted), None)
+                        .await?;
+                    Ok(true)
+                }
+                _ => {
+                    let _ = self.node().destroy_sandbox(id).await;
+                    let why = "the server restarted while the sandbox was being created";
+                    self.transition(id, Creating, Failed, Some(why), None)
+                        .await?;
+                    Ok(false)
+                }
+            },
+            Running | Paused => {
+                if has_snapshot {
+                    // Left over from a wake interrupted after the sandbox ran again.
+                    let _ = self.node().delete_snapshot(id).await;
+                }
+                match self.adopt(id).await {
+                    Some(NodeSandboxState::Running) => {
+                        if state != Running {
+                            self.transition(id, state, Running, Some(restarted), None)
+                                .await?;
+                        }
+                        info!(sandbox_id = %id, "sandbox re-adopted");
+                        Ok(true)
+                    }
+                    Some(NodeSandboxState::Paused) => {
+                        if state != Paused {
+                            self.transition(id, state, Paused, Some(restarted), None)
+                                .await?;
+                        }
+                        info!(sandbox_id = %id, "paused sandbox re-adopted");
+                        Ok(true)
+                    }
+                    _ => {
+                        let _ = self.node().destroy_sandbox(id).await;
+                        let why = "the sandbox stopped while the server was down";
+                        self.transition(id, state, Failed, Some(why), None).await?;
+                        Ok(false)
+                    }
+                }
+            }
+            Suspending => {
+                if has_snapshot {
+                    self.node().release_sandbox(id).await.map_err(internal)?;
+                    self.finish_suspend(id, None, Some("finished after a server restart"))
+                        .await?;
+                    return Ok(false);
+                }
+                match self.adopt(id).await {
+                    Some(node @ (NodeSandboxState::Running | NodeSandboxState::Paused)) => {
+                        let back = self.prior_state(id).await;
+                        if back == Running && node == NodeSandboxState::Paused {
+                            self.node().resume_sandbox(id).await.map_err(internal)?;
+                        }
+                        let why = "suspend interrupted by a server restart and rolled back";
+                        self.transition(id, Suspending, back, Some(why), None)
+                            .await?;
+                        Ok(true)
+                    }
+                    _ => {
+                        let _ = self.node().destroy_sandbox(id).await;
+                        let why = "the server restarted while the sandbox was being suspended, \
+                                   before its snapshot was complete";
+                        self.transition(id, Suspending, Failed, Some(why), None)
+                            .await?;
+                        Ok(false)
+                    }
+                }
+            }
+            Waking => match self.adopt(id).await {
+                Some(NodeSandboxState::Running) => {
+                    let memory = self.node().capabilities().suspend_memory;
+                    self.finish_wake(id, None, memory).await?;
+                    Ok(true)
+                }
+                _ => {
+                    self.node().release_sandbox(id).await.map_err(internal)?;
+                    if has_snapshot {
+                        let why = "wake interrupted by a server restart; wake it again";
+                        self.transition(id, Waking, Suspended, Some(why), None)
+                            .await?;
+                    } else {
+                        let why = "wake interrupted by a server restart and the snapshot is gone";
+                        self.transition(id, Waking, Failed, Some(why), None).await?;
+                    }
+                    Ok(false)
+                }
+            },
+            Deleting => {
+                match self.node().destroy_sandbox(id).await {
+                    Ok(()) => {
+                        self.store().delete_commands_of(id).await?;
+                        self.transition(id, Deleting, Deleted, None, None).await?;
+                    }
+                    Err(e) => {
+                        warn!(sandbox_id = %id, error = %e, "cannot finish delete");
+                        let why = format!("delete failed: {e}");
+                        self.transition(id, Deleting, Failed, Some(&why), None)
+                            .await?;
+                    }
+                }
+                Ok(false)
+            }
+            Suspended => {
+                if !has_snapshot {
+                    let why = "the snapshot of the suspended sandbox is missing";
+                    self.transition(id, Suspended, Failed, Some(why), None)
+                        .await?;
+                }
+                Ok(false)
+            }
+            Failed | Deleted => Ok(false),
+        }
+    }
+
+    async fn adopt(&self, id: &str) -> Option<NodeSandboxState> {
+        match self.node().adopt_sandbox(id).await {
+            Ok(state) => state,
+            Err(e) => {
+                warn!(sandbox_id = %id, error = %e, "cannot adopt sandbox");
+                None
+            }
+        }
+    }
+
+    /// Removes node resources no sandbox wants (keeping the snapshot of a suspended one), and
+    /// snapshots of sandboxes that are not suspended. While serving (`live`), sandboxes whose
+    /// lifecycle lock is taken are left alone.
+    async fn remove_unwanted(
+        &self,
+        keep_on_node: &HashSet<String>,
+        live: bool,
+    ) -> Result<(), ServiceError> {
+        let states: HashMap<String, SandboxState> = self
+            .store()
+            .sandboxes_in(&LIVE)
+            .await?
+            .into_iter()
+            .map(|s| (s.id, s.state))
+            .collect();
         match self.node().list_sandboxes().await {
             Ok(ids) => {
-                for id in ids.into_iter().filter(|id| !wanted.contains(id)) {
-                    warn!(sandbox_id = %id, "destroying orphaned sandbox");
-                    if let Err(e) = self.node().destroy_sandbox(&id).await {
-                        warn!(sandbox_id = %id, error = %e, "cannot destroy orphan");
+                for id in ids.into_iter().filter(|id| !keep_on_node.contains(id)) {
+                    let Some(_turn) = self.quiet_turn(&id, live) else {
+                        continue;
+                    };
+                    let state = states.get(&id).copied();
+                    if live
+                        && matches!(state, Some(s) if s != SandboxState::Failed && s != SandboxState::Suspended)
+                    {
+                        continue;
+                    }
+                    if state == Some(SandboxState::Suspended) {
+                        warn!(sandbox_id = %id, "releasing node leftovers of a suspended sandbox");
+                        let _ = self.node().release_sandbox(&id).await;
+                    } else {
+                        warn!(sandbox_id = %id, "destroying orphaned sandbox");
+                        if let Err(e) = self.node().destroy_sandbox(&id).await {
+                            warn!(sandbox_id = %id, error = %e, "cannot destroy orphan");
+                        }
                     }
                 }
             }
             Err(e) => warn!(error = %e, "cannot list the node's sandboxes"),
         }
-        Ok(())
-    }
-
-    async fn mark(
-        &self,
-        id: &str,
-        from: SandboxState,
-        to: SandboxState,
-        why: Option<&str>,
-    ) -> Result<(), ServiceError> {
-        if from != to {
-            self.store().transition_sandbox(id, &[from], to, why).await?;
+        match self.node().list_snapshots().await {
+            Ok(ids) => {
+                for id in ids {
+                    let state = states.get(&id).copied();
+                    let wanted = matches!(
+                        state,
+                        Some(
+                            SandboxState::Suspended
+                                | SandboxState::Suspending
+                                | SandboxState::Waking
+                        )
+                    );
+                    if wanted || (live && state.is_some_and(|s| s != SandboxState::Failed)) {
+                        continue;
+                    }
+                    let Some(_turn) = self.quiet_turn(&id, live) else {
+                        continue;
+                    };
+                    warn!(sandbox_id = %id, "deleting an orphaned snapshot");
+                    if let Err(e) = self.node().delete_snapshot(&id).await {
+                        warn!(sandbox_id = %id, error = %e, "cannot delete orphaned snapshot");
+                    }
+                }
+            }
+            Err(e) => warn!(error = %e, "cannot list snapshots"),
         }
         Ok(())
     }
+
+    /// The lifecycle lock of `id` if nothing holds it (always "free" at start-up).
+    fn quiet_turn(&self, id: &str, live: bool) -> Option<Option<tokio::sync::OwnedMutexGuard<()>>> {
+        if !live {
+            return Some(None);
+        }
+        self.lifecycle_lock(id).try_lock_owned().ok().map(Some)
+    }
+
+    /// Ends every operation left unfinished by the previous run.
+    async fn end_interrupted_operations(&self) -> Result<(), ServiceError> {
+        for op in self.store().unfinished_operations().await? {
+            let now = match &op.sandbox_id {
+                Some(id) => self.store().get_sandbox(id).await.ok().map(|s| s.state),
+                None => None,
+            };
+            let reached = matches!(
+                (op.kind, now),
+                (OperationKind::CreateSandbox, Some(SandboxState::Running))
+                    | (OperationKind::DeleteSandbox, Some(SandboxState::Deleted))
+                    | (OperationKind::PauseSandbox, Some(SandboxState::Paused))
+                    | (OperationKind::ResumeSandbox, Some(SandboxState::Running))
+                    | (OperationKind::SuspendSandbox, Some(SandboxState::Suspended))
+                    | (OperationKind::WakeSandbox, Some(SandboxState::Running))
+            );
+            if reached {
+                self.operations()
+                    .set_state(&op.id, OperationState::Succeeded, None)
+                    .await;
+                info!(op_id = %op.id, "interrupted operation completed by reconciliation");
+                continue;
+            }
+            let message = match now {
+                Some(state) => format!(
+                    "the server restarted while the operation ran; the sandbox is {}",
+                    state.as_str()
+                ),
+                None => "the server restarted while the operation ran".to_string(),
+            };
+            let err = OperationError {
+                code: ErrorCode::Unavailable,
+                message,
+            };
+            self.operations()
+                .set_state(&op.id, OperationState::Failed, Some(err))
+                .await;
+            info!(op_id = %op.id, "interrupted operation marked failed");
+        }
+        Ok(())
+    }
+
+    /// Periodic reconciliation while serving.
+    pub(crate) async fn reconcile_running(&self) -> Result<(), ServiceError> {
+        let on_node: HashSet<String> = match self.node().list_sandboxes().await {
+            Ok(ids) => ids.into_iter().collect(),
+            Err(e) => {
+                warn!(error = %e, "cannot list the node's sandboxes");
+                return Ok(());
+            }
+        };
+        let mut keep = HashSet::new();
+        let live = [SandboxState::Running, SandboxState::Paused];
+        for s in self.store().sandboxes_in(&live).await? {
+            if on_node.contains(&s.id) {
+                keep.insert(s.id);
+                continue;
+            }
+            let Some(_turn) = self.quiet_turn(&s.id, true) else {
+                continue;
+            };
+            // Re-read under the lock: a call may have moved it meanwhile.
+            let Ok(now) = self.store().get_sandbox(&s.id).await else {
+                continue;
+            };
+            if now.state != s.state {
+                continue;
+            }
+            warn!(sandbox_id = %s.id, "sandbox vanished from its node");
+            let why = "the sandbox vanished from its node";
+            self.transition(&s.id, s.state, SandboxState::Failed, Some(why), None)
+                .await?;
+        }
+        self.remove_unwanted(&keep, true).await
+    }
+}
+
+fn internal(e: cove_node_api::NodeError) -> ServiceError {
+    ServiceError::Internal(e.to_string())
 }

@@ -8,6 +8,7 @@ use cove_api_types::{
 use cove_domain::{ids, lifecycle, resources, validate, InvalidInput};
 use cove_node_api::SandboxLaunch;
 use cove_store::{NewOperation, SandboxFilter, StoreError};
+use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::operations::{request_hash, Begun, DEFAULT_DEADLINE};
@@ -19,6 +20,12 @@ pub const DEFAULT_TEMPLATE: &str = "base";
 /// Largest page of a listing.
 pub const MAX_PAGE: u32 = 500;
 
+/// Default idle timeout of a sandbox (6 h).
+pub const DEFAULT_IDLE_TIMEOUT_S: u64 = 6 * 3600;
+
+/// Longest idle timeout or TTL a create may ask for (10 years, in seconds).
+pub const MAX_TIMEOUT_S: u64 = 10 * 365 * 24 * 3600;
+
 impl ControlPlane {
     /// Accepts a create request: validates it, records the sandbox (`creating`) and its operation,
     /// and starts it in the background. The same `idempotency_key` with the same body returns the
@@ -28,7 +35,10 @@ impl ControlPlane {
         req: CreateSandboxRequest,
         idempotency_key: Option<String>,
     ) -> Result<CreateSandboxResponse, ServiceError> {
-        let template = req.template.clone().unwrap_or_else(|| DEFAULT_TEMPLATE.to_string());
+        let template = req
+            .template
+            .clone()
+            .unwrap_or_else(|| DEFAULT_TEMPLATE.to_string());
         let recipe = self
             .node()
             .recipes()
@@ -46,6 +56,15 @@ impl ControlPlane {
         }
         if let Some(user) = &req.user {
             validate::user("user", user)?;
+        }
+        let idle_timeout_s = req.idle_timeout_s.unwrap_or(DEFAULT_IDLE_TIMEOUT_S);
+        if idle_timeout_s > MAX_TIMEOUT_S {
+            return Err(InvalidInput::new("idle_timeout_s", "must be at most 315360000").into());
+        }
+        if let Some(ttl) = req.ttl_s {
+            if ttl == 0 || ttl > MAX_TIMEOUT_S {
+                return Err(InvalidInput::new("ttl_s", "must be 1 to 315360000").into());
+            }
         }
         let release = self.pick_release(&template, req.release).await?;
 
@@ -67,7 +86,10 @@ impl ControlPlane {
             Begun::Replayed(op) => {
                 let id = op.sandbox_id.clone().unwrap_or_default();
                 let sandbox = self.store().get_sandbox(&id).await?;
-                return Ok(CreateSandboxResponse { sandbox, operation: op });
+                return Ok(CreateSandboxResponse {
+                    sandbox,
+                    operation: op,
+                });
             }
             Begun::New(op) => op,
         };
@@ -89,17 +111,32 @@ impl ControlPlane {
             user: req.user.unwrap_or(recipe.user),
             created_at: now,
             updated_at: now,
+            idle_timeout_s,
+            ttl_s: req.ttl_s,
+            last_activity_at: Some(now),
+            memory_restored: None,
         };
         if let Err(e) = self.store().insert_sandbox(&sandbox).await {
             let err = cove_api_types::OperationError {
                 code: cove_api_types::ErrorCode::Internal,
                 message: "could not record the sandbox".into(),
             };
-            self.operations().set_state(&op.id, cove_api_types::OperationState::Failed, Some(err)).await;
+            self.operations()
+                .set_state(&op.id, cove_api_types::OperationState::Failed, Some(err))
+                .await;
             return Err(e.into());
         }
         info!(sandbox_id = %sandbox.id, op_id = %op.id, "sandbox accepted");
+        let created = cove_store::NewEvent {
+            kind: cove_api_types::EventType::SandboxCreated,
+            operation_id: Some(op.id.clone()),
+            reason: None,
+        };
+        if let Err(e) = self.record_event(&sandbox.id, created).await {
+            warn!(sandbox_id = %sandbox.id, error = %e, "cannot record the created event");
+        }
 
+        let ticket = self.ticket(&sandbox.id);
         let this = self.clone();
         let launch = SandboxLaunch {
             id: sandbox.id.clone(),
@@ -109,8 +146,15 @@ impl ControlPlane {
             memory_mib: resources.memory_mib,
             pids_max: resources.pids_max,
         };
-        self.operations().run(&op, async move { this.start_sandbox(launch).await });
-        Ok(CreateSandboxResponse { sandbox, operation: op })
+        let op_id = op.id.clone();
+        self.operations()
+            .run_cancellable(&op, move |cancel| async move {
+                this.start_sandbox(launch, ticket, &op_id, cancel).await
+            });
+        Ok(CreateSandboxResponse {
+            sandbox,
+            operation: op,
+        })
     }
 
     async fn pick_release(&self, template: &str, asked: Option<u32>) -> Result<u32, ServiceError> {
@@ -132,32 +176,86 @@ impl ControlPlane {
         }
     }
 
-    async fn start_sandbox(&self, launch: SandboxLaunch) -> Result<(), ServiceError> {
-        let lock = self.lifecycle_lock(&launch.id);
-        let _guard = lock.lock().await;
+    /// Starts a created sandbox when its turn comes. A create cancelled before it finished
+    /// leaves nothing behind: the sandbox ends `deleted`.
+    async fn start_sandbox(
+        &self,
+        launch: SandboxLaunch,
+        ticket: crate::lifecycle::Ticket,
+        op_id: &str,
+        cancel: CancellationToken,
+    ) -> Result<(), ServiceError> {
         let id = launch.id.clone();
+        let _turn = match ticket.wait(&cancel).await {
+            Ok(turn) => turn,
+            Err(e) => {
+                self.cancelled_create(&id, op_id).await?;
+                return Err(e);
+            }
+        };
+        if cancel.is_cancelled() {
+            self.cancelled_create(&id, op_id).await?;
+            return Err(ServiceError::Cancelled("cancelled by request".into()));
+        }
         match self.node().start_sandbox(launch).await {
             Ok(()) => {
+                if cancel.is_cancelled() {
+                    self.cancelled_create(&id, op_id).await?;
+                    return Err(ServiceError::Cancelled("cancelled by request".into()));
+                }
                 let moved = self
-                    .store()
-                    .transition_sandbox(&id, &[SandboxState::Creating], SandboxState::Running, None)
+                    .transition(
+                        &id,
+                        SandboxState::Creating,
+                        SandboxState::Running,
+                        None,
+                        Some(op_id),
+                    )
                     .await?;
                 if !moved {
-                    // Deleted while starting: the delete operation (waiting on the lock) removes it.
+                    // Deleted while starting: the delete operation (queued behind) removes it.
                     info!(sandbox_id = %id, "sandbox started after it was deleted");
                 }
+                self.touch(&id);
                 Ok(())
             }
             Err(e) => {
                 warn!(sandbox_id = %id, error = %e, "sandbox failed to start");
                 let _ = self.node().destroy_sandbox(&id).await;
                 let reason = format!("start failed: {e}");
-                self.store()
-                    .transition_sandbox(&id, &[SandboxState::Creating], SandboxState::Failed, Some(&reason))
-                    .await?;
-                Err(crate::error::from_node(e, &id, crate::error::Subject::File, "sandbox"))
+                self.transition(
+                    &id,
+                    SandboxState::Creating,
+                    SandboxState::Failed,
+                    Some(&reason),
+                    Some(op_id),
+                )
+                .await?;
+                Err(crate::error::from_node(
+                    e,
+                    &id,
+                    crate::error::Subject::File,
+                    "sandbox",
+                ))
             }
         }
+    }
+
+    /// Removes what a cancelled create made and records the sandbox as deleted.
+    async fn cancelled_create(&self, id: &str, op_id: &str) -> Result<(), ServiceError> {
+        if let Err(e) = self.node().destroy_sandbox(id).await {
+            warn!(sandbox_id = %id, error = %e, "cannot clean up a cancelled create");
+        }
+        self.transition(
+            id,
+            SandboxState::Creating,
+            SandboxState::Deleted,
+            Some("create cancelled"),
+            Some(op_id),
+        )
+        .await?;
+        info!(sandbox_id = %id, "create cancelled");
+        Ok(())
     }
 
     /// A sandbox that is not deleted.
@@ -176,7 +274,10 @@ impl ControlPlane {
     pub async fn running_sandbox(&self, id: &str) -> Result<Sandbox, ServiceError> {
         let s = self.get_sandbox(id).await?;
         if !lifecycle::serves_commands(s.state) {
-            return Err(ServiceError::SandboxNotRunning { id: s.id, state: s.state });
+            return Err(ServiceError::SandboxNotRunning {
+                id: s.id,
+                state: s.state,
+            });
         }
         Ok(s)
     }
@@ -191,18 +292,34 @@ impl ControlPlane {
     ) -> Result<SandboxList, ServiceError> {
         let limit = limit.unwrap_or(100).clamp(1, MAX_PAGE);
         let after = cursor.map(|c| decode_cursor(&c)).transpose()?;
-        let filter = SandboxFilter { state, template, include_deleted: false, limit, after };
+        let filter = SandboxFilter {
+            state,
+            template,
+            include_deleted: false,
+            limit,
+            after,
+        };
         let sandboxes = self.store().list_sandboxes(&filter).await?;
         let next_cursor = if sandboxes.len() == limit as usize {
             sandboxes.last().map(|s| encode_cursor(s.created_at, &s.id))
         } else {
             None
         };
-        Ok(SandboxList { sandboxes, next_cursor })
+        Ok(SandboxList {
+            sandboxes,
+            next_cursor,
+        })
     }
 
-    /// Starts deleting a sandbox. Deleting a deleted (or unknown) sandbox is `sandbox_not_found`.
-    pub async fn delete_sandbox(&self, id: &str) -> Result<Operation, ServiceError> {
+    /// Starts deleting a sandbox: everything it has on the node and in the snapshot store goes.
+    /// Deleting a deleted (or unknown) sandbox is `sandbox_not_found`; a delete cannot be
+    /// cancelled. `deadline_s` as for lifecycle calls.
+    pub async fn delete_sandbox(
+        &self,
+        id: &str,
+        deadline_s: Option<u64>,
+    ) -> Result<Operation, ServiceError> {
+        let deadline = crate::operations::deadline_from(deadline_s)?;
         let s = self.get_sandbox(id).await?;
         if s.state == SandboxState::Deleting {
             return Err(ServiceError::InvalidState {
@@ -212,8 +329,7 @@ impl ControlPlane {
             });
         }
         let moved = self
-            .store()
-            .transition_sandbox(id, &[s.state], SandboxState::Deleting, None)
+            .transition(id, s.state, SandboxState::Deleting, None, None)
             .await?;
         if !moved {
             // Changed under us; report what it is now.
@@ -232,32 +348,55 @@ impl ControlPlane {
             release: None,
             idempotency_key: None,
             request_hash: None,
-            deadline: deadline(),
+            deadline,
         };
         let Begun::New(op) = self.operations().begin(new_op).await? else {
             return Err(ServiceError::Internal("delete replayed".into()));
         };
+        let ticket = self.ticket(id);
         let this = self.clone();
         let sandbox_id = id.to_string();
-        self.operations().run(&op, async move { this.destroy(&sandbox_id).await });
+        let op_id = op.id.clone();
+        self.operations().run(&op, async move {
+            let turn = ticket.wait(&CancellationToken::new()).await?;
+            this.destroy(&sandbox_id, &op_id, turn).await
+        });
         Ok(op)
     }
 
-    async fn destroy(&self, id: &str) -> Result<(), ServiceError> {
-        let lock = self.lifecycle_lock(id);
-        let guard = lock.lock().await;
+    async fn destroy(
+        &self,
+        id: &str,
+        op_id: &str,
+        turn: tokio::sync::OwnedMutexGuard<()>,
+    ) -> Result<(), ServiceError> {
         if let Err(e) = self.node().destroy_sandbox(id).await {
             let reason = format!("delete failed: {e}");
-            self.store()
-                .transition_sandbox(id, &[SandboxState::Deleting], SandboxState::Failed, Some(&reason))
-                .await?;
-            return Err(crate::error::from_node(e, id, crate::error::Subject::File, "sandbox"));
+            self.transition(
+                id,
+                SandboxState::Deleting,
+                SandboxState::Failed,
+                Some(&reason),
+                Some(op_id),
+            )
+            .await?;
+            return Err(crate::error::from_node(
+                e,
+                id,
+                crate::error::Subject::File,
+                "sandbox",
+            ));
         }
         self.store().delete_commands_of(id).await?;
-        self.store()
-            .transition_sandbox(id, &[SandboxState::Deleting], SandboxState::Deleted, None)
-            .await?;
-        drop(guard);
+        self.transition(
+            id,
+            SandboxState::Deleting,
+            SandboxState::Deleted,
+            None,
+            Some(op_id),
+        )
+        .await?;
+        drop(turn);
         self.forget_lock(id);
         info!(sandbox_id = %id, "sandbox deleted");
         Ok(())
@@ -273,7 +412,12 @@ fn encode_cursor(at: DateTime<Utc>, id: &str) -> String {
 }
 
 fn decode_cursor(c: &str) -> Result<(DateTime<Utc>, String), ServiceError> {
-    let bad = || ServiceError::Invalid(InvalidInput::new("cursor", "is not a cursor from a listing"));
+    let bad = || {
+        ServiceError::Invalid(InvalidInput::new(
+            "cursor",
+            "is not a cursor from a listing",
+        ))
+    };
     let (micros, id) = c.split_once('~').ok_or_else(bad)?;
     let micros: i64 = micros.parse().map_err(|_| bad())?;
     let at = DateTime::<Utc>::from_timestamp_micros(micros).ok_or_else(bad)?;

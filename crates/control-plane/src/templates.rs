@@ -52,7 +52,11 @@ impl ControlPlane {
         Ok(Template {
             name: r.name,
             description: r.description,
-            defaults: TemplateDefaults { user: r.user, workdir: r.workdir, env: r.env },
+            defaults: TemplateDefaults {
+                user: r.user,
+                workdir: r.workdir,
+                env: r.env,
+            },
             latest_release,
             releases,
         })
@@ -65,7 +69,10 @@ impl ControlPlane {
         req: BuildReleaseRequest,
     ) -> Result<BuildReleaseResponse, ServiceError> {
         let recipe = self.recipe(name)?;
-        let release = self.store().insert_next_release(name, &recipe.recipe_hash).await?;
+        let release = self
+            .store()
+            .insert_next_release(name, &recipe.recipe_hash)
+            .await?;
         let new_op = NewOperation {
             id: ids::new_operation_id(),
             kind: OperationKind::BuildRelease,
@@ -82,9 +89,13 @@ impl ControlPlane {
         let this = self.clone();
         let (template, number, op_id) = (name.to_string(), release.number, op.id.clone());
         self.operations().run(&op, async move {
-            this.run_build(&op_id, &template, number, req.no_cache).await
+            this.run_build(&op_id, &template, number, req.no_cache)
+                .await
         });
-        Ok(BuildReleaseResponse { release, operation: op })
+        Ok(BuildReleaseResponse {
+            release,
+            operation: op,
+        })
     }
 
     async fn run_build(
@@ -111,12 +122,20 @@ impl ControlPlane {
                 }
             }
         });
-        let result = self.node().build_release(template, number, no_cache, tx, cancel.clone()).await;
+        let result = self
+            .node()
+            .build_release(template, number, no_cache, tx, cancel.clone())
+            .await;
         let _ = forward.await;
         match result {
             Ok(built) => {
                 self.store()
-                    .set_release_state(template, number, ReleaseState::Ready, Some(built.size_bytes))
+                    .set_release_state(
+                        template,
+                        number,
+                        ReleaseState::Ready,
+                        Some(built.size_bytes),
+                    )
                     .await?;
                 self.operations().set_progress(op_id, 100).await;
                 Ok(())
@@ -125,7 +144,9 @@ impl ControlPlane {
                 warn!(template, number, error = %e, "release build failed");
                 self.operations().log(op_id, &format!("error: {e}")).await;
                 let _ = self.node().remove_release(template, number).await;
-                self.store().set_release_state(template, number, ReleaseState::Failed, None).await?;
+                self.store()
+                    .set_release_state(template, number, ReleaseState::Failed, None)
+                    .await?;
                 Err(match e {
                     cove_node_api::NodeError::Build(m) => ServiceError::FailedPrecondition(m),
                     other => from_node(other, "-", Subject::File, "release"),

@@ -43,7 +43,9 @@ pub fn is_well_formed(prefix: &str, s: &str) -> bool {
     s.len() == prefix.len() + 1 + RANDOM_LEN
         && s.starts_with(prefix)
         && s.as_bytes()[prefix.len()] == b'-'
-        && s.as_bytes()[prefix.len() + 1..].iter().all(|b| ALPHABET.contains(b))
+        && s.as_bytes()[prefix.len() + 1..]
+            .iter()
+            .all(|b| ALPHABET.contains(b))
 }
 
 #[cfg(test)]

@@ -20,6 +20,9 @@ pub struct InvalidInput {
 impl InvalidInput {
     /// Builds an error for `field`.
     pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        InvalidInput { field: field.into(), message: message.into() }
+        InvalidInput {
+            field: field.into(),
+            message: message.into(),
+        }
     }
 }

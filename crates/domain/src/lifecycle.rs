@@ -1,17 +1,26 @@
 //! Sandbox lifecycle transitions (DESIGN.md §2). One table says which moves are legal; callers
 //! turn an illegal one into `invalid_state` (409).
+//!
+//! Besides the forward moves, two roll-backs are legal: `suspending → running|paused` (a
+//! suspend that failed or was cancelled before its snapshot was complete) and
+//! `waking → suspended` (a wake that failed; the snapshot is kept). A create cancelled before
+//! it finished goes `creating → deleted`.
 
+use cove_api_types::EventType;
 use cove_api_types::SandboxState::{self, *};
 
 /// Whether a sandbox may move from `from` to `to`.
 pub fn can_transition(from: SandboxState, to: SandboxState) -> bool {
     match (from, to) {
         (Creating, Running) => true,
+        (Creating, Deleted) => true,
         (Running, Paused) | (Paused, Running) => true,
         (Running | Paused, Suspending) => true,
         (Suspending, Suspended) => true,
+        (Suspending, Running | Paused) => true,
         (Suspended, Waking) => true,
         (Waking, Running) => true,
+        (Waking, Suspended) => true,
         (Deleting, Deleted) => true,
         (Deleted, _) => false,
         (_, Deleting) => true,
@@ -19,6 +28,21 @@ pub fn can_transition(from: SandboxState, to: SandboxState) -> bool {
         (_, Failed) => !matches!(from, Failed),
         _ => false,
     }
+}
+
+/// The event a move records, if any (intermediate states such as `suspending` record none;
+/// `sandbox.created` is recorded when the sandbox is accepted).
+pub fn event_for(from: SandboxState, to: SandboxState) -> Option<EventType> {
+    Some(match (from, to) {
+        (Paused, Running) => EventType::SandboxResumed,
+        (Waking, Running) => EventType::SandboxWoken,
+        (_, Running) => EventType::SandboxRunning,
+        (_, Paused) => EventType::SandboxPaused,
+        (_, Suspended) => EventType::SandboxSuspended,
+        (_, Deleted) => EventType::SandboxDeleted,
+        (_, Failed) => EventType::SandboxFailed,
+        _ => return None,
+    })
 }
 
 /// Whether a sandbox in `state` runs commands and serves files.
@@ -45,5 +69,43 @@ mod tests {
         assert!(!can_transition(Deleted, Deleting));
         assert!(!can_transition(Creating, Paused));
         assert!(!can_transition(Suspended, Running));
+        assert!(!can_transition(Suspended, Paused));
+        assert!(!can_transition(Paused, Waking));
+    }
+
+    #[test]
+    fn suspend_and_wake_moves_and_their_roll_backs() {
+        assert!(can_transition(Running, Suspending));
+        assert!(can_transition(Paused, Suspending));
+        assert!(can_transition(Suspending, Suspended));
+        assert!(can_transition(Suspending, Running));
+        assert!(can_transition(Suspending, Paused));
+        assert!(can_transition(Suspended, Waking));
+        assert!(can_transition(Waking, Running));
+        assert!(can_transition(Waking, Suspended));
+        assert!(can_transition(Suspended, Deleting));
+        assert!(!can_transition(Suspending, Waking));
+        assert!(!can_transition(Waking, Paused));
+    }
+
+    #[test]
+    fn moves_name_their_events() {
+        assert_eq!(
+            event_for(Creating, Running),
+            Some(EventType::SandboxRunning)
+        );
+        assert_eq!(event_for(Paused, Running), Some(EventType::SandboxResumed));
+        assert_eq!(event_for(Waking, Running), Some(EventType::SandboxWoken));
+        assert_eq!(event_for(Running, Paused), Some(EventType::SandboxPaused));
+        assert_eq!(
+            event_for(Suspending, Suspended),
+            Some(EventType::SandboxSuspended)
+        );
+        assert_eq!(
+            event_for(Deleting, Deleted),
+            Some(EventType::SandboxDeleted)
+        );
+        assert_eq!(event_for(Running, Suspending), None);
+        assert_eq!(event_for(Suspended, Waking), None);
     }
 }

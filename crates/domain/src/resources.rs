@@ -16,7 +16,11 @@ pub fn resolve(req: Option<&ResourcesRequest>) -> Result<Resources, InvalidInput
     let mut r = Resources::default();
     let Some(req) = req else { return Ok(r) };
     if let Some(v) = req.vcpus {
-        check("resources.vcpus", u64::from(v), (u64::from(VCPUS.0), u64::from(VCPUS.1)))?;
+        check(
+            "resources.vcpus",
+            u64::from(v),
+            (u64::from(VCPUS.0), u64::from(VCPUS.1)),
+        )?;
         r.vcpus = v;
     }
     if let Some(v) = req.memory_mib {
@@ -32,7 +36,10 @@ pub fn resolve(req: Option<&ResourcesRequest>) -> Result<Resources, InvalidInput
 
 fn check(field: &str, v: u64, (lo, hi): (u64, u64)) -> Result<(), InvalidInput> {
     if v < lo || v > hi {
-        return Err(InvalidInput::new(field, format!("must be between {lo} and {hi}, got {v}")));
+        return Err(InvalidInput::new(
+            field,
+            format!("must be between {lo} and {hi}, got {v}"),
+        ));
     }
     Ok(())
 }
@@ -44,9 +51,18 @@ mod tests {
     #[test]
     fn defaults_and_bounds() {
         assert_eq!(resolve(None), Ok(Resources::default()));
-        let req = ResourcesRequest { memory_mib: Some(1024), ..Default::default() };
+        let req = ResourcesRequest {
+            memory_mib: Some(1024),
+            ..Default::default()
+        };
         assert_eq!(resolve(Some(&req)).map(|r| r.memory_mib), Ok(1024));
-        let bad = ResourcesRequest { vcpus: Some(0), ..Default::default() };
-        assert_eq!(resolve(Some(&bad)).map_err(|e| e.field), Err("resources.vcpus".to_string()));
+        let bad = ResourcesRequest {
+            vcpus: Some(0),
+            ..Default::default()
+        };
+        assert_eq!(
+            resolve(Some(&bad)).map_err(|e| e.field),
+            Err("resources.vcpus".to_string())
+        );
     }
 }

@@ -41,8 +41,15 @@ pub fn parse(s: &str) -> Option<i32> {
         return SIGNALS.iter().any(|&(_, v)| v == n).then_some(n);
     }
     let upper = s.to_ascii_uppercase();
-    let full = if upper.starts_with("SIG") { upper } else { format!("SIG{upper}") };
-    SIGNALS.iter().find(|(name, _)| *name == full).map(|&(_, n)| n)
+    let full = if upper.starts_with("SIG") {
+        upper
+    } else {
+        format!("SIG{upper}")
+    };
+    SIGNALS
+        .iter()
+        .find(|(name, _)| *name == full)
+        .map(|&(_, n)| n)
 }
 
 /// The name of signal `n` (`SIGTERM`), or `SIG<n>` for a real-time or unknown number.

@@ -12,7 +12,9 @@ pub const MAX_ENV_VALUE_BYTES: usize = 128 * 1024;
 pub fn env(field: &str, env: &BTreeMap<String, String>) -> Result<(), InvalidInput> {
     for (name, value) in env {
         let mut chars = name.chars();
-        let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+        let first_ok = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
         if !first_ok || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
             return Err(InvalidInput::new(
                 format!("{field}.{name}"),
@@ -20,7 +22,10 @@ pub fn env(field: &str, env: &BTreeMap<String, String>) -> Result<(), InvalidInp
             ));
         }
         if value.contains('\0') {
-            return Err(InvalidInput::new(format!("{field}.{name}"), "value contains NUL"));
+            return Err(InvalidInput::new(
+                format!("{field}.{name}"),
+                "value contains NUL",
+            ));
         }
         if value.len() > MAX_ENV_VALUE_BYTES {
             return Err(InvalidInput::new(
@@ -42,7 +47,10 @@ pub fn metadata(m: &BTreeMap<String, String>) -> Result<(), InvalidInput> {
             return Err(InvalidInput::new("metadata", "keys must be 1 to 256 bytes"));
         }
         if v.len() > 4096 {
-            return Err(InvalidInput::new(format!("metadata.{k}"), "at most 4096 bytes"));
+            return Err(InvalidInput::new(
+                format!("metadata.{k}"),
+                "at most 4096 bytes",
+            ));
         }
     }
     Ok(())
@@ -60,7 +68,10 @@ pub fn path(field: &str, p: &[u8]) -> Result<(), InvalidInput> {
         return Err(InvalidInput::new(field, "is longer than 4096 bytes"));
     }
     if p.split(|&b| b == b'/').any(|c| c.len() > 255) {
-        return Err(InvalidInput::new(field, "has a component longer than 255 bytes"));
+        return Err(InvalidInput::new(
+            field,
+            "has a component longer than 255 bytes",
+        ));
     }
     Ok(())
 }
@@ -69,7 +80,8 @@ pub fn path(field: &str, p: &[u8]) -> Result<(), InvalidInput> {
 pub fn user(field: &str, u: &str) -> Result<(), InvalidInput> {
     let ok = !u.is_empty()
         && u.len() <= 32
-        && u.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
+        && u.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
         && !u.starts_with('-');
     if ok {
         Ok(())

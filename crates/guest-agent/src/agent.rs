@@ -96,7 +96,9 @@ pub async fn run(config: Config) -> Result<(), StartError> {
 /// Kills every command's tree and removes the socket.
 fn shutdown(agent: &Agent) {
     for command in agent.commands.all() {
-        process_tree::signal_tree(command.sid(), libc::SIGKILL);
+        if let Some(sid) = command.live_sid() {
+            process_tree::signal_tree(sid, libc::SIGKILL);
+        }
     }
     let _ = fs::remove_file(&agent.config.listen);
 }

@@ -2,7 +2,7 @@
 //! container) and serves the host over [`cove_guest_protocol`].
 //!
 //! - [`agent`]: state shared by handlers, and the start-up sequence.
-//! - [`server`]: connections, handshake, routing of requests to handlers.
+//! - [`server`]: connections, handshake, the writer task; [`dispatch`]: request → handler.
 //! - [`commands`]: spawning, output, stdin, signals, kill, timeout of commands.
 //! - [`spawn`]: fork/exec of one process; [`reaper`]: the one `waitpid(-1)` loop;
 //!   [`process_tree`]: a command's session found through `/proc`.
@@ -10,10 +10,27 @@
 //! - [`files`]: read, write, stat, list, mkdir, remove, rename.
 //! - [`users`]: the sandbox's `/etc/passwd` and `/etc/group`; [`net`]: loopback up.
 //! - [`config`]: command-line settings; [`error`]: errors as the host sees them.
+//!
+//! # Promises and numbers
+//! - Output: stdout and stderr share one offset space; up to `--output-memory-bytes` (1 MiB) per
+//!   command in memory, then spilled to `<run-dir>/output/<id>.log`; at most `--output-cap-bytes`
+//!   (1 GiB) kept, later bytes dropped for every reader and `truncated` set.
+//! - A command is `Exited` once its leader is reaped and both pipes reached EOF, waiting at most
+//!   2 s for EOF after the leader's exit (0.5 s when the agent killed the tree); a background
+//!   process that keeps the pipes open does not hold the result, and its later output is dropped.
+//! - Exit: `exit_code` for a normal exit; `signal` (and no `exit_code`) when killed by a signal.
+//!   A program that cannot be executed exits 127 (not found) or 126 (not executable) with a
+//!   shell-like message on stderr.
+//! - Timeout: SIGKILL to the whole session when `timeout_ms` passes; `timed_out` is set.
+//!   Kill: SIGTERM, then SIGKILL after the grace period (at most 1 h), answered once nothing of
+//!   the session runs. Signals are delivered as-is to the process group.
+//! - Shell commands over 100 KiB run from a script file in `<run-dir>/scripts/` (mode 0644).
+//! - Listings hold at most 100 000 entries; large lists come in parts.
 
 pub mod agent;
 pub mod commands;
 pub mod config;
+pub mod dispatch;
 pub mod error;
 pub mod files;
 pub mod net;

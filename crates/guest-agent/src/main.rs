@@ -32,6 +32,9 @@ fn main() -> ExitCode {
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
+        // Idle blocking threads stay around: when a fork bomb exhausts the sandbox's process
+        // limit, no new thread can be created, but file and spawn requests still find one.
+        .thread_keep_alive(std::time::Duration::from_secs(3600))
         .enable_all()
         .build()
     {

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::agent::Agent;
-use crate::commands;
+use crate::dispatch::dispatch;
 use crate::error::AgentError;
 use crate::files::{self, write::Upload};
 
@@ -65,14 +65,6 @@ impl Responder {
     /// Resolves when the connection is gone.
     pub async fn closed(&self) {
         self.tx.closed().await
-    }
-
-    async fn reply<T>(&self, result: Result<T, AgentError>, ok: impl FnOnce(T) -> Response) {
-        let response = match result {
-            Ok(v) => ok(v),
-            Err(e) => e.into_response(),
-        };
-        self.send(response).await;
     }
 }
 
@@ -242,115 +234,6 @@ async fn protocol_error(r: &Responder, message: &str) {
     warn!(message, "protocol violation; dropping the connection");
     r.send(AgentError::new(ErrorCode::Protocol, message).into_response())
         .await;
-}
-
-/// Runs one request to its end.
-async fn dispatch(agent: &Arc<Agent>, request: Request, r: &Responder) {
-    match request {
-        Request::Ping => {
-            r.send(Response::Ok).await;
-        }
-        Request::Spawn(req) => {
-            r.reply(commands::start(agent, req).await, |pid| Response::Spawned {
-                pid,
-            })
-            .await
-        }
-        Request::Attach {
-            command_id,
-            offset,
-            follow,
-        } => commands::attach(agent, &command_id, offset, follow, r).await,
-        Request::StdinWrite { command_id, data } => {
-            r.reply(
-                commands::stdin_write(agent, &command_id, &data).await,
-                |()| Response::Ok,
-            )
-            .await
-        }
-        Request::StdinClose { command_id } => {
-            r.reply(commands::stdin_close(agent, &command_id).await, |()| {
-                Response::Ok
-            })
-            .await
-        }
-        Request::Signal { command_id, signal } => {
-            r.reply(commands::signal(agent, &command_id, signal).await, |()| {
-                Response::Ok
-            })
-            .await
-        }
-        Request::Kill {
-            command_id,
-            grace_ms,
-        } => {
-            r.reply(
-                commands::kill(agent, &command_id, grace_ms).await,
-                Response::Command,
-            )
-            .await
-        }
-        Request::GetCommand { command_id } => {
-            r.reply(commands::get(agent, &command_id), Response::Command)
-                .await
-        }
-        Request::ListCommands => commands::list(agent, r).await,
-        Request::ForgetCommand { command_id } => {
-            r.reply(commands::forget(agent, &command_id), |()| Response::Ok)
-                .await
-        }
-        Request::ReadFile {
-            path,
-            user,
-            offset,
-            length,
-        } => files::read::read_file(agent, path, user, offset, length, r).await,
-        Request::Stat { path, user } => {
-            r.reply(
-                files::blocking(agent, move |a| files::stat::stat(a, &path, user.as_deref())).await,
-                Response::FileInfo,
-            )
-            .await
-        }
-        Request::ListDir { path, user, depth } => {
-            files::list::list_dir(agent, path, user, depth, r).await
-        }
-        Request::MakeDir { path, user } => {
-            r.reply(
-                files::blocking(agent, move |a| {
-                    files::mkdir::make_dir(a, &path, user.as_deref())
-                })
-                .await,
-                Response::FileInfo,
-            )
-            .await
-        }
-        Request::Remove { path, user } => {
-            r.reply(
-                files::blocking(agent, move |a| {
-                    files::remove::remove(a, &path, user.as_deref())
-                })
-                .await,
-                |()| Response::Ok,
-            )
-            .await
-        }
-        Request::Rename { from, to, user } => {
-            r.reply(
-                files::blocking(agent, move |a| {
-                    files::rename::rename(a, &from, &to, user.as_deref())
-                })
-                .await,
-                Response::FileInfo,
-            )
-            .await
-        }
-        Request::Hello { .. } | Request::WriteFile(_) | Request::Data { .. } | Request::DataEnd => {
-            // Routed by the read loop; never dispatched.
-            r.send(AgentError::new(ErrorCode::Protocol, "unexpected frame").into_response())
-                .await;
-        }
-    }
 }
 
 async fn write_loop(

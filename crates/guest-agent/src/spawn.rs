@@ -63,6 +63,9 @@ pub struct Spawned {
 /// Why nothing was started.
 #[derive(Debug, thiserror::Error)]
 pub enum SpawnError {
+    /// There is no program to run.
+    #[error("argv is empty")]
+    EmptyArgv,
     /// An argument, variable or path holds a NUL byte.
     #[error("{0} contains a NUL byte")]
     Nul(&'static str),
@@ -146,7 +149,7 @@ pub fn exec_candidates(argv0: &str, path: &str) -> Vec<Vec<u8>> {
 
 impl Prepared {
     fn new(spec: &SpawnSpec) -> Result<Self, SpawnError> {
-        let argv0 = spec.argv.first().ok_or(SpawnError::Nul("argv"))?;
+        let argv0 = spec.argv.first().ok_or(SpawnError::EmptyArgv)?;
         let path = spec
             .env
             .iter()

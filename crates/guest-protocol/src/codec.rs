@@ -85,8 +85,16 @@ mod tests {
     #[tokio::test]
     async fn round_trip() {
         let frames = vec![
-            HostFrame { id: 1, request: Request::Hello { version: 1 } },
-            HostFrame { id: 2, request: Request::Data { data: vec![0, 255, 10] } },
+            HostFrame {
+                id: 1,
+                request: Request::Hello { version: 1 },
+            },
+            HostFrame {
+                id: 2,
+                request: Request::Data {
+                    data: vec![0, 255, 10],
+                },
+            },
         ];
         let mut buf = Vec::new();
         for f in &frames {
@@ -97,7 +105,10 @@ mod tests {
             let got: HostFrame = read_frame(&mut r).await.expect("read");
             assert_eq!(&got, f);
         }
-        assert!(matches!(read_frame::<_, HostFrame>(&mut r).await, Err(FrameError::Closed)));
+        assert!(matches!(
+            read_frame::<_, HostFrame>(&mut r).await,
+            Err(FrameError::Closed)
+        ));
     }
 
     #[tokio::test]

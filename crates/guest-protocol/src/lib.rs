@@ -14,7 +14,9 @@
 //! # Multiplexing
 //! Every frame carries a request id chosen by the host. The guest serves the requests of one
 //! connection concurrently and tags every response with the id of the request it answers, so many
-//! unary requests share one connection. A streaming request ([`Request::Attach`],
+//! unary requests share one connection. A unary request gets one response frame, except that a
+//! listing too large for one frame ([`Request::ListDir`], [`Request::ListCommands`]) comes as
+//! [`Response::EntriesPart`] / [`Response::CommandsPart`] frames before its final frame. A streaming request ([`Request::Attach`],
 //! [`Request::ReadFile`], [`Request::WriteFile`]) takes a connection of its own, so that the socket's
 //! own flow control paces one stream without stalling the others.
 //!
@@ -26,8 +28,6 @@
 //! - `WriteFile`: the host sends [`Request::Data`] frames and then [`Request::DataEnd`] with the
 //!   same id; the guest answers [`Response::FileInfo`] once the file is durably renamed into place,
 //!   or [`Response::Error`] (the temporary file is removed, the old file is untouched).
-
-
 
 use serde::{Deserialize, Serialize};
 

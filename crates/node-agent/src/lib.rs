@@ -4,6 +4,7 @@
 
 pub mod guest;
 mod node;
+pub mod snapshot;
 pub mod template;
 
 pub use node::{NodeAgent, NodeConfig};

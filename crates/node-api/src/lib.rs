@@ -8,13 +8,22 @@
 use std::collections::BTreeMap;
 use std::io;
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::BoxStream;
 
+mod commands;
+mod files;
+mod lifecycle;
+mod releases;
+
+pub use commands::NodeCommands;
+pub use files::NodeFiles;
+pub use lifecycle::{NodeCapabilities, NodeLifecycle, SuspendInfo, WakeInfo};
+pub use releases::NodeReleases;
+
 pub use cove_guest_protocol::{
-    CommandInfo, CommandState, ErrorCode as GuestErrorCode, FileInfo, FileType, GuestPath,
-    Program, SpawnRequest, Stream as OutputStream, WriteFileRequest,
+    CommandInfo, CommandState, ErrorCode as GuestErrorCode, FileInfo, FileType, GuestPath, Program,
+    SpawnRequest, Stream as OutputStream, WriteFileRequest,
 };
 
 /// What the node needs to start a sandbox.
@@ -138,98 +147,9 @@ pub enum NodeError {
 /// A byte stream of file or request data.
 pub type ByteStream = BoxStream<'static, Result<Bytes, io::Error>>;
 
-/// The node agent as the control plane sees it. Every method is safe to call concurrently;
-/// lifecycle calls for one sandbox are serialised by the caller (one operation at a time).
-#[async_trait]
-pub trait NodeApi: Send + Sync + 'static {
-    /// Built-in recipes the node can build (`base`, `tiny`).
-    fn recipes(&self) -> Vec<RecipeInfo>;
+/// The node agent as the control plane sees it: every part of the contract. Every method is
+/// safe to call concurrently; lifecycle calls for one sandbox are serialised by the caller (one
+/// operation at a time).
+pub trait NodeApi: NodeReleases + NodeLifecycle + NodeCommands + NodeFiles {}
 
-    /// Builds release `number` of `template`. Idempotent per (template, number): a partial earlier
-    /// attempt is discarded first. Nothing is left behind on failure or cancellation.
-    async fn build_release(
-        &self,
-        template: &str,
-        number: u32,
-        no_cache: bool,
-        events: tokio::sync::mpsc::Sender<BuildEvent>,
-        cancel: tokio_util::sync::CancellationToken,
-    ) -> Result<BuiltRelease, NodeError>;
-
-    /// Whether release `number` of `template` is present on the node.
-    async fn has_release(&self, template: &str, number: u32) -> bool;
-
-    /// Removes a release's files (after a failed build, or when retiring it).
-    async fn remove_release(&self, template: &str, number: u32) -> Result<(), NodeError>;
-
-    /// Starts a sandbox and returns once its guest agent answers. On failure nothing is left.
-    async fn start_sandbox(&self, launch: SandboxLaunch) -> Result<(), NodeError>;
-
-    /// Re-attaches to a sandbox that kept running while the node agent restarted. Returns its
-    /// state, or `None` when the node has no trace of it.
-    async fn adopt_sandbox(&self, id: &str) -> Result<Option<NodeSandboxState>, NodeError>;
-
-    /// Stops a sandbox and removes everything it had on the node. Idempotent.
-    async fn destroy_sandbox(&self, id: &str) -> Result<(), NodeError>;
-
-    /// Ids of every sandbox the node's runtime holds (for reconciliation).
-    async fn list_sandboxes(&self) -> Result<Vec<String>, NodeError>;
-
-    /// Starts a command.
-    async fn spawn(&self, sandbox_id: &str, req: SpawnRequest) -> Result<CommandInfo, NodeError>;
-
-    /// One command's state.
-    async fn command(&self, sandbox_id: &str, command_id: &str) -> Result<CommandInfo, NodeError>;
-
-    /// Every command the sandbox keeps.
-    async fn commands(&self, sandbox_id: &str) -> Result<Vec<CommandInfo>, NodeError>;
-
-    /// Delivers a signal to the command's process group.
-    async fn signal(&self, sandbox_id: &str, command_id: &str, signal: i32)
-        -> Result<(), NodeError>;
-
-    /// SIGTERM, `grace_ms`, SIGKILL; returns once every process of the command is gone.
-    async fn kill(
-        &self,
-        sandbox_id: &str,
-        command_id: &str,
-        grace_ms: u64,
-    ) -> Result<CommandInfo, NodeError>;
-
-    /// Streams a command's output from `offset`; ends with [`AttachEvent::Exited`].
-    async fn attach(
-        &self,
-        sandbox_id: &str,
-        command_id: &str,
-        offset: u64,
-    ) -> Result<BoxStream<'static, Result<AttachEvent, NodeError>>, NodeError>;
-
-    /// Writes to a command's stdin.
-    async fn stdin_write(
-        &self,
-        sandbox_id: &str,
-        command_id: &str,
-        data: Bytes,
-    ) -> Result<(), NodeError>;
-
-    /// Closes a command's stdin.
-    async fn stdin_close(&self, sandbox_id: &str, command_id: &str) -> Result<(), NodeError>;
-
-    /// Writes a file atomically from a byte stream.
-    async fn write_file(
-        &self,
-        sandbox_id: &str,
-        req: WriteFileRequest,
-        body: ByteStream,
-    ) -> Result<FileInfo, NodeError>;
-
-    /// Reads a file: its metadata, then its bytes.
-    async fn read_file(
-        &self,
-        sandbox_id: &str,
-        path: GuestPath,
-        user: Option<String>,
-        offset: u64,
-        length: Option<u64>,
-    ) -> Result<(FileInfo, BoxStream<'static, Result<Bytes, NodeError>>), NodeError>;
-}
+impl<T: NodeReleases + NodeLifecycle + NodeCommands + NodeFiles> NodeApi for T {}

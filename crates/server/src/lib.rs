@@ -105,7 +105,9 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         .with_context(|| format!("create data dir {}", cfg.data_dir.display()))?;
     let data_dir = cfg.data_dir.canonicalize()?;
     let guest_agent = find_guest_agent(&cfg)?;
-    let store = Store::open_sqlite(&data_dir.join("store.db")).await.context("open the store")?;
+    let store = Store::open_sqlite(&data_dir.join("store.db"))
+        .await
+        .context("open the store")?;
 
     let runc = RuncRuntime::new(RuncConfig {
         runc_binary: cfg.runc.clone().unwrap_or_else(|| PathBuf::from("runc")),
@@ -116,15 +118,22 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         NodeConfig {
             data_dir: data_dir.clone(),
             guest_agent,
-            cache_dir: Some(cfg.cache_dir.clone().unwrap_or_else(|| data_dir.join("cache"))),
+            cache_dir: Some(
+                cfg.cache_dir
+                    .clone()
+                    .unwrap_or_else(|| data_dir.join("cache")),
+            ),
             mirror: None,
         },
         Arc::new(runc),
     );
 
-    let api_listener = TcpListener::bind(cfg.listen).await.context("bind the API listener")?;
-    let dp_listener =
-        TcpListener::bind(cfg.data_plane_listen).await.context("bind the data-plane listener")?;
+    let api_listener = TcpListener::bind(cfg.listen)
+        .await
+        .context("bind the API listener")?;
+    let dp_listener = TcpListener::bind(cfg.data_plane_listen)
+        .await
+        .context("bind the data-plane listener")?;
     let api_addr = api_listener.local_addr()?;
     let data_plane_addr = dp_listener.local_addr()?;
 
@@ -163,14 +172,23 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         }));
     }
     info!(%api_addr, %data_plane_addr, data_dir = %data_dir.display(), "cove server listening");
-    Ok(Running { api_addr, data_plane_addr, new_admin_token, tasks, shutdown })
+    Ok(Running {
+        api_addr,
+        data_plane_addr,
+        new_admin_token,
+        tasks,
+        shutdown,
+    })
 }
 
 /// Runs the server until SIGTERM or SIGINT, then shuts down gracefully. Sandboxes keep running
 /// and are re-adopted at the next start.
 pub async fn run(cfg: Config) -> anyhow::Result<()> {
     let running = start(cfg).await?;
-    println!("cove server: API http://{}  data plane http://{}", running.api_addr, running.data_plane_addr);
+    println!(
+        "cove server: API http://{}  data plane http://{}",
+        running.api_addr, running.data_plane_addr
+    );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
@@ -185,5 +203,8 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
 pub fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }

@@ -75,7 +75,10 @@ impl Store {
 
     /// Deletes a command row (a failed start).
     pub async fn delete_command(&self, id: &str) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM commands WHERE id = ?").bind(id).execute(&self.pool).await?;
+        sqlx::query("DELETE FROM commands WHERE id = ?")
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 

@@ -11,12 +11,16 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::SqlitePool;
 
 mod commands;
+mod events;
+mod lifecycle;
 mod operations;
 mod releases;
 mod sandboxes;
 mod tokens;
 
 pub use commands::CommandRecord;
+pub use events::Purged;
+pub use lifecycle::NewEvent;
 pub use operations::{NewOperation, OperationUpdate};
 pub use sandboxes::SandboxFilter;
 
@@ -56,7 +60,10 @@ impl Store {
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(std::time::Duration::from_secs(10))
             .foreign_keys(true);
-        let pool = SqlitePoolOptions::new().max_connections(8).connect_with(opts).await?;
+        let pool = SqlitePoolOptions::new()
+            .max_connections(8)
+            .connect_with(opts)
+            .await?;
         sqlx::migrate!("./migrations").run(&pool).await?;
         Ok(Store { pool })
     }

@@ -47,7 +47,9 @@ fn row_to_operation(r: &sqlx::sqlite::SqliteRow) -> Result<Operation, StoreError
     let error = match code {
         Some(c) => Some(OperationError {
             code: parse_enum(&c, error_code_parse)?,
-            message: r.try_get::<Option<String>, _>("error_message")?.unwrap_or_default(),
+            message: r
+                .try_get::<Option<String>, _>("error_message")?
+                .unwrap_or_default(),
         }),
         None => None,
     };
@@ -143,11 +145,49 @@ impl Store {
 
     /// Operations that have not ended (after a restart they are failed).
     pub async fn unfinished_operations(&self) -> Result<Vec<Operation>, StoreError> {
-        let rows =
-            sqlx::query("SELECT * FROM operations WHERE state IN ('pending', 'running')")
-                .fetch_all(&self.pool)
-                .await?;
+        let rows = sqlx::query("SELECT * FROM operations WHERE state IN ('pending', 'running')")
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter().map(row_to_operation).collect()
+    }
+
+    /// Recent operations, newest first: of one sandbox when `sandbox_id` is given.
+    pub async fn list_operations(
+        &self,
+        sandbox_id: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<Operation>, StoreError> {
+        let rows = match sandbox_id {
+            Some(id) => {
+                sqlx::query(
+                    "SELECT * FROM operations WHERE sandbox_id = ? \
+                     ORDER BY created_at DESC, id DESC LIMIT ?",
+                )
+                .bind(id)
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?
+            }
+            None => {
+                sqlx::query("SELECT * FROM operations ORDER BY created_at DESC, id DESC LIMIT ?")
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?
+            }
+        };
+        rows.iter().map(row_to_operation).collect()
+    }
+
+    /// Whether sandbox `sandbox_id` has an operation that has not ended.
+    pub async fn has_unfinished_operation(&self, sandbox_id: &str) -> Result<bool, StoreError> {
+        let row = sqlx::query(
+            "SELECT 1 FROM operations WHERE sandbox_id = ? AND state IN ('pending', 'running') \
+             LIMIT 1",
+        )
+        .bind(sandbox_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.is_some())
     }
 
     /// Appends a log line; returns its sequence number (1, 2, ...).
@@ -194,7 +234,9 @@ mod tests {
     #[tokio::test]
     async fn final_states_do_not_change_and_keys_are_unique() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = Store::open_sqlite(&dir.path().join("s.db")).await.expect("open");
+        let store = Store::open_sqlite(&dir.path().join("s.db"))
+            .await
+            .expect("open");
         let new = NewOperation {
             id: "op-1".into(),
             kind: OperationKind::CreateSandbox,
@@ -206,11 +248,23 @@ mod tests {
             deadline: Utc::now(),
         };
         store.insert_operation(&new).await.expect("insert");
-        let dup = NewOperation { id: "op-2".into(), ..new.clone() };
-        assert!(matches!(store.insert_operation(&dup).await, Err(StoreError::Conflict(_))));
-        let done = OperationUpdate { state: Some(OperationState::Succeeded), ..Default::default() };
+        let dup = NewOperation {
+            id: "op-2".into(),
+            ..new.clone()
+        };
+        assert!(matches!(
+            store.insert_operation(&dup).await,
+            Err(StoreError::Conflict(_))
+        ));
+        let done = OperationUpdate {
+            state: Some(OperationState::Succeeded),
+            ..Default::default()
+        };
         store.update_operation("op-1", &done).await.expect("update");
-        let late = OperationUpdate { state: Some(OperationState::Failed), ..Default::default() };
+        let late = OperationUpdate {
+            state: Some(OperationState::Failed),
+            ..Default::default()
+        };
         let op = store.update_operation("op-1", &late).await.expect("update");
         assert_eq!(op.state, OperationState::Succeeded);
         let (found, hash) = store
@@ -219,8 +273,14 @@ mod tests {
             .expect("lookup")
             .expect("some");
         assert_eq!((found.id.as_str(), hash.as_deref()), ("op-1", Some("h")));
-        assert_eq!(store.append_operation_log("op-1", "a").await.expect("log"), 1);
-        assert_eq!(store.append_operation_log("op-1", "b").await.expect("log"), 2);
+        assert_eq!(
+            store.append_operation_log("op-1", "a").await.expect("log"),
+            1
+        );
+        assert_eq!(
+            store.append_operation_log("op-1", "b").await.expect("log"),
+            2
+        );
         let lines = store.operation_logs("op-1", 1, 10).await.expect("logs");
         assert_eq!(lines, vec![(2, "b".to_string())]);
     }

@@ -61,13 +61,15 @@ impl Store {
         state: ReleaseState,
         size_bytes: Option<u64>,
     ) -> Result<(), StoreError> {
-        sqlx::query("UPDATE releases SET state = ?, size_bytes = ? WHERE template = ? AND number = ?")
-            .bind(state.as_str())
-            .bind(size_bytes.map(|v| v as i64))
-            .bind(template)
-            .bind(number)
-            .execute(&self.pool)
-            .await?;
+        sqlx::query(
+            "UPDATE releases SET state = ?, size_bytes = ? WHERE template = ? AND number = ?",
+        )
+        .bind(state.as_str())
+        .bind(size_bytes.map(|v| v as i64))
+        .bind(template)
+        .bind(number)
+        .execute(&self.pool)
+        .await?;
         Ok(())
     }
 

@@ -44,6 +44,10 @@ fn row_to_sandbox(r: &sqlx::sqlite::SqliteRow) -> Result<Sandbox, StoreError> {
         user: r.try_get("user_name")?,
         created_at: r.try_get("created_at")?,
         updated_at: r.try_get("updated_at")?,
+        idle_timeout_s: r.try_get::<i64, _>("idle_timeout_s")? as u64,
+        ttl_s: r.try_get::<Option<i64>, _>("ttl_s")?.map(|v| v as u64),
+        last_activity_at: r.try_get("last_activity_at")?,
+        memory_restored: r.try_get::<Option<bool>, _>("memory_restored")?,
     })
 }
 
@@ -55,8 +59,9 @@ impl Store {
             serde_json::to_string(&s.metadata).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         sqlx::query(
             "INSERT INTO sandboxes (id, template, release, state, state_reason, runtime, vcpus, \
-             memory_mib, pids_max, env, metadata, cwd, user_name, created_at, updated_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             memory_mib, pids_max, env, metadata, cwd, user_name, created_at, updated_at, \
+             idle_timeout_s, ttl_s, last_activity_at, memory_restored) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&s.id)
         .bind(&s.template)
@@ -73,6 +78,10 @@ impl Store {
         .bind(&s.user)
         .bind(s.created_at)
         .bind(s.updated_at)
+        .bind(s.idle_timeout_s as i64)
+        .bind(s.ttl_s.map(|v| v as i64))
+        .bind(s.last_activity_at)
+        .bind(s.memory_restored)
         .execute(&self.pool)
         .await
         .map_err(map_unique)?;

@@ -29,8 +29,9 @@ impl Store {
 
     /// Number of tokens.
     pub async fn token_count(&self) -> Result<i64, StoreError> {
-        let (n,): (i64,) =
-            sqlx::query_as("SELECT COUNT(*) FROM tokens").fetch_one(&self.pool).await?;
+        let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM tokens")
+            .fetch_one(&self.pool)
+            .await?;
         Ok(n)
     }
 }

@@ -39,6 +39,12 @@ pub struct CreateArgs {
     /// Default user of commands.
     #[arg(short, long)]
     pub user: Option<String>,
+    /// Suspend the sandbox after this many seconds without activity (default 21600; 0 = never).
+    #[arg(long, value_name = "SECONDS")]
+    pub idle_timeout: Option<u64>,
+    /// Delete the sandbox this many seconds after its creation (default: never).
+    #[arg(long, value_name = "SECONDS")]
+    pub ttl: Option<u64>,
     /// Idempotency key: repeating a create with the same key returns the same sandbox.
     #[arg(long, value_name = "KEY")]
     pub idempotency_key: Option<String>,
@@ -58,6 +64,8 @@ impl CreateArgs {
             metadata: self.metadata.iter().cloned().collect(),
             cwd: self.cwd.clone(),
             user: self.user.clone(),
+            idle_timeout_s: self.idle_timeout,
+            ttl_s: self.ttl,
         }
     }
 }

@@ -7,27 +7,6 @@ use clap::Args;
 
 use crate::GlobalArgs;
 
-// TEMPORARY stand-in until the lead's `cove_server::{Config, run}` exist; remove with the `use`.
-use self::stand_in as cove_server;
-#[allow(missing_docs, dead_code)]
-mod stand_in {
-    use std::net::SocketAddr;
-    use std::path::PathBuf;
-    pub struct Config {
-        pub data_dir: PathBuf,
-        pub listen: SocketAddr,
-        pub data_plane_listen: SocketAddr,
-        pub guest_agent: Option<PathBuf>,
-        pub cache_dir: Option<PathBuf>,
-        pub runc: Option<PathBuf>,
-        pub public_data_plane_url: Option<String>,
-    }
-    pub fn init_tracing() {}
-    pub async fn run(_config: Config) -> anyhow::Result<()> {
-        anyhow::bail!("the server is not built in yet")
-    }
-}
-
 /// Options of `cove server` (the data directory is the global `--data-dir`).
 #[derive(Debug, Clone, Args)]
 pub struct ServerArgs {

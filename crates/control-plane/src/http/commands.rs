@@ -15,7 +15,10 @@ pub(super) async fn create(
     Path(id): Path<String>,
     ApiJson(req): ApiJson<CreateCommandRequest>,
 ) -> Result<impl IntoResponse, ServiceError> {
-    Ok((StatusCode::CREATED, Json(cp.create_command(&id, req).await?)))
+    Ok((
+        StatusCode::CREATED,
+        Json(cp.create_command(&id, req).await?),
+    ))
 }
 
 pub(super) async fn list(
@@ -60,5 +63,8 @@ pub(super) async fn attachment(
     State(cp): State<ControlPlane>,
     Path((id, cid)): Path<(String, String)>,
 ) -> Result<impl IntoResponse, ServiceError> {
-    Ok((StatusCode::CREATED, Json(cp.new_attachment(&id, &cid).await?)))
+    Ok((
+        StatusCode::CREATED,
+        Json(cp.new_attachment(&id, &cid).await?),
+    ))
 }

@@ -24,7 +24,11 @@ use crate::{ControlPlane, ServiceError};
 /// Largest stdin write in one request (1 MiB); split larger input into several requests.
 pub const MAX_STDIN_WRITE: usize = 1 << 20;
 
-async fn authorize(cp: &ControlPlane, headers: &HeaderMap, cid: &str) -> Result<String, ServiceError> {
+async fn authorize(
+    cp: &ControlPlane,
+    headers: &HeaderMap,
+    cid: &str,
+) -> Result<String, ServiceError> {
     let token = super::bearer(headers)
         .ok_or_else(|| ServiceError::Unauthorized("missing attachment token".into()))?;
     cp.authorize_attachment(cid, token).await
@@ -69,39 +73,51 @@ pub(super) async fn attach(
     let stream = async_stream(move |tx| async move {
         let mut carry = [Utf8Carry::default(), Utf8Carry::default()];
         while let Some(ev) = events.next().await {
-            let ev = match ev {
-                Ok(AttachEvent::Output { offset, stream, data }) => {
-                    let (name, idx) = match stream {
-                        OutputStream::Stdout => ("stdout", 0),
-                        OutputStream::Stderr => ("stderr", 1),
-                    };
-                    let end = offset + data.len() as u64;
-                    let payload = if utf8 {
-                        match carry[idx].push(offset, &data) {
-                            Some((start, text)) => OutputEvent { offset: start, len: end - start, data: text },
-                            None => continue,
-                        }
-                    } else {
-                        OutputEvent {
-                            offset,
-                            len: data.len() as u64,
-                            data: base64::engine::general_purpose::STANDARD.encode(&data),
-                        }
-                    };
-                    Event::default().event(name).id(end.to_string()).json_data(&payload)
-                }
-                Ok(AttachEvent::Exited(info)) => {
-                    let cmd = crate::commands::to_api(&sandbox_id, info);
-                    Event::default().event("exit").json_data(&cmd)
-                }
-                Err(e) => {
-                    tracing::warn!(command_id = %cid, error = %e, "attach stream failed");
-                    Event::default().event("error").json_data(serde_json::json!({
+            let ev =
+                match ev {
+                    Ok(AttachEvent::Output {
+                        offset,
+                        stream,
+                        data,
+                    }) => {
+                        let (name, idx) = match stream {
+                            OutputStream::Stdout => ("stdout", 0),
+                            OutputStream::Stderr => ("stderr", 1),
+                        };
+                        let end = offset + data.len() as u64;
+                        let payload = if utf8 {
+                            match carry[idx].push(offset, &data) {
+                                Some((start, text)) => OutputEvent {
+                                    offset: start,
+                                    len: end - start,
+                                    data: text,
+                                },
+                                None => continue,
+                            }
+                        } else {
+                            OutputEvent {
+                                offset,
+                                len: data.len() as u64,
+                                data: base64::engine::general_purpose::STANDARD.encode(&data),
+                            }
+                        };
+                        Event::default()
+                            .event(name)
+                            .id(end.to_string())
+                            .json_data(&payload)
+                    }
+                    Ok(AttachEvent::Exited(info)) => {
+                        let cmd = crate::commands::to_api(&sandbox_id, info);
+                        Event::default().event("exit").json_data(&cmd)
+                    }
+                    Err(e) => {
+                        tracing::warn!(command_id = %cid, error = %e, "attach stream failed");
+                        Event::default().event("error").json_data(serde_json::json!({
                         "code": "unavailable",
                         "message": "the output stream broke; reconnect with ?offset= to resume",
                     }))
-                }
-            };
+                    }
+                };
             let Ok(ev) = ev else { continue };
             if tx.send(ev).await.is_err() {
                 return;
@@ -122,7 +138,11 @@ struct Utf8Carry {
 impl Utf8Carry {
     /// Returns the start offset and text of what can be sent now, or `None` if everything is held.
     fn push(&mut self, offset: u64, data: &[u8]) -> Option<(u64, String)> {
-        let start = if self.pending.is_empty() { offset } else { self.pending_offset };
+        let start = if self.pending.is_empty() {
+            offset
+        } else {
+            self.pending_offset
+        };
         let mut buf = std::mem::take(&mut self.pending);
         buf.extend_from_slice(data);
         let keep = incomplete_tail(&buf);
@@ -200,6 +220,9 @@ mod tests {
         let mut c = Utf8Carry::default();
         assert_eq!(c.push(0, b"\xE2"), None);
         assert_eq!(c.push(1, b"\x89\xA4\n"), Some((0, "≤\n".to_string())));
-        assert_eq!(c.push(4, b"A\0B\xFFC"), Some((4, "A\0B\u{FFFD}C".to_string())));
+        assert_eq!(
+            c.push(4, b"A\0B\xFFC"),
+            Some((4, "A\0B\u{FFFD}C".to_string()))
+        );
     }
 }

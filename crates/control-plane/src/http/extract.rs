@@ -23,20 +23,32 @@ where
     type Rejection = ServiceError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = axum::body::Bytes::from_request(req, state).await.map_err(|e| {
-            if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ServiceError::TooLarge("request body is too large".into())
-            } else {
-                ServiceError::Invalid(InvalidInput::new("body", e.body_text()))
-            }
-        })?;
-        let bytes = if bytes.iter().all(u8::is_ascii_whitespace) { &b"{}"[..] } else { &bytes[..] };
+        let bytes = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(|e| {
+                if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ServiceError::TooLarge("request body is too large".into())
+                } else {
+                    ServiceError::Invalid(InvalidInput::new("body", e.body_text()))
+                }
+            })?;
+        let bytes = if bytes.iter().all(u8::is_ascii_whitespace) {
+            &b"{}"[..]
+        } else {
+            &bytes[..]
+        };
         let de = &mut serde_json::Deserializer::from_slice(bytes);
-        serde_path_to_error::deserialize(de).map(ApiJson).map_err(|e| {
-            let field = e.path().to_string();
-            let field = if field == "." { "body".to_string() } else { field };
-            ServiceError::Invalid(InvalidInput::new(field, e.into_inner().to_string()))
-        })
+        serde_path_to_error::deserialize(de)
+            .map(ApiJson)
+            .map_err(|e| {
+                let field = e.path().to_string();
+                let field = if field == "." {
+                    "body".to_string()
+                } else {
+                    field
+                };
+                ServiceError::Invalid(InvalidInput::new(field, e.into_inner().to_string()))
+            })
     }
 }
 

@@ -16,7 +16,10 @@ pub(super) async fn write(
     ApiQuery(q): ApiQuery<WriteFileQuery>,
     body: Body,
 ) -> Result<impl IntoResponse, ServiceError> {
-    let stream = body.into_data_stream().map_err(std::io::Error::other).boxed();
+    let stream = body
+        .into_data_stream()
+        .map_err(std::io::Error::other)
+        .boxed();
     Ok(Json(cp.write_file(&id, q, stream).await?))
 }
 
@@ -27,10 +30,16 @@ pub(super) async fn read(
 ) -> Result<Response, ServiceError> {
     let (offset, length) = (q.offset.unwrap_or(0), q.length);
     let (info, stream) = cp.read_file(&id, q).await?;
-    let len = info.size.saturating_sub(offset).min(length.unwrap_or(u64::MAX));
+    let len = info
+        .size
+        .saturating_sub(offset)
+        .min(length.unwrap_or(u64::MAX));
     let mut resp = Body::from_stream(stream).into_response();
     let h = resp.headers_mut();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
     h.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     Ok(resp)
 }

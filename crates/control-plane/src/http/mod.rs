@@ -33,14 +33,35 @@ pub fn management_router(cp: ControlPlane) -> Router {
         .route("/v1/templates", get(templates::list))
         .route("/v1/templates/{name}", get(templates::get_one))
         .route("/v1/templates/{name}/releases", post(templates::build))
-        .route("/v1/sandboxes", post(sandboxes::create).get(sandboxes::list))
-        .route("/v1/sandboxes/{id}", get(sandboxes::get_one).delete(sandboxes::delete))
-        .route("/v1/sandboxes/{id}/commands", post(commands::create).get(commands::list))
+        .route(
+            "/v1/sandboxes",
+            post(sandboxes::create).get(sandboxes::list),
+        )
+        .route(
+            "/v1/sandboxes/{id}",
+            get(sandboxes::get_one).delete(sandboxes::delete),
+        )
+        .route(
+            "/v1/sandboxes/{id}/commands",
+            post(commands::create).get(commands::list),
+        )
         .route("/v1/sandboxes/{id}/commands/{cid}", get(commands::get_one))
-        .route("/v1/sandboxes/{id}/commands/{cid}/signal", post(commands::signal))
-        .route("/v1/sandboxes/{id}/commands/{cid}/kill", post(commands::kill))
-        .route("/v1/sandboxes/{id}/commands/{cid}/attachment", post(commands::attachment))
-        .route("/v1/sandboxes/{id}/files", get(files::read).put(files::write))
+        .route(
+            "/v1/sandboxes/{id}/commands/{cid}/signal",
+            post(commands::signal),
+        )
+        .route(
+            "/v1/sandboxes/{id}/commands/{cid}/kill",
+            post(commands::kill),
+        )
+        .route(
+            "/v1/sandboxes/{id}/commands/{cid}/attachment",
+            post(commands::attachment),
+        )
+        .route(
+            "/v1/sandboxes/{id}/files",
+            get(files::read).put(files::write),
+        )
         .route("/v1/operations/{id}", get(operations::get_one))
         .route("/v1/operations/{id}/logs", get(operations::logs))
         .route_layer(middleware::from_fn_with_state(cp.clone(), require_token));
@@ -58,7 +79,10 @@ pub fn data_plane_router(cp: ControlPlane) -> Router {
     Router::new()
         .route("/v1/attach/{cid}", get(data_plane::attach))
         .route("/v1/attach/{cid}/stdin", post(data_plane::stdin_write))
-        .route("/v1/attach/{cid}/stdin:close", post(data_plane::stdin_close))
+        .route(
+            "/v1/attach/{cid}/stdin:close",
+            post(data_plane::stdin_close),
+        )
         .route("/healthz", get(|| async { "ok" }))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -67,7 +91,11 @@ pub fn data_plane_router(cp: ControlPlane) -> Router {
 }
 
 async fn not_found() -> Response {
-    render::error_response(StatusCode::NOT_FOUND, cove_api_types::ErrorCode::NotFound, "no such route")
+    render::error_response(
+        StatusCode::NOT_FOUND,
+        cove_api_types::ErrorCode::NotFound,
+        "no such route",
+    )
 }
 
 async fn method_not_allowed() -> Response {
@@ -88,15 +116,20 @@ async fn request_context(req: Request, next: Next) -> Response {
         .filter(|v| {
             !v.is_empty()
                 && v.len() <= 64
-                && v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+                && v.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
         })
         .map(str::to_string)
         .unwrap_or_else(cove_domain::ids::new_request_id);
     let span = tracing::info_span!("request", request_id = %id, method = %req.method(),
         path = %req.uri().path());
-    let mut resp = REQUEST_ID.scope(id.clone(), next.run(req)).instrument(span).await;
+    let mut resp = REQUEST_ID
+        .scope(id.clone(), next.run(req))
+        .instrument(span)
+        .await;
     if let Ok(v) = HeaderValue::from_str(&id) {
-        resp.headers_mut().insert(cove_api_types::REQUEST_ID_HEADER, v);
+        resp.headers_mut()
+            .insert(cove_api_types::REQUEST_ID_HEADER, v);
     }
     resp
 }
@@ -108,7 +141,10 @@ pub(crate) fn current_request_id() -> String {
 
 /// Bearer token from an `Authorization` header.
 pub(crate) fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
-    let v = headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
+    let v = headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
     let (scheme, token) = v.split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }

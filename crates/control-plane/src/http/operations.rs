@@ -58,7 +58,8 @@ fn event(ev: &OperationLogEvent) -> Event {
     if let OperationLogEvent::Log { seq, .. } = ev {
         e = e.id(seq.to_string());
     }
-    e.json_data(ev).unwrap_or_else(|_| Event::default().comment("unencodable event"))
+    e.json_data(ev)
+        .unwrap_or_else(|_| Event::default().comment("unencodable event"))
 }
 
 /// Log lines from `after` on, progress when it changes, then `done` once the operation is final
@@ -74,26 +75,39 @@ fn log_stream(
         let mut changes = cp.operations().subscribe();
         loop {
             changes.borrow_and_update();
-            let Ok(op) = cp.operations().get(&id).await else { return };
-            let Ok(lines) = cp.operations().logs(&id, after).await else { return };
+            let Ok(op) = cp.operations().get(&id).await else {
+                return;
+            };
+            let Ok(lines) = cp.operations().logs(&id, after).await else {
+                return;
+            };
             let drained = lines.len() < 500;
             for (seq, line) in lines {
                 after = seq;
-                if tx.send(event(&OperationLogEvent::Log { seq, line })).await.is_err() {
+                if tx
+                    .send(event(&OperationLogEvent::Log { seq, line }))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }
             if op.progress != last_progress {
                 last_progress = op.progress;
                 if let Some(percent) = op.progress {
-                    let ev = OperationLogEvent::Progress { percent, phase: String::new() };
+                    let ev = OperationLogEvent::Progress {
+                        percent,
+                        phase: String::new(),
+                    };
                     if tx.send(event(&ev)).await.is_err() {
                         return;
                     }
                 }
             }
             if op.state.is_final() && drained {
-                let _ = tx.send(event(&OperationLogEvent::Done { operation: op })).await;
+                let _ = tx
+                    .send(event(&OperationLogEvent::Done { operation: op }))
+                    .await;
                 return;
             }
             if drained {

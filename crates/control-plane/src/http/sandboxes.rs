@@ -19,7 +19,9 @@ pub(super) async fn create(
     let key = match headers.get(IDEMPOTENCY_KEY_HEADER) {
         None => None,
         Some(v) => {
-            let k = v.to_str().map_err(|_| InvalidInput::new("Idempotency-Key", "must be ASCII"))?;
+            let k = v
+                .to_str()
+                .map_err(|_| InvalidInput::new("Idempotency-Key", "must be ASCII"))?;
             if k.is_empty() || k.len() > 256 {
                 return Err(InvalidInput::new("Idempotency-Key", "must be 1 to 256 bytes").into());
             }
@@ -50,7 +52,10 @@ pub(super) async fn list(
                 .ok_or_else(|| InvalidInput::new("state", format!("unknown state {s:?}")))?,
         ),
     };
-    Ok(Json(cp.list_sandboxes(state, q.template, q.limit, q.cursor).await?))
+    Ok(Json(
+        cp.list_sandboxes(state, q.template, q.limit, q.cursor)
+            .await?,
+    ))
 }
 
 pub(super) async fn get_one(

@@ -9,7 +9,9 @@ use cove_api_types::BuildReleaseRequest;
 use super::extract::ApiJson;
 use crate::{ControlPlane, ServiceError};
 
-pub(super) async fn list(State(cp): State<ControlPlane>) -> Result<impl IntoResponse, ServiceError> {
+pub(super) async fn list(
+    State(cp): State<ControlPlane>,
+) -> Result<impl IntoResponse, ServiceError> {
     Ok(Json(cp.list_templates().await?))
 }
 
@@ -25,5 +27,8 @@ pub(super) async fn build(
     Path(name): Path<String>,
     ApiJson(req): ApiJson<BuildReleaseRequest>,
 ) -> Result<impl IntoResponse, ServiceError> {
-    Ok((StatusCode::ACCEPTED, Json(cp.build_release(&name, req).await?)))
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(cp.build_release(&name, req).await?),
+    ))
 }

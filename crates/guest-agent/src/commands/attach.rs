@@ -36,7 +36,8 @@ pub async fn attach(
     loop {
         let exited = *progress.borrow_and_update();
         loop {
-            let next = reader_next(&command.log, &mut reader);
+            // The log's lock is released at the end of this statement.
+            let next = reader.next(&lock(&command.log), MAX_CHUNK_BYTES);
             let chunk = match next {
                 Next::Chunk(c) => c,
                 Next::CaughtUp => break,
@@ -79,13 +80,6 @@ pub async fn attach(
             _ = r.closed() => return,
         }
     }
-}
-
-fn reader_next(
-    log: &std::sync::Mutex<crate::output_log::OutputLog>,
-    reader: &mut LogReader,
-) -> Next {
-    reader.next(&lock(log), MAX_CHUNK_BYTES)
 }
 
 async fn send_chunk(r: &Responder, chunk: Chunk) -> bool {

@@ -56,28 +56,33 @@ pub async fn kill(
     grace_ms: u64,
 ) -> Result<CommandInfo, AgentError> {
     let command = agent.commands.get(command_id)?;
-    let sid = command.sid();
     if !command.exited() {
         command.mark_killing();
     }
-    if alive(sid).await {
-        signal_tree(sid, libc::SIGTERM).await;
-        let deadline = Instant::now() + Duration::from_millis(grace_ms).min(MAX_GRACE);
-        while Instant::now() < deadline && alive(sid).await {
-            tokio::time::sleep(POLL.min(deadline.saturating_duration_since(Instant::now()))).await;
-        }
+    if let Some(sid) = command.live_sid() {
         if alive(sid).await {
-            kill_tree_now(sid).await;
+            signal_tree(sid, libc::SIGTERM).await;
+            let deadline = Instant::now() + Duration::from_millis(grace_ms).min(MAX_GRACE);
+            while Instant::now() < deadline && alive(sid).await {
+                tokio::time::sleep(POLL.min(deadline.saturating_duration_since(Instant::now())))
+                    .await;
+            }
+            if alive(sid).await {
+                kill_tree_now(sid).await;
+            }
         }
     }
-    if tokio::time::timeout(Duration::from_secs(10), command.wait_exited())
-        .await
-        .is_err()
-    {
+    let finished = tokio::time::timeout(Duration::from_secs(10), command.wait_exited()).await;
+    if finished.is_err() {
         warn!(
             command_id,
             "command did not finish after its tree was killed"
         );
+    }
+    if let Some(sid) = command.live_sid() {
+        if !alive(sid).await {
+            command.mark_tree_gone();
+        }
     }
     Ok(command.info())
 }

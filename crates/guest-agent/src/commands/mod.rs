@@ -20,7 +20,6 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cove_guest_protocol::{CommandInfo, CommandState, Stream};
-use tokio::net::unix::pipe;
 use tokio::sync::watch;
 
 use crate::error::AgentError;
@@ -30,7 +29,7 @@ pub use attach::attach;
 pub use kill::{kill, signal};
 pub use list::{forget, get, list};
 pub use start::start;
-pub use stdin::{stdin_close, stdin_write};
+pub use stdin::{stdin_close, stdin_write, Stdin};
 
 /// Longest wait for the output pipes' EOF after the leader exited.
 pub const EOF_WAIT: Duration = Duration::from_secs(2);
@@ -72,11 +71,12 @@ pub struct Command {
     status: Mutex<Status>,
     /// `true` once exited; modified (to wake attachers) on every append.
     progress: watch::Sender<bool>,
-    stdin: tokio::sync::Mutex<Option<pipe::Sender>>,
-    has_stdin: bool,
-    stdin_open: AtomicBool,
+    stdin: Stdin,
     /// The agent is killing the tree (timeout or kill request).
     killing: AtomicBool,
+    /// The command exited and no process of its session was left. Its pid may then be reused
+    /// by another session, so the agent never signals this session again.
+    tree_gone: AtomicBool,
     /// Script file of a long shell command, removed at exit.
     script: Option<PathBuf>,
 }
@@ -90,6 +90,18 @@ impl Command {
     /// Notes that the agent is killing the tree (shortens the wait for output EOF).
     fn mark_killing(&self) {
         self.killing.store(true, Ordering::SeqCst);
+    }
+
+    /// The session id to signal, or `None` once the command and its whole tree are gone.
+    pub fn live_sid(&self) -> Option<i32> {
+        (!self.tree_gone.load(Ordering::SeqCst)).then_some(self.pid)
+    }
+
+    /// Records that the command exited and its session is empty.
+    fn mark_tree_gone(&self) {
+        if self.exited() {
+            self.tree_gone.store(true, Ordering::SeqCst);
+        }
     }
 
     /// Whether the command has finished.
@@ -122,7 +134,7 @@ impl Command {
             timed_out: st.timed_out,
             output_bytes,
             truncated,
-            stdin_open: self.stdin_open.load(Ordering::SeqCst),
+            stdin_open: self.stdin.is_open(),
         }
     }
 

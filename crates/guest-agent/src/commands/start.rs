@@ -19,7 +19,7 @@ use cove_guest_protocol::{ErrorCode, Program, SpawnRequest};
 use tokio::net::unix::pipe;
 use tokio::sync::watch;
 
-use super::{now_ms, supervise, Command, Status};
+use super::{now_ms, supervise, Command, Status, Stdin};
 use crate::agent::Agent;
 use crate::error::AgentError;
 use crate::files::path::{display, resolve};
@@ -67,20 +67,30 @@ pub async fn start(agent: &Arc<Agent>, req: SpawnRequest) -> Result<u32, AgentEr
         cap_bytes: agent.config.output_cap_bytes,
     };
     let log = OutputLog::new(agent.output_dir().join(format!("{id}.log")), limits);
-    let stdin = match spawned.stdin {
-        Some(fd) => Some(
-            pipe::Sender::from_owned_fd(fd).map_err(|e| AgentError::io_plain("stdin pipe", &e))?,
-        ),
-        None => None,
+    let pid = spawned.pid;
+    let pipes = (|| {
+        let stdin = spawned.stdin.map(pipe::Sender::from_owned_fd).transpose()?;
+        let stdout = pipe::Receiver::from_owned_fd(spawned.stdout)?;
+        let stderr = pipe::Receiver::from_owned_fd(spawned.stderr)?;
+        Ok::<_, std::io::Error>((stdin, stdout, stderr))
+    })();
+    let (stdin, stdout, stderr) = match pipes {
+        Ok(p) => p,
+        Err(e) => {
+            // Nothing could supervise the process: end it rather than leave it unmanaged.
+            crate::process_tree::signal_tree(pid, libc::SIGKILL);
+            if let Some(s) = &script {
+                let _ = fs::remove_file(s);
+            }
+            return Err(AgentError::new(
+                ErrorCode::SpawnFailed,
+                format!("registering the process's pipes: {e}"),
+            ));
+        }
     };
-    let stdout = pipe::Receiver::from_owned_fd(spawned.stdout)
-        .map_err(|e| AgentError::io_plain("stdout pipe", &e))?;
-    let stderr = pipe::Receiver::from_owned_fd(spawned.stderr)
-        .map_err(|e| AgentError::io_plain("stderr pipe", &e))?;
-    let has_stdin = stdin.is_some();
     let command = Arc::new(Command {
         id,
-        pid: spawned.pid,
+        pid,
         argv: spec.argv,
         user,
         cwd: spec.cwd.to_string_lossy().into_owned(),
@@ -88,10 +98,9 @@ pub async fn start(agent: &Arc<Agent>, req: SpawnRequest) -> Result<u32, AgentEr
         log: Mutex::new(log),
         status: Mutex::new(Status::default()),
         progress: watch::channel(false).0,
-        stdin: tokio::sync::Mutex::new(stdin),
-        has_stdin,
-        stdin_open: AtomicBool::new(has_stdin),
+        stdin: Stdin::new(stdin),
         killing: AtomicBool::new(false),
+        tree_gone: AtomicBool::new(false),
         script,
     });
     reservation.commit(command.clone());
@@ -102,7 +111,7 @@ pub async fn start(agent: &Arc<Agent>, req: SpawnRequest) -> Result<u32, AgentEr
         stderr,
         timeout,
     ));
-    Ok(spawned.pid as u32)
+    Ok(pid as u32)
 }
 
 fn validate_id(id: &str) -> Result<(), AgentError> {
@@ -155,7 +164,7 @@ fn prepare_and_spawn(agent: &Agent, req: SpawnRequest) -> Result<Started, AgentE
 
 fn spawn_error(e: SpawnError, user: &User, cwd: &Path) -> AgentError {
     match e {
-        SpawnError::Nul(_) => AgentError::invalid(e.to_string()),
+        SpawnError::Nul(_) | SpawnError::EmptyArgv => AgentError::invalid(e.to_string()),
         SpawnError::Setup {
             stage: Stage::Chdir,
             source,

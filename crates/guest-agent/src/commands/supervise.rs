@@ -55,7 +55,11 @@ pub async fn supervise(
     if drained.is_err() {
         debug!(command_id = %command.id, "output still open after the leader exited; finishing");
     }
-    finish(&command, status.ok()).await;
+    finish(&command, status.ok());
+    let sid = command.sid();
+    if let Ok(false) = tokio::task::spawn_blocking(move || crate::process_tree::alive(sid)).await {
+        command.mark_tree_gone();
+    }
 }
 
 /// Reads one pipe to EOF, appending to the log (dropped once the command finished).
@@ -74,7 +78,7 @@ async fn pump(command: Arc<Command>, mut rx: pipe::Receiver, stream: Stream) {
     }
 }
 
-async fn finish(command: &Command, status: Option<ExitStatus>) {
+fn finish(command: &Command, status: Option<ExitStatus>) {
     lock(&command.log).close();
     {
         let mut st = lock(&command.status);
@@ -89,11 +93,9 @@ async fn finish(command: &Command, status: Option<ExitStatus>) {
             }
         }
     }
-    command.stdin_open.store(false, Ordering::SeqCst);
+    command.stdin.close();
     if let Some(script) = &command.script {
         let _ = std::fs::remove_file(script);
     }
     command.progress.send_replace(true);
-    // Close our end of stdin; a write in progress fails with EPIPE on its own.
-    *command.stdin.lock().await = None;
 }

@@ -1,0 +1,127 @@
+//! Lifecycle calls on a sandbox (`pause`, `resume`, `suspend`, `wake`), the event stream, and
+//! what the runtime can do.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::Operation;
+
+/// Body of `POST /v1/sandboxes/{id}/{pause|resume|suspend|wake}` (optional; an empty body is
+/// `{}`).
+///
+/// Each call answers `202` with an [`Operation`]. A call that asks for the state the sandbox is
+/// already in (a `resume` of a running sandbox, a `pause` of a paused one, a `suspend` of a
+/// suspended one, a `wake` of a running one) is not an error: its operation succeeds without doing
+/// anything. A call that is illegal from the current state (a `pause` of a suspended sandbox, ...)
+/// is `409 invalid_state`. Calls on one sandbox run one at a time, in the order they were
+/// acknowledged.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LifecycleRequest {
+    /// Deadline of the operation in seconds from now (default 1800, at most 86400). An
+    /// operation still going at its deadline ends `failed` with `deadline_exceeded`.
+    #[serde(default)]
+    pub deadline_s: Option<u64>,
+}
+
+/// `GET /v1/operations` answer: the most recent operations first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OperationList {
+    /// Operations, newest first.
+    pub operations: Vec<Operation>,
+}
+
+/// What a lifecycle event says happened to a sandbox. Wire names are dotted
+/// (`sandbox.created`, ...).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum EventType {
+    /// Accepted; being created.
+    #[serde(rename = "sandbox.created")]
+    SandboxCreated,
+    /// Created and running.
+    #[serde(rename = "sandbox.running")]
+    SandboxRunning,
+    /// Frozen by a pause.
+    #[serde(rename = "sandbox.paused")]
+    SandboxPaused,
+    /// Thawed by a resume.
+    #[serde(rename = "sandbox.resumed")]
+    SandboxResumed,
+    /// Saved to the snapshot store; no node resources held.
+    #[serde(rename = "sandbox.suspended")]
+    SandboxSuspended,
+    /// Restored from its snapshot and running again.
+    #[serde(rename = "sandbox.woken")]
+    SandboxWoken,
+    /// Deleted.
+    #[serde(rename = "sandbox.deleted")]
+    SandboxDeleted,
+    /// Failed (`reason` says why).
+    #[serde(rename = "sandbox.failed")]
+    SandboxFailed,
+}
+
+impl EventType {
+    /// The wire string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::SandboxCreated => "sandbox.created",
+            EventType::SandboxRunning => "sandbox.running",
+            EventType::SandboxPaused => "sandbox.paused",
+            EventType::SandboxResumed => "sandbox.resumed",
+            EventType::SandboxSuspended => "sandbox.suspended",
+            EventType::SandboxWoken => "sandbox.woken",
+            EventType::SandboxDeleted => "sandbox.deleted",
+            EventType::SandboxFailed => "sandbox.failed",
+        }
+    }
+
+    /// Parses a wire string.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "sandbox.created" => EventType::SandboxCreated,
+            "sandbox.running" => EventType::SandboxRunning,
+            "sandbox.paused" => EventType::SandboxPaused,
+            "sandbox.resumed" => EventType::SandboxResumed,
+            "sandbox.suspended" => EventType::SandboxSuspended,
+            "sandbox.woken" => EventType::SandboxWoken,
+            "sandbox.deleted" => EventType::SandboxDeleted,
+            "sandbox.failed" => EventType::SandboxFailed,
+            _ => return None,
+        })
+    }
+}
+
+/// One lifecycle event of `GET /v1/events` (SSE event `lifecycle`, its `id` is `seq`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// Position in the stream: increases by at least 1 per event, never reused. Resume with
+    /// `?after=SEQ` or the `Last-Event-ID` header.
+    pub seq: u64,
+    /// When it happened.
+    pub time: DateTime<Utc>,
+    /// What happened.
+    #[serde(rename = "type")]
+    pub kind: EventType,
+    /// The sandbox it happened to.
+    pub sandbox_id: String,
+    /// The operation that made it happen, if any (none for the idle controller's own moves
+    /// before their operation exists, or for reconciliation).
+    pub operation_id: Option<String>,
+    /// Detail (why a sandbox failed, `idle` for an idle suspend, ...).
+    pub reason: Option<String>,
+}
+
+/// `GET /v1/capabilities`: what this server's runtime can do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RuntimeCapabilities {
+    /// Runtime name (`runc`).
+    pub runtime: String,
+    /// `pause` keeps processes frozen in memory.
+    pub pause: bool,
+    /// `suspend` saves process memory too. When false (runc), `wake` restarts the sandbox from
+    /// its saved files: processes and commands from before the suspend are gone.
+    pub suspend_memory: bool,
+    /// Where suspended sandboxes are kept (`file` or `s3`).
+    pub snapshot_store: String,
+}

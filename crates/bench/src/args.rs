@@ -1,0 +1,136 @@
+//! Command line of `cove-bench` and the sizes of a run (full or `--quick`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+
+/// One MiB in bytes.
+pub const MIB: u64 = 1024 * 1024;
+
+/// `cove-bench [--quick] [--json PATH]`: measures Cove beside the raw runtime on this machine.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "cove-bench",
+    version,
+    about = "Measures Cove's latencies, throughput and density beside raw runc, in one run"
+)]
+pub struct Args {
+    /// Tiny sizes (few iterations, 10 MiB transfers, 10 sandboxes, 5 clients for 3 s): a smoke
+    /// run, not a measurement.
+    #[arg(long)]
+    pub quick: bool,
+
+    /// Where the JSON results go.
+    #[arg(long, value_name = "PATH", default_value = "bench-results.json")]
+    pub json: PathBuf,
+
+    /// The static guest agent; default:
+    /// `$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release/cove-guest-agent` (build it with
+    /// `scripts/build-guest-agent.sh --release`).
+    #[arg(long, value_name = "PATH", env = "COVE_GUEST_AGENT")]
+    pub guest_agent: Option<PathBuf>,
+
+    /// Release build cache shared with the tests, so templates are copied instead of built.
+    #[arg(long, value_name = "DIR", default_value = "/var/cache/cove/templates")]
+    pub cache_dir: PathBuf,
+
+    /// The runc binary, for Cove and for the baselines.
+    #[arg(long, value_name = "PATH", default_value = "runc")]
+    pub runc: PathBuf,
+
+    /// Print the server's log (`RUST_LOG`, default `info`) on stderr.
+    #[arg(long)]
+    pub verbose: bool,
+}
+
+impl Args {
+    /// The guest agent to use: `--guest-agent`/`COVE_GUEST_AGENT`, else the release build
+    /// under `CARGO_TARGET_DIR` (or the workspace's `target/`).
+    pub fn guest_agent_path(&self) -> PathBuf {
+        if let Some(path) = &self.guest_agent {
+            return path.clone();
+        }
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| {
+                PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                    .join("../..")
+                    .join("target")
+            });
+        target.join("x86_64-unknown-linux-gnu/release/cove-guest-agent")
+    }
+
+    /// The sizes of this run.
+    pub fn scale(&self) -> Scale {
+        if self.quick {
+            Scale::QUICK
+        } else {
+            Scale::FULL
+        }
+    }
+}
+
+/// How much of everything a run does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Scale {
+    /// Timed create → first command runs (each on a new sandbox), and raw `runc run`s.
+    pub cold_start_runs: usize,
+    /// Timed exec round trips (and raw `runc exec`s, host fork/execs).
+    pub exec_runs: usize,
+    /// Bytes written to stdout per streaming run.
+    pub stream_bytes: u64,
+    /// Timed streaming runs.
+    pub stream_runs: usize,
+    /// Bytes per file upload/download.
+    pub file_bytes: u64,
+    /// Timed uploads and downloads.
+    pub file_runs: usize,
+    /// Timed pause+resume and suspend+wake round trips.
+    pub lifecycle_runs: usize,
+    /// Most idle sandboxes the density run creates.
+    pub density_max: usize,
+    /// Most raw `sleep` containers the density baseline starts (memory per container is
+    /// linear; fewer keep the run short).
+    pub density_baseline_max: usize,
+    /// Density stops when `MemAvailable` falls under this many bytes.
+    pub density_min_available: u64,
+    /// Concurrent clients creating and deleting sandboxes.
+    pub concurrency_clients: usize,
+    /// How long they keep starting new cycles.
+    pub concurrency_duration: Duration,
+}
+
+impl Scale {
+    /// The real measurement (under 10 minutes on 2 cores).
+    pub const FULL: Scale = Scale {
+        cold_start_runs: 20,
+        exec_runs: 100,
+        stream_bytes: 200 * MIB,
+        stream_runs: 5,
+        file_bytes: 100 * MIB,
+        file_runs: 5,
+        lifecycle_runs: 10,
+        density_max: 500,
+        density_baseline_max: 100,
+        density_min_available: 2048 * MIB,
+        concurrency_clients: 50,
+        concurrency_duration: Duration::from_secs(30),
+    };
+
+    /// A smoke run: every metric, tiny.
+    pub const QUICK: Scale = Scale {
+        cold_start_runs: 3,
+        exec_runs: 5,
+        stream_bytes: 10 * MIB,
+        stream_runs: 2,
+        file_bytes: 10 * MIB,
+        file_runs: 2,
+        lifecycle_runs: 2,
+        density_max: 10,
+        density_baseline_max: 10,
+        density_min_available: 2048 * MIB,
+        concurrency_clients: 5,
+        concurrency_duration: Duration::from_secs(3),
+    };
+}

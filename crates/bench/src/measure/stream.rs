@@ -1,0 +1,98 @@
+//! stdout streaming throughput: `head -c N /dev/zero` inside a sandbox, read by the client
+//! through the data plane (SSE, base64) until the exit event. Baseline: `head -c N /dev/zero |
+//! cat` on the host, with cat's stdout read by this process through a pipe.
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+
+use super::{dist_ms, median, mib_per_s, progress, run_command, time_blocking, Ctx, TEMPLATE};
+use crate::args::MIB;
+use crate::report::{Metric, Unit};
+use crate::server::{create_sandbox, delete_sandbox};
+
+/// Measures `scale.stream_runs` transfers of `scale.stream_bytes` each way.
+pub async fn measure(ctx: &Ctx<'_>) -> anyhow::Result<Metric> {
+    let (runs, bytes) = (ctx.scale.stream_runs, ctx.scale.stream_bytes);
+    let mib = bytes / MIB;
+    progress(&format!("stdout streaming: {runs} × {mib} MiB"));
+    let id = create_sandbox(&ctx.client, TEMPLATE).await?;
+    let result = stream_runs(ctx, &id, runs, bytes).await;
+    delete_sandbox(&ctx.client, &id).await?;
+    let samples = result?;
+
+    let host = time_blocking(runs, || host_pipe(bytes))?;
+
+    let cove_rate = mib_per_s(bytes, median(&samples));
+    let host_rate = mib_per_s(bytes, median(&host));
+    Ok(Metric::new(
+        "stdout_stream",
+        format!("stdout {mib} MiB through the data plane"),
+        Unit::Ms,
+        dist_ms(&samples)?,
+    )
+    .baseline(
+        format!("head -c {mib}M /dev/zero | cat on the host"),
+        dist_ms(&host)?,
+    )
+    .note(format!("{cove_rate:.0} MiB/s vs {host_rate:.0} MiB/s"))
+    .extra("bytes", bytes)
+    .extra("mib_per_s", cove_rate)
+    .extra("baseline_mib_per_s", host_rate))
+}
+
+async fn stream_runs(
+    ctx: &Ctx<'_>,
+    id: &str,
+    runs: usize,
+    bytes: u64,
+) -> anyhow::Result<Vec<Duration>> {
+    let count = bytes.to_string();
+    let argv = ["head", "-c", count.as_str(), "/dev/zero"];
+    let mut samples = Vec::with_capacity(runs);
+    for i in 0..=runs {
+        let t0 = Instant::now();
+        let got = run_command(&ctx.client, id, &argv).await?;
+        let took = t0.elapsed();
+        if got != bytes {
+            bail!("streamed {got} bytes, expected {bytes}");
+        }
+        if i > 0 {
+            samples.push(took);
+        }
+    }
+    Ok(samples)
+}
+
+/// `head -c <bytes> /dev/zero | cat`, cat's output read and counted here.
+fn host_pipe(bytes: u64) -> anyhow::Result<()> {
+    let mut head = Command::new("head")
+        .args(["-c", &bytes.to_string(), "/dev/zero"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("spawn head")?;
+    let head_out = head.stdout.take().context("head has no stdout")?;
+    let mut cat = Command::new("cat")
+        .stdin(head_out)
+        .stdout(Stdio::piped())
+        .spawn()
+        .context("spawn cat")?;
+    let mut out = cat.stdout.take().context("cat has no stdout")?;
+    let mut buf = vec![0u8; 64 * 1024];
+    let mut got = 0u64;
+    loop {
+        let n = out.read(&mut buf).context("read cat's output")?;
+        if n == 0 {
+            break;
+        }
+        got += n as u64;
+    }
+    let (h, c) = (head.wait()?, cat.wait()?);
+    if !h.success() || !c.success() || got != bytes {
+        bail!("head | cat moved {got} of {bytes} bytes ({h}, {c})");
+    }
+    Ok(())
+}

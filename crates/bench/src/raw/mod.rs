@@ -1,0 +1,261 @@
+//! The baseline: raw runc containers of the same `tiny` rootfs, driven with the runc CLI under
+//! their own `--root` in a temporary directory. Calls are blocking (std processes), so a
+//! measurement times runc itself and nothing of an async runtime.
+//!
+//! Dropping a [`RawRunc`] deletes every container under its root, unmounts every overlay under
+//! its directory and removes the directory.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use anyhow::{bail, Context};
+use cove_node_agent::template::{build_rootfs, BuildOptions, Recipe};
+use tokio_util::sync::CancellationToken;
+
+mod bundle;
+
+pub use bundle::Bundle;
+
+/// Raw runc with its own state root and a `tiny` rootfs built by Cove's template builder.
+#[derive(Debug)]
+pub struct RawRunc {
+    runc: PathBuf,
+    /// Temporary directory holding everything below.
+    dir: PathBuf,
+    /// `runc --root`.
+    root: PathBuf,
+    /// The `tiny` rootfs, lower dir of every bundle's overlay.
+    rootfs: PathBuf,
+    next: AtomicU64,
+}
+
+impl RawRunc {
+    /// Makes the temporary directory and builds the `tiny` rootfs into it (copied from
+    /// `cache_dir` when the cache has it).
+    pub async fn new(runc: &Path, cache_dir: &Path) -> anyhow::Result<RawRunc> {
+        let dir = tempfile::Builder::new()
+            .prefix("cove-bench-raw-")
+            .tempdir()
+            .context("create the raw runc directory")?
+            .keep();
+        let raw = RawRunc {
+            runc: runc.to_path_buf(),
+            root: dir.join("state"),
+            rootfs: dir.join("rootfs"),
+            dir,
+            next: AtomicU64::new(0),
+        };
+        let opts = BuildOptions {
+            cache_dir: Some(cache_dir.to_path_buf()),
+            mirror: None,
+        };
+        // Nobody listens to the build's progress: a closed channel makes the builder skip it.
+        let (events, _) = tokio::sync::mpsc::channel(1);
+        build_rootfs(
+            Recipe::Tiny,
+            &raw.rootfs,
+            &opts,
+            events,
+            CancellationToken::new(),
+        )
+        .await
+        .context("build the tiny rootfs for the baseline")?;
+        Ok(raw)
+    }
+
+    /// A fresh name for a container or bundle (`raw-<n>`).
+    pub fn new_name(&self) -> String {
+        format!("raw-{}", self.next.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// A new bundle whose container runs `args`, overlay mounted.
+    pub fn bundle(&self, args: &[&str]) -> anyhow::Result<Bundle> {
+        let name = self.new_name();
+        let dir = self.dir.join("bundles").join(&name);
+        Bundle::create(dir, &self.rootfs, &name, args)
+    }
+
+    fn command(&self) -> Command {
+        let mut cmd = Command::new(&self.runc);
+        cmd.arg("--root").arg(&self.root).stdin(Stdio::null());
+        cmd
+    }
+
+    /// Runs `runc <args>` to completion; fails with runc's stderr when it fails.
+    fn run_to_end(&self, args: &[&str]) -> anyhow::Result<()> {
+        let out = self
+            .command()
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .output()
+            .with_context(|| format!("run {} {}", self.runc.display(), args.join(" ")))?;
+        if !out.status.success() {
+            bail!(
+                "runc {} failed: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        Ok(())
+    }
+
+    /// `runc run --bundle <bundle> <id>` in the foreground: creates, starts, waits for the
+    /// container's process and deletes the container.
+    pub fn run(&self, bundle: &Bundle, id: &str) -> anyhow::Result<()> {
+        let dir = bundle.dir.to_string_lossy();
+        self.run_to_end(&["run", "--bundle", &dir, id])
+    }
+
+    /// `runc run --detach`: returns once the container's process runs. Its stdio (and runc's
+    /// stderr) go to the bundle's `runc.stderr`, since the container keeps them open.
+    pub fn run_detached(&self, bundle: &Bundle, id: &str) -> anyhow::Result<()> {
+        let log_path = bundle.stderr_path();
+        let log = std::fs::File::create(&log_path)
+            .with_context(|| format!("create {}", log_path.display()))?;
+        let status = self
+            .command()
+            .args(["run", "--detach", "--bundle"])
+            .arg(&bundle.dir)
+            .arg(id)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .status()
+            .context("run runc run --detach")?;
+        if !status.success() {
+            let err = std::fs::read_to_string(&log_path).unwrap_or_default();
+            bail!("runc run --detach {id} failed: {}", err.trim());
+        }
+        Ok(())
+    }
+
+    /// `runc exec <id> <args>`, waiting for the process.
+    pub fn exec(&self, id: &str, args: &[&str]) -> anyhow::Result<()> {
+        let mut all = vec!["exec", id];
+        all.extend_from_slice(args);
+        self.run_to_end(&all)
+    }
+
+    /// `runc pause <id>`.
+    pub fn pause(&self, id: &str) -> anyhow::Result<()> {
+        self.run_to_end(&["pause", id])
+    }
+
+    /// `runc resume <id>`.
+    pub fn resume(&self, id: &str) -> anyhow::Result<()> {
+        self.run_to_end(&["resume", id])
+    }
+
+    /// `runc kill <id> KILL`.
+    pub fn kill(&self, id: &str) -> anyhow::Result<()> {
+        self.run_to_end(&["kill", id, "KILL"])
+    }
+
+    /// `runc delete --force <id>`.
+    pub fn delete(&self, id: &str) -> anyhow::Result<()> {
+        self.run_to_end(&["delete", "--force", id])
+    }
+
+    /// Host pids of the inits of all running raw containers.
+    pub fn init_pids(&self) -> anyhow::Result<Vec<u32>> {
+        container_init_pids(&self.runc, &self.root)
+    }
+
+    /// Host pid of the container's init (`runc state`).
+    pub fn init_pid(&self, id: &str) -> anyhow::Result<u32> {
+        let out = self
+            .command()
+            .args(["state", id])
+            .stderr(Stdio::piped())
+            .output()
+            .context("run runc state")?;
+        if !out.status.success() {
+            bail!(
+                "runc state {id} failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        let state: serde_json::Value =
+            serde_json::from_slice(&out.stdout).context("decode runc state")?;
+        state["pid"]
+            .as_u64()
+            .and_then(|p| u32::try_from(p).ok())
+            .filter(|p| *p > 0)
+            .with_context(|| format!("runc state {id} has no pid"))
+    }
+}
+
+impl Drop for RawRunc {
+    fn drop(&mut self) {
+        delete_all_containers(&self.runc, &self.root);
+        for mount_point in mounts_under(&self.dir) {
+            let _ = nix::mount::umount2(&mount_point, nix::mount::MntFlags::MNT_DETACH);
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Force-deletes every container under runc state root `root`. Blocking, best effort.
+pub fn delete_all_containers(runc: &Path, root: &Path) {
+    let ids = Command::new(runc)
+        .arg("--root")
+        .arg(root)
+        .args(["list", "--quiet"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output();
+    let Ok(ids) = ids else { return };
+    for id in String::from_utf8_lossy(&ids.stdout).lines() {
+        let _ = Command::new(runc)
+            .arg("--root")
+            .arg(root)
+            .args(["delete", "--force", id.trim()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Host pids of the init of every running container under runc state root `root`
+/// (`runc list --format json`).
+pub fn container_init_pids(runc: &Path, root: &Path) -> anyhow::Result<Vec<u32>> {
+    let out = Command::new(runc)
+        .arg("--root")
+        .arg(root)
+        .args(["list", "--format", "json"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .context("run runc list")?;
+    if !out.status.success() {
+        bail!(
+            "runc list failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    // An empty root lists as `null`.
+    let list: Option<Vec<serde_json::Value>> =
+        serde_json::from_slice(&out.stdout).context("decode runc list")?;
+    Ok(list
+        .unwrap_or_default()
+        .iter()
+        .filter(|c| c["status"] == "running")
+        .filter_map(|c| c["pid"].as_u64().and_then(|p| u32::try_from(p).ok()))
+        .filter(|p| *p > 0)
+        .collect())
+}
+
+/// Mount points at or below `dir`, deepest first.
+fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut points: Vec<PathBuf> = text
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(PathBuf::from)
+        .filter(|p| p.starts_with(dir))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    points
+}

@@ -1,0 +1,79 @@
+//! Percentiles of a set of samples.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// p50/p90/p99 of some samples (nearest-rank: the smallest sample with at least p% of the
+/// samples at or below it), in the samples' unit.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Summary {
+    /// Number of samples.
+    pub n: usize,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 99th percentile (the maximum when there are fewer than 100 samples).
+    pub p99: f64,
+}
+
+impl Summary {
+    /// The summary of `samples`, or `None` when there are none (or one is not a number).
+    pub fn of(samples: &[f64]) -> Option<Summary> {
+        if samples.is_empty() || samples.iter().any(|s| s.is_nan()) {
+            return None;
+        }
+        let mut sorted = samples.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        Some(Summary {
+            n: sorted.len(),
+            p50: nearest_rank(&sorted, 50.0),
+            p90: nearest_rank(&sorted, 90.0),
+            p99: nearest_rank(&sorted, 99.0),
+        })
+    }
+
+    /// The summary of durations, in milliseconds.
+    pub fn of_ms(samples: &[Duration]) -> Option<Summary> {
+        let ms: Vec<f64> = samples.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+        Summary::of(&ms)
+    }
+}
+
+/// The `p`th percentile of non-empty, ascending `sorted`.
+fn nearest_rank(sorted: &[f64], p: f64) -> f64 {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let samples: Vec<f64> = (1..=100).rev().map(f64::from).collect();
+        let s = Summary::of(&samples).expect("summary");
+        assert_eq!((s.n, s.p50, s.p90, s.p99), (100, 50.0, 90.0, 99.0));
+
+        let s = Summary::of(&[3.0, 1.0, 2.0]).expect("summary");
+        assert_eq!((s.p50, s.p90, s.p99), (2.0, 3.0, 3.0));
+
+        let s = Summary::of(&[7.0]).expect("summary");
+        assert_eq!((s.p50, s.p90, s.p99), (7.0, 7.0, 7.0));
+    }
+
+    #[test]
+    fn nothing_to_summarise_is_none() {
+        assert_eq!(Summary::of(&[]), None);
+        assert_eq!(Summary::of(&[1.0, f64::NAN]), None);
+    }
+
+    #[test]
+    fn durations_are_in_milliseconds() {
+        let s = Summary::of_ms(&[Duration::from_micros(1500), Duration::from_secs(2)])
+            .expect("summary");
+        assert_eq!((s.p50, s.p99), (1.5, 2000.0));
+    }
+}

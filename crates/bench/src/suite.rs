@@ -1,0 +1,90 @@
+//! One whole run: start the server and the raw runtime, measure everything in order, clean up,
+//! and return the report.
+
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::Context;
+
+use crate::args::{Args, MIB};
+use crate::host;
+use crate::measure::{self, Ctx, TEMPLATE};
+use crate::raw::RawRunc;
+use crate::report::{Machine, Report};
+use crate::server::{CoveServer, ServerSettings};
+
+/// Runs every measurement; everything it started is cleaned up, also on error.
+pub async fn run(args: &Args) -> anyhow::Result<Report> {
+    let began = Instant::now();
+    let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let scale = args.scale();
+    let machine = machine(args)?;
+    measure::progress(&format!(
+        "{} cores, {:.1} GiB, Linux {}, {}",
+        machine.cores, machine.mem_total_gib, machine.kernel, machine.runc
+    ));
+
+    let server = CoveServer::start(ServerSettings {
+        guest_agent: args.guest_agent_path(),
+        cache_dir: args.cache_dir.clone(),
+        runc: args.runc.clone(),
+        verbose: args.verbose,
+    })
+    .await?;
+    let client = server.client()?;
+    server.ensure_release(&client, TEMPLATE).await?;
+    let raw = RawRunc::new(&args.runc, &args.cache_dir).await?;
+
+    let ctx = Ctx {
+        server: &server,
+        client,
+        raw: &raw,
+        scale,
+    };
+    let mut metrics = vec![
+        measure::cold_start::measure(&ctx).await?,
+        measure::exec::measure(&ctx).await?,
+        measure::stream::measure(&ctx).await?,
+    ];
+    metrics.extend(measure::files::measure(&ctx).await?);
+    let lifecycle = measure::lifecycle::measure(&ctx).await?;
+    metrics.extend(lifecycle.metrics);
+    let unavailable = lifecycle.unavailable;
+    metrics.extend(measure::density::measure(&ctx).await?);
+    metrics.extend(measure::concurrency::measure(&ctx).await?);
+
+    drop(ctx);
+    drop(raw);
+    server.stop().await.context("clean up the server")?;
+    Ok(Report {
+        tool: format!("cove-bench {}", env!("CARGO_PKG_VERSION")),
+        quick: args.quick,
+        machine,
+        template: TEMPLATE,
+        started_at,
+        elapsed_s: began.elapsed().as_secs_f64(),
+        metrics,
+        unavailable,
+    })
+}
+
+/// What this machine is.
+fn machine(args: &Args) -> anyhow::Result<Machine> {
+    let runc = Command::new(&args.runc)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("run {} --version", args.runc.display()))?;
+    let runc = String::from_utf8_lossy(&runc.stdout)
+        .lines()
+        .next()
+        .unwrap_or("runc (unknown version)")
+        .trim()
+        .to_string();
+    Ok(Machine {
+        cores: host::cores(),
+        mem_total_gib: host::mem_total()? as f64 / (1024.0 * MIB as f64),
+        kernel: host::kernel_release(),
+        runc,
+    })
+}

@@ -1,0 +1,177 @@
+//! Smoke test of `cove-bench --quick`: the binary runs end to end against a real server and
+//! real runc, and its JSON has every metric with positive numbers. No timing is asserted.
+//!
+//! Uses `COVE_GUEST_AGENT` when set, else the debug guest agent under the target dir (built
+//! with `scripts/build-guest-agent.sh` when missing).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// Every metric a run reports, measured or listed as unavailable.
+const METRICS: &[&str] = &[
+    "cold_start",
+    "exec_round_trip",
+    "stdout_stream",
+    "file_upload",
+    "file_download",
+    "pause_resume",
+    "suspend_wake",
+    "density_sandboxes",
+    "density_rss_per_sandbox",
+    "density_mem_available_per_sandbox",
+    "concurrency_throughput",
+    "concurrency_create",
+    "concurrency_delete",
+];
+
+/// Metrics a server may lack (`not available in this build`): the lifecycle round trips.
+const MAY_BE_UNAVAILABLE: &[&str] = &["pause_resume", "suspend_wake"];
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn guest_agent() -> PathBuf {
+    if let Some(p) = std::env::var_os("COVE_GUEST_AGENT") {
+        return PathBuf::from(p);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    let path = target.join("x86_64-unknown-linux-gnu/debug/cove-guest-agent");
+    if !path.is_file() {
+        let status = Command::new("bash")
+            .arg(workspace_root().join("scripts/build-guest-agent.sh"))
+            .status()
+            .expect("run scripts/build-guest-agent.sh");
+        assert!(status.success(), "building the guest agent failed");
+    }
+    path
+}
+
+/// The numbers of one value set (a distribution or a single value), all required positive.
+fn assert_positive(what: &str, v: &Value) {
+    let fields: &[&str] = if v.get("value").is_some() {
+        &["value"]
+    } else {
+        &["p50", "p90", "p99"]
+    };
+    for f in fields {
+        let n = v[f].as_f64().unwrap_or(f64::NAN);
+        assert!(n > 0.0, "{what}.{f} is {:?}, want a number > 0", v[f]);
+    }
+    if let Some(n) = v.get("n") {
+        assert!(n.as_u64().unwrap_or(0) > 0, "{what}.n is {n}");
+    }
+}
+
+#[test]
+fn quick_run_reports_every_metric() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let json_path = dir.path().join("out.json");
+    let before = bench_dirs();
+    let out = Command::new(env!("CARGO_BIN_EXE_cove-bench"))
+        .arg("--quick")
+        .arg("--json")
+        .arg(&json_path)
+        .arg("--guest-agent")
+        .arg(guest_agent())
+        .output()
+        .expect("run cove-bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "cove-bench failed\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(&json_path).expect("read the JSON")).expect("JSON");
+    assert_eq!(report["quick"], true);
+    assert_eq!(report["template"], "tiny");
+    assert!(report["machine"]["cores"].as_u64().unwrap_or(0) > 0);
+    let metrics = report["metrics"].as_array().expect("metrics");
+    let unavailable = report["unavailable"].as_array().expect("unavailable");
+
+    for key in METRICS {
+        let measured = metrics.iter().find(|m| m["key"] == *key);
+        let missing = unavailable.iter().find(|u| u["key"] == *key);
+        let Some(m) = measured else {
+            let u = missing.unwrap_or_else(|| panic!("{key} is neither measured nor unavailable"));
+            assert!(
+                MAY_BE_UNAVAILABLE.contains(key),
+                "{key} is unavailable: {u}"
+            );
+            assert!(
+                u["reason"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("not available in this build"),
+                "{u}"
+            );
+            continue;
+        };
+        assert!(missing.is_none(), "{key} is both measured and unavailable");
+        assert_positive(key, m);
+        for b in m["baselines"].as_array().expect("baselines") {
+            assert_positive(&format!("{key} baseline {}", b["name"]), b);
+            assert!(
+                b["ratio"].as_f64().unwrap_or(0.0) > 0.0,
+                "{key}: ratio {}",
+                b["ratio"]
+            );
+        }
+        if *key != "density_sandboxes" {
+            assert!(
+                !m["baselines"].as_array().map_or(true, Vec::is_empty),
+                "{key} has no baseline"
+            );
+        }
+        // The table on stdout has a row for it.
+        let name = m["name"].as_str().expect("name");
+        assert!(stdout.contains(name), "no table row for {key}:\n{stdout}");
+    }
+
+    let exec = metrics
+        .iter()
+        .find(|m| m["key"] == "exec_round_trip")
+        .expect("exec");
+    assert_eq!(
+        exec["baselines"].as_array().map(Vec::len),
+        Some(2),
+        "runc exec and fork/exec"
+    );
+    let conc = metrics
+        .iter()
+        .find(|m| m["key"] == "concurrency_throughput")
+        .expect("conc");
+    assert!(conc["extra"]["errors"].is_u64(), "error count: {conc}");
+    assert_eq!(conc["extra"]["clients"], 5);
+    let density = metrics
+        .iter()
+        .find(|m| m["key"] == "density_sandboxes")
+        .expect("density");
+    assert!(density["value"].as_f64().unwrap_or(0.0) <= 10.0);
+    let stream = metrics
+        .iter()
+        .find(|m| m["key"] == "stdout_stream")
+        .expect("stream");
+    assert_eq!(stream["extra"]["bytes"], 10 * 1024 * 1024);
+
+    // Nothing left behind: no new bench data dir, raw runc dir or file dir (each would still
+    // hold a mount or a container's files if cleanup had failed).
+    let leftovers: Vec<String> = bench_dirs().difference(&before).cloned().collect();
+    assert!(leftovers.is_empty(), "left behind: {leftovers:?}");
+}
+
+/// Names of `cove-bench-*` entries in the temp dir.
+fn bench_dirs() -> std::collections::BTreeSet<String> {
+    std::fs::read_dir(std::env::temp_dir())
+        .expect("read temp dir")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("cove-bench-"))
+        .collect()
+}

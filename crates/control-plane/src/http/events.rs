@@ -1,0 +1,68 @@
+//! `GET /v1/events`: lifecycle events as server-sent events (`event: lifecycle`, `id: SEQ`,
+//! data: an [`Event`](cove_api_types::Event) as JSON), oldest first, then live. Resume with
+//! `?after=SEQ` or the `Last-Event-ID` header (the query wins). Keep-alive comments every 15 s.
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::IntoResponse;
+use cove_domain::InvalidInput;
+use serde::Deserialize;
+
+use super::extract::ApiQuery;
+use super::operations::async_stream;
+use crate::events::EVENTS_PAGE;
+use crate::{ControlPlane, ServiceError};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct EventsQuery {
+    after: Option<u64>,
+}
+
+pub(super) async fn stream(
+    State(cp): State<ControlPlane>,
+    headers: HeaderMap,
+    ApiQuery(q): ApiQuery<EventsQuery>,
+) -> Result<impl IntoResponse, ServiceError> {
+    let after = match q.after {
+        Some(after) => after,
+        None => match headers.get("last-event-id") {
+            None => 0,
+            Some(v) => v
+                .to_str()
+                .ok()
+                .and_then(|s| s.trim().parse().ok())
+                .ok_or_else(|| InvalidInput::new("Last-Event-ID", "must be an event seq"))?,
+        },
+    };
+    let events = async_stream(move |tx| async move {
+        let mut after = after;
+        let mut changes = cp.inner.events.subscribe();
+        loop {
+            changes.borrow_and_update();
+            let Ok(page) = cp.inner.events.after(after).await else { return };
+            let drained = page.len() < EVENTS_PAGE as usize;
+            for ev in page {
+                after = ev.seq;
+                let sse = SseEvent::default()
+                    .event("lifecycle")
+                    .id(ev.seq.to_string())
+                    .json_data(&ev)
+                    .unwrap_or_else(|_| SseEvent::default().comment("unencodable event"));
+                if tx.send(sse).await.is_err() {
+                    return;
+                }
+            }
+            if drained {
+                let _ = tokio::time::timeout(Duration::from_secs(15), changes.changed()).await;
+            }
+            if tx.is_closed() {
+                return;
+            }
+        }
+    });
+    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))))
+}

@@ -1,0 +1,85 @@
+//! Which handler serves which request.
+
+use std::sync::Arc;
+
+use cove_guest_protocol::{ErrorCode, Request, Response};
+
+use crate::agent::Agent;
+use crate::error::AgentError;
+use crate::server::Responder;
+use crate::{commands, files};
+
+/// Runs one request to its end and sends its response(s).
+pub async fn dispatch(agent: &Arc<Agent>, request: Request, r: &Responder) {
+    let ok = |()| Response::Ok;
+    let result = match request {
+        // Streaming answers: the handler sends its own frames.
+        Request::Attach {
+            command_id,
+            offset,
+            follow,
+        } => return commands::attach(agent, &command_id, offset, follow, r).await,
+        Request::ListCommands => return commands::list(agent, r).await,
+        Request::ReadFile {
+            path,
+            user,
+            offset,
+            length,
+        } => return files::read::read_file(agent, path, user, offset, length, r).await,
+        Request::ListDir { path, user, depth } => {
+            return files::list::list_dir(agent, path, user, depth, r).await
+        }
+
+        Request::Ping => Ok(Response::Ok),
+        Request::Spawn(req) => commands::start(agent, req)
+            .await
+            .map(|pid| Response::Spawned { pid }),
+        Request::StdinWrite { command_id, data } => {
+            commands::stdin_write(agent, &command_id, &data)
+                .await
+                .map(ok)
+        }
+        Request::StdinClose { command_id } => {
+            commands::stdin_close(agent, &command_id).await.map(ok)
+        }
+        Request::Signal { command_id, signal } => {
+            commands::signal(agent, &command_id, signal).await.map(ok)
+        }
+        Request::Kill {
+            command_id,
+            grace_ms,
+        } => commands::kill(agent, &command_id, grace_ms)
+            .await
+            .map(Response::Command),
+        Request::GetCommand { command_id } => {
+            commands::get(agent, &command_id).map(Response::Command)
+        }
+        Request::ForgetCommand { command_id } => commands::forget(agent, &command_id).map(ok),
+        Request::Stat { path, user } => {
+            files::blocking(agent, move |a| files::stat::stat(a, &path, user.as_deref()))
+                .await
+                .map(Response::FileInfo)
+        }
+        Request::MakeDir { path, user } => files::blocking(agent, move |a| {
+            files::mkdir::make_dir(a, &path, user.as_deref())
+        })
+        .await
+        .map(Response::FileInfo),
+        Request::Remove { path, user } => files::blocking(agent, move |a| {
+            files::remove::remove(a, &path, user.as_deref())
+        })
+        .await
+        .map(ok),
+        Request::Rename { from, to, user } => files::blocking(agent, move |a| {
+            files::rename::rename(a, &from, &to, user.as_deref())
+        })
+        .await
+        .map(Response::FileInfo),
+        // The read loop routes these itself.
+        Request::Hello { .. } | Request::WriteFile(_) | Request::Data { .. } | Request::DataEnd => {
+            Err(AgentError::new(ErrorCode::Protocol, "unexpected frame"))
+        }
+    };
+    r.send(result.unwrap_or_else(AgentError::into_response))
+        .await;
+}

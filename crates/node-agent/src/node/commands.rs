@@ -1,0 +1,102 @@
+//! Commands, passed through to the sandbox's guest agent.
+
+use async_trait::async_trait;
+
+use super::*;
+
+#[async_trait]
+impl NodeCommands for NodeAgent {
+    async fn spawn(&self, sandbox_id: &str, req: SpawnRequest) -> Result<CommandInfo, NodeError> {
+        let g = self.guest(sandbox_id)?;
+        let id = req.command_id.clone();
+        g.spawn(req).await.map_err(guest_err)?;
+        g.get_command(&id).await.map_err(guest_err)
+    }
+
+    async fn command(&self, sandbox_id: &str, command_id: &str) -> Result<CommandInfo, NodeError> {
+        self.guest(sandbox_id)?
+            .get_command(command_id)
+            .await
+            .map_err(guest_err)
+    }
+
+    async fn commands(&self, sandbox_id: &str) -> Result<Vec<CommandInfo>, NodeError> {
+        self.guest(sandbox_id)?
+            .list_commands()
+            .await
+            .map_err(guest_err)
+    }
+
+    async fn signal(
+        &self,
+        sandbox_id: &str,
+        command_id: &str,
+        signal: i32,
+    ) -> Result<(), NodeError> {
+        self.guest(sandbox_id)?
+            .signal(command_id, signal)
+            .await
+            .map_err(guest_err)
+    }
+
+    async fn kill(
+        &self,
+        sandbox_id: &str,
+        command_id: &str,
+        grace_ms: u64,
+    ) -> Result<CommandInfo, NodeError> {
+        let g = self.guest(sandbox_id)?;
+        g.kill(command_id, Duration::from_millis(grace_ms))
+            .await
+            .map_err(guest_err)
+    }
+
+    async fn attach(
+        &self,
+        sandbox_id: &str,
+        command_id: &str,
+        offset: u64,
+    ) -> Result<BoxStream<'static, Result<AttachEvent, NodeError>>, NodeError> {
+        let g = self.guest(sandbox_id)?;
+        let events = g
+            .attach(command_id, offset, true)
+            .await
+            .map_err(guest_err)?;
+        let mapped = events.filter_map(|ev| async move {
+            match ev {
+                Ok(guest::AttachEvent::Output {
+                    offset,
+                    stream,
+                    data,
+                }) => Some(Ok(AttachEvent::Output {
+                    offset,
+                    stream,
+                    data,
+                })),
+                Ok(guest::AttachEvent::Exited(info)) => Some(Ok(AttachEvent::Exited(info))),
+                Ok(guest::AttachEvent::End) => None,
+                Err(e) => Some(Err(guest_err(e))),
+            }
+        });
+        Ok(mapped.boxed())
+    }
+
+    async fn stdin_write(
+        &self,
+        sandbox_id: &str,
+        command_id: &str,
+        data: Bytes,
+    ) -> Result<(), NodeError> {
+        self.guest(sandbox_id)?
+            .stdin_write(command_id, data)
+            .await
+            .map_err(guest_err)
+    }
+
+    async fn stdin_close(&self, sandbox_id: &str, command_id: &str) -> Result<(), NodeError> {
+        self.guest(sandbox_id)?
+            .stdin_close(command_id)
+            .await
+            .map_err(guest_err)
+    }
+}

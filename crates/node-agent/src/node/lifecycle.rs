@@ -1,0 +1,269 @@
+//! Sandbox lifecycle on the node: start, adopt, pause, resume, suspend to the snapshot store,
+//! wake from it, release, destroy.
+
+use async_trait::async_trait;
+use cove_node_api::{NodeCapabilities, SuspendInfo, WakeInfo};
+
+use super::*;
+use crate::snapshot::SnapshotError;
+
+#[async_trait]
+impl NodeLifecycle for NodeAgent {
+    async fn start_sandbox(&self, launch: SandboxLaunch) -> Result<(), NodeError> {
+        self.launch(&launch).await
+    }
+
+    async fn adopt_sandbox(&self, id: &str) -> Result<Option<NodeSandboxState>, NodeError> {
+        let state = self.runtime.state(id).await.map_err(runtime_err)?;
+        let socket = self.sandbox_dir(id).join("run").join("agent.sock");
+        match state {
+            None => Ok(None),
+            Some(RuntimeState::Running) => {
+                let client = GuestClient::new(socket);
+                match client.connect(Duration::from_secs(5)).await {
+                    Ok(()) => {
+                        self.set_guest(id, Some(client));
+                        Ok(Some(NodeSandboxState::Running))
+                    }
+                    Err(_) => Ok(Some(NodeSandboxState::Stopped)),
+                }
+            }
+            Some(RuntimeState::Paused) => {
+                // The client connects lazily once the sandbox is resumed.
+                self.set_guest(id, Some(GuestClient::new(socket)));
+                Ok(Some(NodeSandboxState::Paused))
+            }
+            Some(_) => Ok(Some(NodeSandboxState::Stopped)),
+        }
+    }
+
+    async fn pause_sandbox(&self, id: &str) -> Result<(), NodeError> {
+        match self.runtime.state(id).await.map_err(runtime_err)? {
+            None => Err(NodeError::SandboxNotFound(id.to_string())),
+            Some(RuntimeState::Paused) => Ok(()),
+            Some(RuntimeState::Running) => {
+                self.runtime.pause(id).await.map_err(runtime_err)?;
+                info!(sandbox_id = %id, "sandbox paused");
+                Ok(())
+            }
+            Some(other) => Err(NodeError::Runtime(format!(
+                "cannot pause a sandbox that is {other:?}"
+            ))),
+        }
+    }
+
+    async fn resume_sandbox(&self, id: &str) -> Result<(), NodeError> {
+        match self.runtime.state(id).await.map_err(runtime_err)? {
+            None => Err(NodeError::SandboxNotFound(id.to_string())),
+            Some(RuntimeState::Running) => Ok(()),
+            Some(RuntimeState::Paused) => {
+                self.runtime.resume(id).await.map_err(runtime_err)?;
+                info!(sandbox_id = %id, "sandbox resumed");
+                Ok(())
+            }
+            Some(other) => Err(NodeError::Runtime(format!(
+                "cannot resume a sandbox that is {other:?}"
+            ))),
+        }
+    }
+
+    async fn suspend_sandbox(
+        &self,
+        id: &str,
+        cancel: CancellationToken,
+    ) -> Result<SuspendInfo, NodeError> {
+        let was_running = match self.runtime.state(id).await.map_err(runtime_err)? {
+            None => return Err(NodeError::SandboxNotFound(id.to_string())),
+            Some(RuntimeState::Running) => true,
+            Some(RuntimeState::Paused) => false,
+            Some(other) => {
+                return Err(NodeError::Runtime(format!(
+                    "cannot suspend a sandbox that is {other:?}"
+                )))
+            }
+        };
+        // Frozen processes cannot change the files while they are saved.
+        if was_running {
+            self.runtime.pause(id).await.map_err(runtime_err)?;
+        }
+        let upper = self.sandbox_dir(id).join("upper");
+        match self.cfg.snapshots.save(id, &upper, &cancel).await {
+            Ok(size) => {
+                self.release_sandbox(id).await?;
+                info!(sandbox_id = %id, file_bytes = size.file_bytes, "sandbox suspended");
+                Ok(SuspendInfo {
+                    file_bytes: size.file_bytes,
+                })
+            }
+            Err(e) => {
+                warn!(sandbox_id = %id, error = %e, "suspend failed, thawing the sandbox");
+                if was_running {
+                    if let Err(thaw) = self.runtime.resume(id).await {
+                        warn!(sandbox_id = %id, error = %thaw, "cannot thaw after a failed suspend");
+                    }
+                }
+                Err(snapshot_err(e))
+            }
+        }
+    }
+
+    async fn wake_sandbox(
+        &self,
+        launch: SandboxLaunch,
+        cancel: CancellationToken,
+    ) -> Result<WakeInfo, NodeError> {
+        // Leftovers of an interrupted wake go first; the snapshot is the source of truth.
+        self.release_sandbox(&launch.id).await?;
+        let dir = self.sandbox_dir(&launch.id);
+        let upper = dir.join("upper");
+        tokio::fs::create_dir_all(&upper)
+            .await
+            .map_err(|e| NodeError::Internal(format!("create {}: {e}", upper.display())))?;
+        let restored = match self
+            .cfg
+            .snapshots
+            .restore(&launch.id, &upper, &cancel)
+            .await
+        {
+            Ok(size) => size,
+            Err(e) => {
+                let _ = Self::remove_tree(&dir).await;
+                return Err(snapshot_err(e));
+            }
+        };
+        if cancel.is_cancelled() {
+            let _ = Self::remove_tree(&dir).await;
+            return Err(NodeError::Cancelled);
+        }
+        if let Err(e) = self.launch(&launch).await {
+            let _ = Self::remove_tree(&dir).await;
+            return Err(e);
+        }
+        let memory_restored = self.runtime.capabilities().suspend_memory;
+        info!(sandbox_id = %launch.id, file_bytes = restored.file_bytes, memory_restored,
+            "sandbox woken");
+        Ok(WakeInfo {
+            memory_restored,
+            file_bytes: restored.file_bytes,
+        })
+    }
+
+    async fn release_sandbox(&self, id: &str) -> Result<(), NodeError> {
+        self.set_guest(id, None);
+        let dir = self.sandbox_dir(id);
+        self.runtime.stop(id, &dir).await.map_err(runtime_err)?;
+        Self::remove_tree(&dir).await
+    }
+
+    async fn destroy_sandbox(&self, id: &str) -> Result<(), NodeError> {
+        self.release_sandbox(id).await?;
+        self.cfg.snapshots.delete(id).await.map_err(snapshot_err)
+    }
+
+    async fn list_sandboxes(&self) -> Result<Vec<String>, NodeError> {
+        let mut ids: std::collections::BTreeSet<String> = self
+            .runtime
+            .list()
+            .await
+            .map_err(runtime_err)?
+            .into_iter()
+            .collect();
+        let dir = self.cfg.data_dir.join("sandboxes");
+        let io = |e: std::io::Error| NodeError::Internal(format!("list {}: {e}", dir.display()));
+        match tokio::fs::read_dir(&dir).await {
+            Ok(mut entries) => {
+                while let Some(entry) = entries.next_entry().await.map_err(io)? {
+                    if let Some(name) = entry.file_name().to_str() {
+                        ids.insert(name.to_string());
+                    }
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(e)),
+        }
+        Ok(ids.into_iter().collect())
+    }
+
+    async fn has_snapshot(&self, id: &str) -> Result<bool, NodeError> {
+        self.cfg.snapshots.exists(id).await.map_err(snapshot_err)
+    }
+
+    async fn delete_snapshot(&self, id: &str) -> Result<(), NodeError> {
+        self.cfg.snapshots.delete(id).await.map_err(snapshot_err)
+    }
+
+    async fn list_snapshots(&self) -> Result<Vec<String>, NodeError> {
+        self.cfg.snapshots.list().await.map_err(snapshot_err)
+    }
+
+    async fn sweep_snapshots(&self) -> Result<u64, NodeError> {
+        self.cfg
+            .snapshots
+            .sweep_staging()
+            .await
+            .map_err(snapshot_err)
+    }
+
+    fn capabilities(&self) -> NodeCapabilities {
+        let caps = self.runtime.capabilities();
+        NodeCapabilities {
+            runtime: self.runtime.kind().as_str().to_string(),
+            pause: caps.pause,
+            suspend_memory: caps.suspend_memory,
+            snapshot_store: self.cfg.snapshots.kind().to_string(),
+        }
+    }
+}
+
+impl NodeAgent {
+    /// Starts the sandbox of `launch` on its (possibly pre-filled) directory and connects to its
+    /// guest agent. On failure the runtime's resources are released; a directory this call did
+    /// not fill is removed by the runtime, a pre-filled one by the caller.
+    async fn launch(&self, launch: &SandboxLaunch) -> Result<(), NodeError> {
+        let rootfs = self
+            .release_dir(&launch.template, launch.release)
+            .join("rootfs");
+        if tokio::fs::metadata(&rootfs).await.is_err() {
+            return Err(NodeError::ReleaseNotFound(format!(
+                "release {} of {} is not on this node",
+                launch.release, launch.template
+            )));
+        }
+        let dir = self.sandbox_dir(&launch.id);
+        let spec = SandboxSpec {
+            id: launch.id.clone(),
+            rootfs,
+            dir: dir.clone(),
+            guest_agent: self.cfg.guest_agent.clone(),
+            guest_agent_args: Vec::new(),
+            hostname: launch.id.clone(),
+            vcpus: launch.vcpus,
+            memory_mib: launch.memory_mib,
+            pids_max: launch.pids_max,
+        };
+        let started = match self.runtime.start(&spec).await {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = Self::remove_tree(&dir).await;
+                return Err(runtime_err(e));
+            }
+        };
+        let client = GuestClient::new(started.agent_socket);
+        if let Err(e) = client.connect(AGENT_CONNECT_TIMEOUT).await {
+            warn!(sandbox_id = %launch.id, error = %e, "guest agent did not answer");
+            let _ = self.runtime.stop(&launch.id, &dir).await;
+            let _ = Self::remove_tree(&dir).await;
+            return Err(guest_err(e));
+        }
+        self.set_guest(&launch.id, Some(client));
+        info!(sandbox_id = %launch.id, init_pid = started.init_pid, "sandbox running");
+        Ok(())
+    }
+}
+
+fn snapshot_err(e: SnapshotError) -> NodeError {
+    match e {
+        SnapshotError::Cancelled => NodeError::Cancelled,
+        other => NodeError::Internal(other.to_string()),
+    }
+}

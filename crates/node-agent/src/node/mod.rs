@@ -1,0 +1,133 @@
+//! [`NodeAgent`]: the node side of [`cove_node_api::NodeApi`], over a [`Runtime`] and each sandbox's guest agent.
+//!
+//! On disk (under the data dir): `releases/<template>/<n>/rootfs` (read-only by convention) and
+//! `sandboxes/<id>/` (owned by the runtime while the sandbox exists).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use cove_node_api::{
+    AttachEvent, BuildEvent, BuiltRelease, ByteStream, CommandInfo, FileInfo, GuestPath,
+    NodeCommands, NodeError, NodeFiles, NodeLifecycle, NodeReleases, NodeSandboxState, RecipeInfo,
+    SandboxLaunch, SpawnRequest, WriteFileRequest,
+};
+use cove_runtime::{Runtime, RuntimeState, SandboxSpec};
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::guest::{self, GuestClient, GuestError};
+use crate::template::{self, BuildOptions, Recipe};
+
+/// How long a new sandbox's guest agent has to answer its first hello.
+const AGENT_CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Settings of a node agent.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Data dir (releases and sandboxes live below it).
+    pub data_dir: PathBuf,
+    /// Host path of the static guest agent binary.
+    pub guest_agent: PathBuf,
+    /// Build cache for release root filesystems (`None` = no cache).
+    pub cache_dir: Option<PathBuf>,
+    /// Debian mirror for the `base` template (`None` = the builder's default).
+    pub mirror: Option<String>,
+    /// Where suspended sandboxes' files are kept.
+    pub snapshots: crate::snapshot::SnapshotStore,
+}
+
+/// The node agent of this host.
+pub struct NodeAgent {
+    cfg: NodeConfig,
+    runtime: Arc<dyn Runtime>,
+    guests: Mutex<HashMap<String, GuestClient>>,
+}
+
+impl NodeAgent {
+    /// A node agent over `runtime`.
+    pub fn new(cfg: NodeConfig, runtime: Arc<dyn Runtime>) -> Self {
+        NodeAgent {
+            cfg,
+            runtime,
+            guests: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn release_dir(&self, template: &str, number: u32) -> PathBuf {
+        self.cfg
+            .data_dir
+            .join("releases")
+            .join(template)
+            .join(number.to_string())
+    }
+
+    fn sandbox_dir(&self, id: &str) -> PathBuf {
+        self.cfg.data_dir.join("sandboxes").join(id)
+    }
+
+    fn guest(&self, id: &str) -> Result<GuestClient, NodeError> {
+        let guests = self.guests.lock().unwrap_or_else(|p| p.into_inner());
+        guests
+            .get(id)
+            .cloned()
+            .ok_or_else(|| NodeError::SandboxNotFound(id.to_string()))
+    }
+
+    fn set_guest(&self, id: &str, client: Option<GuestClient>) {
+        let mut guests = self.guests.lock().unwrap_or_else(|p| p.into_inner());
+        match client {
+            Some(c) => guests.insert(id.to_string(), c),
+            None => guests.remove(id),
+        };
+    }
+
+    async fn remove_tree(path: &Path) -> Result<(), NodeError> {
+        match tokio::fs::remove_dir_all(path).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(NodeError::Internal(format!(
+                "remove {}: {e}",
+                path.display()
+            ))),
+        }
+    }
+}
+
+fn recipe_info(r: Recipe) -> RecipeInfo {
+    let d = r.defaults();
+    let description = match r {
+        Recipe::Base => "Debian bookworm with bash, python3, git, curl, sudo; user `user`",
+        Recipe::Tiny => "busybox only; seconds to build, for tests and quick checks",
+    };
+    RecipeInfo {
+        name: r.name().to_string(),
+        description: description.to_string(),
+        user: d.user,
+        workdir: d.workdir,
+        env: d.env,
+        recipe_hash: r.recipe_hash(),
+    }
+}
+
+fn guest_err(e: GuestError) -> NodeError {
+    match e {
+        GuestError::Guest { code, message } => NodeError::Guest { code, message },
+        GuestError::Unavailable(m) => NodeError::AgentUnavailable(m),
+        GuestError::Protocol(m) => NodeError::AgentUnavailable(format!("protocol error: {m}")),
+        GuestError::Timeout => NodeError::AgentUnavailable("no answer in time".into()),
+    }
+}
+
+fn runtime_err(e: cove_runtime::RuntimeError) -> NodeError {
+    NodeError::Runtime(e.to_string())
+}
+
+mod commands;
+mod files;
+mod lifecycle;
+mod releases;

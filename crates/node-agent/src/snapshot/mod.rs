@@ -1,0 +1,319 @@
+//! The snapshot store: where suspended sandboxes keep their files.
+//!
+//! An object store (the `object_store` crate): a local directory by default
+//! (`<data-dir>/snapshots`), or S3-compatible storage (`s3://bucket/prefix`). One object per
+//! suspended sandbox, `<prefix>/sandboxes/<id>/fs.tar`: a tar stream of its overlay upper
+//! directory (`pack.rs`, `unpack.rs`). Objects appear only when complete (a local store
+//! renames a staged file into place; S3 completes a multipart upload), so a crash mid-upload
+//! leaves no object, only staging debris: [`SnapshotStore::sweep_staging`] removes a local
+//! store's; an S3 bucket should have a lifecycle rule that aborts incomplete multipart uploads.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt, WriteMultipart};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+mod bridge;
+mod pack;
+mod unpack;
+
+/// Size of the parts a snapshot is uploaded in (8 MiB; S3 wants at least 5 MiB).
+const PART_BYTES: usize = 8 << 20;
+/// Parts in flight at once during an upload.
+const UPLOAD_CONCURRENCY: usize = 4;
+/// Name of the object of one sandbox under `sandboxes/<id>/`.
+const OBJECT_NAME: &str = "fs.tar";
+
+/// Errors of the snapshot store.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// The store URL is not usable.
+    #[error("snapshot store url {url}: {reason}")]
+    BadUrl {
+        /// The URL as given.
+        url: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// No snapshot of this sandbox.
+    #[error("no snapshot of sandbox {0}")]
+    Missing(String),
+    /// The object store failed.
+    #[error("snapshot store: {0}")]
+    Store(#[from] object_store::Error),
+    /// Reading or writing the sandbox's files failed.
+    #[error("snapshot files: {0}")]
+    Io(#[from] std::io::Error),
+    /// The caller cancelled.
+    #[error("cancelled")]
+    Cancelled,
+}
+
+/// Sizes of a saved or restored snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotSize {
+    /// Bytes of file content.
+    pub file_bytes: u64,
+}
+
+/// A handle to the snapshot store; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct SnapshotStore {
+    store: Arc<dyn ObjectStore>,
+    prefix: ObjectPath,
+    /// The directory of a local store (for [`SnapshotStore::sweep_staging`]).
+    local_root: Option<PathBuf>,
+    kind: &'static str,
+}
+
+impl SnapshotStore {
+    /// A store in the local directory `dir` (created if missing).
+    pub fn local(dir: &Path) -> Result<Self, SnapshotError> {
+        std::fs::create_dir_all(dir)?;
+        let store = object_store::local::LocalFileSystem::new_with_prefix(dir)?;
+        Ok(SnapshotStore {
+            store: Arc::new(store),
+            prefix: ObjectPath::default(),
+            local_root: Some(dir.to_path_buf()),
+            kind: "file",
+        })
+    }
+
+    /// A store from a URL: `file:///path` (a local directory) or `s3://bucket[/prefix]`.
+    /// `options` are object-store settings such as `aws_access_key_id`, `aws_region`,
+    /// `aws_endpoint`, `aws_allow_http` (the composition root passes the `AWS_*` environment).
+    pub fn from_url(
+        url: &str,
+        options: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, SnapshotError> {
+        let bad = |reason: String| SnapshotError::BadUrl {
+            url: url.to_string(),
+            reason,
+        };
+        let parsed = url::Url::parse(url).map_err(|e| bad(e.to_string()))?;
+        match parsed.scheme() {
+            "file" => {
+                let dir = parsed
+                    .to_file_path()
+                    .map_err(|()| bad("not an absolute local path".into()))?;
+                Self::local(&dir)
+            }
+            "s3" => {
+                let (store, prefix) = object_store::parse_url_opts(&parsed, options)
+                    .map_err(|e| bad(e.to_string()))?;
+                Ok(SnapshotStore {
+                    store: Arc::from(store),
+                    prefix,
+                    local_root: None,
+                    kind: "s3",
+                })
+            }
+            other => Err(bad(format!(
+                "unsupported scheme {other:?} (use file:// or s3://)"
+            ))),
+        }
+    }
+
+    /// `file` or `s3`.
+    pub fn kind(&self) -> &'static str {
+        self.kind
+    }
+
+    fn key(&self, sandbox_id: &str) -> ObjectPath {
+        self.prefix
+            .clone()
+            .join("sandboxes")
+            .join(sandbox_id)
+            .join(OBJECT_NAME)
+    }
+
+    /// Saves the directory `upper` as the snapshot of `sandbox_id`, replacing any earlier one.
+    /// On error or cancellation no snapshot of the sandbox is left.
+    pub async fn save(
+        &self,
+        sandbox_id: &str,
+        upper: &Path,
+        cancel: &CancellationToken,
+    ) -> Result<SnapshotSize, SnapshotError> {
+        let key = self.key(sandbox_id);
+        self.delete(sandbox_id).await?;
+        let (writer, mut chunks) = bridge::channel_writer(PART_BYTES);
+        let root = upper.to_path_buf();
+        let packer = tokio::task::spawn_blocking(move || pack::pack(&root, writer));
+        let upload = self.store.put_multipart(&key).await?;
+        let mut upload = WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
+        let streamed: Result<(), SnapshotError> = async {
+            loop {
+                let chunk: Option<Bytes> = tokio::select! {
+                    c = chunks.recv() => c,
+                    () = cancel.cancelled() => return Err(SnapshotError::Cancelled),
+                };
+                let Some(chunk) = chunk else { return Ok(()) };
+                upload.wait_for_capacity(UPLOAD_CONCURRENCY).await?;
+                upload.put(chunk);
+            }
+        }
+        .await;
+        // Stops the packer if it is still writing (its sends fail).
+        drop(chunks);
+        let packed = packer
+            .await
+            .map_err(|e| SnapshotError::Io(std::io::Error::other(e)));
+        let outcome = match (streamed, packed) {
+            (Err(e), _) => Err(e),
+            (Ok(()), Err(e)) => Err(e),
+            (Ok(()), Ok(Err(e))) => Err(SnapshotError::Io(e)),
+            (Ok(()), Ok(Ok(bytes))) => Ok(bytes),
+        };
+        match outcome {
+            Ok(file_bytes) => {
+                upload.finish().await?;
+                info!(sandbox_id, file_bytes, "snapshot saved");
+                Ok(SnapshotSize { file_bytes })
+            }
+            Err(e) => {
+                if let Err(abort) = upload.abort().await {
+                    warn!(sandbox_id, error = %abort, "cannot abort a snapshot upload");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Restores the snapshot of `sandbox_id` into the existing, empty directory `upper`.
+    pub async fn restore(
+        &self,
+        sandbox_id: &str,
+        upper: &Path,
+        cancel: &CancellationToken,
+    ) -> Result<SnapshotSize, SnapshotError> {
+        let got = match self.store.get(&self.key(sandbox_id)).await {
+            Ok(got) => got,
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(SnapshotError::Missing(sandbox_id.to_string()))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mut body = got.into_stream();
+        let (tx, reader) = bridge::channel_reader(4);
+        let root = upper.to_path_buf();
+        let unpacker = tokio::task::spawn_blocking(move || unpack::unpack(reader, &root));
+        let streamed: Result<(), SnapshotError> = async {
+            loop {
+                let chunk = tokio::select! {
+                    c = body.next() => c,
+                    () = cancel.cancelled() => return Err(SnapshotError::Cancelled),
+                };
+                let Some(chunk) = chunk else { return Ok(()) };
+                let chunk = chunk.map_err(|e| std::io::Error::other(e.to_string()));
+                let failed = chunk.is_err();
+                if tx.send(chunk).await.is_err() || failed {
+                    // The unpacker stopped (its error is reported below) or the read failed.
+                    return Ok(());
+                }
+            }
+        }
+        .await;
+        drop(tx);
+        let unpacked = unpacker
+            .await
+            .map_err(|e| SnapshotError::Io(std::io::Error::other(e)))?;
+        streamed?;
+        let file_bytes = unpacked?;
+        info!(sandbox_id, file_bytes, "snapshot restored");
+        Ok(SnapshotSize { file_bytes })
+    }
+
+    /// Whether a complete snapshot of `sandbox_id` exists.
+    pub async fn exists(&self, sandbox_id: &str) -> Result<bool, SnapshotError> {
+        match self.store.head(&self.key(sandbox_id)).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Deletes the snapshot of `sandbox_id`; none is fine.
+    pub async fn delete(&self, sandbox_id: &str) -> Result<(), SnapshotError> {
+        match self.store.delete(&self.key(sandbox_id)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Ids of the sandboxes that have a snapshot.
+    pub async fn list(&self) -> Result<Vec<String>, SnapshotError> {
+        let base = self.prefix.clone().join("sandboxes");
+        let mut objects = self.store.list(Some(&base));
+        let mut ids = Vec::new();
+        while let Some(meta) = objects.next().await {
+            let meta = meta?;
+            let parts: Vec<_> = meta
+                .location
+                .prefix_match(&base)
+                .into_iter()
+                .flatten()
+                .collect();
+            if let [id, name] = parts.as_slice() {
+                if name.as_ref() == OBJECT_NAME {
+                    ids.push(id.as_ref().to_string());
+                }
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Removes the staging files that interrupted uploads left in a local store; returns how
+    /// many. Call only while no upload runs (at start-up). A no-op for S3.
+    pub async fn sweep_staging(&self) -> Result<u64, SnapshotError> {
+        let Some(root) = self.local_root.clone() else {
+            return Ok(0);
+        };
+        let removed = tokio::task::spawn_blocking(move || sweep_dir(&root.join("sandboxes")))
+            .await
+            .map_err(|e| SnapshotError::Io(std::io::Error::other(e)))??;
+        if removed > 0 {
+            info!(removed, "removed half-written snapshots");
+        }
+        Ok(removed)
+    }
+}
+
+/// Removes `<name>#<digits>` files (the local store's staged uploads) and then-empty
+/// directories below `dir`.
+fn sweep_dir(dir: &Path) -> std::io::Result<u64> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    let mut removed = 0;
+    for entry in entries {
+        let entry = entry?;
+        let path = entry.path();
+        if entry.file_type()?.is_dir() {
+            removed += sweep_dir(&path)?;
+            // Only empty directories go; others still hold a snapshot.
+            let _ = std::fs::remove_dir(&path);
+        } else if is_staging_name(&entry.file_name().to_string_lossy()) {
+            std::fs::remove_file(&path)?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+fn is_staging_name(name: &str) -> bool {
+    match name.rsplit_once('#') {
+        Some((_, digits)) => !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()),
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests;

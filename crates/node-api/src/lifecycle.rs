@@ -1,0 +1,100 @@
+//! Sandbox lifecycle on the node: start, adopt after a restart, pause, resume, suspend to the
+//! snapshot store, wake from it, destroy, list.
+
+use crate::{NodeError, NodeSandboxState, SandboxLaunch};
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+/// What the node's runtime and snapshot store can do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeCapabilities {
+    /// Runtime name (`runc`).
+    pub runtime: String,
+    /// Pause freezes processes in memory.
+    pub pause: bool,
+    /// Suspend saves process memory (false: wake restarts the sandbox from its files).
+    pub suspend_memory: bool,
+    /// Kind of snapshot store (`file` or `s3`).
+    pub snapshot_store: String,
+}
+
+/// The result of a suspend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SuspendInfo {
+    /// Bytes of file content saved.
+    pub file_bytes: u64,
+}
+
+/// The result of a wake.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WakeInfo {
+    /// Whether process memory was restored (false: processes were restarted).
+    pub memory_restored: bool,
+    /// Bytes of file content restored.
+    pub file_bytes: u64,
+}
+
+/// Sandbox lifecycle on the node.
+#[async_trait]
+pub trait NodeLifecycle: Send + Sync + 'static {
+    /// Starts a sandbox and returns once its guest agent answers. On failure nothing is left.
+    async fn start_sandbox(&self, launch: SandboxLaunch) -> Result<(), NodeError>;
+
+    /// Re-attaches to a sandbox that kept running while the node agent restarted. Returns its
+    /// state, or `None` when the node has no trace of it.
+    async fn adopt_sandbox(&self, id: &str) -> Result<Option<NodeSandboxState>, NodeError>;
+
+    /// Freezes every process of a running sandbox (commands, files and connections survive).
+    /// Pausing a paused sandbox succeeds.
+    async fn pause_sandbox(&self, id: &str) -> Result<(), NodeError>;
+
+    /// Thaws a paused sandbox. Resuming a running sandbox succeeds.
+    async fn resume_sandbox(&self, id: &str) -> Result<(), NodeError>;
+
+    /// Saves the sandbox's files to the snapshot store (freezing it meanwhile), then releases
+    /// every node resource it holds (processes, mounts, cgroups, sockets, its directory). On
+    /// failure or cancellation before the snapshot is complete, the sandbox is left as it was
+    /// (running or paused) and no snapshot is kept.
+    async fn suspend_sandbox(
+        &self,
+        id: &str,
+        cancel: CancellationToken,
+    ) -> Result<SuspendInfo, NodeError>;
+
+    /// Restores a suspended sandbox's files from the snapshot store and starts it. On failure
+    /// or cancellation nothing is left on the node and the snapshot is kept. The caller deletes
+    /// the snapshot once it has recorded the sandbox as running.
+    async fn wake_sandbox(
+        &self,
+        launch: SandboxLaunch,
+        cancel: CancellationToken,
+    ) -> Result<WakeInfo, NodeError>;
+
+    /// Releases every node resource of a sandbox but keeps its snapshot (the end of a suspend
+    /// whose snapshot is complete). Idempotent.
+    async fn release_sandbox(&self, id: &str) -> Result<(), NodeError>;
+
+    /// Stops a sandbox and removes everything it had on the node and in the snapshot store.
+    /// Idempotent.
+    async fn destroy_sandbox(&self, id: &str) -> Result<(), NodeError>;
+
+    /// Ids of every sandbox the node holds anything of: a runtime container or a directory
+    /// (for reconciliation).
+    async fn list_sandboxes(&self) -> Result<Vec<String>, NodeError>;
+
+    /// Whether a complete snapshot of the sandbox exists.
+    async fn has_snapshot(&self, id: &str) -> Result<bool, NodeError>;
+
+    /// Deletes a sandbox's snapshot; none is fine.
+    async fn delete_snapshot(&self, id: &str) -> Result<(), NodeError>;
+
+    /// Ids of the sandboxes that have a snapshot (for reconciliation).
+    async fn list_snapshots(&self) -> Result<Vec<String>, NodeError>;
+
+    /// Removes what interrupted snapshot uploads left behind; returns how many pieces. Call
+    /// only when no suspend runs (at start-up).
+    async fn sweep_snapshots(&self) -> Result<u64, NodeError>;
+
+    /// What the runtime and snapshot store can do.
+    fn capabilities(&self) -> NodeCapabilities;
+}
