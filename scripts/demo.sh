@@ -39,7 +39,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-if ! cove template ls --json | python3 -c 'import json,sys; t={x["name"]:x for x in json.load(sys.stdin)["templates"]}; sys.exit(0 if t["base"]["latest_release"] else 1)'; then
+if ! cove template ls --json | python3 -c 'import json,sys; d=json.load(sys.stdin); d=d["templates"] if isinstance(d,dict) else d; t={x["name"]:x for x in d}; sys.exit(0 if t["base"]["latest_release"] else 1)'; then
   echo "==> building the base template (once; later runs reuse the cache)" >&2
   cove template build base
 fi

@@ -78,8 +78,8 @@ extern "C" fn cleanup_at_exit() {
     }
 }
 
-/// Kills every container under `dir`'s runc root, unmounts sandbox root filesystems, removes
-/// `dir`.
+/// Kills every container under `dir`'s runc root, unmounts sandbox root filesystems and own
+/// disks, removes `dir`.
 fn cleanup(dir: &Path) {
     let root = dir.join("runc");
     let out = std::process::Command::new("runc")
@@ -98,10 +98,13 @@ fn cleanup(dir: &Path) {
     }
     if let Ok(entries) = std::fs::read_dir(dir.join("sandboxes")) {
         for e in entries.flatten() {
-            let _ = std::process::Command::new("umount")
-                .arg("-l")
-                .arg(e.path().join("rootfs"))
-                .output();
+            // The overlay first, then a sandbox's own disk (its loop device detaches with it).
+            for mount in ["rootfs", "disk"] {
+                let _ = std::process::Command::new("umount")
+                    .arg("-l")
+                    .arg(e.path().join(mount))
+                    .output();
+            }
         }
     }
     let _ = std::fs::remove_dir_all(dir);
@@ -109,6 +112,13 @@ fn cleanup(dir: &Path) {
 
 /// The server of this test binary (started on first call).
 pub fn server() -> &'static Server {
+    server_with(|_| {})
+}
+
+/// The server of this test binary, started on first call with `tweak` applied to its
+/// configuration (e.g. small output limits). Every test of a binary must pass the same tweak:
+/// the first call decides.
+pub fn server_with(tweak: fn(&mut cove_server::Config)) -> &'static Server {
     SERVER.get_or_init(|| {
         let agent = guest_agent();
         let data_dir = tempfile::Builder::new()
@@ -132,7 +142,15 @@ pub fn server() -> &'static Server {
             cache_dir: Some(PathBuf::from(cache)),
             runc: None,
             public_data_plane_url: None,
+            lifecycle: cove_server::LifecycleSettings {
+                // Idle suspends and TTLs are tested with timeouts of seconds.
+                controller_interval: Some(Duration::from_millis(250)),
+                ..Default::default()
+            },
+            command_output: Default::default(),
         };
+        let mut cfg = cfg;
+        tweak(&mut cfg);
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_multi_thread()
@@ -163,7 +181,11 @@ pub fn server() -> &'static Server {
 
 /// A client of the shared server (one per test: clients are bound to the test's runtime).
 pub fn client() -> Client {
-    let s = server();
+    client_of(server())
+}
+
+/// A client of `s`.
+pub fn client_of(s: &Server) -> Client {
     Client::new(&s.api_url, s.token.clone()).expect("client")
 }
 
@@ -255,6 +277,8 @@ pub struct Output {
     pub chunks: Vec<(Duration, Source, Bytes)>,
     /// Time from the start request to the exit event.
     pub elapsed: Duration,
+    /// Dropped ranges `(offset, len)` the stream reported (the middle of a very long output).
+    pub gaps: Vec<(u64, u64)>,
 }
 
 impl Output {
@@ -277,6 +301,7 @@ pub async fn collect(client: &Client, att: &Attachment, offset: u64, t0: Instant
         command: placeholder_command(),
         chunks: Vec::new(),
         elapsed: Duration::ZERO,
+        gaps: Vec::new(),
     };
     let mut events = Box::pin(client.attach(att, offset));
     let mut exited = false;
@@ -290,6 +315,7 @@ pub async fn collect(client: &Client, att: &Attachment, offset: u64, t0: Instant
                 out.stderr.extend_from_slice(&data);
                 out.chunks.push((t0.elapsed(), Source::Stderr, data));
             }
+            AttachEvent::Gap { offset, len } => out.gaps.push((offset, len)),
             AttachEvent::Exit(cmd) => {
                 out.command = cmd;
                 exited = true;

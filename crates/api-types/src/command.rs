@@ -33,9 +33,19 @@ pub struct CreateCommandRequest {
     /// has no hidden default timeout.
     #[serde(default)]
     pub timeout_s: Option<f64>,
-    /// Run on a pseudo-terminal. Not implemented yet: `true` is answered with `not_implemented`.
+    /// Run on a pseudo-terminal: stdin, stdout and stderr are the terminal (its output is the
+    /// `stdout` stream), it is the controlling terminal of the command's session, and stdin is
+    /// always open (closing it sends Ctrl-D). Drive it over the data plane's WebSocket
+    /// `GET /v1/attach/{cid}/pty`; plain attach and stdin work too. `TERM` defaults to
+    /// `xterm-256color`.
     #[serde(default)]
     pub pty: bool,
+    /// Initial terminal width in columns with `pty` (default 80, 1-65535).
+    #[serde(default)]
+    pub cols: Option<u16>,
+    /// Initial terminal height in rows with `pty` (default 24, 1-65535).
+    #[serde(default)]
+    pub rows: Option<u16>,
 }
 
 /// State of a command.
@@ -75,7 +85,8 @@ pub struct Command {
     pub signal: Option<String>,
     /// Its timeout fired and its process tree was killed.
     pub timed_out: bool,
-    /// Output beyond the kept cap (1 GiB per command) was dropped.
+    /// The middle of a long output was dropped: the server keeps the first `cap − tail` and the
+    /// last `tail` bytes of each command's output (by default 512 MiB each of a 1 GiB cap).
     pub truncated: bool,
     /// Bytes of output (stdout + stderr) produced so far.
     pub output_bytes: u64,
@@ -85,6 +96,13 @@ pub struct Command {
     pub started_at: DateTime<Utc>,
     /// End time.
     pub ended_at: Option<DateTime<Utc>>,
+    /// The sandbox's memory limit was hit while it ran and the kernel's OOM killer ended it (it
+    /// ended by SIGKILL, or exited 137 as a shell does when its child was SIGKILLed).
+    #[serde(default)]
+    pub oom_killed: bool,
+    /// It runs on a pseudo-terminal.
+    #[serde(default)]
+    pub pty: bool,
 }
 
 /// A grant to read a command's output and write its stdin on the data plane.
@@ -151,3 +169,71 @@ pub struct OutputEvent {
 
 /// Data of the final `exit` server-sent event: the ended command.
 pub type ExitEvent = Command;
+
+/// Data of a `gap` server-sent event of `GET /v1/attach/{cid}`: bytes `[offset, offset + len)`
+/// of the command's output were dropped (the middle of an output longer than the cap); the
+/// stream continues at `offset + len`, and the event's SSE `id:` is that offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GapEvent {
+    /// Offset of the first dropped byte.
+    pub offset: u64,
+    /// Number of dropped bytes.
+    pub len: u64,
+}
+
+/// `GET /v1/sandboxes/{id}/commands/{cid}/output?wait=60s&max_bytes=N` answer: a command's
+/// output collected in one response (the buffered alternative to streaming it).
+///
+/// When the output is longer than `max_bytes` (default 1 MiB, at most 16 MiB) or its middle was
+/// dropped by the server's cap, the answer keeps its head and its tail (about `max_bytes / 2`
+/// each of the combined output) and `omitted` says which bytes are left out.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CommandOutput {
+    /// The command when the answer was made (`exited` unless the wait ran out).
+    pub command: Command,
+    /// Its stdout bytes in this answer, base64 (standard alphabet, padded).
+    pub stdout: String,
+    /// Its stderr bytes in this answer, base64.
+    pub stderr: String,
+    /// Some output is not in this answer (see `omitted`).
+    pub truncated: bool,
+    /// The range of the combined output left out, when `truncated`.
+    pub omitted: Option<OmittedOutput>,
+}
+
+/// The part of a command's combined output missing from a [`CommandOutput`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OmittedOutput {
+    /// Offset of the first byte left out, in the combined output (stdout and stderr together).
+    pub offset: u64,
+    /// Number of bytes left out.
+    pub len: u64,
+    /// Position in the answer's (decoded) stdout where the left-out bytes were.
+    pub stdout_at: u64,
+    /// Position in the answer's (decoded) stderr where the left-out bytes were.
+    pub stderr_at: u64,
+}
+
+/// A terminal size, in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TerminalSize {
+    /// Columns (1-65535).
+    pub cols: u16,
+    /// Rows (1-65535).
+    pub rows: u16,
+}
+
+/// A JSON text frame on the PTY WebSocket (`GET /v1/attach/{cid}/pty`). Binary frames carry
+/// terminal bytes both ways; text frames carry these messages.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum PtyMessage {
+    /// Client → server: resize the terminal (`{"resize":{"cols":120,"rows":40}}`).
+    Resize(TerminalSize),
+    /// Server → client: the command ended (`{"exit":{...command...}}`); the server then closes
+    /// the socket.
+    Exit(Box<Command>),
+    /// Server → client: output bytes were dropped (`{"gap":{"offset":..,"len":..}}`).
+    Gap(GapEvent),
+}

@@ -64,7 +64,8 @@ impl SandboxState {
     }
 }
 
-/// Resources of a sandbox. Defaults: 1 vCPU, 512 MiB memory, 1024 processes.
+/// Resources of a sandbox. Defaults: 1 vCPU, 512 MiB memory, 1024 processes, no disk of its
+/// own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Resources {
     /// CPU limit in vCPUs (1–16).
@@ -73,6 +74,12 @@ pub struct Resources {
     pub memory_mib: u64,
     /// Process limit (16–65536).
     pub pids_max: u64,
+    /// Size in MiB of the sandbox's own disk, which holds every file it writes (64–1048576).
+    /// When it is full, writes in the sandbox fail with "No space left on device" and file
+    /// uploads with `507 no_space`, while the node and other sandboxes are unaffected. Absent:
+    /// the sandbox writes to the node's disk without a size limit of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_mib: Option<u64>,
 }
 
 impl Default for Resources {
@@ -81,6 +88,7 @@ impl Default for Resources {
             vcpus: 1,
             memory_mib: 512,
             pids_max: 1024,
+            disk_mib: None,
         }
     }
 }
@@ -95,6 +103,9 @@ pub struct ResourcesRequest {
     pub memory_mib: Option<u64>,
     /// Process limit (16–65536).
     pub pids_max: Option<u64>,
+    /// Size in MiB of a disk of the sandbox's own (64–1048576); see [`Resources::disk_mib`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_mib: Option<u64>,
 }
 
 /// `POST /v1/sandboxes` body.

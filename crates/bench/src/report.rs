@@ -20,8 +20,6 @@ pub enum Unit {
     Ms,
     /// Mebibytes (2^20 bytes).
     Mib,
-    /// Mebibytes per second.
-    MibPerS,
     /// Events (sandboxes, cycles) per second.
     PerS,
     /// A count.
@@ -33,7 +31,6 @@ impl Unit {
         match self {
             Unit::Ms => "ms",
             Unit::Mib => "MiB",
-            Unit::MibPerS => "MiB/s",
             Unit::PerS => "/s",
             Unit::Count => "count",
         }
@@ -211,7 +208,7 @@ impl Report {
                 Stats::Single { value } => (num(value), "-".into(), "-".into()),
             };
             let mut baselines = m.baselines.iter();
-            let (base, ratio, what) = match baselines.next() {
+            let (base, main_ratio, what) = match baselines.next() {
                 Some(b) => (num(b.stats.center()), ratio(b.ratio), b.name.clone()),
                 None => ("-".into(), "-".into(), String::new()),
             };
@@ -220,7 +217,7 @@ impl Report {
                 Some(note) => format!("{what}; {note}"),
                 None => what,
             };
-            rows.push([name, p50, p90, p99, base, ratio, what]);
+            rows.push([name, p50, p90, p99, base, main_ratio, what]);
             for b in baselines {
                 rows.push([
                     String::new(),

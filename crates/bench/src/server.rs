@@ -63,6 +63,8 @@ impl CoveServer {
             cache_dir: Some(settings.cache_dir.clone()),
             runc: Some(settings.runc.clone()),
             public_data_plane_url: None,
+            lifecycle: Default::default(),
+            command_output: Default::default(),
         };
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

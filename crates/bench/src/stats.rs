@@ -41,6 +41,23 @@ impl Summary {
     }
 }
 
+/// Least-squares slope of `y` over `x` (Δy per unit of x); `None` with fewer than two
+/// distinct x.
+pub fn slope(points: &[(f64, f64)]) -> Option<f64> {
+    let n = points.len() as f64;
+    if points.len() < 2 {
+        return None;
+    }
+    let mean_x = points.iter().map(|p| p.0).sum::<f64>() / n;
+    let mean_y = points.iter().map(|p| p.1).sum::<f64>() / n;
+    let (mut cov, mut var) = (0.0, 0.0);
+    for (x, y) in points {
+        cov += (x - mean_x) * (y - mean_y);
+        var += (x - mean_x) * (x - mean_x);
+    }
+    (var > 0.0).then(|| cov / var)
+}
+
 /// The `p`th percentile of non-empty, ascending `sorted`.
 fn nearest_rank(sorted: &[f64], p: f64) -> f64 {
     let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
@@ -68,6 +85,17 @@ mod tests {
     fn nothing_to_summarise_is_none() {
         assert_eq!(Summary::of(&[]), None);
         assert_eq!(Summary::of(&[1.0, f64::NAN]), None);
+    }
+
+    #[test]
+    fn slope_is_least_squares() {
+        let line = [(0.0, 100.0), (1.0, 98.0), (2.0, 96.0), (3.0, 94.0)];
+        assert_eq!(slope(&line), Some(-2.0));
+        let noisy = [(0.0, 0.0), (1.0, 1.0), (2.0, 0.0), (3.0, 1.0)];
+        let s = slope(&noisy).expect("slope");
+        assert!((s - 0.2).abs() < 1e-9, "{s}");
+        assert_eq!(slope(&[(1.0, 5.0)]), None);
+        assert_eq!(slope(&[(1.0, 5.0), (1.0, 6.0)]), None);
     }
 
     #[test]

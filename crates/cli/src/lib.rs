@@ -3,6 +3,7 @@
 //! Every verb except `server` talks to a Cove server through [`cove_client`]; `server` runs one.
 
 pub mod commands;
+pub mod lifecycle;
 mod table;
 
 use std::path::PathBuf;
@@ -107,6 +108,22 @@ pub enum Verb {
     Run(commands::run::RunArgs),
     /// Copy a file into or out of a sandbox (`SANDBOX:/path` on one side).
     Cp(commands::cp::CpArgs),
+    /// Files in a sandbox: ls, stat, mkdir, mv, rm, watch.
+    #[command(subcommand)]
+    Files(commands::files::FilesVerb),
+    /// Pause a sandbox: freeze its processes (memory stays on the node); prints the final state.
+    Pause(lifecycle::LifecycleArgs),
+    /// Resume a paused sandbox; prints the final state.
+    Resume(lifecycle::LifecycleArgs),
+    /// Suspend a sandbox: save its files to the snapshot store and release its node resources.
+    /// On runc, processes do not survive (wake restarts them).
+    Suspend(lifecycle::LifecycleArgs),
+    /// Wake a suspended sandbox: restore its files and start it; prints the final state.
+    Wake(lifecycle::LifecycleArgs),
+    /// List recent operations (of one sandbox with a sandbox id), or show one operation.
+    Ops(commands::ops::OpsArgs),
+    /// Follow the lifecycle event stream.
+    Events(commands::events::EventsArgs),
 }
 
 /// Runs the verb; the exit code is the command's for `exec` and `run`.
@@ -125,6 +142,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Verb::Exec(args) => return commands::exec::run(&global.client()?, args).await,
         Verb::Run(args) => return commands::run::run(&global.client()?, args).await,
         Verb::Cp(args) => commands::cp::run(&global.client()?, args).await?,
+        Verb::Files(verb) => commands::files::run(&global.client()?, verb).await?,
+        Verb::Pause(args) => commands::pause::run(&global.client()?, args).await?,
+        Verb::Resume(args) => commands::resume::run(&global.client()?, args).await?,
+        Verb::Suspend(args) => commands::suspend::run(&global.client()?, args).await?,
+        Verb::Wake(args) => commands::wake::run(&global.client()?, args).await?,
+        Verb::Ops(args) => commands::ops::run(&global.client()?, args).await?,
+        Verb::Events(args) => commands::events::run(&global.client()?, args).await?,
     }
     Ok(ExitCode::SUCCESS)
 }

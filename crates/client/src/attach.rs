@@ -5,7 +5,7 @@
 
 use base64::Engine as _;
 use bytes::Bytes;
-use cove_api_types::{Attachment, Command, OutputEvent};
+use cove_api_types::{Attachment, Command, GapEvent, OutputEvent};
 use futures::{Stream, StreamExt};
 use reqwest::{Method, RequestBuilder, Url};
 
@@ -29,6 +29,14 @@ pub enum AttachEvent {
         offset: u64,
         /// The bytes.
         data: Bytes,
+    },
+    /// Bytes `[offset, offset + len)` of the command's output were dropped (the middle of an
+    /// output longer than the server's cap); the stream continues at `offset + len`.
+    Gap {
+        /// Offset of the first dropped byte.
+        offset: u64,
+        /// Number of dropped bytes.
+        len: u64,
     },
     /// The command ended; the last event of the stream.
     Exit(Command),
@@ -178,6 +186,18 @@ impl AttachState {
                 self.done = true;
                 return Some(AttachEvent::Exit(command));
             }
+            AttachEvent::Gap { offset, len } => {
+                let end = offset.saturating_add(len);
+                if end <= self.offset {
+                    return None;
+                }
+                let start = offset.max(self.offset);
+                self.offset = end;
+                return Some(AttachEvent::Gap {
+                    offset: start,
+                    len: end - start,
+                });
+            }
             AttachEvent::Stdout { offset, data } => (offset, data, true),
             AttachEvent::Stderr { offset, data } => (offset, data, false),
         };
@@ -250,6 +270,13 @@ pub(crate) fn decode_event(url: &str, name: &str, data: &str) -> Result<Option<A
         "exit" => Ok(Some(AttachEvent::Exit(
             serde_json::from_str(data).map_err(decode_err)?,
         ))),
+        "gap" => {
+            let gap: GapEvent = serde_json::from_str(data).map_err(decode_err)?;
+            Ok(Some(AttachEvent::Gap {
+                offset: gap.offset,
+                len: gap.len,
+            }))
+        }
         _ => Ok(None),
     }
 }
@@ -337,6 +364,19 @@ mod tests {
         assert_eq!(st.offset, 6);
         assert_eq!(st.resume_point(out(6, b"g")), Some(out(6, b"g")));
         assert_eq!(st.offset, 7);
+    }
+
+    #[test]
+    fn gaps_decode_and_move_the_resume_point() {
+        let gap = decode_event("u", "gap", r#"{"offset":10,"len":90}"#).expect("decodes");
+        assert_eq!(gap, Some(AttachEvent::Gap { offset: 10, len: 90 }));
+        let mut st = state(10);
+        assert_eq!(
+            st.resume_point(AttachEvent::Gap { offset: 10, len: 90 }),
+            Some(AttachEvent::Gap { offset: 10, len: 90 })
+        );
+        assert_eq!(st.offset, 100);
+        assert_eq!(st.resume_point(AttachEvent::Gap { offset: 10, len: 90 }), None);
     }
 
     #[test]

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use cove_api_types::{
-    Attachment, Command, CommandList, CreateCommandRequest, CreateCommandResponse, KillRequest,
-    SignalRequest,
+    Attachment, Command, CommandList, CommandOutput, CommandState, CreateCommandRequest,
+    CreateCommandResponse, KillRequest, SignalRequest,
 };
 use reqwest::Method;
 
@@ -42,10 +42,61 @@ impl Client {
         self.json(request).await
     }
 
-    /// `GET /v1/sandboxes/{sandbox}/commands`: the commands the sandbox keeps, oldest first.
+    /// `GET /v1/sandboxes/{sandbox}/commands`: the commands the sandbox keeps (running, and
+    /// ended until deleted), oldest first.
     pub async fn list_commands(&self, sandbox: &str) -> Result<CommandList> {
+        self.list_commands_in(sandbox, None).await
+    }
+
+    /// `GET /v1/sandboxes/{sandbox}/commands?state=`: the commands in `state` (all when
+    /// `None`), oldest first.
+    pub async fn list_commands_in(
+        &self,
+        sandbox: &str,
+        state: Option<CommandState>,
+    ) -> Result<CommandList> {
         let url = self.url(&["v1", "sandboxes", sandbox, "commands"]);
-        self.json(self.request(Method::GET, url)).await
+        let mut request = self.request(Method::GET, url);
+        if let Some(state) = state {
+            let state = match state {
+                CommandState::Running => "running",
+                CommandState::Exited => "exited",
+            };
+            request = request.query(&[("state", state)]);
+        }
+        self.json(request).await
+    }
+
+    /// `DELETE /v1/sandboxes/{sandbox}/commands/{command}`: forgets an ended command and its
+    /// kept output (`409 failed_precondition` while it runs).
+    pub async fn forget_command(&self, sandbox: &str, command: &str) -> Result<()> {
+        let url = self.url(&["v1", "sandboxes", sandbox, "commands", command]);
+        self.send(self.request(Method::DELETE, url)).await.map(drop)
+    }
+
+    /// `GET .../commands/{command}/output?wait=&max_bytes=`: waits up to `wait` (at most 60 s)
+    /// for the command to end and answers with its output in one piece: all of it when it fits
+    /// `max_bytes` (server default 1 MiB, at most 16 MiB), else its head and tail with the
+    /// `omitted` range between.
+    pub async fn command_output(
+        &self,
+        sandbox: &str,
+        command: &str,
+        wait: Option<Duration>,
+        max_bytes: Option<u64>,
+    ) -> Result<CommandOutput> {
+        let url = self.url(&["v1", "sandboxes", sandbox, "commands", command, "output"]);
+        let mut request = self.request(Method::GET, url);
+        if let Some(wait) = wait {
+            let wait = wait.min(Duration::from_secs(60));
+            request = request
+                .query(&[("wait", wait_param(wait))])
+                .timeout(wait + LONG_POLL_SLACK);
+        }
+        if let Some(max) = max_bytes {
+            request = request.query(&[("max_bytes", max)]);
+        }
+        self.json(request).await
     }
 
     /// `POST .../commands/{command}/signal`: sends `signal` (`SIGINT`, `INT` or `"2"`) to the

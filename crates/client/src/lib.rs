@@ -28,7 +28,9 @@
 //! - [`sandboxes`]: create, get, list, delete.
 //! - [`commands`]: start, get (long-poll), list, signal, kill, new attachment.
 //! - [`attach`]: the data plane: output as a resumable stream of events, stdin.
-//! - [`files`]: streamed upload and download.
+//! - [`pty`]: the data plane's WebSocket to a command on a pseudo-terminal.
+//! - [`files`]: streamed upload and download, multi-file upload, list, stat, exists, mkdir,
+//!   move, remove, watch.
 //! - [`templates`]: list, get, build a release.
 //! - [`operations`]: get, wait until final, follow a build's log, cancel, list.
 //! - [`lifecycle`]: pause, resume, suspend, wake a sandbox; runtime capabilities.
@@ -42,6 +44,7 @@ pub mod events;
 pub mod files;
 pub mod lifecycle;
 pub mod operations;
+pub mod pty;
 pub mod sandboxes;
 mod sse;
 pub mod templates;
@@ -52,8 +55,9 @@ use reqwest::{Method, RequestBuilder, Response, Url};
 use serde::de::DeserializeOwned;
 
 pub use attach::AttachEvent;
+pub use pty::{PtyEvent, PtyReader, PtyWriter};
 pub use error::{ClientError, Result};
-pub use files::{DownloadOptions, UploadOptions};
+pub use files::{DownloadOptions, SandboxPath, UploadFile, UploadOptions};
 pub use sandboxes::ListSandboxes;
 
 /// The wire types of the API, re-exported.

@@ -22,6 +22,11 @@ pub const MAX_KILL_GRACE_MS: u64 = 60_000;
 /// Default time between SIGTERM and SIGKILL when killing a command (2 s).
 pub const DEFAULT_KILL_GRACE_MS: u64 = 2_000;
 
+/// Terminal width of a pty command that gives none.
+pub const DEFAULT_PTY_COLS: u16 = 80;
+/// Terminal height of a pty command that gives none.
+pub const DEFAULT_PTY_ROWS: u16 = 24;
+
 impl ControlPlane {
     /// Starts a command in a running sandbox and issues its first attachment token.
     pub async fn create_command(
@@ -56,11 +61,22 @@ impl ControlPlane {
                 return Err(InvalidInput::new("argv", "give exactly one of argv and shell").into())
             }
         };
-        if req.pty {
-            return Err(ServiceError::NotImplemented(
-                "pty commands are not implemented yet".into(),
-            ));
-        }
+        let pty = match (req.pty, req.cols, req.rows) {
+            (true, cols, rows) => {
+                let size = cove_node_api::PtySize {
+                    cols: cols.unwrap_or(DEFAULT_PTY_COLS),
+                    rows: rows.unwrap_or(DEFAULT_PTY_ROWS),
+                };
+                if size.cols == 0 || size.rows == 0 {
+                    return Err(InvalidInput::new("cols", "cols and rows must be at least 1").into());
+                }
+                Some(size)
+            }
+            (false, None, None) => None,
+            (false, _, _) => {
+                return Err(InvalidInput::new("cols", "cols and rows need pty: true").into())
+            }
+        };
         validate::env("env", &req.env)?;
         let timeout_ms = match req.timeout_s {
             None => None,
@@ -93,8 +109,9 @@ impl ControlPlane {
             env,
             cwd: Some(cove_node_api::GuestPath(cwd.into_bytes())),
             user: Some(user),
-            stdin: req.stdin,
+            stdin: req.stdin || pty.is_some(),
             timeout_ms,
+            pty,
         };
         let info = match self.node().spawn(&sandbox.id, spawn).await {
             Ok(info) => info,
@@ -127,7 +144,7 @@ impl ControlPlane {
         }
     }
 
-    async fn command_record(
+    pub(crate) async fn command_record(
         &self,
         sandbox_id: &str,
         cid: &str,
@@ -170,8 +187,13 @@ impl ControlPlane {
         Ok(to_api(sandbox_id, info))
     }
 
-    /// Every command the sandbox keeps.
-    pub async fn list_commands(&self, sandbox_id: &str) -> Result<CommandList, ServiceError> {
+    /// Every command the sandbox keeps (running, and ended until deleted), oldest first; only
+    /// those in `state` when given.
+    pub async fn list_commands(
+        &self,
+        sandbox_id: &str,
+        state: Option<CommandState>,
+    ) -> Result<CommandList, ServiceError> {
         self.running_sandbox(sandbox_id).await?;
         let infos = self
             .node()
@@ -179,8 +201,44 @@ impl ControlPlane {
             .await
             .map_err(|e| from_node(e, sandbox_id, Subject::Command, "commands"))?;
         Ok(CommandList {
-            commands: infos.into_iter().map(|i| to_api(sandbox_id, i)).collect(),
+            commands: infos
+                .into_iter()
+                .map(|i| to_api(sandbox_id, i))
+                .filter(|c| state.is_none_or(|s| c.state == s))
+                .collect(),
         })
+    }
+
+    /// Forgets an ended command: its kept output is deleted and its id is unknown afterwards.
+    /// `409 failed_precondition` while it runs.
+    pub async fn forget_command(&self, sandbox_id: &str, cid: &str) -> Result<(), ServiceError> {
+        self.running_sandbox(sandbox_id).await?;
+        self.command_record(sandbox_id, cid).await?;
+        self.node()
+            .forget(sandbox_id, cid)
+            .await
+            .map_err(|e| from_node(e, sandbox_id, Subject::Command, cid))?;
+        self.store().delete_command(cid).await?;
+        info!(sandbox_id, command_id = cid, "command forgotten");
+        Ok(())
+    }
+
+    /// Resizes the terminal of a pty command.
+    pub async fn resize_command(
+        &self,
+        sandbox_id: &str,
+        cid: &str,
+        cols: u16,
+        rows: u16,
+    ) -> Result<(), ServiceError> {
+        if cols == 0 || rows == 0 {
+            return Err(InvalidInput::new("cols", "cols and rows must be at least 1").into());
+        }
+        self.running_sandbox(sandbox_id).await?;
+        self.node()
+            .resize(sandbox_id, cid, cove_node_api::PtySize { cols, rows })
+            .await
+            .map_err(|e| from_node(e, sandbox_id, Subject::Command, cid))
     }
 
     /// Delivers a signal as-is to the command's process group.
@@ -292,5 +350,7 @@ pub(crate) fn to_api(sandbox_id: &str, i: CommandInfo) -> Command {
         stdin_open: i.stdin_open,
         started_at: ms_to_time(i.started_at_ms),
         ended_at: i.ended_at_ms.map(ms_to_time),
+        oom_killed: i.oom_killed,
+        pty: i.pty,
     }
 }

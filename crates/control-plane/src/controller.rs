@@ -4,8 +4,8 @@
 //! every `reconcile_interval` it re-checks desired against actual state
 //! (`ControlPlane::reconcile_running`).
 //!
-//! Idle means: no API or data-plane access and no command running in the guest for the
-//! sandbox's `idle_timeout_s` (0 = never). A running sandbox with a running command is
+//! Idle means: no API or data-plane access, no state change and no command running in the
+//! guest for the sandbox's `idle_timeout_s` (0 = never). A running sandbox with a running command is
 //! touched instead; a paused sandbox's frozen commands do not count.
 
 use std::time::Duration;
@@ -106,7 +106,8 @@ impl ControlPlane {
             if s.idle_timeout_s == 0 {
                 continue;
             }
-            let last = s.last_activity_at.unwrap_or(s.created_at);
+            // A state change (a resume, a wake) restarts the idle clock too.
+            let last = s.last_activity_at.unwrap_or(s.created_at).max(s.updated_at);
             let idle = (now - last).to_std().unwrap_or(Duration::ZERO);
             if idle < Duration::from_secs(s.idle_timeout_s) {
                 continue;

@@ -13,6 +13,7 @@ use cove_store::Store;
 
 mod activity;
 pub mod auth;
+mod command_output;
 mod commands;
 mod controller;
 pub mod error;
@@ -27,7 +28,7 @@ mod templates;
 
 pub use controller::Controller;
 pub use error::ServiceError;
-pub use files::{ReadFileQuery, WriteFileQuery};
+pub use files::{ListQuery, PathQuery, ReadFileQuery, WatchQuery, WriteFileQuery};
 pub use lifecycle::LifecycleVerb;
 pub use operations::Operations;
 

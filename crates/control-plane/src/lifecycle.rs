@@ -139,9 +139,11 @@ impl ControlPlane {
             let body = serde_json::json!({ "sandbox_id": id, "deadline_s": req.deadline_s });
             request_hash(verb.kind(), &body)
         });
+        let op = self
+            .begin_lifecycle(id, verb, req.deadline_s, idempotency_key, hash, None)
+            .await?;
         self.touch(id);
-        self.begin_lifecycle(id, verb, req.deadline_s, idempotency_key, hash, None)
-            .await
+        Ok(op)
     }
 
     /// Starts a lifecycle operation; `reason` (e.g. `idle`) goes into its event.
@@ -323,6 +325,7 @@ impl ControlPlane {
             vcpus: s.resources.vcpus,
             memory_mib: s.resources.memory_mib,
             pids_max: s.resources.pids_max,
+            disk_mib: s.resources.disk_mib,
         };
         match self.node().wake_sandbox(launch, cancel.clone()).await {
             Ok(woken) => {

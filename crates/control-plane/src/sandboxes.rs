@@ -145,6 +145,7 @@ impl ControlPlane {
             vcpus: resources.vcpus,
             memory_mib: resources.memory_mib,
             pids_max: resources.pids_max,
+            disk_mib: resources.disk_mib,
         };
         let op_id = op.id.clone();
         self.operations()
@@ -271,8 +272,11 @@ impl ControlPlane {
     }
 
     /// A sandbox that runs (else `sandbox_not_running` / `sandbox_not_found`).
+    /// Counts as activity of the sandbox (it is how commands, files and the data plane reach
+    /// it).
     pub async fn running_sandbox(&self, id: &str) -> Result<Sandbox, ServiceError> {
         let s = self.get_sandbox(id).await?;
+        self.touch(&s.id);
         if !lifecycle::serves_commands(s.state) {
             return Err(ServiceError::SandboxNotRunning {
                 id: s.id,

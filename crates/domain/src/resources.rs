@@ -10,8 +10,11 @@ pub const VCPUS: (u32, u32) = (1, 16);
 pub const MEMORY_MIB: (u64, u64) = (64, 65536);
 /// Process-count bounds (inclusive).
 pub const PIDS: (u64, u64) = (16, 65536);
+/// Own-disk size bounds in MiB (inclusive): 64 MiB to 1 TiB.
+pub const DISK_MIB: (u64, u64) = (64, 1 << 20);
 
-/// Applies a request's overrides to the defaults (1 vCPU, 512 MiB, 1024 pids) and checks bounds.
+/// Applies a request's overrides to the defaults (1 vCPU, 512 MiB, 1024 pids, no own disk) and
+/// checks bounds.
 pub fn resolve(req: Option<&ResourcesRequest>) -> Result<Resources, InvalidInput> {
     let mut r = Resources::default();
     let Some(req) = req else { return Ok(r) };
@@ -30,6 +33,10 @@ pub fn resolve(req: Option<&ResourcesRequest>) -> Result<Resources, InvalidInput
     if let Some(v) = req.pids_max {
         check("resources.pids_max", v, PIDS)?;
         r.pids_max = v;
+    }
+    if let Some(v) = req.disk_mib {
+        check("resources.disk_mib", v, DISK_MIB)?;
+        r.disk_mib = Some(v);
     }
     Ok(r)
 }
@@ -63,6 +70,19 @@ mod tests {
         assert_eq!(
             resolve(Some(&bad)).map_err(|e| e.field),
             Err("resources.vcpus".to_string())
+        );
+        let disk = ResourcesRequest {
+            disk_mib: Some(128),
+            ..Default::default()
+        };
+        assert_eq!(resolve(Some(&disk)).map(|r| r.disk_mib), Ok(Some(128)));
+        let tiny = ResourcesRequest {
+            disk_mib: Some(8),
+            ..Default::default()
+        };
+        assert_eq!(
+            resolve(Some(&tiny)).map_err(|e| e.field),
+            Err("resources.disk_mib".to_string())
         );
     }
 }

@@ -7,7 +7,8 @@ use cove_guest_protocol::GUEST_RUN_DIR;
 /// Default bytes of one command's output kept in memory before it spills to the run dir (1 MiB).
 pub const DEFAULT_OUTPUT_MEMORY_BYTES: usize = 1 << 20;
 
-/// Default bytes of one command's output kept at most (1 GiB); later output is dropped and the
+/// Default bytes of one command's output kept at most (1 GiB): the first half and the last
+/// half ([`DEFAULT_OUTPUT_CAP_BYTES`] − tail); the middle of a longer output is dropped and the
 /// command reports `truncated`.
 pub const DEFAULT_OUTPUT_CAP_BYTES: u64 = 1 << 30;
 
@@ -22,9 +23,13 @@ pub struct Config {
     pub run_dir: PathBuf,
     /// Bytes of one command's output kept in memory before spilling (`--output-memory-bytes`).
     pub output_memory_bytes: usize,
-    /// Bytes of one command's output kept at most (`--output-cap-bytes`); output beyond is
-    /// dropped for every reader and the command reports `truncated`.
+    /// Bytes of one command's output kept at most (`--output-cap-bytes`): the first
+    /// `cap − tail` bytes and the last `tail` bytes; the middle of a longer output is dropped for
+    /// every reader and the command reports `truncated`.
     pub output_cap_bytes: u64,
+    /// Bytes at the end of one command's output that are always kept (`--output-tail-bytes`,
+    /// default half the cap, at most the cap).
+    pub output_tail_bytes: u64,
 }
 
 /// What the command line asks for.
@@ -47,8 +52,11 @@ options:
   --run-dir DIR                 directory for the agent's state (default /.cove/run)
   --output-memory-bytes N       output bytes per command kept in memory before spilling
                                 to DIR/output (default 1048576)
-  --output-cap-bytes N          output bytes per command kept at most; later output is
-                                dropped and the command is marked truncated (default 1073741824)
+  --output-cap-bytes N          output bytes per command kept at most: the first cap-tail
+                                bytes and the last tail bytes; the middle of a longer output
+                                is dropped and the command is marked truncated (default
+                                1073741824)
+  --output-tail-bytes N         the rolling tail kept of a longer output (default: cap/2)
   --help, --version
 ";
 
@@ -61,6 +69,7 @@ where
     let mut run_dir = PathBuf::from(GUEST_RUN_DIR);
     let mut output_memory_bytes = DEFAULT_OUTPUT_MEMORY_BYTES;
     let mut output_cap_bytes = DEFAULT_OUTPUT_CAP_BYTES;
+    let mut output_tail_bytes = None;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         let (flag, inline) = match arg.split_once('=') {
@@ -90,15 +99,26 @@ where
                     .parse()
                     .map_err(|_| format!("--output-cap-bytes: bad number {v:?}"))?;
             }
+            "--output-tail-bytes" => {
+                let v = value("--output-tail-bytes")?;
+                output_tail_bytes = Some(
+                    v.parse()
+                        .map_err(|_| format!("--output-tail-bytes: bad number {v:?}"))?,
+                );
+            }
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
     let listen = listen.ok_or_else(|| "--listen is required".to_string())?;
+    let output_tail_bytes = output_tail_bytes
+        .unwrap_or(output_cap_bytes / 2)
+        .min(output_cap_bytes);
     Ok(Invocation::Run(Config {
         listen,
         run_dir,
         output_memory_bytes,
         output_cap_bytes,
+        output_tail_bytes,
     }))
 }
 
@@ -119,6 +139,7 @@ mod tests {
         assert_eq!(c.run_dir, PathBuf::from(GUEST_RUN_DIR));
         assert_eq!(c.output_memory_bytes, DEFAULT_OUTPUT_MEMORY_BYTES);
         assert_eq!(c.output_cap_bytes, DEFAULT_OUTPUT_CAP_BYTES);
+        assert_eq!(c.output_tail_bytes, DEFAULT_OUTPUT_CAP_BYTES / 2);
         let Ok(Invocation::Run(c)) = parse(&[
             "--listen=/a",
             "--run-dir",
@@ -131,6 +152,15 @@ mod tests {
         };
         assert_eq!(c.run_dir, PathBuf::from("/r"));
         assert_eq!((c.output_memory_bytes, c.output_cap_bytes), (10, 20));
+        assert_eq!(c.output_tail_bytes, 10);
+        let Ok(Invocation::Run(c)) = parse(&[
+            "--listen=/a",
+            "--output-cap-bytes=20",
+            "--output-tail-bytes=50",
+        ]) else {
+            panic!("parse")
+        };
+        assert_eq!(c.output_tail_bytes, 20, "the tail is at most the cap");
     }
 
     #[test]

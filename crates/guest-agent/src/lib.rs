@@ -5,7 +5,8 @@
 //! - [`server`]: connections, handshake, the writer task; [`dispatch`]: request → handler.
 //! - [`commands`]: spawning, output, stdin, signals, kill, timeout of commands.
 //! - [`spawn`]: fork/exec of one process; [`reaper`]: the one `waitpid(-1)` loop;
-//!   [`process_tree`]: a command's session found through `/proc`.
+//!   [`process_tree`]: a command's session found through `/proc`; [`pty`]: pseudo-terminals;
+//!   [`oom`]: the sandbox's OOM-kill counter.
 //! - [`output_log`]: one command's output, in memory then spilled to the run dir.
 //! - [`files`]: read, write, stat, list, mkdir, remove, rename.
 //! - [`users`]: the sandbox's `/etc/passwd` and `/etc/group`; [`net`]: loopback up.
@@ -13,8 +14,16 @@
 //!
 //! # Promises and numbers
 //! - Output: stdout and stderr share one offset space; up to `--output-memory-bytes` (1 MiB) per
-//!   command in memory, then spilled to `<run-dir>/output/<id>.log`; at most `--output-cap-bytes`
-//!   (1 GiB) kept, later bytes dropped for every reader and `truncated` set.
+//!   command in memory, then spilled to `<run-dir>/output/<id>.<n>.log`; at most
+//!   `--output-cap-bytes` (1 GiB) kept: the first `cap − tail` bytes and the last
+//!   `--output-tail-bytes` (half the cap); the middle of a longer output is dropped, `truncated`
+//!   is set, and a reader positioned in it gets a `Gap` and continues at the tail. Offsets never
+//!   shift. Nothing is held back waiting for a newline.
+//! - PTY: a command may run on a pseudo-terminal (its controlling terminal); its output is
+//!   `Stdout`, stdin is the terminal's input, `Resize` changes its size, closing stdin sends
+//!   Ctrl-D. `TERM` defaults to `xterm-256color`.
+//! - OOM: commands run with `oom_score_adj` 1000 so the kernel kills them before the agent; a
+//!   command SIGKILLed while the sandbox's memory cgroup counted an OOM kill is `oom_killed`.
 //! - A command is `Exited` once its leader is reaped and both pipes reached EOF, waiting at most
 //!   2 s for EOF after the leader's exit (0.5 s when the agent killed the tree); a background
 //!   process that keeps the pipes open does not hold the result, and its later output is dropped.
@@ -23,7 +32,8 @@
 //!   shell-like message on stderr.
 //! - Timeout: SIGKILL to the whole session when `timeout_ms` passes; `timed_out` is set.
 //!   Kill: SIGTERM, then SIGKILL after the grace period (at most 1 h), answered once nothing of
-//!   the session runs. Signals are delivered as-is to the process group.
+//!   the session runs (every process that stayed in the command's session or process group,
+//!   whatever it does with SIGTERM). Signals are delivered as-is to the process group.
 //! - Shell commands over 100 KiB run from a script file in `<run-dir>/scripts/` (mode 0644).
 //! - Listings hold at most 100 000 entries; large lists come in parts.
 
@@ -34,8 +44,10 @@ pub mod dispatch;
 pub mod error;
 pub mod files;
 pub mod net;
+pub mod oom;
 pub mod output_log;
 pub mod process_tree;
+pub mod pty;
 pub mod reaper;
 pub mod server;
 pub mod spawn;

@@ -5,8 +5,11 @@
 //! fork and exec the child only makes system calls, which is what a multi-threaded parent allows.
 //!
 //! The child, in order: resets every signal disposition and unblocks all signals, calls `setsid`
-//! (a new session and process group, so the whole tree can be signalled), writes `0` to
-//! `/proc/self/oom_score_adj` (the agent itself runs at -1000), connects stdin/stdout/stderr, drops
+//! (a new session and process group, so the whole tree can be signalled), writes `1000` to
+//! `/proc/self/oom_score_adj` (raising it needs no privilege, so it works where the agent cannot
+//! lower its own: under memory pressure the kernel kills the command's processes, never the
+//! agent, and no command can lower it back without `CAP_SYS_RESOURCE`), makes the pty its
+//! controlling terminal when it has one, connects stdin/stdout/stderr, drops
 //! to the user's groups, gid and uid, changes to the working directory and execs, searching
 //! `PATH` like `execvp`. A failed setup step is reported to the parent through a close-on-exec
 //! pipe and the spawn fails. A failed exec is not a spawn failure: like a shell, the child writes
@@ -22,6 +25,7 @@ use std::path::Path;
 
 use nix::fcntl::OFlag;
 use nix::unistd::pipe2;
+use cove_guest_protocol::PtySize;
 use tokio::sync::oneshot;
 
 use crate::reaper::{ExitStatus, Reaper};
@@ -41,8 +45,29 @@ pub struct SpawnSpec {
     pub gid: u32,
     /// Supplementary groups.
     pub groups: Vec<u32>,
-    /// Give the process a stdin pipe (otherwise `/dev/null`).
+    /// Give the process a stdin pipe (otherwise `/dev/null`); ignored with `pty`.
     pub stdin_pipe: bool,
+    /// Run on a new pseudo-terminal of this size instead of pipes.
+    pub pty: Option<PtySize>,
+}
+
+/// The parent's ends of a started process's standard streams.
+#[derive(Debug)]
+pub enum SpawnedIo {
+    /// Pipes.
+    Pipes {
+        /// Write end of the stdin pipe, when asked for.
+        stdin: Option<OwnedFd>,
+        /// Read end of stdout.
+        stdout: OwnedFd,
+        /// Read end of stderr.
+        stderr: OwnedFd,
+    },
+    /// The master side of the process's terminal (input and output).
+    Pty {
+        /// Master descriptor (close-on-exec).
+        master: OwnedFd,
+    },
 }
 
 /// A started process.
@@ -50,12 +75,8 @@ pub struct SpawnSpec {
 pub struct Spawned {
     /// Leader pid (also its process group and session id).
     pub pid: i32,
-    /// Write end of the stdin pipe, when asked for.
-    pub stdin: Option<OwnedFd>,
-    /// Read end of stdout.
-    pub stdout: OwnedFd,
-    /// Read end of stderr.
-    pub stderr: OwnedFd,
+    /// Its standard streams.
+    pub io: SpawnedIo,
     /// The leader's exit status, from the reaper.
     pub exit: oneshot::Receiver<ExitStatus>,
 }
@@ -121,6 +142,7 @@ struct Prepared {
     env_ptrs: Vec<*const libc::c_char>,
     cwd: CString,
     oom_path: CString,
+    controlling_tty: bool,
     groups: Vec<libc::gid_t>,
     uid: u32,
     gid: u32,
@@ -189,6 +211,7 @@ impl Prepared {
             env_ptrs,
             cwd: cstring(spec.cwd.as_os_str().as_bytes(), "the working directory")?,
             oom_path: cstring(b"/proc/self/oom_score_adj", "path")?,
+            controlling_tty: spec.pty.is_some(),
             groups: spec.groups.clone(),
             uid: spec.uid,
             gid: spec.gid,
@@ -204,15 +227,45 @@ impl Prepared {
 pub fn spawn(spec: &SpawnSpec, reaper: &Reaper) -> Result<Spawned, SpawnError> {
     let prepared = Prepared::new(spec)?;
     let cloexec = OFlag::O_CLOEXEC;
-    let (stdin_child, stdin_parent) = if spec.stdin_pipe {
-        let (r, w) = pipe2(cloexec).map_err(|e| SpawnError::Prepare(e.into()))?;
-        (r, Some(w))
-    } else {
-        let null = std::fs::File::open(Path::new("/dev/null")).map_err(SpawnError::Prepare)?;
-        (OwnedFd::from(null), None)
+    let pipe = || pipe2(cloexec).map_err(|e| SpawnError::Prepare(e.into()));
+    // (child's stdin, stdout, stderr; parent's ends)
+    let (stdin_child, stdout_w, stderr_w, parent) = match spec.pty {
+        Some(size) => {
+            let pair = crate::pty::open(size).map_err(SpawnError::Prepare)?;
+            let out = pair.slave.try_clone().map_err(SpawnError::Prepare)?;
+            let err = pair.slave.try_clone().map_err(SpawnError::Prepare)?;
+            (
+                pair.slave,
+                out,
+                err,
+                SpawnedIo::Pty {
+                    master: pair.master,
+                },
+            )
+        }
+        None => {
+            let (stdin_child, stdin_parent) = if spec.stdin_pipe {
+                let (r, w) = pipe()?;
+                (r, Some(w))
+            } else {
+                let null =
+                    std::fs::File::open(Path::new("/dev/null")).map_err(SpawnError::Prepare)?;
+                (OwnedFd::from(null), None)
+            };
+            let (stdout_r, stdout_w) = pipe()?;
+            let (stderr_r, stderr_w) = pipe()?;
+            (
+                stdin_child,
+                stdout_w,
+                stderr_w,
+                SpawnedIo::Pipes {
+                    stdin: stdin_parent,
+                    stdout: stdout_r,
+                    stderr: stderr_r,
+                },
+            )
+        }
     };
-    let (stdout_r, stdout_w) = pipe2(cloexec).map_err(|e| SpawnError::Prepare(e.into()))?;
-    let (stderr_r, stderr_w) = pipe2(cloexec).map_err(|e| SpawnError::Prepare(e.into()))?;
     let (report_r, report_w) = pipe2(cloexec).map_err(|e| SpawnError::Prepare(e.into()))?;
 
     // SAFETY: sigset_t is plain data; sigfillset initialises it before use.
@@ -267,9 +320,7 @@ pub fn spawn(spec: &SpawnSpec, reaper: &Reaper) -> Result<Spawned, SpawnError> {
     }
     Ok(Spawned {
         pid,
-        stdin: stdin_parent,
-        stdout: stdout_r,
-        stderr: stderr_r,
+        io: parent,
         exit,
     })
 }
@@ -292,10 +343,13 @@ fn child(p: &Prepared, stdin: i32, stdout: i32, stderr: i32, report: i32) -> ! {
 
         let oom = libc::open(p.oom_path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
         if oom >= 0 {
-            libc::write(oom, b"0".as_ptr().cast(), 1);
+            libc::write(oom, b"1000".as_ptr().cast(), 4);
             libc::close(oom);
         }
 
+        if p.controlling_tty && libc::ioctl(stdin, libc::TIOCSCTTY, 0) < 0 {
+            fail(report, STAGE_STDIO);
+        }
         if libc::dup2(stdin, 0) < 0 || libc::dup2(stdout, 1) < 0 || libc::dup2(stderr, 2) < 0 {
             fail(report, STAGE_STDIO);
         }

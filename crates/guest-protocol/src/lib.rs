@@ -17,17 +17,22 @@
 //! unary requests share one connection. A unary request gets one response frame, except that a
 //! listing too large for one frame ([`Request::ListDir`], [`Request::ListCommands`]) comes as
 //! [`Response::EntriesPart`] / [`Response::CommandsPart`] frames before its final frame. A streaming request ([`Request::Attach`],
-//! [`Request::ReadFile`], [`Request::WriteFile`]) takes a connection of its own, so that the socket's
-//! own flow control paces one stream without stalling the others.
+//! [`Request::ReadFile`], [`Request::WriteFile`], [`Request::Watch`]) takes a connection of its
+//! own, so that the socket's own flow control paces one stream without stalling the others.
 //!
 //! # Streams
 //! - `Attach`: the guest sends [`Response::Output`] frames from the requested offset on, then
 //!   [`Response::Exited`] once the command has ended and every byte was sent (or, with
-//!   `follow: false`, [`Response::End`] when the currently kept output is exhausted).
+//!   `follow: false`, [`Response::End`] when the currently kept output is exhausted). Where the
+//!   reader's position falls in the dropped middle of a truncated output, a [`Response::Gap`]
+//!   says which bytes are gone and the stream continues after them.
 //! - `ReadFile`: [`Response::FileInfo`], then [`Response::Data`] frames, then [`Response::End`].
 //! - `WriteFile`: the host sends [`Request::Data`] frames and then [`Request::DataEnd`] with the
 //!   same id; the guest answers [`Response::FileInfo`] once the file is durably renamed into place,
 //!   or [`Response::Error`] (the temporary file is removed, the old file is untouched).
+//! - `Watch`: [`Response::Ok`] once the directory is watched (or [`Response::Error`]), then
+//!   [`Response::FileEvents`] frames for as long as the host keeps the connection open; closing
+//!   it removes the guest's watches.
 
 use serde::{Deserialize, Serialize};
 

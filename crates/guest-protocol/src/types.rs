@@ -138,6 +138,70 @@ pub enum Request {
         /// User whose home resolves relative paths.
         user: Option<String>,
     },
+    /// Watch a directory for changes (streaming; needs its own connection). Answered with `Ok`
+    /// once the watches are in place (or `Error`), then [`Response::FileEvents`] frames until
+    /// the host closes the connection, which removes the watches. The watch ends by itself
+    /// (connection closed by the guest) when the watched directory is removed.
+    Watch(WatchRequest),
+    /// Change the terminal size of a command started with a pty. Answered with `Ok`, or
+    /// `FailedPrecondition` when the command has no pty or has exited.
+    Resize {
+        /// Command id.
+        command_id: String,
+        /// The new size.
+        size: PtySize,
+    },
+}
+
+/// The size of a command's pseudo-terminal, in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PtySize {
+    /// Columns (1-65535).
+    pub cols: u16,
+    /// Rows (1-65535).
+    pub rows: u16,
+}
+
+/// What to watch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WatchRequest {
+    /// Directory to watch (a symlink to a directory is followed).
+    pub path: GuestPath,
+    /// User whose home resolves a relative path.
+    pub user: Option<String>,
+    /// Watch every subdirectory too, including those created while watching.
+    pub recursive: bool,
+}
+
+/// Kind of a change seen by a watch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FileEventKind {
+    /// A path appeared (created, or moved in from outside the watched tree).
+    Create,
+    /// A file's content was modified.
+    Write,
+    /// A path disappeared (removed, or moved out of the watched tree).
+    Remove,
+    /// A path was renamed within the watched tree; `from` holds its old path.
+    Rename,
+    /// Metadata changed (mode, owner, timestamps, link count).
+    Chmod,
+    /// The guest's event queue overflowed: events were lost; rescan to catch up.
+    Overflow,
+}
+
+/// One change seen by a watch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileEvent {
+    /// What happened.
+    pub kind: FileEventKind,
+    /// Absolute path inside the sandbox (the watched directory for `Overflow`).
+    pub path: GuestPath,
+    /// Type of the path, from `lstat` at the time the event is read; for a path already gone,
+    /// `Dir` or `File` by the kernel's is-a-directory flag.
+    pub file_type: FileType,
+    /// For `Rename`: the old path.
+    pub from: Option<GuestPath>,
 }
 
 /// What to run and how.
@@ -158,6 +222,10 @@ pub struct SpawnRequest {
     pub stdin: bool,
     /// Kill the process tree after this many milliseconds (`None` = never).
     pub timeout_ms: Option<u64>,
+    /// Run on a new pseudo-terminal of this size: stdin, stdout and stderr are its slave side
+    /// and it is the controlling terminal of the command's session. Output then comes as
+    /// `Stdout` only, and stdin is always writable (`stdin` is ignored).
+    pub pty: Option<PtySize>,
 }
 
 /// The program of a command.
@@ -249,6 +317,16 @@ pub enum Response {
     /// A leading part of a command list too large for one frame. Zero or more parts precede the
     /// final [`Response::Commands`] of the same request; the list is their concatenation.
     CommandsPart(Vec<CommandInfo>),
+    /// Changes seen by a [`Request::Watch`], in the order they happened.
+    FileEvents(Vec<FileEvent>),
+    /// In an `Attach` stream: output bytes `[offset, offset + len)` were dropped (the middle of
+    /// an output larger than the agent keeps); the stream continues at `offset + len`.
+    Gap {
+        /// Offset of the first dropped byte (the reader's position).
+        offset: u64,
+        /// Number of dropped bytes.
+        len: u64,
+    },
 }
 
 /// Stable error codes of the guest.
@@ -322,6 +400,11 @@ pub struct CommandInfo {
     pub truncated: bool,
     /// The command was started with a stdin pipe that is still open.
     pub stdin_open: bool,
+    /// The sandbox's memory cgroup recorded an OOM kill while the command ran, and the command
+    /// ended by SIGKILL (or exited 137, a shell reporting a SIGKILLed child).
+    pub oom_killed: bool,
+    /// The command runs on a pseudo-terminal.
+    pub pty: bool,
 }
 
 /// Type of a file.

@@ -122,6 +122,7 @@ fn req(id: &str, program: Program) -> SpawnRequest {
         user: None,
         stdin: false,
         timeout_ms: None,
+        pty: None,
     }
 }
 
@@ -149,6 +150,8 @@ struct Output {
     chunks: Vec<(Instant, Stream, Vec<u8>)>,
     info: Option<CommandInfo>,
     exited_at: Option<Instant>,
+    /// Dropped ranges `(offset, len)`.
+    gaps: Vec<(u64, u64)>,
 }
 
 impl Output {
@@ -182,6 +185,13 @@ async fn collect(client: &GuestClient, id: &str, offset: u64, follow: bool) -> O
                     Stream::Stderr => out.stderr.extend_from_slice(&data),
                 }
                 out.chunks.push((Instant::now(), stream, data.to_vec()));
+            }
+            AttachEvent::Gap { offset, len } => {
+                if let Some(n) = next {
+                    assert_eq!(offset, n, "contiguous offsets");
+                }
+                next = Some(offset + len);
+                out.gaps.push((offset, len));
             }
             AttachEvent::Exited(info) => {
                 out.info = Some(info);
@@ -460,7 +470,7 @@ async fn spilled_output_is_exact() {
     let total = (expected_out.len() + expected_err.len()) as u64;
     assert_eq!(o.info().output_bytes, total);
     assert!(!o.info().truncated);
-    let log = a.run_dir().join("output/spill.log");
+    let log = a.run_dir().join("output/spill.0.log");
     assert!(log.exists(), "output spilled to the run dir");
 
     // Any offset reads back exactly the rest of the combined output.
@@ -486,23 +496,39 @@ async fn spilled_output_is_exact() {
 }
 
 #[tokio::test]
-async fn output_beyond_the_cap_is_dropped_and_flagged() {
-    let a =
-        Agent::start_with(&["--output-cap-bytes", "1000", "--output-memory-bytes", "100"]).await;
-    let o = run(
-        &a.client,
-        shell(
-            "cap",
-            "head -c 5000 /dev/zero | tr '\\000' A; echo tail >&2; exit 7",
-        ),
-    )
+async fn output_beyond_the_cap_keeps_head_and_tail() {
+    let a = Agent::start_with(&[
+        "--output-cap-bytes",
+        "1000",
+        "--output-tail-bytes",
+        "400",
+        "--output-memory-bytes",
+        "100",
+    ])
     .await;
-    // The cap counts both streams; stderr may be read before the last stdout bytes.
+    let c = &a.client;
+    c.spawn(shell(
+        "cap",
+        "head -c 5000 /dev/zero | tr '\\000' A; echo; echo tail >&2; exit 7",
+    ))
+    .await
+    .expect("spawn");
+    let info = loop {
+        let i = c.get_command("cap").await.expect("get");
+        if i.state == CommandState::Exited {
+            break i;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // Every byte counts (both streams); the first 600 and the last 400 are kept.
+    assert_eq!(info.output_bytes, 5006);
+    assert!(info.truncated);
+    assert_eq!(info.exit_code, Some(7));
+    let o = collect(c, "cap", 0, true).await;
+    assert_eq!(o.gaps, vec![(600, 5006 - 1000)]);
     assert_eq!(o.stdout.len() + o.stderr.len(), 1000);
-    assert!(o.stdout.len() >= 995 && o.stdout.iter().all(|&b| b == b'A'));
-    assert_eq!(o.info().output_bytes, 1000);
-    assert!(o.info().truncated);
-    assert_eq!(o.info().exit_code, Some(7));
+    assert_eq!(o.stderr, b"tail\n", "the tail keeps the last line");
+    assert!(o.stdout.starts_with(&[b'A'; 600]) && o.stdout.ends_with(b"A\n"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1293,6 +1319,7 @@ async fn c04_100_mb_of_output() {
             }
             AttachEvent::Output { data, .. } => err.extend_from_slice(&data),
             AttachEvent::Exited(i) => info = Some(i),
+            AttachEvent::Gap { .. } => panic!("a reader that keeps up sees no gap"),
             AttachEvent::End => {}
         }
     }

@@ -1,12 +1,12 @@
-//! Commands in a sandbox: start, inspect, signal, kill, output, stdin.
+//! Commands in a sandbox: start, inspect, signal, kill, output, stdin, terminal size, forget.
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::BoxStream;
 
-use crate::{AttachEvent, CommandInfo, NodeError, SpawnRequest};
+use crate::{AttachEvent, CommandInfo, NodeError, PtySize, SpawnRequest};
 
-/// Commands in a sandbox: start, inspect, signal, kill, output, stdin.
+/// Commands in a sandbox: start, inspect, signal, kill, output, stdin, terminal size, forget.
 #[async_trait]
 pub trait NodeCommands: Send + Sync + 'static {
     /// Starts a command.
@@ -34,12 +34,15 @@ pub trait NodeCommands: Send + Sync + 'static {
         grace_ms: u64,
     ) -> Result<CommandInfo, NodeError>;
 
-    /// Streams a command's output from `offset`; ends with [`AttachEvent::Exited`].
+    /// Streams a command's output from `offset`. With `follow`, the stream ends with
+    /// [`AttachEvent::Exited`]; without, with `Exited` or [`AttachEvent::End`] once the output
+    /// kept so far was sent. [`AttachEvent::Gap`] marks dropped bytes.
     async fn attach(
         &self,
         sandbox_id: &str,
         command_id: &str,
         offset: u64,
+        follow: bool,
     ) -> Result<BoxStream<'static, Result<AttachEvent, NodeError>>, NodeError>;
 
     /// Writes to a command's stdin.
@@ -52,4 +55,16 @@ pub trait NodeCommands: Send + Sync + 'static {
 
     /// Closes a command's stdin.
     async fn stdin_close(&self, sandbox_id: &str, command_id: &str) -> Result<(), NodeError>;
+
+    /// Changes the terminal size of a command started with a pty.
+    async fn resize(
+        &self,
+        sandbox_id: &str,
+        command_id: &str,
+        size: PtySize,
+    ) -> Result<(), NodeError>;
+
+    /// Forgets a finished command and deletes its kept output (a guest `FailedPrecondition`
+    /// while it runs).
+    async fn forget(&self, sandbox_id: &str, command_id: &str) -> Result<(), NodeError>;
 }

@@ -1,10 +1,13 @@
-//! Files in a sandbox.
+//! Files in a sandbox. Paths are the sandbox's, as raw bytes; the guest agent resolves them
+//! inside the sandbox's own root (relative ones against `user`'s home).
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::BoxStream;
 
-use crate::{ByteStream, FileInfo, GuestPath, NodeError, WriteFileRequest};
+use crate::{
+    ByteStream, FileEvent, FileInfo, GuestPath, NodeError, WatchRequest, WriteFileRequest,
+};
 
 /// Files in a sandbox.
 #[async_trait]
@@ -26,4 +29,56 @@ pub trait NodeFiles: Send + Sync + 'static {
         offset: u64,
         length: Option<u64>,
     ) -> Result<(FileInfo, BoxStream<'static, Result<Bytes, NodeError>>), NodeError>;
+
+    /// `lstat` of a path (a final symlink is described, not followed).
+    async fn stat(
+        &self,
+        sandbox_id: &str,
+        path: GuestPath,
+        user: Option<String>,
+    ) -> Result<FileInfo, NodeError>;
+
+    /// The entries below a directory, `depth` levels deep (1 = its own entries), in name order
+    /// with each directory's contents right after it; symlinks are listed, never descended.
+    async fn list_dir(
+        &self,
+        sandbox_id: &str,
+        path: GuestPath,
+        user: Option<String>,
+        depth: u32,
+    ) -> Result<Vec<FileInfo>, NodeError>;
+
+    /// `mkdir -p`: creates a directory and its missing parents, owned by `user`.
+    async fn make_dir(
+        &self,
+        sandbox_id: &str,
+        path: GuestPath,
+        user: Option<String>,
+    ) -> Result<FileInfo, NodeError>;
+
+    /// Removes a file, a symlink (never its target) or a directory tree.
+    async fn remove(
+        &self,
+        sandbox_id: &str,
+        path: GuestPath,
+        user: Option<String>,
+    ) -> Result<(), NodeError>;
+
+    /// Renames `from` to `to`; returns the destination's metadata.
+    async fn rename(
+        &self,
+        sandbox_id: &str,
+        from: GuestPath,
+        to: GuestPath,
+        user: Option<String>,
+    ) -> Result<FileInfo, NodeError>;
+
+    /// Watches a directory. Returns once the watch is in place; the stream yields batches of
+    /// events until the directory is gone or the watch fails (the last item). Dropping the
+    /// stream stops the watch in the guest.
+    async fn watch(
+        &self,
+        sandbox_id: &str,
+        req: WatchRequest,
+    ) -> Result<BoxStream<'static, Result<Vec<FileEvent>, NodeError>>, NodeError>;
 }

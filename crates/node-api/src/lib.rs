@@ -25,6 +25,8 @@ pub use cove_guest_protocol::{
     CommandInfo, CommandState, ErrorCode as GuestErrorCode, FileInfo, FileType, GuestPath, Program,
     SpawnRequest, Stream as OutputStream, WriteFileRequest,
 };
+pub use cove_guest_protocol::{FileEvent, FileEventKind, WatchRequest};
+pub use cove_guest_protocol::PtySize;
 
 /// What the node needs to start a sandbox.
 #[derive(Debug, Clone)]
@@ -41,6 +43,8 @@ pub struct SandboxLaunch {
     pub memory_mib: u64,
     /// Process limit.
     pub pids_max: u64,
+    /// Size in MiB of the sandbox's own disk for its files (`None` = the node's disk).
+    pub disk_mib: Option<u64>,
 }
 
 /// A sandbox as the node sees it.
@@ -106,8 +110,18 @@ pub enum AttachEvent {
         /// The bytes.
         data: Bytes,
     },
+    /// Bytes `[offset, offset + len)` of a long output were dropped (its middle); the stream
+    /// continues at `offset + len`.
+    Gap {
+        /// Offset of the first dropped byte.
+        offset: u64,
+        /// Number of dropped bytes.
+        len: u64,
+    },
     /// The command ended and every byte was sent.
     Exited(CommandInfo),
+    /// Without `follow`: every byte kept so far was sent while the command still runs.
+    End,
 }
 
 /// Errors a node returns.

@@ -62,6 +62,10 @@ pub struct SandboxSpec {
     pub memory_mib: u64,
     /// Maximum number of processes (pids cgroup).
     pub pids_max: u64,
+    /// Size in MiB of a disk of the sandbox's own: a sparse ext4 image in `dir` that holds
+    /// `upper/` and `work/`, so a full sandbox fills only its image (`None` = `upper/` on the
+    /// node's disk).
+    pub disk_mib: Option<u64>,
 }
 
 /// A started sandbox.

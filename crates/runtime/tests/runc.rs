@@ -128,6 +128,7 @@ impl Harness {
             vcpus: 1,
             memory_mib: 64,
             pids_max: 64,
+            disk_mib: None,
         };
         Harness { runtime, dir, spec }
     }

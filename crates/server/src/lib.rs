@@ -8,8 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use cove_control_plane::{http, ControlPlane, ControlPlaneConfig};
+use cove_control_plane::{http, ControlPlane, ControlPlaneConfig, Controller};
+use cove_node_agent::snapshot::SnapshotStore;
 use cove_node_agent::{NodeAgent, NodeConfig};
+
+pub use cove_node_agent::guest::OutputLimits;
 use cove_runtime::runc::{RuncConfig, RuncRuntime};
 use cove_store::Store;
 use tokio::net::TcpListener;
@@ -39,6 +42,27 @@ pub struct Config {
     pub runc: Option<PathBuf>,
     /// URL clients use for the data plane; default `http://<data-plane address>`.
     pub public_data_plane_url: Option<String>,
+    /// Snapshot store, controller and retention settings.
+    pub lifecycle: LifecycleSettings,
+    /// How much of each command's output the sandboxes' guest agents keep (memory, cap, tail).
+    pub command_output: OutputLimits,
+}
+
+/// Settings of sandbox lifecycle: where snapshots go, and how often the controller runs.
+/// Every unset field takes its default.
+#[derive(Debug, Clone, Default)]
+pub struct LifecycleSettings {
+    /// Snapshot store URL: `file:///path` or `s3://bucket/prefix` (S3 credentials, region and
+    /// endpoint come from the usual `AWS_*` environment variables); default
+    /// `<data-dir>/snapshots`.
+    pub snapshot_store: Option<String>,
+    /// How often the controller flushes activity, suspends idle sandboxes, ends expired ones
+    /// and purges old records; default 5 s.
+    pub controller_interval: Option<Duration>,
+    /// How often the running server reconciles desired and actual state; default 30 s.
+    pub reconcile_interval: Option<Duration>,
+    /// How long finished operations, their logs and events are kept; default 7 days.
+    pub retention: Option<Duration>,
 }
 
 /// A started server.
@@ -51,11 +75,13 @@ pub struct Running {
     pub new_admin_token: Option<String>,
     tasks: Vec<tokio::task::JoinHandle<std::io::Result<()>>>,
     shutdown: tokio::sync::watch::Sender<bool>,
+    controller: Controller,
 }
 
 impl Running {
     /// Stops accepting, lets in-flight requests finish (SSE streams are cut after 5 s), returns.
     pub async fn shutdown(self) {
+        self.controller.stop().await;
         let _ = self.shutdown.send(true);
         for t in self.tasks {
             let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
@@ -124,6 +150,8 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
                     .unwrap_or_else(|| data_dir.join("cache")),
             ),
             mirror: None,
+            snapshots: snapshot_store(&cfg.lifecycle, &data_dir)?,
+            command_output: cfg.command_output,
         },
         Arc::new(runc),
     );
@@ -137,24 +165,23 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     let api_addr = api_listener.local_addr()?;
     let data_plane_addr = dp_listener.local_addr()?;
 
-    let cp = ControlPlane::new(
-        store,
-        Arc::new(node),
-        ControlPlaneConfig {
-            data_plane_url: cfg
-                .public_data_plane_url
-                .clone()
-                .unwrap_or_else(|| format!("http://{data_plane_addr}")),
-            attachment_ttl: Duration::from_secs(3600),
-            runtime: "runc".into(),
-        },
+    let mut cp_cfg = ControlPlaneConfig::new(
+        cfg.public_data_plane_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{data_plane_addr}")),
     );
+    let life = &cfg.lifecycle;
+    cp_cfg.controller_interval = life.controller_interval.unwrap_or(cp_cfg.controller_interval);
+    cp_cfg.reconcile_interval = life.reconcile_interval.unwrap_or(cp_cfg.reconcile_interval);
+    cp_cfg.retention = life.retention.unwrap_or(cp_cfg.retention);
+    let cp = ControlPlane::new(store, Arc::new(node), cp_cfg);
     let new_admin_token = cp.bootstrap_admin_token().await?;
     if let Some(token) = &new_admin_token {
         write_token_file(&data_dir, token)?;
         info!(path = %data_dir.join(ADMIN_TOKEN_FILE).display(), "admin token created");
     }
     cp.reconcile().await?;
+    let controller = Controller::start(cp.clone());
 
     let (shutdown, rx) = tokio::sync::watch::channel(false);
     let mut tasks = Vec::new();
@@ -178,7 +205,21 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         new_admin_token,
         tasks,
         shutdown,
+        controller,
     })
+}
+
+/// The snapshot store of the settings: the URL given, or `<data-dir>/snapshots`. S3 settings
+/// come from the `AWS_*` environment variables (read here, at the composition root).
+fn snapshot_store(life: &LifecycleSettings, data_dir: &Path) -> anyhow::Result<SnapshotStore> {
+    match &life.snapshot_store {
+        None => SnapshotStore::local(&data_dir.join("snapshots"))
+            .context("open the snapshot store"),
+        Some(url) => {
+            let aws = std::env::vars().filter(|(k, _)| k.starts_with("AWS_"));
+            SnapshotStore::from_url(url, aws).context("open the snapshot store")
+        }
+    }
 }
 
 /// Runs the server until SIGTERM or SIGINT, then shuts down gracefully. Sandboxes keep running

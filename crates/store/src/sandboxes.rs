@@ -37,6 +37,7 @@ fn row_to_sandbox(r: &sqlx::sqlite::SqliteRow) -> Result<Sandbox, StoreError> {
             vcpus: r.try_get::<i64, _>("vcpus")? as u32,
             memory_mib: r.try_get::<i64, _>("memory_mib")? as u64,
             pids_max: r.try_get::<i64, _>("pids_max")? as u64,
+            disk_mib: r.try_get::<Option<i64>, _>("disk_mib")?.map(|v| v as u64),
         },
         env: json_map(&r.try_get::<String, _>("env")?)?,
         metadata: json_map(&r.try_get::<String, _>("metadata")?)?,
@@ -60,8 +61,8 @@ impl Store {
         sqlx::query(
             "INSERT INTO sandboxes (id, template, release, state, state_reason, runtime, vcpus, \
              memory_mib, pids_max, env, metadata, cwd, user_name, created_at, updated_at, \
-             idle_timeout_s, ttl_s, last_activity_at, memory_restored) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             idle_timeout_s, ttl_s, last_activity_at, memory_restored, disk_mib) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&s.id)
         .bind(&s.template)
@@ -82,6 +83,7 @@ impl Store {
         .bind(s.ttl_s.map(|v| v as i64))
         .bind(s.last_activity_at)
         .bind(s.memory_restored)
+        .bind(s.resources.disk_mib.map(|v| v as i64))
         .execute(&self.pool)
         .await
         .map_err(map_unique)?;

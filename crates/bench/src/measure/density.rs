@@ -6,7 +6,9 @@
 //! - RSS of everything Cove adds: the processes in each sandbox's memory cgroup (the guest
 //!   agent; found from the init pids `runc list` reports) plus the growth of this process's RSS
 //!   (the in-process server: control plane, node agent, guest connections), over the count;
-//! - the drop of `MemAvailable` (kernel memory, page cache and all), over the count.
+//! - the drop of `MemAvailable` (kernel memory, page cache and all) per sandbox: the
+//!   least-squares slope of `MemAvailable` read after every batch against the count, which
+//!   rides out a one-off swing of another process better than first-minus-last (also reported).
 //!
 //! Baseline: raw runc containers running busybox `sleep`, each on its own overlay, measured the
 //! same two ways (at most `scale.density_baseline_max` of them: the cost is linear).
@@ -21,6 +23,7 @@ use crate::args::MIB;
 use crate::host::{self, ProcessMemory};
 use crate::raw::{container_init_pids, Bundle, RawRunc};
 use crate::report::{Metric, Stats, Unit};
+use crate::stats::slope;
 use crate::server::{create_sandbox, delete_many};
 
 /// Sandboxes created at once.
@@ -36,13 +39,29 @@ struct Footprint {
     processes: ProcessMemory,
     /// Growth of this process's RSS, bytes (0 for the baseline).
     server_growth: u64,
-    /// Drop of `MemAvailable`, bytes.
-    available_drop: u64,
+    /// `(count, MemAvailable bytes)` read as they were started, from `(0, before)` to
+    /// `(count, after settling)`.
+    available: Vec<(f64, f64)>,
 }
 
 impl Footprint {
     fn per_unit_mib(&self, bytes: u64) -> f64 {
         bytes as f64 / MIB as f64 / self.count.max(1) as f64
+    }
+
+    /// `MemAvailable` drop per unit, MiB: the negated least-squares slope.
+    fn available_drop_mib(&self) -> f64 {
+        slope(&self.available).map_or(0.0, |s| -s / MIB as f64)
+    }
+
+    /// First-minus-last `MemAvailable` over the count, MiB.
+    fn available_delta_mib(&self) -> f64 {
+        match (self.available.first(), self.available.last()) {
+            (Some(first), Some(last)) => {
+                (first.1 - last.1) / MIB as f64 / self.count.max(1) as f64
+            }
+            _ => 0.0,
+        }
     }
 }
 
@@ -50,13 +69,17 @@ impl Footprint {
 pub async fn measure(ctx: &Ctx<'_>) -> anyhow::Result<Vec<Metric>> {
     let max = ctx.scale.density_max;
     progress(&format!("density: up to {max} idle sandboxes"));
-    let available_before = host::mem_available()?;
     let rss_before = host::self_rss()?;
+    let mut available = vec![(0.0, host::mem_available()? as f64)];
 
     let mut ids: Vec<String> = Vec::new();
     let mut stop_reason = format!("reached the limit of {max}");
     'create: while ids.len() < max {
-        if host::mem_available()? < ctx.scale.density_min_available {
+        let now = host::mem_available()?;
+        if !ids.is_empty() {
+            available.push((ids.len() as f64, now as f64));
+        }
+        if now < ctx.scale.density_min_available {
             stop_reason = format!(
                 "MemAvailable under {} MiB",
                 ctx.scale.density_min_available / MIB
@@ -82,7 +105,7 @@ pub async fn measure(ctx: &Ctx<'_>) -> anyhow::Result<Vec<Metric>> {
         }
     }
     tokio::time::sleep(SETTLE).await;
-    let cove = read_footprint(ctx, ids.len(), available_before, rss_before);
+    let cove = read_footprint(ctx, ids.len(), available, rss_before);
     progress(&format!("density: deleting {} sandboxes", ids.len()));
     let deleted = delete_many(&ctx.client, &ids, CREATE_PARALLEL).await;
     let cove = cove?;
@@ -131,12 +154,19 @@ pub async fn measure(ctx: &Ctx<'_>) -> anyhow::Result<Vec<Metric>> {
             "density_mem_available_per_sandbox",
             "MemAvailable drop per idle sandbox",
             Unit::Mib,
-            Stats::single(cove.per_unit_mib(cove.available_drop)),
+            Stats::single(cove.available_drop_mib()),
         )
         .baseline(
             "MemAvailable drop per raw `sleep` container",
-            Stats::single(raw.per_unit_mib(raw.available_drop)),
-        ),
+            Stats::single(raw.available_drop_mib()),
+        )
+        .note(format!(
+            "first-minus-last {:.2} vs {:.2}",
+            cove.available_delta_mib(),
+            raw.available_delta_mib()
+        ))
+        .extra("first_minus_last_mib", cove.available_delta_mib())
+        .extra("baseline_first_minus_last_mib", raw.available_delta_mib()),
     ])
 }
 
@@ -144,23 +174,23 @@ pub async fn measure(ctx: &Ctx<'_>) -> anyhow::Result<Vec<Metric>> {
 fn read_footprint(
     ctx: &Ctx<'_>,
     count: usize,
-    available_before: u64,
+    mut available: Vec<(f64, f64)>,
     rss_before: u64,
 ) -> anyhow::Result<Footprint> {
-    let available_after = host::mem_available()?;
+    available.push((count as f64, host::mem_available()? as f64));
     let rss_after = host::self_rss()?;
     let inits = container_init_pids(ctx.server.runc(), &ctx.server.runc_root())?;
     Ok(Footprint {
         count,
         processes: cgroup_memory(&inits),
         server_growth: rss_after.saturating_sub(rss_before),
-        available_drop: available_before.saturating_sub(available_after),
+        available,
     })
 }
 
 /// Starts `count` raw `sleep` containers, reads their memory, removes them.
 fn raw_footprint(raw: &RawRunc, count: usize) -> anyhow::Result<Footprint> {
-    let available_before = host::mem_available()?;
+    let mut available = vec![(0.0, host::mem_available()? as f64)];
     let mut running: Vec<(String, Bundle)> = Vec::with_capacity(count);
     let mut started = Ok(());
     for _ in 0..count {
@@ -178,15 +208,22 @@ fn raw_footprint(raw: &RawRunc, count: usize) -> anyhow::Result<Footprint> {
             break;
         }
         running.push((id, bundle));
+        match host::mem_available() {
+            Ok(now) => available.push((running.len() as f64, now as f64)),
+            Err(e) => {
+                started = Err(e);
+                break;
+            }
+        }
     }
     let footprint = started.and_then(|()| {
         std::thread::sleep(SETTLE);
-        let available_after = host::mem_available()?;
+        available.push((running.len() as f64, host::mem_available()? as f64));
         Ok(Footprint {
             count: running.len(),
             processes: cgroup_memory(&raw.init_pids()?),
             server_growth: 0,
-            available_drop: available_before.saturating_sub(available_after),
+            available,
         })
     });
     for (id, bundle) in running {

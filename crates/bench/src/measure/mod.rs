@@ -102,6 +102,7 @@ pub async fn run_command(client: &Client, sandbox: &str, argv: &[&str]) -> anyho
             AttachEvent::Stdout { data, .. } | AttachEvent::Stderr { data, .. } => {
                 bytes += data.len() as u64;
             }
+            AttachEvent::Gap { len, .. } => bytes += len,
             AttachEvent::Exit(cmd) => {
                 if cmd.exit_code != Some(0) {
                     bail!(

@@ -161,29 +161,6 @@ impl RawRunc {
     pub fn init_pids(&self) -> anyhow::Result<Vec<u32>> {
         container_init_pids(&self.runc, &self.root)
     }
-
-    /// Host pid of the container's init (`runc state`).
-    pub fn init_pid(&self, id: &str) -> anyhow::Result<u32> {
-        let out = self
-            .command()
-            .args(["state", id])
-            .stderr(Stdio::piped())
-            .output()
-            .context("run runc state")?;
-        if !out.status.success() {
-            bail!(
-                "runc state {id} failed: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-        }
-        let state: serde_json::Value =
-            serde_json::from_slice(&out.stdout).context("decode runc state")?;
-        state["pid"]
-            .as_u64()
-            .and_then(|p| u32::try_from(p).ok())
-            .filter(|p| *p > 0)
-            .with_context(|| format!("runc state {id} has no pid"))
-    }
 }
 
 impl Drop for RawRunc {

@@ -76,6 +76,7 @@ pub(crate) fn resources(vcpus: Option<u32>, memory_mib: Option<u64>) -> Option<R
         vcpus,
         memory_mib,
         pids_max: None,
+        disk_mib: None,
     })
 }
 
@@ -154,7 +155,8 @@ mod tests {
             Some(ResourcesRequest {
                 vcpus: Some(2),
                 memory_mib: Some(1024),
-                pids_max: None
+                pids_max: None,
+                disk_mib: None
             })
         );
         assert_eq!(request.env["A"], "1");

@@ -1,4 +1,7 @@
-//! `cove exec`: runs a command in a sandbox, streams its output, exits with its exit code.
+//! `cove exec`: runs a command in a sandbox, streams its output, exits with its exit code;
+//! with `-t`, an interactive session on a pseudo-terminal ([`pty`]).
+
+mod pty;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -39,19 +42,27 @@ pub struct ExecOptions {
     /// Copy this terminal's stdin to the command (otherwise it reads EOF at once).
     #[arg(short = 'i', long)]
     pub stdin: bool,
+    /// Run on a pseudo-terminal, interactively: the local terminal goes to raw mode, keys go to
+    /// the command, window resizes follow. Without a command: the user's login shell.
+    #[arg(short = 't', long)]
+    pub tty: bool,
     /// Run this shell command line (`bash -l -c SCRIPT`) instead of CMD ARGS...
     #[arg(long, value_name = "SCRIPT", conflicts_with = "argv")]
     pub shell: Option<String>,
     /// Program and arguments, after `--`; run directly, without a shell.
-    #[arg(value_name = "CMD", last = true, required_unless_present = "shell")]
+    #[arg(value_name = "CMD", last = true, required_unless_present_any = ["shell", "tty"])]
     pub argv: Vec<String>,
 }
+
+/// What `cove exec -t` runs without a command: the user's login shell.
+pub const LOGIN_SHELL: &str = "exec \"${SHELL:-/bin/sh}\" -l";
 
 impl ExecOptions {
     /// The command request these options describe.
     pub fn request(&self) -> CreateCommandRequest {
         let (argv, shell) = match &self.shell {
             Some(script) => (None, Some(script.clone())),
+            None if self.tty && self.argv.is_empty() => (None, Some(LOGIN_SHELL.to_string())),
             None => (Some(self.argv.clone()), None),
         };
         CreateCommandRequest {
@@ -62,7 +73,9 @@ impl ExecOptions {
             user: self.user.clone(),
             stdin: self.stdin,
             timeout_s: self.timeout,
-            pty: false,
+            pty: self.tty,
+            cols: None,
+            rows: None,
         }
     }
 }
@@ -75,7 +88,10 @@ The command is given one of two ways:
 
 Output is copied to stdout and stderr as it arrives. The exit code is the command's; 124 when
 --timeout killed it; 128+N when signal N ended it. Ctrl-C sends SIGINT to the command, a second
-Ctrl-C kills it, a third stops waiting.";
+Ctrl-C kills it, a third stops waiting.
+
+With -t the command runs on a terminal (default: the login shell): keys, Ctrl-C included, go to
+it, and the local terminal is restored when it ends.";
 
 /// Options of `cove exec`.
 #[derive(Debug, Args)]
@@ -104,6 +120,9 @@ pub(crate) async fn execute(
     options: &ExecOptions,
     sigint: &mut Signal,
 ) -> anyhow::Result<u8> {
+    if options.tty {
+        return pty::execute(client, sandbox, options).await;
+    }
     let started = client.create_command(sandbox, &options.request()).await?;
     let stdin_task = options
         .stdin
@@ -172,6 +191,9 @@ async fn stream_output(
                     write_flush(&mut stderr, &data).await.context("writing to stderr")?;
                 }
                 Some(Ok(AttachEvent::Exit(command))) => return Ok(Outcome::Exited(command)),
+                Some(Ok(AttachEvent::Gap { len, .. })) => {
+                    eprintln!("cove: warning: {len} bytes of output were dropped (over the cap)");
+                }
                 Some(Err(err)) => {
                     eprintln!("cove: warning: output stream lost: {err}; waiting for the exit");
                     return wait_exit(client, sandbox, command_id).await.map(Outcome::Exited);
@@ -366,6 +388,17 @@ mod tests {
         assert_eq!(request.argv, None);
         assert_eq!(request.timeout_s, Some(2.5));
         assert!(request.stdin);
+    }
+
+    #[test]
+    fn tty_runs_a_login_shell_without_a_command() {
+        let args = parse(&["exec", "-t", "sb-1"]).expect("parses");
+        let request = args.exec.request();
+        assert!(request.pty);
+        assert_eq!(request.shell.as_deref(), Some(LOGIN_SHELL));
+        let args = parse(&["exec", "-t", "sb-1", "--", "top"]).expect("parses");
+        assert_eq!(args.exec.request().argv, Some(vec!["top".into()]));
+        assert!(args.exec.request().pty);
     }
 
     #[test]

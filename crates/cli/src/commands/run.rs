@@ -19,8 +19,8 @@ const EXIT_INTERRUPTED: u8 = 130;
 #[derive(Debug, Args)]
 #[command(after_help = EXEC_HELP)]
 pub struct RunArgs {
-    /// Template to start from (default: the server's, `base`).
-    #[arg(short, long)]
+    /// Template to start from (default: the server's, `base`). No `-t`: that is `--tty`.
+    #[arg(long)]
     pub template: Option<String>,
     /// CPU limit in vCPUs.
     #[arg(long)]
@@ -93,7 +93,7 @@ mod tests {
         let cli = Cli::try_parse_from([
             "cove",
             "run",
-            "-t",
+            "--template",
             "tiny",
             "--memory-mib",
             "256",
@@ -117,7 +117,8 @@ mod tests {
             Some(ResourcesRequest {
                 vcpus: None,
                 memory_mib: Some(256),
-                pids_max: None
+                pids_max: None,
+                disk_mib: None
             })
         );
         assert!(sandbox.env.is_empty(), "--env is the command's");

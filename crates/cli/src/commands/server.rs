@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Args;
 
@@ -29,6 +30,25 @@ pub struct ServerArgs {
     /// through another address such as a proxy (default: `http://<data-plane address>`).
     #[arg(long, value_name = "URL")]
     pub public_data_plane_url: Option<String>,
+    /// Where suspended sandboxes are kept: `file:///path` or `s3://bucket/prefix` (S3 settings
+    /// from the usual `AWS_*` environment variables) [default: <DATA_DIR>/snapshots].
+    #[arg(long, value_name = "URL")]
+    pub snapshot_store: Option<String>,
+    /// How often the controller runs (idle suspends, TTL deletes, activity flush), in
+    /// milliseconds [default: 5000].
+    #[arg(long, value_name = "MS")]
+    pub controller_interval_ms: Option<u64>,
+    /// Bytes of each command's output its sandbox's agent keeps in memory before spilling to
+    /// the node's disk.
+    #[arg(long, value_name = "BYTES", default_value_t = cove_server::OutputLimits::default().memory_bytes)]
+    pub output_memory_bytes: u64,
+    /// Bytes of each command's output kept at most; a longer output keeps its first
+    /// CAP-TAIL bytes and its last TAIL bytes and reports `truncated`.
+    #[arg(long, value_name = "BYTES", default_value_t = cove_server::OutputLimits::default().cap_bytes)]
+    pub output_cap_bytes: u64,
+    /// Bytes at the end of a long output always kept (default: half the cap).
+    #[arg(long, value_name = "BYTES")]
+    pub output_tail_bytes: Option<u64>,
 }
 
 impl ServerArgs {
@@ -42,6 +62,16 @@ impl ServerArgs {
             cache_dir: self.cache_dir.clone(),
             runc: self.runc.clone(),
             public_data_plane_url: self.public_data_plane_url.clone(),
+            lifecycle: cove_server::LifecycleSettings {
+                snapshot_store: self.snapshot_store.clone(),
+                controller_interval: self.controller_interval_ms.map(Duration::from_millis),
+                ..Default::default()
+            },
+            command_output: cove_server::OutputLimits {
+                memory_bytes: self.output_memory_bytes,
+                cap_bytes: self.output_cap_bytes,
+                tail_bytes: self.output_tail_bytes,
+            },
         }
     }
 }

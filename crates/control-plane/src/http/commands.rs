@@ -4,7 +4,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
-use cove_api_types::{CreateCommandRequest, KillRequest, SignalRequest};
+use cove_api_types::{CommandState, CreateCommandRequest, KillRequest, SignalRequest};
 use serde::Deserialize;
 
 use super::extract::{parse_wait, ApiJson, ApiQuery};
@@ -21,11 +21,42 @@ pub(super) async fn create(
     ))
 }
 
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ListQuery {
+    state: Option<CommandState>,
+}
+
 pub(super) async fn list(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<impl IntoResponse, ServiceError> {
-    Ok(Json(cp.list_commands(&id).await?))
+    Ok(Json(cp.list_commands(&id, q.state).await?))
+}
+
+pub(super) async fn forget(
+    State(cp): State<ControlPlane>,
+    Path((id, cid)): Path<(String, String)>,
+) -> Result<impl IntoResponse, ServiceError> {
+    cp.forget_command(&id, &cid).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct OutputQuery {
+    wait: Option<String>,
+    max_bytes: Option<u64>,
+}
+
+pub(super) async fn output(
+    State(cp): State<ControlPlane>,
+    Path((id, cid)): Path<(String, String)>,
+    ApiQuery(q): ApiQuery<OutputQuery>,
+) -> Result<impl IntoResponse, ServiceError> {
+    let wait = q.wait.as_deref().map(parse_wait).transpose()?;
+    Ok(Json(cp.command_output(&id, &cid, wait, q.max_bytes).await?))
 }
 
 #[derive(Debug, Deserialize)]

@@ -2,7 +2,9 @@
 //!
 //! Authorised by the command's attachment token (`Authorization: Bearer`), which is valid for that
 //! one command only. Output events carry byte offsets; `?offset=N` (or `Last-Event-ID`) resumes
-//! exactly where a dropped connection stopped.
+//! exactly where a dropped connection stopped. Where the reader's position falls in the dropped
+//! middle of an output longer than the cap, a `gap` event `{offset, len}` names the bytes that are
+//! gone and the stream continues after them. PTY commands also have a WebSocket (see `pty`).
 
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -10,7 +12,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::IntoResponse;
 use base64::Engine;
-use cove_api_types::OutputEvent;
+use cove_api_types::{GapEvent, OutputEvent};
 use cove_node_api::{AttachEvent, OutputStream};
 use futures::StreamExt;
 use http_body_util::BodyExt;
@@ -24,7 +26,7 @@ use crate::{ControlPlane, ServiceError};
 /// Largest stdin write in one request (1 MiB); split larger input into several requests.
 pub const MAX_STDIN_WRITE: usize = 1 << 20;
 
-async fn authorize(
+pub(super) async fn authorize(
     cp: &ControlPlane,
     headers: &HeaderMap,
     cid: &str,
@@ -67,7 +69,7 @@ pub(super) async fn attach(
     cp.running_sandbox(&sandbox_id).await?;
     let mut events = cp
         .node()
-        .attach(&sandbox_id, &cid, offset)
+        .attach(&sandbox_id, &cid, offset, true)
         .await
         .map_err(|e| from_node(e, &sandbox_id, Subject::Command, &cid))?;
     let stream = async_stream(move |tx| async move {
@@ -106,10 +108,22 @@ pub(super) async fn attach(
                             .id(end.to_string())
                             .json_data(&payload)
                     }
+                    Ok(AttachEvent::Gap { offset, len }) => {
+                        // With utf8, an incomplete character (at most 3 bytes) held back
+                        // before a gap cannot be completed: it goes with the gap.
+                        for c in &mut carry {
+                            c.pending.clear();
+                        }
+                        Event::default()
+                            .event("gap")
+                            .id((offset + len).to_string())
+                            .json_data(GapEvent { offset, len })
+                    }
                     Ok(AttachEvent::Exited(info)) => {
                         let cmd = crate::commands::to_api(&sandbox_id, info);
                         Event::default().event("exit").json_data(&cmd)
                     }
+                    Ok(AttachEvent::End) => continue,
                     Err(e) => {
                         tracing::warn!(command_id = %cid, error = %e, "attach stream failed");
                         Event::default().event("error").json_data(serde_json::json!({

@@ -43,7 +43,9 @@ pub(super) async fn stream(
         let mut changes = cp.inner.events.subscribe();
         loop {
             changes.borrow_and_update();
-            let Ok(page) = cp.inner.events.after(after).await else { return };
+            let Ok(page) = cp.inner.events.after(after).await else {
+                return;
+            };
             let drained = page.len() < EVENTS_PAGE as usize;
             for ev in page {
                 after = ev.seq;

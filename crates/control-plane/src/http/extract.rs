@@ -74,6 +74,22 @@ fn query_error(e: QueryRejection) -> ServiceError {
     ServiceError::Invalid(InvalidInput::new("query", e.body_text()))
 }
 
+/// The `Idempotency-Key` header: absent, or 1 to 256 ASCII bytes (else `invalid_argument`).
+pub(crate) fn idempotency_key(
+    headers: &axum::http::HeaderMap,
+) -> Result<Option<String>, ServiceError> {
+    match headers.get(cove_api_types::IDEMPOTENCY_KEY_HEADER) {
+        None => Ok(None),
+        Some(v) => {
+            let k = v.to_str().map_err(|_| InvalidInput::new("Idempotency-Key", "must be ASCII"))?;
+            if k.is_empty() || k.len() > 256 {
+                return Err(InvalidInput::new("Idempotency-Key", "must be 1 to 256 bytes").into());
+            }
+            Ok(Some(k.to_string()))
+        }
+    }
+}
+
 /// Parses a wait duration: `30s`, `500ms`, `2m`, or a number of seconds.
 pub fn parse_wait(s: &str) -> Result<Duration, ServiceError> {
     let bad = || ServiceError::Invalid(InvalidInput::new("wait", "use e.g. 30s, 500ms or 2m"));

@@ -13,9 +13,13 @@ use crate::{ControlPlane, ServiceError};
 
 mod commands;
 mod data_plane;
+mod events;
 mod extract;
 mod files;
+mod files_upload;
+mod lifecycle;
 mod operations;
+mod pty;
 mod render;
 mod sandboxes;
 mod templates;
@@ -45,7 +49,14 @@ pub fn management_router(cp: ControlPlane) -> Router {
             "/v1/sandboxes/{id}/commands",
             post(commands::create).get(commands::list),
         )
-        .route("/v1/sandboxes/{id}/commands/{cid}", get(commands::get_one))
+        .route(
+            "/v1/sandboxes/{id}/commands/{cid}",
+            get(commands::get_one).delete(commands::forget),
+        )
+        .route(
+            "/v1/sandboxes/{id}/commands/{cid}/output",
+            get(commands::output),
+        )
         .route(
             "/v1/sandboxes/{id}/commands/{cid}/signal",
             post(commands::signal),
@@ -58,11 +69,16 @@ pub fn management_router(cp: ControlPlane) -> Router {
             "/v1/sandboxes/{id}/commands/{cid}/attachment",
             post(commands::attachment),
         )
-        .route(
-            "/v1/sandboxes/{id}/files",
-            get(files::read).put(files::write),
-        )
+        .merge(files::routes())
+        .route("/v1/sandboxes/{id}/pause", post(lifecycle::pause))
+        .route("/v1/sandboxes/{id}/resume", post(lifecycle::resume))
+        .route("/v1/sandboxes/{id}/suspend", post(lifecycle::suspend))
+        .route("/v1/sandboxes/{id}/wake", post(lifecycle::wake))
+        .route("/v1/capabilities", get(lifecycle::capabilities))
+        .route("/v1/events", get(events::stream))
+        .route("/v1/operations", get(operations::list))
         .route("/v1/operations/{id}", get(operations::get_one))
+        .route("/v1/operations/{id}/cancel", post(operations::cancel))
         .route("/v1/operations/{id}/logs", get(operations::logs))
         .route_layer(middleware::from_fn_with_state(cp.clone(), require_token));
     Router::new()
@@ -79,6 +95,7 @@ pub fn data_plane_router(cp: ControlPlane) -> Router {
     Router::new()
         .route("/v1/attach/{cid}", get(data_plane::attach))
         .route("/v1/attach/{cid}/stdin", post(data_plane::stdin_write))
+        .route("/v1/attach/{cid}/pty", get(pty::session))
         .route(
             "/v1/attach/{cid}/stdin:close",
             post(data_plane::stdin_close),

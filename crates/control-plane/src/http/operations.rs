@@ -7,7 +7,7 @@ use axum::extract::{Path, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::IntoResponse;
 use axum::Json;
-use cove_api_types::OperationLogEvent;
+use cove_api_types::{OperationList, OperationLogEvent};
 use futures::Stream;
 use serde::Deserialize;
 
@@ -30,6 +30,30 @@ pub(super) async fn get_one(
         None => cp.operations().get(&id).await?,
     };
     Ok(Json(op))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ListQuery {
+    sandbox_id: Option<String>,
+    limit: Option<u32>,
+}
+
+/// `GET /v1/operations?sandbox_id=&limit=`: recent operations, newest first.
+pub(super) async fn list(
+    State(cp): State<ControlPlane>,
+    ApiQuery(q): ApiQuery<ListQuery>,
+) -> Result<impl IntoResponse, ServiceError> {
+    let operations = cp.operations().list(q.sandbox_id.as_deref(), q.limit).await?;
+    Ok(Json(OperationList { operations }))
+}
+
+/// `POST /v1/operations/{id}/cancel`: the operation once it ended (or as it is after 10 s).
+pub(super) async fn cancel(
+    State(cp): State<ControlPlane>,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse, ServiceError> {
+    Ok(Json(cp.operations().cancel(&id).await?))
 }
 
 #[derive(Debug, Deserialize)]

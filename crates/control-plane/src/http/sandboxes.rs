@@ -4,11 +4,11 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
-use cove_api_types::{CreateSandboxRequest, SandboxState, IDEMPOTENCY_KEY_HEADER};
+use cove_api_types::{CreateSandboxRequest, SandboxState};
 use cove_domain::InvalidInput;
 use serde::Deserialize;
 
-use super::extract::{ApiJson, ApiQuery};
+use super::extract::{idempotency_key, ApiJson, ApiQuery};
 use crate::{ControlPlane, ServiceError};
 
 pub(super) async fn create(
@@ -16,18 +16,7 @@ pub(super) async fn create(
     headers: HeaderMap,
     ApiJson(req): ApiJson<CreateSandboxRequest>,
 ) -> Result<impl IntoResponse, ServiceError> {
-    let key = match headers.get(IDEMPOTENCY_KEY_HEADER) {
-        None => None,
-        Some(v) => {
-            let k = v
-                .to_str()
-                .map_err(|_| InvalidInput::new("Idempotency-Key", "must be ASCII"))?;
-            if k.is_empty() || k.len() > 256 {
-                return Err(InvalidInput::new("Idempotency-Key", "must be 1 to 256 bytes").into());
-            }
-            Some(k.to_string())
-        }
-    };
+    let key = idempotency_key(&headers)?;
     let resp = cp.create_sandbox(req, key).await?;
     Ok((StatusCode::ACCEPTED, Json(resp)))
 }
@@ -62,12 +51,22 @@ pub(super) async fn get_one(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse, ServiceError> {
-    Ok(Json(cp.get_sandbox(&id).await?))
+    let sandbox = cp.get_sandbox(&id).await?;
+    cp.touch(&sandbox.id);
+    Ok(Json(sandbox))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct DeleteQuery {
+    deadline_s: Option<u64>,
 }
 
 pub(super) async fn delete(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<DeleteQuery>,
 ) -> Result<impl IntoResponse, ServiceError> {
-    Ok((StatusCode::ACCEPTED, Json(cp.delete_sandbox(&id).await?)))
+    let op = cp.delete_sandbox(&id, q.deadline_s).await?;
+    Ok((StatusCode::ACCEPTED, Json(op)))
 }

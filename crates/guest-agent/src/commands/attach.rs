@@ -5,6 +5,8 @@
 //! exactly at the requested offset (clamped to the kept output), even inside a record; frames are
 //! at most [`MAX_CHUNK_BYTES`] of one stream. Once every kept byte was sent: `Exited` if the
 //! command has ended (whatever `follow` says), else `End` without `follow`, else wait for more.
+//! A reader positioned in the dropped middle of a long output gets a `Gap` for the bytes it
+//! cannot have and continues at the kept tail.
 
 use std::sync::Arc;
 
@@ -41,6 +43,12 @@ pub async fn attach(
             let chunk = match next {
                 Next::Chunk(c) => c,
                 Next::CaughtUp => break,
+                Next::Gap { offset, len } => {
+                    if !r.send(Response::Gap { offset, len }).await {
+                        return;
+                    }
+                    continue;
+                }
                 Next::Spilled(s) => {
                     let result = tokio::task::spawn_blocking(move || {
                         let c = reader.read_spilled(s, MAX_CHUNK_BYTES);

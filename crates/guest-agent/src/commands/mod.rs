@@ -9,6 +9,7 @@
 mod attach;
 mod kill;
 mod list;
+mod resize;
 mod start;
 mod stdin;
 mod supervise;
@@ -28,8 +29,9 @@ use crate::output_log::OutputLog;
 pub use attach::attach;
 pub use kill::{kill, signal};
 pub use list::{forget, get, list};
+pub use resize::resize;
 pub use start::start;
-pub use stdin::{stdin_close, stdin_write, Stdin};
+pub use stdin::{stdin_close, stdin_write, Stdin, StdinWriter};
 
 /// Longest wait for the output pipes' EOF after the leader exited.
 pub const EOF_WAIT: Duration = Duration::from_secs(2);
@@ -57,6 +59,7 @@ struct Status {
     exit_code: Option<i32>,
     signal: Option<i32>,
     timed_out: bool,
+    oom_killed: bool,
 }
 
 /// One started process and everything the agent keeps about it.
@@ -79,6 +82,10 @@ pub struct Command {
     tree_gone: AtomicBool,
     /// Script file of a long shell command, removed at exit.
     script: Option<PathBuf>,
+    /// The master side of the command's terminal, when it runs on one.
+    pty: Option<Arc<crate::pty::PtyMaster>>,
+    /// The sandbox's OOM-kill counter when the command started.
+    oom_kills_at_start: Option<u64>,
 }
 
 impl Command {
@@ -135,6 +142,8 @@ impl Command {
             output_bytes,
             truncated,
             stdin_open: self.stdin.is_open(),
+            oom_killed: st.oom_killed,
+            pty: self.pty.is_some(),
         }
     }
 

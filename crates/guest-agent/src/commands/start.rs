@@ -2,7 +2,8 @@
 //!
 //! The environment starts empty: `HOME`, `USER`, `LOGNAME`, `SHELL` from the user's passwd entry,
 //! `PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`, `LANG=C.UTF-8`, then the
-//! request's variables over them. A shell command runs as `/bin/bash -l -c <s>` (or `/bin/sh -c
+//! request's variables over them (and `TERM=xterm-256color` on a terminal unless the request
+//! sets `TERM`). A shell command runs as `/bin/bash -l -c <s>` (or `/bin/sh -c
 //! <s>` without bash); one longer than [`MAX_INLINE_SCRIPT`] is written to a file in the run dir
 //! and sourced (`. <file>`), since Linux limits one argument to 128 KiB.
 
@@ -15,16 +16,18 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use cove_guest_protocol::{ErrorCode, Program, SpawnRequest};
+use cove_guest_protocol::{ErrorCode, Program, SpawnRequest, Stream};
 use tokio::net::unix::pipe;
 use tokio::sync::watch;
 
-use super::{now_ms, supervise, Command, Status, Stdin};
+use super::supervise::Source;
+use super::{now_ms, supervise, Command, Status, Stdin, StdinWriter};
 use crate::agent::Agent;
 use crate::error::AgentError;
 use crate::files::path::{display, resolve};
 use crate::output_log::{LogLimits, OutputLog};
-use crate::spawn::{spawn, SpawnError, SpawnSpec, Spawned, Stage};
+use crate::pty::PtyMaster;
+use crate::spawn::{spawn, SpawnError, SpawnSpec, Spawned, SpawnedIo, Stage};
 use crate::users::User;
 
 /// Shell commands longer than this (bytes) run from a script file (Linux's limit for one
@@ -51,6 +54,7 @@ pub async fn start(agent: &Arc<Agent>, req: SpawnRequest) -> Result<u32, AgentEr
     let reservation = agent.commands.reserve(&req.command_id)?;
     let timeout = req.timeout_ms.map(Duration::from_millis);
     let id = req.command_id.clone();
+    let oom_kills_at_start = crate::oom::kills();
     let a = agent.clone();
     let started = tokio::task::spawn_blocking(move || prepare_and_spawn(&a, req))
         .await
@@ -65,16 +69,35 @@ pub async fn start(agent: &Arc<Agent>, req: SpawnRequest) -> Result<u32, AgentEr
     let limits = LogLimits {
         memory_bytes: agent.config.output_memory_bytes,
         cap_bytes: agent.config.output_cap_bytes,
+        tail_bytes: agent.config.output_tail_bytes,
     };
-    let log = OutputLog::new(agent.output_dir().join(format!("{id}.log")), limits);
+    let log = OutputLog::new(agent.output_dir().join(&id), limits);
     let pid = spawned.pid;
-    let pipes = (|| {
-        let stdin = spawned.stdin.map(pipe::Sender::from_owned_fd).transpose()?;
-        let stdout = pipe::Receiver::from_owned_fd(spawned.stdout)?;
-        let stderr = pipe::Receiver::from_owned_fd(spawned.stderr)?;
-        Ok::<_, std::io::Error>((stdin, stdout, stderr))
+    let registered = (|| match spawned.io {
+        SpawnedIo::Pipes {
+            stdin,
+            stdout,
+            stderr,
+        } => {
+            let stdin = stdin.map(pipe::Sender::from_owned_fd).transpose()?;
+            let stdout = pipe::Receiver::from_owned_fd(stdout)?;
+            let stderr = pipe::Receiver::from_owned_fd(stderr)?;
+            Ok::<_, std::io::Error>((
+                stdin.map(StdinWriter::Pipe),
+                vec![Source::Pipe(stdout, Stream::Stdout), Source::Pipe(stderr, Stream::Stderr)],
+                None,
+            ))
+        }
+        SpawnedIo::Pty { master } => {
+            let master = Arc::new(PtyMaster::new(master)?);
+            Ok((
+                Some(StdinWriter::Pty(master.clone())),
+                vec![Source::Pty(master.clone())],
+                Some(master),
+            ))
+        }
     })();
-    let (stdin, stdout, stderr) = match pipes {
+    let (stdin, sources, pty) = match registered {
         Ok(p) => p,
         Err(e) => {
             // Nothing could supervise the process: end it rather than leave it unmanaged.
@@ -102,13 +125,14 @@ pub async fn start(agent: &Arc<Agent>, req: SpawnRequest) -> Result<u32, AgentEr
         killing: AtomicBool::new(false),
         tree_gone: AtomicBool::new(false),
         script,
+        pty,
+        oom_kills_at_start,
     });
     reservation.commit(command.clone());
     tokio::spawn(supervise::supervise(
         command,
         spawned.exit,
-        stdout,
-        stderr,
+        sources,
         timeout,
     ));
     Ok(pid as u32)
@@ -134,7 +158,18 @@ fn validate_id(id: &str) -> Result<(), AgentError> {
 fn prepare_and_spawn(agent: &Agent, req: SpawnRequest) -> Result<Started, AgentError> {
     let db = agent.users.load();
     let user = db.resolve(req.user.as_deref())?;
-    let env = build_env(&user, &req.env)?;
+    let mut env = build_env(&user, &req.env)?;
+    if req.pty.is_some() && !req.env.contains_key("TERM") {
+        env.push(("TERM".into(), "xterm-256color".into()));
+    }
+    if let Some(size) = req.pty {
+        if size.cols == 0 || size.rows == 0 {
+            return Err(AgentError::invalid(format!(
+                "terminal size {}x{} must be at least 1x1",
+                size.cols, size.rows
+            )));
+        }
+    }
     let cwd = working_dir(&user, req.cwd.as_ref())?;
     let (argv, script) = program_argv(agent, &req.command_id, req.program)?;
     let spec = SpawnSpec {
@@ -145,6 +180,7 @@ fn prepare_and_spawn(agent: &Agent, req: SpawnRequest) -> Result<Started, AgentE
         gid: user.gid,
         groups: db.groups_of(&user),
         stdin_pipe: req.stdin,
+        pty: req.pty,
     };
     match spawn(&spec, &agent.reaper) {
         Ok(spawned) => Ok(Started {

@@ -11,21 +11,47 @@ use tokio::sync::oneshot;
 use tracing::{debug, error, info};
 
 use super::{kill, lock, now_ms, Command, EOF_WAIT, KILLED_EOF_WAIT};
+use crate::pty::PtyMaster;
 use crate::reaper::ExitStatus;
 
 /// Bytes read from a pipe at once; each read is appended (and sent to attachers) right away.
 const READ_BUF: usize = 64 * 1024;
 
+/// Where a command's output is read from.
+pub enum Source {
+    /// A pipe carrying one stream.
+    Pipe(pipe::Receiver, Stream),
+    /// The master side of its terminal (everything is `Stdout`).
+    Pty(Arc<PtyMaster>),
+}
+
+impl Source {
+    async fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Source::Pipe(rx, _) => rx.read(buf).await,
+            Source::Pty(master) => master.read(buf).await,
+        }
+    }
+
+    fn stream(&self) -> Stream {
+        match self {
+            Source::Pipe(_, s) => *s,
+            Source::Pty(_) => Stream::Stdout,
+        }
+    }
+}
+
 /// Runs until the command has exited and is finished.
 pub async fn supervise(
     command: Arc<Command>,
     mut exit: oneshot::Receiver<ExitStatus>,
-    stdout: pipe::Receiver,
-    stderr: pipe::Receiver,
+    sources: Vec<Source>,
     timeout: Option<Duration>,
 ) {
-    let mut out = tokio::spawn(pump(command.clone(), stdout, Stream::Stdout));
-    let mut err = tokio::spawn(pump(command.clone(), stderr, Stream::Stderr));
+    let mut pumps: Vec<_> = sources
+        .into_iter()
+        .map(|s| tokio::spawn(pump(command.clone(), s)))
+        .collect();
     let status = match timeout {
         None => (&mut exit).await,
         Some(t) => {
@@ -48,8 +74,9 @@ pub async fn supervise(
         EOF_WAIT
     };
     let drained = tokio::time::timeout(wait, async {
-        let _ = (&mut out).await;
-        let _ = (&mut err).await;
+        for p in &mut pumps {
+            let _ = p.await;
+        }
     })
     .await;
     if drained.is_err() {
@@ -62,11 +89,12 @@ pub async fn supervise(
     }
 }
 
-/// Reads one pipe to EOF, appending to the log (dropped once the command finished).
-async fn pump(command: Arc<Command>, mut rx: pipe::Receiver, stream: Stream) {
+/// Reads one source to EOF, appending to the log (dropped once the command finished).
+async fn pump(command: Arc<Command>, mut source: Source) {
+    let stream = source.stream();
     let mut buf = vec![0u8; READ_BUF];
     loop {
-        match rx.read(&mut buf).await {
+        match source.read(&mut buf).await {
             Ok(0) => return,
             Ok(n) => command.append_output(stream, &buf[..n]),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -90,6 +118,17 @@ fn finish(command: &Command, status: Option<ExitStatus>) {
             None => {
                 error!(command_id = %command.id, "exit status lost");
                 st.exit_code = Some(255);
+            }
+        }
+        if !command.killing.load(Ordering::SeqCst) {
+            st.oom_killed = crate::oom::was_oom_kill(
+                command.oom_kills_at_start,
+                crate::oom::kills(),
+                st.exit_code,
+                st.signal,
+            );
+            if st.oom_killed {
+                info!(command_id = %command.id, "command was killed by the OOM killer");
             }
         }
     }

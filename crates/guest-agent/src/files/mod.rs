@@ -4,6 +4,7 @@
 //! the sandbox's root; paths are still checked and normalized ([`path`]). Operations run as root;
 //! the request's user resolves relative paths (against the home directory) and owns what is
 //! created. Owner and group names come from the sandbox's `/etc/passwd` and `/etc/group`.
+//! [`watch`] streams changes below a directory (inotify).
 
 pub mod info;
 pub mod list;
@@ -13,6 +14,7 @@ pub mod read;
 pub mod remove;
 pub mod rename;
 pub mod stat;
+pub mod watch;
 pub mod write;
 
 use std::sync::Arc;

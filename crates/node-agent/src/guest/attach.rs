@@ -25,6 +25,14 @@ pub enum AttachEvent {
         /// The bytes.
         data: Bytes,
     },
+    /// Bytes `[offset, offset + len)` were dropped by the guest (the middle of a long output);
+    /// the stream continues at `offset + len`.
+    Gap {
+        /// Offset of the first dropped byte.
+        offset: u64,
+        /// Number of dropped bytes (at least 1).
+        len: u64,
+    },
     /// The command ended and every kept byte was sent; the last event.
     Exited(CommandInfo),
     /// Without `follow`: the kept output is exhausted while the command runs; the last event.
@@ -71,12 +79,30 @@ impl Attached {
                         data.len()
                     )));
                 }
-                self.next = Some(offset + data.len() as u64);
+                let Some(end) = offset.checked_add(data.len() as u64) else {
+                    return Err(GuestError::Protocol(format!(
+                        "output at offset {offset} overflows"
+                    )));
+                };
+                self.next = Some(end);
                 Ok(AttachEvent::Output {
                     offset,
                     stream,
                     data: Bytes::from(data),
                 })
+            }
+            Response::Gap { offset, len } => {
+                let ok_offset = match self.next {
+                    Some(next) => offset == next,
+                    None => offset <= self.requested,
+                };
+                let Some(end) = offset.checked_add(len).filter(|_| ok_offset && len > 0) else {
+                    return Err(GuestError::Protocol(format!(
+                        "gap of {len} bytes at offset {offset} out of order"
+                    )));
+                };
+                self.next = Some(end);
+                Ok(AttachEvent::Gap { offset, len })
             }
             Response::Exited(info) => Ok(AttachEvent::Exited(info)),
             Response::End => Ok(AttachEvent::End),
@@ -130,7 +156,10 @@ impl GuestClient {
                 return None;
             }
             let item = st.next_event().await;
-            st.done = !matches!(item, Ok(AttachEvent::Output { .. }));
+            st.done = !matches!(
+                item,
+                Ok(AttachEvent::Output { .. } | AttachEvent::Gap { .. })
+            );
             Some((item, st))
         })))
     }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cove_guest_protocol::{
-    CommandInfo, FileInfo, GuestPath, Request, Response, SpawnRequest, MAX_CHUNK_BYTES,
+    CommandInfo, FileInfo, GuestPath, PtySize, Request, Response, SpawnRequest, MAX_CHUNK_BYTES,
 };
 
 use super::connection::{kind, Conn};
@@ -196,6 +196,15 @@ impl GuestClient {
             r => Err(kind(&r)),
         })
         .await
+    }
+
+    /// Resizes the terminal of a command started with a pty.
+    pub async fn resize(&self, command_id: &str, size: PtySize) -> Result<(), GuestError> {
+        let request = Request::Resize {
+            command_id: command_id.to_string(),
+            size,
+        };
+        self.call(request, CALL_TIMEOUT, ok).await
     }
 
     /// Forgets a finished command and its kept output.

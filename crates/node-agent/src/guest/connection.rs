@@ -111,6 +111,8 @@ pub fn kind(r: &Response) -> &'static str {
         Response::Error { .. } => "Error",
         Response::EntriesPart(_) => "EntriesPart",
         Response::CommandsPart(_) => "CommandsPart",
+        Response::Gap { .. } => "Gap",
+        Response::FileEvents(_) => "FileEvents",
     }
 }
 

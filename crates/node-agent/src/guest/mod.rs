@@ -2,7 +2,8 @@
 //!
 //! Unary calls (spawn, stdin, signal, kill, command state, stat, list, mkdir, remove, rename)
 //! share one lazily (re)connected connection, multiplexed by request id. Streams (attach, file
-//! reads and writes) each open a connection of their own so the socket's flow control paces them.
+//! reads and writes, watches) each open a connection of their own so the socket's flow control
+//! paces them.
 //!
 //! The guest is untrusted: frames are bounded by the codec, lists by [`MAX_LIST_ENTRIES`] and
 //! [`MAX_LIST_COMMANDS`], error messages by length; a frame for an unknown id or of an unexpected
@@ -14,10 +15,14 @@ mod client;
 mod connection;
 mod error;
 mod files;
+mod output;
 mod warn;
+mod watch;
 
 pub use attach::AttachEvent;
 pub use client::{GuestClient, CALL_TIMEOUT, CONNECT_TIMEOUT};
 pub use connection::{MAX_LIST_COMMANDS, MAX_LIST_ENTRIES};
 pub use error::GuestError;
 pub use files::TRANSFER_FRAME_TIMEOUT;
+pub use output::{OutputLimits, DEFAULT_OUTPUT_CAP_BYTES, DEFAULT_OUTPUT_MEMORY_BYTES};
+pub use watch::MAX_EVENTS_PER_FRAME;

@@ -1,6 +1,7 @@
 //! Commands, passed through to the sandbox's guest agent.
 
 use async_trait::async_trait;
+use cove_node_api::PtySize;
 
 use super::*;
 
@@ -56,26 +57,28 @@ impl NodeCommands for NodeAgent {
         sandbox_id: &str,
         command_id: &str,
         offset: u64,
+        follow: bool,
     ) -> Result<BoxStream<'static, Result<AttachEvent, NodeError>>, NodeError> {
         let g = self.guest(sandbox_id)?;
         let events = g
-            .attach(command_id, offset, true)
+            .attach(command_id, offset, follow)
             .await
             .map_err(guest_err)?;
-        let mapped = events.filter_map(|ev| async move {
+        let mapped = events.map(|ev| {
             match ev {
                 Ok(guest::AttachEvent::Output {
                     offset,
                     stream,
                     data,
-                }) => Some(Ok(AttachEvent::Output {
+                }) => Ok(AttachEvent::Output {
                     offset,
                     stream,
                     data,
-                })),
-                Ok(guest::AttachEvent::Exited(info)) => Some(Ok(AttachEvent::Exited(info))),
-                Ok(guest::AttachEvent::End) => None,
-                Err(e) => Some(Err(guest_err(e))),
+                }),
+                Ok(guest::AttachEvent::Gap { offset, len }) => Ok(AttachEvent::Gap { offset, len }),
+                Ok(guest::AttachEvent::Exited(info)) => Ok(AttachEvent::Exited(info)),
+                Ok(guest::AttachEvent::End) => Ok(AttachEvent::End),
+                Err(e) => Err(guest_err(e)),
             }
         });
         Ok(mapped.boxed())
@@ -96,6 +99,25 @@ impl NodeCommands for NodeAgent {
     async fn stdin_close(&self, sandbox_id: &str, command_id: &str) -> Result<(), NodeError> {
         self.guest(sandbox_id)?
             .stdin_close(command_id)
+            .await
+            .map_err(guest_err)
+    }
+
+    async fn resize(
+        &self,
+        sandbox_id: &str,
+        command_id: &str,
+        size: PtySize,
+    ) -> Result<(), NodeError> {
+        self.guest(sandbox_id)?
+            .resize(command_id, size)
+            .await
+            .map_err(guest_err)
+    }
+
+    async fn forget(&self, sandbox_id: &str, command_id: &str) -> Result<(), NodeError> {
+        self.guest(sandbox_id)?
+            .forget_command(command_id)
             .await
             .map_err(guest_err)
     }

@@ -235,11 +235,12 @@ impl NodeAgent {
             rootfs,
             dir: dir.clone(),
             guest_agent: self.cfg.guest_agent.clone(),
-            guest_agent_args: Vec::new(),
+            guest_agent_args: self.cfg.command_output.agent_args(),
             hostname: launch.id.clone(),
             vcpus: launch.vcpus,
             memory_mib: launch.memory_mib,
             pids_max: launch.pids_max,
+            disk_mib: launch.disk_mib,
         };
         let started = match self.runtime.start(&spec).await {
             Ok(s) => s,

@@ -39,6 +39,8 @@ pub struct NodeConfig {
     pub mirror: Option<String>,
     /// Where suspended sandboxes' files are kept.
     pub snapshots: crate::snapshot::SnapshotStore,
+    /// How much of each command's output the guest agents keep.
+    pub command_output: crate::guest::OutputLimits,
 }
 
 /// The node agent of this host.

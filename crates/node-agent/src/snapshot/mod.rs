@@ -241,9 +241,21 @@ impl SnapshotStore {
     /// Deletes the snapshot of `sandbox_id`; none is fine.
     pub async fn delete(&self, sandbox_id: &str) -> Result<(), SnapshotError> {
         match self.store.delete(&self.key(sandbox_id)).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(e.into()),
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
         }
+        if let Some(root) = &self.local_root {
+            // A local store keeps the object's directory; drop it once empty (an upload in
+            // flight for the same sandbox keeps it).
+            let dir = root.join("sandboxes").join(sandbox_id);
+            match tokio::fs::remove_dir(&dir).await {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
     }
 
     /// Ids of the sandboxes that have a snapshot.

@@ -395,6 +395,7 @@ mod tests {
             vcpus: 2,
             memory_mib: 512,
             pids_max: 256,
+            disk_mib: None,
         }
     }
 

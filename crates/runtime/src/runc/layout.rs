@@ -7,6 +7,8 @@ use crate::RuntimeError;
 
 /// File name of the agent's socket inside `run/` (mirrors `GUEST_SOCKET_PATH` in `GUEST_RUN_DIR`).
 const AGENT_SOCKET_NAME: &str = "agent.sock";
+/// Mount point of a sandbox's own disk inside its directory (`disk.rs`).
+pub(crate) const DISK_DIR: &str = "disk";
 
 /// Paths inside one sandbox directory.
 #[derive(Debug, Clone)]
@@ -18,6 +20,10 @@ pub(crate) struct Layout {
     pub run: PathBuf,
     pub bundle: PathBuf,
     pub agent_log: PathBuf,
+    /// The image of the sandbox's own disk, when it has one.
+    pub disk_img: PathBuf,
+    /// Where that image is mounted.
+    pub disk_mnt: PathBuf,
 }
 
 impl Layout {
@@ -30,6 +36,8 @@ impl Layout {
             run: dir.join("run"),
             bundle: dir.join("bundle"),
             agent_log: dir.join("agent.log"),
+            disk_img: dir.join("disk.img"),
+            disk_mnt: dir.join(DISK_DIR),
         }
     }
 
@@ -51,15 +59,17 @@ pub(crate) fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) 
 /// Writes `/etc/hostname` and `/etc/hosts` into `upper/` so the sandbox sees its own name, and
 /// pre-creates the mount points under `/.cove` (so runc need not create them in the overlay).
 ///
-/// Both files are rewritten on every start: the hostname belongs to the platform.
+/// Both files are rewritten on every start where they differ: the hostname belongs to the
+/// platform. Files that are already right are left alone, so a sandbox whose disk is full still
+/// starts.
 pub(crate) fn write_identity(upper: &Path, hostname: &str) -> Result<(), RuntimeError> {
     let etc = upper.join("etc");
     std::fs::create_dir_all(&etc).map_err(io_err(format!("create {}", etc.display())))?;
-    write_file(&etc.join("hostname"), format!("{hostname}\n").as_bytes())?;
+    write_if_changed(&etc.join("hostname"), format!("{hostname}\n").as_bytes())?;
     let hosts = format!(
         "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{hostname}\n"
     );
-    write_file(&etc.join("hosts"), hosts.as_bytes())?;
+    write_if_changed(&etc.join("hosts"), hosts.as_bytes())?;
 
     let cove_bin = upper.join(".cove/bin");
     std::fs::create_dir_all(&cove_bin).map_err(io_err(format!("create {}", cove_bin.display())))?;
@@ -70,6 +80,16 @@ pub(crate) fn write_identity(upper: &Path, hostname: &str) -> Result<(), Runtime
     let cove_run = upper.join(".cove/run");
     std::fs::create_dir_all(&cove_run).map_err(io_err(format!("create {}", cove_run.display())))?;
     Ok(())
+}
+
+/// [`write_file`] unless `path` already holds exactly `bytes` (a regular file, not a link).
+fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<(), RuntimeError> {
+    let same = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file())
+        && std::fs::read(path).is_ok_and(|old| old == bytes);
+    if same {
+        return Ok(());
+    }
+    write_file(path, bytes)
 }
 
 /// Writes `bytes` to `path` through a temp file + rename.

@@ -10,7 +10,7 @@ use tracing::{info, warn};
 use super::cli::Runc;
 use super::config::HostPrivileges;
 use super::layout::{io_err, validate_hostname, validate_id, write_identity, Layout};
-use super::{config, join_error, mounts, stop};
+use super::{config, disk, join_error, mounts, stop};
 use crate::{RuntimeError, SandboxSpec, Started};
 
 /// How long the guest agent has to create its socket.
@@ -40,7 +40,8 @@ pub(crate) async fn start(
     }
     let layout = Layout::new(&spec.dir);
     let made_dir = !layout.dir.exists();
-    let made_upper = !layout.upper.exists();
+    let made_upper = std::fs::symlink_metadata(&layout.upper).is_err();
+    let made_disk = !layout.disk_img.exists();
     let began = Instant::now();
     match run(runc, spec, &layout, host).await {
         Ok(started) => {
@@ -60,8 +61,19 @@ pub(crate) async fn start(
             let dir = layout.clone();
             let _ = tokio::task::spawn_blocking(move || {
                 if made_upper {
-                    let _ = std::fs::remove_dir_all(&dir.upper);
+                    // A symlink (own disk) is removed as a link, a directory with its files.
+                    match std::fs::symlink_metadata(&dir.upper) {
+                        Ok(m) if m.is_dir() => {
+                            let _ = std::fs::remove_dir_all(&dir.upper);
+                        }
+                        _ => {
+                            let _ = std::fs::remove_file(&dir.upper);
+                        }
+                    }
                     let _ = std::fs::remove_file(&dir.agent_log);
+                }
+                if made_disk {
+                    let _ = std::fs::remove_file(&dir.disk_img);
                 }
                 if made_dir {
                     let _ = std::fs::remove_dir(&dir.dir);
@@ -136,18 +148,20 @@ fn prepare(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(io_err(format!("clear {}", layout.run.display()))(e)),
     }
-    for d in [
-        &layout.dir,
-        &layout.upper,
-        &layout.work,
-        &layout.rootfs,
-        &layout.run,
-        &layout.bundle,
-    ] {
+    for d in [&layout.dir, &layout.rootfs, &layout.run, &layout.bundle] {
         std::fs::create_dir_all(d).map_err(io_err(format!("create {}", d.display())))?;
     }
-    write_identity(&layout.upper, &spec.hostname)?;
-    mounts::mount_overlay(&spec.rootfs, &layout.upper, &layout.work, &layout.rootfs)?;
+    let (upper, work) = match spec.disk_mib {
+        Some(mib) => disk::prepare(layout, mib)?,
+        None => {
+            for d in [&layout.upper, &layout.work] {
+                std::fs::create_dir_all(d).map_err(io_err(format!("create {}", d.display())))?;
+            }
+            (layout.upper.clone(), layout.work.clone())
+        }
+    };
+    write_identity(&upper, &spec.hostname)?;
+    mounts::mount_overlay(&spec.rootfs, &upper, &work, &layout.rootfs)?;
     let config = config::build(spec, layout, host)?;
     config::write(&config, layout)?;
 

@@ -1,6 +1,8 @@
 //! `stop`: kill the container, delete runc's state (and with it the cgroups), unmount the
-//! overlay and remove everything of the sandbox directory except `upper/` (the sandbox's files)
-//! and `agent.log`. Idempotent, and works when runc has no such container.
+//! overlay (and the sandbox's own disk, detaching its loop device) and remove everything of the
+//! sandbox directory except `upper/` (the sandbox's files; with an own disk, `disk.img` and the
+//! `upper` symlink into it) and `agent.log`. Idempotent, and works when runc has no such
+//! container.
 
 use std::path::Path;
 
@@ -8,7 +10,7 @@ use tracing::info;
 
 use super::cli::Runc;
 use super::layout::{validate_id, Layout};
-use super::{join_error, mounts};
+use super::{disk, join_error, mounts};
 use crate::{RuntimeError, RuntimeState};
 
 /// Stops sandbox `id` whose directory is `dir`.
@@ -43,9 +45,11 @@ pub(crate) async fn teardown(runc: &Runc, id: &str, layout: &Layout) -> Result<(
         .map_err(join_error)?
 }
 
-/// Unmounts the overlay and removes `work/`, `bundle/`, `run/` and the empty mount point.
+/// Unmounts the overlay and the own disk, and removes `work/`, `bundle/`, `run/` and the empty
+/// mount points.
 fn remove_node_resources(layout: &Layout) -> Result<(), RuntimeError> {
     mounts::unmount(&layout.rootfs)?;
+    disk::unmount(layout)?;
     for dir in [&layout.work, &layout.bundle, &layout.run] {
         match std::fs::remove_dir_all(dir) {
             Ok(()) => {}

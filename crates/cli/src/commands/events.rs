@@ -1,0 +1,49 @@
+//! `cove events [--after SEQ]`: follows the lifecycle event stream until interrupted.
+
+use clap::Args;
+use cove_api_types::Event;
+use cove_client::Client;
+use futures::StreamExt;
+
+/// Options of `cove events`.
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    /// Start after this event sequence number (default: every retained event).
+    #[arg(long, value_name = "SEQ")]
+    pub after: Option<u64>,
+    /// Print each event as a JSON line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `cove events`: prints `SEQ TIME TYPE SANDBOX [OPERATION] [REASON]` per event.
+pub async fn run(client: &Client, args: EventsArgs) -> anyhow::Result<()> {
+    let mut events = std::pin::pin!(client.events(args.after));
+    while let Some(event) = events.next().await {
+        let event = event?;
+        if args.json {
+            println!("{}", serde_json::to_string(&event)?);
+        } else {
+            println!("{}", line(&event));
+        }
+    }
+    Ok(())
+}
+
+fn line(e: &Event) -> String {
+    let mut out = format!(
+        "{} {} {} {}",
+        e.seq,
+        e.time.to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+        e.kind.as_str(),
+        e.sandbox_id
+    );
+    if let Some(op) = &e.operation_id {
+        out.push(' ');
+        out.push_str(op);
+    }
+    if let Some(reason) = &e.reason {
+        out.push_str(&format!(" ({reason})"));
+    }
+    out
+}

@@ -1,0 +1,90 @@
+//! Watching a directory: batches of change events from the guest, as API events.
+
+use cove_api_types::{FileEvent, FileEventKind};
+use cove_domain::validate;
+use cove_node_api::WatchRequest;
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use serde::Deserialize;
+
+use super::{guest_path, text_and_b64, to_api_type};
+use crate::error::{from_node, Subject};
+use crate::{ControlPlane, ServiceError};
+
+/// Query of `files:watch`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WatchQuery {
+    /// Directory to watch (UTF-8); a symlink to a directory is followed.
+    pub path: Option<String>,
+    /// The directory as base64 bytes (instead of `path`).
+    pub path_b64: Option<String>,
+    /// Whose home resolves a relative path (default: the sandbox's user).
+    pub user: Option<String>,
+    /// Watch every subdirectory too, including new ones (default false).
+    pub recursive: Option<bool>,
+}
+
+impl ControlPlane {
+    /// Starts watching a directory. Returns once the sandbox watches it (a missing path or a
+    /// file is an error here); the stream yields events until the directory is removed, the
+    /// sandbox stops answering (an error item), or the caller drops it, which ends the watch in
+    /// the sandbox.
+    pub async fn watch_files(
+        &self,
+        sandbox_id: &str,
+        q: WatchQuery,
+    ) -> Result<BoxStream<'static, Result<Vec<FileEvent>, ServiceError>>, ServiceError> {
+        let sandbox = self.running_sandbox(sandbox_id).await?;
+        let user = q.user.unwrap_or(sandbox.user);
+        validate::user("user", &user)?;
+        let path = guest_path("path", q.path, q.path_b64)?;
+        let req = WatchRequest {
+            path,
+            user: Some(user),
+            recursive: q.recursive.unwrap_or(false),
+        };
+        let id = sandbox_id.to_string();
+        let events = self
+            .node()
+            .watch(sandbox_id, req)
+            .await
+            .map_err(|e| from_node(e, sandbox_id, Subject::File, "path"))?;
+        let cp = self.clone();
+        Ok(events
+            .map(move |batch| {
+                cp.touch(&id);
+                batch
+                    .map(|b| b.into_iter().map(to_api_event).collect())
+                    .map_err(|e| from_node(e, &id, Subject::File, "path"))
+            })
+            .boxed())
+    }
+}
+
+fn to_api_event(e: cove_node_api::FileEvent) -> FileEvent {
+    use cove_node_api::FileEventKind as G;
+    let (path, path_b64) = text_and_b64(&e.path.0);
+    let (from, from_b64) = match e.from {
+        Some(f) => {
+            let (s, b) = text_and_b64(&f.0);
+            (Some(s), b)
+        }
+        None => (None, None),
+    };
+    FileEvent {
+        event: match e.kind {
+            G::Create => FileEventKind::Create,
+            G::Write => FileEventKind::Write,
+            G::Remove => FileEventKind::Remove,
+            G::Rename => FileEventKind::Rename,
+            G::Chmod => FileEventKind::Chmod,
+            G::Overflow => FileEventKind::Overflow,
+        },
+        path,
+        path_b64,
+        file_type: to_api_type(e.file_type),
+        from,
+        from_b64,
+    }
+}

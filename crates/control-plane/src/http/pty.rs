@@ -1,0 +1,149 @@
+//! Data plane: `GET /v1/attach/{cid}/pty`, a WebSocket to a command that runs on a pseudo-terminal.
+//!
+//! Authorised like the other data-plane routes (the command's attachment token as
+//! `Authorization: Bearer`). Binary frames carry terminal bytes both ways: from the server, the
+//! terminal's output from `?offset=N` (default 0, so a reconnecting client can resume where it
+//! stopped); from the client, keystrokes written to the terminal's input. Text frames carry JSON
+//! [`PtyMessage`]s: the client sends `{"resize":{"cols":C,"rows":R}}`; the server sends
+//! `{"gap":{...}}` for dropped output and `{"exit":{...command...}}` once the command ended and all
+//! its output was sent, then closes the socket. Closing the socket does not end the command: it
+//! keeps running and can be attached to again. The output is also in the command's output log, so
+//! the SSE attach works for it too.
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use cove_api_types::{GapEvent, PtyMessage};
+use cove_node_api::{AttachEvent, NodeError};
+use futures::stream::BoxStream;
+use futures::{SinkExt, StreamExt};
+use serde::Deserialize;
+use tracing::{debug, warn};
+
+use super::data_plane::authorize;
+use super::extract::ApiQuery;
+use crate::error::{from_node, Subject};
+use crate::{ControlPlane, ServiceError};
+
+/// Close code sent when the command's output stream broke (1011: internal error).
+const CLOSE_STREAM_BROKE: u16 = 1011;
+/// Close code for a client message that is not a terminal byte frame or a known JSON message
+/// (1003: unsupported data).
+const CLOSE_BAD_MESSAGE: u16 = 1003;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PtyQuery {
+    offset: Option<u64>,
+}
+
+pub(super) async fn session(
+    State(cp): State<ControlPlane>,
+    Path(cid): Path<String>,
+    headers: HeaderMap,
+    ApiQuery(q): ApiQuery<PtyQuery>,
+    ws: WebSocketUpgrade,
+) -> Result<Response, ServiceError> {
+    let sandbox_id = authorize(&cp, &headers, &cid).await?;
+    cp.running_sandbox(&sandbox_id).await?;
+    let info = cp
+        .node()
+        .command(&sandbox_id, &cid)
+        .await
+        .map_err(|e| from_node(e, &sandbox_id, Subject::Command, &cid))?;
+    if !info.pty {
+        return Err(ServiceError::FailedPrecondition(format!(
+            "command {cid} does not run on a terminal (start it with pty: true)"
+        )));
+    }
+    let events = cp
+        .node()
+        .attach(&sandbox_id, &cid, q.offset.unwrap_or(0), true)
+        .await
+        .map_err(|e| from_node(e, &sandbox_id, Subject::Command, &cid))?;
+    Ok(ws.on_upgrade(move |socket| run(cp, sandbox_id, cid, events, socket)))
+}
+
+/// Pumps output to the socket and the socket's frames to the terminal until the command ends or
+/// the client goes away.
+async fn run(
+    cp: ControlPlane,
+    sandbox_id: String,
+    cid: String,
+    mut events: BoxStream<'static, Result<AttachEvent, NodeError>>,
+    socket: WebSocket,
+) {
+    let (mut tx, mut rx) = socket.split();
+    let output = async {
+        while let Some(event) = events.next().await {
+            let message = match event {
+                Ok(AttachEvent::Output { data, .. }) => Message::Binary(data),
+                Ok(AttachEvent::Gap { offset, len }) => {
+                    json_message(&PtyMessage::Gap(GapEvent { offset, len }))
+                }
+                Ok(AttachEvent::Exited(info)) => {
+                    let command = crate::commands::to_api(&sandbox_id, info);
+                    let _ = tx
+                        .send(json_message(&PtyMessage::Exit(Box::new(command))))
+                        .await;
+                    let _ = tx.send(Message::Close(None)).await;
+                    return;
+                }
+                Ok(AttachEvent::End) => continue,
+                Err(e) => {
+                    warn!(command_id = %cid, error = %e, "pty output stream failed");
+                    let _ = tx.send(close(CLOSE_STREAM_BROKE, "the output stream broke")).await;
+                    return;
+                }
+            };
+            if tx.send(message).await.is_err() {
+                return;
+            }
+        }
+    };
+    let input = async {
+        while let Some(Ok(message)) = rx.next().await {
+            let result = match message {
+                Message::Binary(data) => cp
+                    .node()
+                    .stdin_write(&sandbox_id, &cid, data)
+                    .await
+                    .map_err(|e| e.to_string()),
+                Message::Text(text) => match serde_json::from_str::<PtyMessage>(&text) {
+                    Ok(PtyMessage::Resize(size)) => cp
+                        .resize_command(&sandbox_id, &cid, size.cols, size.rows)
+                        .await
+                        .map_err(|e| e.to_string()),
+                    _ => return Some("expected {\"resize\":{\"cols\":C,\"rows\":R}}"),
+                },
+                Message::Close(_) => return None,
+                Message::Ping(_) | Message::Pong(_) => Ok(()),
+            };
+            if let Err(e) = result {
+                // The command ended or closed its input: output (and the exit) still follow.
+                debug!(command_id = %cid, error = %e, "pty input not delivered");
+            }
+        }
+        None
+    };
+    let bad = tokio::select! {
+        () = output => None,
+        bad = input => bad,
+    };
+    if let Some(reason) = bad {
+        debug!(command_id = %cid, reason, "closing a pty socket");
+        let _ = tx.send(close(CLOSE_BAD_MESSAGE, reason)).await;
+    }
+}
+
+fn json_message(m: &PtyMessage) -> Message {
+    Message::Text(serde_json::to_string(m).unwrap_or_default().into())
+}
+
+fn close(code: u16, reason: &'static str) -> Message {
+    Message::Close(Some(CloseFrame {
+        code,
+        reason: reason.into(),
+    }))
+}

@@ -1,0 +1,57 @@
+//! `cove-e2e-server`: the real Cove server as its own process, for tests that kill it
+//! (`e2e_crash.rs`). Arguments, in order: data dir, API address, data-plane address, guest
+//! agent binary, release cache dir, controller interval in milliseconds. Logs go to stderr.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [data_dir, listen, data_plane, agent, cache, controller_ms] = args.as_slice() else {
+        eprintln!("usage: cove-e2e-server DATA_DIR API_ADDR DATA_PLANE_ADDR AGENT CACHE_DIR CONTROLLER_MS");
+        return ExitCode::from(2);
+    };
+    let parsed = (
+        listen.parse(),
+        data_plane.parse(),
+        controller_ms.parse::<u64>(),
+    );
+    let (Ok(listen), Ok(data_plane_listen), Ok(controller_ms)) = parsed else {
+        eprintln!("bad address or interval");
+        return ExitCode::from(2);
+    };
+    let cfg = cove_server::Config {
+        data_dir: PathBuf::from(data_dir),
+        listen,
+        data_plane_listen,
+        guest_agent: Some(PathBuf::from(agent)),
+        cache_dir: Some(PathBuf::from(cache)),
+        runc: None,
+        public_data_plane_url: None,
+        lifecycle: cove_server::LifecycleSettings {
+            controller_interval: Some(Duration::from_millis(controller_ms)),
+            ..Default::default()
+        },
+        command_output: Default::default(),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    cove_server::init_tracing();
+    match runtime.block_on(cove_server::run(cfg)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

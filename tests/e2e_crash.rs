@@ -1,0 +1,490 @@
+//! Crash safety: the real server runs as its own process (`cove-e2e-server`) and is killed
+//! with SIGKILL at several points of creates, pauses, suspends, wakes and deletes, then
+//! restarted on the same data dir. After each restart:
+//! - every operation has ended, `succeeded`, or `failed`/`cancelled` with a reason;
+//! - running sandboxes are re-adopted with their commands (the earlier command is still listed
+//!   and its output is intact);
+//! - nothing is orphaned: `runc list` holds exactly the running and paused sandboxes, so do the
+//!   overlay mounts and the sandbox directories; the snapshot store holds exactly the
+//!   suspended sandboxes, and no half-written snapshot.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command as Process, Stdio};
+use std::time::{Duration, Instant};
+
+use cove_api_types::{
+    BuildReleaseRequest, CommandState, CreateCommandRequest, CreateSandboxRequest, Operation,
+    OperationState, SandboxState,
+};
+use cove_client::{Client, ListSandboxes};
+
+const WAIT: Duration = Duration::from_secs(120);
+
+/// A server process on a data dir; killed and the data dir cleaned when dropped.
+struct ServerProcess {
+    data_dir: PathBuf,
+    child: Option<Child>,
+    api_url: String,
+}
+
+fn free_addr() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").to_string()
+}
+
+impl ServerProcess {
+    fn new() -> Self {
+        let data_dir = tempfile::Builder::new()
+            .prefix("cove-crash-")
+            .tempdir()
+            .expect("data dir")
+            .keep();
+        ServerProcess {
+            data_dir,
+            child: None,
+            api_url: String::new(),
+        }
+    }
+
+    /// Starts the server and waits until it answers.
+    async fn start(&mut self) -> Client {
+        let api = free_addr();
+        let cache = std::env::var("COVE_TEST_CACHE_DIR")
+            .unwrap_or_else(|_| "/var/cache/cove/templates".to_string());
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.data_dir.join("server.log"))
+            .expect("log");
+        let child = Process::new(env!("CARGO_BIN_EXE_cove-e2e-server"))
+            .arg(&self.data_dir)
+            .arg(&api)
+            .arg(free_addr())
+            .arg(cove_e2e::guest_agent())
+            .arg(cache)
+            .arg("250")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn server");
+        self.child = Some(child);
+        self.api_url = format!("http://{api}");
+        let until = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(token) = std::fs::read_to_string(self.data_dir.join("admin.token")) {
+                let c = Client::new(&self.api_url, token.trim()).expect("client");
+                if c.health().await.is_ok() {
+                    return c;
+                }
+            }
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!("server exited with {status}: {}", self.log_tail());
+            }
+            assert!(
+                Instant::now() < until,
+                "server did not come up: {}",
+                self.log_tail()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// SIGKILLs the server. It is stopped first, so it starts no new helper process, and the
+    /// helpers it had (runc invocations) are waited for: a restart by a supervisor also comes
+    /// after the old process's helpers are gone.
+    fn kill9(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let pid = child.id();
+        signal(pid, "STOP");
+        let helpers = children_of(pid);
+        signal(pid, "KILL");
+        let _ = child.wait();
+        let until = Instant::now() + Duration::from_secs(30);
+        while helpers
+            .iter()
+            .any(|p| Path::new(&format!("/proc/{p}")).exists())
+            && Instant::now() < until
+        {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn log_tail(&self) -> String {
+        let log = std::fs::read_to_string(self.data_dir.join("server.log")).unwrap_or_default();
+        log.lines()
+            .rev()
+            .take(30)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let root = self.data_dir.join("runc");
+        for id in runc_list(&self.data_dir) {
+            let _ = Process::new("runc")
+                .arg("--root")
+                .arg(&root)
+                .args(["delete", "-f", &id])
+                .output();
+        }
+        if let Ok(entries) = std::fs::read_dir(self.data_dir.join("sandboxes")) {
+            for e in entries.flatten() {
+                let _ = Process::new("umount")
+                    .arg("-l")
+                    .arg(e.path().join("rootfs"))
+                    .output();
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.data_dir);
+    }
+}
+
+/// Pids whose parent is `pid` (and which are not zombies).
+fn children_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.get(1).and_then(|s| s.parse::<u32>().ok()) == Some(pid)
+            && fields.first() != Some(&"Z")
+        {
+            out.push(p);
+        }
+    }
+    out
+}
+
+fn runc_list(data_dir: &Path) -> BTreeSet<String> {
+    let out = Process::new("runc")
+        .arg("--root")
+        .arg(data_dir.join("runc"))
+        .args(["list", "-q"])
+        .output()
+        .expect("runc list");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// Sandbox ids with an overlay mounted under the data dir.
+fn overlay_mounts(data_dir: &Path) -> BTreeSet<String> {
+    let prefix = format!("{}/sandboxes/", data_dir.display());
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .expect("mountinfo")
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter_map(|m| m.strip_prefix(&prefix))
+        .filter_map(|rest| rest.split('/').next())
+        .map(str::to_string)
+        .collect()
+}
+
+fn dir_names(dir: &Path) -> BTreeSet<String> {
+    match std::fs::read_dir(dir) {
+        Ok(entries) => entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().map(str::to_string))
+            .collect(),
+        Err(_) => BTreeSet::new(),
+    }
+}
+
+/// Every file below `dir` (relative paths).
+fn files_below(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if let Ok(rel) = p.strip_prefix(dir) {
+                out.push(rel.display().to_string());
+            }
+        }
+    }
+    out
+}
+
+async fn created(c: &Client) -> String {
+    let req = CreateSandboxRequest {
+        template: Some("tiny".into()),
+        ..Default::default()
+    };
+    let resp = c.create_sandbox(&req, None).await.expect("create");
+    let op = c
+        .wait_operation(&resp.operation.id, WAIT)
+        .await
+        .expect("create ends");
+    assert_eq!(op.state, OperationState::Succeeded, "{:?}", op.error);
+    resp.sandbox.id
+}
+
+async fn finished(c: &Client, op: Operation) {
+    let op = c.wait_operation(&op.id, WAIT).await.expect("ends");
+    assert_eq!(
+        op.state,
+        OperationState::Succeeded,
+        "{:?} {:?}",
+        op.kind,
+        op.error
+    );
+}
+
+/// Checks every invariant after a restart; returns the states of all sandboxes.
+async fn check_invariants(c: &Client, data_dir: &Path, ops: &[String], round: &str) {
+    for id in ops {
+        let op = c.get_operation(id).await.expect("operation kept");
+        assert!(
+            op.state.is_final(),
+            "{round}: {:?} {} still {:?}",
+            op.kind,
+            op.id,
+            op.state
+        );
+        if op.state != OperationState::Succeeded {
+            let reason = op
+                .error
+                .as_ref()
+                .map(|e| e.message.clone())
+                .unwrap_or_default();
+            assert!(
+                !reason.is_empty(),
+                "{round}: {:?} {} ended {:?} without a reason",
+                op.kind,
+                op.id,
+                op.state
+            );
+        }
+    }
+    for op in c.list_operations(None, Some(500)).await.expect("list ops") {
+        assert!(
+            op.state.is_final(),
+            "{round}: {:?} {} unfinished",
+            op.kind,
+            op.id
+        );
+    }
+    let all = c
+        .list_sandboxes(&ListSandboxes {
+            limit: Some(500),
+            ..Default::default()
+        })
+        .await
+        .expect("list")
+        .sandboxes;
+    let with = |states: &[SandboxState]| -> BTreeSet<String> {
+        all.iter()
+            .filter(|s| states.contains(&s.state))
+            .map(|s| s.id.clone())
+            .collect()
+    };
+    for s in &all {
+        assert!(
+            matches!(
+                s.state,
+                SandboxState::Running
+                    | SandboxState::Paused
+                    | SandboxState::Suspended
+                    | SandboxState::Failed
+            ),
+            "{round}: sandbox {} left {:?}",
+            s.id,
+            s.state
+        );
+    }
+    let live = with(&[SandboxState::Running, SandboxState::Paused]);
+    assert_eq!(
+        runc_list(data_dir),
+        live,
+        "{round}: runc containers = running + paused sandboxes"
+    );
+    assert_eq!(
+        overlay_mounts(data_dir),
+        live,
+        "{round}: overlay mounts = running + paused sandboxes"
+    );
+    assert_eq!(
+        dir_names(&data_dir.join("sandboxes")),
+        live,
+        "{round}: sandbox dirs = running + paused"
+    );
+    let suspended = with(&[SandboxState::Suspended]);
+    let snapshots = data_dir.join("snapshots/sandboxes");
+    assert_eq!(
+        dir_names(&snapshots),
+        suspended,
+        "{round}: snapshots = suspended sandboxes"
+    );
+    for f in files_below(&snapshots) {
+        assert!(f.ends_with("/fs.tar"), "{round}: stray snapshot file {f}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_during_lifecycle_operations_then_restart_leaves_nothing_behind() {
+    let mut server = ServerProcess::new();
+    let data_dir = server.data_dir.clone();
+    let mut c = server.start().await;
+    let build = c
+        .build_release("tiny", &BuildReleaseRequest::default())
+        .await
+        .expect("build");
+    let op = c
+        .wait_operation(&build.operation.id, Duration::from_secs(600))
+        .await
+        .expect("build ends");
+    assert_eq!(op.state, OperationState::Succeeded, "{:?}", op.error);
+
+    // A sandbox whose command must survive every crash, with output.
+    let keeper = created(&c).await;
+    let cmd = c
+        .create_command(
+            &keeper,
+            &CreateCommandRequest {
+                shell: Some("echo hello-before-crash; exec sleep 100000".into()),
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("command");
+    let cid = cmd.command.id;
+
+    let mut all_ops: Vec<String> = Vec::new();
+    // Delays after the last 202 before SIGKILL: at once, early, mid-way, late.
+    for (round, delay_ms) in [0u64, 40, 150, 400].into_iter().enumerate() {
+        let name = format!("round {round} (kill after {delay_ms} ms)");
+        let running = created(&c).await;
+        let to_suspend = created(&c).await;
+        // Big enough (60 MB) that some kills land in the middle of the snapshot upload.
+        let blob = "head -c 60000000 /dev/urandom > /home/user/blob; echo done";
+        assert_eq!(cove_e2e::sh(&c, &to_suspend, blob).await.stdout_text(), "done\n");
+        let suspended = created(&c).await;
+        finished(&c, c.suspend_sandbox(&suspended).await.expect("suspend")).await;
+
+        let req = CreateSandboxRequest {
+            template: Some("tiny".into()),
+            ..Default::default()
+        };
+        let mut ops = vec![
+            c.create_sandbox(&req, None)
+                .await
+                .expect("create")
+                .operation,
+            c.pause_sandbox(&running).await.expect("pause"),
+            c.suspend_sandbox(&to_suspend).await.expect("suspend"),
+        ];
+        ops.push(if round % 2 == 0 {
+            c.wake_sandbox(&suspended).await.expect("wake")
+        } else {
+            c.delete_sandbox(&suspended).await.expect("delete")
+        });
+        ops.push(
+            c.delete_sandbox(&running)
+                .await
+                .expect("delete after pause"),
+        );
+        tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+        server.kill9();
+        all_ops.extend(ops.into_iter().map(|o| o.id));
+
+        c = server.start().await;
+        check_invariants(&c, &data_dir, &all_ops, &name).await;
+        for id in &all_ops[all_ops.len() - 5..] {
+            let op = c.get_operation(id).await.expect("op");
+            let why = op.error.map(|e| e.message).unwrap_or_default();
+            eprintln!("{name}: {:?} -> {:?} {why}", op.kind, op.state);
+        }
+
+        // The keeper was re-adopted with its command and output.
+        let k = c.get_sandbox(&keeper).await.expect("keeper");
+        assert_eq!(k.state, SandboxState::Running, "{name}: keeper adopted");
+        let listed = c.list_commands(&keeper).await.expect("commands").commands;
+        let kept = listed
+            .iter()
+            .find(|x| x.id == cid)
+            .expect("the earlier command is listed");
+        assert_eq!(kept.state, CommandState::Running, "{name}");
+        let att = c.new_attachment(&keeper, &cid).await.expect("attachment");
+        let mut events = std::pin::pin!(c.attach(&att, 0));
+        let first = tokio::time::timeout(
+            Duration::from_secs(10),
+            futures::StreamExt::next(&mut events),
+        )
+        .await
+        .expect("output in time")
+        .expect("an event")
+        .expect("ok");
+        match first {
+            cove_client::AttachEvent::Stdout { data, .. } => {
+                assert_eq!(&data[..], b"hello-before-crash\n", "{name}")
+            }
+            other => panic!("{name}: unexpected {other:?}"),
+        }
+        // A new command works after the restart.
+        let out = cove_e2e::sh(&c, &keeper, "echo alive").await;
+        assert_eq!(out.stdout_text(), "alive\n");
+    }
+
+    // Clean up through the API, then stop the server gracefully.
+    let all = c
+        .list_sandboxes(&ListSandboxes {
+            limit: Some(500),
+            ..Default::default()
+        })
+        .await
+        .expect("list")
+        .sandboxes;
+    for s in all {
+        finished(&c, c.delete_sandbox(&s.id).await.expect("delete")).await;
+    }
+    assert!(runc_list(&data_dir).is_empty());
+    assert!(overlay_mounts(&data_dir).is_empty());
+    assert!(dir_names(&data_dir.join("sandboxes")).is_empty());
+    assert!(files_below(&data_dir.join("snapshots")).is_empty());
+    if let Some(mut child) = server.child.take() {
+        signal(child.id(), "TERM");
+        let _ = child.wait();
+    }
+}
+
+/// Sends signal `name` to `pid` (with kill(1)).
+fn signal(pid: u32, name: &str) {
+    let status = Process::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status();
+    assert!(status.is_ok_and(|s| s.success()), "kill -{name} {pid}");
+}
