@@ -41,7 +41,7 @@ trap cleanup EXIT
 
 if ! cove template ls --json | python3 -c 'import json,sys; d=json.load(sys.stdin); d=d["templates"] if isinstance(d,dict) else d; t={x["name"]:x for x in d}; sys.exit(0 if t["base"]["latest_release"] else 1)'; then
   echo "==> building the base template (once; later runs reuse the cache)" >&2
-  cove template build base
+  cove template build base >/dev/null
 fi
 
 echo "==> creating a sandbox" >&2
@@ -53,5 +53,5 @@ cove exec "$SANDBOX" -- python3 /home/user/analyze.py
 echo "==> report.csv (written inside the sandbox)" >&2
 cove cp "$SANDBOX:/home/user/report.csv" -
 echo "==> deleting the sandbox" >&2
-cove rm "$SANDBOX"
+cove rm "$SANDBOX" >/dev/null
 SANDBOX=""

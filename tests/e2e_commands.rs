@@ -77,7 +77,10 @@ async fn background_commands_are_listed_reattached_and_forgotten() {
     // Re-attach after the end, as often as wanted, from any offset: same bytes, then the exit.
     for _ in 0..2 {
         let o = collect(&c, &short.attachment, 0, Instant::now()).await;
-        assert_eq!((o.stdout_text().as_str(), o.stderr_text().as_str()), ("one\n", "two"));
+        assert_eq!(
+            (o.stdout_text().as_str(), o.stderr_text().as_str()),
+            ("one\n", "two")
+        );
         assert_eq!(o.command.exit_code, Some(0));
     }
     let o = collect(&c, &short.attachment, 2, Instant::now()).await;
@@ -127,7 +130,10 @@ async fn background_commands_are_listed_reattached_and_forgotten() {
     assert_eq!(killed.signal.as_deref(), Some("SIGTERM"));
     // The live attachment ends with the exit.
     let rest: Vec<_> = live.collect().await;
-    assert!(matches!(rest.last(), Some(Ok(AttachEvent::Exit(_)))), "{rest:?}");
+    assert!(
+        matches!(rest.last(), Some(Ok(AttachEvent::Exit(_)))),
+        "{rest:?}"
+    );
     delete(&c, &id).await;
 }
 
@@ -145,7 +151,10 @@ async fn c06_kill_ends_whole_trees_and_signals_are_delivered_as_is() {
     let t0 = Instant::now();
     let killed = c.kill(&id, &p.command.id, None).await.expect("kill P");
     assert_eq!(killed.state, CommandState::Exited);
-    assert!(killed.signal.is_some(), "terminated by a signal: {killed:?}");
+    assert!(
+        killed.signal.is_some(),
+        "terminated by a signal: {killed:?}"
+    );
     assert_eq!(
         sh(&c, &id, "pgrep -f 'sleep 300[12]'; echo rc=$?")
             .await
@@ -195,7 +204,9 @@ async fn c06_kill_ends_whole_trees_and_signals_are_delivered_as_is() {
         .await
         .expect("start R");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    c.signal(&id, &r.command.id, "SIGINT").await.expect("signal");
+    c.signal(&id, &r.command.id, "SIGINT")
+        .await
+        .expect("signal");
     let o = collect(&c, &r.attachment, 0, Instant::now()).await;
     assert!(o.stdout_text().contains("got-int"), "{}", o.stdout_text());
     assert_eq!(o.command.exit_code, Some(42));
@@ -280,7 +291,9 @@ async fn c04_100_mb_streamed_and_collected_with_bounded_memory() {
         match ev.expect("event") {
             AttachEvent::Stdout { data, .. } => {
                 let before_end = (C04_STDOUT_BYTES - 15).saturating_sub(out_bytes) as usize;
-                all_a &= data[..data.len().min(before_end)].iter().all(|&b| b == b'A');
+                all_a &= data[..data.len().min(before_end)]
+                    .iter()
+                    .all(|&b| b == b'A');
                 out_bytes += data.len() as u64;
                 tail.extend_from_slice(&data);
                 if tail.len() > 64 {
@@ -309,7 +322,12 @@ async fn c04_100_mb_streamed_and_collected_with_bounded_memory() {
         .await
         .expect("start");
     let out = c
-        .command_output(&id, &buffered.command.id, Some(Duration::from_secs(60)), None)
+        .command_output(
+            &id,
+            &buffered.command.id,
+            Some(Duration::from_secs(60)),
+            None,
+        )
         .await
         .expect("collect");
     let collected_in = t1.elapsed();
@@ -330,7 +348,10 @@ async fn c04_100_mb_streamed_and_collected_with_bounded_memory() {
     );
     assert!(!stdout.is_empty() && stdout.len() <= 1 << 20);
     assert!(stdout[..512 * 1024].iter().all(|&b| b == b'A'));
-    assert!(stdout.ends_with(b"\nEND-OF-STDOUT\n"), "the last line is kept");
+    assert!(
+        stdout.ends_with(b"\nEND-OF-STDOUT\n"),
+        "the last line is kept"
+    );
 
     // Step 3: the sandbox answers at once.
     let t2 = Instant::now();
@@ -476,7 +497,10 @@ async fn pty_sessions_are_terminals_with_resize_and_input() {
     w.write(&b"hello\r"[..]).await.expect("type");
     let (rest, cmd) = pty_until_exit(&mut r).await;
     seen.push_str(&rest);
-    assert!(seen.contains("hello"), "the terminal echoes input: {seen:?}");
+    assert!(
+        seen.contains("hello"),
+        "the terminal echoes input: {seen:?}"
+    );
     assert!(seen.contains("40 120"), "{seen:?}");
     assert!(seen.contains("got:hello"), "{seen:?}");
     assert_eq!(cmd.exit_code, Some(0));

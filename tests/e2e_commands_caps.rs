@@ -29,7 +29,9 @@ fn srv() -> &'static Server {
 
 /// `seq 1 N` as the shell prints it.
 fn seq(n: u32) -> Vec<u8> {
-    (1..=n).flat_map(|i| format!("{i}\n").into_bytes()).collect()
+    (1..=n)
+        .flat_map(|i| format!("{i}\n").into_bytes())
+        .collect()
 }
 
 async fn wait_exited(c: &Client, sb: &str, cid: &str) -> Command {
@@ -45,7 +47,11 @@ async fn wait_exited(c: &Client, sb: &str, cid: &str) -> Command {
 }
 
 /// Reads an attachment from `offset` to the exit: stdout bytes and gaps.
-async fn read(c: &Client, att: &cove_api_types::Attachment, offset: u64) -> (Vec<u8>, Vec<(u64, u64)>) {
+async fn read(
+    c: &Client,
+    att: &cove_api_types::Attachment,
+    offset: u64,
+) -> (Vec<u8>, Vec<(u64, u64)>) {
     let mut events = Box::pin(c.attach(att, offset));
     let (mut out, mut gaps) = (Vec::new(), Vec::new());
     let mut at = offset;
@@ -135,7 +141,10 @@ async fn a_long_output_keeps_its_head_and_tail_with_exact_offsets() {
     let stdout = b64.decode(&out.stdout).expect("base64");
     let omitted = out.omitted.expect("omitted");
     assert!(out.truncated);
-    assert_eq!((omitted.offset, omitted.len), (32 * 1024, total - 64 * 1024));
+    assert_eq!(
+        (omitted.offset, omitted.len),
+        (32 * 1024, total - 64 * 1024)
+    );
     assert_eq!(omitted.stdout_at, 32 * 1024);
     let mut want = expected[..32 * 1024].to_vec();
     want.extend_from_slice(&expected[(total - 32 * 1024) as usize..]);

@@ -26,6 +26,7 @@ struct ServerProcess {
     data_dir: PathBuf,
     child: Option<Child>,
     api_url: String,
+    reconcile_ms: u64,
 }
 
 fn free_addr() -> String {
@@ -34,7 +35,7 @@ fn free_addr() -> String {
 }
 
 impl ServerProcess {
-    fn new() -> Self {
+    fn new(reconcile_ms: u64) -> Self {
         let data_dir = tempfile::Builder::new()
             .prefix("cove-crash-")
             .tempdir()
@@ -44,6 +45,7 @@ impl ServerProcess {
             data_dir,
             child: None,
             api_url: String::new(),
+            reconcile_ms,
         }
     }
 
@@ -64,6 +66,7 @@ impl ServerProcess {
             .arg(cove_e2e::guest_agent())
             .arg(cache)
             .arg("250")
+            .arg(self.reconcile_ms.to_string())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -355,7 +358,7 @@ async fn check_invariants(c: &Client, data_dir: &Path, ops: &[String], round: &s
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_during_lifecycle_operations_then_restart_leaves_nothing_behind() {
-    let mut server = ServerProcess::new();
+    let mut server = ServerProcess::new(30_000);
     let data_dir = server.data_dir.clone();
     let mut c = server.start().await;
     let build = c
@@ -390,7 +393,10 @@ async fn kill_9_during_lifecycle_operations_then_restart_leaves_nothing_behind()
         let to_suspend = created(&c).await;
         // Big enough (60 MB) that some kills land in the middle of the snapshot upload.
         let blob = "head -c 60000000 /dev/urandom > /home/user/blob; echo done";
-        assert_eq!(cove_e2e::sh(&c, &to_suspend, blob).await.stdout_text(), "done\n");
+        assert_eq!(
+            cove_e2e::sh(&c, &to_suspend, blob).await.stdout_text(),
+            "done\n"
+        );
         let suspended = created(&c).await;
         finished(&c, c.suspend_sandbox(&suspended).await.expect("suspend")).await;
 
@@ -487,4 +493,81 @@ fn signal(pid: u32, name: &str) {
         .arg(pid.to_string())
         .status();
     assert!(status.is_ok_and(|s| s.success()), "kill -{name} {pid}");
+}
+
+/// While serving, reconciliation every 500 ms: a sandbox whose container vanished ends
+/// `failed`, and leftovers no sandbox wants (a sandbox directory, a snapshot) are removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn periodic_reconciliation_fails_vanished_sandboxes_and_removes_orphans() {
+    let mut server = ServerProcess::new(500);
+    let data_dir = server.data_dir.clone();
+    let c = server.start().await;
+    let build = c
+        .build_release("tiny", &BuildReleaseRequest::default())
+        .await
+        .expect("build");
+    let op = c
+        .wait_operation(&build.operation.id, Duration::from_secs(600))
+        .await
+        .expect("build ends");
+    assert_eq!(op.state, OperationState::Succeeded, "{:?}", op.error);
+    let kept = created(&c).await;
+    let lost = created(&c).await;
+
+    // The container disappears behind the server's back.
+    let root = data_dir.join("runc");
+    let killed = Process::new("runc")
+        .arg("--root")
+        .arg(&root)
+        .args(["delete", "-f", &lost])
+        .status()
+        .expect("runc delete");
+    assert!(killed.success());
+    // Leftovers nobody wants.
+    let orphan = "sb-0rphan0000000000";
+    std::fs::create_dir_all(data_dir.join("sandboxes").join(orphan).join("upper"))
+        .expect("orphan dir");
+    let orphan_snapshot = data_dir.join("snapshots/sandboxes").join(orphan);
+    std::fs::create_dir_all(&orphan_snapshot).expect("orphan snapshot dir");
+    std::fs::write(orphan_snapshot.join("fs.tar"), b"not a sandbox").expect("orphan snapshot");
+
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let lost_state = c.get_sandbox(&lost).await.expect("lost").state;
+        let dirs = dir_names(&data_dir.join("sandboxes"));
+        let snapshots = dir_names(&data_dir.join("snapshots/sandboxes"));
+        if lost_state == SandboxState::Failed
+            && !dirs.contains(orphan)
+            && !dirs.contains(&lost)
+            && snapshots.is_empty()
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < until,
+            "not reconciled: lost is {lost_state:?}, dirs {dirs:?}, snapshots {snapshots:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let lost_now = c.get_sandbox(&lost).await.expect("lost");
+    let reason = lost_now.state_reason.unwrap_or_default();
+    assert!(reason.contains("vanished"), "{reason}");
+    assert!(
+        !overlay_mounts(&data_dir).contains(&lost),
+        "its overlay is unmounted"
+    );
+    assert_eq!(
+        c.get_sandbox(&kept).await.expect("kept").state,
+        SandboxState::Running
+    );
+    assert_eq!(
+        cove_e2e::sh(&c, &kept, "echo ok").await.stdout_text(),
+        "ok\n"
+    );
+    for id in [kept, lost] {
+        finished(&c, c.delete_sandbox(&id).await.expect("delete")).await;
+    }
+    assert!(runc_list(&data_dir).is_empty());
+    assert!(dir_names(&data_dir.join("sandboxes")).is_empty());
+    assert!(overlay_mounts(&data_dir).is_empty());
 }

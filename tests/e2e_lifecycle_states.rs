@@ -378,11 +378,32 @@ async fn deadlines_idempotency_cancel_and_operation_listing() {
     assert_eq!(again.state, OperationState::Succeeded);
     done(&c, c.resume_sandbox(&id).await.expect("resume")).await;
 
+    // The same Idempotency-Key and body give the same operation; another body is a 409.
+    let http = reqwest::Client::new();
+    let url = format!("{}/v1/sandboxes/{id}/resume", server().api_url);
+    let post = |body: &'static str| {
+        http.post(&url)
+            .bearer_auth(&server().token)
+            .header("idempotency-key", "resume-1")
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let first: Operation = post("{}").await.expect("post").json().await.expect("op");
+    let again: Operation = post("{}").await.expect("post").json().await.expect("op");
+    assert_eq!(first.id, again.id);
+    let other = post(r#"{"deadline_s": 5}"#).await.expect("post");
+    assert_eq!(other.status().as_u16(), 409);
+    let body: serde_json::Value = other.json().await.expect("error body");
+    assert_eq!(body["code"], "idempotency_mismatch");
+    done(&c, first).await;
+
     let listed = c.list_operations(Some(&id), None).await.expect("list");
     let kinds: Vec<OperationKind> = listed.iter().map(|o| o.kind).collect();
     assert_eq!(
         kinds,
         vec![
+            OperationKind::ResumeSandbox,
             OperationKind::ResumeSandbox,
             OperationKind::PauseSandbox,
             OperationKind::CreateSandbox
@@ -635,4 +656,83 @@ async fn c12_files_and_processes_survive_pause_and_idle_suspend_cycles() {
         );
     }
     delete(&c, &id).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_is_deleted_when_its_ttl_is_reached() {
+    let c = client();
+    let req = CreateSandboxRequest {
+        ttl_s: Some(1),
+        ..Default::default()
+    };
+    let id = cove_e2e::sandbox_with(&c, "tiny", req).await;
+    assert_eq!(c.get_sandbox(&id).await.expect("get").ttl_s, Some(1));
+    let until = Instant::now() + Duration::from_secs(20);
+    while listed_state(&c, &id).await.is_some() {
+        assert!(Instant::now() < until, "the TTL did not end the sandbox");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let err = c.get_sandbox(&id).await.expect_err("deleted");
+    assert_eq!(err.status(), Some(404));
+    assert!(!sandbox_dir(&id).exists());
+    let bad = CreateSandboxRequest {
+        ttl_s: Some(0),
+        ..Default::default()
+    };
+    let err = c.create_sandbox(&bad, None).await.expect_err("ttl 0");
+    assert_eq!(
+        err.api_body().map(|b| b.code),
+        Some(ErrorCode::InvalidArgument)
+    );
+}
+
+/// A sandbox with its own disk image (`disk_mib`): suspend saves the files in the image, wake
+/// restores them into a new image, whiteouts and opaque directories included.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suspend_and_wake_a_sandbox_with_its_own_disk() {
+    let c = client();
+    let req = CreateSandboxRequest {
+        resources: Some(cove_api_types::ResourcesRequest {
+            disk_mib: Some(64),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let id = cove_e2e::sandbox_with(&c, "tiny", req).await;
+    let prep = cove_e2e::run(
+        &c,
+        &id,
+        as_root(
+            "set -e; echo kept > /home/user/k.txt; rm /etc/profile; rm -rf /usr/local; \
+             mkdir /usr/local; echo ok",
+        ),
+    )
+    .await;
+    assert_eq!(prep.stdout_text(), "ok\n", "{}", prep.stderr_text());
+    done(&c, c.suspend_sandbox(&id).await.expect("suspend")).await;
+    assert!(
+        !sandbox_dir(&id).exists(),
+        "the sandbox dir and its disk image are released"
+    );
+    assert!(snapshot_object(&id).is_file());
+    done(&c, c.wake_sandbox(&id).await.expect("wake")).await;
+    let check = sh(
+        &c,
+        &id,
+        "cat /home/user/k.txt; test -e /etc/profile && echo profile-back; \
+         test -e /usr/local/bin && echo bin-back; echo end",
+    )
+    .await;
+    assert_eq!(
+        check.stdout_text(),
+        "kept\nend\n",
+        "{}",
+        check.stderr_text()
+    );
+    delete(&c, &id).await;
+    assert!(!sandbox_dir(&id).exists());
+    assert!(
+        mounts_with(&id).is_empty(),
+        "no overlay or disk mounts left"
+    );
 }

@@ -15,7 +15,9 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 /// Largest file one upload may write, in bytes (1 GiB); larger is `413 payload_too_large` and
-/// leaves no file behind. Each file of a multi-file upload has this limit.
+/// leaves no file behind. Each file of a multi-file upload has this limit. An upload also never
+/// takes the last MiB of the sandbox's disk: with less free it is `507 no_space` at once, and
+/// one that fills the disk midway is `507 no_space` with nothing left behind.
 pub const MAX_UPLOAD_BYTES: u64 = 1 << 30;
 
 /// Deepest `files:list` (`depth`, 1 = the directory's own entries).

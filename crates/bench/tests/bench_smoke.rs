@@ -29,6 +29,10 @@ const METRICS: &[&str] = &[
 /// Metrics a server may lack (`not available in this build`): the lifecycle round trips.
 const MAY_BE_UNAVAILABLE: &[&str] = &["pause_resume", "suspend_wake"];
 
+/// Metrics whose values may be any finite number in a quick run: the `MemAvailable` drop of 10
+/// sandboxes (under 1 MiB each) is below what other processes on a shared machine move it by.
+const MAY_BE_NOISE: &[&str] = &["density_mem_available_per_sandbox"];
+
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -51,8 +55,9 @@ fn guest_agent() -> PathBuf {
     path
 }
 
-/// The numbers of one value set (a distribution or a single value), all required positive.
-fn assert_positive(what: &str, v: &Value) {
+/// The numbers of one value set (a distribution or a single value): all positive, or, for a
+/// metric in [`MAY_BE_NOISE`], all finite.
+fn assert_numbers(key: &str, what: &str, v: &Value) {
     let fields: &[&str] = if v.get("value").is_some() {
         &["value"]
     } else {
@@ -60,7 +65,11 @@ fn assert_positive(what: &str, v: &Value) {
     };
     for f in fields {
         let n = v[f].as_f64().unwrap_or(f64::NAN);
-        assert!(n > 0.0, "{what}.{f} is {:?}, want a number > 0", v[f]);
+        if MAY_BE_NOISE.contains(&key) {
+            assert!(n.is_finite(), "{what}.{f} is {:?}, want a number", v[f]);
+        } else {
+            assert!(n > 0.0, "{what}.{f} is {:?}, want a number > 0", v[f]);
+        }
     }
     if let Some(n) = v.get("n") {
         assert!(n.as_u64().unwrap_or(0) > 0, "{what}.n is {n}");
@@ -114,18 +123,20 @@ fn quick_run_reports_every_metric() {
             continue;
         };
         assert!(missing.is_none(), "{key} is both measured and unavailable");
-        assert_positive(key, m);
+        assert_numbers(key, key, m);
         for b in m["baselines"].as_array().expect("baselines") {
-            assert_positive(&format!("{key} baseline {}", b["name"]), b);
-            assert!(
-                b["ratio"].as_f64().unwrap_or(0.0) > 0.0,
-                "{key}: ratio {}",
-                b["ratio"]
-            );
+            assert_numbers(key, &format!("{key} baseline {}", b["name"]), b);
+            if !MAY_BE_NOISE.contains(key) {
+                assert!(
+                    b["ratio"].as_f64().unwrap_or(0.0) > 0.0,
+                    "{key}: ratio {}",
+                    b["ratio"]
+                );
+            }
         }
         if *key != "density_sandboxes" {
             assert!(
-                !m["baselines"].as_array().map_or(true, Vec::is_empty),
+                !m["baselines"].as_array().is_none_or(Vec::is_empty),
                 "{key} has no baseline"
             );
         }

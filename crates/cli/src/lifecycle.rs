@@ -56,3 +56,45 @@ pub(crate) async fn call(client: &Client, verb: &str, args: LifecycleArgs) -> an
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use crate::{Cli, Verb};
+
+    #[test]
+    fn lifecycle_verbs_take_an_id_and_options() {
+        let cli =
+            Cli::try_parse_from(["cove", "pause", "sb-1", "--deadline", "5"]).expect("parses");
+        let Verb::Pause(args) = cli.verb else {
+            panic!("expected pause")
+        };
+        assert_eq!(
+            (args.id.as_str(), args.deadline, args.no_wait),
+            ("sb-1", Some(5), false)
+        );
+        for verb in ["resume", "suspend", "wake"] {
+            let cli = Cli::try_parse_from(["cove", verb, "sb-2", "--no-wait"]).expect("parses");
+            assert!(matches!(
+                cli.verb,
+                Verb::Resume(_) | Verb::Suspend(_) | Verb::Wake(_)
+            ));
+            assert!(
+                Cli::try_parse_from(["cove", verb]).is_err(),
+                "{verb} needs an id"
+            );
+        }
+        let cli = Cli::try_parse_from(["cove", "ops", "sb-1", "--limit", "3"]).expect("parses");
+        let Verb::Ops(args) = cli.verb else {
+            panic!("expected ops")
+        };
+        assert_eq!((args.id.as_deref(), args.limit), (Some("sb-1"), Some(3)));
+        assert!(Cli::try_parse_from(["cove", "ops"]).is_ok());
+        let cli = Cli::try_parse_from(["cove", "events", "--after", "7"]).expect("parses");
+        let Verb::Events(args) = cli.verb else {
+            panic!("expected events")
+        };
+        assert_eq!(args.after, Some(7));
+    }
+}

@@ -369,14 +369,32 @@ mod tests {
     #[test]
     fn gaps_decode_and_move_the_resume_point() {
         let gap = decode_event("u", "gap", r#"{"offset":10,"len":90}"#).expect("decodes");
-        assert_eq!(gap, Some(AttachEvent::Gap { offset: 10, len: 90 }));
+        assert_eq!(
+            gap,
+            Some(AttachEvent::Gap {
+                offset: 10,
+                len: 90
+            })
+        );
         let mut st = state(10);
         assert_eq!(
-            st.resume_point(AttachEvent::Gap { offset: 10, len: 90 }),
-            Some(AttachEvent::Gap { offset: 10, len: 90 })
+            st.resume_point(AttachEvent::Gap {
+                offset: 10,
+                len: 90
+            }),
+            Some(AttachEvent::Gap {
+                offset: 10,
+                len: 90
+            })
         );
         assert_eq!(st.offset, 100);
-        assert_eq!(st.resume_point(AttachEvent::Gap { offset: 10, len: 90 }), None);
+        assert_eq!(
+            st.resume_point(AttachEvent::Gap {
+                offset: 10,
+                len: 90
+            }),
+            None
+        );
     }
 
     #[test]

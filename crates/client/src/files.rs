@@ -128,7 +128,7 @@ impl Client {
             query.push(("user", user.clone()));
         }
         if let Some(mode) = options.mode {
-            query.push(("mode", format!("0o{mode:o}")));
+            query.push(("mode", mode.to_string()));
         }
         let request = self
             .request(Method::PUT, self.files_url(sandbox, ""))
@@ -390,7 +390,7 @@ fn multipart_body(boundary: &str, files: &[UploadFile]) -> Vec<u8> {
             (None, None) => {}
         }
         if let Some(mode) = f.mode {
-            part(&mut out, "mode", "", format!("0o{mode:o}").as_bytes());
+            part(&mut out, "mode", "", mode.to_string().as_bytes());
         }
         part(
             &mut out,
@@ -457,7 +457,7 @@ mod tests {
         assert!(
             body.starts_with("--B\r\nContent-Disposition: form-data; name=\"path\"\r\n\r\n/a\r\n")
         );
-        assert!(body.contains("name=\"mode\"\r\n\r\n0o755\r\n"));
+        assert!(body.contains("name=\"mode\"\r\n\r\n493\r\n"));
         assert!(body.contains(&format!(
             "name=\"path_b64\"\r\n\r\n{}\r\n",
             B64.encode(b"/\xff")

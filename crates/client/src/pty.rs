@@ -54,7 +54,10 @@ impl Client {
         attachment: &Attachment,
         offset: u64,
     ) -> Result<(PtyWriter, PtyReader)> {
-        let http_url = format!("{}/pty?offset={offset}", attachment.url.trim_end_matches('/'));
+        let http_url = format!(
+            "{}/pty?offset={offset}",
+            attachment.url.trim_end_matches('/')
+        );
         let url = match http_url.strip_prefix("https://") {
             Some(rest) => format!("wss://{rest}"),
             None => match http_url.strip_prefix("http://") {

@@ -68,7 +68,9 @@ impl ControlPlane {
                     rows: rows.unwrap_or(DEFAULT_PTY_ROWS),
                 };
                 if size.cols == 0 || size.rows == 0 {
-                    return Err(InvalidInput::new("cols", "cols and rows must be at least 1").into());
+                    return Err(
+                        InvalidInput::new("cols", "cols and rows must be at least 1").into(),
+                    );
                 }
                 Some(size)
             }

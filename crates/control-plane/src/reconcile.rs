@@ -52,17 +52,19 @@ impl ControlPlane {
         if let Err(e) = self.node().sweep_snapshots().await {
             warn!(error = %e, "cannot sweep half-written snapshots");
         }
-        let snapshots: HashSet<String> = match self.node().list_snapshots().await {
-            Ok(ids) => ids.into_iter().collect(),
+        // `None` when the snapshot store cannot be listed: then nothing is decided on the
+        // absence of a snapshot (a store that is down must not fail suspended sandboxes).
+        let snapshots: Option<HashSet<String>> = match self.node().list_snapshots().await {
+            Ok(ids) => Some(ids.into_iter().collect()),
             Err(e) => {
                 warn!(error = %e, "cannot list snapshots");
-                HashSet::new()
+                None
             }
         };
         let mut keep_on_node = HashSet::new();
         for s in self.store().sandboxes_in(&LIVE).await? {
             let id = s.id.as_str();
-            let has_snapshot = snapshots.contains(id);
+            let has_snapshot = snapshots.as_ref().map(|ids| ids.contains(id));
             if self.settle(id, s.state, has_snapshot).await? {
                 keep_on_node.insert(s.id.clone());
             }
@@ -77,7 +79,7 @@ impl ControlPlane {
         &self,
         id: &str,
         state: SandboxState,
-        has_snapshot: bool,
+        has_snapshot: Option<bool>,
     ) -> Result<bool, ServiceError> {
         use SandboxState::*;
         let restarted = "after a server restart";
@@ -97,7 +99,7 @@ impl ControlPlane {
                 }
             },
             Running | Paused => {
-                if has_snapshot {
+                if has_snapshot == Some(true) {
                     // Left over from a wake interrupted after the sandbox ran again.
                     let _ = self.node().delete_snapshot(id).await;
                 }
@@ -127,7 +129,7 @@ impl ControlPlane {
                 }
             }
             Suspending => {
-                if has_snapshot {
+                if has_snapshot == Some(true) {
                     self.node().release_sandbox(id).await.map_err(internal)?;
                     self.finish_suspend(id, None, Some("finished after a server restart"))
                         .await?;
@@ -162,7 +164,8 @@ impl ControlPlane {
                 }
                 _ => {
                     self.node().release_sandbox(id).await.map_err(internal)?;
-                    if has_snapshot {
+                    // An unknown answer (store down) keeps the sandbox suspended: wake again.
+                    if has_snapshot != Some(false) {
                         let why = "wake interrupted by a server restart; wake it again";
                         self.transition(id, Waking, Suspended, Some(why), None)
                             .await?;
@@ -189,7 +192,7 @@ impl ControlPlane {
                 Ok(false)
             }
             Suspended => {
-                if !has_snapshot {
+                if has_snapshot == Some(false) {
                     let why = "the snapshot of the suspended sandbox is missing";
                     self.transition(id, Suspended, Failed, Some(why), None)
                         .await?;
@@ -331,23 +334,28 @@ impl ControlPlane {
 
     /// Periodic reconciliation while serving.
     pub(crate) async fn reconcile_running(&self) -> Result<(), ServiceError> {
-        let on_node: HashSet<String> = match self.node().list_sandboxes().await {
-            Ok(ids) => ids.into_iter().collect(),
-            Err(e) => {
-                warn!(error = %e, "cannot list the node's sandboxes");
-                return Ok(());
-            }
-        };
         let mut keep = HashSet::new();
         let live = [SandboxState::Running, SandboxState::Paused];
         for s in self.store().sandboxes_in(&live).await? {
-            if on_node.contains(&s.id) {
+            let Some(_turn) = self.quiet_turn(&s.id, true) else {
+                keep.insert(s.id);
+                continue;
+            };
+            let on_node = match self.node().inspect_sandbox(&s.id).await {
+                Ok(state) => state,
+                Err(e) => {
+                    warn!(sandbox_id = %s.id, error = %e, "cannot inspect sandbox");
+                    keep.insert(s.id);
+                    continue;
+                }
+            };
+            if matches!(
+                on_node,
+                Some(NodeSandboxState::Running | NodeSandboxState::Paused)
+            ) {
                 keep.insert(s.id);
                 continue;
             }
-            let Some(_turn) = self.quiet_turn(&s.id, true) else {
-                continue;
-            };
             // Re-read under the lock: a call may have moved it meanwhile.
             let Ok(now) = self.store().get_sandbox(&s.id).await else {
                 continue;

@@ -8,7 +8,7 @@
 //!   [`process_tree`]: a command's session found through `/proc`; [`pty`]: pseudo-terminals;
 //!   [`oom`]: the sandbox's OOM-kill counter.
 //! - [`output_log`]: one command's output, in memory then spilled to the run dir.
-//! - [`files`]: read, write, stat, list, mkdir, remove, rename.
+//! - [`files`]: read, write, stat, list, mkdir, remove, rename, watch (inotify).
 //! - [`users`]: the sandbox's `/etc/passwd` and `/etc/group`; [`net`]: loopback up.
 //! - [`config`]: command-line settings; [`error`]: errors as the host sees them.
 //!
@@ -30,7 +30,9 @@
 //! - Exit: `exit_code` for a normal exit; `signal` (and no `exit_code`) when killed by a signal.
 //!   A program that cannot be executed exits 127 (not found) or 126 (not executable) with a
 //!   shell-like message on stderr.
-//! - Timeout: SIGKILL to the whole session when `timeout_ms` passes; `timed_out` is set.
+//! - Timeout: SIGKILL to the whole session when `timeout_ms` passes; `timed_out` is set. Processes
+//!   a command left running in its session after its leader exited are killed at the deadline
+//!   too (its result, already final, is unchanged).
 //!   Kill: SIGTERM, then SIGKILL after the grace period (at most 1 h), answered once nothing of
 //!   the session runs (every process that stayed in the command's session or process group,
 //!   whatever it does with SIGTERM). Signals are delivered as-is to the process group.

@@ -209,8 +209,7 @@ impl OutputLog {
             self.push(stream, &rest[..n]);
             rest = &rest[n..];
         }
-        if !rest.is_empty() && self.total >= head && self.mem_start < head && !self.mem.is_empty()
-        {
+        if !rest.is_empty() && self.total >= head && self.mem_start < head && !self.mem.is_empty() {
             self.spill_memory();
             if self.frozen {
                 return data.len() - rest.len();
@@ -596,7 +595,10 @@ mod tests {
     }
 
     fn log(dir: &Path, memory_bytes: usize, cap_bytes: u64) -> OutputLog {
-        OutputLog::new(dir.join("c"), limits(memory_bytes, cap_bytes, cap_bytes / 2))
+        OutputLog::new(
+            dir.join("c"),
+            limits(memory_bytes, cap_bytes, cap_bytes / 2),
+        )
     }
 
     fn files(dir: &Path) -> usize {
@@ -621,8 +623,11 @@ mod tests {
         expected
     }
 
+    /// Bytes with their stream, and the `(offset, len)` gaps met.
+    type ReadBack = (Vec<(Stream, u8)>, Vec<(u64, u64)>);
+
     /// Reads from `offset` to the end; returns the bytes and the gaps met.
-    fn read_all(log: &OutputLog, offset: u64, max: usize) -> (Vec<(Stream, u8)>, Vec<(u64, u64)>) {
+    fn read_all(log: &OutputLog, offset: u64, max: usize) -> ReadBack {
         let mut r = LogReader::new(log, offset);
         let mut out = Vec::new();
         let mut gaps = Vec::new();

@@ -145,7 +145,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_pair_carries_bytes_both_ways_and_reports_eof() {
-        let pair = open(PtySize { cols: 100, rows: 30 }).expect("openpty");
+        let pair = open(PtySize {
+            cols: 100,
+            rows: 30,
+        })
+        .expect("openpty");
         let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
         // SAFETY: TIOCGWINSZ writes a winsize into the valid local.
         assert_eq!(

@@ -23,9 +23,9 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+use cove_guest_protocol::PtySize;
 use nix::fcntl::OFlag;
 use nix::unistd::pipe2;
-use cove_guest_protocol::PtySize;
 use tokio::sync::oneshot;
 
 use crate::reaper::{ExitStatus, Reaper};

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use cove_guest_protocol::{
     decode_body, encode_frame, read_frame, write_frame, CommandInfo, CommandState, ErrorCode,
-    FileInfo, FileType, GuestFrame, GuestPath, HostFrame, Response, Stream,
-    MAX_FRAME_BYTES, PROTOCOL_VERSION,
+    FileInfo, FileType, GuestFrame, GuestPath, HostFrame, Response, Stream, MAX_FRAME_BYTES,
+    PROTOCOL_VERSION,
 };
 use cove_node_agent::guest::{AttachEvent, GuestClient, GuestError};
 use futures::StreamExt;
@@ -139,11 +139,21 @@ fn seeds() -> Vec<GuestFrame> {
 /// A mutation of an encoded frame body.
 #[derive(Debug, Clone)]
 enum Mutation {
-    Flip { at: usize, bits: u8 },
-    Truncate { len: usize },
-    Insert { at: usize, bytes: Vec<u8> },
+    Flip {
+        at: usize,
+        bits: u8,
+    },
+    Truncate {
+        len: usize,
+    },
+    Insert {
+        at: usize,
+        bytes: Vec<u8>,
+    },
     /// A varint that announces a huge length (for a Vec, a String or bytes).
-    HugeLength { at: usize },
+    HugeLength {
+        at: usize,
+    },
 }
 
 fn mutation() -> impl Strategy<Value = Mutation> {
@@ -342,10 +352,9 @@ async fn hostile_attach_streams_end_in_errors() {
         let stream = client.attach("c1", 0, true).await.expect("attach opens");
         futures::pin_mut!(stream);
         let mut last = None;
-        while let Some(item) =
-            tokio::time::timeout(Duration::from_secs(10), stream.next())
-                .await
-                .expect("the stream ends")
+        while let Some(item) = tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .expect("the stream ends")
         {
             last = Some(item);
         }
@@ -361,10 +370,7 @@ async fn hostile_attach_streams_end_in_errors() {
     let events: Vec<_> = stream.collect().await;
     assert!(matches!(
         events[1],
-        Ok(AttachEvent::Gap {
-            offset: 1,
-            len: 10
-        })
+        Ok(AttachEvent::Gap { offset: 1, len: 10 })
     ));
     assert_bounded_allocation();
 }

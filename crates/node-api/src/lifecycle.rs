@@ -44,6 +44,10 @@ pub trait NodeLifecycle: Send + Sync + 'static {
     /// state, or `None` when the node has no trace of it.
     async fn adopt_sandbox(&self, id: &str) -> Result<Option<NodeSandboxState>, NodeError>;
 
+    /// The runtime's view of a sandbox, without touching its guest agent (`None`: no
+    /// container). For periodic reconciliation.
+    async fn inspect_sandbox(&self, id: &str) -> Result<Option<NodeSandboxState>, NodeError>;
+
     /// Freezes every process of a running sandbox (commands, files and connections survive).
     /// Pausing a paused sandbox succeeds.
     async fn pause_sandbox(&self, id: &str) -> Result<(), NodeError>;

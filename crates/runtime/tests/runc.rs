@@ -141,9 +141,11 @@ impl Drop for Harness {
             .arg(self.dir.path().join("runc"))
             .args(["delete", "--force", &self.spec.id])
             .output();
-        let rootfs = self.spec.dir.join("rootfs");
-        if mounted(&rootfs) {
-            let _ = Command::new("umount").arg("-l").arg(&rootfs).output();
+        for mount in ["rootfs", "disk"] {
+            let path = self.spec.dir.join(mount);
+            if mounted(&path) {
+                let _ = Command::new("umount").arg("-l").arg(&path).output();
+            }
         }
     }
 }
@@ -410,4 +412,70 @@ fn missing_runc_is_unavailable() {
     })
     .expect_err("no runc");
     assert!(matches!(err, RuntimeError::Unavailable(_)), "{err:?}");
+}
+
+/// Loop devices backed by `image` (`losetup -a` lines naming it).
+fn loop_devices_of(image: &Path) -> Vec<String> {
+    let out = Command::new("losetup").arg("-a").output().expect("losetup");
+    let image = image.to_string_lossy().into_owned();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.contains(&image))
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test]
+async fn own_disk_holds_the_files_and_survives_stop_and_start() {
+    let mut h = Harness::new("disk");
+    h.spec.disk_mib = Some(64);
+    let rt = &h.runtime;
+    let spec = &h.spec;
+    let image = spec.dir.join("disk.img");
+
+    let began = Instant::now();
+    let started = rt.start(spec).await.expect("start");
+    let start_ms = began.elapsed().as_millis();
+    assert_eq!(std::fs::metadata(&image).expect("image").len(), 64 * MIB);
+    assert!(mounted(&spec.dir.join("disk")));
+    assert_eq!(loop_devices_of(&image).len(), 1);
+    assert_eq!(
+        std::fs::read_link(spec.dir.join("upper")).expect("upper is a link"),
+        Path::new("disk/upper")
+    );
+    let sock = &started.agent_socket;
+    let kib: u64 = sh(sock, "df -k / | tail -1 | awk '{print $2}'")
+        .parse()
+        .expect("df");
+    assert!(
+        (50_000..=65_536).contains(&kib),
+        "root is the 64 MiB disk: {kib} KiB"
+    );
+    assert_eq!(sh(sock, "echo kept > /root/f && cat /root/f"), "kept");
+    assert!(
+        spec.dir.join("upper/root/f").exists(),
+        "files are on the disk"
+    );
+    // Filling it fails inside the sandbox only.
+    let out = sh(sock, "dd if=/dev/zero of=/root/fill bs=1M 2>&1; echo rc=$?");
+    assert!(out.contains("No space left on device"), "{out}");
+
+    rt.stop(&spec.id, &spec.dir).await.expect("stop");
+    assert!(!mounted(&spec.dir.join("rootfs")));
+    assert!(!mounted(&spec.dir.join("disk")));
+    assert!(
+        loop_devices_of(&image).is_empty(),
+        "stop detached the loop device"
+    );
+    assert!(
+        image.exists(),
+        "the image (the sandbox's files) survives stop"
+    );
+
+    // Starting again mounts the same image, with the files (and without a new mkfs).
+    let started = rt.start(spec).await.expect("restart on a full disk");
+    assert_eq!(sh(&started.agent_socket, "cat /root/f"), "kept");
+    rt.stop(&spec.id, &spec.dir).await.expect("stop");
+    assert!(loop_devices_of(&image).is_empty());
+    println!("start with a 64 MiB disk: {start_ms} ms");
 }

@@ -171,7 +171,9 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
             .unwrap_or_else(|| format!("http://{data_plane_addr}")),
     );
     let life = &cfg.lifecycle;
-    cp_cfg.controller_interval = life.controller_interval.unwrap_or(cp_cfg.controller_interval);
+    cp_cfg.controller_interval = life
+        .controller_interval
+        .unwrap_or(cp_cfg.controller_interval);
     cp_cfg.reconcile_interval = life.reconcile_interval.unwrap_or(cp_cfg.reconcile_interval);
     cp_cfg.retention = life.retention.unwrap_or(cp_cfg.retention);
     let cp = ControlPlane::new(store, Arc::new(node), cp_cfg);
@@ -213,8 +215,9 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
 /// come from the `AWS_*` environment variables (read here, at the composition root).
 fn snapshot_store(life: &LifecycleSettings, data_dir: &Path) -> anyhow::Result<SnapshotStore> {
     match &life.snapshot_store {
-        None => SnapshotStore::local(&data_dir.join("snapshots"))
-            .context("open the snapshot store"),
+        None => {
+            SnapshotStore::local(&data_dir.join("snapshots")).context("open the snapshot store")
+        }
         Some(url) => {
             let aws = std::env::vars().filter(|(k, _)| k.starts_with("AWS_"));
             SnapshotStore::from_url(url, aws).context("open the snapshot store")

@@ -288,7 +288,9 @@ mod tests {
     #[tokio::test]
     async fn operations_are_listed_newest_first_and_old_finished_ones_purged() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = Store::open_sqlite(&dir.path().join("s.db")).await.expect("open");
+        let store = Store::open_sqlite(&dir.path().join("s.db"))
+            .await
+            .expect("open");
         let op = |id: &str, sandbox: &str| NewOperation {
             id: id.into(),
             kind: OperationKind::PauseSandbox,
@@ -304,20 +306,42 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(2)).await;
         }
         let ids = |ops: Vec<Operation>| ops.into_iter().map(|o| o.id).collect::<Vec<_>>();
-        assert_eq!(ids(store.list_operations(Some("sb-1"), 10).await.expect("list")), ["op-c", "op-a"]);
-        assert_eq!(ids(store.list_operations(None, 2).await.expect("list")), ["op-c", "op-b"]);
-        assert!(store.has_unfinished_operation("sb-1").await.expect("unfinished"));
+        assert_eq!(
+            ids(store.list_operations(Some("sb-1"), 10).await.expect("list")),
+            ["op-c", "op-a"]
+        );
+        assert_eq!(
+            ids(store.list_operations(None, 2).await.expect("list")),
+            ["op-c", "op-b"]
+        );
+        assert!(store
+            .has_unfinished_operation("sb-1")
+            .await
+            .expect("unfinished"));
 
-        let done = OperationUpdate { state: Some(OperationState::Succeeded), ..Default::default() };
+        let done = OperationUpdate {
+            state: Some(OperationState::Succeeded),
+            ..Default::default()
+        };
         store.update_operation("op-a", &done).await.expect("update");
-        store.append_operation_log("op-a", "line").await.expect("log");
+        store
+            .append_operation_log("op-a", "line")
+            .await
+            .expect("log");
         let purged = store
             .purge_before(Utc::now() + chrono::Duration::seconds(1))
             .await
             .expect("purge");
         assert_eq!(purged.operations, 1, "only the finished one");
-        assert!(matches!(store.get_operation("op-a").await, Err(StoreError::NotFound)));
-        assert!(store.operation_logs("op-a", 0, 10).await.expect("logs").is_empty());
+        assert!(matches!(
+            store.get_operation("op-a").await,
+            Err(StoreError::NotFound)
+        ));
+        assert!(store
+            .operation_logs("op-a", 0, 10)
+            .await
+            .expect("logs")
+            .is_empty());
         assert!(store.get_operation("op-c").await.is_ok());
     }
 }

@@ -23,8 +23,8 @@ use crate::args::MIB;
 use crate::host::{self, ProcessMemory};
 use crate::raw::{container_init_pids, Bundle, RawRunc};
 use crate::report::{Metric, Stats, Unit};
-use crate::stats::slope;
 use crate::server::{create_sandbox, delete_many};
+use crate::stats::slope;
 
 /// Sandboxes created at once.
 const CREATE_PARALLEL: usize = 4;
@@ -57,9 +57,7 @@ impl Footprint {
     /// First-minus-last `MemAvailable` over the count, MiB.
     fn available_delta_mib(&self) -> f64 {
         match (self.available.first(), self.available.last()) {
-            (Some(first), Some(last)) => {
-                (first.1 - last.1) / MIB as f64 / self.count.max(1) as f64
-            }
+            (Some(first), Some(last)) => (first.1 - last.1) / MIB as f64 / self.count.max(1) as f64,
             _ => 0.0,
         }
     }

@@ -87,6 +87,19 @@ pub fn dist_ms(samples: &[Duration]) -> anyhow::Result<Stats> {
 /// Runs `argv` in `sandbox` through the API and the data plane until it exits; returns the
 /// number of output bytes read. A non-zero exit is an error.
 pub async fn run_command(client: &Client, sandbox: &str, argv: &[&str]) -> anyhow::Result<u64> {
+    run_command_timed(client, sandbox, argv)
+        .await
+        .map(|(bytes, _)| bytes)
+}
+
+/// [`run_command`], also returning how long the create-command request took (the rest of the
+/// round trip is the data plane's).
+pub async fn run_command_timed(
+    client: &Client,
+    sandbox: &str,
+    argv: &[&str],
+) -> anyhow::Result<(u64, Duration)> {
+    let t0 = Instant::now();
     let req = CreateCommandRequest {
         argv: Some(argv.iter().map(|s| s.to_string()).collect()),
         ..Default::default()
@@ -95,6 +108,7 @@ pub async fn run_command(client: &Client, sandbox: &str, argv: &[&str]) -> anyho
         .create_command(sandbox, &req)
         .await
         .with_context(|| format!("start {argv:?} in {sandbox}"))?;
+    let accepted = t0.elapsed();
     let mut events = std::pin::pin!(client.attach(&resp.attachment, 0));
     let mut bytes = 0u64;
     while let Some(event) = events.next().await {
@@ -111,7 +125,7 @@ pub async fn run_command(client: &Client, sandbox: &str, argv: &[&str]) -> anyho
                         cmd.signal
                     );
                 }
-                return Ok(bytes);
+                return Ok((bytes, accepted));
             }
         }
     }

@@ -12,6 +12,10 @@ use anyhow::Context;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use serde_json::json;
 
+/// Parent of every baseline container's cgroup (`cove-bench/<name>`, relative to the bench's
+/// own cgroup).
+pub const CGROUP_PARENT: &str = "cove-bench";
+
 /// Memory limit of a baseline container, bytes (Cove's default sandbox size).
 const MEMORY_BYTES: u64 = 512 * 1024 * 1024;
 /// Process limit of a baseline container (Cove's default).
@@ -150,7 +154,7 @@ fn config(rootfs: &Path, name: &str, args: &[&str]) -> serde_json::Value {
             m("/sys/fs/cgroup", "cgroup", "cgroup", &["nosuid", "noexec", "nodev", "relatime", "ro"]),
         ],
         "linux": {
-            "cgroupsPath": format!("cove-bench/{name}"),
+            "cgroupsPath": format!("{CGROUP_PARENT}/{name}"),
             "resources": {
                 "devices": [{"allow": false, "access": "rwm"}],
                 "memory": {"limit": bytes, "swap": bytes},

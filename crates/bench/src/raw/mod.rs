@@ -170,6 +170,39 @@ impl Drop for RawRunc {
             let _ = nix::mount::umount2(&mount_point, nix::mount::MntFlags::MNT_DETACH);
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+        remove_cgroup_parent();
+    }
+}
+
+/// Removes the (by now empty) `cove-bench` parent cgroup that runc made beside this process's
+/// own cgroup in each hierarchy. `rmdir` of a cgroup only succeeds when it has no processes and
+/// no children, so one still in use (another bench run) stays.
+fn remove_cgroup_parent() {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mounts: Vec<PathBuf> = mountinfo
+        .lines()
+        .filter_map(|line| {
+            let (pre, post) = line.split_once(" - ")?;
+            let fstype = post.split(' ').next()?;
+            (fstype == "cgroup" || fstype == "cgroup2")
+                .then(|| pre.split(' ').nth(4).map(PathBuf::from))
+                .flatten()
+        })
+        .collect();
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let mut paths: Vec<&str> = own
+        .lines()
+        .filter_map(|line| line.splitn(3, ':').nth(2))
+        .collect();
+    paths.sort_unstable();
+    paths.dedup();
+    for mount in &mounts {
+        for path in &paths {
+            let dir = mount
+                .join(path.trim_start_matches('/'))
+                .join(bundle::CGROUP_PARENT);
+            let _ = std::fs::remove_dir(dir);
+        }
     }
 }
 

@@ -23,6 +23,10 @@ use super::operations::async_stream;
 use crate::error::{from_node, Subject};
 use crate::{ControlPlane, ServiceError};
 
+/// Largest output event in bytes before encoding (32 KiB): larger chunks go out as several
+/// events, which keeps every event cheap to parse for a client however large the read.
+pub const SSE_EVENT_BYTES: usize = 32 * 1024;
+
 /// Largest stdin write in one request (1 MiB); split larger input into several requests.
 pub const MAX_STDIN_WRITE: usize = 1 << 20;
 
@@ -75,70 +79,87 @@ pub(super) async fn attach(
     let stream = async_stream(move |tx| async move {
         let mut carry = [Utf8Carry::default(), Utf8Carry::default()];
         while let Some(ev) = events.next().await {
-            let ev =
+            let out =
                 match ev {
                     Ok(AttachEvent::Output {
                         offset,
                         stream,
                         data,
-                    }) => {
-                        let (name, idx) = match stream {
-                            OutputStream::Stdout => ("stdout", 0),
-                            OutputStream::Stderr => ("stderr", 1),
-                        };
-                        let end = offset + data.len() as u64;
-                        let payload = if utf8 {
-                            match carry[idx].push(offset, &data) {
-                                Some((start, text)) => OutputEvent {
-                                    offset: start,
-                                    len: end - start,
-                                    data: text,
-                                },
-                                None => continue,
-                            }
-                        } else {
-                            OutputEvent {
-                                offset,
-                                len: data.len() as u64,
-                                data: base64::engine::general_purpose::STANDARD.encode(&data),
-                            }
-                        };
-                        Event::default()
-                            .event(name)
-                            .id(end.to_string())
-                            .json_data(&payload)
-                    }
+                    }) => output_events(&mut carry, utf8, offset, stream, &data),
                     Ok(AttachEvent::Gap { offset, len }) => {
-                        // With utf8, an incomplete character (at most 3 bytes) held back
-                        // before a gap cannot be completed: it goes with the gap.
+                        // With utf8, an incomplete character (at most 3 bytes) held back before a
+                        // gap cannot be completed: it goes with the gap.
                         for c in &mut carry {
                             c.pending.clear();
                         }
-                        Event::default()
+                        vec![Event::default()
                             .event("gap")
                             .id((offset + len).to_string())
-                            .json_data(GapEvent { offset, len })
+                            .json_data(GapEvent { offset, len })]
                     }
                     Ok(AttachEvent::Exited(info)) => {
                         let cmd = crate::commands::to_api(&sandbox_id, info);
-                        Event::default().event("exit").json_data(&cmd)
+                        vec![Event::default().event("exit").json_data(&cmd)]
                     }
                     Ok(AttachEvent::End) => continue,
                     Err(e) => {
                         tracing::warn!(command_id = %cid, error = %e, "attach stream failed");
-                        Event::default().event("error").json_data(serde_json::json!({
+                        vec![Event::default().event("error").json_data(serde_json::json!({
                         "code": "unavailable",
                         "message": "the output stream broke; reconnect with ?offset= to resume",
-                    }))
+                    }))]
                     }
                 };
-            let Ok(ev) = ev else { continue };
-            if tx.send(ev).await.is_err() {
-                return;
+            for ev in out.into_iter().flatten() {
+                if tx.send(ev).await.is_err() {
+                    return;
+                }
             }
         }
     });
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+/// The `stdout`/`stderr` events of one chunk of output, each of at most [`SSE_EVENT_BYTES`].
+fn output_events(
+    carry: &mut [Utf8Carry; 2],
+    utf8: bool,
+    offset: u64,
+    stream: OutputStream,
+    data: &[u8],
+) -> Vec<Result<Event, axum::Error>> {
+    let (name, idx) = match stream {
+        OutputStream::Stdout => ("stdout", 0),
+        OutputStream::Stderr => ("stderr", 1),
+    };
+    let mut events = Vec::with_capacity(data.len() / SSE_EVENT_BYTES + 1);
+    let mut at = offset;
+    for piece in data.chunks(SSE_EVENT_BYTES) {
+        let end = at + piece.len() as u64;
+        let payload = if utf8 {
+            carry[idx].push(at, piece).map(|(start, text)| OutputEvent {
+                offset: start,
+                len: end - start,
+                data: text,
+            })
+        } else {
+            Some(OutputEvent {
+                offset: at,
+                len: piece.len() as u64,
+                data: base64::engine::general_purpose::STANDARD.encode(piece),
+            })
+        };
+        if let Some(payload) = payload {
+            events.push(
+                Event::default()
+                    .event(name)
+                    .id(end.to_string())
+                    .json_data(&payload),
+            );
+        }
+        at = end;
+    }
+    events
 }
 
 /// Holds back the incomplete tail of a UTF-8 sequence so that a character split between two reads

@@ -81,7 +81,9 @@ pub(crate) fn idempotency_key(
     match headers.get(cove_api_types::IDEMPOTENCY_KEY_HEADER) {
         None => Ok(None),
         Some(v) => {
-            let k = v.to_str().map_err(|_| InvalidInput::new("Idempotency-Key", "must be ASCII"))?;
+            let k = v
+                .to_str()
+                .map_err(|_| InvalidInput::new("Idempotency-Key", "must be ASCII"))?;
             if k.is_empty() || k.len() > 256 {
                 return Err(InvalidInput::new("Idempotency-Key", "must be 1 to 256 bytes").into());
             }

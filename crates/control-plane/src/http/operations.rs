@@ -44,7 +44,10 @@ pub(super) async fn list(
     State(cp): State<ControlPlane>,
     ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<impl IntoResponse, ServiceError> {
-    let operations = cp.operations().list(q.sandbox_id.as_deref(), q.limit).await?;
+    let operations = cp
+        .operations()
+        .list(q.sandbox_id.as_deref(), q.limit)
+        .await?;
     Ok(Json(OperationList { operations }))
 }
 

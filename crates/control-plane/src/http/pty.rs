@@ -93,7 +93,9 @@ async fn run(
                 Ok(AttachEvent::End) => continue,
                 Err(e) => {
                     warn!(command_id = %cid, error = %e, "pty output stream failed");
-                    let _ = tx.send(close(CLOSE_STREAM_BROKE, "the output stream broke")).await;
+                    let _ = tx
+                        .send(close(CLOSE_STREAM_BROKE, "the output stream broke"))
+                        .await;
                     return;
                 }
             };

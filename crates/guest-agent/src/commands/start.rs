@@ -84,7 +84,10 @@ pub async fn start(agent: &Arc<Agent>, req: SpawnRequest) -> Result<u32, AgentEr
             let stderr = pipe::Receiver::from_owned_fd(stderr)?;
             Ok::<_, std::io::Error>((
                 stdin.map(StdinWriter::Pipe),
-                vec![Source::Pipe(stdout, Stream::Stdout), Source::Pipe(stderr, Stream::Stderr)],
+                vec![
+                    Source::Pipe(stdout, Stream::Stdout),
+                    Source::Pipe(stderr, Stream::Stderr),
+                ],
                 None,
             ))
         }

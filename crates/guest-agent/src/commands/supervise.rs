@@ -52,6 +52,7 @@ pub async fn supervise(
         .into_iter()
         .map(|s| tokio::spawn(pump(command.clone(), s)))
         .collect();
+    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
     let status = match timeout {
         None => (&mut exit).await,
         Some(t) => {
@@ -86,6 +87,20 @@ pub async fn supervise(
     let sid = command.sid();
     if let Ok(false) = tokio::task::spawn_blocking(move || crate::process_tree::alive(sid)).await {
         command.mark_tree_gone();
+        return;
+    }
+    // The leader is gone but processes it left in its session still run: the timeout bounds
+    // them too.
+    if let Some(deadline) = deadline {
+        tokio::time::sleep_until(deadline).await;
+        if let Some(sid) = command.live_sid() {
+            let alive = tokio::task::spawn_blocking(move || crate::process_tree::alive(sid)).await;
+            if let Ok(true) = alive {
+                info!(command_id = %command.id, "timeout: killing processes left by the command");
+                kill::kill_tree_now(sid).await;
+            }
+            command.mark_tree_gone();
+        }
     }
 }
 

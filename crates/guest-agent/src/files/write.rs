@@ -8,6 +8,12 @@
 //!
 //! A destination that is a symlink to an existing regular file is written through (the link
 //! stays); any other symlink is replaced by the new file.
+//!
+//! An upload never takes a filesystem's last [`MIN_FREE_BYTES`]: one that starts with less
+//! free is `NoSpace` at once. A disk filled by the sandbox's own processes thus refuses uploads
+//! clearly (filesystems keep some slack after a writer hit `ENOSPC`, which a small file would
+//! otherwise take), and the space left stays for the sandbox to recover with. Running out in the
+//! middle is `NoSpace` too, with the temporary file removed.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -24,8 +30,12 @@ use super::info::lstat_info;
 use super::mkdir::create_dirs;
 use super::path::{display, resolve};
 use crate::agent::Agent;
+use crate::error::describe;
 use crate::error::AgentError;
 use crate::server::Responder;
+
+/// Free bytes an upload leaves on the destination's filesystem at the least (1 MiB).
+pub const MIN_FREE_BYTES: u64 = 1 << 20;
 
 /// A frame of an upload, routed from the connection.
 #[derive(Debug)]
@@ -115,6 +125,7 @@ fn write_blocking(
         Err(_) => None,
     };
     let mode = req.mode.map(|m| m & 0o7777).or(old_mode).unwrap_or(0o644);
+    check_free_space(dir, &target)?;
 
     let (mut file, mut temp) = create_temp(dir)?;
     let io_err = |what: &str, e: &std::io::Error| AgentError::io(what, &target, e);
@@ -150,6 +161,28 @@ fn write_blocking(
         let _ = d.sync_all();
     }
     Ok(lstat_info(&target, &db)?)
+}
+
+/// `NoSpace` when `dir`'s filesystem has less than [`MIN_FREE_BYTES`] available.
+fn check_free_space(dir: &Path, target: &Path) -> Result<(), AgentError> {
+    let Ok(st) = nix::sys::statvfs::statvfs(dir) else {
+        // Nothing known: the write itself will tell.
+        return Ok(());
+    };
+    let free = st.blocks_available().saturating_mul(st.fragment_size());
+    if free >= MIN_FREE_BYTES {
+        return Ok(());
+    }
+    Err(AgentError::new(
+        ErrorCode::NoSpace,
+        format!(
+            "write {}: {} ({} KiB free; uploads leave at least {} KiB free)",
+            display(target),
+            describe(&std::io::Error::from_raw_os_error(libc::ENOSPC)),
+            free / 1024,
+            MIN_FREE_BYTES / 1024
+        ),
+    ))
 }
 
 /// A new, empty temporary file in `dir`.

@@ -32,7 +32,9 @@ impl Default for OutputLimits {
 impl OutputLimits {
     /// The tail kept of a long output, in bytes.
     pub fn tail(&self) -> u64 {
-        self.tail_bytes.unwrap_or(self.cap_bytes / 2).min(self.cap_bytes)
+        self.tail_bytes
+            .unwrap_or(self.cap_bytes / 2)
+            .min(self.cap_bytes)
     }
 
     /// The guest agent's flags for these limits.

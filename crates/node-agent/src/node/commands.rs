@@ -64,22 +64,20 @@ impl NodeCommands for NodeAgent {
             .attach(command_id, offset, follow)
             .await
             .map_err(guest_err)?;
-        let mapped = events.map(|ev| {
-            match ev {
-                Ok(guest::AttachEvent::Output {
-                    offset,
-                    stream,
-                    data,
-                }) => Ok(AttachEvent::Output {
-                    offset,
-                    stream,
-                    data,
-                }),
-                Ok(guest::AttachEvent::Gap { offset, len }) => Ok(AttachEvent::Gap { offset, len }),
-                Ok(guest::AttachEvent::Exited(info)) => Ok(AttachEvent::Exited(info)),
-                Ok(guest::AttachEvent::End) => Ok(AttachEvent::End),
-                Err(e) => Err(guest_err(e)),
-            }
+        let mapped = events.map(|ev| match ev {
+            Ok(guest::AttachEvent::Output {
+                offset,
+                stream,
+                data,
+            }) => Ok(AttachEvent::Output {
+                offset,
+                stream,
+                data,
+            }),
+            Ok(guest::AttachEvent::Gap { offset, len }) => Ok(AttachEvent::Gap { offset, len }),
+            Ok(guest::AttachEvent::Exited(info)) => Ok(AttachEvent::Exited(info)),
+            Ok(guest::AttachEvent::End) => Ok(AttachEvent::End),
+            Err(e) => Err(guest_err(e)),
         });
         Ok(mapped.boxed())
     }

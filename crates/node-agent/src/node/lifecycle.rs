@@ -37,6 +37,15 @@ impl NodeLifecycle for NodeAgent {
         }
     }
 
+    async fn inspect_sandbox(&self, id: &str) -> Result<Option<NodeSandboxState>, NodeError> {
+        Ok(match self.runtime.state(id).await.map_err(runtime_err)? {
+            None => None,
+            Some(RuntimeState::Running) => Some(NodeSandboxState::Running),
+            Some(RuntimeState::Paused) => Some(NodeSandboxState::Paused),
+            Some(_) => Some(NodeSandboxState::Stopped),
+        })
+    }
+
     async fn pause_sandbox(&self, id: &str) -> Result<(), NodeError> {
         match self.runtime.state(id).await.map_err(runtime_err)? {
             None => Err(NodeError::SandboxNotFound(id.to_string())),

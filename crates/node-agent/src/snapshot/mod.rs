@@ -26,6 +26,8 @@ mod unpack;
 const PART_BYTES: usize = 8 << 20;
 /// Parts in flight at once during an upload.
 const UPLOAD_CONCURRENCY: usize = 4;
+/// Parts fetched ahead during a restore.
+const DOWNLOAD_CONCURRENCY: usize = 2;
 /// Name of the object of one sandbox under `sandboxes/<id>/`.
 const OBJECT_NAME: &str = "fs.tar";
 
@@ -192,15 +194,25 @@ impl SnapshotStore {
         upper: &Path,
         cancel: &CancellationToken,
     ) -> Result<SnapshotSize, SnapshotError> {
-        let got = match self.store.get(&self.key(sandbox_id)).await {
-            Ok(got) => got,
+        let key = self.key(sandbox_id);
+        let size = match self.store.head(&key).await {
+            Ok(meta) => meta.size,
             Err(object_store::Error::NotFound { .. }) => {
                 return Err(SnapshotError::Missing(sandbox_id.to_string()))
             }
             Err(e) => return Err(e.into()),
         };
-        let mut body = got.into_stream();
-        let (tx, reader) = bridge::channel_reader(4);
+        // Ranged reads of a part each, two in flight: large chunks for the unpacker (a plain
+        // local `get` streams 8 KiB pieces) and overlap of transfer and unpacking on S3.
+        let fetches: Vec<_> = (0..size)
+            .step_by(PART_BYTES)
+            .map(|start| {
+                let end = (start + PART_BYTES as u64).min(size);
+                fetch_range(self.store.clone(), key.clone(), start..end)
+            })
+            .collect();
+        let mut body = futures::stream::iter(fetches).buffered(DOWNLOAD_CONCURRENCY);
+        let (tx, reader) = bridge::channel_reader(DOWNLOAD_CONCURRENCY);
         let root = upper.to_path_buf();
         let unpacker = tokio::task::spawn_blocking(move || unpack::unpack(reader, &root));
         let streamed: Result<(), SnapshotError> = async {
@@ -294,6 +306,15 @@ impl SnapshotStore {
         }
         Ok(removed)
     }
+}
+
+/// One byte range of an object.
+async fn fetch_range(
+    store: Arc<dyn ObjectStore>,
+    key: ObjectPath,
+    range: std::ops::Range<u64>,
+) -> object_store::Result<Bytes> {
+    store.get_range(&key, range).await
 }
 
 /// Removes `<name>#<digits>` files (the local store's staged uploads) and then-empty

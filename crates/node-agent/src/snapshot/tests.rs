@@ -88,7 +88,10 @@ async fn upper_dir_round_trips_with_whiteouts_opaque_dirs_links_and_owners() {
 
     store.delete("sb-test").await.expect("delete");
     assert!(!store.exists("sb-test").await.expect("exists"));
-    assert!(!tmp.path().join("snapshots/sandboxes/sb-test").exists(), "empty dir removed");
+    assert!(
+        !tmp.path().join("snapshots/sandboxes/sb-test").exists(),
+        "empty dir removed"
+    );
     store
         .delete("sb-test")
         .await

@@ -6,7 +6,7 @@
 //! through a symlink are refused, so a tampered snapshot cannot write outside the sandbox.
 
 use std::collections::HashMap;
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, SystemTime};
@@ -17,11 +17,15 @@ use tracing::debug;
 
 use super::pack::XATTR_PAX_PREFIX;
 
+/// Buffer of file content copies (1 MiB).
+const COPY_BUF_BYTES: usize = 1 << 20;
+
 /// Unpacks the tar stream `input` into `root` (which must exist); returns the number of file
 /// content bytes written.
 pub(crate) fn unpack<R: Read>(input: R, root: &Path) -> io::Result<u64> {
     let mut archive = Archive::new(input);
     let mut bytes = 0u64;
+    let mut buf = vec![0u8; COPY_BUF_BYTES];
     for entry in archive.entries()? {
         let mut entry = entry?;
         let rel = safe_relative(&entry.path()?)?;
@@ -44,7 +48,7 @@ pub(crate) fn unpack<R: Read>(input: R, root: &Path) -> io::Result<u64> {
             }
             EntryType::Regular | EntryType::Continuous => {
                 let mut file = std::fs::File::create(&dst)?;
-                bytes += io::copy(&mut entry, &mut file)?;
+                bytes += copy_large(&mut entry, &mut file, &mut buf)?;
                 let mtime = SystemTime::UNIX_EPOCH + Duration::from_secs(header.mtime()?);
                 file.set_modified(mtime)?;
             }
@@ -97,6 +101,21 @@ pub(crate) fn unpack<R: Read>(input: R, root: &Path) -> io::Result<u64> {
         }
     }
     Ok(bytes)
+}
+
+/// Copies `from` to `to` through `buf` (large reads and writes: few system calls per file).
+fn copy_large(from: &mut impl Read, to: &mut impl Write, buf: &mut [u8]) -> io::Result<u64> {
+    let mut total = 0u64;
+    loop {
+        let n = match from.read(buf) {
+            Ok(0) => return Ok(total),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        to.write_all(&buf[..n])?;
+        total += n as u64;
+    }
 }
 
 /// The extended attributes in the entry's PAX records.

@@ -103,7 +103,10 @@ fn adopt_plain_upper(layout: &Layout, disk_upper: &Path) -> Result<(), RuntimeEr
         }
         Ok(_) => {
             return Err(RuntimeError::Io {
-                context: format!("{} is neither a directory nor a symlink", layout.upper.display()),
+                context: format!(
+                    "{} is neither a directory nor a symlink",
+                    layout.upper.display()
+                ),
                 source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
             })
         }
@@ -122,10 +125,10 @@ fn adopt_plain_upper(layout: &Layout, disk_upper: &Path) -> Result<(), RuntimeEr
 
 /// Runs a helper program; a failure carries its stderr.
 fn run(cmd: &mut Command, what: &str) -> Result<(), RuntimeError> {
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .map_err(io_err(format!("{what}: cannot run {:?}", cmd.get_program())))?;
+    let out = cmd.stdin(Stdio::null()).output().map_err(io_err(format!(
+        "{what}: cannot run {:?}",
+        cmd.get_program()
+    )))?;
     if out.status.success() {
         return Ok(());
     }

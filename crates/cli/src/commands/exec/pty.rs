@@ -88,7 +88,12 @@ pub(super) async fn execute(
         let mut stdin = tokio::io::stdin();
         let mut buf = vec![0u8; STDIN_CHUNK];
         while let Ok(n) = stdin.read(&mut buf).await {
-            if n == 0 || keys_tx.send(Bytes::copy_from_slice(&buf[..n])).await.is_err() {
+            if n == 0
+                || keys_tx
+                    .send(Bytes::copy_from_slice(&buf[..n]))
+                    .await
+                    .is_err()
+            {
                 return;
             }
         }
