@@ -50,7 +50,7 @@ async fn background_commands_are_listed_reattached_and_forgotten() {
         .await
         .expect("start background");
     let short = c
-        .create_command(&id, &shell("printf 'one\\n'; printf 'two' >&2"))
+        .create_command(&id, &shell("printf 'one\\n'; sleep 0.2; printf 'two' >&2"))
         .await
         .expect("start short");
     wait_exited(&c, &id, &short.command.id).await;
@@ -84,7 +84,10 @@ async fn background_commands_are_listed_reattached_and_forgotten() {
         assert_eq!(o.command.exit_code, Some(0));
     }
     let o = collect(&c, &short.attachment, 2, Instant::now()).await;
-    assert_eq!(o.stdout_text(), "e\n");
+    assert_eq!(
+        (o.stdout_text().as_str(), o.stderr_text().as_str()),
+        ("e\n", "two")
+    );
     // A new token works too (the old one is revoked).
     let att = c
         .new_attachment(&id, &short.command.id)

@@ -97,7 +97,11 @@ async fn c13_oom_and_fork_bomb_are_contained_and_reported() {
     // at the process limit; if it were still there at the deadline, it would be killed.
     let stderr = o.stderr_text();
     let forks_failed = stderr.contains("fork") || stderr.contains("Resource temporarily");
-    assert!(o.command.timed_out || forks_failed, "{:?} {stderr}", o.command);
+    assert!(
+        o.command.timed_out || forks_failed,
+        "{:?} {stderr}",
+        o.command
+    );
     eprintln!(
         "fork bomb: result after {:?} (exit {:?}, timed out {}); stderr starts {:?}",
         o.elapsed,

@@ -55,9 +55,9 @@ use reqwest::{Method, RequestBuilder, Response, Url};
 use serde::de::DeserializeOwned;
 
 pub use attach::AttachEvent;
-pub use pty::{PtyEvent, PtyReader, PtyWriter};
 pub use error::{ClientError, Result};
 pub use files::{DownloadOptions, SandboxPath, UploadFile, UploadOptions};
+pub use pty::{PtyEvent, PtyReader, PtyWriter};
 pub use sandboxes::ListSandboxes;
 
 /// The wire types of the API, re-exported.

@@ -45,8 +45,7 @@ impl Read {
 
 impl ControlPlane {
     /// Waits up to `wait` (at most 60 s) for the command to end, then answers with its output
-    /// within `max_bytes` (default [`DEFAULT_OUTPUT_ANSWER_BYTES`], at most
-    /// [`MAX_OUTPUT_ANSWER_BYTES`]).
+    /// within `max_bytes` (default 1 MiB, at most 16 MiB).
     pub async fn command_output(
         &self,
         sandbox_id: &str,

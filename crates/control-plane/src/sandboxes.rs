@@ -20,6 +20,9 @@ pub const DEFAULT_TEMPLATE: &str = "base";
 /// Largest page of a listing.
 pub const MAX_PAGE: u32 = 500;
 
+/// How often a delete re-reads a sandbox whose state changed under it before giving up.
+const DELETE_ATTEMPTS: u32 = 8;
+
 /// Default idle timeout of a sandbox (6 h).
 pub const DEFAULT_IDLE_TIMEOUT_S: u64 = 6 * 3600;
 
@@ -324,25 +327,25 @@ impl ControlPlane {
         deadline_s: Option<u64>,
     ) -> Result<Operation, ServiceError> {
         let deadline = crate::operations::deadline_from(deadline_s)?;
-        let s = self.get_sandbox(id).await?;
-        if s.state == SandboxState::Deleting {
-            return Err(ServiceError::InvalidState {
-                id: s.id,
-                from: s.state,
-                to: SandboxState::Deleting,
-            });
-        }
-        let moved = self
-            .transition(id, s.state, SandboxState::Deleting, None, None)
-            .await?;
-        if !moved {
-            // Changed under us; report what it is now.
-            let now = self.get_sandbox(id).await?;
-            return Err(ServiceError::InvalidState {
-                id: now.id,
-                from: now.state,
-                to: SandboxState::Deleting,
-            });
+        // A lifecycle call running meanwhile may move the sandbox between the read and the
+        // compare-and-set; read again then (a delete wins over any other state but `deleting`).
+        let mut attempts = 0;
+        loop {
+            let s = self.get_sandbox(id).await?;
+            if s.state == SandboxState::Deleting || attempts == DELETE_ATTEMPTS {
+                return Err(ServiceError::InvalidState {
+                    id: s.id,
+                    from: s.state,
+                    to: SandboxState::Deleting,
+                });
+            }
+            if self
+                .transition(id, s.state, SandboxState::Deleting, None, None)
+                .await?
+            {
+                break;
+            }
+            attempts += 1;
         }
         let new_op = NewOperation {
             id: ids::new_operation_id(),

@@ -56,9 +56,7 @@ pub async fn dispatch(agent: &Arc<Agent>, request: Request, r: &Responder) {
             commands::get(agent, &command_id).map(Response::Command)
         }
         Request::ForgetCommand { command_id } => commands::forget(agent, &command_id).map(ok),
-        Request::Resize { command_id, size } => {
-            commands::resize(agent, &command_id, size).map(ok)
-        }
+        Request::Resize { command_id, size } => commands::resize(agent, &command_id, size).map(ok),
         Request::Stat { path, user } => {
             files::blocking(agent, move |a| files::stat::stat(a, &path, user.as_deref()))
                 .await

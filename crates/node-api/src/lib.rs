@@ -21,12 +21,12 @@ pub use files::NodeFiles;
 pub use lifecycle::{NodeCapabilities, NodeLifecycle, SuspendInfo, WakeInfo};
 pub use releases::NodeReleases;
 
+pub use cove_guest_protocol::PtySize;
 pub use cove_guest_protocol::{
     CommandInfo, CommandState, ErrorCode as GuestErrorCode, FileInfo, FileType, GuestPath, Program,
     SpawnRequest, Stream as OutputStream, WriteFileRequest,
 };
 pub use cove_guest_protocol::{FileEvent, FileEventKind, WatchRequest};
-pub use cove_guest_protocol::PtySize;
 
 /// What the node needs to start a sandbox.
 #[derive(Debug, Clone)]

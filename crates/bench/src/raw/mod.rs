@@ -64,9 +64,11 @@ impl RawRunc {
         Ok(raw)
     }
 
-    /// A fresh name for a container or bundle (`raw-<n>`).
+    /// A fresh name for a container or bundle (`raw-<pid>-<n>`: names are also cgroup names,
+    /// which other bench processes on the host share).
     pub fn new_name(&self) -> String {
-        format!("raw-{}", self.next.fetch_add(1, Ordering::Relaxed))
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        format!("raw-{}-{n}", std::process::id())
     }
 
     /// A new bundle whose container runs `args`, overlay mounted.

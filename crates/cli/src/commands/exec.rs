@@ -1,5 +1,5 @@
 //! `cove exec`: runs a command in a sandbox, streams its output, exits with its exit code;
-//! with `-t`, an interactive session on a pseudo-terminal ([`pty`]).
+//! with `-t`, an interactive session on a pseudo-terminal (the `pty` submodule).
 
 mod pty;
 

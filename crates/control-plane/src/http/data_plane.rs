@@ -251,6 +251,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn large_chunks_become_bounded_events_with_exact_offsets() {
+        let mut carry = [Utf8Carry::default(), Utf8Carry::default()];
+        let data = vec![b'a'; 2 * SSE_EVENT_BYTES + 5];
+        let events = output_events(&mut carry, false, 100, OutputStream::Stdout, &data);
+        assert_eq!(events.len(), 3);
+        // A character across an event boundary is sent whole in the next event (utf8).
+        let mut data = vec![b'a'; SSE_EVENT_BYTES - 1];
+        data.extend_from_slice("≤".as_bytes());
+        let first = carry[0].push(0, &data[..SSE_EVENT_BYTES]);
+        assert_eq!(
+            first.map(|(o, t)| (o, t.len())),
+            Some((0, SSE_EVENT_BYTES - 1))
+        );
+        let rest = carry[0].push(SSE_EVENT_BYTES as u64, &data[SSE_EVENT_BYTES..]);
+        assert_eq!(rest, Some(((SSE_EVENT_BYTES - 1) as u64, "≤".to_string())));
+    }
+
+    #[test]
     fn split_character_is_sent_whole() {
         let mut c = Utf8Carry::default();
         assert_eq!(c.push(0, b"\xE2"), None);

@@ -1,9 +1,9 @@
 //! Host side of the guest protocol: [`GuestClient`], a client of one sandbox's guest agent.
 //!
-//! Unary calls (spawn, stdin, signal, kill, command state, stat, list, mkdir, remove, rename)
-//! share one lazily (re)connected connection, multiplexed by request id. Streams (attach, file
-//! reads and writes, watches) each open a connection of their own so the socket's flow control
-//! paces them.
+//! Unary calls (spawn, stdin, signal, kill, resize, command state, stat, list, mkdir, remove,
+//! rename) share one lazily (re)connected connection, multiplexed by request id. Streams
+//! (attach, file reads and writes, watches) each open a connection of their own so the socket's
+//! flow control paces them.
 //!
 //! The guest is untrusted: frames are bounded by the codec, lists by [`MAX_LIST_ENTRIES`] and
 //! [`MAX_LIST_COMMANDS`], error messages by length; a frame for an unknown id or of an unexpected
