@@ -193,6 +193,11 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     ] {
         let mut rx = rx.clone();
         tasks.push(tokio::spawn(async move {
+            // Small SSE events and JSON answers must not wait for delayed ACKs (Nagle): without
+            // TCP_NODELAY a keep-alive exec round trip costs ~40 ms instead of a few.
+            let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             axum::serve(listener, router)
                 .with_graceful_shutdown(async move {
                     let _ = rx.wait_for(|stop| *stop).await;
