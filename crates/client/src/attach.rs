@@ -6,11 +6,10 @@
 use base64::Engine as _;
 use bytes::Bytes;
 use cove_api_types::{Attachment, Command, GapEvent, OutputEvent};
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use reqwest::{Method, RequestBuilder, Url};
 
-use crate::sse::{self, EventStream};
-
+use crate::sse::{self, Resumable, Resume};
 use crate::{parse_http_url, Client, ClientError, Result};
 
 /// One event of a command's output stream.
@@ -55,19 +54,12 @@ impl Client {
         attachment: &Attachment,
         offset: u64,
     ) -> impl Stream<Item = Result<AttachEvent>> + Send + 'static {
-        let state = AttachState {
-            http: self.http.clone(),
-            url: attachment.url.clone(),
-            token: attachment.token.clone(),
+        AttachState::stream(
+            self.http.clone(),
+            attachment.url.clone(),
+            attachment.token.clone(),
             offset,
-            events: None,
-            failures: 0,
-            done: false,
-        };
-        futures::stream::unfold(state, |mut state| async move {
-            let item = state.next().await?;
-            Some((item, state))
-        })
+        )
     }
 
     /// `POST {attachment.url}/stdin`: writes `data` to the command's stdin (the command must
@@ -105,79 +97,26 @@ fn child_url(base: &str, leaf: &str) -> Result<Url> {
     Ok(url)
 }
 
+/// The output stream's protocol: resumes at a byte offset, ends after the exit event.
+enum Attach {}
+
 /// Progress of an [`Client::attach`] stream.
-struct AttachState {
-    http: reqwest::Client,
-    url: String,
-    token: String,
-    /// Offset after the last byte yielded: where a reconnection resumes.
-    offset: u64,
-    events: Option<EventStream>,
-    /// Consecutive failed (re)connections.
-    failures: u32,
-    done: bool,
+type AttachState = Resumable<Attach>;
+
+impl Resume for Attach {
+    type Position = u64;
+    type Item = AttachEvent;
+    const PARAM: &'static str = "offset";
+    const WHAT: &'static str = "attachment";
+    const ENDED: &'static str = "ended before the exit event";
+
+    fn decode(state: &mut AttachState, event: &sse::Event) -> Result<Option<AttachEvent>> {
+        let decoded = decode_event(&state.url, &event.event, &event.data)?;
+        Ok(decoded.and_then(|decoded| state.resume_point(decoded)))
+    }
 }
 
 impl AttachState {
-    async fn next(&mut self) -> Option<Result<AttachEvent>> {
-        loop {
-            if self.done {
-                return None;
-            }
-            if self.events.is_none() {
-                let connected = match self.connect_request() {
-                    Ok(request) => sse::open(request).await,
-                    Err(err) => Err(err),
-                };
-                match connected {
-                    Ok(events) => self.events = Some(events),
-                    Err(err) => match self.retry(err).await {
-                        Some(err) => return Some(Err(err)),
-                        None => continue,
-                    },
-                }
-            }
-            let Some(events) = self.events.as_mut() else {
-                continue;
-            };
-            let err = match events.next().await {
-                Some(Ok(event)) => {
-                    self.failures = 0;
-                    match decode_event(&self.url, &event.event, &event.data) {
-                        Ok(Some(decoded)) => match self.resume_point(decoded) {
-                            Some(out) => return Some(Ok(out)),
-                            None => continue,
-                        },
-                        Ok(None) => continue,
-                        Err(err) => {
-                            self.done = true;
-                            return Some(Err(err));
-                        }
-                    }
-                }
-                Some(Err(err)) => sse::stream_error(&self.url, err),
-                None => ClientError::Stream {
-                    url: self.url.clone(),
-                    reason: "ended before the exit event".into(),
-                },
-            };
-            self.events = None;
-            if let Some(err) = self.retry(err).await {
-                return Some(Err(err));
-            }
-        }
-    }
-
-    /// The request that (re)opens the stream at the resume offset.
-    fn connect_request(&self) -> Result<RequestBuilder> {
-        let url = parse_http_url(&self.url)?;
-        Ok(self
-            .http
-            .request(Method::GET, url)
-            .bearer_auth(&self.token)
-            .query(&[("offset", self.offset)]))
-    }
-
     /// Advances the resume offset past an output event, trimming bytes already yielded (a
     /// server may resend from an earlier point); `None` when nothing new is left.
     fn resume_point(&mut self, event: AttachEvent) -> Option<AttachEvent> {
@@ -217,19 +156,6 @@ impl AttachState {
         } else {
             AttachEvent::Stderr { offset, data }
         })
-    }
-
-    /// Sleeps before a reconnection, or gives up and returns the error.
-    async fn retry(&mut self, err: ClientError) -> Option<ClientError> {
-        let retryable = err.is_retryable() || matches!(err, ClientError::Stream { .. });
-        if !retryable || self.failures >= sse::MAX_RECONNECTS {
-            self.done = true;
-            return Some(err);
-        }
-        self.failures += 1;
-        tracing::debug!(offset = self.offset, error = %err, "reconnecting attachment");
-        tokio::time::sleep(sse::backoff(self.failures)).await;
-        None
     }
 }
 

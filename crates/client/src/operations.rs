@@ -3,11 +3,11 @@
 use std::time::Duration;
 
 use cove_api_types::{Operation, OperationList, OperationLogEvent};
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use reqwest::Method;
 use tokio::time::Instant;
 
-use crate::sse::{self, EventStream};
+use crate::sse::{self, Resumable, Resume};
 use crate::{wait_param, Client, ClientError, Result, LONG_POLL_SLACK, MAX_LONG_POLL};
 
 /// Consecutive transport failures [`Client::wait_operation`] rides out (a server restart).
@@ -102,100 +102,29 @@ impl Client {
         id: &str,
         after: Option<u64>,
     ) -> impl Stream<Item = Result<OperationLogEvent>> + Send + 'static {
-        let state = LogState {
-            client: self.clone(),
-            id: id.to_owned(),
-            after,
-            events: None,
-            failures: 0,
-            done: false,
-        };
-        futures::stream::unfold(state, |mut state| async move {
-            let item = state.next().await?;
-            Some((item, state))
-        })
+        let url = self.url(&["v1", "operations", id, "logs"]).to_string();
+        Resumable::<Logs>::stream(self.http.clone(), url, self.token.clone(), after)
     }
 }
 
-/// Progress of an [`Client::operation_logs`] stream.
-struct LogState {
-    client: Client,
-    id: String,
-    /// Sequence number of the last log line seen.
-    after: Option<u64>,
-    events: Option<EventStream>,
-    /// Consecutive failed (re)connections.
-    failures: u32,
-    done: bool,
-}
+/// An operation log's protocol: resumes after the last log line seen, ends after `done`.
+enum Logs {}
 
-impl LogState {
-    async fn next(&mut self) -> Option<Result<OperationLogEvent>> {
-        let url = self.client.url(&["v1", "operations", &self.id, "logs"]);
-        let url_text = url.to_string();
-        loop {
-            if self.done {
-                return None;
-            }
-            let events = match &mut self.events {
-                Some(events) => events,
-                None => {
-                    let mut request = self.client.request(Method::GET, url.clone());
-                    if let Some(after) = self.after {
-                        request = request.query(&[("after", after)]);
-                    }
-                    match sse::open(request).await {
-                        Ok(events) => self.events.insert(events),
-                        Err(err) => match self.retry(err).await {
-                            Some(err) => return Some(Err(err)),
-                            None => continue,
-                        },
-                    }
-                }
-            };
-            let err = match events.next().await {
-                Some(Ok(event)) => {
-                    self.failures = 0;
-                    match parse_log_event(&url_text, &event.data) {
-                        Ok(Some(log)) => {
-                            match &log {
-                                OperationLogEvent::Log { seq, .. } => self.after = Some(*seq),
-                                OperationLogEvent::Done { .. } => self.done = true,
-                                OperationLogEvent::Progress { .. } => {}
-                            }
-                            return Some(Ok(log));
-                        }
-                        Ok(None) => continue,
-                        Err(err) => {
-                            self.done = true;
-                            return Some(Err(err));
-                        }
-                    }
-                }
-                Some(Err(err)) => sse::stream_error(&url_text, err),
-                None => ClientError::Stream {
-                    url: url_text.clone(),
-                    reason: "ended before the done event".into(),
-                },
-            };
-            self.events = None;
-            if let Some(err) = self.retry(err).await {
-                return Some(Err(err));
-            }
-        }
-    }
+impl Resume for Logs {
+    type Position = Option<u64>;
+    type Item = OperationLogEvent;
+    const PARAM: &'static str = "after";
+    const WHAT: &'static str = "operation log";
+    const ENDED: &'static str = "ended before the done event";
 
-    /// Sleeps before a reconnection, or gives up and returns the error.
-    async fn retry(&mut self, err: ClientError) -> Option<ClientError> {
-        let retryable = err.is_retryable() || matches!(err, ClientError::Stream { .. });
-        if !retryable || self.failures >= sse::MAX_RECONNECTS {
-            self.done = true;
-            return Some(err);
+    fn decode(stream: &mut Resumable<Self>, event: &sse::Event) -> Result<Option<Self::Item>> {
+        let log = parse_log_event(&stream.url, &event.data)?;
+        match &log {
+            Some(OperationLogEvent::Log { seq, .. }) => stream.offset = Some(*seq),
+            Some(OperationLogEvent::Done { .. }) => stream.done = true,
+            Some(OperationLogEvent::Progress { .. }) | None => {}
         }
-        self.failures += 1;
-        tracing::debug!(operation_id = %self.id, error = %err, "reconnecting operation log");
-        tokio::time::sleep(sse::backoff(self.failures)).await;
-        None
+        Ok(log)
     }
 }
 

@@ -18,7 +18,7 @@
 //! that vanished from the node end `failed`; node leftovers and snapshots of sandboxes that no
 //! longer want them are removed. Sandboxes with a lifecycle call in flight are skipped.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use cove_api_types::{
     ErrorCode, OperationError, OperationKind, OperationState, ReleaseState, SandboxState,
@@ -215,26 +215,23 @@ impl ControlPlane {
 
     /// Removes node resources no sandbox wants (keeping the snapshot of a suspended one), and
     /// snapshots of sandboxes that are not suspended. While serving (`live`), sandboxes whose
-    /// lifecycle lock is taken are left alone.
+    /// lifecycle lock is taken are left alone, and each decision is made on the sandbox's state
+    /// read under its lock: a state read before the node was listed may be stale (a wake or a
+    /// create that finished meanwhile would otherwise be torn down as a leftover).
     async fn remove_unwanted(
         &self,
         keep_on_node: &HashSet<String>,
         live: bool,
     ) -> Result<(), ServiceError> {
-        let states: HashMap<String, SandboxState> = self
-            .store()
-            .sandboxes_in(&LIVE)
-            .await?
-            .into_iter()
-            .map(|s| (s.id, s.state))
-            .collect();
         match self.node().list_sandboxes().await {
             Ok(ids) => {
                 for id in ids.into_iter().filter(|id| !keep_on_node.contains(id)) {
                     let Some(_turn) = self.quiet_turn(&id, live) else {
                         continue;
                     };
-                    let state = states.get(&id).copied();
+                    let Some(state) = self.state_now(&id).await else {
+                        continue;
+                    };
                     if live
                         && matches!(state, Some(s) if s != SandboxState::Failed && s != SandboxState::Suspended)
                     {
@@ -256,7 +253,12 @@ impl ControlPlane {
         match self.node().list_snapshots().await {
             Ok(ids) => {
                 for id in ids {
-                    let state = states.get(&id).copied();
+                    let Some(_turn) = self.quiet_turn(&id, live) else {
+                        continue;
+                    };
+                    let Some(state) = self.state_now(&id).await else {
+                        continue;
+                    };
                     let wanted = matches!(
                         state,
                         Some(
@@ -268,9 +270,6 @@ impl ControlPlane {
                     if wanted || (live && state.is_some_and(|s| s != SandboxState::Failed)) {
                         continue;
                     }
-                    let Some(_turn) = self.quiet_turn(&id, live) else {
-                        continue;
-                    };
                     warn!(sandbox_id = %id, "deleting an orphaned snapshot");
                     if let Err(e) = self.node().delete_snapshot(&id).await {
                         warn!(sandbox_id = %id, error = %e, "cannot delete orphaned snapshot");
@@ -280,6 +279,20 @@ impl ControlPlane {
             Err(e) => warn!(error = %e, "cannot list snapshots"),
         }
         Ok(())
+    }
+
+    /// The state of sandbox `id` as the store has it now: `Some(None)` when no live sandbox
+    /// has this id (never created, or deleted), `None` when the store cannot tell (then
+    /// nothing is decided about it).
+    async fn state_now(&self, id: &str) -> Option<Option<SandboxState>> {
+        match self.store().get_sandbox(id).await {
+            Ok(s) if LIVE.contains(&s.state) => Some(Some(s.state)),
+            Ok(_) | Err(cove_store::StoreError::NotFound) => Some(None),
+            Err(e) => {
+                warn!(sandbox_id = %id, error = %e, "cannot read sandbox state");
+                None
+            }
+        }
     }
 
     /// The lifecycle lock of `id` if nothing holds it (always "free" at start-up).

@@ -141,7 +141,7 @@ pub trait Runtime: Send + Sync + 'static {
     fn capabilities(&self) -> Capabilities;
 
     /// Creates and starts the sandbox, and waits until the guest agent's socket exists (at most
-    /// 10 s). On failure nothing is left behind (mounts, cgroups, container state are removed).
+    /// 30 s). On failure nothing is left behind (mounts, cgroups, container state are removed).
     async fn start(&self, spec: &SandboxSpec) -> Result<Started, RuntimeError>;
 
     /// State of a sandbox, or `None` when the runtime has no such sandbox.

@@ -24,7 +24,7 @@ use crate::guest::{self, GuestClient, GuestError};
 use crate::template::{self, BuildOptions, Recipe};
 
 /// How long a new sandbox's guest agent has to answer its first hello.
-const AGENT_CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+const AGENT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Settings of a node agent.
 #[derive(Debug, Clone)]

@@ -40,11 +40,6 @@ struct StateJson {
     status: String,
 }
 
-#[derive(Deserialize)]
-struct ListEntry {
-    id: String,
-}
-
 impl Runc {
     pub(crate) fn new(binary: PathBuf, root: PathBuf) -> Self {
         Runc { binary, root }
@@ -243,30 +238,45 @@ impl Runc {
         }
     }
 
-    /// Ids from `runc list -f json` (which prints `null` when there are none).
+    /// Ids of the containers under the state root: one directory per container, as `runc list`
+    /// reads it. Read here rather than through `runc list`, which fails as a whole when a
+    /// container is deleted (or is still being created) while it loads each one's state, as
+    /// happens whenever sandboxes come and go during a listing. A container going away
+    /// meanwhile may still be listed; callers treat the list as a hint (stopping is idempotent).
     pub(crate) async fn list(&self) -> Result<Vec<String>, RuntimeError> {
-        let mut cmd = self.command();
-        cmd.args(["list", "--format", "json"]);
-        let (ok, stdout, err) = self.run("list", "", cmd).await?;
-        if !ok {
-            return Err(RuntimeError::Command {
-                op: "list",
-                id: String::new(),
-                detail: err,
-            });
-        }
-        let entries: Option<Vec<ListEntry>> =
-            serde_json::from_slice(&stdout).map_err(|e| RuntimeError::Command {
-                op: "list",
-                id: String::new(),
-                detail: format!("unreadable runc list output: {e}"),
+        let root = self.root.clone();
+        let listed = tokio::task::spawn_blocking(move || list_dirs(&root))
+            .await
+            .map_err(|e| RuntimeError::Io {
+                context: "blocking task failed".to_string(),
+                source: std::io::Error::other(e),
             })?;
-        Ok(entries
-            .unwrap_or_default()
-            .into_iter()
-            .map(|e| e.id)
-            .collect())
+        listed.map_err(|source| RuntimeError::Io {
+            context: format!("list runc state root {}", self.root.display()),
+            source,
+        })
     }
+}
+
+/// Names of the directories in `root` (none when it is missing).
+fn list_dirs(root: &Path) -> std::io::Result<Vec<String>> {
+    let entries = match std::fs::read_dir(root) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut ids = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        // `file_type` does not follow links; a vanished entry is simply not a directory.
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            if let Some(name) = entry.file_name().to_str() {
+                ids.push(name.to_string());
+            }
+        }
+    }
+    ids.sort();
+    Ok(ids)
 }
 
 /// Whether a runc error message says the container does not exist.

@@ -13,8 +13,9 @@ use super::layout::{io_err, validate_hostname, validate_id, write_identity, Layo
 use super::{config, disk, join_error, mounts, stop};
 use crate::{RuntimeError, SandboxSpec, Started};
 
-/// How long the guest agent has to create its socket.
-const AGENT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the guest agent has to create its socket (generous: on a loaded 2-core host a start
+/// that normally takes 50 ms has been seen to take seconds).
+const AGENT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often the socket's existence is checked.
 const AGENT_POLL: Duration = Duration::from_millis(5);
 /// How often (in polls) the agent process is checked to still be alive.
