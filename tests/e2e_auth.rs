@@ -127,7 +127,7 @@ async fn attachment_tokens_are_scoped_to_one_command() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn caller_errors_are_4xx_with_codes() {
+async fn c15_caller_errors_are_4xx_with_codes() {
     let c = client();
     let s = server();
     let id = sandbox(&c, "tiny").await;
@@ -196,5 +196,89 @@ async fn caller_errors_are_4xx_with_codes() {
     let (st, b) = error_of(resp).await;
     assert_eq!((st, b.code), (413, ErrorCode::PayloadTooLarge));
 
+    delete(&c, &id).await;
+}
+
+/// C15, the remaining rows: unknown sandboxes on every surface, calls on a paused sandbox, and
+/// oversized headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c15_unknown_paused_and_oversized_requests_are_4xx() {
+    let c = client();
+    let s = server();
+    let http = reqwest::Client::new();
+    let get = |path: String| {
+        http.get(format!("{}{path}", s.api_url))
+            .bearer_auth(&s.token)
+            .send()
+    };
+
+    for path in [
+        "/v1/sandboxes/does-not-exist".to_string(),
+        "/v1/sandboxes/does-not-exist/files?path=/etc/hostname".to_string(),
+        "/v1/sandboxes/does-not-exist/files:watch?path=/tmp".to_string(),
+        "/v1/sandboxes/does-not-exist/commands".to_string(),
+    ] {
+        let (st, b) = error_of(get(path.clone()).await.expect("send")).await;
+        assert_eq!((st, b.code), (404, ErrorCode::SandboxNotFound), "{path}");
+    }
+
+    // A paused sandbox: commands and files are 409 sandbox_not_running, never 404.
+    let id = sandbox(&c, "tiny").await;
+    let op = c.pause_sandbox(&id).await.expect("pause");
+    c.wait_operation(&op.id, std::time::Duration::from_secs(60))
+        .await
+        .expect("paused");
+    let resp = http
+        .post(format!("{}/v1/sandboxes/{id}/commands", s.api_url))
+        .bearer_auth(&s.token)
+        .json(&serde_json::json!({"shell": "true"}))
+        .send()
+        .await
+        .expect("send");
+    let (st, b) = error_of(resp).await;
+    assert_eq!((st, b.code), (409, ErrorCode::SandboxNotRunning));
+    let (st, b) = error_of(
+        get(format!("/v1/sandboxes/{id}/files?path=/etc/hostname"))
+            .await
+            .expect("send"),
+    )
+    .await;
+    assert_eq!((st, b.code), (409, ErrorCode::SandboxNotRunning));
+    assert_eq!(
+        c.get_sandbox(&id).await.expect("get").state,
+        cove_api_types::SandboxState::Paused
+    );
+
+    // A 64 KiB header value: 431 with a JSON body; then the server still answers normally.
+    let resp = http
+        .get(format!("{}/v1/sandboxes", s.api_url))
+        .bearer_auth(&s.token)
+        .header("x-big", "a".repeat(64 * 1024))
+        .send()
+        .await
+        .expect("send");
+    let (st, b) = error_of(resp).await;
+    assert_eq!((st, b.code), (431, ErrorCode::HeadersTooLarge));
+    // 10 000 headers: hyper refuses them (431) before our code runs; no 5xx, no reset.
+    let mut req = http
+        .get(format!("{}/v1/sandboxes", s.api_url))
+        .bearer_auth(&s.token);
+    for i in 0..10_000 {
+        req = req.header(format!("x-h{i}"), "v");
+    }
+    let status = req
+        .send()
+        .await
+        .expect("an answer, not a reset")
+        .status()
+        .as_u16();
+    assert!(status == 431 || status == 400, "status {status}");
+    let ok = get("/v1/sandboxes".to_string()).await.expect("send");
+    assert_eq!(ok.status().as_u16(), 200);
+
+    let op = c.resume_sandbox(&id).await.expect("resume");
+    c.wait_operation(&op.id, std::time::Duration::from_secs(60))
+        .await
+        .expect("resumed");
     delete(&c, &id).await;
 }

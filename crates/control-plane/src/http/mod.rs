@@ -123,6 +123,10 @@ async fn method_not_allowed() -> Response {
     )
 }
 
+/// Largest total size of a request's header names and values (32 KiB); larger is `431
+/// headers_too_large`.
+pub const MAX_HEADER_BYTES: usize = 32 * 1024;
+
 /// Gives every request an id (the client's `x-request-id` when it is sane), a tracing span, and
 /// the id in the response header.
 async fn request_context(req: Request, next: Next) -> Response {
@@ -140,10 +144,29 @@ async fn request_context(req: Request, next: Next) -> Response {
         .unwrap_or_else(cove_domain::ids::new_request_id);
     let span = tracing::info_span!("request", request_id = %id, method = %req.method(),
         path = %req.uri().path());
-    let mut resp = REQUEST_ID
-        .scope(id.clone(), next.run(req))
-        .instrument(span)
-        .await;
+    let header_bytes: usize = req
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len())
+        .sum();
+    let mut resp = if header_bytes > MAX_HEADER_BYTES {
+        // Refused before any handler runs; hyper itself answers 431 past 100 headers.
+        let message = format!("request headers are larger than {MAX_HEADER_BYTES} bytes");
+        REQUEST_ID
+            .scope(id.clone(), async {
+                render::error_response(
+                    StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                    cove_api_types::ErrorCode::HeadersTooLarge,
+                    &message,
+                )
+            })
+            .await
+    } else {
+        REQUEST_ID
+            .scope(id.clone(), next.run(req))
+            .instrument(span)
+            .await
+    };
     if let Ok(v) = HeaderValue::from_str(&id) {
         resp.headers_mut()
             .insert(cove_api_types::REQUEST_ID_HEADER, v);
