@@ -140,7 +140,7 @@ impl Drop for ServerProcess {
             let _ = child.wait();
         }
         let root = self.data_dir.join("runc");
-        for id in runc_list(&self.data_dir) {
+        for id in cove_e2e::runc_containers(&self.data_dir) {
             let _ = Process::new("runc")
                 .arg("--root")
                 .arg(&root)
@@ -183,19 +183,6 @@ fn children_of(pid: u32) -> Vec<u32> {
         }
     }
     out
-}
-
-fn runc_list(data_dir: &Path) -> BTreeSet<String> {
-    let out = Process::new("runc")
-        .arg("--root")
-        .arg(data_dir.join("runc"))
-        .args(["list", "-q"])
-        .output()
-        .expect("runc list");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect()
 }
 
 /// Sandbox ids with an overlay mounted under the data dir.
@@ -330,7 +317,7 @@ async fn check_invariants(c: &Client, data_dir: &Path, ops: &[String], round: &s
     }
     let live = with(&[SandboxState::Running, SandboxState::Paused]);
     assert_eq!(
-        runc_list(data_dir),
+        cove_e2e::runc_containers(data_dir),
         live,
         "{round}: runc containers = running + paused sandboxes"
     );
@@ -476,7 +463,7 @@ async fn kill_9_during_lifecycle_operations_then_restart_leaves_nothing_behind()
     for s in all {
         finished(&c, c.delete_sandbox(&s.id).await.expect("delete")).await;
     }
-    assert!(runc_list(&data_dir).is_empty());
+    assert!(cove_e2e::runc_containers(&data_dir).is_empty());
     assert!(overlay_mounts(&data_dir).is_empty());
     assert!(dir_names(&data_dir.join("sandboxes")).is_empty());
     assert!(files_below(&data_dir.join("snapshots")).is_empty());
@@ -567,7 +554,7 @@ async fn periodic_reconciliation_fails_vanished_sandboxes_and_removes_orphans() 
     for id in [kept, lost] {
         finished(&c, c.delete_sandbox(&id).await.expect("delete")).await;
     }
-    assert!(runc_list(&data_dir).is_empty());
+    assert!(cove_e2e::runc_containers(&data_dir).is_empty());
     assert!(dir_names(&data_dir.join("sandboxes")).is_empty());
     assert!(overlay_mounts(&data_dir).is_empty());
 }

@@ -2,7 +2,7 @@
 //! atomic replacement when the client goes away, mode and owner, and multi-file upload.
 
 use cove_client::{DownloadOptions, UploadOptions};
-use cove_e2e::{client, delete, random_bytes, sandbox, sh, sha256_hex};
+use cove_e2e::{client, delete, random_bytes, root_sh, sandbox, sh, sha256_hex};
 use futures::TryStreamExt;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -80,20 +80,6 @@ async fn uploads_and_downloads_are_byte_exact() {
         .expect("404");
     assert_eq!(err.status(), Some(404));
     delete(&c, &id).await;
-}
-
-/// Runs a shell string as root.
-async fn root_sh(c: &cove_client::Client, id: &str, cmd: &str) -> cove_e2e::Output {
-    cove_e2e::run(
-        c,
-        id,
-        cove_api_types::CreateCommandRequest {
-            shell: Some(cmd.to_string()),
-            user: Some("root".into()),
-            ..Default::default()
-        },
-    )
-    .await
 }
 
 /// Sends a raw request head and body to the API and returns the whole answer (status line,

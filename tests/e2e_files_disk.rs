@@ -6,22 +6,9 @@
 
 use std::time::{Duration, Instant};
 
-use cove_api_types::{CreateCommandRequest, CreateSandboxRequest, ErrorCode, ResourcesRequest};
+use cove_api_types::{CreateSandboxRequest, ErrorCode, ResourcesRequest};
 use cove_client::{Client, UploadOptions};
-use cove_e2e::{client, delete, random_bytes, run, sandbox, sandbox_with, sh, Output};
-
-async fn root_sh(c: &Client, id: &str, cmd: &str) -> Output {
-    run(
-        c,
-        id,
-        CreateCommandRequest {
-            shell: Some(cmd.to_string()),
-            user: Some("root".into()),
-            ..Default::default()
-        },
-    )
-    .await
-}
+use cove_e2e::{client, delete, random_bytes, root_sh, sandbox, sandbox_with, sh};
 
 fn with_disk(mib: u64) -> CreateSandboxRequest {
     CreateSandboxRequest {

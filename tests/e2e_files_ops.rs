@@ -3,22 +3,9 @@
 //! invalid UTF-8) round-trip; NUL and over-long names are `400 invalid_argument`.
 
 use base64::Engine;
-use cove_api_types::{CreateCommandRequest, ErrorCode, FileInfo, FileType};
-use cove_client::{Client, ClientError, SandboxPath, UploadOptions};
-use cove_e2e::{client, delete, run, sandbox, sh, Output};
-
-async fn root_sh(c: &Client, id: &str, cmd: &str) -> Output {
-    run(
-        c,
-        id,
-        CreateCommandRequest {
-            shell: Some(cmd.to_string()),
-            user: Some("root".into()),
-            ..Default::default()
-        },
-    )
-    .await
-}
+use cove_api_types::{ErrorCode, FileInfo, FileType};
+use cove_client::{ClientError, SandboxPath, UploadOptions};
+use cove_e2e::{client, delete, root_sh, sandbox, sh};
 
 fn code(e: &ClientError) -> ErrorCode {
     e.api_body().map(|b| b.code).unwrap_or(ErrorCode::Internal)

@@ -3,22 +3,9 @@
 //! too) by their own metadata; removing a symlink removes the link only. (C11 step 4 does not
 //! apply: there is no workspace-scoped mode.)
 
-use cove_api_types::{CreateCommandRequest, ErrorCode, FileType};
-use cove_client::{Client, UploadOptions};
-use cove_e2e::{client, delete, random_bytes, run, sandbox, sh, Output};
-
-async fn root_sh(c: &Client, id: &str, cmd: &str) -> Output {
-    run(
-        c,
-        id,
-        CreateCommandRequest {
-            shell: Some(cmd.to_string()),
-            user: Some("root".into()),
-            ..Default::default()
-        },
-    )
-    .await
-}
+use cove_api_types::{ErrorCode, FileType};
+use cove_client::UploadOptions;
+use cove_e2e::{client, delete, random_bytes, root_sh, sandbox, sh};
 
 fn unique() -> String {
     random_bytes(8).iter().map(|b| format!("{b:02x}")).collect()

@@ -56,14 +56,8 @@ async fn fifty_sandboxes_created_paused_resumed_and_deleted_concurrently() {
         assert_eq!(err.status(), Some(404));
     }
     let data_dir = &server().data_dir;
-    let out = std::process::Command::new("runc")
-        .arg("--root")
-        .arg(data_dir.join("runc"))
-        .args(["list", "-q"])
-        .output()
-        .expect("runc list");
     assert!(
-        String::from_utf8_lossy(&out.stdout).trim().is_empty(),
+        cove_e2e::runc_containers(data_dir).is_empty(),
         "no containers left"
     );
     let left: Vec<_> = std::fs::read_dir(data_dir.join("sandboxes"))

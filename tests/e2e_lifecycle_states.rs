@@ -3,8 +3,7 @@
 //! directories included) in the snapshot store, wake restores them without memory, delete
 //! removes the snapshot; concurrent calls are ordered; events, operation listing and cancel.
 
-use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use cove_api_types::{
@@ -12,7 +11,9 @@ use cove_api_types::{
     LifecycleRequest, Operation, OperationKind, OperationState, SandboxState,
 };
 use cove_client::Client;
-use cove_e2e::{client, collect, delete, ensure_template, sandbox, server, sh};
+use cove_e2e::{
+    client, collect, delete, ensure_template, mounts_with, runc_containers, sandbox, server, sh,
+};
 use futures::StreamExt;
 
 const WAIT: Duration = Duration::from_secs(120);
@@ -50,30 +51,6 @@ fn snapshot_object(id: &str) -> PathBuf {
         .join("snapshots/sandboxes")
         .join(id)
         .join("fs.tar")
-}
-
-/// Ids of runc's containers under the server's state root.
-fn runc_containers(data_dir: &Path) -> HashSet<String> {
-    let out = std::process::Command::new("runc")
-        .arg("--root")
-        .arg(data_dir.join("runc"))
-        .args(["list", "-q"])
-        .output()
-        .expect("runc list");
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
-
-/// Mount points (from /proc/self/mountinfo) that mention `needle`.
-fn mounts_with(needle: &str) -> Vec<String> {
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .expect("mountinfo")
-        .lines()
-        .filter(|l| l.contains(needle))
-        .map(str::to_string)
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

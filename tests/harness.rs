@@ -12,7 +12,7 @@
 
 #![allow(unsafe_code)]
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -78,23 +78,42 @@ extern "C" fn cleanup_at_exit() {
     }
 }
 
+/// Ids of the runc containers under `data_dir`'s runc root (empty when runc has none).
+pub fn runc_containers(data_dir: &Path) -> BTreeSet<String> {
+    std::process::Command::new("runc")
+        .arg("--root")
+        .arg(data_dir.join("runc"))
+        .args(["list", "-q"])
+        .output()
+        .map(|out| {
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Lines of /proc/self/mountinfo that mention `needle` (a sandbox id, a data dir).
+pub fn mounts_with(needle: &str) -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(needle))
+        .map(str::to_string)
+        .collect()
+}
+
 /// Kills every container under `dir`'s runc root, unmounts sandbox root filesystems and own
 /// disks, removes `dir`.
 fn cleanup(dir: &Path) {
     let root = dir.join("runc");
-    let out = std::process::Command::new("runc")
-        .arg("--root")
-        .arg(&root)
-        .args(["list", "-q"])
-        .output();
-    if let Ok(out) = out {
-        for id in String::from_utf8_lossy(&out.stdout).lines() {
-            let _ = std::process::Command::new("runc")
-                .arg("--root")
-                .arg(&root)
-                .args(["delete", "-f", id])
-                .output();
-        }
+    for id in runc_containers(dir) {
+        let _ = std::process::Command::new("runc")
+            .arg("--root")
+            .arg(&root)
+            .args(["delete", "-f", &id])
+            .output();
     }
     if let Ok(entries) = std::fs::read_dir(dir.join("sandboxes")) {
         for e in entries.flatten() {
@@ -346,6 +365,16 @@ pub async fn run(client: &Client, sandbox: &str, req: CreateCommandRequest) -> O
         .await
         .expect("create command");
     collect(client, &resp.attachment, 0, t0).await
+}
+
+/// Runs a shell string as root in `sandbox` and collects its output.
+pub async fn root_sh(client: &Client, sandbox: &str, shell: &str) -> Output {
+    let req = CreateCommandRequest {
+        shell: Some(shell.to_string()),
+        user: Some("root".into()),
+        ..Default::default()
+    };
+    run(client, sandbox, req).await
 }
 
 /// Runs a shell string in `sandbox` and collects its output.
