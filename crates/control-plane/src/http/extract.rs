@@ -5,7 +5,6 @@ use std::time::Duration;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
-use axum::http::StatusCode;
 use cove_domain::InvalidInput;
 use serde::de::DeserializeOwned;
 
@@ -22,16 +21,8 @@ where
 {
     type Rejection = ServiceError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = axum::body::Bytes::from_request(req, state)
-            .await
-            .map_err(|e| {
-                if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    ServiceError::TooLarge("request body is too large".into())
-                } else {
-                    ServiceError::Invalid(InvalidInput::new("body", e.body_text()))
-                }
-            })?;
+    async fn from_request(req: Request, _state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = read_json_body(req).await?;
         let bytes = if bytes.iter().all(u8::is_ascii_whitespace) {
             &b"{}"[..]
         } else {
@@ -50,6 +41,44 @@ where
                 ServiceError::Invalid(InvalidInput::new(field, e.into_inner().to_string()))
             })
     }
+}
+
+/// Largest JSON request body (2 MiB; a shell string is at most 1 MiB).
+pub const MAX_JSON_BODY: usize = 2 << 20;
+
+/// How much of an over-large body is still read (and dropped) before answering 413 (64 MiB).
+/// Answering while the client still sends makes the kernel reset the connection, so the client
+/// would see a broken pipe instead of the `payload_too_large` answer.
+const MAX_DRAIN: usize = 64 << 20;
+
+/// Reads a JSON body of at most [`MAX_JSON_BODY`] bytes; a larger one is drained (up to
+/// [`MAX_DRAIN`]) and refused with `payload_too_large`.
+async fn read_json_body(req: Request) -> Result<Vec<u8>, ServiceError> {
+    use futures::StreamExt;
+    let mut body = req.into_body().into_data_stream();
+    let mut buf = Vec::new();
+    let mut seen = 0usize;
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(|e| {
+            ServiceError::Invalid(InvalidInput::new(
+                "body",
+                format!("cannot read the body: {e}"),
+            ))
+        })?;
+        seen += chunk.len();
+        if seen > MAX_DRAIN {
+            break;
+        }
+        if seen <= MAX_JSON_BODY {
+            buf.extend_from_slice(&chunk);
+        }
+    }
+    if seen > MAX_JSON_BODY {
+        return Err(ServiceError::TooLarge(format!(
+            "request body is larger than {MAX_JSON_BODY} bytes"
+        )));
+    }
+    Ok(buf)
 }
 
 /// Query parameters; a bad one is `invalid_argument`.
