@@ -27,6 +27,12 @@ pub struct CreateArgs {
     /// Memory limit in MiB.
     #[arg(long)]
     pub memory_mib: Option<u64>,
+    /// Process limit.
+    #[arg(long)]
+    pub pids_max: Option<u64>,
+    /// A disk of its own of this many MiB (its files can fill it without filling the node's).
+    #[arg(long)]
+    pub disk_mib: Option<u64>,
     /// Environment of every command in the sandbox (repeatable).
     #[arg(short, long = "env", value_name = "K=V", value_parser = parse_key_value)]
     pub env: Vec<(String, String)>,
@@ -59,7 +65,7 @@ impl CreateArgs {
         CreateSandboxRequest {
             template: self.template.clone(),
             release: self.release,
-            resources: resources(self.vcpus, self.memory_mib),
+            resources: resources(self.vcpus, self.memory_mib, self.pids_max, self.disk_mib),
             env: self.env.iter().cloned().collect(),
             metadata: self.metadata.iter().cloned().collect(),
             cwd: self.cwd.clone(),
@@ -71,12 +77,18 @@ impl CreateArgs {
 }
 
 /// Resource overrides, or `None` when none is given.
-pub(crate) fn resources(vcpus: Option<u32>, memory_mib: Option<u64>) -> Option<ResourcesRequest> {
-    (vcpus.is_some() || memory_mib.is_some()).then_some(ResourcesRequest {
+pub(crate) fn resources(
+    vcpus: Option<u32>,
+    memory_mib: Option<u64>,
+    pids_max: Option<u64>,
+    disk_mib: Option<u64>,
+) -> Option<ResourcesRequest> {
+    let any = vcpus.is_some() || memory_mib.is_some() || pids_max.is_some() || disk_mib.is_some();
+    any.then_some(ResourcesRequest {
         vcpus,
         memory_mib,
-        pids_max: None,
-        disk_mib: None,
+        pids_max,
+        disk_mib,
     })
 }
 

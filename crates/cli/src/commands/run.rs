@@ -28,6 +28,12 @@ pub struct RunArgs {
     /// Memory limit in MiB.
     #[arg(long)]
     pub memory_mib: Option<u64>,
+    /// Process limit.
+    #[arg(long)]
+    pub pids_max: Option<u64>,
+    /// A disk of its own of this many MiB (its files can fill it without filling the node's).
+    #[arg(long)]
+    pub disk_mib: Option<u64>,
     /// The command.
     #[command(flatten)]
     pub exec: ExecOptions,
@@ -38,7 +44,7 @@ impl RunArgs {
     pub fn sandbox_request(&self) -> CreateSandboxRequest {
         CreateSandboxRequest {
             template: self.template.clone(),
-            resources: resources(self.vcpus, self.memory_mib),
+            resources: resources(self.vcpus, self.memory_mib, self.pids_max, self.disk_mib),
             ..Default::default()
         }
     }
