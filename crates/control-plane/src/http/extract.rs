@@ -5,7 +5,9 @@ use std::time::Duration;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
+use axum::http::Uri;
 use cove_domain::InvalidInput;
+use percent_encoding::percent_decode;
 use serde::de::DeserializeOwned;
 
 use crate::ServiceError;
@@ -92,6 +94,7 @@ where
     type Rejection = ServiceError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        check_query_utf8(&parts.uri)?;
         match axum::extract::Query::<T>::from_request_parts(parts, state).await {
             Ok(q) => Ok(ApiQuery(q.0)),
             Err(e) => Err(query_error(e)),
@@ -121,6 +124,31 @@ pub(crate) fn idempotency_key(
     }
 }
 
+/// Refuses a query whose values do not percent-decode to UTF-8: the query extractor would
+/// replace the bad bytes and so name another file. Byte names travel as `<key>_b64`.
+pub(crate) fn check_query_utf8(uri: &Uri) -> Result<(), ServiceError> {
+    let Some(query) = uri.query() else {
+        return Ok(());
+    };
+    for pair in query.split('&') {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        // `+` (a space in forms) is ASCII, so decoding `%XX` alone decides UTF-8 validity.
+        if percent_decode(value.as_bytes()).decode_utf8().is_err() {
+            let key = percent_decode(key.as_bytes())
+                .decode_utf8_lossy()
+                .into_owned();
+            return Err(InvalidInput::new(
+                key.clone(),
+                format!(
+                    "is not UTF-8 once percent-decoded; send the bytes base64-encoded as {key}_b64"
+                ),
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
 /// Parses a wait duration: `30s`, `500ms`, `2m`, or a number of seconds.
 pub fn parse_wait(s: &str) -> Result<Duration, ServiceError> {
     let bad = || ServiceError::Invalid(InvalidInput::new("wait", "use e.g. 30s, 500ms or 2m"));
@@ -145,6 +173,16 @@ pub fn parse_wait(s: &str) -> Result<Duration, ServiceError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn non_utf8_query_values_are_refused() {
+        let ok: Uri = "/x?path=%2Ftmp%2F%C3%A9&depth=2".parse().expect("uri");
+        assert!(check_query_utf8(&ok).is_ok());
+        let bad: Uri = "/x?path=%2Ftmp%2F%FF".parse().expect("uri");
+        let err = check_query_utf8(&bad).expect_err("refused");
+        assert_eq!(err.code(), cove_api_types::ErrorCode::InvalidArgument);
+        assert!(err.to_string().contains("path_b64"), "{err}");
+    }
 
     #[test]
     fn waits() {

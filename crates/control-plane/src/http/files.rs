@@ -20,14 +20,13 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use bytes::Bytes;
 use cove_api_types::{ErrorBody, FileEvent, MakeDirRequest, MoveRequest};
-use cove_domain::InvalidInput;
 use futures::{stream, StreamExt, TryStreamExt};
 
 use super::extract::{ApiJson, ApiQuery};
@@ -57,60 +56,13 @@ pub(super) fn routes() -> Router<ControlPlane> {
         .route("/v1/sandboxes/{id}/files:watch", get(watch))
 }
 
-/// Refuses a query whose values do not percent-decode to UTF-8 (the query extractor would
-/// replace the bad bytes and name another file).
-pub(super) fn check_query_utf8(uri: &Uri) -> Result<(), ServiceError> {
-    let Some(query) = uri.query() else {
-        return Ok(());
-    };
-    for pair in query.split('&') {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        if std::str::from_utf8(&percent_decode(value.as_bytes())).is_err() {
-            let key = String::from_utf8_lossy(&percent_decode(key.as_bytes())).into_owned();
-            return Err(InvalidInput::new(
-                key.clone(),
-                format!(
-                    "is not UTF-8 once percent-decoded; send the bytes base64-encoded as {key}_b64"
-                ),
-            )
-            .into());
-        }
-    }
-    Ok(())
-}
-
-/// `application/x-www-form-urlencoded` decoding of one value: `+` is a space, `%XX` a byte.
-fn percent_decode(s: &[u8]) -> Vec<u8> {
-    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
-    let mut out = Vec::with_capacity(s.len());
-    let mut i = 0;
-    while i < s.len() {
-        match s[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < s.len() => match (hex(s[i + 1]), hex(s[i + 2])) {
-                (Some(h), Some(l)) => {
-                    out.push(h << 4 | l);
-                    i += 3;
-                    continue;
-                }
-                _ => out.push(b'%'),
-            },
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    out
-}
-
 async fn write(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
-    uri: Uri,
     headers: HeaderMap,
     ApiQuery(q): ApiQuery<WriteFileQuery>,
     body: Body,
 ) -> Result<impl IntoResponse, ServiceError> {
-    check_query_utf8(&uri)?;
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -125,10 +77,8 @@ async fn write(
 async fn read(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
-    uri: Uri,
     ApiQuery(q): ApiQuery<ReadFileQuery>,
 ) -> Result<Response, ServiceError> {
-    check_query_utf8(&uri)?;
     let (offset, length) = (q.offset.unwrap_or(0), q.length);
     let (info, stream) = cp.read_file(&id, q).await?;
     let mut resp = if info.size > 0 {
@@ -171,10 +121,8 @@ async fn read(
 async fn remove(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
-    uri: Uri,
     ApiQuery(q): ApiQuery<PathQuery>,
 ) -> Result<StatusCode, ServiceError> {
-    check_query_utf8(&uri)?;
     cp.remove_file(&id, q).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -182,30 +130,24 @@ async fn remove(
 async fn list(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
-    uri: Uri,
     ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<impl IntoResponse, ServiceError> {
-    check_query_utf8(&uri)?;
     Ok(Json(cp.list_files(&id, q).await?))
 }
 
 async fn stat(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
-    uri: Uri,
     ApiQuery(q): ApiQuery<PathQuery>,
 ) -> Result<impl IntoResponse, ServiceError> {
-    check_query_utf8(&uri)?;
     Ok(Json(cp.stat_file(&id, q).await?))
 }
 
 async fn exists(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
-    uri: Uri,
     ApiQuery(q): ApiQuery<PathQuery>,
 ) -> Result<impl IntoResponse, ServiceError> {
-    check_query_utf8(&uri)?;
     Ok(Json(cp.file_exists(&id, q).await?))
 }
 
@@ -228,10 +170,8 @@ async fn mv(
 async fn watch(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
-    uri: Uri,
     ApiQuery(q): ApiQuery<WatchQuery>,
 ) -> Result<impl IntoResponse, ServiceError> {
-    check_query_utf8(&uri)?;
     let batches = cp.watch_files(&id, q).await?;
     let events = batches.flat_map(|batch| {
         let events: Vec<Result<Event, std::convert::Infallible>> = match batch {
@@ -261,27 +201,4 @@ fn error_event(e: &ServiceError) -> Event {
         .event("error")
         .json_data(&body)
         .unwrap_or_else(|_| Event::default().comment("unencodable error"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn percent_decoding() {
-        assert_eq!(percent_decode(b"..%2f..%2Fetc"), b"../../etc");
-        assert_eq!(percent_decode(b"%2e%2e/x+y"), b"../x y");
-        assert_eq!(percent_decode(b"%ff%"), b"\xff%");
-        assert_eq!(percent_decode(b"%zz%4"), b"%zz%4");
-    }
-
-    #[test]
-    fn non_utf8_query_values_are_refused() {
-        let ok: Uri = "/x?path=%2Ftmp%2F%C3%A9&depth=2".parse().expect("uri");
-        assert!(check_query_utf8(&ok).is_ok());
-        let bad: Uri = "/x?path=%2Ftmp%2F%FF".parse().expect("uri");
-        let err = check_query_utf8(&bad).expect_err("refused");
-        assert_eq!(err.code(), cove_api_types::ErrorCode::InvalidArgument);
-        assert!(err.to_string().contains("path_b64"), "{err}");
-    }
 }

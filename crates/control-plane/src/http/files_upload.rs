@@ -17,7 +17,6 @@
 
 use axum::extract::multipart::{Field, MultipartError};
 use axum::extract::{Multipart, Path, State};
-use axum::http::Uri;
 use axum::Json;
 use bytes::Bytes;
 use cove_api_types::UploadedFiles;
@@ -28,7 +27,6 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::extract::ApiQuery;
-use super::files::check_query_utf8;
 use crate::{ControlPlane, ServiceError, WriteFileQuery};
 
 /// Longest text part (`path`, `path_b64`, `mode`), in bytes.
@@ -47,11 +45,9 @@ pub(super) struct UploadQuery {
 pub(super) async fn upload(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
-    uri: Uri,
     ApiQuery(q): ApiQuery<UploadQuery>,
     mut multipart: Multipart,
 ) -> Result<Json<UploadedFiles>, ServiceError> {
-    check_query_utf8(&uri)?;
     cp.running_sandbox(&id).await?;
     let mut files = Vec::new();
     let (mut path, mut path_b64, mut mode) = (None, None, None);
