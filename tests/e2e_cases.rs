@@ -7,14 +7,7 @@ use cove_api_types::{
     CommandState, CreateCommandRequest, CreateSandboxRequest, ErrorCode, OutputEvent,
 };
 use cove_client::{Client, UploadOptions};
-use cove_e2e::{client, collect, delete, run, sandbox, sandbox_with, sh, Source};
-
-fn shell(s: &str) -> CreateCommandRequest {
-    CreateCommandRequest {
-        shell: Some(s.to_string()),
-        ..Default::default()
-    }
-}
+use cove_e2e::{client, collect, delete, run, sandbox, sandbox_with, sh, shell, Source};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c01_last_line_without_newline_is_kept_and_not_held_back() {

@@ -8,15 +8,8 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use cove_api_types::{CommandState, CreateCommandRequest, ErrorCode};
 use cove_client::{AttachEvent, Client, PtyEvent};
-use cove_e2e::{client, collect, delete, sandbox, server, sh};
+use cove_e2e::{client, collect, delete, sandbox, server, sh, shell};
 use futures::StreamExt;
-
-fn shell(s: &str) -> CreateCommandRequest {
-    CreateCommandRequest {
-        shell: Some(s.to_string()),
-        ..Default::default()
-    }
-}
 
 fn api_code(err: &cove_client::ClientError) -> Option<ErrorCode> {
     err.api_body().map(|b| b.code)

@@ -13,6 +13,7 @@ use cove_api_types::{
 use cove_client::Client;
 use cove_e2e::{
     client, collect, delete, ensure_template, mounts_with, runc_containers, sandbox, server, sh,
+    shell,
 };
 use futures::StreamExt;
 
@@ -33,11 +34,10 @@ async fn done(c: &Client, op: Operation) -> Operation {
     op
 }
 
-fn as_root(shell: &str) -> CreateCommandRequest {
+fn as_root(shell_line: &str) -> CreateCommandRequest {
     CreateCommandRequest {
-        shell: Some(shell.to_string()),
         user: Some("root".into()),
-        ..Default::default()
+        ..shell(shell_line)
     }
 }
 
@@ -60,13 +60,7 @@ async fn pause_freezes_and_resume_keeps_commands_files_and_output() {
     let w = sh(&c, &id, "echo kept > /home/user/f.txt").await;
     assert_eq!(w.command.exit_code, Some(0));
     let started = c
-        .create_command(
-            &id,
-            &CreateCommandRequest {
-                shell: Some("echo before-pause; sleep 100000".into()),
-                ..Default::default()
-            },
-        )
+        .create_command(&id, &shell("echo before-pause; sleep 100000"))
         .await
         .expect("start command");
     let cid = started.command.id.clone();
@@ -90,13 +84,7 @@ async fn pause_freezes_and_resume_keeps_commands_files_and_output() {
         SandboxState::Paused
     );
     let err = c
-        .create_command(
-            &id,
-            &CreateCommandRequest {
-                shell: Some("true".into()),
-                ..Default::default()
-            },
-        )
+        .create_command(&id, &shell("true"))
         .await
         .expect_err("exec while paused");
     assert_eq!(err.status(), Some(409));
@@ -170,13 +158,7 @@ async fn suspend_releases_the_node_and_wake_restores_files_without_memory() {
     .await;
     assert_eq!(prep.stdout_text(), "ok\n", "{}", prep.stderr_text());
     let bg = c
-        .create_command(
-            &id,
-            &CreateCommandRequest {
-                shell: Some("sleep 100000".into()),
-                ..Default::default()
-            },
-        )
+        .create_command(&id, &shell("sleep 100000"))
         .await
         .expect("background");
 
@@ -195,13 +177,7 @@ async fn suspend_releases_the_node_and_wake_restores_files_without_memory() {
     );
     assert!(mounts_with(&id).is_empty(), "no mounts");
     let err = c
-        .create_command(
-            &id,
-            &CreateCommandRequest {
-                shell: Some("true".into()),
-                ..Default::default()
-            },
-        )
+        .create_command(&id, &shell("true"))
         .await
         .expect_err("exec while suspended");
     assert_eq!(
@@ -543,13 +519,7 @@ async fn c12_files_and_processes_survive_pause_and_idle_suspend_cycles() {
     };
     let id = cove_e2e::sandbox_with(&c, "tiny", req).await;
     let p = c
-        .create_command(
-            &id,
-            &CreateCommandRequest {
-                shell: Some("exec sleep 100000".into()),
-                ..Default::default()
-            },
-        )
+        .create_command(&id, &shell("exec sleep 100000"))
         .await
         .expect("start P");
     let (pcid, pid) = (p.command.id.clone(), p.command.pid);

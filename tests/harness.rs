@@ -367,27 +367,26 @@ pub async fn run(client: &Client, sandbox: &str, req: CreateCommandRequest) -> O
     collect(client, &resp.attachment, 0, t0).await
 }
 
-/// Runs a shell string as root in `sandbox` and collects its output.
-pub async fn root_sh(client: &Client, sandbox: &str, shell: &str) -> Output {
-    let req = CreateCommandRequest {
-        shell: Some(shell.to_string()),
-        user: Some("root".into()),
+/// A command request running `shell_line` through the sandbox's shell, with defaults otherwise.
+pub fn shell(shell_line: &str) -> CreateCommandRequest {
+    CreateCommandRequest {
+        shell: Some(shell_line.to_string()),
         ..Default::default()
+    }
+}
+
+/// Runs a shell string as root in `sandbox` and collects its output.
+pub async fn root_sh(client: &Client, sandbox: &str, shell_line: &str) -> Output {
+    let req = CreateCommandRequest {
+        user: Some("root".into()),
+        ..shell(shell_line)
     };
     run(client, sandbox, req).await
 }
 
 /// Runs a shell string in `sandbox` and collects its output.
-pub async fn sh(client: &Client, sandbox: &str, shell: &str) -> Output {
-    run(
-        client,
-        sandbox,
-        CreateCommandRequest {
-            shell: Some(shell.to_string()),
-            ..Default::default()
-        },
-    )
-    .await
+pub async fn sh(client: &Client, sandbox: &str, shell_line: &str) -> Output {
+    run(client, sandbox, shell(shell_line)).await
 }
 
 /// Random bytes.
