@@ -356,13 +356,6 @@ impl Operations {
         Ok(self.store.operation_logs(id, after, 500).await?)
     }
 
-    /// Waits until any operation changes, or `timeout` elapses.
-    pub async fn changed(&self, timeout: Duration) {
-        let mut rx = self.changed.subscribe();
-        rx.borrow_and_update();
-        let _ = tokio::time::timeout(timeout, rx.changed()).await;
-    }
-
     /// A subscription to changes (for streams that must not miss one between checks).
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changed.subscribe()

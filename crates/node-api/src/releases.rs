@@ -20,9 +20,6 @@ pub trait NodeReleases: Send + Sync + 'static {
         cancel: tokio_util::sync::CancellationToken,
     ) -> Result<BuiltRelease, NodeError>;
 
-    /// Whether release `number` of `template` is present on the node.
-    async fn has_release(&self, template: &str, number: u32) -> bool;
-
     /// Removes a release's files (after a failed build, or when retiring it).
     async fn remove_release(&self, template: &str, number: u32) -> Result<(), NodeError>;
 }

@@ -76,12 +76,6 @@ impl NodeReleases for NodeAgent {
         }
     }
 
-    async fn has_release(&self, template: &str, number: u32) -> bool {
-        tokio::fs::metadata(self.release_dir(template, number).join("rootfs"))
-            .await
-            .is_ok()
-    }
-
     async fn remove_release(&self, template: &str, number: u32) -> Result<(), NodeError> {
         Self::remove_tree(&self.release_dir(template, number)).await
     }
