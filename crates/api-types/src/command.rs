@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::CommandState;
+
 /// `POST /v1/sandboxes/{id}/commands` body. Exactly one of `argv` and `shell` is required.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -46,16 +48,6 @@ pub struct CreateCommandRequest {
     /// Initial terminal height in rows with `pty` (default 24, 1-65535).
     #[serde(default)]
     pub rows: Option<u16>,
-}
-
-/// State of a command.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CommandState {
-    /// Its process runs.
-    Running,
-    /// It ended (`exit_code` or `signal` says how).
-    Exited,
 }
 
 /// A command started in a sandbox.

@@ -21,6 +21,12 @@ pub use operation::*;
 pub use sandbox::*;
 pub use template::*;
 
+// States, kinds and resources are the domain's; the API speaks them as they are.
+pub use cove_domain::{
+    CommandState, EventType, OperationKind, OperationState, Resources, ResourcesRequest,
+    SandboxState,
+};
+
 /// Header carrying the request id on every response (and accepted on requests).
 pub const REQUEST_ID_HEADER: &str = "x-request-id";
 

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::Operation;
+use crate::{EventType, Operation};
 
 /// Body of `POST /v1/sandboxes/{id}/{pause|resume|suspend|wake}` (optional; an empty body is
 /// `{}`).
@@ -29,67 +29,6 @@ pub struct LifecycleRequest {
 pub struct OperationList {
     /// Operations, newest first.
     pub operations: Vec<Operation>,
-}
-
-/// What a lifecycle event says happened to a sandbox. Wire names are dotted
-/// (`sandbox.created`, ...).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum EventType {
-    /// Accepted; being created.
-    #[serde(rename = "sandbox.created")]
-    SandboxCreated,
-    /// Created and running.
-    #[serde(rename = "sandbox.running")]
-    SandboxRunning,
-    /// Frozen by a pause.
-    #[serde(rename = "sandbox.paused")]
-    SandboxPaused,
-    /// Thawed by a resume.
-    #[serde(rename = "sandbox.resumed")]
-    SandboxResumed,
-    /// Saved to the snapshot store; no node resources held.
-    #[serde(rename = "sandbox.suspended")]
-    SandboxSuspended,
-    /// Restored from its snapshot and running again.
-    #[serde(rename = "sandbox.woken")]
-    SandboxWoken,
-    /// Deleted.
-    #[serde(rename = "sandbox.deleted")]
-    SandboxDeleted,
-    /// Failed (`reason` says why).
-    #[serde(rename = "sandbox.failed")]
-    SandboxFailed,
-}
-
-impl EventType {
-    /// The wire string.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventType::SandboxCreated => "sandbox.created",
-            EventType::SandboxRunning => "sandbox.running",
-            EventType::SandboxPaused => "sandbox.paused",
-            EventType::SandboxResumed => "sandbox.resumed",
-            EventType::SandboxSuspended => "sandbox.suspended",
-            EventType::SandboxWoken => "sandbox.woken",
-            EventType::SandboxDeleted => "sandbox.deleted",
-            EventType::SandboxFailed => "sandbox.failed",
-        }
-    }
-
-    /// Parses a wire string.
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "sandbox.created" => EventType::SandboxCreated,
-            "sandbox.running" => EventType::SandboxRunning,
-            "sandbox.paused" => EventType::SandboxPaused,
-            "sandbox.resumed" => EventType::SandboxResumed,
-            "sandbox.suspended" => EventType::SandboxSuspended,
-            "sandbox.woken" => EventType::SandboxWoken,
-            "sandbox.deleted" => EventType::SandboxDeleted,
-            "sandbox.failed" => EventType::SandboxFailed,
-            _ => return None,
-        })
-    }
 }
 
 /// One lifecycle event of `GET /v1/events` (SSE event `lifecycle`, its `id` is `seq`).

@@ -14,7 +14,7 @@ use cove_api_types::{CommandOutput, OmittedOutput};
 use cove_node_api::{AttachEvent, OutputStream};
 use futures::StreamExt;
 
-use crate::error::{from_node, Subject};
+use crate::error::from_node;
 use crate::{ControlPlane, ServiceError};
 
 /// Default output budget of one answer (1 MiB).
@@ -112,13 +112,13 @@ impl ControlPlane {
             .node()
             .attach(sandbox_id, cid, offset, false)
             .await
-            .map_err(|e| from_node(e, sandbox_id, Subject::Command, cid))?;
+            .map_err(|e| from_node(e, sandbox_id))?;
         let mut read = Read {
             end: offset,
             ..Read::default()
         };
         while let Some(event) = events.next().await {
-            match event.map_err(|e| from_node(e, sandbox_id, Subject::Command, cid))? {
+            match event.map_err(|e| from_node(e, sandbox_id))? {
                 AttachEvent::Output {
                     offset,
                     stream,

@@ -10,7 +10,7 @@ use cove_store::{CommandRecord, StoreError};
 use tracing::info;
 
 use crate::auth::{hash_token, new_token};
-use crate::error::{from_node, Subject};
+use crate::error::from_node;
 use crate::{ControlPlane, ServiceError};
 
 /// Largest accepted shell string or argv total, in bytes (1 MiB). Longer ones are `413`.
@@ -109,7 +109,7 @@ impl ControlPlane {
             command_id: command_id.clone(),
             program,
             env,
-            cwd: Some(cove_node_api::GuestPath(cwd.into_bytes())),
+            cwd: Some(cove_node_api::SandboxPath(cwd.into_bytes())),
             user: Some(user),
             stdin: req.stdin || pty.is_some(),
             timeout_ms,
@@ -119,7 +119,7 @@ impl ControlPlane {
             Ok(info) => info,
             Err(e) => {
                 self.store().delete_command(&command_id).await?;
-                return Err(from_node(e, &sandbox.id, Subject::Spawn, "command"));
+                return Err(from_node(e, &sandbox.id));
             }
         };
         info!(sandbox_id = %sandbox.id, command_id = %command_id, pid = info.pid, "command started");
@@ -170,20 +170,18 @@ impl ControlPlane {
         self.running_sandbox(sandbox_id).await?;
         self.command_record(sandbox_id, cid).await?;
         let info = self.node().command(sandbox_id, cid).await;
-        let mut info = info.map_err(|e| from_node(e, sandbox_id, Subject::Command, cid))?;
+        let mut info = info.map_err(|e| from_node(e, sandbox_id))?;
         if let Some(wait) = wait {
             let until = tokio::time::Instant::now() + wait.min(crate::operations::MAX_WAIT);
             let mut step = std::time::Duration::from_millis(5);
-            while info.state == cove_node_api::CommandState::Running
-                && tokio::time::Instant::now() < until
-            {
+            while info.state == CommandState::Running && tokio::time::Instant::now() < until {
                 tokio::time::sleep(step).await;
                 step = (step * 2).min(std::time::Duration::from_millis(200));
                 info = self
                     .node()
                     .command(sandbox_id, cid)
                     .await
-                    .map_err(|e| from_node(e, sandbox_id, Subject::Command, cid))?;
+                    .map_err(|e| from_node(e, sandbox_id))?;
             }
         }
         Ok(to_api(sandbox_id, info))
@@ -201,7 +199,7 @@ impl ControlPlane {
             .node()
             .commands(sandbox_id)
             .await
-            .map_err(|e| from_node(e, sandbox_id, Subject::Command, "commands"))?;
+            .map_err(|e| from_node(e, sandbox_id))?;
         Ok(CommandList {
             commands: infos
                 .into_iter()
@@ -219,7 +217,7 @@ impl ControlPlane {
         self.node()
             .forget(sandbox_id, cid)
             .await
-            .map_err(|e| from_node(e, sandbox_id, Subject::Command, cid))?;
+            .map_err(|e| from_node(e, sandbox_id))?;
         self.store().delete_command(cid).await?;
         info!(sandbox_id, command_id = cid, "command forgotten");
         Ok(())
@@ -240,7 +238,7 @@ impl ControlPlane {
         self.node()
             .resize(sandbox_id, cid, cove_node_api::PtySize { cols, rows })
             .await
-            .map_err(|e| from_node(e, sandbox_id, Subject::Command, cid))
+            .map_err(|e| from_node(e, sandbox_id))
     }
 
     /// Delivers a signal as-is to the command's process group.
@@ -257,7 +255,7 @@ impl ControlPlane {
         self.node()
             .signal(sandbox_id, cid, sig)
             .await
-            .map_err(|e| from_node(e, sandbox_id, Subject::Command, cid))?;
+            .map_err(|e| from_node(e, sandbox_id))?;
         self.get_command(sandbox_id, cid, None).await
     }
 
@@ -278,7 +276,7 @@ impl ControlPlane {
             .node()
             .kill(sandbox_id, cid, grace)
             .await
-            .map_err(|e| from_node(e, sandbox_id, Subject::Command, cid))?;
+            .map_err(|e| from_node(e, sandbox_id))?;
         Ok(to_api(sandbox_id, info))
     }
 
@@ -340,10 +338,7 @@ pub(crate) fn to_api(sandbox_id: &str, i: CommandInfo) -> Command {
         user: i.user,
         cwd: i.cwd,
         pid: i.pid,
-        state: match i.state {
-            cove_node_api::CommandState::Running => CommandState::Running,
-            cove_node_api::CommandState::Exited => CommandState::Exited,
-        },
+        state: i.state,
         exit_code: i.exit_code,
         signal: i.signal.map(signals::name),
         timed_out: i.timed_out,

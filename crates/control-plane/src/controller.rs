@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use cove_api_types::SandboxState;
-use cove_node_api::CommandState;
+use cove_domain::CommandState;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;

@@ -2,7 +2,7 @@
 
 use cove_api_types::{ErrorCode, SandboxState};
 use cove_domain::InvalidInput;
-use cove_node_api::{GuestErrorCode, NodeError};
+use cove_node_api::NodeError;
 use cove_store::StoreError;
 
 /// Errors of the control plane's services. Each maps to exactly one [`ErrorCode`] in
@@ -128,57 +128,29 @@ impl From<StoreError> for ServiceError {
     }
 }
 
-/// What a guest `NotFound` refers to, so it maps to the right API code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Subject {
-    /// A command call: not found = unknown command.
-    Command,
-    /// A file call: not found = missing file.
-    File,
-    /// Starting a command: not found = a missing cwd (a caller error).
-    Spawn,
-}
-
-/// Maps a node error for a call on `sandbox_id` about `subject`.
-pub fn from_node(e: NodeError, sandbox_id: &str, subject: Subject, what: &str) -> ServiceError {
+/// Maps a node error of a call on `sandbox_id` (the one place node errors become API errors).
+pub fn from_node(e: NodeError, sandbox_id: &str) -> ServiceError {
+    use NodeError as N;
     match e {
-        NodeError::SandboxNotFound(_) => {
+        N::SandboxNotFound(_) => {
             ServiceError::Unavailable(format!("sandbox {sandbox_id} is not present on its node"))
         }
-        NodeError::ReleaseNotFound(m) => ServiceError::ReleaseNotFound(m),
-        NodeError::Guest { code, message } => from_guest(code, message, subject, what),
-        NodeError::AgentUnavailable(m) => {
+        N::CommandNotFound(cid) => ServiceError::CommandNotFound(cid),
+        N::FileNotFound(m) => ServiceError::FileNotFound(m),
+        N::ReleaseNotFound(m) => ServiceError::ReleaseNotFound(m),
+        N::InvalidArgument { field, message } | N::WrongType { field, message } => {
+            ServiceError::Invalid(InvalidInput::new(field, message))
+        }
+        N::AlreadyExists(m) => ServiceError::AlreadyExists(m),
+        N::PermissionDenied(m) => ServiceError::PermissionDenied(m),
+        N::FailedPrecondition(m) => ServiceError::FailedPrecondition(m),
+        N::NoSpace(m) => ServiceError::NoSpace(m),
+        N::TooLarge(m) => ServiceError::TooLarge(m),
+        N::SpawnFailed(m) => ServiceError::Unavailable(format!("could not start the process: {m}")),
+        N::AgentUnavailable(m) => {
             ServiceError::Unavailable(format!("sandbox {sandbox_id} does not answer: {m}"))
         }
-        NodeError::Cancelled => ServiceError::Cancelled("cancelled".into()),
-        e @ (NodeError::Runtime(_) | NodeError::Build(_) | NodeError::Internal(_)) => {
-            ServiceError::Internal(e.to_string())
-        }
-    }
-}
-
-fn from_guest(code: GuestErrorCode, message: String, subject: Subject, what: &str) -> ServiceError {
-    use GuestErrorCode as G;
-    match code {
-        G::NotFound => match subject {
-            Subject::Command => ServiceError::CommandNotFound(what.to_string()),
-            Subject::File => ServiceError::FileNotFound(message),
-            Subject::Spawn => ServiceError::Invalid(InvalidInput::new("cwd", message)),
-        },
-        G::InvalidArgument | G::WrongType => {
-            ServiceError::Invalid(InvalidInput::new(what, message))
-        }
-        G::UnknownUser => ServiceError::Invalid(InvalidInput::new("user", message)),
-        G::AlreadyExists => ServiceError::AlreadyExists(message),
-        G::PermissionDenied => ServiceError::PermissionDenied(message),
-        G::FailedPrecondition => ServiceError::FailedPrecondition(message),
-        G::NoSpace => ServiceError::NoSpace(message),
-        G::TooLarge => ServiceError::TooLarge(message),
-        G::SpawnFailed => {
-            ServiceError::Unavailable(format!("could not start the process: {message}"))
-        }
-        G::UnsupportedVersion | G::Protocol | G::Internal => {
-            ServiceError::Internal(format!("guest: {message}"))
-        }
+        N::Cancelled => ServiceError::Cancelled("cancelled".into()),
+        e @ (N::Runtime(_) | N::Build(_) | N::Internal(_)) => ServiceError::Internal(e.to_string()),
     }
 }

@@ -26,7 +26,7 @@ use tokio::sync::OwnedMutexGuard;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::error::{from_node, Subject};
+use crate::error::from_node;
 use crate::operations::{deadline_from, request_hash, Begun};
 use crate::{ControlPlane, ServiceError};
 
@@ -322,10 +322,7 @@ impl ControlPlane {
             id: s.id.clone(),
             template: s.template.clone(),
             release: s.release,
-            vcpus: s.resources.vcpus,
-            memory_mib: s.resources.memory_mib,
-            pids_max: s.resources.pids_max,
-            disk_mib: s.resources.disk_mib,
+            resources: s.resources,
         };
         match self.node().wake_sandbox(launch, cancel.clone()).await {
             Ok(woken) => {
@@ -444,5 +441,5 @@ impl ControlPlane {
 }
 
 fn node_err(e: cove_node_api::NodeError, id: &str) -> ServiceError {
-    from_node(e, id, Subject::File, "sandbox")
+    from_node(e, id)
 }

@@ -145,10 +145,7 @@ impl ControlPlane {
             id: sandbox.id.clone(),
             template: sandbox.template.clone(),
             release,
-            vcpus: resources.vcpus,
-            memory_mib: resources.memory_mib,
-            pids_max: resources.pids_max,
-            disk_mib: resources.disk_mib,
+            resources,
         };
         let op_id = op.id.clone();
         self.operations()
@@ -235,12 +232,7 @@ impl ControlPlane {
                     Some(op_id),
                 )
                 .await?;
-                Err(crate::error::from_node(
-                    e,
-                    &id,
-                    crate::error::Subject::File,
-                    "sandbox",
-                ))
+                Err(crate::error::from_node(e, &id))
             }
         }
     }
@@ -387,12 +379,7 @@ impl ControlPlane {
                 Some(op_id),
             )
             .await?;
-            return Err(crate::error::from_node(
-                e,
-                id,
-                crate::error::Subject::File,
-                "sandbox",
-            ));
+            return Err(crate::error::from_node(e, id));
         }
         self.store().delete_commands_of(id).await?;
         self.transition(

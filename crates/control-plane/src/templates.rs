@@ -11,7 +11,7 @@ use cove_store::NewOperation;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use crate::error::{from_node, Subject};
+use crate::error::from_node;
 use crate::operations::Begun;
 use crate::{ControlPlane, ServiceError};
 
@@ -149,7 +149,7 @@ impl ControlPlane {
                     .await?;
                 Err(match e {
                     cove_node_api::NodeError::Build(m) => ServiceError::FailedPrecondition(m),
-                    other => from_node(other, "-", Subject::File, "release"),
+                    other => from_node(other, "-"),
                 })
             }
         }

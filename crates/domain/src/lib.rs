@@ -1,11 +1,19 @@
-//! Cove's domain rules without I/O: ids, lifecycle transitions, resource limits, validation of
-//! names and signals. Wire names live in `cove-api-types`; this crate says what is allowed.
+//! Cove's ground floor: ids, states and kinds with their wire strings (one table each),
+//! lifecycle transitions, [`Resources`] and their limits, the egress policy, and validation of
+//! names and signals. No I/O and no workspace dependency: every other crate may stand on it.
 
+pub mod egress;
 pub mod ids;
 pub mod lifecycle;
 pub mod resources;
 pub mod signals;
+mod states;
 pub mod validate;
+mod wire;
+
+pub use egress::{EgressPolicy, EgressRule};
+pub use resources::{Resources, ResourcesRequest};
+pub use states::{CommandState, EventType, OperationKind, OperationState, SandboxState};
 
 /// A request that breaks a domain rule; `field` names the offending input.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -6,8 +6,8 @@
 //! `waking → suspended` (a wake that failed; the snapshot is kept). A create cancelled before
 //! it finished goes `creating → deleted`.
 
-use cove_api_types::EventType;
-use cove_api_types::SandboxState::{self, *};
+use crate::EventType;
+use crate::SandboxState::{self, *};
 
 /// Whether a sandbox may move from `from` to `to`.
 pub fn can_transition(from: SandboxState, to: SandboxState) -> bool {

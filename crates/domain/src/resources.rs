@@ -1,8 +1,53 @@
-//! Resource limits of a sandbox: defaults and bounds.
+//! Resource limits of a sandbox: the one [`Resources`] value that travels from request
+//! validation to the runtime's limits (cgroups, VM size), its defaults and bounds.
 
-use cove_api_types::{Resources, ResourcesRequest};
+use serde::{Deserialize, Serialize};
 
 use crate::InvalidInput;
+
+/// Resources of a sandbox. Defaults: 1 vCPU, 512 MiB memory, 1024 processes, no disk of its
+/// own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Resources {
+    /// CPU limit in vCPUs (1–16).
+    pub vcpus: u32,
+    /// Memory limit in MiB (64–65536).
+    pub memory_mib: u64,
+    /// Process limit (16–65536).
+    pub pids_max: u64,
+    /// Size in MiB of the sandbox's own disk, which holds every file it writes (64–1048576).
+    /// When it is full, writes in the sandbox fail with "No space left on device" and file
+    /// uploads with `507 no_space`, while the node and other sandboxes are unaffected. Absent:
+    /// the sandbox writes to the node's disk without a size limit of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_mib: Option<u64>,
+}
+
+impl Default for Resources {
+    fn default() -> Self {
+        Resources {
+            vcpus: 1,
+            memory_mib: 512,
+            pids_max: 1024,
+            disk_mib: None,
+        }
+    }
+}
+
+/// Optional resource overrides in a create request; unset fields take the defaults.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResourcesRequest {
+    /// vCPUs (1–16).
+    pub vcpus: Option<u32>,
+    /// Memory in MiB (64–65536).
+    pub memory_mib: Option<u64>,
+    /// Process limit (16–65536).
+    pub pids_max: Option<u64>,
+    /// Size in MiB of a disk of the sandbox's own (64–1048576); see [`Resources::disk_mib`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_mib: Option<u64>,
+}
 
 /// vCPU bounds (inclusive).
 pub const VCPUS: (u32, u32) = (1, 16);

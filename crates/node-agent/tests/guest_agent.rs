@@ -77,7 +77,9 @@ impl Agent {
             .stdin(Stdio::null())
             .spawn()
             .expect("start the guest agent");
-        let client = GuestClient::new(socket);
+        let client = GuestClient::new(std::sync::Arc::new(cove_runtime::UnixSocketConnector::new(
+            socket,
+        )));
         client
             .connect(Duration::from_secs(10))
             .await

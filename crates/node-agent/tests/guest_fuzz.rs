@@ -262,7 +262,12 @@ async fn fake_guest(reply: Vec<u8>) -> (GuestClient, tempfile::TempDir) {
         let _ = stream.write_all(&reply).await;
         let _ = stream.shutdown().await;
     });
-    (GuestClient::new(socket), dir)
+    (
+        GuestClient::new(std::sync::Arc::new(cove_runtime::UnixSocketConnector::new(
+            socket,
+        ))),
+        dir,
+    )
 }
 
 fn framed(frame: &GuestFrame) -> Vec<u8> {

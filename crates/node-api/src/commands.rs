@@ -64,7 +64,7 @@ pub trait NodeCommands: Send + Sync + 'static {
         size: PtySize,
     ) -> Result<(), NodeError>;
 
-    /// Forgets a finished command and deletes its kept output (a guest `FailedPrecondition`
+    /// Forgets a finished command and deletes its kept output ([`NodeError::FailedPrecondition`]
     /// while it runs).
     async fn forget(&self, sandbox_id: &str, command_id: &str) -> Result<(), NodeError>;
 }

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use futures::stream::BoxStream;
 
 use crate::{
-    ByteStream, FileEvent, FileInfo, GuestPath, NodeError, WatchRequest, WriteFileRequest,
+    ByteStream, FileEvent, FileInfo, NodeError, SandboxPath, WatchRequest, WriteFileRequest,
 };
 
 /// Files in a sandbox.
@@ -24,7 +24,7 @@ pub trait NodeFiles: Send + Sync + 'static {
     async fn read_file(
         &self,
         sandbox_id: &str,
-        path: GuestPath,
+        path: SandboxPath,
         user: Option<String>,
         offset: u64,
         length: Option<u64>,
@@ -34,7 +34,7 @@ pub trait NodeFiles: Send + Sync + 'static {
     async fn stat(
         &self,
         sandbox_id: &str,
-        path: GuestPath,
+        path: SandboxPath,
         user: Option<String>,
     ) -> Result<FileInfo, NodeError>;
 
@@ -43,7 +43,7 @@ pub trait NodeFiles: Send + Sync + 'static {
     async fn list_dir(
         &self,
         sandbox_id: &str,
-        path: GuestPath,
+        path: SandboxPath,
         user: Option<String>,
         depth: u32,
     ) -> Result<Vec<FileInfo>, NodeError>;
@@ -52,7 +52,7 @@ pub trait NodeFiles: Send + Sync + 'static {
     async fn make_dir(
         &self,
         sandbox_id: &str,
-        path: GuestPath,
+        path: SandboxPath,
         user: Option<String>,
     ) -> Result<FileInfo, NodeError>;
 
@@ -60,7 +60,7 @@ pub trait NodeFiles: Send + Sync + 'static {
     async fn remove(
         &self,
         sandbox_id: &str,
-        path: GuestPath,
+        path: SandboxPath,
         user: Option<String>,
     ) -> Result<(), NodeError>;
 
@@ -68,8 +68,8 @@ pub trait NodeFiles: Send + Sync + 'static {
     async fn rename(
         &self,
         sandbox_id: &str,
-        from: GuestPath,
-        to: GuestPath,
+        from: SandboxPath,
+        to: SandboxPath,
         user: Option<String>,
     ) -> Result<FileInfo, NodeError>;
 

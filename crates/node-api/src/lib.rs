@@ -2,14 +2,18 @@
 //! today; gRPC across hosts later). The control plane owns desired state and operations; the node
 //! owns what runs: sandboxes, their guest agents, release root filesystems.
 //!
-//! Command and file payloads reuse the guest protocol's types, since the node passes them through
-//! to the guest agent after validating them.
+//! The contract speaks its own words ([`types`]): no guest-protocol type appears in it, errors
+//! are typed by what went wrong ([`NodeError`]), every payload is owned and serialisable, and
+//! every stream is a `Stream<Item = Result<_, NodeError>>`, so a gRPC service can be written
+//! straight from these traits.
 
 use std::collections::BTreeMap;
 use std::io;
 
 use bytes::Bytes;
+use cove_domain::Resources;
 use futures::stream::BoxStream;
+use serde::{Deserialize, Serialize};
 
 mod commands;
 mod files;
@@ -21,15 +25,15 @@ pub use files::NodeFiles;
 pub use lifecycle::{NodeCapabilities, NodeLifecycle, SuspendInfo, WakeInfo};
 pub use releases::NodeReleases;
 
-pub use cove_guest_protocol::PtySize;
-pub use cove_guest_protocol::{
-    CommandInfo, CommandState, ErrorCode as GuestErrorCode, FileInfo, FileType, GuestPath, Program,
-    SpawnRequest, Stream as OutputStream, WriteFileRequest,
+pub mod types;
+
+pub use types::{
+    CommandInfo, FileEvent, FileEventKind, FileInfo, FileType, OutputStream, Program, PtySize,
+    SandboxPath, SpawnRequest, WatchRequest, WriteFileRequest,
 };
-pub use cove_guest_protocol::{FileEvent, FileEventKind, WatchRequest};
 
 /// What the node needs to start a sandbox.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SandboxLaunch {
     /// Sandbox id (also its hostname).
     pub id: String,
@@ -37,18 +41,12 @@ pub struct SandboxLaunch {
     pub template: String,
     /// Release number.
     pub release: u32,
-    /// vCPUs.
-    pub vcpus: u32,
-    /// Memory limit in MiB.
-    pub memory_mib: u64,
-    /// Process limit.
-    pub pids_max: u64,
-    /// Size in MiB of the sandbox's own disk for its files (`None` = the node's disk).
-    pub disk_mib: Option<u64>,
+    /// Limits, as validated by the control plane; the runtime maps them as they are.
+    pub resources: Resources,
 }
 
 /// A sandbox as the node sees it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum NodeSandboxState {
     /// Its processes run and its guest agent answers.
     Running,
@@ -59,7 +57,7 @@ pub enum NodeSandboxState {
 }
 
 /// One event of a release build.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum BuildEvent {
     /// A line of the build log.
     Log(String),
@@ -73,7 +71,7 @@ pub enum BuildEvent {
 }
 
 /// Result of a finished release build.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BuiltRelease {
     /// Size of the root filesystem in bytes.
     pub size_bytes: u64,
@@ -82,7 +80,7 @@ pub struct BuiltRelease {
 }
 
 /// Defaults and identity of a built-in template recipe.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecipeInfo {
     /// Template name.
     pub name: String,
@@ -99,7 +97,7 @@ pub struct RecipeInfo {
 }
 
 /// One event of a command's output stream.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum AttachEvent {
     /// Bytes from stdout or stderr at `offset` of the combined output.
     Output {
@@ -124,23 +122,58 @@ pub enum AttachEvent {
     End,
 }
 
-/// Errors a node returns.
-#[derive(Debug, thiserror::Error)]
+/// Errors a node returns, typed by what went wrong so the control plane maps each to one API
+/// code without knowing which call it made. Messages name sandbox paths and ids only; host
+/// detail appears only in the 5xx kinds (`Runtime`, `Build`, `Internal`), which are logged,
+/// never shown to clients.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
 pub enum NodeError {
     /// The node has no such sandbox (not created here, or already removed).
     #[error("sandbox {0} is not on this node")]
     SandboxNotFound(String),
+    /// The sandbox has no such command (never started, or forgotten).
+    #[error("command {0} not found")]
+    CommandNotFound(String),
+    /// No such file or directory in the sandbox.
+    #[error("{0}")]
+    FileNotFound(String),
     /// No such template recipe or release on the node.
     #[error("{0}")]
     ReleaseNotFound(String),
-    /// The guest agent answered with an error.
-    #[error("{message}")]
-    Guest {
-        /// Guest error code.
-        code: GuestErrorCode,
-        /// Detail (sandbox paths only).
+    /// A request field the sandbox refused (a missing `cwd`, an unknown `user`, a bad path).
+    #[error("{field}: {message}")]
+    InvalidArgument {
+        /// The request field (`cwd`, `user`, `path`, ...).
+        field: String,
+        /// What is wrong with it.
         message: String,
     },
+    /// A path exists but is the wrong type (a file where a directory is needed, ...).
+    #[error("{field}: {message}")]
+    WrongType {
+        /// The request field the path came from (`path`, `from`, `cwd`).
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A file or directory is already there.
+    #[error("{0}")]
+    AlreadyExists(String),
+    /// The sandbox user may not do this.
+    #[error("{0}")]
+    PermissionDenied(String),
+    /// Not applicable in the current state (stdin closed, command still running).
+    #[error("{0}")]
+    FailedPrecondition(String),
+    /// The sandbox's disk is full.
+    #[error("{0}")]
+    NoSpace(String),
+    /// The data exceeds the request's limit.
+    #[error("{0}")]
+    TooLarge(String),
+    /// The process could not be started (fork failed, a limit was reached).
+    #[error("could not start the process: {0}")]
+    SpawnFailed(String),
     /// The sandbox's guest agent cannot be reached (stopped, crashed, frozen).
     #[error("sandbox agent unavailable: {0}")]
     AgentUnavailable(String),

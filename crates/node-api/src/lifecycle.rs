@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use tokio_util::sync::CancellationToken;
 
 /// What the node's runtime and snapshot store can do.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NodeCapabilities {
     /// Runtime name (`runc`).
     pub runtime: String,
@@ -19,14 +19,14 @@ pub struct NodeCapabilities {
 }
 
 /// The result of a suspend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SuspendInfo {
     /// Bytes of file content saved.
     pub file_bytes: u64,
 }
 
 /// The result of a wake.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct WakeInfo {
     /// Whether process memory was restored (false: processes were restarted).
     pub memory_restored: bool,

@@ -1,17 +1,23 @@
 //! Runtimes: how a node isolates sandboxes. One [`Runtime`] trait; drivers per isolation kind.
 //!
-//! A runtime starts a sandbox whose init process is the guest agent, listening on
-//! [`cove_guest_protocol::GUEST_SOCKET_PATH`] inside the sandbox; the runtime reports where that
-//! socket is on the host ([`Started::agent_socket`]). Everything else (commands, files) goes
-//! through the guest agent, not through the runtime.
+//! A runtime owns everything of a sandbox on the node: its directory's layout, its disk, its
+//! process or VM, its snapshots (as named artifacts: [`Runtime::snapshot_artifacts`]) and the
+//! channel to its guest agent ([`GuestConnector`], returned by [`Runtime::start`] and
+//! [`Runtime::adopt`]). Commands and files go through the guest agent, not the runtime.
 //!
 //! Drivers: [`runc::RuncRuntime`] (OCI container). QEMU and Firecracker drivers come later.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use async_trait::async_trait;
+use cove_domain::Resources;
+use tokio::io::{AsyncRead, AsyncWrite};
 
 pub mod runc;
+mod unix_socket;
+
+pub use unix_socket::UnixSocketConnector;
 
 /// Which isolation a runtime provides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,39 +49,74 @@ pub struct Capabilities {
 pub struct SandboxSpec {
     /// Sandbox id; also the container id. `[a-z0-9_-]`, at most 64 bytes.
     pub id: String,
-    /// The release's read-only root filesystem (overlay lower dir).
+    /// The release's read-only root filesystem.
     pub rootfs: PathBuf,
-    /// The sandbox's own directory on the node (`<data-dir>/sandboxes/<id>`). The runtime owns
-    /// its content: `upper/`, `work/`, `rootfs/` (mount point), `run/` (mounted at
-    /// [`cove_guest_protocol::GUEST_RUN_DIR`]), `bundle/`.
+    /// The sandbox's own directory on the node (`<data-dir>/sandboxes/<id>`). Its content is the
+    /// runtime's alone: the node agent creates and removes the directory, nothing inside it.
     pub dir: PathBuf,
-    /// Host path of the static guest agent binary, bind-mounted read-only at
+    /// Host path of the static guest agent binary, made available read-only at
     /// [`cove_guest_protocol::GUEST_AGENT_PATH`].
     pub guest_agent: PathBuf,
     /// Extra arguments for the guest agent (after `--listen <socket>`).
     pub guest_agent_args: Vec<String>,
     /// Hostname inside the sandbox.
     pub hostname: String,
-    /// CPU limit in vCPUs (cgroup cpu quota = vcpus × period).
-    pub vcpus: u32,
-    /// Memory limit in MiB (memory and memory+swap).
-    pub memory_mib: u64,
-    /// Maximum number of processes (pids cgroup).
-    pub pids_max: u64,
-    /// Size in MiB of a disk of the sandbox's own: a sparse ext4 image in `dir` that holds
-    /// `upper/` and `work/`, so a full sandbox fills only its image (`None` = `upper/` on the
-    /// node's disk).
-    pub disk_mib: Option<u64>,
+    /// Limits (vCPUs → CPU quota or VM vCPUs, memory, processes, own disk), as validated by the
+    /// control plane.
+    pub resources: Resources,
 }
 
-/// A started sandbox.
+/// A bidirectional byte stream to a sandbox's guest agent.
+pub trait GuestIo: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> GuestIo for T {}
+
+/// One open stream to a guest agent.
+pub type GuestStream = Box<dyn GuestIo>;
+
+/// Opens streams to one sandbox's guest agent. The guest protocol runs unary calls over one
+/// stream and gives every output, file or watch stream one of its own, so a connector must be
+/// able to open many at once: runc connects the agent's unix socket each time; a VM runtime
+/// opens a new channel over its one virtio-serial port.
+#[async_trait]
+pub trait GuestConnector: Send + Sync + std::fmt::Debug + 'static {
+    /// Opens a new stream (no handshake yet). Fails with an I/O error when the agent does not
+    /// accept connections (not started, gone, frozen).
+    async fn connect(&self) -> std::io::Result<GuestStream>;
+}
+
+/// A started (or adopted) sandbox.
 #[derive(Debug, Clone)]
 pub struct Started {
-    /// Host path of the guest agent's socket.
-    pub agent_socket: PathBuf,
-    /// Host pid of the sandbox's init (the guest agent).
+    /// Opens streams to its guest agent.
+    pub guest: Arc<dyn GuestConnector>,
+    /// Host pid of the sandbox's init (the guest agent, or the VM's process).
     pub init_pid: u32,
 }
+
+/// A sandbox found on the node after a restart.
+#[derive(Debug, Clone)]
+pub struct Adopted {
+    /// What the runtime sees.
+    pub state: RuntimeState,
+    /// Opens streams to its guest agent (which may not answer while paused or stopped).
+    pub guest: Arc<dyn GuestConnector>,
+}
+
+/// One piece of a snapshot, named by the runtime (`fs.tar`, `memory.bin`, ...). The node agent
+/// moves an artifact's bytes to and from the snapshot store and never looks inside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArtifactSpec {
+    /// Object name (`[a-z0-9._-]`), unique within one snapshot.
+    pub name: &'static str,
+    /// Whether it holds process memory (a wake from it continues running processes).
+    pub memory: bool,
+}
+
+/// Where an artifact's bytes go during a save: a blocking writer (run it on a blocking thread).
+pub type ArtifactWriter = Box<dyn std::io::Write + Send>;
+/// Where an artifact's bytes come from during a restore: a blocking reader.
+pub type ArtifactReader = Box<dyn std::io::Read + Send>;
 
 /// State of a sandbox as the runtime sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,6 +173,10 @@ pub enum RuntimeError {
 }
 
 /// An isolation runtime. Implementations are cheap to share (`Arc<dyn Runtime>`).
+///
+/// The node agent calls one sandbox's methods one at a time. A suspend is
+/// `pause` → [`Runtime::save_artifact`] for each of [`Runtime::snapshot_artifacts`] → `stop`;
+/// a wake is [`Runtime::load_artifact`] for each → `start`, on a fresh directory.
 #[async_trait]
 pub trait Runtime: Send + Sync + 'static {
     /// Which kind this is.
@@ -140,9 +185,15 @@ pub trait Runtime: Send + Sync + 'static {
     /// What it can do.
     fn capabilities(&self) -> Capabilities;
 
-    /// Creates and starts the sandbox, and waits until the guest agent's socket exists (at most
-    /// 30 s). On failure nothing is left behind (mounts, cgroups, container state are removed).
+    /// Creates and starts the sandbox (from artifacts loaded into `spec.dir`, if any) and returns
+    /// once its guest agent accepts connections (at most 30 s). On failure nothing is left
+    /// behind but what was in `spec.dir` before (mounts, cgroups, processes are removed).
     async fn start(&self, spec: &SandboxSpec) -> Result<Started, RuntimeError>;
+
+    /// Finds a sandbox this runtime started before the node agent restarted (`None`: no trace
+    /// of it), with a connector to its guest agent.
+    async fn adopt(&self, id: &str, dir: &std::path::Path)
+        -> Result<Option<Adopted>, RuntimeError>;
 
     /// State of a sandbox, or `None` when the runtime has no such sandbox.
     async fn state(&self, id: &str) -> Result<Option<RuntimeState>, RuntimeError>;
@@ -153,8 +204,33 @@ pub trait Runtime: Send + Sync + 'static {
     /// Thaws a paused sandbox.
     async fn resume(&self, id: &str) -> Result<(), RuntimeError>;
 
-    /// Stops the sandbox and removes every node resource it holds (processes, container state,
-    /// cgroups, mounts) except `spec.dir`'s `upper/` (its files). Idempotent.
+    /// The artifacts a snapshot of this runtime consists of, in the order they are saved.
+    fn snapshot_artifacts(&self) -> &'static [ArtifactSpec];
+
+    /// Writes artifact `name` of the paused sandbox in `dir` to `out`; returns the bytes of
+    /// content it holds (file bytes for a files artifact).
+    async fn save_artifact(
+        &self,
+        id: &str,
+        dir: &std::path::Path,
+        name: &str,
+        out: ArtifactWriter,
+    ) -> Result<u64, RuntimeError>;
+
+    /// Reads artifact `name` into `dir` (a directory without a running sandbox) so that the
+    /// next [`Runtime::start`] continues from it; returns the bytes of content restored.
+    /// Hostile input is refused: nothing is ever written outside `dir`.
+    async fn load_artifact(
+        &self,
+        dir: &std::path::Path,
+        name: &str,
+        input: ArtifactReader,
+    ) -> Result<u64, RuntimeError>;
+
+    /// Stops the sandbox and releases every node resource it holds (processes, container state,
+    /// cgroups, mounts). Its files stay in `dir`, so a later `start` on the same directory
+    /// continues from them; the node agent removes the directory when it is done with it.
+    /// Idempotent.
     async fn stop(&self, id: &str, dir: &std::path::Path) -> Result<(), RuntimeError>;
 
     /// Ids of all sandboxes this runtime has on the node (for reconciliation after a restart).

@@ -125,10 +125,12 @@ impl Harness {
             guest_agent: f.agent.clone(),
             guest_agent_args: Vec::new(),
             hostname: format!("h-{id}"),
-            vcpus: 1,
-            memory_mib: 64,
-            pids_max: 64,
-            disk_mib: None,
+            resources: cove_domain::Resources {
+                vcpus: 1,
+                memory_mib: 64,
+                pids_max: 64,
+                disk_mib: None,
+            },
         };
         Harness { runtime, dir, spec }
     }
@@ -193,9 +195,15 @@ async fn sandbox_lifecycle() {
     let began = Instant::now();
     let started = rt.start(spec).await.expect("start");
     let start_ms = began.elapsed().as_secs_f64() * 1000.0;
-    assert_eq!(started.agent_socket, spec.dir.join("run/agent.sock"));
-    assert!(started.agent_socket.exists(), "socket visible on the host");
-    let sock = &started.agent_socket;
+    assert_eq!(
+        RuncRuntime::agent_socket(&spec.dir),
+        spec.dir.join("run/agent.sock")
+    );
+    assert!(
+        RuncRuntime::agent_socket(&spec.dir).exists(),
+        "socket visible on the host"
+    );
+    let sock = &RuncRuntime::agent_socket(&spec.dir);
 
     // Identity and isolation.
     assert_eq!(sh(sock, "hostname"), spec.hostname);
@@ -323,8 +331,8 @@ async fn restart_keeps_files_and_survives_oom() {
     let rt = &h.runtime;
     let spec = &h.spec;
 
-    let started = rt.start(spec).await.expect("start");
-    let sock = &started.agent_socket;
+    rt.start(spec).await.expect("start");
+    let sock = &RuncRuntime::agent_socket(&spec.dir);
     assert_eq!(sh(sock, "echo kept > /root/file && echo ok"), "ok");
     // A child that exceeds the 64 MiB limit is OOM-killed; the agent lives on.
     let rc = sh(
@@ -339,9 +347,12 @@ async fn restart_keeps_files_and_survives_oom() {
     let stop_ms = t.elapsed().as_secs_f64() * 1000.0;
 
     let t = Instant::now();
-    let again = rt.start(spec).await.expect("start again");
+    rt.start(spec).await.expect("start again");
     let restart_ms = t.elapsed().as_secs_f64() * 1000.0;
-    assert_eq!(sh(&again.agent_socket, "cat /root/file"), "kept");
+    assert_eq!(
+        sh(&RuncRuntime::agent_socket(&spec.dir), "cat /root/file"),
+        "kept"
+    );
     rt.stop(&spec.id, &spec.dir).await.expect("stop");
     eprintln!("timing: stop (running) {stop_ms:.1} ms, restart→socket {restart_ms:.1} ms");
 }
@@ -375,13 +386,16 @@ async fn failed_starts_leave_nothing() {
 
     // A second start with an id runc already has must not disturb the running one.
     let h = Harness::new("dup");
-    let started = h.runtime.start(&h.spec).await.expect("start");
+    h.runtime.start(&h.spec).await.expect("start");
     let err = h.runtime.start(&h.spec).await.expect_err("duplicate");
     assert!(
         matches!(err, RuntimeError::Command { op: "create", .. }),
         "{err:?}"
     );
-    assert_eq!(sh(&started.agent_socket, "echo still"), "still");
+    assert_eq!(
+        sh(&RuncRuntime::agent_socket(&spec.dir), "echo still"),
+        "still"
+    );
     h.runtime.stop(&h.spec.id, &h.spec.dir).await.expect("stop");
 }
 
@@ -428,13 +442,13 @@ fn loop_devices_of(image: &Path) -> Vec<String> {
 #[tokio::test]
 async fn own_disk_holds_the_files_and_survives_stop_and_start() {
     let mut h = Harness::new("disk");
-    h.spec.disk_mib = Some(64);
+    h.spec.resources.disk_mib = Some(64);
     let rt = &h.runtime;
     let spec = &h.spec;
     let image = spec.dir.join("disk.img");
 
     let began = Instant::now();
-    let started = rt.start(spec).await.expect("start");
+    rt.start(spec).await.expect("start");
     let start_ms = began.elapsed().as_millis();
     assert_eq!(std::fs::metadata(&image).expect("image").len(), 64 * MIB);
     assert!(mounted(&spec.dir.join("disk")));
@@ -443,7 +457,7 @@ async fn own_disk_holds_the_files_and_survives_stop_and_start() {
         std::fs::read_link(spec.dir.join("upper")).expect("upper is a link"),
         Path::new("disk/upper")
     );
-    let sock = &started.agent_socket;
+    let sock = &RuncRuntime::agent_socket(&spec.dir);
     let kib: u64 = sh(sock, "df -k / | tail -1 | awk '{print $2}'")
         .parse()
         .expect("df");
@@ -473,8 +487,11 @@ async fn own_disk_holds_the_files_and_survives_stop_and_start() {
     );
 
     // Starting again mounts the same image, with the files (and without a new mkfs).
-    let started = rt.start(spec).await.expect("restart on a full disk");
-    assert_eq!(sh(&started.agent_socket, "cat /root/f"), "kept");
+    rt.start(spec).await.expect("restart on a full disk");
+    assert_eq!(
+        sh(&RuncRuntime::agent_socket(&spec.dir), "cat /root/f"),
+        "kept"
+    );
     rt.stop(&spec.id, &spec.dir).await.expect("stop");
     assert!(loop_devices_of(&image).is_empty());
     println!("start with a 64 MiB disk: {start_ms} ms");

@@ -16,7 +16,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
 use cove_api_types::{FileInfo, FileType};
 use cove_domain::{validate, InvalidInput};
-use cove_node_api::GuestPath;
+use cove_node_api::SandboxPath;
 
 use crate::ServiceError;
 
@@ -30,7 +30,7 @@ pub(crate) fn guest_path(
     field: &str,
     text: Option<String>,
     b64: Option<String>,
-) -> Result<GuestPath, ServiceError> {
+) -> Result<SandboxPath, ServiceError> {
     let bytes = match (text, b64) {
         (Some(t), None) => t.into_bytes(),
         (None, Some(b)) => B64.decode(b.trim()).map_err(|e| {
@@ -48,7 +48,7 @@ pub(crate) fn guest_path(
         }
     };
     validate::path(field, &bytes)?;
-    Ok(GuestPath(bytes))
+    Ok(SandboxPath(bytes))
 }
 
 /// Parses a mode: octal with a leading `0` or `0o` (`0644`, `0o644`), else decimal (`420`);

@@ -2,12 +2,12 @@
 
 use cove_api_types::{FileExists, FileInfo, FileList, MakeDirRequest, MoveRequest, MAX_LIST_DEPTH};
 use cove_domain::{validate, InvalidInput};
-use cove_node_api::{GuestErrorCode, NodeError};
+use cove_node_api::NodeError;
 use serde::Deserialize;
 use tracing::info;
 
 use super::{guest_path, to_api};
-use crate::error::{from_node, Subject};
+use crate::error::from_node;
 use crate::{ControlPlane, ServiceError};
 
 /// Query naming one path: `files:stat`, `files:exists`, `DELETE files`.
@@ -62,7 +62,7 @@ impl ControlPlane {
             .node()
             .stat(sandbox_id, path, Some(user))
             .await
-            .map_err(|e| from_node(e, sandbox_id, Subject::File, "path"))?;
+            .map_err(|e| from_node(e, sandbox_id))?;
         Ok(to_api(info))
     }
 
@@ -77,11 +77,10 @@ impl ControlPlane {
         let path = guest_path("path", q.path, q.path_b64)?;
         match self.node().stat(sandbox_id, path, Some(user)).await {
             Ok(_) => Ok(FileExists { exists: true }),
-            Err(NodeError::Guest {
-                code: GuestErrorCode::NotFound | GuestErrorCode::WrongType,
-                ..
-            }) => Ok(FileExists { exists: false }),
-            Err(e) => Err(from_node(e, sandbox_id, Subject::File, "path")),
+            Err(NodeError::FileNotFound(_) | NodeError::WrongType { .. }) => {
+                Ok(FileExists { exists: false })
+            }
+            Err(e) => Err(from_node(e, sandbox_id)),
         }
     }
 
@@ -105,7 +104,7 @@ impl ControlPlane {
             .node()
             .list_dir(sandbox_id, path, Some(user), depth)
             .await
-            .map_err(|e| from_node(e, sandbox_id, Subject::File, "path"))?;
+            .map_err(|e| from_node(e, sandbox_id))?;
         Ok(FileList {
             entries: entries.into_iter().map(to_api).collect(),
         })
@@ -124,7 +123,7 @@ impl ControlPlane {
             .node()
             .make_dir(sandbox_id, path, Some(user))
             .await
-            .map_err(|e| from_node(e, sandbox_id, Subject::File, "path"))?;
+            .map_err(|e| from_node(e, sandbox_id))?;
         Ok(to_api(info))
     }
 
@@ -141,7 +140,7 @@ impl ControlPlane {
             .node()
             .rename(sandbox_id, from, to, Some(user))
             .await
-            .map_err(|e| from_node(e, sandbox_id, Subject::File, "from"))?;
+            .map_err(|e| from_node(e, sandbox_id))?;
         Ok(to_api(info))
     }
 
@@ -152,7 +151,7 @@ impl ControlPlane {
         self.node()
             .remove(sandbox_id, path, Some(user))
             .await
-            .map_err(|e| from_node(e, sandbox_id, Subject::File, "path"))?;
+            .map_err(|e| from_node(e, sandbox_id))?;
         info!(sandbox_id, "file removed");
         Ok(())
     }

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use tracing::info;
 
 use super::{guest_path, parse_mode, to_api};
-use crate::error::{from_node, Subject};
+use crate::error::from_node;
 use crate::{ControlPlane, ServiceError};
 
 /// Query of `PUT /v1/sandboxes/{id}/files`.
@@ -78,7 +78,7 @@ impl ControlPlane {
             .node()
             .write_file(sandbox_id, req, body)
             .await
-            .map_err(|e| from_node(e, sandbox_id, Subject::File, "path"))?;
+            .map_err(|e| from_node(e, sandbox_id))?;
         info!(sandbox_id, bytes = info.size, "file written");
         Ok(to_api(info))
     }
@@ -103,7 +103,7 @@ impl ControlPlane {
                 q.length,
             )
             .await
-            .map_err(|e| from_node(e, sandbox_id, Subject::File, "path"))?;
+            .map_err(|e| from_node(e, sandbox_id))?;
         let stream = stream.map(|r| r.map_err(std::io::Error::other)).boxed();
         Ok((to_api(info), stream))
     }

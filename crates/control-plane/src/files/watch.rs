@@ -8,7 +8,7 @@ use futures::StreamExt;
 use serde::Deserialize;
 
 use super::{guest_path, text_and_b64, to_api_type};
-use crate::error::{from_node, Subject};
+use crate::error::from_node;
 use crate::{ControlPlane, ServiceError};
 
 /// Query of `files:watch`.
@@ -49,14 +49,14 @@ impl ControlPlane {
             .node()
             .watch(sandbox_id, req)
             .await
-            .map_err(|e| from_node(e, sandbox_id, Subject::File, "path"))?;
+            .map_err(|e| from_node(e, sandbox_id))?;
         let cp = self.clone();
         Ok(events
             .map(move |batch| {
                 cp.touch(&id);
                 batch
                     .map(|b| b.into_iter().map(to_api_event).collect())
-                    .map_err(|e| from_node(e, &id, Subject::File, "path"))
+                    .map_err(|e| from_node(e, &id))
             })
             .boxed())
     }

@@ -20,7 +20,7 @@ use serde::Deserialize;
 
 use super::extract::ApiQuery;
 use super::operations::async_stream;
-use crate::error::{from_node, Subject};
+use crate::error::from_node;
 use crate::{ControlPlane, ServiceError};
 
 /// Largest output event in bytes before encoding (32 KiB): larger chunks go out as several
@@ -75,7 +75,7 @@ pub(super) async fn attach(
         .node()
         .attach(&sandbox_id, &cid, offset, true)
         .await
-        .map_err(|e| from_node(e, &sandbox_id, Subject::Command, &cid))?;
+        .map_err(|e| from_node(e, &sandbox_id))?;
     let stream = async_stream(move |tx| async move {
         let mut carry = [Utf8Carry::default(), Utf8Carry::default()];
         while let Some(ev) = events.next().await {
@@ -228,7 +228,7 @@ pub(super) async fn stdin_write(
     cp.node()
         .stdin_write(&sandbox_id, &cid, data)
         .await
-        .map_err(|e| from_node(e, &sandbox_id, Subject::Command, &cid))?;
+        .map_err(|e| from_node(e, &sandbox_id))?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -242,7 +242,7 @@ pub(super) async fn stdin_close(
     cp.node()
         .stdin_close(&sandbox_id, &cid)
         .await
-        .map_err(|e| from_node(e, &sandbox_id, Subject::Command, &cid))?;
+        .map_err(|e| from_node(e, &sandbox_id))?;
     Ok(StatusCode::NO_CONTENT)
 }
 

@@ -23,7 +23,7 @@ use tracing::{debug, warn};
 
 use super::data_plane::authorize;
 use super::extract::ApiQuery;
-use crate::error::{from_node, Subject};
+use crate::error::from_node;
 use crate::{ControlPlane, ServiceError};
 
 /// Close code sent when the command's output stream broke (1011: internal error).
@@ -51,7 +51,7 @@ pub(super) async fn session(
         .node()
         .command(&sandbox_id, &cid)
         .await
-        .map_err(|e| from_node(e, &sandbox_id, Subject::Command, &cid))?;
+        .map_err(|e| from_node(e, &sandbox_id))?;
     if !info.pty {
         return Err(ServiceError::FailedPrecondition(format!(
             "command {cid} does not run on a terminal (start it with pty: true)"
@@ -61,7 +61,7 @@ pub(super) async fn session(
         .node()
         .attach(&sandbox_id, &cid, q.offset.unwrap_or(0), true)
         .await
-        .map_err(|e| from_node(e, &sandbox_id, Subject::Command, &cid))?;
+        .map_err(|e| from_node(e, &sandbox_id))?;
     Ok(ws.on_upgrade(move |socket| run(cp, sandbox_id, cid, events, socket)))
 }
 

@@ -3,6 +3,7 @@
 use async_trait::async_trait;
 use cove_node_api::PtySize;
 
+use super::convert::{self, guest_err, Call};
 use super::*;
 
 #[async_trait]
@@ -10,22 +11,29 @@ impl NodeCommands for NodeAgent {
     async fn spawn(&self, sandbox_id: &str, req: SpawnRequest) -> Result<CommandInfo, NodeError> {
         let g = self.guest(sandbox_id)?;
         let id = req.command_id.clone();
-        g.spawn(req).await.map_err(guest_err)?;
-        g.get_command(&id).await.map_err(guest_err)
+        g.spawn(convert::spawn(req))
+            .await
+            .map_err(|e| guest_err(Call::Spawn, e))?;
+        g.get_command(&id)
+            .await
+            .map(convert::command)
+            .map_err(|e| guest_err(Call::Command(&id), e))
     }
 
     async fn command(&self, sandbox_id: &str, command_id: &str) -> Result<CommandInfo, NodeError> {
         self.guest(sandbox_id)?
             .get_command(command_id)
             .await
-            .map_err(guest_err)
+            .map(convert::command)
+            .map_err(|e| guest_err(Call::Command(command_id), e))
     }
 
     async fn commands(&self, sandbox_id: &str) -> Result<Vec<CommandInfo>, NodeError> {
         self.guest(sandbox_id)?
             .list_commands()
             .await
-            .map_err(guest_err)
+            .map(|v| v.into_iter().map(convert::command).collect())
+            .map_err(|e| guest_err(Call::Commands, e))
     }
 
     async fn signal(
@@ -37,7 +45,7 @@ impl NodeCommands for NodeAgent {
         self.guest(sandbox_id)?
             .signal(command_id, signal)
             .await
-            .map_err(guest_err)
+            .map_err(|e| guest_err(Call::Command(command_id), e))
     }
 
     async fn kill(
@@ -49,7 +57,8 @@ impl NodeCommands for NodeAgent {
         let g = self.guest(sandbox_id)?;
         g.kill(command_id, Duration::from_millis(grace_ms))
             .await
-            .map_err(guest_err)
+            .map(convert::command)
+            .map_err(|e| guest_err(Call::Command(command_id), e))
     }
 
     async fn attach(
@@ -63,21 +72,22 @@ impl NodeCommands for NodeAgent {
         let events = g
             .attach(command_id, offset, follow)
             .await
-            .map_err(guest_err)?;
-        let mapped = events.map(|ev| match ev {
+            .map_err(|e| guest_err(Call::Command(command_id), e))?;
+        let cid = command_id.to_string();
+        let mapped = events.map(move |ev| match ev {
             Ok(guest::AttachEvent::Output {
                 offset,
                 stream,
                 data,
             }) => Ok(AttachEvent::Output {
                 offset,
-                stream,
+                stream: convert::stream(stream),
                 data,
             }),
             Ok(guest::AttachEvent::Gap { offset, len }) => Ok(AttachEvent::Gap { offset, len }),
-            Ok(guest::AttachEvent::Exited(info)) => Ok(AttachEvent::Exited(info)),
+            Ok(guest::AttachEvent::Exited(info)) => Ok(AttachEvent::Exited(convert::command(info))),
             Ok(guest::AttachEvent::End) => Ok(AttachEvent::End),
-            Err(e) => Err(guest_err(e)),
+            Err(e) => Err(guest_err(Call::Command(&cid), e)),
         });
         Ok(mapped.boxed())
     }
@@ -91,14 +101,14 @@ impl NodeCommands for NodeAgent {
         self.guest(sandbox_id)?
             .stdin_write(command_id, data)
             .await
-            .map_err(guest_err)
+            .map_err(|e| guest_err(Call::Command(command_id), e))
     }
 
     async fn stdin_close(&self, sandbox_id: &str, command_id: &str) -> Result<(), NodeError> {
         self.guest(sandbox_id)?
             .stdin_close(command_id)
             .await
-            .map_err(guest_err)
+            .map_err(|e| guest_err(Call::Command(command_id), e))
     }
 
     async fn resize(
@@ -108,15 +118,15 @@ impl NodeCommands for NodeAgent {
         size: PtySize,
     ) -> Result<(), NodeError> {
         self.guest(sandbox_id)?
-            .resize(command_id, size)
+            .resize(command_id, convert::pty(size))
             .await
-            .map_err(guest_err)
+            .map_err(|e| guest_err(Call::Command(command_id), e))
     }
 
     async fn forget(&self, sandbox_id: &str, command_id: &str) -> Result<(), NodeError> {
         self.guest(sandbox_id)?
             .forget_command(command_id)
             .await
-            .map_err(guest_err)
+            .map_err(|e| guest_err(Call::Command(command_id), e))
     }
 }

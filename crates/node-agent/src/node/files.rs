@@ -4,7 +4,10 @@
 use async_trait::async_trait;
 use cove_node_api::{FileEvent, WatchRequest};
 
+use super::convert::{self, guest_err, Call};
 use super::*;
+
+const PATH: Call<'static> = Call::File("path");
 
 #[async_trait]
 impl NodeFiles for NodeAgent {
@@ -15,87 +18,93 @@ impl NodeFiles for NodeAgent {
         body: ByteStream,
     ) -> Result<FileInfo, NodeError> {
         self.guest(sandbox_id)?
-            .write_file(req, body)
+            .write_file(convert::write(req), body)
             .await
-            .map_err(guest_err)
+            .map(convert::file)
+            .map_err(|e| guest_err(PATH, e))
     }
 
     async fn read_file(
         &self,
         sandbox_id: &str,
-        path: GuestPath,
+        path: SandboxPath,
         user: Option<String>,
         offset: u64,
         length: Option<u64>,
     ) -> Result<(FileInfo, BoxStream<'static, Result<Bytes, NodeError>>), NodeError> {
         let g = self.guest(sandbox_id)?;
         let (info, data) = g
-            .read_file(path, user, offset, length)
+            .read_file(convert::path(path), user, offset, length)
             .await
-            .map_err(guest_err)?;
-        Ok((info, data.map(|r| r.map_err(guest_err)).boxed()))
+            .map_err(|e| guest_err(PATH, e))?;
+        let data = data.map(|r| r.map_err(|e| guest_err(PATH, e)));
+        Ok((convert::file(info), data.boxed()))
     }
 
     async fn stat(
         &self,
         sandbox_id: &str,
-        path: GuestPath,
+        path: SandboxPath,
         user: Option<String>,
     ) -> Result<FileInfo, NodeError> {
         self.guest(sandbox_id)?
-            .stat(path, user)
+            .stat(convert::path(path), user)
             .await
-            .map_err(guest_err)
+            .map(convert::file)
+            .map_err(|e| guest_err(PATH, e))
     }
 
     async fn list_dir(
         &self,
         sandbox_id: &str,
-        path: GuestPath,
+        path: SandboxPath,
         user: Option<String>,
         depth: u32,
     ) -> Result<Vec<FileInfo>, NodeError> {
         self.guest(sandbox_id)?
-            .list_dir(path, user, depth)
+            .list_dir(convert::path(path), user, depth)
             .await
-            .map_err(guest_err)
+            .map(|v| v.into_iter().map(convert::file).collect())
+            .map_err(|e| guest_err(PATH, e))
     }
 
     async fn make_dir(
         &self,
         sandbox_id: &str,
-        path: GuestPath,
+        path: SandboxPath,
         user: Option<String>,
     ) -> Result<FileInfo, NodeError> {
         self.guest(sandbox_id)?
-            .make_dir(path, user)
+            .make_dir(convert::path(path), user)
             .await
-            .map_err(guest_err)
+            .map(convert::file)
+            .map_err(|e| guest_err(PATH, e))
     }
 
     async fn remove(
         &self,
         sandbox_id: &str,
-        path: GuestPath,
+        path: SandboxPath,
         user: Option<String>,
     ) -> Result<(), NodeError> {
         self.guest(sandbox_id)?
-            .remove(path, user)
+            .remove(convert::path(path), user)
             .await
-            .map_err(guest_err)
+            .map_err(|e| guest_err(PATH, e))
     }
 
     async fn rename(
         &self,
         sandbox_id: &str,
-        from: GuestPath,
-        to: GuestPath,
+        from: SandboxPath,
+        to: SandboxPath,
         user: Option<String>,
     ) -> Result<FileInfo, NodeError> {
         self.guest(sandbox_id)?
-            .rename(from, to, user)
+            .rename(convert::path(from), convert::path(to), user)
             .await
-            .map_err(guest_err)
+            .map(convert::file)
+            .map_err(|e| guest_err(Call::File("from"), e))
     }
 
     async fn watch(
@@ -105,9 +114,13 @@ impl NodeFiles for NodeAgent {
     ) -> Result<BoxStream<'static, Result<Vec<FileEvent>, NodeError>>, NodeError> {
         let events = self
             .guest(sandbox_id)?
-            .watch(req)
+            .watch(convert::watch(req))
             .await
-            .map_err(guest_err)?;
-        Ok(events.map(|r| r.map_err(guest_err)).boxed())
+            .map_err(|e| guest_err(PATH, e))?;
+        let events = events.map(|r| {
+            r.map(|batch| batch.into_iter().map(convert::event).collect())
+                .map_err(|e| guest_err(PATH, e))
+        });
+        Ok(events.boxed())
     }
 }

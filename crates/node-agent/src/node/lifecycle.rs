@@ -5,7 +5,9 @@ use async_trait::async_trait;
 use cove_node_api::{NodeCapabilities, SuspendInfo, WakeInfo};
 
 use super::*;
-use crate::snapshot::SnapshotError;
+use cove_runtime::Adopted;
+
+use crate::snapshot::{Manifest, ManifestArtifact, SnapshotError, MANIFEST_VERSION};
 
 #[async_trait]
 impl NodeLifecycle for NodeAgent {
@@ -14,12 +16,17 @@ impl NodeLifecycle for NodeAgent {
     }
 
     async fn adopt_sandbox(&self, id: &str) -> Result<Option<NodeSandboxState>, NodeError> {
-        let state = self.runtime.state(id).await.map_err(runtime_err)?;
-        let socket = self.sandbox_dir(id).join("run").join("agent.sock");
+        let adopted = self
+            .runtime
+            .adopt(id, &self.sandbox_dir(id))
+            .await
+            .map_err(runtime_err)?;
+        let Some(Adopted { state, guest }) = adopted else {
+            return Ok(None);
+        };
         match state {
-            None => Ok(None),
-            Some(RuntimeState::Running) => {
-                let client = GuestClient::new(socket);
+            RuntimeState::Running => {
+                let client = GuestClient::new(guest);
                 match client.connect(Duration::from_secs(5)).await {
                     Ok(()) => {
                         self.set_guest(id, Some(client));
@@ -28,12 +35,12 @@ impl NodeLifecycle for NodeAgent {
                     Err(_) => Ok(Some(NodeSandboxState::Stopped)),
                 }
             }
-            Some(RuntimeState::Paused) => {
+            RuntimeState::Paused => {
                 // The client connects lazily once the sandbox is resumed.
-                self.set_guest(id, Some(GuestClient::new(socket)));
+                self.set_guest(id, Some(GuestClient::new(guest)));
                 Ok(Some(NodeSandboxState::Paused))
             }
-            Some(_) => Ok(Some(NodeSandboxState::Stopped)),
+            RuntimeState::Created | RuntimeState::Stopped => Ok(Some(NodeSandboxState::Stopped)),
         }
     }
 
@@ -95,14 +102,11 @@ impl NodeLifecycle for NodeAgent {
         if was_running {
             self.runtime.pause(id).await.map_err(runtime_err)?;
         }
-        let upper = self.sandbox_dir(id).join("upper");
-        match self.cfg.snapshots.save(id, &upper, &cancel).await {
-            Ok(size) => {
+        match self.save_snapshot(id, &cancel).await {
+            Ok(file_bytes) => {
                 self.release_sandbox(id).await?;
-                info!(sandbox_id = %id, file_bytes = size.file_bytes, "sandbox suspended");
-                Ok(SuspendInfo {
-                    file_bytes: size.file_bytes,
-                })
+                info!(sandbox_id = %id, file_bytes, "sandbox suspended");
+                Ok(SuspendInfo { file_bytes })
             }
             Err(e) => {
                 warn!(sandbox_id = %id, error = %e, "suspend failed, thawing the sandbox");
@@ -124,17 +128,11 @@ impl NodeLifecycle for NodeAgent {
         // Leftovers of an interrupted wake go first; the snapshot is the source of truth.
         self.release_sandbox(&launch.id).await?;
         let dir = self.sandbox_dir(&launch.id);
-        let upper = dir.join("upper");
-        tokio::fs::create_dir_all(&upper)
+        tokio::fs::create_dir_all(&dir)
             .await
-            .map_err(|e| NodeError::Internal(format!("create {}: {e}", upper.display())))?;
-        let restored = match self
-            .cfg
-            .snapshots
-            .restore(&launch.id, &upper, &cancel)
-            .await
-        {
-            Ok(size) => size,
+            .map_err(|e| NodeError::Internal(format!("create {}: {e}", dir.display())))?;
+        let restored = match self.restore_snapshot(&launch.id, &cancel).await {
+            Ok(r) => r,
             Err(e) => {
                 let _ = Self::remove_tree(&dir).await;
                 return Err(snapshot_err(e));
@@ -148,13 +146,9 @@ impl NodeLifecycle for NodeAgent {
             let _ = Self::remove_tree(&dir).await;
             return Err(e);
         }
-        let memory_restored = self.runtime.capabilities().suspend_memory;
-        info!(sandbox_id = %launch.id, file_bytes = restored.file_bytes, memory_restored,
-            "sandbox woken");
-        Ok(WakeInfo {
-            memory_restored,
-            file_bytes: restored.file_bytes,
-        })
+        info!(sandbox_id = %launch.id, file_bytes = restored.file_bytes,
+            memory_restored = restored.memory_restored, "sandbox woken");
+        Ok(restored)
     }
 
     async fn release_sandbox(&self, id: &str) -> Result<(), NodeError> {
@@ -246,10 +240,7 @@ impl NodeAgent {
             guest_agent: self.cfg.guest_agent.clone(),
             guest_agent_args: self.cfg.command_output.agent_args(),
             hostname: launch.id.clone(),
-            vcpus: launch.vcpus,
-            memory_mib: launch.memory_mib,
-            pids_max: launch.pids_max,
-            disk_mib: launch.disk_mib,
+            resources: launch.resources,
         };
         let started = match self.runtime.start(&spec).await {
             Ok(s) => s,
@@ -258,16 +249,115 @@ impl NodeAgent {
                 return Err(runtime_err(e));
             }
         };
-        let client = GuestClient::new(started.agent_socket);
+        let client = GuestClient::new(started.guest);
         if let Err(e) = client.connect(AGENT_CONNECT_TIMEOUT).await {
             warn!(sandbox_id = %launch.id, error = %e, "guest agent did not answer");
             let _ = self.runtime.stop(&launch.id, &dir).await;
             let _ = Self::remove_tree(&dir).await;
-            return Err(guest_err(e));
+            return Err(NodeError::AgentUnavailable(e.to_string()));
         }
         self.set_guest(&launch.id, Some(client));
         info!(sandbox_id = %launch.id, init_pid = started.init_pid, "sandbox running");
         Ok(())
+    }
+}
+
+impl NodeAgent {
+    /// Saves every artifact of the (frozen) sandbox, then the manifest; returns the file bytes
+    /// saved. On failure nothing of the snapshot is kept.
+    async fn save_snapshot(
+        &self,
+        id: &str,
+        cancel: &CancellationToken,
+    ) -> Result<u64, SnapshotError> {
+        let store = &self.cfg.snapshots;
+        store.delete(id).await?;
+        let dir = self.sandbox_dir(id);
+        let mut manifest = Manifest {
+            version: MANIFEST_VERSION,
+            runtime: self.runtime.kind().as_str().to_string(),
+            memory: false,
+            artifacts: Vec::new(),
+        };
+        let mut file_bytes = 0;
+        let saved: Result<(), SnapshotError> = async {
+            for artifact in self.runtime.snapshot_artifacts() {
+                let runtime = &self.runtime;
+                let dir = &dir;
+                let content_bytes = store
+                    .save_artifact(id, artifact.name, cancel, |out| async move {
+                        runtime
+                            .save_artifact(id, dir, artifact.name, Box::new(out))
+                            .await
+                            .map_err(std::io::Error::other)
+                    })
+                    .await?;
+                manifest.memory |= artifact.memory;
+                if !artifact.memory {
+                    file_bytes += content_bytes;
+                }
+                manifest.artifacts.push(ManifestArtifact {
+                    name: artifact.name.to_string(),
+                    content_bytes,
+                });
+            }
+            store.commit(id, &manifest).await
+        }
+        .await;
+        if let Err(e) = saved {
+            if let Err(cleanup) = store.delete(id).await {
+                warn!(sandbox_id = %id, error = %cleanup, "cannot remove a partial snapshot");
+            }
+            return Err(e);
+        }
+        Ok(file_bytes)
+    }
+
+    /// Loads every artifact of the sandbox's snapshot into its (empty) directory.
+    async fn restore_snapshot(
+        &self,
+        id: &str,
+        cancel: &CancellationToken,
+    ) -> Result<WakeInfo, SnapshotError> {
+        let store = &self.cfg.snapshots;
+        let manifest = store.manifest(id).await?;
+        let kind = self.runtime.kind().as_str();
+        if manifest.runtime != kind {
+            return Err(SnapshotError::Corrupt {
+                id: id.to_string(),
+                reason: format!(
+                    "taken by runtime {}, this node runs {kind}",
+                    manifest.runtime
+                ),
+            });
+        }
+        let dir = self.sandbox_dir(id);
+        let mut file_bytes = 0;
+        for artifact in &manifest.artifacts {
+            let runtime = &self.runtime;
+            let dir = &dir;
+            let name = artifact.name.as_str();
+            let restored = store
+                .restore_artifact(id, name, cancel, |input| async move {
+                    runtime
+                        .load_artifact(dir, name, Box::new(input))
+                        .await
+                        .map_err(std::io::Error::other)
+                })
+                .await?;
+            let memory = self
+                .runtime
+                .snapshot_artifacts()
+                .iter()
+                .any(|a| a.name == name && a.memory);
+            if !memory {
+                file_bytes += restored;
+            }
+        }
+        Ok(WakeInfo {
+            memory_restored: manifest.memory,
+            file_bytes,
+        })
     }
 }
 

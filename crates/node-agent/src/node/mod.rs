@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use cove_node_api::{
-    AttachEvent, BuildEvent, BuiltRelease, ByteStream, CommandInfo, FileInfo, GuestPath,
-    NodeCommands, NodeError, NodeFiles, NodeLifecycle, NodeReleases, NodeSandboxState, RecipeInfo,
-    SandboxLaunch, SpawnRequest, WriteFileRequest,
+    AttachEvent, BuildEvent, BuiltRelease, ByteStream, CommandInfo, FileInfo, NodeCommands,
+    NodeError, NodeFiles, NodeLifecycle, NodeReleases, NodeSandboxState, RecipeInfo, SandboxLaunch,
+    SandboxPath, SpawnRequest, WriteFileRequest,
 };
 use cove_runtime::{Runtime, RuntimeState, SandboxSpec};
 use futures::stream::BoxStream;
@@ -20,7 +20,7 @@ use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use crate::guest::{self, GuestClient, GuestError};
+use crate::guest::{self, GuestClient};
 use crate::template::{self, BuildOptions, Recipe};
 
 /// How long a new sandbox's guest agent has to answer its first hello.
@@ -116,20 +116,12 @@ fn recipe_info(r: Recipe) -> RecipeInfo {
     }
 }
 
-fn guest_err(e: GuestError) -> NodeError {
-    match e {
-        GuestError::Guest { code, message } => NodeError::Guest { code, message },
-        GuestError::Unavailable(m) => NodeError::AgentUnavailable(m),
-        GuestError::Protocol(m) => NodeError::AgentUnavailable(format!("protocol error: {m}")),
-        GuestError::Timeout => NodeError::AgentUnavailable("no answer in time".into()),
-    }
-}
-
 fn runtime_err(e: cove_runtime::RuntimeError) -> NodeError {
     NodeError::Runtime(e.to_string())
 }
 
 mod commands;
+mod convert;
 mod files;
 mod lifecycle;
 mod releases;

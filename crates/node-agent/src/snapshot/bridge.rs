@@ -24,8 +24,9 @@ pub(super) fn channel_writer(chunk_bytes: usize) -> (ChannelWriter, mpsc::Receiv
     )
 }
 
-/// See [`channel_writer`].
-pub(super) struct ChannelWriter {
+/// A blocking writer whose bytes go to a snapshot upload in fixed-size chunks; use it only on
+/// a blocking thread. Writes fail with `BrokenPipe` once the upload stopped.
+pub struct ChannelWriter {
     tx: mpsc::Sender<Bytes>,
     buf: BytesMut,
     chunk_bytes: usize,
@@ -73,8 +74,9 @@ pub(super) fn channel_reader(depth: usize) -> (mpsc::Sender<io::Result<Bytes>>, 
     )
 }
 
-/// See [`channel_reader`].
-pub(super) struct ChannelReader {
+/// A blocking reader of a snapshot download; use it only on a blocking thread. A failed
+/// download is its read error; the end of the object is the end of the data.
+pub struct ChannelReader {
     rx: mpsc::Receiver<io::Result<Bytes>>,
     current: Bytes,
 }

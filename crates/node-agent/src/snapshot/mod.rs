@@ -1,12 +1,14 @@
-//! The snapshot store: where suspended sandboxes keep their files.
+//! The snapshot store: where suspended sandboxes keep their state.
 //!
 //! An object store (the `object_store` crate): a local directory by default
-//! (`<data-dir>/snapshots`), or S3-compatible storage (`s3://bucket/prefix`). One object per
-//! suspended sandbox, `<prefix>/sandboxes/<id>/fs.tar`: a tar stream of its overlay upper
-//! directory (`pack.rs`, `unpack.rs`). Objects appear only when complete (a local store
-//! renames a staged file into place; S3 completes a multipart upload), so a crash mid-upload
-//! leaves no object, only staging debris: [`SnapshotStore::sweep_staging`] removes a local
-//! store's; an S3 bucket should have a lifecycle rule that aborts incomplete multipart uploads.
+//! (`<data-dir>/snapshots`), or S3-compatible storage (`s3://bucket/prefix`). A snapshot is the
+//! runtime's artifacts, one object each (`<prefix>/sandboxes/<id>/<artifact>`, e.g. runc's
+//! `fs.tar`), whose bytes this module moves without looking inside, and last a manifest
+//! (`snapshot.json`, [`Manifest`]) that makes it complete. Objects appear only when complete (a
+//! local store renames a staged file into place; S3 completes a multipart upload), so a crash
+//! mid-upload leaves no manifest, only staging debris: [`SnapshotStore::sweep_staging`] removes
+//! a local store's; an S3 bucket should have a lifecycle rule that aborts incomplete multipart
+//! uploads.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -19,8 +21,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 mod bridge;
-mod pack;
-mod unpack;
+
+pub use bridge::{ChannelReader, ChannelWriter};
 
 /// Size of the parts a snapshot is uploaded in (8 MiB; S3 wants at least 5 MiB).
 const PART_BYTES: usize = 8 << 20;
@@ -28,8 +30,32 @@ const PART_BYTES: usize = 8 << 20;
 const UPLOAD_CONCURRENCY: usize = 4;
 /// Parts fetched ahead during a restore.
 const DOWNLOAD_CONCURRENCY: usize = 2;
-/// Name of the object of one sandbox under `sandboxes/<id>/`.
-const OBJECT_NAME: &str = "fs.tar";
+/// Name of the manifest object of one sandbox under `sandboxes/<id>/`.
+const MANIFEST_NAME: &str = "snapshot.json";
+/// Version of [`Manifest`]'s format.
+pub const MANIFEST_VERSION: u32 = 1;
+
+/// What a complete snapshot holds: written last, so its presence means every artifact is there.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Manifest {
+    /// Format version ([`MANIFEST_VERSION`]).
+    pub version: u32,
+    /// The runtime that took it (`runc`, `qemu`); only that runtime can restore it.
+    pub runtime: String,
+    /// Whether it holds process memory (a wake continues running processes).
+    pub memory: bool,
+    /// The artifacts, in the order they were saved.
+    pub artifacts: Vec<ManifestArtifact>,
+}
+
+/// One artifact of a [`Manifest`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ManifestArtifact {
+    /// Object name.
+    pub name: String,
+    /// Bytes of content it holds, as the runtime counted them (file bytes for files).
+    pub content_bytes: u64,
+}
 
 /// Errors of the snapshot store.
 #[derive(Debug, thiserror::Error)]
@@ -45,6 +71,14 @@ pub enum SnapshotError {
     /// No snapshot of this sandbox.
     #[error("no snapshot of sandbox {0}")]
     Missing(String),
+    /// The manifest is unreadable or of another format or runtime.
+    #[error("snapshot of sandbox {id} is unusable: {reason}")]
+    Corrupt {
+        /// Sandbox id.
+        id: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The object store failed.
     #[error("snapshot store: {0}")]
     Store(#[from] object_store::Error),
@@ -54,13 +88,6 @@ pub enum SnapshotError {
     /// The caller cancelled.
     #[error("cancelled")]
     Cancelled,
-}
-
-/// Sizes of a saved or restored snapshot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SnapshotSize {
-    /// Bytes of file content.
-    pub file_bytes: u64,
 }
 
 /// A handle to the snapshot store; cheap to clone.
@@ -126,57 +153,59 @@ impl SnapshotStore {
         self.kind
     }
 
-    fn key(&self, sandbox_id: &str) -> ObjectPath {
-        self.prefix
-            .clone()
-            .join("sandboxes")
-            .join(sandbox_id)
-            .join(OBJECT_NAME)
+    fn dir_key(&self, sandbox_id: &str) -> ObjectPath {
+        self.prefix.clone().join("sandboxes").join(sandbox_id)
     }
 
-    /// Saves the directory `upper` as the snapshot of `sandbox_id`, replacing any earlier one.
-    /// On error or cancellation no snapshot of the sandbox is left.
-    pub async fn save(
+    fn key(&self, sandbox_id: &str, name: &str) -> ObjectPath {
+        self.dir_key(sandbox_id).join(name)
+    }
+
+    /// Uploads artifact `name` of `sandbox_id`: `produce` writes its bytes into the blocking
+    /// writer it is given (from a blocking thread) and returns the content bytes it counted,
+    /// while this call uploads them in parts. On error or cancellation the upload is aborted.
+    pub async fn save_artifact<F, Fut>(
         &self,
         sandbox_id: &str,
-        upper: &Path,
+        name: &str,
         cancel: &CancellationToken,
-    ) -> Result<SnapshotSize, SnapshotError> {
-        let key = self.key(sandbox_id);
-        self.delete(sandbox_id).await?;
+        produce: F,
+    ) -> Result<u64, SnapshotError>
+    where
+        F: FnOnce(bridge::ChannelWriter) -> Fut,
+        Fut: std::future::Future<Output = std::io::Result<u64>>,
+    {
+        let key = self.key(sandbox_id, name);
         let (writer, mut chunks) = bridge::channel_writer(PART_BYTES);
-        let root = upper.to_path_buf();
-        let packer = tokio::task::spawn_blocking(move || pack::pack(&root, writer));
         let upload = self.store.put_multipart(&key).await?;
         let mut upload = WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
-        let streamed: Result<(), SnapshotError> = async {
-            loop {
-                let chunk: Option<Bytes> = tokio::select! {
-                    c = chunks.recv() => c,
-                    () = cancel.cancelled() => return Err(SnapshotError::Cancelled),
-                };
-                let Some(chunk) = chunk else { return Ok(()) };
-                upload.wait_for_capacity(UPLOAD_CONCURRENCY).await?;
-                upload.put(chunk);
+        let streamed = async {
+            let result: Result<(), SnapshotError> = async {
+                loop {
+                    let chunk: Option<Bytes> = tokio::select! {
+                        c = chunks.recv() => c,
+                        () = cancel.cancelled() => return Err(SnapshotError::Cancelled),
+                    };
+                    let Some(chunk) = chunk else { return Ok(()) };
+                    upload.wait_for_capacity(UPLOAD_CONCURRENCY).await?;
+                    upload.put(chunk);
+                }
             }
-        }
-        .await;
-        // Stops the packer if it is still writing (its sends fail).
-        drop(chunks);
-        let packed = packer
-            .await
-            .map_err(|e| SnapshotError::Io(std::io::Error::other(e)));
-        let outcome = match (streamed, packed) {
+            .await;
+            // Stops the producer if it is still writing (its sends fail).
+            drop(chunks);
+            result
+        };
+        let (streamed, produced) = futures::join!(streamed, produce(writer));
+        let outcome = match (streamed, produced) {
             (Err(e), _) => Err(e),
-            (Ok(()), Err(e)) => Err(e),
-            (Ok(()), Ok(Err(e))) => Err(SnapshotError::Io(e)),
-            (Ok(()), Ok(Ok(bytes))) => Ok(bytes),
+            (Ok(()), Err(e)) => Err(SnapshotError::Io(e)),
+            (Ok(()), Ok(bytes)) => Ok(bytes),
         };
         match outcome {
-            Ok(file_bytes) => {
+            Ok(content_bytes) => {
                 upload.finish().await?;
-                info!(sandbox_id, file_bytes, "snapshot saved");
-                Ok(SnapshotSize { file_bytes })
+                Ok(content_bytes)
             }
             Err(e) => {
                 if let Err(abort) = upload.abort().await {
@@ -187,14 +216,21 @@ impl SnapshotStore {
         }
     }
 
-    /// Restores the snapshot of `sandbox_id` into the existing, empty directory `upper`.
-    pub async fn restore(
+    /// Downloads artifact `name` of `sandbox_id` into `consume`, which reads it from the
+    /// blocking reader it is given (on a blocking thread) and returns the content bytes it
+    /// restored.
+    pub async fn restore_artifact<F, Fut>(
         &self,
         sandbox_id: &str,
-        upper: &Path,
+        name: &str,
         cancel: &CancellationToken,
-    ) -> Result<SnapshotSize, SnapshotError> {
-        let key = self.key(sandbox_id);
+        consume: F,
+    ) -> Result<u64, SnapshotError>
+    where
+        F: FnOnce(bridge::ChannelReader) -> Fut,
+        Fut: std::future::Future<Output = std::io::Result<u64>>,
+    {
+        let key = self.key(sandbox_id, name);
         let size = match self.store.head(&key).await {
             Ok(meta) => meta.size,
             Err(object_store::Error::NotFound { .. }) => {
@@ -202,7 +238,7 @@ impl SnapshotStore {
             }
             Err(e) => return Err(e.into()),
         };
-        // Ranged reads of a part each, two in flight: large chunks for the unpacker (a plain
+        // Ranged reads of a part each, two in flight: large chunks for the consumer (a plain
         // local `get` streams 8 KiB pieces) and overlap of transfer and unpacking on S3.
         let fetches: Vec<_> = (0..size)
             .step_by(PART_BYTES)
@@ -213,9 +249,7 @@ impl SnapshotStore {
             .collect();
         let mut body = futures::stream::iter(fetches).buffered(DOWNLOAD_CONCURRENCY);
         let (tx, reader) = bridge::channel_reader(DOWNLOAD_CONCURRENCY);
-        let root = upper.to_path_buf();
-        let unpacker = tokio::task::spawn_blocking(move || unpack::unpack(reader, &root));
-        let streamed: Result<(), SnapshotError> = async {
+        let streamed = async move {
             loop {
                 let chunk = tokio::select! {
                     c = body.next() => c,
@@ -225,36 +259,77 @@ impl SnapshotStore {
                 let chunk = chunk.map_err(|e| std::io::Error::other(e.to_string()));
                 let failed = chunk.is_err();
                 if tx.send(chunk).await.is_err() || failed {
-                    // The unpacker stopped (its error is reported below) or the read failed.
+                    // The consumer stopped (its error is reported below) or the read failed.
                     return Ok(());
                 }
             }
-        }
-        .await;
-        drop(tx);
-        let unpacked = unpacker
-            .await
-            .map_err(|e| SnapshotError::Io(std::io::Error::other(e)))?;
+        };
+        let (streamed, consumed) = futures::join!(streamed, consume(reader));
+        let content_bytes = consumed?;
         streamed?;
-        let file_bytes = unpacked?;
-        info!(sandbox_id, file_bytes, "snapshot restored");
-        Ok(SnapshotSize { file_bytes })
+        Ok(content_bytes)
+    }
+
+    /// Writes the manifest, which completes the snapshot.
+    pub async fn commit(&self, sandbox_id: &str, manifest: &Manifest) -> Result<(), SnapshotError> {
+        let body = serde_json::to_vec(manifest).map_err(|e| SnapshotError::Io(e.into()))?;
+        self.store
+            .put(&self.key(sandbox_id, MANIFEST_NAME), body.into())
+            .await?;
+        info!(sandbox_id, runtime = %manifest.runtime, memory = manifest.memory, "snapshot saved");
+        Ok(())
+    }
+
+    /// The manifest of `sandbox_id`'s snapshot ([`SnapshotError::Missing`] when there is no
+    /// complete one).
+    pub async fn manifest(&self, sandbox_id: &str) -> Result<Manifest, SnapshotError> {
+        let got = match self.store.get(&self.key(sandbox_id, MANIFEST_NAME)).await {
+            Ok(g) => g,
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(SnapshotError::Missing(sandbox_id.to_string()))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let bytes = got.bytes().await?;
+        let corrupt = |reason: String| SnapshotError::Corrupt {
+            id: sandbox_id.to_string(),
+            reason,
+        };
+        let manifest: Manifest =
+            serde_json::from_slice(&bytes).map_err(|e| corrupt(e.to_string()))?;
+        if manifest.version != MANIFEST_VERSION {
+            return Err(corrupt(format!("manifest version {}", manifest.version)));
+        }
+        Ok(manifest)
     }
 
     /// Whether a complete snapshot of `sandbox_id` exists.
     pub async fn exists(&self, sandbox_id: &str) -> Result<bool, SnapshotError> {
-        match self.store.head(&self.key(sandbox_id)).await {
+        match self.store.head(&self.key(sandbox_id, MANIFEST_NAME)).await {
             Ok(_) => Ok(true),
             Err(object_store::Error::NotFound { .. }) => Ok(false),
             Err(e) => Err(e.into()),
         }
     }
 
-    /// Deletes the snapshot of `sandbox_id`; none is fine.
+    /// Deletes the snapshot of `sandbox_id` (the manifest first, so a half-deleted snapshot is
+    /// never taken for a complete one); none is fine.
     pub async fn delete(&self, sandbox_id: &str) -> Result<(), SnapshotError> {
-        match self.store.delete(&self.key(sandbox_id)).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-            Err(e) => return Err(e.into()),
+        let mut keys = vec![self.key(sandbox_id, MANIFEST_NAME)];
+        let dir = self.dir_key(sandbox_id);
+        let mut listed = self.store.list(Some(&dir));
+        while let Some(meta) = listed.next().await {
+            match meta {
+                Ok(meta) if meta.location != keys[0] => keys.push(meta.location),
+                Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        for key in keys {
+            match self.store.delete(&key).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
         if let Some(root) = &self.local_root {
             // A local store keeps the object's directory; drop it once empty (an upload in
@@ -284,7 +359,7 @@ impl SnapshotStore {
                 .flatten()
                 .collect();
             if let [id, name] = parts.as_slice() {
-                if name.as_ref() == OBJECT_NAME {
+                if name.as_ref() == MANIFEST_NAME {
                     ids.push(id.as_ref().to_string());
                 }
             }

@@ -241,18 +241,21 @@ fn namespaces() -> Vec<LinuxNamespace> {
 }
 
 fn resources(spec: &SandboxSpec) -> Result<LinuxResources, OciSpecError> {
-    let bytes = i64::try_from(spec.memory_mib.saturating_mul(1024 * 1024)).unwrap_or(i64::MAX);
+    let bytes =
+        i64::try_from(spec.resources.memory_mib.saturating_mul(1024 * 1024)).unwrap_or(i64::MAX);
     let memory = LinuxMemoryBuilder::default()
         .limit(bytes)
         .swap(bytes)
         .build()?;
 
     let mut pids = LinuxPids::default();
-    pids.set_limit(i64::try_from(spec.pids_max).unwrap_or(i64::MAX));
+    pids.set_limit(i64::try_from(spec.resources.pids_max).unwrap_or(i64::MAX));
 
     let mut cpu = LinuxCpu::default();
     cpu.set_period(Some(CPU_PERIOD_US));
-    cpu.set_quota(Some(i64::from(spec.vcpus.max(1)) * CPU_PERIOD_US as i64));
+    cpu.set_quota(Some(
+        i64::from(spec.resources.vcpus.max(1)) * CPU_PERIOD_US as i64,
+    ));
 
     let mut deny_all = LinuxDeviceCgroup::default();
     deny_all.set_allow(false);
@@ -392,10 +395,12 @@ mod tests {
             guest_agent: "/usr/lib/cove/cove-guest-agent".into(),
             guest_agent_args: vec!["--log".to_string(), "debug".to_string()],
             hostname: "sbx1".to_string(),
-            vcpus: 2,
-            memory_mib: 512,
-            pids_max: 256,
-            disk_mib: None,
+            resources: cove_domain::Resources {
+                vcpus: 2,
+                memory_mib: 512,
+                pids_max: 256,
+                disk_mib: None,
+            },
         }
     }
 

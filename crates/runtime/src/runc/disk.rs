@@ -1,4 +1,4 @@
-//! A sandbox's own disk (`SandboxSpec::disk_mib`): a sparse ext4 image `disk.img` in the sandbox
+//! A sandbox's own disk (`Resources::disk_mib`): a sparse ext4 image `disk.img` in the sandbox
 //! directory, loop-mounted on `disk/`, holding the overlay's upper and work directories
 //! (`disk/upper`, `disk/work`). A full sandbox then fills its image, never the node's disk.
 //!

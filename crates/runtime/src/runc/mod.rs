@@ -18,7 +18,7 @@
 //! Files by verb: `start.rs` (create + start + wait for the agent, undo on failure), `stop.rs`
 //! (kill, delete, unmount; idempotent); by concern: `cli.rs` (invoking runc), `config.rs` (OCI
 //! config), `seccomp.rs` (syscall deny-list), `mounts.rs` (overlay), `cgroups.rs` (cgroup
-//! paths), `layout.rs` (the sandbox directory).
+//! paths), `layout.rs` (the sandbox directory), `snapshot/` (the `fs.tar` artifact: the upper dir packed and unpacked).
 //!
 //! Host requirements and quirks: root; cgroup v1 or v2 (runc decides; paths are read back from
 //! `/proc/<pid>/cgroup`). Without `CAP_SYS_RESOURCE` (as on this project's CI machines) the
@@ -30,7 +30,10 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 
-use crate::{Capabilities, Runtime, RuntimeError, RuntimeKind, RuntimeState, SandboxSpec, Started};
+use crate::{
+    Adopted, ArtifactReader, ArtifactSpec, ArtifactWriter, Capabilities, Runtime, RuntimeError,
+    RuntimeKind, RuntimeState, SandboxSpec, Started,
+};
 
 mod cgroups;
 mod cli;
@@ -39,6 +42,7 @@ mod disk;
 mod layout;
 mod mounts;
 mod seccomp;
+pub mod snapshot;
 mod start;
 mod stop;
 
@@ -98,6 +102,13 @@ impl RuncRuntime {
     pub fn state_root(&self) -> &Path {
         self.runc.root()
     }
+
+    /// Host path of the guest agent's socket of the sandbox whose directory is `dir` (for
+    /// tools and tests that speak the guest protocol directly; the node agent uses the
+    /// connector from [`Runtime::start`]).
+    pub fn agent_socket(dir: &Path) -> PathBuf {
+        layout::Layout::new(dir).agent_socket()
+    }
 }
 
 #[async_trait]
@@ -117,6 +128,16 @@ impl Runtime for RuncRuntime {
         start::start(&self.runc, spec, self.host).await
     }
 
+    async fn adopt(&self, id: &str, dir: &Path) -> Result<Option<Adopted>, RuntimeError> {
+        let Some(state) = self.runc.state(id).await? else {
+            return Ok(None);
+        };
+        Ok(Some(Adopted {
+            state: state.status,
+            guest: std::sync::Arc::new(crate::UnixSocketConnector::new(Self::agent_socket(dir))),
+        }))
+    }
+
     async fn state(&self, id: &str) -> Result<Option<RuntimeState>, RuntimeError> {
         Ok(self.runc.state(id).await?.map(|s| s.status))
     }
@@ -127,6 +148,30 @@ impl Runtime for RuncRuntime {
 
     async fn resume(&self, id: &str) -> Result<(), RuntimeError> {
         self.runc.resume(id).await
+    }
+
+    fn snapshot_artifacts(&self) -> &'static [ArtifactSpec] {
+        snapshot::ARTIFACTS
+    }
+
+    async fn save_artifact(
+        &self,
+        id: &str,
+        dir: &Path,
+        name: &str,
+        out: ArtifactWriter,
+    ) -> Result<u64, RuntimeError> {
+        layout::validate_id(id)?;
+        snapshot::save(dir, name, out).await
+    }
+
+    async fn load_artifact(
+        &self,
+        dir: &Path,
+        name: &str,
+        input: ArtifactReader,
+    ) -> Result<u64, RuntimeError> {
+        snapshot::load(dir, name, input).await
     }
 
     async fn stop(&self, id: &str, dir: &Path) -> Result<(), RuntimeError> {

@@ -11,6 +11,7 @@ use super::cli::Runc;
 use super::config::HostPrivileges;
 use super::layout::{io_err, validate_hostname, validate_id, write_identity, Layout};
 use super::{config, disk, join_error, mounts, stop};
+use crate::UnixSocketConnector;
 use crate::{RuntimeError, SandboxSpec, Started};
 
 /// How long the guest agent has to create its socket (generous: on a loaded 2-core host a start
@@ -117,7 +118,7 @@ async fn run(
     runc.start(&spec.id).await?;
     wait_for_agent(spec, layout, state.pid, log_offset).await?;
     Ok(Started {
-        agent_socket: layout.agent_socket(),
+        guest: std::sync::Arc::new(UnixSocketConnector::new(layout.agent_socket())),
         init_pid: state.pid,
     })
 }
@@ -152,7 +153,7 @@ fn prepare(
     for d in [&layout.dir, &layout.rootfs, &layout.run, &layout.bundle] {
         std::fs::create_dir_all(d).map_err(io_err(format!("create {}", d.display())))?;
     }
-    let (upper, work) = match spec.disk_mib {
+    let (upper, work) = match spec.resources.disk_mib {
         Some(mib) => disk::prepare(layout, mib)?,
         None => {
             for d in [&layout.upper, &layout.work] {

@@ -18,7 +18,7 @@ pub(crate) const XATTR_PAX_PREFIX: &str = "SCHILY.xattr.";
 
 /// Writes every entry under `root` (not `root` itself) as a tar stream into `out`; returns the
 /// number of file content bytes written.
-pub(crate) fn pack<W: Write>(root: &Path, out: W) -> io::Result<u64> {
+pub fn pack<W: Write>(root: &Path, out: W) -> io::Result<u64> {
     let mut builder = Builder::new(out);
     let mut links: HashMap<(u64, u64), PathBuf> = HashMap::new();
     let mut bytes = 0u64;

@@ -22,7 +22,7 @@ const COPY_BUF_BYTES: usize = 1 << 20;
 
 /// Unpacks the tar stream `input` into `root` (which must exist); returns the number of file
 /// content bytes written.
-pub(crate) fn unpack<R: Read>(input: R, root: &Path) -> io::Result<u64> {
+pub fn unpack<R: Read>(input: R, root: &Path) -> io::Result<u64> {
     let mut archive = Archive::new(input);
     let mut bytes = 0u64;
     let mut buf = vec![0u8; COPY_BUF_BYTES];

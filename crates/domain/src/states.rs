@@ -1,0 +1,105 @@
+//! States and kinds with their wire strings (DESIGN.md §1–2): sandboxes, operations, commands,
+//! and lifecycle events. Each table is the only place its strings are written.
+
+crate::wire_enum! {
+    /// Lifecycle state of a sandbox (DESIGN.md §2).
+    pub enum SandboxState {
+        /// Being created; commands are refused until `running`.
+        Creating = "creating",
+        /// Processes run; commands and files are served.
+        Running = "running",
+        /// Processes frozen, memory resident on the node.
+        Paused = "paused",
+        /// Being saved to the snapshot store.
+        Suspending = "suspending",
+        /// Saved; no node resources held.
+        Suspended = "suspended",
+        /// Being restored from its snapshot.
+        Waking = "waking",
+        /// Being deleted.
+        Deleting = "deleting",
+        /// Deleted (kept in listings only when asked for).
+        Deleted = "deleted",
+        /// Failed; `state_reason` says why.
+        Failed = "failed",
+    }
+}
+
+crate::wire_enum! {
+    /// What an operation does.
+    pub enum OperationKind {
+        /// Create and start a sandbox.
+        CreateSandbox = "create_sandbox",
+        /// Delete a sandbox and everything it had.
+        DeleteSandbox = "delete_sandbox",
+        /// Build a new release of a template.
+        BuildRelease = "build_release",
+        /// Freeze a running sandbox.
+        PauseSandbox = "pause_sandbox",
+        /// Thaw a paused sandbox.
+        ResumeSandbox = "resume_sandbox",
+        /// Save a sandbox to the snapshot store and release its node resources.
+        SuspendSandbox = "suspend_sandbox",
+        /// Restore a suspended sandbox and start it.
+        WakeSandbox = "wake_sandbox",
+    }
+}
+
+crate::wire_enum! {
+    /// State of an operation. `succeeded`, `failed` and `cancelled` are final.
+    pub enum OperationState {
+        /// Accepted, not started.
+        Pending = "pending",
+        /// In progress.
+        Running = "running",
+        /// Done.
+        Succeeded = "succeeded",
+        /// Ended with an error (see `error`).
+        Failed = "failed",
+        /// Cancelled before it finished.
+        Cancelled = "cancelled",
+    }
+}
+
+impl OperationState {
+    /// Whether the operation has ended.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            OperationState::Succeeded | OperationState::Failed | OperationState::Cancelled
+        )
+    }
+}
+
+crate::wire_enum! {
+    /// State of a command.
+    pub enum CommandState {
+        /// Its process runs.
+        Running = "running",
+        /// It ended (`exit_code` or `signal` says how).
+        Exited = "exited",
+    }
+}
+
+crate::wire_enum! {
+    /// What a lifecycle event says happened to a sandbox. Wire names are dotted
+    /// (`sandbox.created`, ...).
+    pub enum EventType {
+        /// Accepted; being created.
+        SandboxCreated = "sandbox.created",
+        /// Created and running.
+        SandboxRunning = "sandbox.running",
+        /// Frozen by a pause.
+        SandboxPaused = "sandbox.paused",
+        /// Thawed by a resume.
+        SandboxResumed = "sandbox.resumed",
+        /// Saved to the snapshot store; no node resources held.
+        SandboxSuspended = "sandbox.suspended",
+        /// Restored from its snapshot and running again.
+        SandboxWoken = "sandbox.woken",
+        /// Deleted.
+        SandboxDeleted = "sandbox.deleted",
+        /// Failed (`reason` says why).
+        SandboxFailed = "sandbox.failed",
+    }
+}
