@@ -92,13 +92,15 @@ async fn pause_freezes_and_resume_keeps_commands_files_and_output() {
         err.api_body().map(|b| b.code),
         Some(ErrorCode::SandboxNotRunning)
     );
-    // A pause of a paused sandbox is a no-op success; a wake of a paused one is illegal.
+    // A pause of a paused sandbox is a no-op success; `wake` is the one verb for every resting
+    // state, so a wake of a paused sandbox resumes it.
     done(&c, c.pause_sandbox(&id).await.expect("pause again")).await;
-    let err = c.wake_sandbox(&id).await.expect_err("wake while paused");
+    done(&c, c.wake_sandbox(&id).await.expect("wake while paused")).await;
     assert_eq!(
-        err.api_body().map(|b| b.code),
-        Some(ErrorCode::InvalidState)
+        c.get_sandbox(&id).await.expect("get").state,
+        SandboxState::Running
     );
+    done(&c, c.pause_sandbox(&id).await.expect("pause after wake")).await;
 
     done(&c, c.resume_sandbox(&id).await.expect("resume")).await;
     assert_eq!(

@@ -10,7 +10,8 @@
 //! Asking for the state the sandbox is already in succeeds as a no-op (`resume` of a running
 //! sandbox, `pause` of a paused one, `suspend` of a suspended one, `wake` of a running one);
 //! an illegal move is `invalid_state` (409), checked when the call is made and again when it
-//! runs.
+//! runs. `wake` is the one verb for every resting state (paused → resume, suspended →
+//! restore); `resume` is the paused-only form.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -39,7 +40,8 @@ pub enum LifecycleVerb {
     Resume,
     /// Save it to the snapshot store and release its node resources.
     Suspend,
-    /// Restore it from the snapshot store and start it.
+    /// Bring it back to running from whatever resting state it is in: a paused sandbox is
+    /// resumed, a suspended one restored from the snapshot store and started.
     Wake,
 }
 
@@ -69,7 +71,7 @@ impl LifecycleVerb {
             LifecycleVerb::Pause => matches!(state, Running | Paused),
             LifecycleVerb::Resume => matches!(state, Paused | Running),
             LifecycleVerb::Suspend => matches!(state, Running | Paused | Suspending | Suspended),
-            LifecycleVerb::Wake => matches!(state, Suspended | Waking | Running),
+            LifecycleVerb::Wake => matches!(state, Suspended | Waking | Paused | Running),
         }
     }
 }
@@ -221,7 +223,7 @@ impl ControlPlane {
                 self.move_or_conflict(id, Running, Paused, op_id, reason)
                     .await
             }
-            (LifecycleVerb::Resume, Paused) => {
+            (LifecycleVerb::Resume | LifecycleVerb::Wake, Paused) => {
                 self.node()
                     .resume_sandbox(id)
                     .await

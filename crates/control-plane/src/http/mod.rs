@@ -2,16 +2,16 @@
 //! attachment token), each served on its own listener.
 
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use tracing::Instrument;
 
 use crate::{ControlPlane, ServiceError};
 
 mod commands;
+mod context;
 mod data_plane;
 mod events;
 mod extract;
@@ -24,12 +24,9 @@ mod render;
 mod sandboxes;
 mod templates;
 
+pub use context::MAX_HEADER_BYTES;
+pub(crate) use context::current_request_id;
 pub use extract::parse_wait;
-
-tokio::task_local! {
-    /// Id of the request being served, for error bodies and logs.
-    static REQUEST_ID: String;
-}
 
 /// The management API router.
 pub fn management_router(cp: ControlPlane) -> Router {
@@ -81,18 +78,18 @@ pub fn management_router(cp: ControlPlane) -> Router {
         .route("/v1/operations/{id}/cancel", post(operations::cancel))
         .route("/v1/operations/{id}/logs", get(operations::logs))
         .route_layer(middleware::from_fn_with_state(cp.clone(), require_token));
-    Router::new()
+    let router = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .merge(v1)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .with_state(cp)
-        .layer(middleware::from_fn(request_context))
+        .with_state(cp);
+    context::layers(router)
 }
 
 /// The data-plane router: command output (SSE) and stdin, authorised per command.
 pub fn data_plane_router(cp: ControlPlane) -> Router {
-    Router::new()
+    let router = Router::new()
         .route("/v1/attach/{cid}", get(data_plane::attach))
         .route("/v1/attach/{cid}/stdin", post(data_plane::stdin_write))
         .route("/v1/attach/{cid}/pty", get(pty::session))
@@ -103,8 +100,8 @@ pub fn data_plane_router(cp: ControlPlane) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .with_state(cp)
-        .layer(middleware::from_fn(request_context))
+        .with_state(cp);
+    context::layers(router)
 }
 
 async fn not_found() -> Response {
@@ -121,62 +118,6 @@ async fn method_not_allowed() -> Response {
         cove_api_types::ErrorCode::MethodNotAllowed,
         "method not allowed on this route",
     )
-}
-
-/// Largest total size of a request's header names and values (32 KiB); larger is `431
-/// headers_too_large`.
-pub const MAX_HEADER_BYTES: usize = 32 * 1024;
-
-/// Gives every request an id (the client's `x-request-id` when it is sane), a tracing span, and
-/// the id in the response header.
-async fn request_context(req: Request, next: Next) -> Response {
-    let id = req
-        .headers()
-        .get(cove_api_types::REQUEST_ID_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| {
-            !v.is_empty()
-                && v.len() <= 64
-                && v.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        })
-        .map(str::to_string)
-        .unwrap_or_else(cove_domain::ids::new_request_id);
-    let span = tracing::info_span!("request", request_id = %id, method = %req.method(),
-        path = %req.uri().path());
-    let header_bytes: usize = req
-        .headers()
-        .iter()
-        .map(|(name, value)| name.as_str().len() + value.len())
-        .sum();
-    let mut resp = if header_bytes > MAX_HEADER_BYTES {
-        // Refused before any handler runs; hyper itself answers 431 past 100 headers.
-        let message = format!("request headers are larger than {MAX_HEADER_BYTES} bytes");
-        REQUEST_ID
-            .scope(id.clone(), async {
-                render::error_response(
-                    StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-                    cove_api_types::ErrorCode::HeadersTooLarge,
-                    &message,
-                )
-            })
-            .await
-    } else {
-        REQUEST_ID
-            .scope(id.clone(), next.run(req))
-            .instrument(span)
-            .await
-    };
-    if let Ok(v) = HeaderValue::from_str(&id) {
-        resp.headers_mut()
-            .insert(cove_api_types::REQUEST_ID_HEADER, v);
-    }
-    resp
-}
-
-/// The id of the request being served.
-pub(crate) fn current_request_id() -> String {
-    REQUEST_ID.try_with(|id| id.clone()).unwrap_or_default()
 }
 
 /// Bearer token from an `Authorization` header.

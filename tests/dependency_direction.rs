@@ -1,0 +1,80 @@
+//! The crate graph points inward (docs/architecture.md): reads `cargo metadata` and fails when a
+//! workspace crate depends on one it must not (normal dependencies; dev-dependencies may reach
+//! test support).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Workspace crates and the workspace crates each one depends on (normal dependencies only).
+fn workspace_graph() -> BTreeMap<String, BTreeSet<String>> {
+    let out = std::process::Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run cargo metadata");
+    assert!(
+        out.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).expect("metadata json");
+    let packages = meta["packages"].as_array().expect("packages");
+    let names: BTreeSet<String> = packages
+        .iter()
+        .filter_map(|p| p["name"].as_str().map(str::to_string))
+        .collect();
+    packages
+        .iter()
+        .map(|p| {
+            let deps = p["dependencies"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|d| d["kind"].is_null())
+                .filter_map(|d| d["name"].as_str())
+                .filter(|n| names.contains(*n))
+                .map(str::to_string)
+                .collect();
+            (p["name"].as_str().unwrap_or_default().to_string(), deps)
+        })
+        .collect()
+}
+
+#[test]
+fn dependencies_point_inward() {
+    let graph = workspace_graph();
+    let deps = |name: &str| -> &BTreeSet<String> {
+        graph
+            .get(name)
+            .unwrap_or_else(|| panic!("no crate {name} in the workspace"))
+    };
+    assert!(
+        deps("cove-domain").is_empty(),
+        "domain is the ground floor: {:?}",
+        deps("cove-domain")
+    );
+    assert!(
+        !deps("cove-node-api").contains("cove-guest-protocol"),
+        "node-api speaks its own types"
+    );
+    for forbidden in ["cove-runtime", "cove-node-agent", "cove-guest-protocol"] {
+        assert!(
+            !deps("cove-control-plane").contains(forbidden),
+            "control-plane must reach nodes only through node-api, not {forbidden}"
+        );
+    }
+    let guest: Vec<_> = deps("cove-guest-agent").iter().collect();
+    assert_eq!(guest, ["cove-guest-protocol"], "the guest agent stands alone");
+    let api: Vec<_> = deps("cove-api-types").iter().collect();
+    assert_eq!(api, ["cove-domain"], "api-types builds on domain only");
+    for (name, d) in &graph {
+        if name != "cove-test-support" {
+            continue;
+        }
+        for user in graph.keys() {
+            assert!(
+                !graph[user].contains(name),
+                "{user} depends on test support outside dev-dependencies ({d:?})"
+            );
+        }
+    }
+}
