@@ -7,7 +7,13 @@ use std::collections::{BTreeMap, BTreeSet};
 /// Workspace crates and the workspace crates each one depends on (normal dependencies only).
 fn workspace_graph() -> BTreeMap<String, BTreeSet<String>> {
     let out = std::process::Command::new(env!("CARGO"))
-        .args(["metadata", "--format-version", "1", "--no-deps", "--offline"])
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("run cargo metadata");
@@ -63,7 +69,11 @@ fn dependencies_point_inward() {
         );
     }
     let guest: Vec<_> = deps("cove-guest-agent").iter().collect();
-    assert_eq!(guest, ["cove-guest-protocol"], "the guest agent stands alone");
+    assert_eq!(
+        guest,
+        ["cove-guest-protocol"],
+        "the guest agent stands alone"
+    );
     let api: Vec<_> = deps("cove-api-types").iter().collect();
     assert_eq!(api, ["cove-domain"], "api-types builds on domain only");
     for (name, d) in &graph {

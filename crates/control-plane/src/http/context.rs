@@ -139,11 +139,15 @@ mod tests {
     use axum::routing::get;
     use tower::ServiceExt;
 
+    async fn boom() -> &'static str {
+        panic!("boom")
+    }
+
     fn app() -> Router {
         layers(
             Router::new()
                 .route("/ok", get(|| async { "ok" }))
-                .route("/boom", get(|| async { panic!("boom") })),
+                .route("/boom", get(boom)),
         )
     }
 
@@ -157,7 +161,12 @@ mod tests {
     #[tokio::test]
     async fn ids_are_kept_made_or_replaced_and_echoed() {
         let resp = app()
-            .oneshot(Request::get("/ok").header(REQUEST_ID_HEADER, "my-id_1").body(Body::empty()).expect("req"))
+            .oneshot(
+                Request::get("/ok")
+                    .header(REQUEST_ID_HEADER, "my-id_1")
+                    .body(Body::empty())
+                    .expect("req"),
+            )
             .await
             .expect("resp");
         assert_eq!(resp.headers()[REQUEST_ID_HEADER], "my-id_1");
@@ -166,8 +175,14 @@ mod tests {
             if let Some(v) = bad {
                 req = req.header(REQUEST_ID_HEADER, v);
             }
-            let resp = app().oneshot(req.body(Body::empty()).expect("req")).await.expect("resp");
-            let id = resp.headers()[REQUEST_ID_HEADER].to_str().expect("ascii").to_string();
+            let resp = app()
+                .oneshot(req.body(Body::empty()).expect("req"))
+                .await
+                .expect("resp");
+            let id = resp.headers()[REQUEST_ID_HEADER]
+                .to_str()
+                .expect("ascii")
+                .to_string();
             assert!(id.starts_with("req-"), "{id}");
         }
     }
@@ -175,7 +190,12 @@ mod tests {
     #[tokio::test]
     async fn a_panic_is_a_json_500_with_the_request_id() {
         let resp = app()
-            .oneshot(Request::get("/boom").header(REQUEST_ID_HEADER, "pan-1").body(Body::empty()).expect("req"))
+            .oneshot(
+                Request::get("/boom")
+                    .header(REQUEST_ID_HEADER, "pan-1")
+                    .body(Body::empty())
+                    .expect("req"),
+            )
             .await
             .expect("resp");
         assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
@@ -189,11 +209,19 @@ mod tests {
     async fn oversized_headers_are_431_with_a_body() {
         let big = "x".repeat(MAX_HEADER_BYTES);
         let resp = app()
-            .oneshot(Request::get("/ok").header("x-big", big).body(Body::empty()).expect("req"))
+            .oneshot(
+                Request::get("/ok")
+                    .header("x-big", big)
+                    .body(Body::empty())
+                    .expect("req"),
+            )
             .await
             .expect("resp");
         assert_eq!(resp.status(), StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
-        let id = resp.headers()[REQUEST_ID_HEADER].to_str().expect("ascii").to_string();
+        let id = resp.headers()[REQUEST_ID_HEADER]
+            .to_str()
+            .expect("ascii")
+            .to_string();
         let body = body_json(resp).await;
         assert_eq!(body["code"], "headers_too_large");
         assert_eq!(body["request_id"], id.as_str());

@@ -24,8 +24,8 @@ mod render;
 mod sandboxes;
 mod templates;
 
-pub use context::MAX_HEADER_BYTES;
 pub(crate) use context::current_request_id;
+pub use context::MAX_HEADER_BYTES;
 pub use extract::parse_wait;
 
 /// The management API router.
