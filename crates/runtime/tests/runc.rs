@@ -393,7 +393,7 @@ async fn failed_starts_leave_nothing() {
         "{err:?}"
     );
     assert_eq!(
-        sh(&RuncRuntime::agent_socket(&spec.dir), "echo still"),
+        sh(&RuncRuntime::agent_socket(&h.spec.dir), "echo still"),
         "still"
     );
     h.runtime.stop(&h.spec.id, &h.spec.dir).await.expect("stop");
