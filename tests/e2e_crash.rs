@@ -338,8 +338,18 @@ async fn check_invariants(c: &Client, data_dir: &Path, ops: &[String], round: &s
         suspended,
         "{round}: snapshots = suspended sandboxes"
     );
+    // A snapshot is runc's one artifact plus the manifest that completes it; nothing else.
     for f in files_below(&snapshots) {
-        assert!(f.ends_with("/fs.tar"), "{round}: stray snapshot file {f}");
+        assert!(
+            f.ends_with("/fs.tar") || f.ends_with("/snapshot.json"),
+            "{round}: stray snapshot file {f}"
+        );
+    }
+    for id in &suspended {
+        assert!(
+            snapshots.join(id).join("snapshot.json").exists(),
+            "{round}: snapshot of {id} has its manifest"
+        );
     }
 }
 
