@@ -12,6 +12,7 @@ use tracing::{debug, info, warn};
 
 use crate::commands::CommandTable;
 use crate::config::Config;
+use crate::files::reserved::{Reserved, COVE_DIR};
 use crate::reaper::Reaper;
 use crate::users::UserFiles;
 use crate::{net, process_tree, server};
@@ -26,6 +27,8 @@ pub struct Agent {
     pub reaper: Reaper,
     /// The sandbox's user database.
     pub users: UserFiles,
+    /// Cove's own paths, out of the file API's reach.
+    pub reserved: Reserved,
 }
 
 /// Why the agent could not start.
@@ -75,7 +78,9 @@ pub async fn run(config: Config) -> Result<(), StartError> {
         path: config.listen.clone(),
         source,
     })?;
+    let reserved = reserved_paths(&config);
     let agent = Arc::new(Agent {
+        reserved,
         config,
         commands: CommandTable::default(),
         reaper,
@@ -91,6 +96,19 @@ pub async fn run(config: Config) -> Result<(), StartError> {
     }
     shutdown(&agent);
     Ok(())
+}
+
+/// `/.cove`, the run dir, the socket and the agent's own binary.
+fn reserved_paths(config: &Config) -> Reserved {
+    let mut paths = vec![
+        PathBuf::from(COVE_DIR),
+        config.run_dir.clone(),
+        config.listen.clone(),
+    ];
+    if let Ok(exe) = std::env::current_exe() {
+        paths.push(exe);
+    }
+    Reserved::new(paths)
 }
 
 /// Kills every command's tree and removes the socket.
