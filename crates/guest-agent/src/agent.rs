@@ -1,4 +1,4 @@
-//! The agent's state and its start-up sequence.
+//! The agent's start-up sequence and its shutdown.
 
 use std::fs;
 use std::io;
@@ -14,22 +14,9 @@ use crate::commands::CommandTable;
 use crate::config::Config;
 use crate::files::reserved::{Reserved, COVE_DIR};
 use crate::reaper::Reaper;
+use crate::state::Agent;
 use crate::users::UserFiles;
 use crate::{net, process_tree, server};
-
-/// Everything request handlers share.
-pub struct Agent {
-    /// Settings from the command line.
-    pub config: Config,
-    /// The commands started so far.
-    pub commands: CommandTable,
-    /// Collector of child exit statuses.
-    pub reaper: Reaper,
-    /// The sandbox's user database.
-    pub users: UserFiles,
-    /// Cove's own paths, out of the file API's reach.
-    pub reserved: Reserved,
-}
 
 /// Why the agent could not start.
 #[derive(Debug, thiserror::Error)]
@@ -45,18 +32,6 @@ pub enum StartError {
         /// Cause.
         source: io::Error,
     },
-}
-
-impl Agent {
-    /// Where spilled command output goes.
-    pub fn output_dir(&self) -> PathBuf {
-        self.config.run_dir.join("output")
-    }
-
-    /// Where scripts of long shell commands go.
-    pub fn scripts_dir(&self) -> PathBuf {
-        self.config.run_dir.join("scripts")
-    }
 }
 
 /// Starts the agent and serves until SIGTERM/SIGINT.

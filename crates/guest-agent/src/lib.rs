@@ -1,8 +1,9 @@
 //! The Cove guest agent: a static binary that runs inside every sandbox (PID 1 of a runc
 //! container) and serves the host over [`cove_guest_protocol`].
 //!
-//! - [`agent`]: state shared by handlers, and the start-up sequence.
-//! - [`server`]: connections, handshake, the writer task; [`dispatch`]: request → handler.
+//! - [`agent`]: the start-up sequence; [`state`]: what every handler shares.
+//! - [`server`]: connections (over any byte stream), handshake, the writer task;
+//!   [`dispatch`]: request → handler; [`responder`]: a request's answers.
 //! - [`commands`]: spawning, output, stdin, signals, kill, timeout of commands.
 //! - [`spawn`]: fork/exec of one process; [`reaper`]: the one `waitpid(-1)` loop;
 //!   [`process_tree`]: a command's session found through `/proc`; [`pty`]: pseudo-terminals;
@@ -51,8 +52,10 @@ pub mod output_log;
 pub mod process_tree;
 pub mod pty;
 pub mod reaper;
+pub mod responder;
 pub mod server;
 pub mod spawn;
+pub mod state;
 pub mod stdio;
 pub mod users;
 

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use cove_guest_protocol::{CommandInfo, ErrorCode};
 use tracing::warn;
 
-use crate::agent::Agent;
 use crate::error::AgentError;
 use crate::process_tree::{self, MAX_SIGNAL};
+use crate::state::Agent;
 
 /// How often the tree is checked while it dies.
 const POLL: Duration = Duration::from_millis(25);

@@ -18,9 +18,9 @@ use super::info::file_info;
 use super::path::display;
 use super::reserved::Reserved;
 use super::Actor;
-use crate::agent::Agent;
 use crate::error::AgentError;
-use crate::server::{send_in_parts, Responder};
+use crate::responder::{send_in_parts, Responder};
+use crate::state::Agent;
 use crate::users::UserDb;
 
 /// Most entries in one listing.

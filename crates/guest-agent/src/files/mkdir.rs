@@ -12,8 +12,8 @@ use cove_guest_protocol::{ErrorCode, FileInfo, GuestPath};
 use super::info::lstat_info;
 use super::path::display;
 use super::{pseudo, Actor};
-use crate::agent::Agent;
 use crate::error::AgentError;
+use crate::state::Agent;
 use crate::users::User;
 
 /// Mode of created directories.

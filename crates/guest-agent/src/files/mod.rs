@@ -29,8 +29,8 @@ use std::sync::Arc;
 use cove_guest_protocol::GuestPath;
 
 use self::identity::Identity;
-use crate::agent::Agent;
 use crate::error::AgentError;
+use crate::state::Agent;
 use crate::users::{User, UserDb};
 
 /// Who a file request acts for: the user and the user database it was resolved in.

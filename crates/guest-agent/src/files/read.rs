@@ -17,9 +17,9 @@ use cove_guest_protocol::{ErrorCode, FileInfo, GuestPath, Response, MAX_CHUNK_BY
 use super::info::file_info;
 use super::path::display;
 use super::Actor;
-use crate::agent::Agent;
 use crate::error::AgentError;
-use crate::server::Responder;
+use crate::responder::Responder;
+use crate::state::Agent;
 
 /// Streams a file to `r`.
 pub async fn read_file(

@@ -8,8 +8,8 @@ use std::fs;
 use cove_guest_protocol::GuestPath;
 
 use super::Actor;
-use crate::agent::Agent;
 use crate::error::AgentError;
+use crate::state::Agent;
 
 /// Removes a path.
 pub fn remove(agent: &Agent, path: &GuestPath, user: Option<&str>) -> Result<(), AgentError> {

@@ -6,8 +6,8 @@ use cove_guest_protocol::{FileInfo, GuestPath};
 use super::info::lstat_info;
 use super::path::display;
 use super::{pseudo, Actor};
-use crate::agent::Agent;
 use crate::error::AgentError;
+use crate::state::Agent;
 
 /// Renames `from` to `to` and describes the destination.
 pub fn rename(

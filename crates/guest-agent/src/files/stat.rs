@@ -4,8 +4,8 @@ use cove_guest_protocol::{FileInfo, GuestPath};
 
 use super::info::lstat_info;
 use super::Actor;
-use crate::agent::Agent;
 use crate::error::AgentError;
+use crate::state::Agent;
 
 /// Metadata of a path, without following a final symlink.
 pub fn stat(agent: &Agent, path: &GuestPath, user: Option<&str>) -> Result<FileInfo, AgentError> {

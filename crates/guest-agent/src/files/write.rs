@@ -38,10 +38,10 @@ use super::info::lstat_info;
 use super::mkdir::create_dirs;
 use super::path::display;
 use super::{pseudo, Actor};
-use crate::agent::Agent;
 use crate::error::describe;
 use crate::error::AgentError;
-use crate::server::Responder;
+use crate::responder::Responder;
+use crate::state::Agent;
 
 /// Free bytes an upload leaves on the destination's filesystem at the least (1 MiB).
 pub const MIN_FREE_BYTES: u64 = 1 << 20;

@@ -33,9 +33,9 @@ use tracing::debug;
 use self::events::{translate, Flow};
 use self::tree::Tree;
 use super::Actor;
-use crate::agent::Agent;
 use crate::error::AgentError;
-use crate::server::Responder;
+use crate::responder::Responder;
+use crate::state::Agent;
 
 /// Most watches running at once in one sandbox.
 pub const MAX_WATCHES: usize = 32;
