@@ -9,6 +9,10 @@
 //! from 0 also drops the filesystem capabilities (`CAP_DAC_OVERRIDE`, `CAP_CHOWN`, `CAP_FOWNER`,
 //! ...) from the thread's effective set; changing it back to 0 restores them.
 //!
+//! The kernel makes a process non-dumpable whenever a thread's filesystem ids change; the agent's
+//! own dumpable flag (as found at the first switch) is put back with its identity, so the
+//! sandbox's root sees the agent in `/proc` as before.
+//!
 //! Root (uid 0) keeps the agent's own identity, and so does everything when the agent itself
 //! does not run as root (tests on a host).
 
@@ -16,6 +20,7 @@
 #![allow(unsafe_code)]
 
 use std::marker::PhantomData;
+use std::sync::OnceLock;
 
 use cove_guest_protocol::ErrorCode;
 
@@ -42,6 +47,7 @@ impl Identity {
         if user.uid == 0 || nix::unistd::geteuid().as_raw() != 0 {
             return Ok(Identity::unchanged());
         }
+        agent_dumpable();
         let saved = current_groups()?;
         let mut groups = db.groups_of(user);
         groups.truncate(MAX_GROUPS);
@@ -101,6 +107,23 @@ impl Drop for Identity {
             tracing::error!("cannot restore the agent's identity after a file operation");
             std::process::abort();
         }
+        restore_dumpable();
+    }
+}
+
+/// The agent's dumpable flag before any switch (read once, before the first one).
+fn agent_dumpable() -> libc::c_int {
+    static DUMPABLE: OnceLock<libc::c_int> = OnceLock::new();
+    // SAFETY: PR_GET_DUMPABLE takes no pointer and returns the flag.
+    *DUMPABLE.get_or_init(|| unsafe { libc::prctl(libc::PR_GET_DUMPABLE) })
+}
+
+/// Puts the agent's dumpable flag back (the kernel cleared it on the credential change).
+fn restore_dumpable() {
+    let flag = agent_dumpable();
+    if flag >= 0 {
+        // SAFETY: PR_SET_DUMPABLE takes a plain integer argument.
+        unsafe { libc::prctl(libc::PR_SET_DUMPABLE, flag as libc::c_ulong) };
     }
 }
 
@@ -220,6 +243,12 @@ mod tests {
             );
             drop(id);
             assert_eq!(std::fs::read(&secret).expect("root again"), b"s");
+            // SAFETY: PR_GET_DUMPABLE takes no pointer.
+            let dumpable = unsafe { libc::prctl(libc::PR_GET_DUMPABLE) };
+            assert_eq!(
+                dumpable, 1,
+                "the agent stays visible in /proc to the sandbox's root"
+            );
         })
         .join()
         .expect("thread");
