@@ -10,6 +10,14 @@ use futures::TryStreamExt;
 use reqwest::Method;
 use serde_json::{json, Value};
 
+/// One raw file call: method, route, query, JSON body.
+type Call = (
+    Method,
+    &'static str,
+    Vec<(&'static str, &'static str)>,
+    Option<Value>,
+);
+
 fn code(e: &ClientError) -> Option<ErrorCode> {
     e.api_body().map(|b| b.code)
 }
@@ -288,7 +296,7 @@ async fn cove_dir_is_hidden_and_refused_by_every_route() {
     let sock = "/.cove/run/agent.sock";
     let agent = "/.cove/bin/cove-guest-agent";
     let root = |p: &'static str| [("path", p), ("user", "root")];
-    let refused: Vec<(Method, &str, Vec<(&str, &str)>, Option<Value>)> = vec![
+    let refused: Vec<Call> = vec![
         (Method::DELETE, "files", root("/.cove").to_vec(), None),
         (Method::DELETE, "files", root(sock).to_vec(), None),
         (Method::DELETE, "files", root("/.cove/run").to_vec(), None),

@@ -71,6 +71,8 @@ pub fn pseudo_kind(path: &Path) -> Option<&'static str> {
 }
 
 fn type_name(t: FsType) -> Option<&'static str> {
+    // The field's integer type differs between C libraries and targets.
+    #[allow(clippy::unnecessary_cast)]
     let raw = t.0 as i64;
     PSEUDO_TYPES
         .iter()

@@ -28,8 +28,8 @@
 //! little memory. If a segment cannot be written (the node's disk is full), the log stops
 //! storing and counting at that point and reports `truncated`.
 //!
-//! Files: this one holds the log and its writer side (append, roll, spill); [`segment`] the
-//! segment files' record format; [`reader`] the readers.
+//! Files: this one holds the log and its writer side (append, roll, spill); `segment` the
+//! segment files' record format; `reader` the readers.
 
 mod reader;
 mod segment;
