@@ -373,6 +373,25 @@ async fn cove_dir_is_hidden_and_refused_by_every_route() {
             .expect_err("refused");
         assert_eq!(code(&err), Some(ErrorCode::PermissionDenied), "{path}");
     }
+    // A watch of `/` does not report Cove's directory.
+    let mut events = Box::pin(c.watch_files(&id, "/", false).await.expect("watch /"));
+    root_sh(&c, &id, "touch /.cove; sleep 0.2; touch /cove-visible").await;
+    let mut seen = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while !seen.iter().any(|p: &String| p == "/cove-visible") {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let ev = tokio::time::timeout(left, futures::StreamExt::next(&mut events))
+            .await
+            .unwrap_or_else(|_| panic!("no event for /cove-visible; seen {seen:?}"))
+            .expect("the watch goes on")
+            .expect("event");
+        seen.push(ev.path);
+    }
+    drop(events);
+    assert!(
+        seen.iter().all(|p| !p.starts_with("/.cove")),
+        "watch reported {seen:?}"
+    );
     // Nothing was removed or replaced: the agent still serves commands with their output, and
     // the link itself may go.
     let o = root_sh(

@@ -145,7 +145,17 @@ fn write_blocking(
     let mode = owner.mode(req.mode.map(|m| m & 0o7777).or(old_mode).unwrap_or(0o644));
     check_free_space(dir, &target)?;
 
-    let (mut file, mut temp) = create_temp(dir)?;
+    let (mut file, mut temp) = create_temp(dir).map_err(|mut e| {
+        if e.code == ErrorCode::PermissionDenied && old.is_some() {
+            e.message = format!(
+                "{}: replacing {} needs write permission on its directory too (uploads replace \
+                 files atomically)",
+                e.message,
+                display(&target)
+            );
+        }
+        e
+    })?;
     let io_err = |what: &str, e: &std::io::Error| AgentError::io(what, &target, e);
     let mut total: u64 = 0;
     loop {
