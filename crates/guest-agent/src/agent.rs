@@ -1,4 +1,4 @@
-//! The agent's state and its start-up sequence.
+//! The agent's start-up sequence and its shutdown.
 
 use std::fs;
 use std::io;
@@ -12,21 +12,11 @@ use tracing::{debug, info, warn};
 
 use crate::commands::CommandTable;
 use crate::config::Config;
+use crate::files::reserved::{Reserved, COVE_DIR};
 use crate::reaper::Reaper;
+use crate::state::Agent;
 use crate::users::UserFiles;
 use crate::{net, process_tree, server};
-
-/// Everything request handlers share.
-pub struct Agent {
-    /// Settings from the command line.
-    pub config: Config,
-    /// The commands started so far.
-    pub commands: CommandTable,
-    /// Collector of child exit statuses.
-    pub reaper: Reaper,
-    /// The sandbox's user database.
-    pub users: UserFiles,
-}
 
 /// Why the agent could not start.
 #[derive(Debug, thiserror::Error)]
@@ -42,18 +32,6 @@ pub enum StartError {
         /// Cause.
         source: io::Error,
     },
-}
-
-impl Agent {
-    /// Where spilled command output goes.
-    pub fn output_dir(&self) -> PathBuf {
-        self.config.run_dir.join("output")
-    }
-
-    /// Where scripts of long shell commands go.
-    pub fn scripts_dir(&self) -> PathBuf {
-        self.config.run_dir.join("scripts")
-    }
 }
 
 /// Starts the agent and serves until SIGTERM/SIGINT.
@@ -75,7 +53,9 @@ pub async fn run(config: Config) -> Result<(), StartError> {
         path: config.listen.clone(),
         source,
     })?;
+    let reserved = reserved_paths(&config);
     let agent = Arc::new(Agent {
+        reserved,
         config,
         commands: CommandTable::default(),
         reaper,
@@ -91,6 +71,19 @@ pub async fn run(config: Config) -> Result<(), StartError> {
     }
     shutdown(&agent);
     Ok(())
+}
+
+/// `/.cove`, the run dir, the socket and the agent's own binary.
+fn reserved_paths(config: &Config) -> Reserved {
+    let mut paths = vec![
+        PathBuf::from(COVE_DIR),
+        config.run_dir.clone(),
+        config.listen.clone(),
+    ];
+    if let Ok(exe) = std::env::current_exe() {
+        paths.push(exe);
+    }
+    Reserved::new(paths)
 }
 
 /// Kills every command's tree and removes the socket.

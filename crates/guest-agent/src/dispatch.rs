@@ -4,9 +4,9 @@ use std::sync::Arc;
 
 use cove_guest_protocol::{ErrorCode, Request, Response};
 
-use crate::agent::Agent;
 use crate::error::AgentError;
-use crate::server::Responder;
+use crate::responder::Responder;
+use crate::state::Agent;
 use crate::{commands, files};
 
 /// Runs one request to its end and sends its response(s).
@@ -18,8 +18,8 @@ pub async fn dispatch(agent: &Arc<Agent>, request: Request, r: &Responder) {
             command_id,
             offset,
             follow,
-        } => return commands::attach(agent, &command_id, offset, follow, r).await,
-        Request::ListCommands => return commands::list(agent, r).await,
+        } => return commands::attach::attach(agent, &command_id, offset, follow, r).await,
+        Request::ListCommands => return commands::list::list(agent, r).await,
         Request::ReadFile {
             path,
             user,
@@ -32,31 +32,37 @@ pub async fn dispatch(agent: &Arc<Agent>, request: Request, r: &Responder) {
         Request::Watch(req) => return files::watch::watch(agent, req, r).await,
 
         Request::Ping => Ok(Response::Ok),
-        Request::Spawn(req) => commands::start(agent, req)
+        Request::Spawn(req) => commands::start::start(agent, req)
             .await
             .map(|pid| Response::Spawned { pid }),
         Request::StdinWrite { command_id, data } => {
-            commands::stdin_write(agent, &command_id, &data)
+            commands::write_stdin::stdin_write(agent, &command_id, &data)
                 .await
                 .map(ok)
         }
         Request::StdinClose { command_id } => {
-            commands::stdin_close(agent, &command_id).await.map(ok)
+            commands::write_stdin::stdin_close(agent, &command_id)
+                .await
+                .map(ok)
         }
         Request::Signal { command_id, signal } => {
-            commands::signal(agent, &command_id, signal).await.map(ok)
+            commands::kill::signal(agent, &command_id, signal)
+                .await
+                .map(ok)
         }
         Request::Kill {
             command_id,
             grace_ms,
-        } => commands::kill(agent, &command_id, grace_ms)
+        } => commands::kill::kill(agent, &command_id, grace_ms)
             .await
             .map(Response::Command),
         Request::GetCommand { command_id } => {
-            commands::get(agent, &command_id).map(Response::Command)
+            commands::list::get(agent, &command_id).map(Response::Command)
         }
-        Request::ForgetCommand { command_id } => commands::forget(agent, &command_id).map(ok),
-        Request::Resize { command_id, size } => commands::resize(agent, &command_id, size).map(ok),
+        Request::ForgetCommand { command_id } => commands::list::forget(agent, &command_id).map(ok),
+        Request::Resize { command_id, size } => {
+            commands::resize::resize(agent, &command_id, size).map(ok)
+        }
         Request::Stat { path, user } => {
             files::blocking(agent, move |a| files::stat::stat(a, &path, user.as_deref()))
                 .await

@@ -1,14 +1,16 @@
 //! The Cove guest agent: a static binary that runs inside every sandbox (PID 1 of a runc
 //! container) and serves the host over [`cove_guest_protocol`].
 //!
-//! - [`agent`]: state shared by handlers, and the start-up sequence.
-//! - [`server`]: connections, handshake, the writer task; [`dispatch`]: request → handler.
+//! - [`agent`]: the start-up sequence; [`state`]: what every handler shares.
+//! - [`server`]: connections (over any byte stream), handshake, the writer task;
+//!   [`dispatch`]: request → handler; [`responder`]: a request's answers.
 //! - [`commands`]: spawning, output, stdin, signals, kill, timeout of commands.
 //! - [`spawn`]: fork/exec of one process; [`reaper`]: the one `waitpid(-1)` loop;
 //!   [`process_tree`]: a command's session found through `/proc`; [`pty`]: pseudo-terminals;
 //!   [`oom`]: the sandbox's OOM-kill counter.
 //! - [`output_log`]: one command's output, in memory then spilled to the run dir.
-//! - [`files`]: read, write, stat, list, mkdir, remove, rename, watch (inotify).
+//! - [`files`]: read, write, stat, list, mkdir, remove, rename, watch (inotify), each as the
+//!   request's user.
 //! - [`users`]: the sandbox's `/etc/passwd` and `/etc/group`; [`net`]: loopback up.
 //! - [`config`]: command-line settings; [`error`]: errors as the host sees them.
 //!
@@ -38,6 +40,13 @@
 //!   whatever it does with SIGTERM). Signals are delivered as-is to the process group.
 //! - Shell commands over 100 KiB run from a script file in `<run-dir>/scripts/` (mode 0644).
 //! - Listings hold at most 100 000 entries; large lists come in parts.
+//! - Files: every operation runs with the request user's filesystem uid, gid and groups (the
+//!   worker thread's, restored afterwards), so the user gets exactly the access its processes
+//!   have (`PermissionDenied` otherwise) and owns what it creates; root keeps full access. A
+//!   file a non-root user replaces keeps its owner and mode. `/.cove` (the agent's binary, socket
+//!   and run dir) is left out of listings and watches and refused by every file operation
+//!   before anything changes; pseudo-filesystems (`/proc`, `/sys`, `/dev`, cgroup, ...) are not
+//!   written to (`InvalidArgument`).
 
 pub mod agent;
 pub mod commands;
@@ -51,8 +60,10 @@ pub mod output_log;
 pub mod process_tree;
 pub mod pty;
 pub mod reaper;
+pub mod responder;
 pub mod server;
 pub mod spawn;
+pub mod state;
 pub mod stdio;
 pub mod users;
 

@@ -1,4 +1,6 @@
 //! Connections: handshake, request routing, and one writer task per connection.
+//! [`serve`] accepts on the unix socket; [`serve_connection`] serves one connection on any
+//! byte stream, so other transports reuse it.
 //!
 //! Every request of a connection runs in its own task; responses go through one bounded queue to
 //! the writer, so a slow host paces the agent instead of growing its memory. `Data`/`DataEnd`
@@ -12,17 +14,17 @@ use cove_guest_protocol::{
     encode_frame, read_frame, ErrorCode, FrameError, GuestFrame, HostFrame, Request, Response,
     PROTOCOL_VERSION,
 };
-use tokio::io::AsyncWriteExt;
-use tokio::net::unix::OwnedWriteHalf;
-use tokio::net::{UnixListener, UnixStream};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::UnixListener;
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::agent::Agent;
 use crate::dispatch::dispatch;
 use crate::error::AgentError;
 use crate::files::{self, write::Upload};
+use crate::responder::Responder;
+use crate::state::Agent;
 
 /// Frames queued for the writer of one connection.
 const WRITE_QUEUE: usize = 4;
@@ -30,74 +32,13 @@ const WRITE_QUEUE: usize = 4;
 const UPLOAD_QUEUE: usize = 4;
 /// Requests of one connection served at once; more wait.
 const MAX_IN_FLIGHT: usize = 256;
-/// Budget of one `EntriesPart`/`CommandsPart` frame, by estimate (well under the frame limit).
-const PART_BUDGET: usize = 256 * 1024;
-
-/// Sends the responses of one request.
-#[derive(Clone)]
-pub struct Responder {
-    id: u64,
-    tx: mpsc::Sender<GuestFrame>,
-}
-
-impl Responder {
-    /// Queues a response; `false` when the connection is gone.
-    pub async fn send(&self, response: Response) -> bool {
-        self.tx
-            .send(GuestFrame {
-                id: self.id,
-                response,
-            })
-            .await
-            .is_ok()
-    }
-
-    /// Queues a response from a blocking thread; `false` when the connection is gone.
-    pub fn blocking_send(&self, response: Response) -> bool {
-        self.tx
-            .blocking_send(GuestFrame {
-                id: self.id,
-                response,
-            })
-            .is_ok()
-    }
-
-    /// Resolves when the connection is gone.
-    pub async fn closed(&self) {
-        self.tx.closed().await
-    }
-}
-
-/// Sends a list as `part` frames of bounded size, the last one as `last`.
-pub async fn send_in_parts<T>(
-    r: &Responder,
-    items: Vec<T>,
-    size: impl Fn(&T) -> usize,
-    part: impl Fn(Vec<T>) -> Response,
-    last: impl FnOnce(Vec<T>) -> Response,
-) {
-    let mut current = Vec::new();
-    let mut bytes = 0;
-    for item in items {
-        let s = size(&item);
-        if !current.is_empty() && bytes + s > PART_BUDGET {
-            if !r.send(part(std::mem::take(&mut current))).await {
-                return;
-            }
-            bytes = 0;
-        }
-        bytes += s;
-        current.push(item);
-    }
-    r.send(last(current)).await;
-}
 
 /// Accepts connections until the listener fails.
 pub async fn serve(agent: Arc<Agent>, listener: UnixListener) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
-                tokio::spawn(connection(agent.clone(), stream));
+                tokio::spawn(serve_connection(agent.clone(), stream));
             }
             Err(e) => {
                 warn!(error = %e, "accept failed");
@@ -107,8 +48,13 @@ pub async fn serve(agent: Arc<Agent>, listener: UnixListener) {
     }
 }
 
-async fn connection(agent: Arc<Agent>, stream: UnixStream) {
-    let (mut rd, wr) = stream.into_split();
+/// Serves one connection on any byte stream (a unix socket, a virtio-serial port, ...) until
+/// the host closes it or breaks the protocol: the handshake, then requests until EOF.
+pub async fn serve_connection<S>(agent: Arc<Agent>, stream: S)
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let (mut rd, wr) = tokio::io::split(stream);
     let (tx, rx) = mpsc::channel(WRITE_QUEUE);
     let cancel = CancellationToken::new();
     let writer = tokio::spawn(write_loop(wr, rx, cancel.clone()));
@@ -126,10 +72,7 @@ async fn connection(agent: Arc<Agent>, stream: UnixStream) {
 }
 
 /// Reads `Hello` and answers it; `false` when the connection must close.
-async fn handshake(
-    rd: &mut tokio::net::unix::OwnedReadHalf,
-    tx: &mpsc::Sender<GuestFrame>,
-) -> bool {
+async fn handshake(rd: &mut (impl AsyncRead + Unpin), tx: &mpsc::Sender<GuestFrame>) -> bool {
     let frame: HostFrame = match read_frame(rd).await {
         Ok(f) => f,
         Err(e) => {
@@ -165,7 +108,7 @@ async fn handshake(
 
 async fn read_loop(
     agent: &Arc<Agent>,
-    rd: &mut tokio::net::unix::OwnedReadHalf,
+    rd: &mut (impl AsyncRead + Unpin),
     tx: &mpsc::Sender<GuestFrame>,
     cancel: &CancellationToken,
 ) {
@@ -183,10 +126,7 @@ async fn read_loop(
             },
             _ = cancel.cancelled() => return,
         };
-        let r = Responder {
-            id: frame.id,
-            tx: tx.clone(),
-        };
+        let r = Responder::new(frame.id, tx.clone());
         match frame.request {
             Request::Data { data } => match uploads.get(&frame.id) {
                 // A failed upload stops receiving; its remaining chunks are dropped.
@@ -237,7 +177,7 @@ async fn protocol_error(r: &Responder, message: &str) {
 }
 
 async fn write_loop(
-    mut wr: OwnedWriteHalf,
+    mut wr: impl AsyncWrite + Unpin,
     mut rx: mpsc::Receiver<GuestFrame>,
     cancel: CancellationToken,
 ) {

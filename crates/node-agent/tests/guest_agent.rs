@@ -824,8 +824,14 @@ async fn c09_user_switching_and_ownership() {
     assert_eq!(o.stdout, b"nobody\n");
     assert_eq!(o.info().user, "nobody");
 
-    // C09 step 5: created parents belong to the user.
-    let base = a.scratch().join("n1");
+    // C09 step 5: created parents belong to the user. File operations have the user's
+    // permissions, so `nobody` gets a directory it may write to.
+    use std::os::unix::fs::PermissionsExt;
+    let scratch = a.scratch();
+    for (p, mode) in [(a.dir.path(), 0o755), (scratch.as_path(), 0o777)] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    }
+    let base = scratch.join("n1");
     let file = base.join("n2/f.txt");
     let body = futures::stream::iter(vec![Ok(Bytes::from_static(b"x"))]);
     let wreq = WriteFileRequest {

@@ -13,10 +13,10 @@ use std::sync::Arc;
 use cove_guest_protocol::{Response, MAX_CHUNK_BYTES};
 
 use super::lock;
-use crate::agent::Agent;
 use crate::error::AgentError;
 use crate::output_log::{Chunk, LogReader, Next};
-use crate::server::Responder;
+use crate::responder::Responder;
+use crate::state::Agent;
 
 /// Streams the output of `command_id` to `r` until done or the connection closes.
 pub async fn attach(

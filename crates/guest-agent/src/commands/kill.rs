@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use cove_guest_protocol::{CommandInfo, ErrorCode};
 use tracing::warn;
 
-use crate::agent::Agent;
 use crate::error::AgentError;
 use crate::process_tree::{self, MAX_SIGNAL};
+use crate::state::Agent;
 
 /// How often the tree is checked while it dies.
 const POLL: Duration = Duration::from_millis(25);
@@ -32,7 +32,7 @@ async fn signal_tree(sid: i32, signal: i32) {
     let _ = tokio::task::spawn_blocking(move || process_tree::signal_tree(sid, signal)).await;
 }
 
-/// Sends SIGKILL to the tree until none of it remains (bounded by [`KILL_LIMIT`]).
+/// Sends SIGKILL to the tree until none of it remains (bounded by `KILL_LIMIT`).
 pub async fn kill_tree_now(sid: i32) {
     let deadline = Instant::now() + KILL_LIMIT;
     loop {

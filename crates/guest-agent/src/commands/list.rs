@@ -5,9 +5,9 @@ use std::sync::Arc;
 use cove_guest_protocol::{CommandInfo, Response};
 
 use super::lock;
-use crate::agent::Agent;
 use crate::error::AgentError;
-use crate::server::{send_in_parts, Responder};
+use crate::responder::{send_in_parts, Responder};
+use crate::state::Agent;
 
 /// One command's state.
 pub fn get(agent: &Arc<Agent>, command_id: &str) -> Result<CommandInfo, AgentError> {

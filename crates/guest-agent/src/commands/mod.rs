@@ -5,14 +5,19 @@
 //! exited; then the agent waits at most [`EOF_WAIT`] (2 s) for EOF before it finishes the command
 //! ([`KILLED_EOF_WAIT`], 0.5 s, when the agent killed the tree itself). Bytes such a process
 //! writes later are read and dropped, so it does not die of `SIGPIPE`.
+//!
+//! This file holds the command model ([`Command`], [`CommandTable`]); each request has its own
+//! file ([`start`], [`attach`], [`write_stdin`], [`kill`], [`list`], [`resize`]), which the
+//! model never imports.
 
-mod attach;
-mod kill;
-mod list;
-mod resize;
-mod start;
-mod stdin;
+pub mod attach;
+pub mod kill;
+pub mod list;
+pub mod resize;
+pub mod start;
+pub mod stdin;
 mod supervise;
+pub mod write_stdin;
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -26,12 +31,7 @@ use tokio::sync::watch;
 use crate::error::AgentError;
 use crate::output_log::OutputLog;
 
-pub use attach::attach;
-pub use kill::{kill, signal};
-pub use list::{forget, get, list};
-pub use resize::resize;
-pub use start::start;
-pub use stdin::{stdin_close, stdin_write, Stdin, StdinWriter};
+pub use stdin::{Stdin, StdinWriter};
 
 /// Longest wait for the output pipes' EOF after the leader exited.
 pub const EOF_WAIT: Duration = Duration::from_secs(2);

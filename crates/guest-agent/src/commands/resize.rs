@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use cove_guest_protocol::PtySize;
 
-use crate::agent::Agent;
 use crate::error::AgentError;
+use crate::state::Agent;
 
 /// Resizes the terminal of `command_id` (its foreground process group gets `SIGWINCH`).
 pub fn resize(agent: &Arc<Agent>, command_id: &str, size: PtySize) -> Result<(), AgentError> {

@@ -22,12 +22,12 @@ use tokio::sync::watch;
 
 use super::supervise::Source;
 use super::{now_ms, supervise, Command, Status, Stdin, StdinWriter};
-use crate::agent::Agent;
 use crate::error::AgentError;
 use crate::files::path::{display, resolve};
 use crate::output_log::{LogLimits, OutputLog};
 use crate::pty::PtyMaster;
 use crate::spawn::{spawn, SpawnError, SpawnSpec, Spawned, SpawnedIo, Stage};
+use crate::state::Agent;
 use crate::users::User;
 
 /// Shell commands longer than this (bytes) run from a script file (Linux's limit for one

@@ -1,4 +1,5 @@
-//! `StdinWrite` / `StdinClose`: the host feeding a command's stdin pipe.
+//! A command's stdin as the agent holds it: the pipe or terminal the host feeds
+//! ([`super::write_stdin`] serves `StdinWrite` / `StdinClose`).
 //!
 //! Errors are the host's to handle, never internal: no stdin, a closed stdin, or a process that no
 //! longer reads it (`EPIPE`) are all `FailedPrecondition`. A write waits while the pipe is full;
@@ -12,7 +13,6 @@ use tokio::net::unix::pipe;
 use tokio_util::sync::CancellationToken;
 
 use super::{lock, Command};
-use crate::agent::Agent;
 use crate::error::AgentError;
 
 /// Where a command's input goes.
@@ -23,15 +23,15 @@ pub enum StdinWriter {
     Pty(Arc<crate::pty::PtyMaster>),
 }
 
-struct Open {
-    writer: StdinWriter,
-    closed: CancellationToken,
+pub(super) struct Open {
+    pub(super) writer: StdinWriter,
+    pub(super) closed: CancellationToken,
 }
 
 /// A command's stdin as the agent holds it.
 pub struct Stdin {
-    open: Mutex<Option<Arc<Open>>>,
-    writes: tokio::sync::Mutex<()>,
+    pub(super) open: Mutex<Option<Arc<Open>>>,
+    pub(super) writes: tokio::sync::Mutex<()>,
     piped: bool,
 }
 
@@ -70,7 +70,7 @@ impl Stdin {
     }
 
     /// The terminal, when stdin is one and still open.
-    fn pty(&self) -> Option<Arc<crate::pty::PtyMaster>> {
+    pub(super) fn pty(&self) -> Option<Arc<crate::pty::PtyMaster>> {
         match lock(&self.open).as_ref().map(|o| &o.writer) {
             Some(StdinWriter::Pty(p)) => Some(p.clone()),
             _ => None,
@@ -78,7 +78,7 @@ impl Stdin {
     }
 }
 
-fn check(command: &Command) -> Result<(), AgentError> {
+pub(super) fn check(command: &Command) -> Result<(), AgentError> {
     if !command.stdin.piped {
         return Err(AgentError::precondition(format!(
             "command {:?} was started without stdin",
@@ -88,11 +88,11 @@ fn check(command: &Command) -> Result<(), AgentError> {
     Ok(())
 }
 
-fn closed(command: &Command) -> AgentError {
+pub(super) fn closed(command: &Command) -> AgentError {
     AgentError::precondition(format!("stdin of command {:?} is closed", command.id))
 }
 
-async fn write_all(writer: &StdinWriter, data: &[u8]) -> std::io::Result<()> {
+pub(super) async fn write_all(writer: &StdinWriter, data: &[u8]) -> std::io::Result<()> {
     match writer {
         StdinWriter::Pipe(pipe) => write_pipe(pipe, data).await,
         StdinWriter::Pty(pty) => pty.write_all(data).await,
@@ -110,46 +110,4 @@ async fn write_pipe(pipe: &pipe::Sender, mut data: &[u8]) -> std::io::Result<()>
         }
     }
     Ok(())
-}
-
-/// Writes all of `data` to the command's stdin.
-pub async fn stdin_write(
-    agent: &Arc<Agent>,
-    command_id: &str,
-    data: &[u8],
-) -> Result<(), AgentError> {
-    let command = agent.commands.get(command_id)?;
-    check(&command)?;
-    let _order = command.stdin.writes.lock().await;
-    let Some(open) = lock(&command.stdin.open).clone() else {
-        return Err(closed(&command));
-    };
-    let result = tokio::select! {
-        r = write_all(&open.writer, data) => r,
-        _ = open.closed.cancelled() => return Err(closed(&command)),
-    };
-    result.map_err(|e| {
-        command.stdin.close();
-        AgentError::precondition(format!(
-            "the process of command {command_id:?} no longer reads stdin ({})",
-            crate::error::describe(&e)
-        ))
-    })
-}
-
-/// Closes the command's stdin; the process reads EOF.
-pub async fn stdin_close(agent: &Arc<Agent>, command_id: &str) -> Result<(), AgentError> {
-    let command = agent.commands.get(command_id)?;
-    check(&command)?;
-    if let Some(pty) = command.stdin.pty() {
-        let _order = command.stdin.writes.lock().await;
-        let sent = pty.write_all(&[crate::pty::EOF_CHAR]).await;
-        command.stdin.close();
-        return sent.map_err(|e| AgentError::io_plain("sending end of input", &e));
-    }
-    if command.stdin.close() {
-        Ok(())
-    } else {
-        Err(closed(&command))
-    }
 }

@@ -1,4 +1,6 @@
-//! `MakeDir` (`mkdir -p`), and creating missing parents owned by a user.
+//! `MakeDir` (`mkdir -p`), and creating missing parents owned by a user. Both run with the
+//! user's identity (the caller's, see [`super::identity`]): the user needs write permission where
+//! a directory is created. Cove's paths and pseudo-filesystems are refused.
 
 use std::fs;
 use std::io;
@@ -8,9 +10,10 @@ use std::path::Path;
 use cove_guest_protocol::{ErrorCode, FileInfo, GuestPath};
 
 use super::info::lstat_info;
-use super::path::{display, resolve};
-use crate::agent::Agent;
+use super::path::display;
+use super::{pseudo, Actor};
 use crate::error::AgentError;
+use crate::state::Agent;
 use crate::users::User;
 
 /// Mode of created directories.
@@ -22,22 +25,26 @@ pub fn make_dir(
     path: &GuestPath,
     user: Option<&str>,
 ) -> Result<FileInfo, AgentError> {
-    let db = agent.users.load();
-    let user = db.resolve(user)?;
-    let path = resolve(path, user.home_path())?;
-    if let Ok(m) = fs::metadata(&path) {
-        if !m.is_dir() {
+    let actor = Actor::of(agent, user)?;
+    let path = actor.path(path)?;
+    agent.reserved.check(&path, true)?;
+    let _as_user = actor.assume()?;
+    match fs::metadata(&path) {
+        Ok(m) if !m.is_dir() => {
             return Err(AgentError::new(
                 ErrorCode::AlreadyExists,
                 format!("{} exists and is not a directory", display(&path)),
             ));
         }
+        Ok(_) => {}
+        Err(_) => pseudo::check_writable(&path)?,
     }
-    create_dirs(&path, &user)?;
-    lstat_info(&path, &db)
+    create_dirs(&path, &actor.user)?;
+    lstat_info(&path, &actor.db)
 }
 
-/// `mkdir -p`: creates every missing directory of `path`, owned by `user`, mode 0755.
+/// `mkdir -p`: creates every missing directory of `path`, owned by `user`, mode 0755. Runs with
+/// the calling thread's identity.
 pub fn create_dirs(path: &Path, user: &User) -> Result<(), AgentError> {
     let mut missing = Vec::new();
     let mut current = Some(path);

@@ -3,6 +3,8 @@
 //! Symlinks are followed (inside the sandbox). A directory or any other non-regular file is
 //! `WrongType` (opening is non-blocking, so a FIFO cannot hang the agent). The file is read to
 //! its end rather than to its size, so `/proc` files work; an empty file is `FileInfo` + `End`.
+//! The file is opened as the user (`PermissionDenied` where the user may not read it); Cove's
+//! own paths are refused.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom};
@@ -13,10 +15,11 @@ use std::sync::Arc;
 use cove_guest_protocol::{ErrorCode, FileInfo, GuestPath, Response, MAX_CHUNK_BYTES};
 
 use super::info::file_info;
-use super::path::{display, resolve};
-use crate::agent::Agent;
+use super::path::display;
+use super::Actor;
 use crate::error::AgentError;
-use crate::server::Responder;
+use crate::responder::Responder;
+use crate::state::Agent;
 
 /// Streams a file to `r`.
 pub async fn read_file(
@@ -51,9 +54,10 @@ fn open(
     path: &GuestPath,
     user: Option<&str>,
 ) -> Result<(File, FileInfo, PathBuf), AgentError> {
-    let db = agent.users.load();
-    let user = db.resolve(user)?;
-    let path = resolve(path, user.home_path())?;
+    let actor = Actor::of(agent, user)?;
+    let path = actor.path(path)?;
+    agent.reserved.check(&path, true)?;
+    let as_user = actor.assume()?;
     let file = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
@@ -74,12 +78,14 @@ fn open(
             format!("{} is not a regular file", display(&path)),
         ));
     }
-    let mut info = file_info(&path, &meta, &db);
+    let mut info = file_info(&path, &meta, &actor.db);
     if let Ok(l) = fs::symlink_metadata(&path) {
         if l.file_type().is_symlink() {
             info.symlink_target = fs::read_link(&path).ok().map(|t| super::path::to_guest(&t));
         }
     }
+    // Reading an open descriptor needs no further permission.
+    drop(as_user);
     Ok((file, info, path))
 }
 

@@ -1,11 +1,13 @@
-//! `Rename`: move a path (within one filesystem; across filesystems is `FailedPrecondition`).
+//! `Rename`: move a path (within one filesystem; across filesystems is `FailedPrecondition`), as
+//! the user. Cove's paths, their parents and pseudo-filesystems are refused on either side.
 
 use cove_guest_protocol::{FileInfo, GuestPath};
 
 use super::info::lstat_info;
-use super::path::{display, resolve};
-use crate::agent::Agent;
+use super::path::display;
+use super::{pseudo, Actor};
 use crate::error::AgentError;
+use crate::state::Agent;
 
 /// Renames `from` to `to` and describes the destination.
 pub fn rename(
@@ -14,13 +16,16 @@ pub fn rename(
     to: &GuestPath,
     user: Option<&str>,
 ) -> Result<FileInfo, AgentError> {
-    let db = agent.users.load();
-    let user = db.resolve(user)?;
-    let from = resolve(from, user.home_path())?;
-    let to = resolve(to, user.home_path())?;
+    let actor = Actor::of(agent, user)?;
+    let from = actor.path(from)?;
+    let to = actor.path(to)?;
     if from.parent().is_none() || to.parent().is_none() {
         return Err(AgentError::invalid("cannot rename /"));
     }
+    agent.reserved.check_tree(&from)?;
+    agent.reserved.check_tree(&to)?;
+    pseudo::check_writable(&to)?;
+    let _as_user = actor.assume()?;
     std::fs::rename(&from, &to).map_err(|e| {
         let mut err = AgentError::io("rename", &from, &e);
         err.message = format!(
@@ -31,5 +36,5 @@ pub fn rename(
         );
         err
     })?;
-    lstat_info(&to, &db)
+    lstat_info(&to, &actor.db)
 }

@@ -7,6 +7,10 @@
 //! event instead of unbounded memory in the agent. When the host closes the connection the
 //! inotify instance is closed, which frees every watch. At most [`MAX_WATCHES`] watches run at
 //! once per sandbox (inotify instances are a per-user resource of the whole host).
+//!
+//! Watches are set up as the user (who needs read permission on every watched directory; a
+//! subdirectory the user cannot read is not watched), and Cove's own paths are neither watched
+//! nor reported.
 
 // Registering the inotify descriptor with the reactor is `unsafe` (the caller vouches for the
 // descriptor's lifetime).
@@ -15,6 +19,9 @@
 pub mod events;
 pub mod tree;
 
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cove_guest_protocol::{ErrorCode, FileEvent, Response, WatchRequest};
@@ -25,10 +32,10 @@ use tracing::debug;
 
 use self::events::{translate, Flow};
 use self::tree::Tree;
-use super::path::resolve;
-use crate::agent::Agent;
+use super::Actor;
 use crate::error::AgentError;
-use crate::server::Responder;
+use crate::responder::Responder;
+use crate::state::Agent;
 
 /// Most watches running at once in one sandbox.
 pub const MAX_WATCHES: usize = 32;
@@ -50,13 +57,15 @@ pub async fn watch(agent: &Arc<Agent>, req: WatchRequest, r: &Responder) {
         return;
     };
     let setup = super::blocking(agent, move |a| {
-        let db = a.users.load();
-        let user = db.resolve(req.user.as_deref())?;
-        let root = resolve(&req.path, user.home_path())?;
-        Tree::new(root, req.recursive)
+        let actor = Actor::of(a, req.user.as_deref())?;
+        let root = actor.path(&req.path)?;
+        a.reserved.check(&root, true)?;
+        let hidden = hidden_below(a, &root);
+        let _as_user = actor.assume()?;
+        Ok((Tree::new(root, req.recursive, hidden)?, actor))
     })
     .await;
-    let tree = match setup {
+    let (tree, actor) = match setup {
         Ok(t) => t,
         Err(e) => {
             r.send(e.into_response()).await;
@@ -112,8 +121,17 @@ pub async fn watch(agent: &Arc<Agent>, req: WatchRequest, r: &Responder) {
             }
         }
         let mut out = Vec::new();
-        let flow = translate(guard.get_inner_mut(), raw, &mut out);
+        let translated = translate_as(&actor, guard.get_inner_mut(), raw, &mut out);
+        let tree = guard.get_inner();
+        out.retain(|ev| !tree.hides(Path::new(OsStr::from_bytes(&ev.path.0))));
         drop(guard);
+        let flow = match translated {
+            Ok(flow) => flow,
+            Err(e) => {
+                r.send(e.into_response()).await;
+                return;
+            }
+        };
         if !send(r, out).await {
             break;
         }
@@ -123,6 +141,30 @@ pub async fn watch(agent: &Arc<Agent>, req: WatchRequest, r: &Responder) {
         }
     }
     debug!(path = %root.display(), "watch stopped");
+}
+
+/// [`translate`] as the user: new directories are watched with the user's permissions. The
+/// identity belongs to this (worker) thread only until it returns, before anything awaits.
+fn translate_as(
+    actor: &Actor,
+    tree: &mut Tree,
+    raw: Vec<nix::sys::inotify::InotifyEvent>,
+    out: &mut Vec<FileEvent>,
+) -> Result<Flow, AgentError> {
+    let _as_user = actor.assume()?;
+    Ok(translate(tree, raw, out))
+}
+
+/// Cove's paths below `root`, as paths under `root` (which may be reached through symlinks).
+fn hidden_below(agent: &Agent, root: &Path) -> Vec<PathBuf> {
+    let real_root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    agent
+        .reserved
+        .roots()
+        .iter()
+        .filter_map(|r| r.strip_prefix(&real_root).ok())
+        .map(|rest| root.join(rest))
+        .collect()
 }
 
 /// Sends events in frames of bounded size; `false` when the host is gone.

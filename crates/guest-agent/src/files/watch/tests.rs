@@ -35,7 +35,7 @@ fn has(events: &[FileEvent], kind: FileEventKind, path: &Path) -> bool {
 fn new_subdirectories_are_watched_and_their_contents_reported() {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().to_path_buf();
-    let mut tree = Tree::new(root.clone(), true).expect("watch");
+    let mut tree = Tree::new(root.clone(), true, Vec::new()).expect("watch");
     fs::create_dir_all(root.join("a/b/c")).expect("mkdir -p");
     fs::write(root.join("a/b/c/f"), b"x").expect("write");
     let (events, flow) = drain(&mut tree);
@@ -66,7 +66,7 @@ fn renames_removes_and_chmods() {
     let root = dir.path().to_path_buf();
     fs::create_dir(root.join("d")).expect("mkdir");
     let outside = tempfile::tempdir().expect("tempdir");
-    let mut tree = Tree::new(root.clone(), true).expect("watch");
+    let mut tree = Tree::new(root.clone(), true, Vec::new()).expect("watch");
     fs::write(root.join("f"), b"1").expect("write");
     fs::rename(root.join("f"), root.join("g")).expect("rename");
     fs::set_permissions(root.join("g"), fs::Permissions::from_mode(0o600)).expect("chmod");
@@ -99,7 +99,7 @@ fn removing_the_root_ends_the_watch() {
     let dir = tempfile::tempdir().expect("tempdir");
     let root = dir.path().join("w");
     fs::create_dir(&root).expect("mkdir");
-    let mut tree = Tree::new(root.clone(), false).expect("watch");
+    let mut tree = Tree::new(root.clone(), false, Vec::new()).expect("watch");
     fs::write(root.join("x"), b"").expect("write");
     fs::remove_file(root.join("x")).expect("rm");
     fs::remove_dir(&root).expect("rmdir");
@@ -113,11 +113,11 @@ fn removing_the_root_ends_the_watch() {
 fn a_file_is_not_a_watchable_directory() {
     let dir = tempfile::tempdir().expect("tempdir");
     fs::write(dir.path().join("f"), b"").expect("write");
-    let err = Tree::new(dir.path().join("f"), true)
+    let err = Tree::new(dir.path().join("f"), true, Vec::new())
         .err()
         .expect("refused");
     assert_eq!(err.code, cove_guest_protocol::ErrorCode::WrongType);
-    let err = Tree::new(dir.path().join("missing"), true)
+    let err = Tree::new(dir.path().join("missing"), true, Vec::new())
         .err()
         .expect("refused");
     assert_eq!(err.code, cove_guest_protocol::ErrorCode::NotFound);

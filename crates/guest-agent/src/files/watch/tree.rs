@@ -39,14 +39,17 @@ pub struct Tree {
     root: PathBuf,
     root_wd: WatchDescriptor,
     recursive: bool,
+    /// Paths below the root that are never watched or reported (Cove's own).
+    hidden: Vec<PathBuf>,
     /// The directory limit was hit after start; further directories are not watched.
     pub full: bool,
 }
 
 impl Tree {
     /// Watches `root` (which must be a directory) and, when `recursive`, every directory below.
-    /// `TooLarge` beyond [`MAX_WATCH_DIRS`] directories.
-    pub fn new(root: PathBuf, recursive: bool) -> Result<Tree, AgentError> {
+    /// `TooLarge` beyond [`MAX_WATCH_DIRS`] directories. Nothing at or below a `hidden` path is
+    /// watched or reported.
+    pub fn new(root: PathBuf, recursive: bool, hidden: Vec<PathBuf>) -> Result<Tree, AgentError> {
         let meta = fs::metadata(&root).map_err(|e| AgentError::io("watch", &root, &e))?;
         if !meta.is_dir() {
             return Err(AgentError::new(
@@ -65,6 +68,7 @@ impl Tree {
             root: root.clone(),
             root_wd,
             recursive,
+            hidden,
             full: false,
         };
         if recursive {
@@ -103,6 +107,11 @@ impl Tree {
         self.dirs.is_empty()
     }
 
+    /// Whether `path` (as events name it) is hidden from this watch.
+    pub fn hides(&self, path: &Path) -> bool {
+        self.hidden.iter().any(|h| path.starts_with(h))
+    }
+
     /// Whether `wd` is the root's watch.
     pub fn is_root(&self, wd: WatchDescriptor) -> bool {
         wd == self.root_wd
@@ -134,6 +143,9 @@ impl Tree {
     /// Adds a watch for one subdirectory; `false` when it is not a directory (anymore) or the
     /// limit is reached.
     fn add_one(&mut self, dir: &Path) -> bool {
+        if self.hides(dir) {
+            return false;
+        }
         if self.dirs.len() >= MAX_WATCH_DIRS {
             self.full = true;
             return false;
@@ -163,6 +175,9 @@ impl Tree {
             names.sort();
             for name in names {
                 let path = dir.join(&name);
+                if self.hides(&path) {
+                    continue;
+                }
                 let Ok(meta) = fs::symlink_metadata(&path) else {
                     continue;
                 };
