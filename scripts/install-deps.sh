@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs the host packages Cove needs (Debian/Ubuntu, as root): runc (the container runtime),
-# mmdebstrap (builds the `base` template), busybox-static (builds the `tiny` template).
+# mmdebstrap (builds the `base` template), busybox-static (builds the `tiny` template), lxcfs
+# (sandboxes see their own memory and CPUs in /proc).
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 
 need=()
 command -v runc >/dev/null || need+=(runc)
 command -v mmdebstrap >/dev/null || need+=(mmdebstrap)
+command -v lxcfs >/dev/null || need+=(lxcfs)
 if ! [ -x /bin/busybox ] || ! file -L /bin/busybox 2>/dev/null | grep -q 'statically linked'; then
   need+=(busybox-static)
 fi

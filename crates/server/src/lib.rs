@@ -138,6 +138,8 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     let runc = RuncRuntime::new(RuncConfig {
         runc_binary: cfg.runc.clone().unwrap_or_else(|| PathBuf::from("runc")),
         state_root: data_dir.join("runc"),
+        // Debian's lxcfs location; one instance serves every sandbox of the machine.
+        lxcfs_dir: lxcfs_on_path().then(|| PathBuf::from(LXCFS_DIR)),
     })
     .context("runc runtime")?;
     let node = NodeAgent::new(
@@ -218,6 +220,15 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
 
 /// The snapshot store of the settings: the URL given, or `<data-dir>/snapshots`. S3 settings
 /// come from the `AWS_*` environment variables (read here, at the composition root).
+/// Where lxcfs serves the sandboxes' `/proc` views (Debian's default mount point).
+pub const LXCFS_DIR: &str = "/var/lib/lxcfs";
+
+/// Whether an `lxcfs` binary is on `PATH` (sandboxes then see their own limits in `/proc`).
+fn lxcfs_on_path() -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("lxcfs").is_file()))
+}
+
 fn snapshot_store(life: &LifecycleSettings, data_dir: &Path) -> anyhow::Result<SnapshotStore> {
     match &life.snapshot_store {
         None => {

@@ -8,13 +8,15 @@
 //! - Docker's default capability set, in bounding/effective/permitted; inheritable/ambient empty;
 //! - namespaces pid, mount, uts, ipc, cgroup and a new network namespace (loopback only);
 //! - resources: memory = memory+swap = `memory_mib` (no swap), `pids_max`, cpu quota =
-//!   `vcpus` × 100 ms per 100 ms, devices deny-all (runc adds its default device allow-list);
+//!   `vcpus` × 100 ms per 100 ms and a cpuset of `vcpus` CPUs (so `nproc` agrees), devices
+//!   deny-all (runc adds its default device allow-list);
 //! - mounts: runc's standard set (proc, /dev tmpfs, devpts, /dev/shm, mqueue, sysfs ro, cgroup
 //!   ro) plus the guest agent binary (read-only bind) and the run dir
 //!   ([`GUEST_RUN_DIR`]) as a read-write bind with `nosuid,nodev,noexec`: the agent keeps its
 //!   socket, spilled output and scripts there; scripts are run by an interpreter (`sh FILE`,
 //!   `source FILE`), which needs read, not exec, permission, and a host-backed directory the guest
-//!   can write should not also hold executables;
+//!   can write should not also hold executables; and lxcfs's `/proc` and `/sys` views bound over
+//!   the sandbox's own (see `views.rs`);
 //! - seccomp: see [`super::seccomp`].
 
 use std::collections::HashSet;
@@ -30,6 +32,7 @@ use oci_spec::OciSpecError;
 
 use super::layout::Layout;
 use super::seccomp;
+use super::views::HostViews;
 use crate::{RuntimeError, SandboxSpec};
 
 /// `PATH` of the guest agent.
@@ -149,6 +152,7 @@ pub(crate) fn build(
     spec: &SandboxSpec,
     layout: &Layout,
     host: HostPrivileges,
+    views: &HostViews,
 ) -> Result<Spec, RuntimeError> {
     let mut args = vec![
         GUEST_AGENT_PATH.to_string(),
@@ -194,7 +198,10 @@ pub(crate) fn build(
 
     let linux = LinuxBuilder::default()
         .namespaces(namespaces())
-        .resources(resources(spec).map_err(|e| config_error(spec, e))?)
+        .resources(
+            resources(spec, views.cpuset(&spec.id, spec.resources.vcpus))
+                .map_err(|e| config_error(spec, e))?,
+        )
         .cgroups_path(format!("cove/{}", spec.id))
         .masked_paths(strings(MASKED_PATHS))
         .readonly_paths(strings(READONLY_PATHS))
@@ -207,7 +214,7 @@ pub(crate) fn build(
     config.set_process(Some(process));
     config.set_root(Some(root));
     config.set_hostname(Some(spec.hostname.clone()));
-    config.set_mounts(Some(mounts(spec, layout)?));
+    config.set_mounts(Some(mounts(spec, layout, &views.lxcfs_mounts())?));
     config.set_annotations(None);
     config.set_linux(Some(linux));
     Ok(config)
@@ -240,7 +247,7 @@ fn namespaces() -> Vec<LinuxNamespace> {
     .collect()
 }
 
-fn resources(spec: &SandboxSpec) -> Result<LinuxResources, OciSpecError> {
+fn resources(spec: &SandboxSpec, cpuset: Option<String>) -> Result<LinuxResources, OciSpecError> {
     let bytes =
         i64::try_from(spec.resources.memory_mib.saturating_mul(1024 * 1024)).unwrap_or(i64::MAX);
     let memory = LinuxMemoryBuilder::default()
@@ -256,6 +263,7 @@ fn resources(spec: &SandboxSpec) -> Result<LinuxResources, OciSpecError> {
     cpu.set_quota(Some(
         i64::from(spec.resources.vcpus.max(1)) * CPU_PERIOD_US as i64,
     ));
+    cpu.set_cpus(cpuset);
 
     let mut deny_all = LinuxDeviceCgroup::default();
     deny_all.set_allow(false);
@@ -269,7 +277,11 @@ fn resources(spec: &SandboxSpec) -> Result<LinuxResources, OciSpecError> {
     Ok(resources)
 }
 
-fn mounts(spec: &SandboxSpec, layout: &Layout) -> Result<Vec<Mount>, RuntimeError> {
+fn mounts(
+    spec: &SandboxSpec,
+    layout: &Layout,
+    lxcfs: &[(std::path::PathBuf, String)],
+) -> Result<Vec<Mount>, RuntimeError> {
     let m = |dest: &str, typ: &str, source: &str, opts: &[&str]| {
         let mut mount = Mount::default();
         mount.set_destination(dest.into());
@@ -292,7 +304,12 @@ fn mounts(spec: &SandboxSpec, layout: &Layout) -> Result<Vec<Mount>, RuntimeErro
         &["bind", "nosuid", "nodev", "noexec"],
     );
     run.set_source(Some(absolute(&layout.run)?));
-    Ok(vec![
+    let views = lxcfs.iter().map(|(src, dest)| {
+        let mut view = m(dest, "bind", "", &["bind", "nosuid", "nodev", "noexec"]);
+        view.set_source(Some(src.clone()));
+        view
+    });
+    let mut all = vec![
         m("/proc", "proc", "proc", &["nosuid", "noexec", "nodev"]),
         m(
             "/dev",
@@ -339,7 +356,10 @@ fn mounts(spec: &SandboxSpec, layout: &Layout) -> Result<Vec<Mount>, RuntimeErro
         ),
         agent,
         run,
-    ])
+    ];
+    // After /proc and /sys: the views are mounted over their files.
+    all.extend(views);
+    Ok(all)
 }
 
 fn strings(items: &[&str]) -> Vec<String> {
@@ -378,12 +398,28 @@ mod tests {
             sys_resource: false,
             nofile_hard: 20_000,
         };
-        let json =
-            serde_json::to_value(build(&s, &layout, unprivileged).expect("build")).expect("json");
+        let json = serde_json::to_value(
+            build(
+                &s,
+                &layout,
+                unprivileged,
+                &HostViews::without_lxcfs(vec![0, 1]),
+            )
+            .expect("build"),
+        )
+        .expect("json");
         assert!(json["process"].get("oomScoreAdj").is_none());
         assert_eq!(json["process"]["rlimits"][0]["hard"], 20_000);
-        let json =
-            serde_json::to_value(build(&s, &layout, PRIVILEGED).expect("build")).expect("json");
+        let json = serde_json::to_value(
+            build(
+                &s,
+                &layout,
+                PRIVILEGED,
+                &HostViews::without_lxcfs(vec![0, 1]),
+            )
+            .expect("build"),
+        )
+        .expect("json");
         assert_eq!(json["process"]["rlimits"][0]["hard"], NOFILE_HARD);
     }
 
@@ -408,8 +444,16 @@ mod tests {
     fn config_has_the_promised_shape() {
         let s = spec();
         let layout = Layout::new(&s.dir);
-        let json =
-            serde_json::to_value(build(&s, &layout, PRIVILEGED).expect("build")).expect("json");
+        let json = serde_json::to_value(
+            build(
+                &s,
+                &layout,
+                PRIVILEGED,
+                &HostViews::without_lxcfs(vec![0, 1]),
+            )
+            .expect("build"),
+        )
+        .expect("json");
         let p = &json["process"];
         assert_eq!(
             p["args"],

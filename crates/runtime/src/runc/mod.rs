@@ -18,7 +18,7 @@
 //! Files by verb: `start.rs` (create + start + wait for the agent, undo on failure), `stop.rs`
 //! (kill, delete, unmount; idempotent); by concern: `cli.rs` (invoking runc), `config.rs` (OCI
 //! config), `seccomp.rs` (syscall deny-list), `mounts.rs` (overlay), `cgroups.rs` (cgroup
-//! paths), `layout.rs` (the sandbox directory), `snapshot/` (the `fs.tar` artifact: the upper dir packed and unpacked).
+//! paths), `layout.rs` (the sandbox directory), `views.rs` (lxcfs and cpusets: honest limits), `snapshot/` (the `fs.tar` artifact: the upper dir packed and unpacked).
 //!
 //! Host requirements and quirks: root; cgroup v1 or v2 (runc decides; paths are read back from
 //! `/proc/<pid>/cgroup`). Without `CAP_SYS_RESOURCE` (as on this project's CI machines) the
@@ -45,6 +45,7 @@ mod seccomp;
 pub mod snapshot;
 mod start;
 mod stop;
+mod views;
 
 use cli::Runc;
 
@@ -56,6 +57,8 @@ pub struct RuncConfig {
     /// runc's state directory, passed as `runc --root` (e.g. `<data-dir>/runc`). Created if
     /// missing.
     pub state_root: PathBuf,
+    /// Where lxcfs serves (or is started) for honest `/proc` views (`views.rs`); `None`: off.
+    pub lxcfs_dir: Option<PathBuf>,
 }
 
 impl RuncConfig {
@@ -64,6 +67,7 @@ impl RuncConfig {
         RuncConfig {
             runc_binary: PathBuf::from("runc"),
             state_root: state_root.into(),
+            lxcfs_dir: None,
         }
     }
 }
@@ -74,6 +78,8 @@ pub struct RuncRuntime {
     runc: Runc,
     /// What this process may grant a sandbox (probed once).
     host: config::HostPrivileges,
+    /// lxcfs and the node's CPUs, for honest limits.
+    views: std::sync::Arc<views::HostViews>,
 }
 
 impl RuncRuntime {
@@ -95,7 +101,8 @@ impl RuncRuntime {
                  and RLIMIT_NOFILE is capped at this process's hard limit"
             );
         }
-        Ok(RuncRuntime { runc, host })
+        let views = std::sync::Arc::new(views::HostViews::probe(config.lxcfs_dir.as_deref()));
+        Ok(RuncRuntime { runc, host, views })
     }
 
     /// runc's state directory (`runc --root`).
@@ -125,7 +132,7 @@ impl Runtime for RuncRuntime {
     }
 
     async fn start(&self, spec: &SandboxSpec) -> Result<Started, RuntimeError> {
-        start::start(&self.runc, spec, self.host).await
+        start::start(&self.runc, spec, self.host, &self.views).await
     }
 
     async fn adopt(&self, id: &str, dir: &Path) -> Result<Option<Adopted>, RuntimeError> {

@@ -8,8 +8,11 @@ use std::time::{Duration, Instant};
 use tracing::{info, warn};
 
 use super::cli::Runc;
+use std::sync::Arc;
+
 use super::config::HostPrivileges;
 use super::layout::{io_err, validate_hostname, validate_id, write_identity, Layout};
+use super::views::HostViews;
 use super::{config, disk, join_error, mounts, stop};
 use crate::UnixSocketConnector;
 use crate::{RuntimeError, SandboxSpec, Started};
@@ -29,6 +32,7 @@ pub(crate) async fn start(
     runc: &Runc,
     spec: &SandboxSpec,
     host: HostPrivileges,
+    views: &Arc<HostViews>,
 ) -> Result<Started, RuntimeError> {
     validate_id(&spec.id)?;
     validate_hostname(&spec.id, &spec.hostname)?;
@@ -45,7 +49,7 @@ pub(crate) async fn start(
     let made_upper = std::fs::symlink_metadata(&layout.upper).is_err();
     let made_disk = !layout.disk_img.exists();
     let began = Instant::now();
-    match run(runc, spec, &layout, host).await {
+    match run(runc, spec, &layout, host, views.clone()).await {
         Ok(started) => {
             info!(
                 sandbox_id = %spec.id,
@@ -92,13 +96,15 @@ async fn run(
     spec: &SandboxSpec,
     layout: &Layout,
     host: HostPrivileges,
+    views: Arc<HostViews>,
 ) -> Result<Started, RuntimeError> {
     let prepared_spec = spec.clone();
     let prepared_layout = layout.clone();
-    let (log, log_offset) =
-        tokio::task::spawn_blocking(move || prepare(&prepared_spec, &prepared_layout, host))
-            .await
-            .map_err(join_error)??;
+    let (log, log_offset) = tokio::task::spawn_blocking(move || {
+        prepare(&prepared_spec, &prepared_layout, host, &views)
+    })
+    .await
+    .map_err(join_error)??;
 
     if !runc.create(&spec.id, &layout.bundle, log).await? {
         return Err(RuntimeError::Command {
@@ -129,6 +135,7 @@ fn prepare(
     spec: &SandboxSpec,
     layout: &Layout,
     host: HostPrivileges,
+    views: &HostViews,
 ) -> Result<(std::fs::File, u64), RuntimeError> {
     if !spec.rootfs.is_dir() {
         return Err(RuntimeError::Io {
@@ -164,7 +171,7 @@ fn prepare(
     };
     write_identity(&upper, &spec.hostname)?;
     mounts::mount_overlay(&spec.rootfs, &upper, &work, &layout.rootfs)?;
-    let config = config::build(spec, layout, host)?;
+    let config = config::build(spec, layout, host, views)?;
     config::write(&config, layout)?;
 
     let log = std::fs::OpenOptions::new()
