@@ -121,12 +121,30 @@ impl Harness {
         self.cp = control_plane(&self.store, &self.node, &self.cfg);
     }
 
-    /// Moves tokio's clock (and so the control plane's) forward by `d`.
+    /// Moves tokio's clock (and so the control plane's) forward by `d`, and 1 ms more:
+    /// tokio rounds timer deadlines up to the next millisecond, so a timer set `d` ago would
+    /// otherwise be a fraction of a millisecond short. Then gives woken tasks their turn.
     pub async fn advance(&self, d: Duration) {
-        tokio::time::advance(d).await;
+        tokio::time::advance(d + Duration::from_millis(1)).await;
         for _ in 0..8 {
             tokio::task::yield_now().await;
         }
+    }
+
+    /// Runs one pass of the controller `controller_interval` from now and waits for it to
+    /// end (operations it started keep running).
+    pub async fn controller_pass(&self) {
+        let controller = cove_control_plane::Controller::start(self.cp.clone());
+        // Its first turn starts its timer.
+        self.advance(Duration::ZERO).await;
+        self.advance(self.cfg.controller_interval).await;
+        controller.stop().await;
+    }
+
+    /// The operations of sandbox `id` of `kind`, newest first.
+    pub async fn ops_of(&self, id: &str, kind: cove_api_types::OperationKind) -> Vec<Operation> {
+        let ops = self.cp.operations().list(Some(id), None).await.expect("ops");
+        ops.into_iter().filter(|o| o.kind == kind).collect()
     }
 
     /// Accepts a create of a `base` sandbox with `req`'s settings.
