@@ -175,7 +175,10 @@ impl ControlPlane {
     async fn purge(&self) -> Result<(), ServiceError> {
         let keep = chrono::Duration::from_std(self.inner.cfg.retention)
             .unwrap_or(chrono::Duration::days(7));
-        let purged = self.store().purge_before(self.inner.cfg.clock.now() - keep).await?;
+        let purged = self
+            .store()
+            .purge_before(self.inner.cfg.clock.now() - keep)
+            .await?;
         if purged.operations > 0 || purged.events > 0 {
             info!(
                 operations = purged.operations,

@@ -5,8 +5,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use cove_domain::CommandState;
 use cove_node_api::{
-    AttachEvent, CommandInfo, NodeCommands, NodeError, OutputStream, Program, PtySize,
-    SpawnRequest,
+    AttachEvent, CommandInfo, NodeCommands, NodeError, OutputStream, Program, PtySize, SpawnRequest,
 };
 use futures::stream::BoxStream;
 use futures::StreamExt;
@@ -314,40 +313,40 @@ impl NodeCommands for FakeNode {
         let node = self.clone();
         let (sid, cid) = (sandbox_id.to_string(), command_id.to_string());
         let rx = self.subscribe();
-        let stream = futures::stream::unfold(
-            (offset, false, rx),
-            move |(offset, done, mut rx)| {
-                let (node, sid, cid) = (node.clone(), sid.clone(), cid.clone());
-                async move {
-                    if done {
-                        return None;
-                    }
-                    loop {
-                        rx.borrow_and_update();
-                        let next = {
-                            let mut st = node.lock();
-                            command_mut(&mut st, &sid, &cid).map(|c| c.next_event(offset, follow))
-                        };
-                        match next {
-                            Err(e) => return Some((Err(e), (offset, true, rx))),
-                            Ok(Some(ev @ AttachEvent::Output { .. })) => {
-                                let AttachEvent::Output { offset: at, data, .. } = &ev else {
-                                    return None;
-                                };
-                                let next_offset = at + data.len() as u64;
-                                return Some((Ok(ev), (next_offset, false, rx)));
-                            }
-                            Ok(Some(ev)) => return Some((Ok(ev), (offset, true, rx))),
-                            Ok(None) => {
-                                if rx.changed().await.is_err() {
-                                    return None;
-                                }
+        let stream = futures::stream::unfold((offset, false, rx), move |(offset, done, mut rx)| {
+            let (node, sid, cid) = (node.clone(), sid.clone(), cid.clone());
+            async move {
+                if done {
+                    return None;
+                }
+                loop {
+                    rx.borrow_and_update();
+                    let next = {
+                        let mut st = node.lock();
+                        command_mut(&mut st, &sid, &cid).map(|c| c.next_event(offset, follow))
+                    };
+                    match next {
+                        Err(e) => return Some((Err(e), (offset, true, rx))),
+                        Ok(Some(ev @ AttachEvent::Output { .. })) => {
+                            let AttachEvent::Output {
+                                offset: at, data, ..
+                            } = &ev
+                            else {
+                                return None;
+                            };
+                            let next_offset = at + data.len() as u64;
+                            return Some((Ok(ev), (next_offset, false, rx)));
+                        }
+                        Ok(Some(ev)) => return Some((Ok(ev), (offset, true, rx))),
+                        Ok(None) => {
+                            if rx.changed().await.is_err() {
+                                return None;
                             }
                         }
                     }
                 }
-            },
-        );
+            }
+        });
         Ok(stream.boxed())
     }
 

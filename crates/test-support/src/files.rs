@@ -513,8 +513,14 @@ mod tests {
 
     #[test]
     fn paths_resolve_against_the_users_home() {
-        assert_eq!(resolve(b"a/b", "user").ok(), Some(b"/home/user/a/b".to_vec()));
-        assert_eq!(resolve(b"/x/../y/./z/", "root").ok(), Some(b"/y/z".to_vec()));
+        assert_eq!(
+            resolve(b"a/b", "user").ok(),
+            Some(b"/home/user/a/b".to_vec())
+        );
+        assert_eq!(
+            resolve(b"/x/../y/./z/", "root").ok(),
+            Some(b"/y/z".to_vec())
+        );
         assert_eq!(resolve(b"/..", "root").ok(), Some(b"/".to_vec()));
         assert!(matches!(
             resolve(b"a", "nobody"),

@@ -36,13 +36,18 @@ async fn a_cancelled_create_ends_deleted_with_nothing_on_the_node() {
     h.node.release(Call::Start);
     let answered = cancel.await.expect("join").expect("cancel");
     assert_eq!(answered.state, OperationState::Cancelled);
-    let done = h.ends(&op, OperationState::Cancelled, ErrorCode::Cancelled).await;
+    let done = h
+        .ends(&op, OperationState::Cancelled, ErrorCode::Cancelled)
+        .await;
     assert_eq!(done.id, op.id);
     let sb = h.sandbox(&s.id).await;
     assert_eq!(sb.state, SandboxState::Deleted);
     assert_eq!(sb.state_reason.as_deref(), Some("create cancelled"));
     assert_eq!(h.node.state_of(&s.id), None);
-    assert_eq!(h.node.lifecycle_calls(&s.id), vec![Call::Start, Call::Destroy]);
+    assert_eq!(
+        h.node.lifecycle_calls(&s.id),
+        vec![Call::Start, Call::Destroy]
+    );
 }
 
 #[tokio::test]
@@ -55,7 +60,9 @@ async fn a_cancelled_suspend_rolls_back_to_running_or_paused() {
         }
         h.node.inject(Call::Suspend, Fault::hang());
         let op = h.call(&id, Suspend).await.expect("suspend");
-        h.node.wait_for_calls(Call::Suspend, 1 + usize::from(paused)).await;
+        h.node
+            .wait_for_calls(Call::Suspend, 1 + usize::from(paused))
+            .await;
         let done = h.cp.operations().cancel(&op.id).await.expect("cancel");
         assert_eq!(done.state, OperationState::Cancelled);
         let (want, on_node) = if paused {

@@ -28,9 +28,15 @@ async fn a_command_is_started_inspected_listed_and_forgotten() {
     let id = h.running().await;
     h.node
         .script("echo hi", Script::exit(3).stdout("hi\n").stderr("err\n"));
-    let created = h.cp.create_command(&id, argv(&["echo", "hi"])).await.expect("create");
+    let created =
+        h.cp.create_command(&id, argv(&["echo", "hi"]))
+            .await
+            .expect("create");
     let cid = created.command.id.clone();
-    assert!(created.attachment.url.ends_with(&format!("/v1/attach/{cid}")));
+    assert!(created
+        .attachment
+        .url
+        .ends_with(&format!("/v1/attach/{cid}")));
     assert_eq!(
         h.cp.authorize_attachment(&cid, &created.attachment.token)
             .await
@@ -46,11 +52,10 @@ async fn a_command_is_started_inspected_listed_and_forgotten() {
     assert_eq!(got.output_bytes, 7);
     let listed = h.cp.list_commands(&id, None).await.expect("list");
     assert_eq!(listed.commands.len(), 1);
-    let running = h
-        .cp
-        .list_commands(&id, Some(CommandState::Running))
-        .await
-        .expect("list");
+    let running =
+        h.cp.list_commands(&id, Some(CommandState::Running))
+            .await
+            .expect("list");
     assert!(running.commands.is_empty());
 
     h.cp.forget_command(&id, &cid).await.expect("forget");
@@ -62,7 +67,11 @@ async fn a_command_is_started_inspected_listed_and_forgotten() {
         code(h.cp.forget_command(&id, &cid).await),
         ErrorCode::CommandNotFound
     );
-    assert_eq!(h.node.count(Call::Forget), 1, "the second forget stops at the store");
+    assert_eq!(
+        h.node.count(Call::Forget),
+        1,
+        "the second forget stops at the store"
+    );
 }
 
 #[tokio::test]
@@ -70,27 +79,40 @@ async fn a_running_command_is_killed_or_signalled_and_forgotten_only_once_ended(
     let h = Harness::new().await;
     let id = h.running().await;
     h.node.script("sleep 100", Script::running());
-    let a = h.cp.create_command(&id, argv(&["sleep", "100"])).await.expect("a");
-    let b = h.cp.create_command(&id, argv(&["sleep", "100"])).await.expect("b");
+    let a =
+        h.cp.create_command(&id, argv(&["sleep", "100"]))
+            .await
+            .expect("a");
+    let b =
+        h.cp.create_command(&id, argv(&["sleep", "100"]))
+            .await
+            .expect("b");
     assert_eq!(a.command.state, CommandState::Running);
     assert_ne!(a.command.pid, b.command.pid);
-    let running = h
-        .cp
-        .list_commands(&id, Some(CommandState::Running))
-        .await
-        .expect("list");
+    let running =
+        h.cp.list_commands(&id, Some(CommandState::Running))
+            .await
+            .expect("list");
     assert_eq!(running.commands.len(), 2);
 
     assert_eq!(
         code(h.cp.forget_command(&id, &a.command.id).await),
         ErrorCode::FailedPrecondition
     );
-    let killed = h.cp.kill_command(&id, &a.command.id, Some(100)).await.expect("kill");
+    let killed =
+        h.cp.kill_command(&id, &a.command.id, Some(100))
+            .await
+            .expect("kill");
     assert_eq!(killed.state, CommandState::Exited);
     assert_eq!(killed.signal.as_deref(), Some("SIGTERM"));
-    h.cp.forget_command(&id, &a.command.id).await.expect("forget");
+    h.cp.forget_command(&id, &a.command.id)
+        .await
+        .expect("forget");
 
-    let sig = h.cp.signal_command(&id, &b.command.id, "INT").await.expect("signal");
+    let sig =
+        h.cp.signal_command(&id, &b.command.id, "INT")
+            .await
+            .expect("signal");
     assert_eq!(sig.signal.as_deref(), Some("SIGINT"));
     assert_eq!(
         code(h.cp.signal_command(&id, &b.command.id, "SIGNOPE").await),
@@ -108,13 +130,19 @@ async fn node_refusals_of_a_spawn_name_the_field() {
     let id = h.running().await;
     let mut req = argv(&["ls"]);
     req.cwd = Some("/no/such/dir".into());
-    let err = h.cp.create_command(&id, req).await.expect_err("missing cwd");
+    let err =
+        h.cp.create_command(&id, req)
+            .await
+            .expect_err("missing cwd");
     assert_eq!(err.code(), ErrorCode::InvalidArgument);
     assert_eq!(field_of(err), "cwd");
 
     let mut req = argv(&["ls"]);
     req.user = Some("nobody".into());
-    let err = h.cp.create_command(&id, req).await.expect_err("unknown user");
+    let err =
+        h.cp.create_command(&id, req)
+            .await
+            .expect_err("unknown user");
     assert_eq!(field_of(err), "user");
 
     // Refused spawns leave no command behind.
@@ -135,17 +163,33 @@ async fn node_refusals_of_a_spawn_name_the_field() {
 async fn node_errors_map_to_their_api_codes() {
     let h = Harness::new().await;
     let id = h.running().await;
-    let cmd = h.cp.create_command(&id, argv(&["true"])).await.expect("create");
+    let cmd =
+        h.cp.create_command(&id, argv(&["true"]))
+            .await
+            .expect("create");
     let cid = cmd.command.id;
     let cases = [
-        (NodeError::CommandNotFound(cid.clone()), ErrorCode::CommandNotFound),
-        (NodeError::SandboxNotFound(id.clone()), ErrorCode::Unavailable),
-        (NodeError::AgentUnavailable("gone".into()), ErrorCode::Unavailable),
+        (
+            NodeError::CommandNotFound(cid.clone()),
+            ErrorCode::CommandNotFound,
+        ),
+        (
+            NodeError::SandboxNotFound(id.clone()),
+            ErrorCode::Unavailable,
+        ),
+        (
+            NodeError::AgentUnavailable("gone".into()),
+            ErrorCode::Unavailable,
+        ),
         (NodeError::Internal("disk".into()), ErrorCode::Internal),
     ];
     for (err, want) in cases {
         h.node.inject(Call::Command, Fault::fail(err.clone()));
-        assert_eq!(code(h.cp.get_command(&id, &cid, None).await), want, "{err:?}");
+        assert_eq!(
+            code(h.cp.get_command(&id, &cid, None).await),
+            want,
+            "{err:?}"
+        );
     }
     h.node.inject(
         Call::Spawn,
@@ -173,7 +217,10 @@ async fn commands_need_a_running_sandbox() {
         code(h.cp.create_command(&id, argv(&["true"])).await),
         ErrorCode::SandboxNotRunning
     );
-    assert_eq!(code(h.cp.list_commands(&id, None).await), ErrorCode::SandboxNotRunning);
+    assert_eq!(
+        code(h.cp.list_commands(&id, None).await),
+        ErrorCode::SandboxNotRunning
+    );
     assert_eq!(
         code(h.cp.create_command("sb-nope", argv(&["true"])).await),
         ErrorCode::SandboxNotFound

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use cove_api_types::{
-    CreateCommandRequest, CreateSandboxRequest, ErrorCode, EventType, LifecycleRequest, OperationKind,
-    OperationState, SandboxState,
+    CreateCommandRequest, CreateSandboxRequest, ErrorCode, EventType, LifecycleRequest,
+    OperationKind, OperationState, SandboxState,
 };
 use cove_control_plane::{LifecycleVerb::*, PathQuery};
 use cove_test_support::{Call, FakeNode, Fault, Script};
@@ -73,9 +73,8 @@ async fn api_access_and_running_commands_keep_a_sandbox_awake() {
     let touched = with_idle_timeout(&h, 60).await;
     let busy = with_idle_timeout(&h, 60).await;
     h.node.script("sleep 1000", Script::running());
-    let cmd = h
-        .cp
-        .create_command(
+    let cmd =
+        h.cp.create_command(
             &busy,
             CreateCommandRequest {
                 shell: Some("sleep 1000".into()),
@@ -124,7 +123,10 @@ async fn sandboxes_past_their_ttl_are_deleted() {
 
     h.advance(100 * SECOND).await;
     h.controller_pass().await;
-    assert!(h.ops_of(&short, OperationKind::DeleteSandbox).await.is_empty());
+    assert!(h
+        .ops_of(&short, OperationKind::DeleteSandbox)
+        .await
+        .is_empty());
 
     h.advance(20 * SECOND).await;
     h.controller_pass().await;
@@ -148,7 +150,10 @@ async fn finished_operations_and_events_older_than_the_retention_are_purged() {
     let long = LifecycleRequest {
         deadline_s: Some(86_400),
     };
-    let unfinished = h.cp.lifecycle(&busy, Pause, long, None).await.expect("pause");
+    let unfinished =
+        h.cp.lifecycle(&busy, Pause, long, None)
+            .await
+            .expect("pause");
     h.node.wait_for_calls(Call::Pause, 1).await;
 
     h.advance(Duration::from_secs(3500)).await;

@@ -40,7 +40,10 @@ async fn create_goes_from_creating_to_running_on_the_node() {
         h.events(&s.id).await,
         vec![EventType::SandboxCreated, EventType::SandboxRunning]
     );
-    let listed = h.cp.list_sandboxes(None, None, None, None).await.expect("list");
+    let listed =
+        h.cp.list_sandboxes(None, None, None, None)
+            .await
+            .expect("list");
     assert_eq!(listed.sandboxes.len(), 1);
 }
 
@@ -86,13 +89,18 @@ async fn a_start_failure_fails_the_sandbox_and_leaves_nothing_on_the_node() {
         Fault::fail(NodeError::Runtime("runc exploded".into())).after_effect(),
     );
     let (s, op) = h.create_with(Default::default()).await;
-    let done = h.ends(&op, OperationState::Failed, ErrorCode::Internal).await;
+    let done = h
+        .ends(&op, OperationState::Failed, ErrorCode::Internal)
+        .await;
     // 5xx details stay in the log.
     assert!(!done.error.expect("error").message.contains("runc"));
     let sb = h.sandbox(&s.id).await;
     assert_eq!(sb.state, SandboxState::Failed);
     assert!(sb.state_reason.expect("reason").starts_with("start failed"));
-    assert_eq!(h.node.lifecycle_calls(&s.id), vec![Call::Start, Call::Destroy]);
+    assert_eq!(
+        h.node.lifecycle_calls(&s.id),
+        vec![Call::Start, Call::Destroy]
+    );
     assert_eq!(h.node.state_of(&s.id), None);
     assert_eq!(
         h.events(&s.id).await,
@@ -105,7 +113,9 @@ async fn a_release_missing_on_the_node_fails_the_create_with_release_not_found()
     let h = Harness::new().await;
     h.node.inject(
         Call::Start,
-        Fault::fail(NodeError::ReleaseNotFound("release 1 of base is gone".into())),
+        Fault::fail(NodeError::ReleaseNotFound(
+            "release 1 of base is gone".into(),
+        )),
     );
     let (s, op) = h.create_with(Default::default()).await;
     h.ends(&op, OperationState::Failed, ErrorCode::ReleaseNotFound)

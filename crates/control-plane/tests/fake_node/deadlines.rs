@@ -14,8 +14,13 @@ use crate::harness::Harness;
 const SECOND: Duration = Duration::from_secs(1);
 
 async fn call_with_deadline(h: &Harness, id: &str, verb: LifecycleVerb, s: u64) -> String {
-    let req = LifecycleRequest { deadline_s: Some(s) };
-    h.cp.lifecycle(id, verb, req, None).await.expect("accepted").id
+    let req = LifecycleRequest {
+        deadline_s: Some(s),
+    };
+    h.cp.lifecycle(id, verb, req, None)
+        .await
+        .expect("accepted")
+        .id
 }
 
 async fn op_state(h: &Harness, op_id: &str) -> OperationState {
@@ -36,10 +41,16 @@ async fn a_hung_suspend_fails_at_its_deadline_and_rolls_back() {
     h.advance(SECOND).await;
     let done = h.settle(&op).await;
     assert_eq!(done.state, OperationState::Failed);
-    assert_eq!(done.error.map(|e| e.code), Some(ErrorCode::DeadlineExceeded));
+    assert_eq!(
+        done.error.map(|e| e.code),
+        Some(ErrorCode::DeadlineExceeded)
+    );
     let s = h.sandbox(&id).await;
     assert_eq!(s.state, SandboxState::Running, "rolled back");
-    assert!(s.state_reason.expect("reason").starts_with("suspend rolled back"));
+    assert!(s
+        .state_reason
+        .expect("reason")
+        .starts_with("suspend rolled back"));
     assert_eq!(h.node.state_of(&id), Some(NodeSandboxState::Running));
     assert!(!h.node.snapshot_exists(&id));
 }
@@ -54,7 +65,10 @@ async fn a_hung_wake_fails_at_its_deadline_and_keeps_the_snapshot() {
     h.node.wait_for_calls(Call::Wake, 1).await;
     h.advance(5 * SECOND).await;
     let done = h.settle(&op).await;
-    assert_eq!(done.error.map(|e| e.code), Some(ErrorCode::DeadlineExceeded));
+    assert_eq!(
+        done.error.map(|e| e.code),
+        Some(ErrorCode::DeadlineExceeded)
+    );
     assert_eq!(h.state(&id).await, SandboxState::Suspended);
     assert!(h.node.snapshot_exists(&id));
     assert_eq!(h.node.state_of(&id), None);
@@ -77,7 +91,10 @@ async fn a_hung_pause_is_dropped_30_s_after_its_deadline_and_the_queue_moves_on(
     h.advance(SECOND).await;
     let done = h.settle(&op).await;
     assert_eq!(done.state, OperationState::Failed);
-    assert_eq!(done.error.map(|e| e.code), Some(ErrorCode::DeadlineExceeded));
+    assert_eq!(
+        done.error.map(|e| e.code),
+        Some(ErrorCode::DeadlineExceeded)
+    );
     assert_eq!(h.state(&id).await, SandboxState::Running);
     // The sandbox's queue is free again.
     h.apply(&id, Pause).await;
@@ -109,12 +126,19 @@ async fn a_create_whose_start_hangs_fails_at_its_deadline_and_leaves_nothing() {
     assert_eq!(op_state(&h, &op.id).await, OperationState::Running);
     h.advance(30 * SECOND).await;
     let done = h.settle(&op.id).await;
-    assert_eq!(done.error.map(|e| e.code), Some(ErrorCode::DeadlineExceeded));
+    assert_eq!(
+        done.error.map(|e| e.code),
+        Some(ErrorCode::DeadlineExceeded)
+    );
     crate::harness::eventually("the abandoned create to be cleaned up", || async {
         h.sandbox(&s.id).await.state == SandboxState::Failed
     })
     .await;
-    assert_eq!(h.node.state_of(&s.id), None, "the half-started sandbox is removed");
+    assert_eq!(
+        h.node.state_of(&s.id),
+        None,
+        "the half-started sandbox is removed"
+    );
     assert_eq!(h.node.count_on(Call::Destroy, &s.id), 1);
     assert_eq!(
         h.sandbox(&s.id).await.state_reason.as_deref(),

@@ -9,16 +9,16 @@ use cove_test_support::{Call, Fault};
 use crate::harness::{code, Harness};
 
 async fn deleted_cleanly(h: &Harness, id: &str) {
-    let op = h.cp.delete_sandbox(id, None).await.expect("delete accepted");
+    let op =
+        h.cp.delete_sandbox(id, None)
+            .await
+            .expect("delete accepted");
     h.succeeds(&op).await;
     assert_eq!(h.state(id).await, SandboxState::Deleted);
     assert_eq!(h.node.state_of(id), None);
     assert!(!h.node.snapshot_exists(id));
     assert_eq!(h.node.count_on(Call::Destroy, id), 1, "destroy asked once");
-    assert_eq!(
-        h.events(id).await.last(),
-        Some(&EventType::SandboxDeleted)
-    );
+    assert_eq!(h.events(id).await.last(), Some(&EventType::SandboxDeleted));
     assert_eq!(code(h.cp.get_sandbox(id).await), ErrorCode::SandboxNotFound);
 }
 
@@ -73,7 +73,10 @@ async fn delete_during_a_create_waits_for_it_and_then_removes_the_sandbox() {
     h.succeeds(&del).await;
     assert_eq!(h.state(&s.id).await, SandboxState::Deleted);
     assert_eq!(h.node.state_of(&s.id), None);
-    assert_eq!(h.node.lifecycle_calls(&s.id), vec![Call::Start, Call::Destroy]);
+    assert_eq!(
+        h.node.lifecycle_calls(&s.id),
+        vec![Call::Start, Call::Destroy]
+    );
 }
 
 #[tokio::test]

@@ -105,11 +105,10 @@ impl Harness {
             _dir: dir,
             _frozen: frozen,
         };
-        let built = h
-            .cp
-            .build_release("base", Default::default())
-            .await
-            .expect("build base");
+        let built =
+            h.cp.build_release("base", Default::default())
+                .await
+                .expect("build base");
         let op = h.settle(&built.operation.id).await;
         assert_eq!(op.state, OperationState::Succeeded, "{op:?}");
         h
@@ -143,7 +142,12 @@ impl Harness {
 
     /// The operations of sandbox `id` of `kind`, newest first.
     pub async fn ops_of(&self, id: &str, kind: cove_api_types::OperationKind) -> Vec<Operation> {
-        let ops = self.cp.operations().list(Some(id), None).await.expect("ops");
+        let ops = self
+            .cp
+            .operations()
+            .list(Some(id), None)
+            .await
+            .expect("ops");
         ops.into_iter().filter(|o| o.kind == kind).collect()
     }
 

@@ -66,9 +66,8 @@ async fn suspend_saves_the_files_and_wake_restores_them_without_memory() {
     let id = h.running().await;
     write(&h, &id, "/home/user/notes.txt", b"kept").await;
     h.node.script("sleep 100", Script::running());
-    let cmd = h
-        .cp
-        .create_command(
+    let cmd =
+        h.cp.create_command(
             &id,
             cove_api_types::CreateCommandRequest {
                 shell: Some("sleep 100".into()),
@@ -87,7 +86,10 @@ async fn suspend_saves_the_files_and_wake_restores_them_without_memory() {
     let s = h.sandbox(&id).await;
     assert_eq!(s.state, SandboxState::Running);
     assert_eq!(s.memory_restored, Some(false));
-    assert!(!h.node.snapshot_exists(&id), "a woken sandbox drops its snapshot");
+    assert!(
+        !h.node.snapshot_exists(&id),
+        "a woken sandbox drops its snapshot"
+    );
     assert_eq!(read(&h, &id, "/home/user/notes.txt").await, b"kept");
     // Commands do not survive a suspend without memory.
     let gone = h.cp.get_command(&id, &cmd.command.id, None).await;
@@ -164,7 +166,8 @@ async fn one_in_each_state(h: &Harness) -> Vec<(SandboxState, String)> {
     h.apply(&suspended, Suspend).await;
     out.push((SandboxState::Suspended, suspended));
 
-    h.node.inject(Call::Start, Fault::fail(NodeError::Runtime("no".into())));
+    h.node
+        .inject(Call::Start, Fault::fail(NodeError::Runtime("no".into())));
     let (failed, op) = h.create_with(Default::default()).await;
     h.settle(&op.id).await;
     out.push((SandboxState::Failed, failed.id));
@@ -213,7 +216,12 @@ async fn every_illegal_call_is_invalid_state_and_changes_nothing() {
     };
     let mut refused = 0;
     for (state, id) in &sandboxes {
-        let ops_before = h.cp.operations().list(Some(id), None).await.expect("ops").len();
+        let ops_before =
+            h.cp.operations()
+                .list(Some(id), None)
+                .await
+                .expect("ops")
+                .len();
         for verb in [Pause, Resume, Suspend, Wake] {
             if legal(verb, *state) {
                 continue;
@@ -225,8 +233,16 @@ async fn every_illegal_call_is_invalid_state_and_changes_nothing() {
             refused += 1;
         }
         assert_eq!(h.state(id).await, *state);
-        let ops_after = h.cp.operations().list(Some(id), None).await.expect("ops").len();
-        assert_eq!(ops_before, ops_after, "no operation recorded for a refused call");
+        let ops_after =
+            h.cp.operations()
+                .list(Some(id), None)
+                .await
+                .expect("ops")
+                .len();
+        assert_eq!(
+            ops_before, ops_after,
+            "no operation recorded for a refused call"
+        );
     }
     assert_eq!(refused, 32 - 11);
     // A deleted sandbox is gone for lifecycle calls.

@@ -54,7 +54,11 @@ async fn lost_sandboxes_fail_survivors_are_adopted_and_leftovers_are_removed() {
             "the sandbox stopped while the server was down"
         );
     }
-    assert_eq!(h.node.state_of(&stopped), None, "a stopped sandbox is removed");
+    assert_eq!(
+        h.node.state_of(&stopped),
+        None,
+        "a stopped sandbox is removed"
+    );
     assert_eq!(h.node.count_on(Call::Destroy, "sb-leftover"), 1);
     assert_eq!(h.node.state_of("sb-leftover"), None);
     assert_eq!(h.node.snapshot_ids(), vec![suspended.clone()]);
@@ -127,13 +131,21 @@ async fn an_interrupted_suspend_is_finished_or_rolled_back() {
         OperationState::Succeeded
     );
     assert_eq!(h.state(&frozen).await, SandboxState::Running);
-    assert_eq!(h.node.state_of(&frozen), Some(NodeSandboxState::Running), "thawed");
+    assert_eq!(
+        h.node.state_of(&frozen),
+        Some(NodeSandboxState::Running),
+        "thawed"
+    );
     assert_eq!(h.node.count_on(Call::Resume, &frozen), 1);
     let op = h.cp.operations().get(&frozen_op.id).await.expect("op");
     assert_eq!(op.state, OperationState::Failed);
     let err = op.error.expect("error");
     assert_eq!(err.code, ErrorCode::Unavailable);
-    assert!(err.message.contains("the sandbox is running"), "{}", err.message);
+    assert!(
+        err.message.contains("the sandbox is running"),
+        "{}",
+        err.message
+    );
     assert_eq!(h.state(&paused).await, SandboxState::Paused);
     assert_eq!(h.state(&vanished).await, SandboxState::Failed);
 }
@@ -156,7 +168,10 @@ async fn an_interrupted_wake_is_finished_or_left_suspended() {
         h.call(id, Wake).await.expect("wake");
         h.node.wait_for_calls(Call::Wake, n).await;
     }
-    h.node.delete_snapshot(no_snapshot).await.expect("drop snapshot");
+    h.node
+        .delete_snapshot(no_snapshot)
+        .await
+        .expect("drop snapshot");
 
     h.restart();
     h.cp.reconcile().await.expect("reconcile");
@@ -210,11 +225,10 @@ async fn an_interrupted_delete_finishes_and_a_lost_snapshot_fails_its_sandbox() 
 async fn an_interrupted_build_fails_its_release() {
     let mut h = Harness::new().await;
     h.node.inject(Call::BuildRelease, Fault::hang());
-    let built = h
-        .cp
-        .build_release("base", Default::default())
-        .await
-        .expect("build");
+    let built =
+        h.cp.build_release("base", Default::default())
+            .await
+            .expect("build");
     h.node.wait_for_calls(Call::BuildRelease, 2).await;
     h.restart();
     h.cp.reconcile().await.expect("reconcile");

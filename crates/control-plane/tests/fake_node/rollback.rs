@@ -22,9 +22,11 @@ async fn a_suspend_that_fails_before_its_snapshot_goes_back_to_the_state_before(
         if paused {
             h.apply(&id, Pause).await;
         }
-        h.node.inject(Call::Suspend, Fault::fail(runtime("tar failed")));
+        h.node
+            .inject(Call::Suspend, Fault::fail(runtime("tar failed")));
         let op = h.call(&id, Suspend).await.expect("suspend");
-        h.ends(&op, OperationState::Failed, ErrorCode::Internal).await;
+        h.ends(&op, OperationState::Failed, ErrorCode::Internal)
+            .await;
         let s = h.sandbox(&id).await;
         let want = if paused {
             SandboxState::Paused
@@ -32,7 +34,10 @@ async fn a_suspend_that_fails_before_its_snapshot_goes_back_to_the_state_before(
             SandboxState::Running
         };
         assert_eq!(s.state, want);
-        assert!(s.state_reason.expect("reason").starts_with("suspend rolled back"));
+        assert!(s
+            .state_reason
+            .expect("reason")
+            .starts_with("suspend rolled back"));
         assert!(!h.node.snapshot_exists(&id));
         assert_eq!(h.node.count_on(Call::DeleteSnapshot, &id), 1);
         assert!(h.node.state_of(&id).is_some());
@@ -91,9 +96,11 @@ async fn a_failed_pause_or_resume_changes_nothing() {
     assert_eq!(h.node.state_of(&id), Some(NodeSandboxState::Running));
 
     h.apply(&id, Pause).await;
-    h.node.inject(Call::Resume, Fault::fail(runtime("thaw failed")));
+    h.node
+        .inject(Call::Resume, Fault::fail(runtime("thaw failed")));
     let op = h.call(&id, Resume).await.expect("resume");
-    h.ends(&op, OperationState::Failed, ErrorCode::Internal).await;
+    h.ends(&op, OperationState::Failed, ErrorCode::Internal)
+        .await;
     assert_eq!(h.state(&id).await, SandboxState::Paused);
 }
 
