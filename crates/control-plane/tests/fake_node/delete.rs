@@ -141,3 +141,20 @@ async fn a_delete_cannot_be_cancelled() {
     h.succeeds(&del).await;
     assert_eq!(h.state(&id).await, SandboxState::Deleted);
 }
+
+#[tokio::test]
+async fn delete_during_a_wake_runs_after_it_and_leaves_nothing() {
+    let h = Harness::new().await;
+    let id = h.running().await;
+    h.apply(&id, Suspend).await;
+    h.node.inject(Call::Wake, Fault::hang());
+    let wake = h.call(&id, Wake).await.expect("wake");
+    h.node.wait_for_calls(Call::Wake, 1).await;
+    let del = h.cp.delete_sandbox(&id, None).await.expect("delete");
+    h.node.release(Call::Wake);
+    h.settle(&wake.id).await;
+    h.succeeds(&del).await;
+    assert_eq!(h.state(&id).await, SandboxState::Deleted);
+    assert!(h.node.sandbox_ids().is_empty());
+    assert!(h.node.snapshot_ids().is_empty());
+}

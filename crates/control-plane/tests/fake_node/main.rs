@@ -16,3 +16,4 @@ mod lifecycle;
 mod ordering;
 mod reconcile;
 mod rollback;
+mod streams;
