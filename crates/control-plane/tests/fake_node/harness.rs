@@ -251,7 +251,8 @@ impl Harness {
     }
 }
 
-/// Waits until `check` holds, giving background work turns in between (real-time bounded).
+/// Waits until `check` holds, giving background work turns in between (at most 10 s of real
+/// time, less than [`WATCHDOG`], so a failure names what was awaited).
 pub async fn eventually<F, Fut>(what: &str, mut check: F)
 where
     F: FnMut() -> Fut,
@@ -259,7 +260,10 @@ where
 {
     let start = std::time::Instant::now();
     while !check().await {
-        assert!(start.elapsed() < WATCHDOG, "timed out waiting for {what}");
+        assert!(
+            start.elapsed() < WATCHDOG / 2,
+            "timed out waiting for {what}"
+        );
         tokio::task::yield_now().await;
     }
 }
