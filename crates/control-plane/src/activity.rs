@@ -14,9 +14,8 @@ pub(crate) struct Activity {
 }
 
 impl Activity {
-    /// Records activity of `sandbox_id` now.
-    pub(crate) fn touch(&self, sandbox_id: &str) {
-        let now = Utc::now();
+    /// Records activity of `sandbox_id` at `now`.
+    pub(crate) fn touch(&self, sandbox_id: &str, now: DateTime<Utc>) {
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         match seen.get_mut(sandbox_id) {
             Some(at) => *at = now,
@@ -40,9 +39,9 @@ mod tests {
     #[test]
     fn touches_are_collected_once() {
         let a = Activity::default();
-        a.touch("sb-1");
-        a.touch("sb-1");
-        a.touch("sb-2");
+        a.touch("sb-1", Utc::now());
+        a.touch("sb-1", Utc::now());
+        a.touch("sb-2", Utc::now());
         let mut taken: Vec<String> = a.take().into_iter().map(|(id, _)| id).collect();
         taken.sort();
         assert_eq!(taken, vec!["sb-1", "sb-2"]);

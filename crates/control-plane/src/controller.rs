@@ -10,7 +10,6 @@
 
 use std::time::Duration;
 
-use chrono::Utc;
 use cove_api_types::SandboxState;
 use cove_domain::CommandState;
 use tokio::task::JoinHandle;
@@ -100,7 +99,7 @@ impl ControlPlane {
 
     /// Starts an idle suspend of every running or paused sandbox idle past its timeout.
     async fn suspend_idle(&self) -> Result<(), ServiceError> {
-        let now = Utc::now();
+        let now = self.inner.cfg.clock.now();
         let live = [SandboxState::Running, SandboxState::Paused];
         for s in self.store().sandboxes_in(&live).await? {
             if s.idle_timeout_s == 0 {
@@ -148,7 +147,7 @@ impl ControlPlane {
 
     /// Deletes every sandbox whose TTL has passed.
     async fn end_expired(&self) -> Result<(), ServiceError> {
-        let now = Utc::now();
+        let now = self.inner.cfg.clock.now();
         let states = [
             SandboxState::Creating,
             SandboxState::Running,
@@ -176,7 +175,10 @@ impl ControlPlane {
     async fn purge(&self) -> Result<(), ServiceError> {
         let keep = chrono::Duration::from_std(self.inner.cfg.retention)
             .unwrap_or(chrono::Duration::days(7));
-        let purged = self.store().purge_before(Utc::now() - keep).await?;
+        let purged = self
+            .store()
+            .purge_before(self.inner.cfg.clock.now() - keep)
+            .await?;
         if purged.operations > 0 || purged.events > 0 {
             info!(
                 operations = purged.operations,

@@ -13,6 +13,7 @@ use cove_store::Store;
 
 mod activity;
 pub mod auth;
+mod clock;
 mod command_output;
 mod commands;
 mod controller;
@@ -26,6 +27,7 @@ mod reconcile;
 mod sandboxes;
 mod templates;
 
+pub use clock::{Clock, SystemClock};
 pub use controller::Controller;
 pub use error::ServiceError;
 pub use files::{ListQuery, PathQuery, ReadFileQuery, WatchQuery, WriteFileQuery};
@@ -48,11 +50,14 @@ pub struct ControlPlaneConfig {
     pub reconcile_interval: Duration,
     /// How long finished operations, their logs, and events are kept (default 7 days).
     pub retention: Duration,
+    /// The time of day activity is recorded with and idle, TTL and retention are decided by
+    /// (default: [`SystemClock`]).
+    pub clock: Arc<dyn Clock>,
 }
 
 impl ControlPlaneConfig {
     /// Defaults for everything but the data-plane URL: 1 h attachment tokens, `runc`, the
-    /// controller every 5 s, reconciliation every 30 s, 7 days of retention.
+    /// controller every 5 s, reconciliation every 30 s, 7 days of retention, the system clock.
     pub fn new(data_plane_url: impl Into<String>) -> Self {
         ControlPlaneConfig {
             data_plane_url: data_plane_url.into(),
@@ -61,6 +66,7 @@ impl ControlPlaneConfig {
             controller_interval: Duration::from_secs(5),
             reconcile_interval: Duration::from_secs(30),
             retention: operations::DEFAULT_RETENTION,
+            clock: Arc::new(SystemClock),
         }
     }
 }

@@ -113,7 +113,9 @@ impl ControlPlane {
 
     /// Records API or data-plane access to a sandbox (for idle suspends).
     pub(crate) fn touch(&self, sandbox_id: &str) {
-        self.inner.activity.touch(sandbox_id);
+        self.inner
+            .activity
+            .touch(sandbox_id, self.inner.cfg.clock.now());
     }
 
     /// What the runtime and snapshot store can do.

@@ -198,7 +198,10 @@ impl ControlPlane {
             self.cancelled_create(&id, op_id).await?;
             return Err(ServiceError::Cancelled("cancelled by request".into()));
         }
-        match self.node().start_sandbox(launch).await {
+        let abandoned = AbandonedCreate::arm(self, &id, op_id);
+        let started = self.node().start_sandbox(launch).await;
+        abandoned.disarm();
+        match started {
             Ok(()) => {
                 if cancel.is_cancelled() {
                     self.cancelled_create(&id, op_id).await?;
@@ -394,6 +397,61 @@ impl ControlPlane {
         self.forget_lock(id);
         info!(sandbox_id = %id, "sandbox deleted");
         Ok(())
+    }
+}
+
+/// Cleans up after a create whose work was dropped while the node was starting the sandbox
+/// (a start does not stop when told, so the operation drops it 30 s after its deadline): the
+/// half-started sandbox is destroyed and recorded `failed`, instead of staying `creating` with
+/// no operation left to finish it.
+struct AbandonedCreate {
+    /// `None` once the start returned.
+    cp: Option<ControlPlane>,
+    id: String,
+    op_id: String,
+}
+
+impl AbandonedCreate {
+    fn arm(cp: &ControlPlane, id: &str, op_id: &str) -> Self {
+        AbandonedCreate {
+            cp: Some(cp.clone()),
+            id: id.to_string(),
+            op_id: op_id.to_string(),
+        }
+    }
+
+    fn disarm(mut self) {
+        self.cp = None;
+    }
+}
+
+impl Drop for AbandonedCreate {
+    fn drop(&mut self) {
+        let Some(cp) = self.cp.take() else { return };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let id = std::mem::take(&mut self.id);
+        let op_id = std::mem::take(&mut self.op_id);
+        rt.spawn(async move {
+            warn!(sandbox_id = %id, "create abandoned at its deadline; removing the sandbox");
+            if let Err(e) = cp.node().destroy_sandbox(&id).await {
+                warn!(sandbox_id = %id, error = %e, "cannot clean up an abandoned create");
+            }
+            let why = "the sandbox did not start before the create's deadline";
+            if let Err(e) = cp
+                .transition(
+                    &id,
+                    SandboxState::Creating,
+                    SandboxState::Failed,
+                    Some(why),
+                    Some(&op_id),
+                )
+                .await
+            {
+                warn!(sandbox_id = %id, error = %e, "cannot record an abandoned create");
+            }
+        });
     }
 }
 

@@ -1,0 +1,124 @@
+//! Create: accepted `creating`, then `running` on the node; failures of the node fail it.
+
+use cove_api_types::{
+    CreateSandboxRequest, ErrorCode, EventType, OperationKind, OperationState, SandboxState,
+};
+use cove_domain::ResourcesRequest;
+use cove_node_api::{NodeError, NodeSandboxState};
+use cove_test_support::{Call, Fault};
+
+use crate::harness::{code, Harness};
+
+#[tokio::test]
+async fn create_goes_from_creating_to_running_on_the_node() {
+    let h = Harness::new().await;
+    let req = CreateSandboxRequest {
+        resources: Some(ResourcesRequest {
+            vcpus: Some(2),
+            memory_mib: Some(1024),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let (s, op) = h.create_with(req).await;
+    assert_eq!(s.state, SandboxState::Creating);
+    assert_eq!(op.kind, OperationKind::CreateSandbox);
+    assert_eq!(op.sandbox_id.as_deref(), Some(s.id.as_str()));
+    assert_eq!((s.user.as_str(), s.cwd.as_str()), ("user", "/home/user"));
+    h.succeeds(&op).await;
+
+    assert_eq!(h.state(&s.id).await, SandboxState::Running);
+    assert_eq!(h.node.state_of(&s.id), Some(NodeSandboxState::Running));
+    let launch = h.node.launch_of(&s.id).expect("launched");
+    assert_eq!((launch.template.as_str(), launch.release), ("base", 1));
+    assert_eq!(
+        (launch.resources.vcpus, launch.resources.memory_mib),
+        (2, 1024)
+    );
+    assert_eq!(h.node.lifecycle_calls(&s.id), vec![Call::Start]);
+    assert_eq!(
+        h.events(&s.id).await,
+        vec![EventType::SandboxCreated, EventType::SandboxRunning]
+    );
+    let listed =
+        h.cp.list_sandboxes(None, None, None, None)
+            .await
+            .expect("list");
+    assert_eq!(listed.sandboxes.len(), 1);
+}
+
+#[tokio::test]
+async fn create_refuses_unknown_templates_and_missing_releases_before_the_node() {
+    let h = Harness::new().await;
+    let unknown = CreateSandboxRequest {
+        template: Some("nope".into()),
+        ..Default::default()
+    };
+    assert_eq!(
+        code(h.cp.create_sandbox(unknown, None).await),
+        ErrorCode::TemplateNotFound
+    );
+    // `tiny` is a recipe of the node, but no release of it was built.
+    let unbuilt = CreateSandboxRequest {
+        template: Some("tiny".into()),
+        ..Default::default()
+    };
+    assert_eq!(
+        code(h.cp.create_sandbox(unbuilt, None).await),
+        ErrorCode::ReleaseNotFound
+    );
+    let huge = CreateSandboxRequest {
+        resources: Some(ResourcesRequest {
+            vcpus: Some(1000),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    assert_eq!(
+        code(h.cp.create_sandbox(huge, None).await),
+        ErrorCode::InvalidArgument
+    );
+    assert_eq!(h.node.count(Call::Start), 0);
+}
+
+#[tokio::test]
+async fn a_start_failure_fails_the_sandbox_and_leaves_nothing_on_the_node() {
+    let h = Harness::new().await;
+    h.node.inject(
+        Call::Start,
+        Fault::fail(NodeError::Runtime("runc exploded".into())).after_effect(),
+    );
+    let (s, op) = h.create_with(Default::default()).await;
+    let done = h
+        .ends(&op, OperationState::Failed, ErrorCode::Internal)
+        .await;
+    // 5xx details stay in the log.
+    assert!(!done.error.expect("error").message.contains("runc"));
+    let sb = h.sandbox(&s.id).await;
+    assert_eq!(sb.state, SandboxState::Failed);
+    assert!(sb.state_reason.expect("reason").starts_with("start failed"));
+    assert_eq!(
+        h.node.lifecycle_calls(&s.id),
+        vec![Call::Start, Call::Destroy]
+    );
+    assert_eq!(h.node.state_of(&s.id), None);
+    assert_eq!(
+        h.events(&s.id).await,
+        vec![EventType::SandboxCreated, EventType::SandboxFailed]
+    );
+}
+
+#[tokio::test]
+async fn a_release_missing_on_the_node_fails_the_create_with_release_not_found() {
+    let h = Harness::new().await;
+    h.node.inject(
+        Call::Start,
+        Fault::fail(NodeError::ReleaseNotFound(
+            "release 1 of base is gone".into(),
+        )),
+    );
+    let (s, op) = h.create_with(Default::default()).await;
+    h.ends(&op, OperationState::Failed, ErrorCode::ReleaseNotFound)
+        .await;
+    assert_eq!(h.state(&s.id).await, SandboxState::Failed);
+}

@@ -1,0 +1,19 @@
+//! Control-plane tests against the in-memory fake node (`cove-test-support`): the lifecycle
+//! state machine, idempotency, deadlines, cancel, roll-backs, ordering, reconciliation, the
+//! controller, and the mapping of node errors to API codes. No root, no runtime; time is
+//! tokio's paused clock, moved only by the tests.
+
+mod cancel;
+mod commands;
+mod controller;
+mod create;
+mod deadlines;
+mod delete;
+mod files;
+mod harness;
+mod idempotency;
+mod lifecycle;
+mod ordering;
+mod reconcile;
+mod rollback;
+mod streams;

@@ -1,0 +1,267 @@
+//! `NodeLifecycle` and `NodeReleases` of the fake node: sandboxes change node state in memory,
+//! suspends move a sandbox's files into the snapshot store, wakes bring them back.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use cove_node_api::{
+    BuildEvent, BuiltRelease, NodeCapabilities, NodeError, NodeLifecycle, NodeReleases,
+    NodeSandboxState, RecipeInfo, SandboxLaunch, SuspendInfo, WakeInfo,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::files::Tree;
+use crate::{Call, FakeNode, FakeSandbox, Snapshot};
+
+/// A freshly started sandbox: running, the seeded directories, no commands.
+pub(crate) fn new_sandbox(launch: SandboxLaunch, workdir: &str) -> FakeSandbox {
+    FakeSandbox {
+        state: NodeSandboxState::Running,
+        launch,
+        files: Tree::seeded(workdir),
+        commands: BTreeMap::new(),
+        order: Vec::new(),
+    }
+}
+
+impl FakeNode {
+    fn workdir_of(&self, template: &str) -> String {
+        self.recipe_list()
+            .into_iter()
+            .find(|r| r.name == template)
+            .map_or_else(|| "/".to_string(), |r| r.workdir)
+    }
+}
+
+#[async_trait]
+impl NodeLifecycle for FakeNode {
+    async fn start_sandbox(&self, launch: SandboxLaunch) -> Result<(), NodeError> {
+        let id = launch.id.clone();
+        let workdir = self.workdir_of(&launch.template);
+        self.run(Call::Start, &id, None, move |st| {
+            if !st
+                .releases
+                .contains(&(launch.template.clone(), launch.release))
+            {
+                return Err(NodeError::ReleaseNotFound(format!(
+                    "release {} of {} is not on this node",
+                    launch.release, launch.template
+                )));
+            }
+            if st.sandboxes.contains_key(&launch.id) {
+                return Err(NodeError::Runtime(format!(
+                    "sandbox {} already exists",
+                    launch.id
+                )));
+            }
+            st.sandboxes
+                .insert(launch.id.clone(), new_sandbox(launch, &workdir));
+            Ok(())
+        })
+        .await
+    }
+
+    async fn adopt_sandbox(&self, id: &str) -> Result<Option<NodeSandboxState>, NodeError> {
+        self.run(Call::Adopt, id, None, |st| {
+            Ok(st.sandboxes.get(id).map(|s| s.state))
+        })
+        .await
+    }
+
+    async fn inspect_sandbox(&self, id: &str) -> Result<Option<NodeSandboxState>, NodeError> {
+        self.run(Call::Inspect, id, None, |st| {
+            Ok(st.sandboxes.get(id).map(|s| s.state))
+        })
+        .await
+    }
+
+    async fn pause_sandbox(&self, id: &str) -> Result<(), NodeError> {
+        self.run(Call::Pause, id, None, |st| {
+            let sb = st.sandbox(id)?;
+            match sb.state {
+                NodeSandboxState::Running | NodeSandboxState::Paused => {
+                    sb.state = NodeSandboxState::Paused;
+                    Ok(())
+                }
+                NodeSandboxState::Stopped => Err(NodeError::Runtime(format!(
+                    "cannot pause sandbox {id}: it is stopped"
+                ))),
+            }
+        })
+        .await
+    }
+
+    async fn resume_sandbox(&self, id: &str) -> Result<(), NodeError> {
+        self.run(Call::Resume, id, None, |st| {
+            let sb = st.sandbox(id)?;
+            match sb.state {
+                NodeSandboxState::Running | NodeSandboxState::Paused => {
+                    sb.state = NodeSandboxState::Running;
+                    Ok(())
+                }
+                NodeSandboxState::Stopped => Err(NodeError::Runtime(format!(
+                    "cannot resume sandbox {id}: it is stopped"
+                ))),
+            }
+        })
+        .await
+    }
+
+    async fn suspend_sandbox(
+        &self,
+        id: &str,
+        cancel: CancellationToken,
+    ) -> Result<SuspendInfo, NodeError> {
+        self.run(Call::Suspend, id, Some(&cancel), |st| {
+            let sb = st.sandbox(id)?;
+            if sb.state == NodeSandboxState::Stopped {
+                return Err(NodeError::Runtime(format!(
+                    "cannot suspend sandbox {id}: it is stopped"
+                )));
+            }
+            let files = sb.files.clone();
+            let file_bytes = files.file_bytes();
+            st.sandboxes.remove(id);
+            st.snapshots.insert(id.to_string(), Snapshot { files });
+            Ok(SuspendInfo { file_bytes })
+        })
+        .await
+    }
+
+    async fn wake_sandbox(
+        &self,
+        launch: SandboxLaunch,
+        cancel: CancellationToken,
+    ) -> Result<WakeInfo, NodeError> {
+        let id = launch.id.clone();
+        let workdir = self.workdir_of(&launch.template);
+        let memory_restored = self.capabilities_now().suspend_memory;
+        self.run(Call::Wake, &launch.id.clone(), Some(&cancel), move |st| {
+            let Some(snapshot) = st.snapshots.get(&launch.id) else {
+                return Err(NodeError::Runtime(format!(
+                    "no snapshot of sandbox {}",
+                    launch.id
+                )));
+            };
+            let files = snapshot.files.clone();
+            let file_bytes = files.file_bytes();
+            let mut sb = new_sandbox(launch, &workdir);
+            sb.files = files;
+            st.sandboxes.insert(id.clone(), sb);
+            Ok(WakeInfo {
+                memory_restored,
+                file_bytes,
+            })
+        })
+        .await
+    }
+
+    async fn release_sandbox(&self, id: &str) -> Result<(), NodeError> {
+        self.run(Call::Release, id, None, |st| {
+            st.sandboxes.remove(id);
+            Ok(())
+        })
+        .await
+    }
+
+    async fn destroy_sandbox(&self, id: &str) -> Result<(), NodeError> {
+        self.run(Call::Destroy, id, None, |st| {
+            st.sandboxes.remove(id);
+            st.snapshots.remove(id);
+            Ok(())
+        })
+        .await
+    }
+
+    async fn list_sandboxes(&self) -> Result<Vec<String>, NodeError> {
+        self.run(Call::ListSandboxes, "", None, |st| {
+            Ok(st.sandboxes.keys().cloned().collect())
+        })
+        .await
+    }
+
+    async fn has_snapshot(&self, id: &str) -> Result<bool, NodeError> {
+        self.run(Call::HasSnapshot, id, None, |st| {
+            Ok(st.snapshots.contains_key(id))
+        })
+        .await
+    }
+
+    async fn delete_snapshot(&self, id: &str) -> Result<(), NodeError> {
+        self.run(Call::DeleteSnapshot, id, None, |st| {
+            st.snapshots.remove(id);
+            Ok(())
+        })
+        .await
+    }
+
+    async fn list_snapshots(&self) -> Result<Vec<String>, NodeError> {
+        self.run(Call::ListSnapshots, "", None, |st| {
+            Ok(st.snapshots.keys().cloned().collect())
+        })
+        .await
+    }
+
+    async fn sweep_snapshots(&self) -> Result<u64, NodeError> {
+        self.run(Call::SweepSnapshots, "", None, |st| {
+            Ok(std::mem::take(&mut st.partial_uploads))
+        })
+        .await
+    }
+
+    fn capabilities(&self) -> NodeCapabilities {
+        self.capabilities_now()
+    }
+}
+
+#[async_trait]
+impl NodeReleases for FakeNode {
+    fn recipes(&self) -> Vec<RecipeInfo> {
+        self.recipe_list()
+    }
+
+    async fn build_release(
+        &self,
+        template: &str,
+        number: u32,
+        no_cache: bool,
+        events: tokio::sync::mpsc::Sender<BuildEvent>,
+        cancel: CancellationToken,
+    ) -> Result<BuiltRelease, NodeError> {
+        if !self.recipe_list().iter().any(|r| r.name == template) {
+            self.run(Call::BuildRelease, template, Some(&cancel), |_| Ok(()))
+                .await?;
+            return Err(NodeError::ReleaseNotFound(format!(
+                "no recipe for {template}"
+            )));
+        }
+        let built = self
+            .run(Call::BuildRelease, template, Some(&cancel), |st| {
+                let from_cache = !no_cache && st.releases.iter().any(|(t, _)| t == template);
+                st.releases.insert((template.to_string(), number));
+                Ok(BuiltRelease {
+                    size_bytes: 1 << 20,
+                    from_cache,
+                })
+            })
+            .await?;
+        let _ = events
+            .send(BuildEvent::Log(format!("built {template} {number}")))
+            .await;
+        let _ = events
+            .send(BuildEvent::Progress {
+                percent: 100,
+                phase: "done".into(),
+            })
+            .await;
+        Ok(built)
+    }
+
+    async fn remove_release(&self, template: &str, number: u32) -> Result<(), NodeError> {
+        self.run(Call::RemoveRelease, template, None, |st| {
+            st.releases.remove(&(template.to_string(), number));
+            Ok(())
+        })
+        .await
+    }
+}
