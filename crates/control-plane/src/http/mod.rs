@@ -162,8 +162,12 @@ async fn request_context(req: Request, next: Next) -> Response {
             })
             .await
     } else {
+        // Every error answer gets the JSON error body, whoever made it (axum's extractor
+        // rejections included); inside the scope, so it carries this request's id.
         REQUEST_ID
-            .scope(id.clone(), next.run(req))
+            .scope(id.clone(), async {
+                render::json_error_body(next.run(req).await).await
+            })
             .instrument(span)
             .await
     };
