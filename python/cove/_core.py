@@ -452,7 +452,7 @@ def write_file(
     object or an iterable of byte chunks. Returns its :class:`FileInfo`."""
     params = path_params(path)
     if mode is not None:
-        params.append(("mode", f"{mode:o}"))
+        params.append(("mode", f"0o{mode:o}"))
     if user is not None:
         params.append(("user", user))
     content = data.encode() if isinstance(data, str) else data
@@ -491,7 +491,7 @@ def upload_files(
                 fh = open(data, "rb")
                 opened.append(fh)
                 mode = os.stat(data).st_mode & 0o7777
-                parts.append(("mode", (None, f"{mode:o}".encode())))
+                parts.append(("mode", (None, f"0o{mode:o}".encode())))
                 data = fh
             elif isinstance(data, str):
                 data = data.encode()

@@ -415,7 +415,9 @@ class PtySession:
 
         url = _core.pty_url(attachment, offset)
         try:
-            ws = connect(url, additional_headers={"Authorization": f"Bearer {attachment.token}"})
+            # Entered by hand: the session outlives this block (closed by `close`); on every
+            # websockets version `__enter__` hands out the open connection.
+            ws = connect(url, additional_headers={"Authorization": f"Bearer {attachment.token}"}).__enter__()
         except InvalidStatus as err:
             raise from_answer(err.response.status_code, err.response.body or b"") from err
         except OSError as err:
