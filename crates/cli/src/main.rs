@@ -1,11 +1,27 @@
 //! The `cove` binary: parse the command line, run the verb, print the error.
+//!
+//! Failures of `cove` itself, bad flags included, exit [`EXIT_COVE_FAILED`] (125), so they never
+//! look like the exit code of a command run by `exec` or `run` (see `cove_cli::exit`).
 
 use std::process::ExitCode;
 
 use clap::Parser;
+use cove_cli::exit::EXIT_COVE_FAILED;
 
 fn main() -> ExitCode {
-    let cli = cove_cli::Cli::parse();
+    let cli = match cove_cli::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            // `--help` and `--version` are not failures; clap prints them itself.
+            let code = if err.use_stderr() {
+                EXIT_COVE_FAILED
+            } else {
+                0
+            };
+            let _ = err.print();
+            return ExitCode::from(code);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -13,7 +29,7 @@ fn main() -> ExitCode {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("error: cannot start the async runtime: {err}");
-            return ExitCode::FAILURE;
+            return ExitCode::from(EXIT_COVE_FAILED);
         }
     };
     let result = runtime.block_on(cove_cli::run(cli));
@@ -23,7 +39,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(err) => {
             eprintln!("error: {err:#}");
-            ExitCode::FAILURE
+            ExitCode::from(EXIT_COVE_FAILED)
         }
     }
 }

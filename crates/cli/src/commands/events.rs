@@ -22,9 +22,9 @@ pub async fn run(client: &Client, args: EventsArgs) -> anyhow::Result<()> {
     while let Some(event) = events.next().await {
         let event = event?;
         if args.json {
-            println!("{}", serde_json::to_string(&event)?);
+            crate::outln!("{}", serde_json::to_string(&event)?);
         } else {
-            println!("{}", line(&event));
+            crate::outln!("{}", line(&event));
         }
     }
     Ok(())

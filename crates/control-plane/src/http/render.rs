@@ -116,16 +116,23 @@ mod tests {
         assert_eq!(body.code, ErrorCode::InvalidArgument);
         assert!(body.message.contains("boundary"), "{}", body.message);
 
-        let upgrade = (StatusCode::UPGRADE_REQUIRED, "Connection header did not include 'upgrade'");
+        let upgrade = (
+            StatusCode::UPGRADE_REQUIRED,
+            "Connection header did not include 'upgrade'",
+        );
         let resp = json_error_body(upgrade.into_response()).await;
         assert_eq!(resp.status(), StatusCode::UPGRADE_REQUIRED);
 
-        let internal = (StatusCode::INTERNAL_SERVER_ERROR, "panicked at src/x.rs:1").into_response();
+        let internal =
+            (StatusCode::INTERNAL_SERVER_ERROR, "panicked at src/x.rs:1").into_response();
         let bytes = axum::body::to_bytes(json_error_body(internal).await.into_body(), 4096)
             .await
             .expect("body");
         let body: ErrorBody = serde_json::from_slice(&bytes).expect("json error body");
-        assert_eq!((body.code, body.message.as_str()), (ErrorCode::Internal, "internal error"));
+        assert_eq!(
+            (body.code, body.message.as_str()),
+            (ErrorCode::Internal, "internal error")
+        );
 
         let ok = json_error_body("fine".into_response()).await;
         assert_eq!(ok.status(), StatusCode::OK);

@@ -48,15 +48,13 @@ pub(super) async fn list(
             "cursor" => cursor = Some(value),
             k => match k.strip_prefix(METADATA_FILTER) {
                 Some(name) if !name.is_empty() => metadata.push((name.to_string(), value)),
-                _ => {
-                    return Err(InvalidInput::new(
-                        "query",
-                        format!(
-                            "unknown parameter {key:?} (state, template, metadata.KEY, limit, cursor)"
-                        ),
-                    )
-                    .into())
-                }
+                _ => return Err(InvalidInput::new(
+                    "query",
+                    format!(
+                        "unknown parameter {key:?} (state, template, metadata.KEY, limit, cursor)"
+                    ),
+                )
+                .into()),
             },
         }
     }

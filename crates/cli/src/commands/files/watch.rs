@@ -40,9 +40,9 @@ pub async fn run(client: &Client, args: WatchArgs) -> anyhow::Result<()> {
         };
         let event = event?;
         if args.json {
-            println!("{}", serde_json::to_string(&event)?);
+            crate::outln!("{}", serde_json::to_string(&event)?);
         } else {
-            println!("{}", line(&event));
+            crate::outln!("{}", line(&event));
         }
     }
 }
