@@ -28,8 +28,8 @@ struct LocalFile {
     mode: u32,
 }
 
-/// Copies the local directory `src` to `dst` in `sandbox` (`dst/<name of src>` when `dst`
-/// is an existing directory, as `cp -r` does). Prints nothing; errors name the file.
+/// Copies the local directory `src` to `dst` in `sandbox`: into `dst/<name of src>` when
+/// `dst` ends in `/` or is an existing directory, else to `dst` itself. Prints nothing.
 pub(crate) async fn upload(
     client: &Client,
     sandbox: &str,
@@ -37,10 +37,15 @@ pub(crate) async fn upload(
     dst: &str,
     user: Option<&str>,
 ) -> anyhow::Result<()> {
+    let into = dst.ends_with('/');
     let dst = dst.trim_end_matches('/');
     let dst = if dst.is_empty() { "/" } else { dst };
-    let root = match client.stat_file(sandbox, dst).await {
-        Ok(info) if info.file_type == FileType::Dir => {
+    let existing_dir = matches!(
+        client.stat_file(sandbox, dst).await,
+        Ok(info) if info.file_type == FileType::Dir
+    );
+    let root = match into || existing_dir {
+        true => {
             let name = src
                 .canonicalize()
                 .ok()
@@ -48,7 +53,7 @@ pub(crate) async fn upload(
                 .context("the source directory has no name")?;
             format!("{}/{name}", dst.trim_end_matches('/'))
         }
-        _ => dst.to_owned(),
+        false => dst.to_owned(),
     };
     let (files, dirs) = walk(src, &root)?;
     for dir in std::iter::once(&root).chain(&dirs) {
@@ -156,8 +161,8 @@ fn walk(src: &Path, root: &str) -> anyhow::Result<(Vec<LocalFile>, Vec<String>)>
     Ok((files, dirs))
 }
 
-/// Copies the sandbox directory `src` to the local `dst` (`dst/<name of src>` when `dst` is an
-/// existing directory).
+/// Copies the sandbox directory `src` to the local `dst`: into `dst/<name of src>` when `dst`
+/// ends in `/` or is an existing directory, else to `dst` itself.
 pub(crate) async fn download(
     client: &Client,
     sandbox: &str,
@@ -165,13 +170,14 @@ pub(crate) async fn download(
     dst: &Path,
     user: Option<&str>,
 ) -> anyhow::Result<()> {
+    let into = dst.as_os_str().as_encoded_bytes().ends_with(b"/");
     let src = src.trim_end_matches('/');
     let src = if src.is_empty() { "/" } else { src };
     let info = client.stat_file(sandbox, src).await?;
     if info.file_type != FileType::Dir {
         bail!("{src} is not a directory (copy a file without -r)");
     }
-    let root = if dst.is_dir() {
+    let root = if into || dst.is_dir() {
         match Path::new(src).file_name() {
             Some(name) => dst.join(name),
             None => dst.to_path_buf(),
