@@ -28,7 +28,7 @@ pub struct CreateArgs {
     #[arg(short, long = "env", value_name = "K=V", value_parser = parse_key_value)]
     pub env: Vec<(String, String)>,
     /// Label of the sandbox (repeatable).
-    #[arg(long = "metadata", value_name = "K=V", value_parser = parse_key_value)]
+    #[arg(short, long = "metadata", value_name = "K=V", value_parser = parse_key_value)]
     pub metadata: Vec<(String, String)>,
     /// Default working directory of commands.
     #[arg(long, value_name = "DIR")]

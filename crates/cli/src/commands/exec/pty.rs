@@ -21,6 +21,10 @@ use super::{Ended, ExecOptions};
 
 /// Size of the chunks keystrokes are read in.
 const STDIN_CHUNK: usize = 16 * 1024;
+/// The terminal's end-of-input key.
+const CTRL_D: u8 = 0x04;
+/// How often Ctrl-D is repeated after the end of a piped input.
+const EOF_REPEAT: std::time::Duration = std::time::Duration::from_secs(1);
 /// Size of a terminal whose size cannot be read.
 const FALLBACK_SIZE: (u16, u16) = (80, 24);
 
@@ -118,6 +122,10 @@ pub(crate) async fn session(
     });
     let mut stdout = tokio::io::stdout();
     let mut stdin_open = true;
+    // After the end of a piped (not a terminal) input, Ctrl-D is sent again every second: a
+    // shell that was not reading yet when the first one came (still starting) can lose it.
+    let mut eof_again = tokio::time::interval(EOF_REPEAT);
+    let mut eof_sent = false;
     let outcome = loop {
         tokio::select! {
             event = reader.next() => match event {
@@ -136,10 +144,15 @@ pub(crate) async fn session(
                 None => {
                     stdin_open = false;
                     if raw.is_none() {
-                        writer.write(Bytes::from_static(&[0x04])).await?;
+                        writer.write(Bytes::from_static(&[CTRL_D])).await?;
+                        eof_sent = true;
+                        eof_again.reset();
                     }
                 }
             },
+            _ = eof_again.tick(), if eof_sent => {
+                writer.write(Bytes::from_static(&[CTRL_D])).await?;
+            }
             Some(()) = winch.recv() => {
                 let (cols, rows) = local_size();
                 writer.resize(cols, rows).await?;
