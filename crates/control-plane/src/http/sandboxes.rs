@@ -48,13 +48,15 @@ pub(super) async fn list(
             "cursor" => cursor = Some(value),
             k => match k.strip_prefix(METADATA_FILTER) {
                 Some(name) if !name.is_empty() => metadata.push((name.to_string(), value)),
-                _ => return Err(InvalidInput::new(
-                    "query",
-                    format!(
+                _ => {
+                    return Err(InvalidInput::new(
+                        "query",
+                        format!(
                         "unknown parameter {key:?} (state, template, metadata.KEY, limit, cursor)"
                     ),
-                )
-                .into()),
+                    )
+                    .into())
+                }
             },
         }
     }
