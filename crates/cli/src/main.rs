@@ -9,6 +9,7 @@ use clap::Parser;
 use cove_cli::exit::EXIT_COVE_FAILED;
 
 fn main() -> ExitCode {
+    quiet_closed_output();
     let cli = match cove_cli::Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {
@@ -42,4 +43,24 @@ fn main() -> ExitCode {
             ExitCode::from(EXIT_COVE_FAILED)
         }
     }
+}
+
+/// A last guard for "no panic on a closed pipe": every verb prints through
+/// `cove_cli::output`, which exits quietly when the reader left; should any other print to a
+/// closed stdout or stderr slip through (std's print macros panic there), the process ends the
+/// same way (exit 141) instead of reporting a panic.
+fn quiet_closed_output() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or_default();
+        if message.starts_with("failed printing to std") {
+            std::process::exit(i32::from(cove_cli::exit::EXIT_BROKEN_PIPE));
+        }
+        default(info);
+    }));
 }

@@ -177,7 +177,17 @@ async fn download(
     let stream = client.download(sandbox, path, &options).await?;
     let Location::Local(local) = dst else {
         let mut stdout = tokio::io::stdout();
-        return copy(stream, &mut stdout).await.context("writing to stdout");
+        let copied = copy(stream, &mut stdout).await;
+        // `cove cp SB:/big - | head`: the reader left, as in any pipeline.
+        if let Some(err) = copied
+            .as_ref()
+            .err()
+            .and_then(|e| e.downcast_ref::<std::io::Error>())
+            .filter(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+        {
+            crate::output::exit_on_write_error(err);
+        }
+        return copied.context("writing to stdout");
     };
     let is_dir = args.dst.ends_with('/')
         || tokio::fs::metadata(&local)
