@@ -250,11 +250,13 @@ def test_errors_carry_code_and_request_id(client, server, sandbox):
         client.start(sandbox, None)
 
 
-def test_every_error_body_is_json(server, sandbox):
+def test_every_error_body_is_json(client, server, sandbox):
     """Extractor rejections too: multipart with a wrong content type, a WebSocket route asked
-    without an upgrade, a bad path segment."""
+    without an upgrade (on the data plane), a bad path segment."""
     auth = {"Authorization": f"Bearer {server.token}"}
+    handle = client.start(sandbox, ["sleep", "30"])
     cases = [
+        httpx.get(handle.attachment.url + "/pty", headers={"Authorization": f"Bearer {handle.attachment.token}"}),
         httpx.post(
             f"{server.url}/v1/sandboxes/{sandbox.id}/files:upload",
             headers={**auth, "Content-Type": "text/plain"},
@@ -273,6 +275,7 @@ def test_every_error_body_is_json(server, sandbox):
         body = resp.json()
         assert set(body) == {"code", "message", "request_id"}, body
         assert body["request_id"] == resp.headers["x-request-id"]
+    handle.kill(grace_ms=0)
 
 
 def test_create_without_waiting_then_delete(client):
