@@ -18,8 +18,9 @@ from typing import Any, AsyncIterator, Callable, Mapping, Optional, Sequence, Un
 
 import httpx
 
-from . import _core
-from ._core import AttachCursor, Commandish, Req, Sandboxish, SseParser, _StreamBroke
+from . import _core, _files, _streams
+from ._core import Commandish, Req, Sandboxish
+from ._streams import AttachCursor, SseParser, _StreamBroke
 from .client import decode
 from .errors import CoveError, TransportError, Unauthorized, from_answer
 from .types import (
@@ -286,17 +287,17 @@ class AsyncClient:
 
     # -- files ------------------------------------------------------------------------------
 
-    write_file = _async(_core.write_file)
-    read_file = _async(_core.read_file)
-    upload_files = _async(_core.upload_files)
-    upload_dir = _async(_core.upload_dir)
-    download_dir = _async(_core.download_dir)
-    list_files = _async(_core.list_files)
-    stat_file = _async(_core.stat_file)
-    file_exists = _async(_core.file_exists)
-    make_dir = _async(_core.make_dir)
-    move_file = _async(_core.move_file)
-    remove_file = _async(_core.remove_file)
+    write_file = _async(_files.write_file)
+    read_file = _async(_files.read_file)
+    upload_files = _async(_files.upload_files)
+    upload_dir = _async(_files.upload_dir)
+    download_dir = _async(_files.download_dir)
+    list_files = _async(_files.list_files)
+    stat_file = _async(_files.stat_file)
+    file_exists = _async(_files.file_exists)
+    make_dir = _async(_files.make_dir)
+    move_file = _async(_files.move_file)
+    remove_file = _async(_files.remove_file)
 
     async def watch(self, sandbox: Sandboxish, path: str, recursive: bool = False) -> AsyncIterator[FileEvent]:
         """As :meth:`cove.Client.watch`."""
@@ -407,7 +408,7 @@ class AsyncPtySession:
         from websockets.asyncio.client import connect
         from websockets.exceptions import InvalidStatus
 
-        url = _core.pty_url(attachment, offset)
+        url = _streams.pty_url(attachment, offset)
         try:
             ws = await connect(url, additional_headers={"Authorization": f"Bearer {attachment.token}"})
         except InvalidStatus as err:
@@ -433,7 +434,7 @@ class AsyncPtySession:
                 message = await self._ws.recv()
             except ConnectionClosed:
                 return None
-            item = _core.pty_message(message)
+            item = _streams.pty_message(message)
             if isinstance(item, Command):
                 self.command = item
             if item is not None:

@@ -15,8 +15,9 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 
 import httpx
 
-from . import _core
-from ._core import AttachCursor, Commandish, Req, Sandboxish, SseParser, _StreamBroke
+from . import _core, _files, _streams
+from ._core import Commandish, Req, Sandboxish
+from ._streams import AttachCursor, SseParser, _StreamBroke
 from .errors import CoveError, TransportError, Unauthorized, from_answer
 from .types import (
     Attachment,
@@ -280,17 +281,17 @@ class Client:
 
     # -- files ------------------------------------------------------------------------------
 
-    write_file = _sync(_core.write_file)
-    read_file = _sync(_core.read_file)
-    upload_files = _sync(_core.upload_files)
-    upload_dir = _sync(_core.upload_dir)
-    download_dir = _sync(_core.download_dir)
-    list_files = _sync(_core.list_files)
-    stat_file = _sync(_core.stat_file)
-    file_exists = _sync(_core.file_exists)
-    make_dir = _sync(_core.make_dir)
-    move_file = _sync(_core.move_file)
-    remove_file = _sync(_core.remove_file)
+    write_file = _sync(_files.write_file)
+    read_file = _sync(_files.read_file)
+    upload_files = _sync(_files.upload_files)
+    upload_dir = _sync(_files.upload_dir)
+    download_dir = _sync(_files.download_dir)
+    list_files = _sync(_files.list_files)
+    stat_file = _sync(_files.stat_file)
+    file_exists = _sync(_files.file_exists)
+    make_dir = _sync(_files.make_dir)
+    move_file = _sync(_files.move_file)
+    remove_file = _sync(_files.remove_file)
 
     def watch(self, sandbox: Sandboxish, path: str, recursive: bool = False) -> Iterator[FileEvent]:
         """Changes under ``path`` as they happen; endless (break out of the loop to stop)."""
@@ -413,7 +414,7 @@ class PtySession:
         from websockets.exceptions import InvalidStatus
         from websockets.sync.client import connect
 
-        url = _core.pty_url(attachment, offset)
+        url = _streams.pty_url(attachment, offset)
         try:
             # Entered by hand: the session outlives this block (closed by `close`); on every
             # websockets version `__enter__` hands out the open connection.
@@ -442,7 +443,7 @@ class PtySession:
                 message = self._ws.recv(timeout)
             except ConnectionClosed:
                 return None
-            item = _core.pty_message(message)
+            item = _streams.pty_message(message)
             if isinstance(item, Command):
                 self.command = item
             if item is not None:

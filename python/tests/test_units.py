@@ -6,7 +6,7 @@ import base64
 import json
 
 import cove
-from cove import _core
+from cove import _core, _streams
 from cove.errors import from_answer
 
 
@@ -37,7 +37,7 @@ def test_operation_failed_names_the_operations_error():
 
 
 def test_sse_parser():
-    parser = _core.SseParser()
+    parser = _streams.SseParser()
     lines = [": keep-alive", "event: stdout", "id: 3", "data: {\"a\":", "data: 1}", "", "", "data: x", ""]
     got = [ev for ev in map(parser.line, lines) if ev]
     assert got == [("stdout", '{"a":\n1}', "3"), ("message", "x", "3")]
@@ -45,7 +45,7 @@ def test_sse_parser():
 
 def test_attach_cursor_skips_bytes_already_seen():
     att = cove.Attachment("http://dp/v1/attach/c1", "tok", None)
-    cursor = _core.AttachCursor(att, offset=3)
+    cursor = _streams.AttachCursor(att, offset=3)
     assert cursor.request().params == [("offset", "3")]
     data = json.dumps({"offset": 0, "len": 5, "data": base64.b64encode(b"hello").decode()})
     out = cursor.on_event("stdout", data)
@@ -64,7 +64,7 @@ def test_command_request_shapes():
 
 def test_pty_urls_use_websocket_schemes():
     att = cove.Attachment("http://127.0.0.1:7701/v1/attach/c1", "tok", None)
-    assert _core.pty_url(att, 5) == "ws://127.0.0.1:7701/v1/attach/c1/pty?offset=5"
+    assert _streams.pty_url(att, 5) == "ws://127.0.0.1:7701/v1/attach/c1/pty?offset=5"
 
 
 def test_token_from_the_data_dir(tmp_path, monkeypatch):
