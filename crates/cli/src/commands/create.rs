@@ -69,19 +69,18 @@ impl CreateArgs {
 
 /// The resource flags of `cove create` and `cove run`, one definition for both.
 #[derive(Debug, Clone, Default, Args)]
-#[command(next_help_heading = "Resources")]
 pub struct ResourceArgs {
     /// CPU limit in vCPUs.
-    #[arg(long)]
+    #[arg(long, help_heading = "Resources")]
     pub vcpus: Option<u32>,
     /// Memory limit in MiB.
-    #[arg(long)]
+    #[arg(long, help_heading = "Resources")]
     pub memory_mib: Option<u64>,
     /// Process limit.
-    #[arg(long)]
+    #[arg(long, help_heading = "Resources")]
     pub pids_max: Option<u64>,
     /// A disk of its own of this many MiB (its files can fill it without filling the node's).
-    #[arg(long)]
+    #[arg(long, help_heading = "Resources")]
     pub disk_mib: Option<u64>,
 }
 
