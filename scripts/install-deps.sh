@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the host packages Cove needs (Debian/Ubuntu, as root): runc (the container runtime),
 # mmdebstrap (builds the `base` template), busybox-static (builds the `tiny` template), lxcfs
-# (sandboxes see their own memory and CPUs in /proc).
+# (sandboxes see their own memory and CPUs in /proc), python3-venv (the Python SDK's tests).
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 
@@ -14,6 +14,8 @@ if ! [ -x /bin/busybox ] || ! file -L /bin/busybox 2>/dev/null | grep -q 'static
 fi
 command -v file >/dev/null || need+=(file)
 command -v curl >/dev/null || need+=(curl)
+# The Python SDK's tests run in a venv (scripts/test-python.sh).
+python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "install-deps: need root to install: ${need[*]}" >&2

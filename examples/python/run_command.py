@@ -4,12 +4,17 @@
 Usage: run_command.py [TEMPLATE]        (default template: base)
 
 Environment:
-  COVE_URL    server URL (default http://127.0.0.1:7700)
-  COVE_TOKEN  management token (default: the contents of /var/lib/cove/admin.token)
+  COVE_URL       server URL (default http://127.0.0.1:7700)
+  COVE_TOKEN     management token (default: the contents of $COVE_DATA_DIR/admin.token)
+  COVE_DATA_DIR  the server's data dir (default /var/lib/cove)
+
+Exit code: the command's (124 when its timeout fired, 128+N when signal N ended it); 125 when
+this script or the API failed, as the `cove` CLI does.
 
 Steps: create a sandbox, wait for its create operation, start a command, read the command's
 output from its attachment URL as server-sent events (each stdout/stderr event carries base64
-bytes), print the exit code, and delete the sandbox whatever happened.
+bytes), print the exit code, delete the sandbox whatever happened, and exit with the command's
+code. The SDK in python/ (`pip install ./python`) does all of this in a few lines.
 """
 
 import base64
@@ -21,16 +26,17 @@ import urllib.parse
 import urllib.request
 
 URL = os.environ.get("COVE_URL", "http://127.0.0.1:7700").rstrip("/")
-TOKEN_FILE = "/var/lib/cove/admin.token"
+DATA_DIR = os.environ.get("COVE_DATA_DIR") or "/var/lib/cove"
+TOKEN_FILE = os.path.join(DATA_DIR, "admin.token")
+# Exit code for failures of this script or the API, never the command's (as `cove` does).
+EXIT_COVE_FAILED = 125
 
-# A command that prints a few lines, with short sleeps, to both stdout and stderr.
+# A command that prints a few lines, with short sleeps, to both stdout and stderr, and exits 3
+# (plain POSIX sh, so it runs on every template, `tiny` included).
 SCRIPT = """
-import sys, time
-for i in range(3):
-    print(f"line {i} on stdout", flush=True)
-    time.sleep(0.3)
-print("one line on stderr", file=sys.stderr, flush=True)
-sys.exit(3)
+for i in 0 1 2; do echo "line $i on stdout"; sleep 0.3; done
+echo "one line on stderr" >&2
+exit 3
 """
 
 
@@ -136,12 +142,17 @@ def stream_output(attachment):
             raise RuntimeError("the output stream keeps failing")
 
 
+SIGNALS = {"SIGHUP": 1, "SIGINT": 2, "SIGQUIT": 3, "SIGABRT": 6, "SIGKILL": 9, "SIGSEGV": 11,
+           "SIGPIPE": 13, "SIGALRM": 14, "SIGTERM": 15}
+
+
 def exit_code(command):
+    """The shell's convention: the exit code; 124 after a timeout; 128+N for signal N."""
     if command.get("timed_out"):
         return 124
     if command.get("exit_code") is not None:
         return command["exit_code"]
-    return f"killed by {command.get('signal')}"
+    return 128 + SIGNALS.get(command.get("signal"), 0)
 
 
 def main():
@@ -152,9 +163,12 @@ def main():
     try:
         wait_operation(created["operation"])
         started = call("POST", f"/v1/sandboxes/{sandbox_id}/commands",
-                       {"argv": ["python3", "-c", SCRIPT]})
+                       {"argv": ["sh", "-c", SCRIPT]})
         command = stream_output(started["attachment"])
-        print(f"exit code: {exit_code(command)}")
+        code = exit_code(command)
+        how = f"signal {command['signal']}" if command.get("signal") else f"exit code {code}"
+        print(f"{how}{' (timed out)' if command.get('timed_out') else ''}")
+        return code
     finally:
         op = call("DELETE", f"/v1/sandboxes/{sandbox_id}")
         wait_operation(op)
@@ -163,7 +177,7 @@ def main():
 
 if __name__ == "__main__":
     try:
-        main()
-    except CoveError as err:
+        sys.exit(main())
+    except (CoveError, RuntimeError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
-        sys.exit(1)
+        sys.exit(EXIT_COVE_FAILED)

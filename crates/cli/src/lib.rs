@@ -3,7 +3,10 @@
 //! Every verb except `server` talks to a Cove server through [`cove_client`]; `server` runs one.
 
 pub mod commands;
+pub mod exit;
+pub mod hints;
 pub mod lifecycle;
+pub mod output;
 mod table;
 
 use std::path::PathBuf;
@@ -18,7 +21,8 @@ use cove_client::Client;
 #[command(
     name = "cove",
     version,
-    about = "Cove: self-hosted sandboxes for AI agents"
+    about = "Cove: self-hosted sandboxes for AI agents",
+    after_help = exit::EXIT_HELP
 )]
 pub struct Cli {
     /// Options of every verb.
@@ -96,59 +100,121 @@ pub enum Verb {
     Template(commands::template::TemplateVerb),
     /// Create a sandbox, wait until it runs, and print its id.
     Create(commands::create::CreateArgs),
-    /// List sandboxes.
+    /// List sandboxes (with their metadata; filter with -m KEY=VALUE).
     Ls(commands::ls::LsArgs),
     /// Show one sandbox.
     Get(commands::get::GetArgs),
     /// Delete sandboxes and wait until they are gone.
     Rm(commands::rm::RmArgs),
-    /// Run a command in a sandbox, streaming its output; exits with its exit code.
+    /// Run a command in a sandbox, streaming its output; exits with its exit code. With -d,
+    /// start it in the background and print its id.
     Exec(commands::exec::ExecArgs),
     /// Create a sandbox, run one command in it, delete it; exits with the command's exit code.
     Run(commands::run::RunArgs),
-    /// Copy a file into or out of a sandbox (`SANDBOX:/path` on one side).
+    /// List the commands of a sandbox (running ones; -a also ended ones).
+    Ps(commands::ps::PsArgs),
+    /// Print a command's output (-f: follow it until it ends; --offset: from that byte).
+    Logs(commands::logs::LogsArgs),
+    /// Follow a command (output, Ctrl-C, stdin with -i) until it ends; exits with its code.
+    Attach(commands::attach::AttachArgs),
+    /// Kill a command's whole process tree, or send it one signal (--signal).
+    Kill(commands::kill::KillArgs),
+    /// Copy a file or, with -r, a directory into or out of a sandbox (`SANDBOX:/path` on one
+    /// side).
     Cp(commands::cp::CpArgs),
     /// Files in a sandbox: ls, stat, mkdir, mv, rm, watch.
-    #[command(subcommand)]
-    Files(commands::files::FilesVerb),
-    /// Pause a sandbox: freeze its processes (memory stays on the node); prints the final state.
+    Files(commands::files::FilesArgs),
+    /// Pause a sandbox: freeze its processes (memory stays on the node); prints the final
+    /// state. Undo with `cove resume`.
     Pause(lifecycle::LifecycleArgs),
-    /// Resume a paused sandbox; prints the final state.
+    /// Resume a paused sandbox (thaw its frozen processes); prints the final state. A
+    /// suspended sandbox is woken with `cove wake` instead.
     Resume(lifecycle::LifecycleArgs),
     /// Suspend a sandbox: save its files to the snapshot store and release its node resources.
-    /// On runc, processes do not survive (wake restarts them).
+    /// On runc, processes do not survive (wake restarts them). Undo with `cove wake`.
     Suspend(lifecycle::LifecycleArgs),
-    /// Wake a suspended sandbox: restore its files and start it; prints the final state.
+    /// Wake a suspended sandbox: restore its files and start it; prints the final state. A
+    /// paused sandbox is thawed with `cove resume` instead.
     Wake(lifecycle::LifecycleArgs),
     /// List recent operations (of one sandbox with a sandbox id), or show one operation.
     Ops(commands::ops::OpsArgs),
     /// Follow the lifecycle event stream.
     Events(commands::events::EventsArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(commands::completions::CompletionsArgs),
 }
 
-/// Runs the verb; the exit code is the command's for `exec` and `run`.
-pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    if !matches!(cli.verb, Verb::Server(_)) {
-        init_client_logging();
+impl Verb {
+    /// The sandbox a verb works on and, for the lifecycle verbs, the verb's name: where an
+    /// error about the sandbox's state gets a hint naming the next step.
+    fn hint_target(&self) -> Option<(String, Option<&'static str>)> {
+        let id = |s: &String| Some((s.clone(), None));
+        match self {
+            Verb::Exec(a) => id(&a.sandbox),
+            Verb::Run(_) => None,
+            Verb::Ps(a) => id(&a.sandbox),
+            Verb::Logs(a) => id(&a.sandbox),
+            Verb::Attach(a) => id(&a.sandbox),
+            Verb::Kill(a) => id(&a.sandbox),
+            Verb::Cp(a) => a.sandbox_id().map(|s| (s, None)),
+            Verb::Files(a) => Some((a.verb.sandbox().to_owned(), None)),
+            Verb::Pause(a) => Some((a.id.clone(), Some("pause"))),
+            Verb::Resume(a) => Some((a.id.clone(), Some("resume"))),
+            Verb::Suspend(a) => Some((a.id.clone(), Some("suspend"))),
+            Verb::Wake(a) => Some((a.id.clone(), Some("wake"))),
+            _ => None,
+        }
     }
+}
+
+/// Runs the verb; the exit code is the command's for `exec`, `run` and `attach`. An error
+/// about a sandbox's state names the next step (see [`hints`]).
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let global = &cli.global;
     match cli.verb {
-        Verb::Server(args) => commands::server::run(global, args).await?,
-        Verb::Template(verb) => commands::template::run(&global.client()?, verb).await?,
-        Verb::Create(args) => commands::create::run(&global.client()?, args).await?,
-        Verb::Ls(args) => commands::ls::run(&global.client()?, args).await?,
-        Verb::Get(args) => commands::get::run(&global.client()?, args).await?,
-        Verb::Rm(args) => return commands::rm::run(&global.client()?, args).await,
-        Verb::Exec(args) => return commands::exec::run(&global.client()?, args).await,
-        Verb::Run(args) => return commands::run::run(&global.client()?, args).await,
-        Verb::Cp(args) => commands::cp::run(&global.client()?, args).await?,
-        Verb::Files(verb) => commands::files::run(&global.client()?, verb).await?,
-        Verb::Pause(args) => commands::pause::run(&global.client()?, args).await?,
-        Verb::Resume(args) => commands::resume::run(&global.client()?, args).await?,
-        Verb::Suspend(args) => commands::suspend::run(&global.client()?, args).await?,
-        Verb::Wake(args) => commands::wake::run(&global.client()?, args).await?,
-        Verb::Ops(args) => commands::ops::run(&global.client()?, args).await?,
-        Verb::Events(args) => commands::events::run(&global.client()?, args).await?,
+        Verb::Server(args) => {
+            commands::server::run(global, args).await?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        Verb::Completions(args) => {
+            commands::completions::run(args)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        _ => {}
+    }
+    init_client_logging();
+    let client = global.client()?;
+    let target = cli.verb.hint_target();
+    let result = run_verb(&client, cli.verb).await;
+    match (result, target) {
+        (Err(err), Some((id, verb))) => Err(hints::explain(&client, &id, verb, err).await),
+        (result, _) => result,
+    }
+}
+
+/// Runs a verb that talks to the server through `client`.
+async fn run_verb(client: &Client, verb: Verb) -> anyhow::Result<ExitCode> {
+    match verb {
+        Verb::Server(_) | Verb::Completions(_) => bail!("not a client verb"),
+        Verb::Template(verb) => commands::template::run(client, verb).await?,
+        Verb::Create(args) => commands::create::run(client, args).await?,
+        Verb::Ls(args) => commands::ls::run(client, args).await?,
+        Verb::Get(args) => commands::get::run(client, args).await?,
+        Verb::Rm(args) => return commands::rm::run(client, args).await,
+        Verb::Exec(args) => return commands::exec::run(client, args).await,
+        Verb::Run(args) => return commands::run::run(client, args).await,
+        Verb::Ps(args) => commands::ps::run(client, args).await?,
+        Verb::Logs(args) => commands::logs::run(client, args).await?,
+        Verb::Attach(args) => return commands::attach::run(client, args).await,
+        Verb::Kill(args) => commands::kill::run(client, args).await?,
+        Verb::Cp(args) => commands::cp::run(client, args).await?,
+        Verb::Files(args) => commands::files::run(client, args).await?,
+        Verb::Pause(args) => commands::pause::run(client, args).await?,
+        Verb::Resume(args) => commands::resume::run(client, args).await?,
+        Verb::Suspend(args) => commands::suspend::run(client, args).await?,
+        Verb::Wake(args) => commands::wake::run(client, args).await?,
+        Verb::Ops(args) => commands::ops::run(client, args).await?,
+        Verb::Events(args) => commands::events::run(client, args).await?,
     }
     Ok(ExitCode::SUCCESS)
 }

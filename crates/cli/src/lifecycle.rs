@@ -31,7 +31,7 @@ pub(crate) async fn call(client: &Client, verb: &str, args: LifecycleArgs) -> an
     };
     let operation = client.lifecycle(&args.id, verb, &request).await?;
     if args.no_wait {
-        println!("{} {}", operation.id, operation.state.as_str());
+        crate::outln!("{} {}", operation.id, operation.state.as_str());
         return Ok(());
     }
     let operation = client.wait_operation(&operation.id, LIFECYCLE_WAIT).await?;
@@ -47,12 +47,12 @@ pub(crate) async fn call(client: &Client, verb: &str, args: LifecycleArgs) -> an
     }
     let sandbox = client.get_sandbox(&args.id).await?;
     match (verb, sandbox.memory_restored) {
-        ("wake", Some(false)) => println!(
+        ("wake", Some(false)) => crate::outln!(
             "{} {} (memory not restored: processes restarted)",
             sandbox.id,
             sandbox.state.as_str()
         ),
-        _ => println!("{} {}", sandbox.id, sandbox.state.as_str()),
+        _ => crate::outln!("{} {}", sandbox.id, sandbox.state.as_str()),
     }
     Ok(())
 }

@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 
 /// Prints `rows` under `header` to stdout, columns left-aligned and separated by two spaces.
 pub(crate) fn print(header: &[&str], rows: &[Vec<String>]) {
-    print!("{}", render(header, rows));
+    crate::out!("{}", render(header, rows));
 }
 
 /// The text of [`print`].

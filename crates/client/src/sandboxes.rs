@@ -15,6 +15,9 @@ pub struct ListSandboxes {
     pub state: Option<SandboxState>,
     /// Only sandboxes of this template.
     pub template: Option<String>,
+    /// Only sandboxes whose metadata has each of these `(key, value)` pairs
+    /// (`?metadata.KEY=VALUE`).
+    pub metadata: Vec<(String, String)>,
     /// Page size (the server caps it).
     pub limit: Option<u32>,
     /// `next_cursor` of the previous page.
@@ -22,19 +25,22 @@ pub struct ListSandboxes {
 }
 
 impl ListSandboxes {
-    fn query(&self) -> Vec<(&'static str, String)> {
+    fn query(&self) -> Vec<(String, String)> {
         let mut query = Vec::new();
         if let Some(state) = self.state {
-            query.push(("state", state.as_str().to_owned()));
+            query.push(("state".to_owned(), state.as_str().to_owned()));
         }
         if let Some(template) = &self.template {
-            query.push(("template", template.clone()));
+            query.push(("template".to_owned(), template.clone()));
+        }
+        for (key, value) in &self.metadata {
+            query.push((format!("metadata.{key}"), value.clone()));
         }
         if let Some(limit) = self.limit {
-            query.push(("limit", limit.to_string()));
+            query.push(("limit".to_owned(), limit.to_string()));
         }
         if let Some(cursor) = &self.cursor {
-            query.push(("cursor", cursor.clone()));
+            query.push(("cursor".to_owned(), cursor.clone()));
         }
         query
     }
@@ -89,17 +95,21 @@ mod tests {
         let filter = ListSandboxes {
             state: Some(SandboxState::Running),
             template: Some("base".into()),
+            metadata: vec![("team".into(), "red".into())],
             limit: Some(10),
             cursor: Some("c1".into()),
         };
         assert_eq!(
             filter.query(),
-            vec![
-                ("state", "running".to_owned()),
-                ("template", "base".to_owned()),
-                ("limit", "10".to_owned()),
-                ("cursor", "c1".to_owned()),
+            [
+                ("state", "running"),
+                ("template", "base"),
+                ("metadata.team", "red"),
+                ("limit", "10"),
+                ("cursor", "c1"),
             ]
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .to_vec()
         );
     }
 }

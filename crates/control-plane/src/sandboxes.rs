@@ -284,11 +284,13 @@ impl ControlPlane {
         Ok(s)
     }
 
-    /// A page of sandboxes, newest first. `cursor` is the opaque `next_cursor` of the page before.
+    /// A page of sandboxes, newest first. `metadata` pairs must all match the sandbox's
+    /// metadata. `cursor` is the opaque `next_cursor` of the page before.
     pub async fn list_sandboxes(
         &self,
         state: Option<SandboxState>,
         template: Option<String>,
+        metadata: Vec<(String, String)>,
         limit: Option<u32>,
         cursor: Option<String>,
     ) -> Result<SandboxList, ServiceError> {
@@ -297,6 +299,7 @@ impl ControlPlane {
         let filter = SandboxFilter {
             state,
             template,
+            metadata,
             include_deleted: false,
             limit,
             after,

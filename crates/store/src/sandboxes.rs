@@ -13,6 +13,8 @@ pub struct SandboxFilter {
     pub state: Option<SandboxState>,
     /// Only this template.
     pub template: Option<String>,
+    /// Only sandboxes whose metadata has every one of these `(key, value)` pairs.
+    pub metadata: Vec<(String, String)>,
     /// Include deleted sandboxes.
     pub include_deleted: bool,
     /// Page size.
@@ -142,6 +144,12 @@ impl Store {
         if f.template.is_some() {
             sql.push_str(" AND template = ?");
         }
+        for _ in &f.metadata {
+            sql.push_str(
+                " AND EXISTS (SELECT 1 FROM json_each(sandboxes.metadata) \
+                 WHERE json_each.key = ? AND json_each.value = ?)",
+            );
+        }
         if f.after.is_some() {
             sql.push_str(" AND (created_at < ? OR (created_at = ? AND id < ?))");
         }
@@ -152,6 +160,9 @@ impl Store {
         }
         if let Some(t) = &f.template {
             q = q.bind(t);
+        }
+        for (key, value) in &f.metadata {
+            q = q.bind(key).bind(value);
         }
         if let Some((at, id)) = &f.after {
             q = q.bind(at).bind(at).bind(id);

@@ -1,4 +1,7 @@
-//! `cove cp`: copies one file into or out of a sandbox, streamed.
+//! `cove cp`: copies one file into or out of a sandbox, streamed; with `-r`, a directory
+//! tree (the `tree` submodule).
+
+mod tree;
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
@@ -13,7 +16,8 @@ use tokio_util::io::ReaderStream;
 /// Options of `cove cp`.
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:\n  cove cp ./data.csv sb-123:/home/user/\n  \
-    cove cp sb-123:/home/user/out.json .\n  tar c dir | cove cp - sb-123:/tmp/dir.tar\n\n\
+    cove cp sb-123:/home/user/out.json .\n  tar c dir | cove cp - sb-123:/tmp/dir.tar\n  \
+    cove cp -r ./project sb-123:/home/user/\n  cove cp -r sb-123:/home/user/results ./\n\n\
     A local path that contains `:` is written with a `/` before it: ./a:b")]
 pub struct CpArgs {
     /// Source: `SANDBOX:/path`, a local file, or `-` for stdin.
@@ -25,8 +29,26 @@ pub struct CpArgs {
     #[arg(short, long)]
     pub user: Option<String>,
     /// Permission bits of an uploaded file, in octal (default: the local file's).
-    #[arg(long, value_name = "OCTAL", value_parser = parse_mode)]
+    #[arg(long, value_name = "OCTAL", value_parser = parse_mode, conflicts_with = "recursive")]
     pub mode: Option<u32>,
+    /// Copy a directory and everything below it (modes kept; up: many files per request).
+    #[arg(short = 'r', long)]
+    pub recursive: bool,
+    /// Resume a paused or wake a suspended sandbox first.
+    #[arg(long)]
+    pub wake: bool,
+}
+
+impl CpArgs {
+    /// The sandbox on either side, if one is named.
+    pub fn sandbox_id(&self) -> Option<String> {
+        [&self.src, &self.dst]
+            .into_iter()
+            .find_map(|s| match parse_location(s) {
+                Ok(Location::Sandbox { id, .. }) => Some(id),
+                _ => None,
+            })
+    }
 }
 
 /// One side of a copy.
@@ -72,9 +94,22 @@ fn parse_mode(s: &str) -> Result<u32, String> {
 
 /// Runs `cove cp`.
 pub async fn run(client: &Client, args: CpArgs) -> anyhow::Result<()> {
+    if let (true, Some(id)) = (args.wake, args.sandbox_id()) {
+        crate::hints::ensure_running(client, &id).await?;
+    }
+    let user = args.user.as_deref();
     match (parse_location(&args.src)?, parse_location(&args.dst)?) {
         (Location::Sandbox { .. }, Location::Sandbox { .. }) => {
             bail!("cannot copy between sandboxes; copy through a local file")
+        }
+        (Location::Sandbox { id, path }, Location::Local(local)) if args.recursive => {
+            tree::download(client, &id, &path, &local, user).await
+        }
+        (Location::Local(local), Location::Sandbox { id, path }) if args.recursive => {
+            tree::upload(client, &id, &local, &path, user).await
+        }
+        (Location::Stdio, _) | (_, Location::Stdio) if args.recursive => {
+            bail!("-r copies directories, not stdin or stdout (use tar with `-`)")
         }
         (Location::Sandbox { id, path }, local) => download(client, &args, &id, &path, local).await,
         (local, Location::Sandbox { id, path }) => upload(client, &args, local, &id, &path).await,
@@ -104,7 +139,7 @@ async fn upload(
                 .with_context(|| format!("{}", local.display()))?;
             if meta.is_dir() {
                 bail!(
-                    "{} is a directory; cp copies one file (use tar)",
+                    "{} is a directory; pass -r to copy a directory",
                     local.display()
                 );
             }
@@ -142,7 +177,17 @@ async fn download(
     let stream = client.download(sandbox, path, &options).await?;
     let Location::Local(local) = dst else {
         let mut stdout = tokio::io::stdout();
-        return copy(stream, &mut stdout).await.context("writing to stdout");
+        let copied = copy(stream, &mut stdout).await;
+        // `cove cp SB:/big - | head`: the reader left, as in any pipeline.
+        if let Some(err) = copied
+            .as_ref()
+            .err()
+            .and_then(|e| e.downcast_ref::<std::io::Error>())
+            .filter(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+        {
+            crate::output::exit_on_write_error(err);
+        }
+        return copied.context("writing to stdout");
     };
     let is_dir = args.dst.ends_with('/')
         || tokio::fs::metadata(&local)
@@ -162,7 +207,7 @@ async fn download(
 
 /// Writes the stream to a temporary file beside `target`, then renames it over `target`: a
 /// failed copy leaves no partial file.
-async fn write_atomically(
+pub(crate) async fn write_atomically(
     stream: impl futures::Stream<Item = cove_client::Result<bytes::Bytes>>,
     target: &Path,
 ) -> anyhow::Result<()> {

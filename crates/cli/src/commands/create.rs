@@ -21,23 +21,14 @@ pub struct CreateArgs {
     /// Release of the template (default: its latest ready release).
     #[arg(long)]
     pub release: Option<u32>,
-    /// CPU limit in vCPUs.
-    #[arg(long)]
-    pub vcpus: Option<u32>,
-    /// Memory limit in MiB.
-    #[arg(long)]
-    pub memory_mib: Option<u64>,
-    /// Process limit.
-    #[arg(long)]
-    pub pids_max: Option<u64>,
-    /// A disk of its own of this many MiB (its files can fill it without filling the node's).
-    #[arg(long)]
-    pub disk_mib: Option<u64>,
+    /// Resource limits.
+    #[command(flatten)]
+    pub resources: ResourceArgs,
     /// Environment of every command in the sandbox (repeatable).
     #[arg(short, long = "env", value_name = "K=V", value_parser = parse_key_value)]
     pub env: Vec<(String, String)>,
     /// Label of the sandbox (repeatable).
-    #[arg(long = "metadata", value_name = "K=V", value_parser = parse_key_value)]
+    #[arg(short, long = "metadata", value_name = "K=V", value_parser = parse_key_value)]
     pub metadata: Vec<(String, String)>,
     /// Default working directory of commands.
     #[arg(long, value_name = "DIR")]
@@ -65,7 +56,7 @@ impl CreateArgs {
         CreateSandboxRequest {
             template: self.template.clone(),
             release: self.release,
-            resources: resources(self.vcpus, self.memory_mib, self.pids_max, self.disk_mib),
+            resources: self.resources.request(),
             env: self.env.iter().cloned().collect(),
             metadata: self.metadata.iter().cloned().collect(),
             cwd: self.cwd.clone(),
@@ -76,20 +67,41 @@ impl CreateArgs {
     }
 }
 
-/// Resource overrides, or `None` when none is given.
-pub(crate) fn resources(
-    vcpus: Option<u32>,
-    memory_mib: Option<u64>,
-    pids_max: Option<u64>,
-    disk_mib: Option<u64>,
-) -> Option<ResourcesRequest> {
-    let any = vcpus.is_some() || memory_mib.is_some() || pids_max.is_some() || disk_mib.is_some();
-    any.then_some(ResourcesRequest {
-        vcpus,
-        memory_mib,
-        pids_max,
-        disk_mib,
-    })
+/// The resource flags of `cove create` and `cove run`, one definition for both.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ResourceArgs {
+    /// CPU limit in vCPUs.
+    #[arg(long, help_heading = "Resources")]
+    pub vcpus: Option<u32>,
+    /// Memory limit in MiB.
+    #[arg(long, help_heading = "Resources")]
+    pub memory_mib: Option<u64>,
+    /// Process limit.
+    #[arg(long, help_heading = "Resources")]
+    pub pids_max: Option<u64>,
+    /// A disk of its own of this many MiB (its files can fill it without filling the node's).
+    #[arg(long, help_heading = "Resources")]
+    pub disk_mib: Option<u64>,
+}
+
+impl ResourceArgs {
+    /// The resource overrides, or `None` when no flag is given (the server's defaults).
+    pub fn request(&self) -> Option<ResourcesRequest> {
+        let ResourceArgs {
+            vcpus,
+            memory_mib,
+            pids_max,
+            disk_mib,
+        } = self.clone();
+        let any =
+            vcpus.is_some() || memory_mib.is_some() || pids_max.is_some() || disk_mib.is_some();
+        any.then_some(ResourcesRequest {
+            vcpus,
+            memory_mib,
+            pids_max,
+            disk_mib,
+        })
+    }
 }
 
 /// Runs `cove create`.
@@ -99,9 +111,9 @@ pub async fn run(client: &Client, args: CreateArgs) -> anyhow::Result<()> {
         .await?;
     let sandbox = wait_created(client, &created.sandbox.id, &created.operation.id).await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&sandbox)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&sandbox)?);
     } else {
-        println!("{}", sandbox.id);
+        crate::outln!("{}", sandbox.id);
     }
     Ok(())
 }

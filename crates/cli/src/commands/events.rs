@@ -19,12 +19,18 @@ pub struct EventsArgs {
 /// Runs `cove events`: prints `SEQ TIME TYPE SANDBOX [OPERATION] [REASON]` per event.
 pub async fn run(client: &Client, args: EventsArgs) -> anyhow::Result<()> {
     let mut events = std::pin::pin!(client.events(args.after));
-    while let Some(event) = events.next().await {
+    let mut closed = std::pin::pin!(crate::output::stdout_closed());
+    loop {
+        let event = tokio::select! {
+            event = events.next() => event,
+            () = &mut closed => crate::output::exit_stdout_closed(),
+        };
+        let Some(event) = event else { break };
         let event = event?;
         if args.json {
-            println!("{}", serde_json::to_string(&event)?);
+            crate::outln!("{}", serde_json::to_string(&event)?);
         } else {
-            println!("{}", line(&event));
+            crate::outln!("{}", line(&event));
         }
     }
     Ok(())

@@ -18,9 +18,9 @@ pub struct GetArgs {
 pub async fn run(client: &Client, args: GetArgs) -> anyhow::Result<()> {
     let sandbox = client.get_sandbox(&args.id).await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&sandbox)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&sandbox)?);
     } else {
-        print!("{}", describe(&sandbox));
+        crate::out!("{}", describe(&sandbox));
     }
     Ok(())
 }

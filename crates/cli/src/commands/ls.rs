@@ -15,6 +15,10 @@ pub struct LsArgs {
     /// Only sandboxes of this template.
     #[arg(short, long)]
     pub template: Option<String>,
+    /// Only sandboxes with this metadata (repeatable; all must match), as
+    /// `GET /v1/sandboxes?metadata.KEY=VALUE`.
+    #[arg(short, long = "metadata", value_name = "K=V", value_parser = super::exec::parse_key_value)]
+    pub metadata: Vec<(String, String)>,
     /// Print JSON (an array of sandboxes) instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -30,6 +34,7 @@ pub async fn run(client: &Client, args: LsArgs) -> anyhow::Result<()> {
     let mut filter = ListSandboxes {
         state: args.state,
         template: args.template,
+        metadata: args.metadata,
         ..Default::default()
     };
     let mut sandboxes = Vec::new();
@@ -42,7 +47,7 @@ pub async fn run(client: &Client, args: LsArgs) -> anyhow::Result<()> {
         }
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&sandboxes)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&sandboxes)?);
         return Ok(());
     }
     let now = chrono::Utc::now();
@@ -54,10 +59,15 @@ pub async fn run(client: &Client, args: LsArgs) -> anyhow::Result<()> {
                 s.template.clone(),
                 s.state.as_str().to_owned(),
                 table::age(s.created_at, now),
+                s.metadata
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(","),
             ]
         })
         .collect();
-    table::print(&["ID", "TEMPLATE", "STATE", "CREATED"], &rows);
+    table::print(&["ID", "TEMPLATE", "STATE", "CREATED", "METADATA"], &rows);
     Ok(())
 }
 
@@ -70,14 +80,17 @@ mod tests {
 
     #[test]
     fn filters_parse() {
-        let cli = Cli::try_parse_from(["cove", "ls", "--state", "running", "-t", "base", "--json"])
-            .expect("parses");
+        let cli = Cli::try_parse_from([
+            "cove", "ls", "--state", "running", "-t", "base", "--json", "-m", "team=red",
+        ])
+        .expect("parses");
         let Verb::Ls(args) = cli.verb else {
             panic!("expected ls")
         };
         assert_eq!(args.state, Some(SandboxState::Running));
         assert_eq!(args.template.as_deref(), Some("base"));
         assert!(args.json);
+        assert_eq!(args.metadata, [("team".to_owned(), "red".to_owned())]);
         assert!(Cli::try_parse_from(["cove", "ls", "--state", "asleep"]).is_err());
     }
 }

@@ -1,14 +1,19 @@
 //! One module per verb. Each has its clap arguments and a `run` function.
 
+pub mod attach;
+pub mod completions;
 pub mod cp;
 pub mod create;
 pub mod events;
 pub mod exec;
 pub mod files;
 pub mod get;
+pub mod kill;
+pub mod logs;
 pub mod ls;
 pub mod ops;
 pub mod pause;
+pub mod ps;
 pub mod resume;
 pub mod rm;
 pub mod run;

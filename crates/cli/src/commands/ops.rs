@@ -25,9 +25,9 @@ pub async fn run(client: &Client, args: OpsArgs) -> anyhow::Result<()> {
     if let Some(id) = args.id.as_deref().filter(|id| id.starts_with("op-")) {
         let operation = client.get_operation(id).await?;
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&operation)?);
+            crate::outln!("{}", serde_json::to_string_pretty(&operation)?);
         } else {
-            print!("{}", describe(&operation));
+            crate::out!("{}", describe(&operation));
         }
         return Ok(());
     }
@@ -35,7 +35,7 @@ pub async fn run(client: &Client, args: OpsArgs) -> anyhow::Result<()> {
         .list_operations(args.id.as_deref(), args.limit)
         .await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&operations)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&operations)?);
         return Ok(());
     }
     let now = chrono::Utc::now();

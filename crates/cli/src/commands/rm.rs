@@ -19,7 +19,7 @@ pub struct RmArgs {
 }
 
 /// Runs `cove rm`: starts every delete, then waits for each; prints the ids deleted. Fails
-/// (exit 1) if any delete failed, after trying them all.
+/// (exit 125) if any delete failed, after trying them all.
 pub async fn run(client: &Client, args: RmArgs) -> anyhow::Result<ExitCode> {
     let mut started = Vec::new();
     let mut failed = false;
@@ -34,7 +34,7 @@ pub async fn run(client: &Client, args: RmArgs) -> anyhow::Result<ExitCode> {
     }
     for (id, operation) in started {
         match delete_result(client, &operation.id).await {
-            Ok(()) => println!("{id}"),
+            Ok(()) => crate::outln!("{id}"),
             Err(err) => {
                 eprintln!("error: {id}: {err:#}");
                 failed = true;
@@ -42,7 +42,7 @@ pub async fn run(client: &Client, args: RmArgs) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(if failed {
-        ExitCode::FAILURE
+        ExitCode::from(crate::exit::EXIT_COVE_FAILED)
     } else {
         ExitCode::SUCCESS
     })

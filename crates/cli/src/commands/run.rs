@@ -8,12 +8,11 @@ use cove_api_types::CreateSandboxRequest;
 use cove_client::Client;
 use tokio::signal::unix::{signal, SignalKind};
 
-use super::create::{resources, wait_created};
-use super::exec::{execute, ExecOptions, EXEC_HELP};
+use super::create::{wait_created, ResourceArgs};
+use super::exec::{execute, finish, Ended, ExecOptions, EXEC_HELP};
 use super::rm::delete_result;
 
-/// Exit code when Ctrl-C stops `run` before the command started (128 + SIGINT).
-const EXIT_INTERRUPTED: u8 = 130;
+use crate::exit::EXIT_INTERRUPTED;
 
 /// Options of `cove run`.
 #[derive(Debug, Args)]
@@ -22,18 +21,13 @@ pub struct RunArgs {
     /// Template to start from (default: the server's, `base`). No `-t`: that is `--tty`.
     #[arg(long)]
     pub template: Option<String>,
-    /// CPU limit in vCPUs.
+    /// Resource limits of the sandbox.
+    #[command(flatten)]
+    pub resources: ResourceArgs,
+    /// When the command ends, print `{exit_code, signal, oom_killed, timed_out, suspended}` as
+    /// one JSON line on stdout (after its output).
     #[arg(long)]
-    pub vcpus: Option<u32>,
-    /// Memory limit in MiB.
-    #[arg(long)]
-    pub memory_mib: Option<u64>,
-    /// Process limit.
-    #[arg(long)]
-    pub pids_max: Option<u64>,
-    /// A disk of its own of this many MiB (its files can fill it without filling the node's).
-    #[arg(long)]
-    pub disk_mib: Option<u64>,
+    pub json: bool,
     /// The command.
     #[command(flatten)]
     pub exec: ExecOptions,
@@ -44,7 +38,7 @@ impl RunArgs {
     pub fn sandbox_request(&self) -> CreateSandboxRequest {
         CreateSandboxRequest {
             template: self.template.clone(),
-            resources: resources(self.vcpus, self.memory_mib, self.pids_max, self.disk_mib),
+            resources: self.resources.request(),
             ..Default::default()
         }
     }
@@ -66,7 +60,7 @@ pub async fn run(client: &Client, args: RunArgs) -> anyhow::Result<ExitCode> {
         Some(Err(err)) => Err(err),
         None => {
             eprintln!("cove: interrupted; deleting sandbox {id}");
-            Ok(EXIT_INTERRUPTED)
+            Ok(Ended::stopped(EXIT_INTERRUPTED))
         }
     };
 
@@ -84,7 +78,7 @@ pub async fn run(client: &Client, args: RunArgs) -> anyhow::Result<ExitCode> {
             eprintln!("cove: not waiting for sandbox {id} to be deleted");
         }
     }
-    outcome.map(ExitCode::from)
+    outcome.map(|ended| ExitCode::from(finish(&id, &ended, args.json)))
 }
 
 #[cfg(test)]

@@ -114,7 +114,7 @@ async fn build(client: &Client, args: BuildArgs) -> anyhow::Result<()> {
 
     if operation.state == OperationState::Succeeded {
         eprintln!("template {} release {release} is ready", args.name);
-        println!("{release}");
+        crate::outln!("{release}");
         return Ok(());
     }
     if !args.verbose {
@@ -160,7 +160,7 @@ fn shorten(s: &str, max: usize) -> String {
 async fn ls(client: &Client, args: TemplateLsArgs) -> anyhow::Result<()> {
     let list = client.templates().await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&list.templates)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&list.templates)?);
         return Ok(());
     }
     let rows: Vec<Vec<String>> = list

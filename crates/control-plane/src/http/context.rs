@@ -112,7 +112,9 @@ async fn scope_and_bound(req: Request, next: Next) -> Response {
                     &message,
                 );
             }
-            next.run(req).await
+            // Every error answer gets the JSON error body, whoever made it (axum's extractor
+            // rejections included); inside the scope, so it carries this request's id.
+            render::json_error_body(next.run(req).await).await
         })
         .await
 }

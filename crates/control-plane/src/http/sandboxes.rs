@@ -21,28 +21,47 @@ pub(super) async fn create(
     Ok((StatusCode::ACCEPTED, Json(resp)))
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct ListQuery {
-    state: Option<String>,
-    template: Option<String>,
-    limit: Option<u32>,
-    cursor: Option<String>,
-}
+/// Prefix of the list filters on metadata: `?metadata.KEY=VALUE` (repeatable; all must match).
+const METADATA_FILTER: &str = "metadata.";
 
+/// `GET /v1/sandboxes?state=&template=&metadata.KEY=VALUE&limit=&cursor=`. The query is read
+/// as pairs because metadata keys are the caller's; any other key is `invalid_argument`.
 pub(super) async fn list(
     State(cp): State<ControlPlane>,
-    ApiQuery(q): ApiQuery<ListQuery>,
+    ApiQuery(pairs): ApiQuery<Vec<(String, String)>>,
 ) -> Result<impl IntoResponse, ServiceError> {
-    let state = match q.state.as_deref() {
-        None => None,
-        Some(s) => Some(
-            SandboxState::parse(s)
-                .ok_or_else(|| InvalidInput::new("state", format!("unknown state {s:?}")))?,
-        ),
-    };
+    let (mut state, mut template, mut limit, mut cursor) = (None, None, None, None);
+    let mut metadata = Vec::new();
+    for (key, value) in pairs {
+        match key.as_str() {
+            "state" => {
+                state = Some(SandboxState::parse(&value).ok_or_else(|| {
+                    InvalidInput::new("state", format!("unknown state {value:?}"))
+                })?)
+            }
+            "template" => template = Some(value),
+            "limit" => {
+                limit = Some(value.parse::<u32>().map_err(|_| {
+                    InvalidInput::new("limit", format!("must be a number, not {value:?}"))
+                })?)
+            }
+            "cursor" => cursor = Some(value),
+            k => match k.strip_prefix(METADATA_FILTER) {
+                Some(name) if !name.is_empty() => metadata.push((name.to_string(), value)),
+                _ => {
+                    return Err(InvalidInput::new(
+                        "query",
+                        format!(
+                        "unknown parameter {key:?} (state, template, metadata.KEY, limit, cursor)"
+                    ),
+                    )
+                    .into())
+                }
+            },
+        }
+    }
     Ok(Json(
-        cp.list_sandboxes(state, q.template, q.limit, q.cursor)
+        cp.list_sandboxes(state, template, metadata, limit, cursor)
             .await?,
     ))
 }

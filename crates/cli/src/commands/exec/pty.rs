@@ -15,10 +15,16 @@ use nix::sys::termios::{self, SetArg, Termios};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::signal::unix::{signal, SignalKind};
 
-use super::{exit_status, ExecOptions};
+use cove_api_types::Attachment;
+
+use super::{Ended, ExecOptions};
 
 /// Size of the chunks keystrokes are read in.
 const STDIN_CHUNK: usize = 16 * 1024;
+/// The terminal's end-of-input key.
+const CTRL_D: u8 = 0x04;
+/// How often Ctrl-D is repeated after the end of a piped input.
+const EOF_REPEAT: std::time::Duration = std::time::Duration::from_secs(1);
 /// Size of a terminal whose size cannot be read.
 const FALLBACK_SIZE: (u16, u16) = (80, 24);
 
@@ -65,12 +71,12 @@ fn local_size() -> (u16, u16) {
         .unwrap_or(FALLBACK_SIZE)
 }
 
-/// Runs `options` on a terminal in `sandbox`; returns the exit code for `cove`.
+/// Runs `options` on a terminal in `sandbox`; returns how it ended.
 pub(super) async fn execute(
     client: &Client,
     sandbox: &str,
     options: &ExecOptions,
-) -> anyhow::Result<u8> {
+) -> anyhow::Result<Ended> {
     let (cols, rows) = local_size();
     let mut request = options.request();
     request.pty = true;
@@ -80,7 +86,23 @@ pub(super) async fn execute(
         request.env.entry("TERM".into()).or_insert(term);
     }
     let started = client.create_command(sandbox, &request).await?;
-    let (mut writer, mut reader) = client.pty(&started.attachment, 0).await?;
+    session(client, &started.attachment, 0).await
+}
+
+/// Connects this terminal to the terminal of a `pty` command from output byte `offset` until
+/// the command ends (keys, resizes, output); returns how it ended.
+pub(crate) async fn session(
+    client: &Client,
+    attachment: &Attachment,
+    offset: u64,
+) -> anyhow::Result<Ended> {
+    let (mut writer, mut reader) = client.pty(attachment, offset).await?;
+    // Attaching from another terminal: the remote terminal takes this one's size.
+    if let Some((cols, rows)) =
+        size_of(std::io::stdout().as_fd()).or_else(|| size_of(std::io::stdin().as_fd()))
+    {
+        writer.resize(cols, rows).await?;
+    }
     let raw = RawMode::enable()?;
     let mut winch = signal(SignalKind::window_change()).context("watching window resizes")?;
     let (keys_tx, mut keys) = tokio::sync::mpsc::channel::<Bytes>(16);
@@ -100,6 +122,10 @@ pub(super) async fn execute(
     });
     let mut stdout = tokio::io::stdout();
     let mut stdin_open = true;
+    // After the end of a piped (not a terminal) input, Ctrl-D is sent again every second: a
+    // shell that was not reading yet when the first one came (still starting) can lose it.
+    let mut eof_again = tokio::time::interval(EOF_REPEAT);
+    let mut eof_sent = false;
     let outcome = loop {
         tokio::select! {
             event = reader.next() => match event {
@@ -108,7 +134,7 @@ pub(super) async fn execute(
                     stdout.flush().await.context("writing to stdout")?;
                 }
                 Some(Ok(PtyEvent::Gap { .. })) => {}
-                Some(Ok(PtyEvent::Exit(command))) => break Ok(exit_status(&command)),
+                Some(Ok(PtyEvent::Exit(command))) => break Ok(Ended::exited(*command)),
                 Some(Err(err)) => break Err(anyhow::Error::new(err)),
                 None => break Err(anyhow::anyhow!("the terminal session ended without an exit")),
             },
@@ -118,10 +144,15 @@ pub(super) async fn execute(
                 None => {
                     stdin_open = false;
                     if raw.is_none() {
-                        writer.write(Bytes::from_static(&[0x04])).await?;
+                        writer.write(Bytes::from_static(&[CTRL_D])).await?;
+                        eof_sent = true;
+                        eof_again.reset();
                     }
                 }
             },
+            _ = eof_again.tick(), if eof_sent => {
+                writer.write(Bytes::from_static(&[CTRL_D])).await?;
+            }
             Some(()) = winch.recv() => {
                 let (cols, rows) = local_size();
                 writer.resize(cols, rows).await?;

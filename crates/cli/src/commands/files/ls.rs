@@ -30,7 +30,7 @@ pub async fn run(client: &Client, args: LsArgs) -> anyhow::Result<()> {
         .list_files(&args.sandbox, sandbox_path(&args.path), args.depth)
         .await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&list)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&list)?);
         return Ok(());
     }
     let rows: Vec<Vec<String>> = list

@@ -28,6 +28,6 @@ pub async fn run(client: &Client, args: MkdirArgs) -> anyhow::Result<()> {
             args.user.as_deref(),
         )
         .await?;
-    println!("{}", info.path);
+    crate::outln!("{}", info.path);
     Ok(())
 }

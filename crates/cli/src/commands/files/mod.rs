@@ -14,7 +14,7 @@ pub mod watch;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 use cove_api_types::{FileInfo, FileType};
 use cove_client::{Client, SandboxPath};
 
@@ -35,9 +35,37 @@ pub enum FilesVerb {
     Watch(watch::WatchArgs),
 }
 
-/// Runs a `files` verb.
-pub async fn run(client: &Client, verb: FilesVerb) -> anyhow::Result<()> {
-    match verb {
+/// `cove files [--wake] VERB ...`.
+#[derive(Debug, Args)]
+pub struct FilesArgs {
+    /// Resume a paused or wake a suspended sandbox first.
+    #[arg(long, global = true)]
+    pub wake: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub verb: FilesVerb,
+}
+
+impl FilesVerb {
+    /// The sandbox the verb works in.
+    pub fn sandbox(&self) -> &str {
+        match self {
+            FilesVerb::Ls(a) => &a.sandbox,
+            FilesVerb::Stat(a) => &a.sandbox,
+            FilesVerb::Mkdir(a) => &a.sandbox,
+            FilesVerb::Mv(a) => &a.sandbox,
+            FilesVerb::Rm(a) => &a.sandbox,
+            FilesVerb::Watch(a) => &a.sandbox,
+        }
+    }
+}
+
+/// Runs a `files` verb (after waking its sandbox with `--wake`).
+pub async fn run(client: &Client, args: FilesArgs) -> anyhow::Result<()> {
+    if args.wake {
+        crate::hints::ensure_running(client, args.verb.sandbox()).await?;
+    }
+    match args.verb {
         FilesVerb::Ls(args) => ls::run(client, args).await,
         FilesVerb::Stat(args) => stat::run(client, args).await,
         FilesVerb::Mkdir(args) => mkdir::run(client, args).await,

@@ -27,6 +27,6 @@ pub async fn run(client: &Client, args: MvArgs) -> anyhow::Result<()> {
             sandbox_path(&args.to),
         )
         .await?;
-    println!("{}", info.path);
+    crate::outln!("{}", info.path);
     Ok(())
 }

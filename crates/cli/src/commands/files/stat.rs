@@ -25,31 +25,31 @@ pub async fn run(client: &Client, args: StatArgs) -> anyhow::Result<()> {
         .stat_file(&args.sandbox, sandbox_path(&args.path))
         .await?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&info)?);
+        crate::outln!("{}", serde_json::to_string_pretty(&info)?);
         return Ok(());
     }
-    println!("path:      {}", info.path);
-    println!(
+    crate::outln!("path:      {}", info.path);
+    crate::outln!(
         "type:      {}",
         serde_json::to_value(info.file_type)?
             .as_str()
             .unwrap_or("?")
     );
-    println!("size:      {}", info.size);
-    println!(
+    crate::outln!("size:      {}", info.size);
+    crate::outln!(
         "mode:      {:04o} ({}{})",
         info.mode,
         type_char(info.file_type),
         mode_string(info.mode)
     );
-    println!("owner:     {}:{}", info.owner, info.group);
-    println!(
+    crate::outln!("owner:     {}:{}", info.owner, info.group);
+    crate::outln!(
         "modified:  {}",
         info.mtime
             .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
     );
     if let Some(target) = &info.symlink_target {
-        println!("target:    {target}");
+        crate::outln!("target:    {target}");
     }
     Ok(())
 }

@@ -30,19 +30,21 @@ pub async fn run(client: &Client, args: WatchArgs) -> anyhow::Result<()> {
         .watch_files(&args.sandbox, sandbox_path(&args.path), args.recursive)
         .await?;
     let mut events = std::pin::pin!(events);
+    let mut closed = std::pin::pin!(crate::output::stdout_closed());
     loop {
         let event = tokio::select! {
             e = events.next() => e,
             _ = tokio::signal::ctrl_c() => return Ok(()),
+            () = &mut closed => crate::output::exit_stdout_closed(),
         };
         let Some(event) = event else {
             return Ok(());
         };
         let event = event?;
         if args.json {
-            println!("{}", serde_json::to_string(&event)?);
+            crate::outln!("{}", serde_json::to_string(&event)?);
         } else {
-            println!("{}", line(&event));
+            crate::outln!("{}", line(&event));
         }
     }
 }

@@ -1,0 +1,85 @@
+"""Cove's Python SDK: sandboxes for AI agents on your own machines.
+
+``Client`` (sync) and ``AsyncClient`` (asyncio) cover the REST API and its data plane:
+sandboxes and their lifecycle (with operation waits), commands (streamed output with
+callbacks, re-attachment from any byte offset, stdin, signals, PTY sessions), files (one, many
+at once, whole directories, watch), templates and their builds, and the lifecycle event
+stream. Every API error raises a :class:`CoveError` subclass carrying ``code`` and
+``request_id``.
+"""
+
+from .aio import AsyncClient, AsyncCommandHandle, AsyncPtySession
+from .client import Client, CommandHandle, PtySession
+from .errors import (
+    Conflict,
+    CoveError,
+    InternalError,
+    InvalidArgument,
+    NoSpace,
+    NotFound,
+    OperationFailed,
+    PayloadTooLarge,
+    PermissionDenied,
+    SandboxNotRunning,
+    TransportError,
+    Unauthorized,
+    Unavailable,
+)
+from .types import (
+    Attachment,
+    BuildLog,
+    Capabilities,
+    Command,
+    CommandResult,
+    Event,
+    FileEvent,
+    FileInfo,
+    Gap,
+    Operation,
+    OperationError,
+    Output,
+    Release,
+    Resources,
+    Sandbox,
+    Template,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AsyncClient",
+    "AsyncCommandHandle",
+    "AsyncPtySession",
+    "Attachment",
+    "BuildLog",
+    "Capabilities",
+    "Client",
+    "Command",
+    "CommandHandle",
+    "CommandResult",
+    "Conflict",
+    "CoveError",
+    "Event",
+    "FileEvent",
+    "FileInfo",
+    "Gap",
+    "InternalError",
+    "InvalidArgument",
+    "NoSpace",
+    "NotFound",
+    "Operation",
+    "OperationError",
+    "OperationFailed",
+    "Output",
+    "PayloadTooLarge",
+    "PermissionDenied",
+    "PtySession",
+    "Release",
+    "Resources",
+    "Sandbox",
+    "SandboxNotRunning",
+    "Template",
+    "TransportError",
+    "Unauthorized",
+    "Unavailable",
+]

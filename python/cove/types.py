@@ -1,0 +1,350 @@
+"""The API's wire types as dataclasses.
+
+Each has ``from_json(dict)``, which ignores fields it does not know (a newer server may add
+some). Times are :class:`datetime.datetime` in UTC; states and kinds are the API's strings
+(``"running"``, ``"create_sandbox"``, ...).
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Dict, List, Optional, Type, TypeVar
+
+T = TypeVar("T")
+
+#: Final operation states.
+FINAL_OPERATION_STATES = ("succeeded", "failed", "cancelled")
+
+
+def _time(value: Optional[str]) -> Optional[datetime]:
+    if value is None:
+        return None
+    # Python < 3.11 does not read a trailing "Z" or more than 6 fraction digits.
+    text = value.replace("Z", "+00:00")
+    if "." in text:
+        head, _, rest = text.partition(".")
+        digits = "".join(c for c in rest if c.isdigit())
+        zone = rest[len(digits):]
+        text = f"{head}.{digits[:6]}{zone}"
+    return datetime.fromisoformat(text)
+
+
+def _known(cls: Type[Any], data: Dict[str, Any]) -> Dict[str, Any]:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+@dataclass
+class Resources:
+    """Limits of a sandbox: vCPUs, memory in MiB, process count, own disk in MiB (or none)."""
+
+    vcpus: int = 1
+    memory_mib: int = 512
+    pids_max: int = 1024
+    disk_mib: Optional[int] = None
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "Resources":
+        return cls(**_known(cls, data))
+
+
+@dataclass
+class OperationError:
+    """Why an operation failed: an API error code and a message."""
+
+    code: str
+    message: str
+
+
+@dataclass
+class Operation:
+    """An asynchronous lifecycle change (create, delete, pause, ..., build)."""
+
+    id: str
+    kind: str
+    state: str
+    sandbox_id: Optional[str]
+    template: Optional[str]
+    release: Optional[int]
+    progress: Optional[int]
+    error: Optional[OperationError]
+    created_at: datetime
+    updated_at: datetime
+    deadline: datetime
+
+    @property
+    def is_final(self) -> bool:
+        """Whether the operation has ended (succeeded, failed or cancelled)."""
+        return self.state in FINAL_OPERATION_STATES
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "Operation":
+        d = _known(cls, data)
+        d["error"] = OperationError(**data["error"]) if data.get("error") else None
+        for k in ("created_at", "updated_at", "deadline"):
+            d[k] = _time(data[k])
+        return cls(**d)
+
+
+@dataclass
+class Sandbox:
+    """A sandbox: an instance of a template release."""
+
+    id: str
+    template: str
+    release: int
+    state: str
+    state_reason: Optional[str]
+    runtime: str
+    resources: Resources
+    env: Dict[str, str]
+    metadata: Dict[str, str]
+    cwd: str
+    user: str
+    created_at: datetime
+    updated_at: datetime
+    idle_timeout_s: int = 0
+    ttl_s: Optional[int] = None
+    last_activity_at: Optional[datetime] = None
+    memory_restored: Optional[bool] = None
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "Sandbox":
+        d = _known(cls, data)
+        d["resources"] = Resources.from_json(data["resources"])
+        for k in ("created_at", "updated_at", "last_activity_at"):
+            d[k] = _time(data.get(k))
+        return cls(**d)
+
+
+@dataclass
+class Attachment:
+    """Where and how to reach a command on the data plane (token scoped to that command)."""
+
+    url: str
+    token: str
+    expires_at: datetime
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "Attachment":
+        return cls(url=data["url"], token=data["token"], expires_at=_time(data["expires_at"]))
+
+
+@dataclass
+class Command:
+    """A process started in a sandbox. ``exit_code`` is ``None`` while it runs or when a
+    signal ended it (then ``signal`` names it, e.g. ``"SIGKILL"``)."""
+
+    id: str
+    sandbox_id: str
+    argv: List[str]
+    user: str
+    cwd: str
+    pid: int
+    state: str
+    exit_code: Optional[int]
+    signal: Optional[str]
+    timed_out: bool
+    truncated: bool
+    output_bytes: int
+    stdin_open: bool
+    started_at: datetime
+    ended_at: Optional[datetime]
+    oom_killed: bool = False
+    pty: bool = False
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "Command":
+        d = _known(cls, data)
+        d["started_at"] = _time(data["started_at"])
+        d["ended_at"] = _time(data.get("ended_at"))
+        return cls(**d)
+
+
+@dataclass
+class Output:
+    """A piece of a command's output: ``stream`` is ``"stdout"`` or ``"stderr"``; ``offset`` is
+    the position of its first byte in the command's combined output."""
+
+    stream: str
+    offset: int
+    data: bytes
+
+    @classmethod
+    def from_event(cls, stream: str, data: Dict[str, Any]) -> "Output":
+        return cls(stream=stream, offset=data["offset"], data=base64.b64decode(data["data"]))
+
+
+@dataclass
+class Gap:
+    """Output dropped over the kept cap: ``len`` bytes from ``offset`` are gone."""
+
+    offset: int
+    len: int
+
+
+@dataclass
+class CommandResult:
+    """A finished command and everything it printed (as far as it was read)."""
+
+    command: Command
+    stdout: bytes = b""
+    stderr: bytes = b""
+    gaps: List[Gap] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> Optional[int]:
+        """The exit code; ``None`` when a signal ended the command."""
+        return self.command.exit_code
+
+    @property
+    def ok(self) -> bool:
+        """Whether the command exited 0."""
+        return self.command.exit_code == 0
+
+    @property
+    def text(self) -> str:
+        """stdout decoded as UTF-8 (bad bytes replaced)."""
+        return self.stdout.decode("utf-8", errors="replace")
+
+
+@dataclass
+class FileInfo:
+    """A file in a sandbox (``lstat``): ``type`` is ``file``, ``dir``, ``symlink`` or ``other``."""
+
+    name: str
+    path: str
+    type: str
+    size: int
+    mode: int
+    owner: str
+    group: str
+    mtime: datetime
+    symlink_target: Optional[str] = None
+    name_b64: Optional[str] = None
+    path_b64: Optional[str] = None
+    symlink_target_b64: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "FileInfo":
+        d = _known(cls, data)
+        d["mtime"] = _time(data["mtime"])
+        return cls(**d)
+
+
+@dataclass
+class FileEvent:
+    """A change under a watched path: ``event`` is ``create``, ``write``, ``remove``,
+    ``rename`` (``from_path`` is the old path), ``chmod`` or ``overflow``."""
+
+    event: str
+    path: str
+    type: str
+    from_path: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "FileEvent":
+        return cls(
+            event=data["event"],
+            path=data.get("path", ""),
+            type=data.get("type", "other"),
+            from_path=data.get("from"),
+        )
+
+
+@dataclass
+class Release:
+    """An immutable, numbered build of a template (``state``: building, ready, failed)."""
+
+    template: str
+    number: int
+    state: str
+    size_bytes: Optional[int]
+    recipe_hash: str
+    created_at: datetime
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "Release":
+        d = _known(cls, data)
+        d["created_at"] = _time(data["created_at"])
+        return cls(**d)
+
+
+@dataclass
+class Template:
+    """A named starting environment and its releases."""
+
+    name: str
+    description: str
+    defaults: Dict[str, Any]
+    latest_release: Optional[int]
+    releases: List[Release]
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "Template":
+        d = _known(cls, data)
+        d["releases"] = [Release.from_json(r) for r in data.get("releases", [])]
+        return cls(**d)
+
+
+@dataclass
+class Event:
+    """A lifecycle event: ``seq`` orders them (resume with ``after=seq``)."""
+
+    seq: int
+    time: datetime
+    type: str
+    sandbox_id: str
+    operation_id: Optional[str] = None
+    reason: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "Event":
+        d = _known(cls, data)
+        d["time"] = _time(data["time"])
+        return cls(**d)
+
+
+@dataclass
+class BuildLog:
+    """An event of a build's log: ``type`` is ``log`` (``line``), ``progress`` (``percent``,
+    ``phase``) or ``done`` (``operation``)."""
+
+    type: str
+    line: Optional[str] = None
+    percent: Optional[int] = None
+    phase: Optional[str] = None
+    operation: Optional[Operation] = None
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "BuildLog":
+        op = data.get("operation")
+        return cls(
+            type=data["type"],
+            line=data.get("line"),
+            percent=data.get("percent"),
+            phase=data.get("phase"),
+            operation=Operation.from_json(op) if op else None,
+        )
+
+
+@dataclass
+class Capabilities:
+    """What the server's runtime can do."""
+
+    runtime: str
+    pause: bool
+    suspend_memory: bool
+    snapshot_store: str
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "Capabilities":
+        return cls(**_known(cls, data))
+
+
+def from_json_list(cls: Type[T], items: List[Dict[str, Any]]) -> List[T]:
+    """``[cls.from_json(item) for item in items]``."""
+    return [cls.from_json(item) for item in items]  # type: ignore[attr-defined]

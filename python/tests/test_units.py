@@ -1,0 +1,76 @@
+"""Parts of the SDK that need no server: error mapping, SSE parsing, resumable offsets."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import cove
+from cove import _core, _streams
+from cove.errors import from_answer
+
+
+def test_error_answers_map_to_typed_exceptions():
+    err = from_answer(404, b'{"code":"sandbox_not_found","message":"no sandbox sb-1","request_id":"r-1"}')
+    assert isinstance(err, cove.NotFound)
+    assert (err.code, err.message, err.request_id, err.status) == ("sandbox_not_found", "no sandbox sb-1", "r-1", 404)
+    assert isinstance(from_answer(409, b'{"code":"sandbox_not_running","message":"","request_id":"r"}'), cove.SandboxNotRunning)
+    assert isinstance(from_answer(409, b'{"code":"sandbox_not_running","message":"","request_id":"r"}'), cove.Conflict)
+    odd = from_answer(502, b"<html>bad gateway</html>")
+    assert (type(odd), odd.code, odd.request_id) == (cove.CoveError, "http_502", None)
+    assert "bad gateway" in odd.message
+
+
+def test_operation_failed_names_the_operations_error():
+    op = cove.Operation.from_json(
+        {
+            "id": "op-1", "kind": "create_sandbox", "state": "failed", "sandbox_id": "sb-1",
+            "template": None, "release": None, "progress": None,
+            "error": {"code": "unavailable", "message": "runc failed"},
+            "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00.123456789Z",
+            "deadline": "2026-01-01T00:30:00Z",
+        }
+    )
+    err = cove.OperationFailed(op)
+    assert (err.code, err.message, err.operation) == ("unavailable", "runc failed", op)
+    assert op.updated_at.microsecond == 123456
+
+
+def test_sse_parser():
+    parser = _streams.SseParser()
+    lines = [": keep-alive", "event: stdout", "id: 3", "data: {\"a\":", "data: 1}", "", "", "data: x", ""]
+    got = [ev for ev in map(parser.line, lines) if ev]
+    assert got == [("stdout", '{"a":\n1}', "3"), ("message", "x", "3")]
+
+
+def test_attach_cursor_skips_bytes_already_seen():
+    att = cove.Attachment("http://dp/v1/attach/c1", "tok", None)
+    cursor = _streams.AttachCursor(att, offset=3)
+    assert cursor.request().params == [("offset", "3")]
+    data = json.dumps({"offset": 0, "len": 5, "data": base64.b64encode(b"hello").decode()})
+    out = cursor.on_event("stdout", data)
+    assert (out.offset, out.data) == (3, b"lo")
+    assert cursor.offset == 5
+    assert cursor.on_event("stdout", data) is None
+    gap = cursor.on_event("gap", '{"offset": 5, "len": 10}')
+    assert (gap.offset, gap.len, cursor.offset) == (5, 10, 15)
+
+
+def test_command_request_shapes():
+    assert _core.command_request("echo hi")["shell"] == "echo hi"
+    assert _core.command_request(["ls", "-l"])["argv"] == ["ls", "-l"]
+    assert "shell" in _core.command_request(None, pty=True)
+
+
+def test_pty_urls_use_websocket_schemes():
+    att = cove.Attachment("http://127.0.0.1:7701/v1/attach/c1", "tok", None)
+    assert _streams.pty_url(att, 5) == "ws://127.0.0.1:7701/v1/attach/c1/pty?offset=5"
+
+
+def test_token_from_the_data_dir(tmp_path, monkeypatch):
+    monkeypatch.delenv("COVE_TOKEN", raising=False)
+    monkeypatch.setenv("COVE_DATA_DIR", str(tmp_path))
+    (tmp_path / "admin.token").write_text("secret\n")
+    assert _core.default_token() == "secret"
+    monkeypatch.setenv("COVE_TOKEN", "env-token")
+    assert _core.default_token() == "env-token"
