@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the host packages Cove needs (Debian/Ubuntu, as root): runc (the container runtime),
-# mmdebstrap (builds the `base` template), busybox-static (builds the `tiny` template).
+# mmdebstrap (builds the `base` template), busybox-static (builds the `tiny` template),
+# nftables + iproute2 (sandbox networks and the egress gateway, crates/network).
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 
@@ -12,6 +13,8 @@ if ! [ -x /bin/busybox ] || ! file -L /bin/busybox 2>/dev/null | grep -q 'static
 fi
 command -v file >/dev/null || need+=(file)
 command -v curl >/dev/null || need+=(curl)
+command -v nft >/dev/null || need+=(nftables)
+command -v ip >/dev/null || need+=(iproute2)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "install-deps: need root to install: ${need[*]}" >&2
