@@ -205,6 +205,30 @@ impl Network {
     /// the prepared pool. Errors: config/route checks, `ip`/`nft` failures, binding.
     pub async fn start(config: NetworkConfig, adopt: Vec<Adopt>) -> Result<(Network, Recovery)> {
         config.validate()?;
+        match Self::start_inner(config.clone(), adopt).await {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                // Leave no half-built gateway behind (past the config checks, a previous run's
+                // gateway has been replaced already).
+                if !matches!(e, NetworkError::Config(_) | NetworkError::PoolOverlapsRoute { .. }) {
+                    let cfg = config;
+                    let _ = blocking(move || {
+                        if cmd::netns_names()?.contains(&plumbing::gateway_ns(&cfg.prefix)) {
+                            for slot in plumbing::existing_slots(&cfg.prefix)? {
+                                plumbing::unplumb(&cfg, slot)?;
+                            }
+                            plumbing::delete_gateway(&cfg.prefix)?;
+                        }
+                        Ok(())
+                    })
+                    .await;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn start_inner(config: NetworkConfig, adopt: Vec<Adopt>) -> Result<(Network, Recovery)> {
         let cfg = config.clone();
         let floor = blocking(move || {
             cfg.check_routes()?;

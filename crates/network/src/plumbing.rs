@@ -57,7 +57,7 @@ fn ruleset(config: &NetworkConfig) -> String {
     ip daddr != {gw} tcp dport 53 counter drop
     meta l4proto != tcp counter drop
   }}
-  chain redirect {{
+  chain divert {{
     type nat hook prerouting priority dstnat; policy accept;
     iifname != "lo" meta l4proto tcp dnat to {gw}:{port}
   }}
