@@ -26,7 +26,7 @@ use ipnet::Ipv4Net;
 use tokio::task::JoinHandle;
 
 pub use bench::{bench, BenchReport};
-pub use clients::{check_route, dns_query, http_get, https_get, DnsAnswer};
+pub use clients::{check_route, dns_query, http_get, https_get, DnsAnswer, Reply};
 
 use crate::cmd;
 use crate::config::{NetworkConfig, Upstream};
