@@ -22,18 +22,28 @@ pub(crate) fn run(program: &str, args: &[&str], stdin: Option<&str>) -> Result<S
     let line = || format!("{program} {}", args.join(" "));
     let mut child = Command::new(program)
         .args(args)
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| NetworkError::io(format!("spawning {program}"), e))?;
     if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        pipe.write_all(input.as_bytes()).map_err(|e| NetworkError::io(format!("writing to {program}"), e))?;
+        pipe.write_all(input.as_bytes())
+            .map_err(|e| NetworkError::io(format!("writing to {program}"), e))?;
     }
-    let out = child.wait_with_output().map_err(|e| NetworkError::io(format!("waiting for {program}"), e))?;
+    let out = child
+        .wait_with_output()
+        .map_err(|e| NetworkError::io(format!("waiting for {program}"), e))?;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
-        return Err(NetworkError::Command { command: line(), stderr });
+        return Err(NetworkError::Command {
+            command: line(),
+            stderr,
+        });
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
@@ -74,13 +84,21 @@ pub fn routes(ns: Option<&str>) -> Result<Vec<Ipv4Net>> {
     let v = ip_json(ns, &["-4", "route", "show", "table", "all"])?;
     let mut out = Vec::new();
     for r in v.as_array().into_iter().flatten() {
-        let Some(dst) = r.get("dst").and_then(|d| d.as_str()) else { continue };
-        if r.get("type").and_then(|t| t.as_str()).is_some_and(|t| t != "unicast") {
+        let Some(dst) = r.get("dst").and_then(|d| d.as_str()) else {
+            continue;
+        };
+        if r.get("type")
+            .and_then(|t| t.as_str())
+            .is_some_and(|t| t != "unicast")
+        {
             continue;
         }
         let net = match dst {
             "default" => Some(Ipv4Net::default()),
-            s => s.parse::<Ipv4Net>().ok().or_else(|| s.parse::<Ipv4Addr>().ok().map(Ipv4Net::from)),
+            s => s
+                .parse::<Ipv4Net>()
+                .ok()
+                .or_else(|| s.parse::<Ipv4Addr>().ok().map(Ipv4Net::from)),
         };
         out.extend(net);
     }
@@ -92,8 +110,17 @@ pub fn addresses(ns: Option<&str>) -> Result<Vec<Ipv4Addr>> {
     let v = ip_json(ns, &["-4", "addr", "show"])?;
     let mut out = Vec::new();
     for link in v.as_array().into_iter().flatten() {
-        for a in link.get("addr_info").and_then(|a| a.as_array()).into_iter().flatten() {
-            if let Some(ip) = a.get("local").and_then(|l| l.as_str()).and_then(|s| s.parse().ok()) {
+        for a in link
+            .get("addr_info")
+            .and_then(|a| a.as_array())
+            .into_iter()
+            .flatten()
+        {
+            if let Some(ip) = a
+                .get("local")
+                .and_then(|l| l.as_str())
+                .and_then(|s| s.parse().ok())
+            {
                 out.push(ip);
             }
         }
@@ -118,7 +145,10 @@ pub fn netns_names() -> Result<Vec<String>> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(NetworkError::io("listing /run/netns", e)),
     };
-    Ok(dir.filter_map(|e| e.ok()).filter_map(|e| e.file_name().into_string().ok()).collect())
+    Ok(dir
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect())
 }
 
 /// Runs `f` on a new thread that has entered the named network namespace, and returns its result.
@@ -143,7 +173,10 @@ where
 
 /// Moves the calling thread into a network namespace file.
 pub(crate) fn enter_netns(path: &std::path::Path) -> Result<()> {
-    let file = File::open(path).map_err(|e| NetworkError::io(format!("opening {}", path.display()), e))?;
-    nix::sched::setns(&file, CloneFlags::CLONE_NEWNET)
-        .map_err(|source| NetworkError::Setns { path: path.to_path_buf(), source })
+    let file =
+        File::open(path).map_err(|e| NetworkError::io(format!("opening {}", path.display()), e))?;
+    nix::sched::setns(&file, CloneFlags::CLONE_NEWNET).map_err(|source| NetworkError::Setns {
+        path: path.to_path_buf(),
+        source,
+    })
 }

@@ -29,8 +29,13 @@ impl Upstream {
             .lines()
             .filter_map(|l| l.trim().strip_prefix("nameserver"))
             .find_map(|rest| rest.trim().parse::<Ipv4Addr>().ok())
-            .ok_or_else(|| NetworkError::Config("/etc/resolv.conf has no IPv4 nameserver".into()))?;
-        Ok(Upstream { netns: None, resolver: SocketAddrV4::new(resolver, 53) })
+            .ok_or_else(|| {
+                NetworkError::Config("/etc/resolv.conf has no IPv4 nameserver".into())
+            })?;
+        Ok(Upstream {
+            netns: None,
+            resolver: SocketAddrV4::new(resolver, 53),
+        })
     }
 }
 
@@ -105,14 +110,27 @@ impl NetworkConfig {
     /// Checks the settings themselves (not the host).
     pub fn validate(&self) -> Result<()> {
         let p = &self.prefix;
-        if p.is_empty() || p.len() > 8 || !p.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()) {
-            return Err(NetworkError::Config(format!("prefix {p:?} must be 1-8 of [a-z0-9]")));
+        if p.is_empty()
+            || p.len() > 8
+            || !p
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        {
+            return Err(NetworkError::Config(format!(
+                "prefix {p:?} must be 1-8 of [a-z0-9]"
+            )));
         }
         if self.pool.prefix_len() > 29 || self.pool.prefix_len() < 16 {
-            return Err(NetworkError::Config(format!("pool {} must be a /16 to /29", self.pool)));
+            return Err(NetworkError::Config(format!(
+                "pool {} must be a /16 to /29",
+                self.pool
+            )));
         }
         if self.pool != self.pool.trunc() {
-            return Err(NetworkError::Config(format!("pool {} has host bits set", self.pool)));
+            return Err(NetworkError::Config(format!(
+                "pool {} has host bits set",
+                self.pool
+            )));
         }
         if self.prepared > 256 {
             return Err(NetworkError::Config("prepared must be at most 256".into()));
@@ -129,7 +147,10 @@ impl NetworkConfig {
         }
         for ns in spaces {
             for route in cmd::routes(ns)? {
-                if route.prefix_len() > 0 && (route.contains(&self.pool.network()) || self.pool.contains(&route.network())) {
+                if route.prefix_len() > 0
+                    && (route.contains(&self.pool.network())
+                        || self.pool.contains(&route.network()))
+                {
                     return Err(NetworkError::PoolOverlapsRoute {
                         pool: self.pool,
                         route,
@@ -159,7 +180,12 @@ const ALWAYS: &[&str] = &[
     "224.0.0.0/4",
     "240.0.0.0/4",
 ];
-const PRIVATE: &[&str] = &["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10"];
+const PRIVATE: &[&str] = &[
+    "10.0.0.0/8",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "100.64.0.0/10",
+];
 
 impl Floor {
     /// The floor for `config`: loopback, link-local (so 169.254.169.254), multicast/reserved, the
@@ -167,13 +193,24 @@ impl Floor {
     /// interfaces (the host's own addresses), the resolver, `extra_floor`, and the private ranges
     /// unless `allow_private`.
     pub fn build(config: &NetworkConfig) -> Result<Self> {
-        let mut nets: Vec<Ipv4Net> = ALWAYS.iter().map(|s| s.parse().expect("static net")).collect();
+        let mut nets: Vec<Ipv4Net> = ALWAYS
+            .iter()
+            .map(|s| s.parse().expect("static net"))
+            .collect();
         if !config.allow_private {
-            nets.extend(PRIVATE.iter().map(|s| s.parse::<Ipv4Net>().expect("static net")));
+            nets.extend(
+                PRIVATE
+                    .iter()
+                    .map(|s| s.parse::<Ipv4Net>().expect("static net")),
+            );
         }
         nets.push(config.pool);
         nets.push(Ipv4Net::from(*config.upstream.resolver.ip()));
-        nets.extend(cmd::addresses(config.upstream.netns.as_deref())?.into_iter().map(Ipv4Net::from));
+        nets.extend(
+            cmd::addresses(config.upstream.netns.as_deref())?
+                .into_iter()
+                .map(Ipv4Net::from),
+        );
         nets.extend(config.extra_floor.iter().copied());
         Ok(Floor { nets })
     }
@@ -191,7 +228,10 @@ mod tests {
     fn cfg(pool: &str) -> NetworkConfig {
         NetworkConfig::new(
             pool.parse().expect("pool"),
-            Upstream { netns: None, resolver: "127.0.0.53:53".parse().expect("sa") },
+            Upstream {
+                netns: None,
+                resolver: "127.0.0.53:53".parse().expect("sa"),
+            },
         )
     }
 

@@ -39,7 +39,9 @@ pub(crate) struct NameCache {
 impl NameCache {
     fn get(&self, name: &str) -> Option<Vec<Ipv4Addr>> {
         let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(name).filter(|(_, exp)| *exp > Instant::now()).map(|(ips, _)| ips.clone())
+        map.get(name)
+            .filter(|(_, exp)| *exp > Instant::now())
+            .map(|(ips, _)| ips.clone())
     }
 
     fn put(&self, name: String, ips: Vec<Ipv4Addr>, ttl: u32) {
@@ -69,14 +71,22 @@ impl NameCache {
 }
 
 /// Sends `query` to `resolver` from `maker`'s namespace and returns the matching answer.
-async fn ask_upstream(maker: &SocketMaker, resolver: SocketAddrV4, query: &[u8], id: u16) -> Option<Message> {
+async fn ask_upstream(
+    maker: &SocketMaker,
+    resolver: SocketAddrV4,
+    query: &[u8],
+    id: u16,
+) -> Option<Message> {
     let socket = maker.udp().await.ok()?;
     socket.connect(SocketAddr::V4(resolver)).await.ok()?;
     socket.send(query).await.ok()?;
     let deadline = tokio::time::Instant::now() + UPSTREAM_TIMEOUT;
     let mut buf = vec![0u8; 4096];
     for _ in 0..8 {
-        let n = tokio::time::timeout_at(deadline, socket.recv(&mut buf)).await.ok()?.ok()?;
+        let n = tokio::time::timeout_at(deadline, socket.recv(&mut buf))
+            .await
+            .ok()?
+            .ok()?;
         if let Ok(msg) = Message::from_vec(&buf[..n]) {
             if msg.metadata.id == id && msg.metadata.message_type == MessageType::Response {
                 return Some(msg);
@@ -93,13 +103,24 @@ pub(crate) async fn resolves_to(shared: &Shared, name: &str, ip: Ipv4Addr) -> bo
             return true;
         }
     }
-    let Ok(qname) = Name::from_ascii(format!("{name}.")) else { return false };
+    let Ok(qname) = Name::from_ascii(format!("{name}.")) else {
+        return false;
+    };
     let mut msg = Message::query();
     msg.metadata.recursion_desired = true;
     msg.add_query(Query::query(qname, RecordType::A));
     let id = msg.metadata.id;
-    let Ok(bytes) = msg.to_vec() else { return false };
-    match ask_upstream(&shared.upstream, shared.config.upstream.resolver, &bytes, id).await {
+    let Ok(bytes) = msg.to_vec() else {
+        return false;
+    };
+    match ask_upstream(
+        &shared.upstream,
+        shared.config.upstream.resolver,
+        &bytes,
+        id,
+    )
+    .await
+    {
         Some(answer) => {
             shared.names.learn(name, &answer);
             shared.names.get(name).is_some_and(|ips| ips.contains(&ip))
@@ -123,7 +144,9 @@ pub(crate) async fn serve(shared: Arc<Shared>, socket: UdpSocket) {
             }
         };
         let SocketAddr::V4(from) = from else { continue };
-        let Ok(permit) = inflight.clone().try_acquire_owned() else { continue };
+        let Ok(permit) = inflight.clone().try_acquire_owned() else {
+            continue;
+        };
         let (shared, socket, packet) = (shared.clone(), socket.clone(), buf[..n].to_vec());
         tokio::spawn(async move {
             if let Some(reply) = answer(&shared, *from.ip(), &packet).await {
@@ -156,7 +179,11 @@ async fn answer(shared: &Shared, from: Ipv4Addr, packet: &[u8]) -> Option<Vec<u8
     let policy = entry.policy();
     if !policy.allows_lookup(&name) {
         Counters::add(&entry.counters.dns_refused, 1);
-        let reason = if policy.deny.iter().any(|r| r.matches_name(&name)) { DeniedReason::Denied } else { DeniedReason::NotAllowed };
+        let reason = if policy.deny.iter().any(|r| r.matches_name(&name)) {
+            DeniedReason::Denied
+        } else {
+            DeniedReason::NotAllowed
+        };
         shared.deny_dns(&entry, &name, reason);
         return reply_with(&request, ResponseCode::Refused).to_vec().ok();
     }
@@ -168,7 +195,14 @@ async fn answer(shared: &Shared, from: Ipv4Addr, packet: &[u8]) -> Option<Vec<u8
     let mut forwarded = request.clone();
     forwarded.metadata.id = id;
     let bytes = forwarded.to_vec().ok()?;
-    match ask_upstream(&shared.upstream, shared.config.upstream.resolver, &bytes, id).await {
+    match ask_upstream(
+        &shared.upstream,
+        shared.config.upstream.resolver,
+        &bytes,
+        id,
+    )
+    .await
+    {
         Some(mut reply) => {
             if q.query_type == RecordType::A {
                 shared.names.learn(&name, &reply);

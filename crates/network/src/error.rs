@@ -72,7 +72,10 @@ pub enum NetworkError {
 
 impl NetworkError {
     pub(crate) fn io(what: impl Into<String>, source: std::io::Error) -> Self {
-        NetworkError::Io { what: what.into(), source }
+        NetworkError::Io {
+            what: what.into(),
+            source,
+        }
     }
 }
 

@@ -39,7 +39,10 @@ pub struct Attachment {
 impl Attachment {
     /// The `/etc/resolv.conf` to put in the sandbox.
     pub fn resolv_conf(&self) -> String {
-        format!("nameserver {}\noptions timeout:2 attempts:2\n", self.gateway)
+        format!(
+            "nameserver {}\noptions timeout:2 attempts:2\n",
+            self.gateway
+        )
     }
 }
 
@@ -73,7 +76,10 @@ pub(crate) struct SandboxEntry {
 
 impl SandboxEntry {
     pub(crate) fn policy(&self) -> Arc<NetworkPolicy> {
-        self.policy.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.policy
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 
@@ -113,7 +119,11 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub(crate) fn entry(&self, ip: Ipv4Addr) -> Option<Arc<SandboxEntry>> {
-        self.sandboxes.read().unwrap_or_else(|e| e.into_inner()).get(&ip).cloned()
+        self.sandboxes
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&ip)
+            .cloned()
     }
 
     fn pool(&self) -> std::sync::MutexGuard<'_, Pool> {
@@ -124,7 +134,13 @@ impl Shared {
         dns::resolves_to(self, name, ip).await
     }
 
-    pub(crate) fn deny_tcp(&self, entry: &SandboxEntry, dst: SocketAddrV4, name: Option<String>, reason: DeniedReason) {
+    pub(crate) fn deny_tcp(
+        &self,
+        entry: &SandboxEntry,
+        dst: SocketAddrV4,
+        name: Option<String>,
+        reason: DeniedReason,
+    ) {
         Counters::add(&entry.counters.connections_denied, 1);
         let destination = match &name {
             Some(n) => format!("{n} ({dst})"),
@@ -172,12 +188,20 @@ impl Shared {
             policy: RwLock::new(Arc::new(policy)),
             counters: Counters::default(),
         });
-        self.sandboxes.write().unwrap_or_else(|e| e.into_inner()).insert(self.config.slot_addr(slot), entry);
+        self.sandboxes
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(self.config.slot_addr(slot), entry);
     }
 
     fn entry_of(&self, id: &str) -> Result<Arc<SandboxEntry>> {
-        let slot = *self.pool().attached.get(id).ok_or_else(|| NetworkError::NotAttached(id.to_string()))?;
-        self.entry(self.config.slot_addr(slot)).ok_or_else(|| NetworkError::NotAttached(id.to_string()))
+        let slot = *self
+            .pool()
+            .attached
+            .get(id)
+            .ok_or_else(|| NetworkError::NotAttached(id.to_string()))?;
+        self.entry(self.config.slot_addr(slot))
+            .ok_or_else(|| NetworkError::NotAttached(id.to_string()))
     }
 }
 
@@ -210,7 +234,10 @@ impl Network {
             Err(e) => {
                 // Leave no half-built gateway behind (past the config checks, a previous run's
                 // gateway has been replaced already).
-                if !matches!(e, NetworkError::Config(_) | NetworkError::PoolOverlapsRoute { .. }) {
+                if !matches!(
+                    e,
+                    NetworkError::Config(_) | NetworkError::PoolOverlapsRoute { .. }
+                ) {
                     let cfg = config;
                     let _ = blocking(move || {
                         if cmd::netns_names()?.contains(&plumbing::gateway_ns(&cfg.prefix)) {
@@ -236,8 +263,12 @@ impl Network {
         })
         .await?;
         let cfg = config.clone();
-        let wanted: HashMap<u32, Adopt> =
-            adopt.iter().filter_map(|a| plumbing::parse_sandbox_ns(&config.prefix, &a.netns).map(|s| (s, a.clone()))).collect();
+        let wanted: HashMap<u32, Adopt> = adopt
+            .iter()
+            .filter_map(|a| {
+                plumbing::parse_sandbox_ns(&config.prefix, &a.netns).map(|s| (s, a.clone()))
+            })
+            .collect();
         let wanted_slots: Vec<u32> = wanted.keys().copied().collect();
         let (kept, removed) = blocking(move || {
             plumbing::create_gateway(&cfg)?;
@@ -279,7 +310,10 @@ impl Network {
             events,
             pool: Mutex::new(Pool::default()),
         });
-        let mut recovery = Recovery { removed, ..Recovery::default() };
+        let mut recovery = Recovery {
+            removed,
+            ..Recovery::default()
+        };
         for (slot, a) in &wanted {
             if kept.contains(slot) {
                 let mut pool = shared.pool();
@@ -287,13 +321,18 @@ impl Network {
                 pool.attached.insert(a.sandbox_id.clone(), *slot);
                 drop(pool);
                 shared.register(&a.sandbox_id, *slot, a.policy.clone());
-                recovery.adopted.push(shared.attachment(&a.sandbox_id, *slot));
+                recovery
+                    .adopted
+                    .push(shared.attachment(&a.sandbox_id, *slot));
             } else {
                 recovery.missing.push(a.sandbox_id.clone());
             }
         }
         recovery.missing.extend(
-            adopt.iter().filter(|a| plumbing::parse_sandbox_ns(&shared.config.prefix, &a.netns).is_none()).map(|a| a.sandbox_id.clone()),
+            adopt
+                .iter()
+                .filter(|a| plumbing::parse_sandbox_ns(&shared.config.prefix, &a.netns).is_none())
+                .map(|a| a.sandbox_id.clone()),
         );
         let servers = vec![
             tokio::spawn(crate::proxy::serve(shared.clone(), listener)),
@@ -301,7 +340,11 @@ impl Network {
         ];
         let refill = Arc::new(Notify::new());
         let (stop, stop_rx) = watch::channel(false);
-        let refill_task = Some(tokio::spawn(refill_loop(shared.clone(), refill.clone(), stop_rx)));
+        let refill_task = Some(tokio::spawn(refill_loop(
+            shared.clone(),
+            refill.clone(),
+            stop_rx,
+        )));
         info!(
             prefix = %shared.config.prefix,
             pool = %shared.config.pool,
@@ -309,7 +352,16 @@ impl Network {
             removed = recovery.removed.len(),
             "sandbox network gateway started"
         );
-        Ok((Network { shared, refill, stop, refill_task, servers }, recovery))
+        Ok((
+            Network {
+                shared,
+                refill,
+                stop,
+                refill_task,
+                servers,
+            },
+            recovery,
+        ))
     }
 
     /// Gives `sandbox_id` a network with `policy`: takes a prepared namespace (microseconds) or,
@@ -339,7 +391,12 @@ impl Network {
         }
         self.shared.register(sandbox_id, slot, policy);
         self.refill.notify_one();
-        debug!(sandbox_id, slot, prepared = ready, "sandbox network attached");
+        debug!(
+            sandbox_id,
+            slot,
+            prepared = ready,
+            "sandbox network attached"
+        );
         Ok(self.shared.attachment(sandbox_id, slot))
     }
 
@@ -355,7 +412,11 @@ impl Network {
             .remove(sandbox_id)
             .ok_or_else(|| NetworkError::NotAttached(sandbox_id.to_string()))?;
         let addr = self.shared.config.slot_addr(slot);
-        self.shared.sandboxes.write().unwrap_or_else(|e| e.into_inner()).remove(&addr);
+        self.shared
+            .sandboxes
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&addr);
         let cfg = self.shared.config.clone();
         blocking(move || plumbing::unplumb(&cfg, slot)).await?;
         self.shared.pool().used.remove(&slot);
@@ -407,9 +468,10 @@ impl Network {
     pub async fn wait_prepared(&self, timeout: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let pool = self.shared.pool();
-            let full = pool.prepared.len() >= self.shared.config.prepared && pool.preparing == 0;
-            drop(pool);
+            let full = {
+                let pool = self.shared.pool();
+                pool.prepared.len() >= self.shared.config.prepared && pool.preparing == 0
+            };
             if full {
                 return true;
             }
@@ -440,7 +502,11 @@ impl Network {
             plumbing::delete_gateway(&prefix)
         })
         .await?;
-        self.shared.sandboxes.write().unwrap_or_else(|e| e.into_inner()).clear();
+        self.shared
+            .sandboxes
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         *self.shared.pool() = Pool::default();
         info!(prefix = %self.shared.config.prefix, "sandbox network gateway shut down");
         Ok(())

@@ -86,10 +86,22 @@ pub fn create_gateway(config: &NetworkConfig) -> Result<()> {
     }
     cmd::run("ip", &["netns", "add", &ns], None)?;
     let setup = || -> Result<()> {
-        cmd::ip_batch(Some(&ns), &format!("link set lo up\naddr add {}/32 dev lo\n", config.gateway()))?;
+        cmd::ip_batch(
+            Some(&ns),
+            &format!("link set lo up\naddr add {}/32 dev lo\n", config.gateway()),
+        )?;
         cmd::run(
             "ip",
-            &["netns", "exec", &ns, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1", "net.ipv4.ip_forward=0"],
+            &[
+                "netns",
+                "exec",
+                &ns,
+                "sysctl",
+                "-qw",
+                "net.ipv6.conf.all.disable_ipv6=1",
+                "net.ipv6.conf.default.disable_ipv6=1",
+                "net.ipv4.ip_forward=0",
+            ],
             None,
         )?;
         cmd::nft(&ns, &ruleset(config))
@@ -132,8 +144,14 @@ pub fn plumb(config: &NetworkConfig, slot: u32, reuse: bool) -> Result<()> {
                  route add default via {gw} dev eth0\n"
             ),
         )?;
-        cmd::ip_batch(Some(&gw_ns), &format!("link set {veth} up\nroute add {addr}/32 dev {veth}\n"))?;
-        cmd::nft(&gw_ns, &format!("add element ip {NFT_TABLE} sandboxes {{ \"{veth}\" . {addr} }}\n"))
+        cmd::ip_batch(
+            Some(&gw_ns),
+            &format!("link set {veth} up\nroute add {addr}/32 dev {veth}\n"),
+        )?;
+        cmd::nft(
+            &gw_ns,
+            &format!("add element ip {NFT_TABLE} sandboxes {{ \"{veth}\" . {addr} }}\n"),
+        )
     };
     steps().inspect_err(|_| {
         let _ = unplumb(config, slot);
@@ -167,7 +185,10 @@ pub fn unplumb(config: &NetworkConfig, slot: u32) -> Result<()> {
 
 /// Slots of the sandbox namespaces that exist now for this prefix.
 pub fn existing_slots(prefix: &str) -> Result<Vec<u32>> {
-    let mut slots: Vec<u32> = cmd::netns_names()?.iter().filter_map(|n| parse_sandbox_ns(prefix, n)).collect();
+    let mut slots: Vec<u32> = cmd::netns_names()?
+        .iter()
+        .filter_map(|n| parse_sandbox_ns(prefix, n))
+        .collect();
     slots.sort_unstable();
     Ok(slots)
 }
@@ -213,14 +234,26 @@ pub fn inventory(prefix: &str) -> Result<Inventory> {
         inv.gateway_links = cmd::links(Some(&gw_ns))?.len();
         inv.gateway_routes = cmd::routes(Some(&gw_ns))?.len();
         inv.gateway_addresses = cmd::addresses(Some(&gw_ns))?.len();
-        let out = cmd::run("ip", &["netns", "exec", &gw_ns, "nft", "-j", "list", "ruleset"], None)?;
+        let out = cmd::run(
+            "ip",
+            &["netns", "exec", &gw_ns, "nft", "-j", "list", "ruleset"],
+            None,
+        )?;
         let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
-        for item in v.get("nftables").and_then(|n| n.as_array()).into_iter().flatten() {
+        for item in v
+            .get("nftables")
+            .and_then(|n| n.as_array())
+            .into_iter()
+            .flatten()
+        {
             if item.get("rule").is_some() {
                 inv.nft_rules += 1;
             }
             if let Some(set) = item.get("set") {
-                inv.nft_elements += set.get("elem").and_then(|e| e.as_array()).map_or(0, Vec::len);
+                inv.nft_elements += set
+                    .get("elem")
+                    .and_then(|e| e.as_array())
+                    .map_or(0, Vec::len);
             }
         }
     }

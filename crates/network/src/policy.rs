@@ -56,7 +56,9 @@ fn valid_domain(d: &str) -> bool {
         && d.split('.').all(|label| {
             !label.is_empty()
                 && label.len() <= 63
-                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
         })
 }
 
@@ -64,10 +66,15 @@ impl FromStr for Rule {
     type Err = NetworkError;
 
     fn from_str(entry: &str) -> Result<Self, Self::Err> {
-        let bad = |reason| NetworkError::PolicyEntry { entry: entry.to_string(), reason };
+        let bad = |reason| NetworkError::PolicyEntry {
+            entry: entry.to_string(),
+            reason,
+        };
         let s = entry.trim();
         if s.contains(':') {
-            return Err(bad("IPv6 entries are not supported (sandboxes have IPv4 only)"));
+            return Err(bad(
+                "IPv6 entries are not supported (sandboxes have IPv4 only)",
+            ));
         }
         if let Ok(net) = s.parse::<Ipv4Net>() {
             return Ok(Rule::Net(net.trunc()));
@@ -145,7 +152,11 @@ pub struct NetworkPolicy {
 
 impl Default for NetworkPolicy {
     fn default() -> Self {
-        NetworkPolicy { internet: true, allow: Vec::new(), deny: Vec::new() }
+        NetworkPolicy {
+            internet: true,
+            allow: Vec::new(),
+            deny: Vec::new(),
+        }
     }
 }
 
@@ -184,13 +195,25 @@ impl NetworkPolicy {
     /// Builds a policy from its string entries. Errors: [`NetworkError::PolicyEntry`] naming the
     /// first entry that is not a CIDR, IP, domain or `*.domain`.
     pub fn parse<S: AsRef<str>>(internet: bool, allow: &[S], deny: &[S]) -> crate::Result<Self> {
-        let parse = |list: &[S]| list.iter().map(|s| s.as_ref().parse()).collect::<Result<Vec<Rule>, _>>();
-        Ok(NetworkPolicy { internet, allow: parse(allow)?, deny: parse(deny)? })
+        let parse = |list: &[S]| {
+            list.iter()
+                .map(|s| s.as_ref().parse())
+                .collect::<Result<Vec<Rule>, _>>()
+        };
+        Ok(NetworkPolicy {
+            internet,
+            allow: parse(allow)?,
+            deny: parse(deny)?,
+        })
     }
 
     /// A policy that reaches nothing.
     pub fn offline() -> Self {
-        NetworkPolicy { internet: false, allow: Vec::new(), deny: Vec::new() }
+        NetworkPolicy {
+            internet: false,
+            allow: Vec::new(),
+            deny: Vec::new(),
+        }
     }
 
     fn has_deny_domains(&self) -> bool {
@@ -220,7 +243,12 @@ impl NetworkPolicy {
     /// Judges a connection once its name is known. `name` is the normalised SNI or `Host` (None
     /// when the connection carries none); `name_resolves_to_ip` says whether the gateway's resolver
     /// maps that name to the destination address.
-    pub fn judge_connection(&self, ip: Ipv4Addr, name: Option<&str>, name_resolves_to_ip: bool) -> Verdict {
+    pub fn judge_connection(
+        &self,
+        ip: Ipv4Addr,
+        name: Option<&str>,
+        name_resolves_to_ip: bool,
+    ) -> Verdict {
         if self.deny.iter().any(|r| r.matches_ip(ip)) {
             return Verdict::Denied;
         }
@@ -233,7 +261,9 @@ impl NetworkPolicy {
             return Verdict::Allow;
         }
         match name {
-            Some(name) if name_resolves_to_ip && self.allow.iter().any(|r| r.matches_name(name)) => {
+            Some(name)
+                if name_resolves_to_ip && self.allow.iter().any(|r| r.matches_name(name)) =>
+            {
                 Verdict::Allow
             }
             _ => Verdict::NotAllowed,
@@ -259,8 +289,12 @@ mod tests {
 
     #[test]
     fn parses_every_kind_and_refuses_junk() {
-        let p = NetworkPolicy::parse(false, &["10.0.0.0/8", "1.2.3.4", "Api.Example.com.", "*.svc.test"], &[])
-            .expect("parse");
+        let p = NetworkPolicy::parse(
+            false,
+            &["10.0.0.0/8", "1.2.3.4", "Api.Example.com.", "*.svc.test"],
+            &[],
+        )
+        .expect("parse");
         assert_eq!(p.allow[0], Rule::Net("10.0.0.0/8".parse().expect("net")));
         assert_eq!(p.allow[1], Rule::Net("1.2.3.4/32".parse().expect("net")));
         assert_eq!(p.allow[2], Rule::Domain("api.example.com".into()));
@@ -281,18 +315,37 @@ mod tests {
 
     #[test]
     fn deny_wins_and_names_need_resolution() {
-        let p = NetworkPolicy::parse(false, &["203.0.113.0/24", "ok.test"], &["203.0.113.20"]).expect("p");
+        let p = NetworkPolicy::parse(false, &["203.0.113.0/24", "ok.test"], &["203.0.113.20"])
+            .expect("p");
         assert_eq!(p.judge_ip(ip("203.0.113.20")), Verdict::Denied);
         assert_eq!(p.judge_ip(ip("203.0.113.10")), Verdict::Allow);
         assert_eq!(p.judge_ip(ip("198.51.100.9")), Verdict::NeedName);
-        assert_eq!(p.judge_connection(ip("198.51.100.9"), Some("ok.test"), true), Verdict::Allow);
-        assert_eq!(p.judge_connection(ip("198.51.100.9"), Some("ok.test"), false), Verdict::NotAllowed);
-        assert_eq!(p.judge_connection(ip("198.51.100.9"), Some("no.test"), true), Verdict::NotAllowed);
-        assert_eq!(p.judge_connection(ip("198.51.100.9"), None, false), Verdict::NotAllowed);
+        assert_eq!(
+            p.judge_connection(ip("198.51.100.9"), Some("ok.test"), true),
+            Verdict::Allow
+        );
+        assert_eq!(
+            p.judge_connection(ip("198.51.100.9"), Some("ok.test"), false),
+            Verdict::NotAllowed
+        );
+        assert_eq!(
+            p.judge_connection(ip("198.51.100.9"), Some("no.test"), true),
+            Verdict::NotAllowed
+        );
+        assert_eq!(
+            p.judge_connection(ip("198.51.100.9"), None, false),
+            Verdict::NotAllowed
+        );
         let open = NetworkPolicy::parse(true, &[] as &[&str], &["*.bad.test"]).expect("p");
         assert_eq!(open.judge_ip(ip("198.51.100.9")), Verdict::NeedName);
-        assert_eq!(open.judge_connection(ip("198.51.100.9"), Some("x.bad.test"), true), Verdict::Denied);
-        assert_eq!(open.judge_connection(ip("198.51.100.9"), None, false), Verdict::Allow);
+        assert_eq!(
+            open.judge_connection(ip("198.51.100.9"), Some("x.bad.test"), true),
+            Verdict::Denied
+        );
+        assert_eq!(
+            open.judge_connection(ip("198.51.100.9"), None, false),
+            Verdict::Allow
+        );
         assert!(!open.allows_lookup("x.bad.test"));
         assert!(open.allows_lookup("good.test"));
         assert!(!NetworkPolicy::offline().allows_lookup("good.test"));
@@ -302,7 +355,10 @@ mod tests {
     fn wire_form_round_trips_with_defaults() {
         let p: NetworkPolicy = serde_json::from_str(r#"{"allow":["*.a.test"]}"#).expect("json");
         assert!(p.internet);
-        assert_eq!(serde_json::to_value(&p).expect("ser")["allow"][0], "*.a.test");
+        assert_eq!(
+            serde_json::to_value(&p).expect("ser")["allow"][0],
+            "*.a.test"
+        );
         assert!(serde_json::from_str::<NetworkPolicy>(r#"{"deny":["nope/1"]}"#).is_err());
         assert!(serde_json::from_str::<NetworkPolicy>(r#"{"other":1}"#).is_err());
     }

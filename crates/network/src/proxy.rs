@@ -38,11 +38,18 @@ pub(crate) async fn serve(shared: Arc<Shared>, listener: TcpListener) {
 fn original_dst(stream: &TcpStream) -> std::io::Result<SocketAddrV4> {
     let sa = nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::OriginalDst)
         .map_err(std::io::Error::from)?;
-    Ok(SocketAddrV4::new(Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr)), u16::from_be(sa.sin_port)))
+    Ok(SocketAddrV4::new(
+        Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr)),
+        u16::from_be(sa.sin_port),
+    ))
 }
 
 /// Reads the client's first bytes until they name a host, carry none, or time/size runs out.
-async fn read_name(stream: &mut TcpStream, head: &mut Vec<u8>, timeout: Duration) -> Option<String> {
+async fn read_name(
+    stream: &mut TcpStream,
+    head: &mut Vec<u8>,
+    timeout: Duration,
+) -> Option<String> {
     let deadline = tokio::time::Instant::now() + timeout;
     let mut chunk = [0u8; 4096];
     loop {
@@ -91,7 +98,11 @@ async fn handle(shared: Arc<Shared>, mut stream: TcpStream, peer: Ipv4Addr) {
     match verdict {
         Verdict::Allow => {}
         Verdict::Denied | Verdict::NotAllowed | Verdict::NeedName => {
-            let reason = if verdict == Verdict::Denied { DeniedReason::Denied } else { DeniedReason::NotAllowed };
+            let reason = if verdict == Verdict::Denied {
+                DeniedReason::Denied
+            } else {
+                DeniedReason::NotAllowed
+            };
             shared.deny_tcp(&entry, dst, name, reason);
             if !head.is_empty() && head[0] != 0x16 {
                 let _ = stream.write_all(forbidden_response().as_bytes()).await;
@@ -100,21 +111,29 @@ async fn handle(shared: Arc<Shared>, mut stream: TcpStream, peer: Ipv4Addr) {
         }
     }
     Counters::add(&entry.counters.connections_allowed, 1);
-    let upstream = match tokio::time::timeout(shared.config.connect_timeout, shared.upstream.connect(dst)).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            debug!(sandbox_id = %entry.id, %dst, error = %e, "upstream connect failed");
-            return;
-        }
-        Err(_) => {
-            debug!(sandbox_id = %entry.id, %dst, "upstream connect timed out");
-            return;
-        }
-    };
+    let upstream =
+        match tokio::time::timeout(shared.config.connect_timeout, shared.upstream.connect(dst))
+            .await
+        {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                debug!(sandbox_id = %entry.id, %dst, error = %e, "upstream connect failed");
+                return;
+            }
+            Err(_) => {
+                debug!(sandbox_id = %entry.id, %dst, "upstream connect timed out");
+                return;
+            }
+        };
     splice(entry, stream, upstream, head).await;
 }
 
-async fn splice(entry: Arc<SandboxEntry>, stream: TcpStream, mut upstream: TcpStream, head: Vec<u8>) {
+async fn splice(
+    entry: Arc<SandboxEntry>,
+    stream: TcpStream,
+    mut upstream: TcpStream,
+    head: Vec<u8>,
+) {
     let _ = stream.set_nodelay(true);
     if !head.is_empty() {
         if upstream.write_all(&head).await.is_err() {
@@ -122,8 +141,13 @@ async fn splice(entry: Arc<SandboxEntry>, stream: TcpStream, mut upstream: TcpSt
         }
         Counters::add(&entry.counters.bytes_out, head.len() as u64);
     }
-    let mut sandbox = Counted { inner: stream, counters: entry };
-    let _ = tokio::io::copy_bidirectional_with_sizes(&mut sandbox, &mut upstream, COPY_BUF, COPY_BUF).await;
+    let mut sandbox = Counted {
+        inner: stream,
+        counters: entry,
+    };
+    let _ =
+        tokio::io::copy_bidirectional_with_sizes(&mut sandbox, &mut upstream, COPY_BUF, COPY_BUF)
+            .await;
 }
 
 fn forbidden_response() -> String {

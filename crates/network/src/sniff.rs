@@ -80,8 +80,14 @@ mod tests {
 
     #[test]
     fn http_host_with_and_without_port() {
-        assert_eq!(sniff(b"GET / HTTP/1.1\r\nHost: Example.COM:8080\r\n\r\n"), Sniffed::Name("example.com".into()));
-        assert_eq!(sniff(b"GET / HTTP/1.1\r\nHost: a.test\r\n"), Sniffed::Incomplete);
+        assert_eq!(
+            sniff(b"GET / HTTP/1.1\r\nHost: Example.COM:8080\r\n\r\n"),
+            Sniffed::Name("example.com".into())
+        );
+        assert_eq!(
+            sniff(b"GET / HTTP/1.1\r\nHost: a.test\r\n"),
+            Sniffed::Incomplete
+        );
         assert_eq!(sniff(b"GET / HTTP/1.1\r\n\r\n"), Sniffed::NoName);
         assert_eq!(sniff(b"SSH-2.0-OpenSSH\r\n"), Sniffed::NoName);
     }
@@ -96,7 +102,8 @@ mod tests {
             .with_root_certificates(roots)
             .with_no_client_auth();
         let name = rustls::pki_types::ServerName::try_from("Api.Example.test").expect("name");
-        let mut conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).expect("conn");
+        let mut conn =
+            rustls::ClientConnection::new(std::sync::Arc::new(config), name).expect("conn");
         let mut hello = Vec::new();
         conn.write_tls(&mut hello).expect("hello");
         assert_eq!(sniff(&hello), Sniffed::Name("api.example.test".into()));

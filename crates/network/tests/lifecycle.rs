@@ -18,7 +18,10 @@ async fn many_cycles_leave_no_links_rules_or_addresses() {
     let prefix = fx.node_prefix.clone();
     let net = fx.net();
     let host_links_before = inventory(&prefix).expect("inv").host_links;
-    assert!(net.wait_prepared(Duration::from_secs(30)).await, "pool filled");
+    assert!(
+        net.wait_prepared(Duration::from_secs(30)).await,
+        "pool filled"
+    );
     let before = inventory(&prefix).expect("inventory before");
     let prepared = net.config().prepared;
     assert_eq!(before.namespaces.len(), 1 + prepared, "{before:?}");
@@ -29,7 +32,10 @@ async fn many_cycles_leave_no_links_rules_or_addresses() {
     for i in 0..CYCLES {
         let id = format!("c{i}");
         let t = Instant::now();
-        let att = net.attach(&id, NetworkPolicy::default()).await.expect("attach");
+        let att = net
+            .attach(&id, NetworkPolicy::default())
+            .await
+            .expect("attach");
         attach_us.push(t.elapsed().as_micros());
         if i % 50 == 0 {
             // Every so often, prove the network in it really works.
@@ -37,13 +43,28 @@ async fn many_cycles_leave_no_links_rules_or_addresses() {
         }
         net.release(&id).await.expect("release");
     }
-    assert!(net.wait_prepared(Duration::from_secs(30)).await, "pool refilled");
+    assert!(
+        net.wait_prepared(Duration::from_secs(30)).await,
+        "pool refilled"
+    );
     let after = inventory(&prefix).expect("inventory after");
     // Slots rotate, so the prepared namespaces have other names; every count must match.
     let counts = |i: &cove_network::Inventory| {
-        (i.namespaces.len(), i.gateway_links, i.gateway_routes, i.gateway_addresses, i.nft_elements, i.nft_rules, i.host_links)
+        (
+            i.namespaces.len(),
+            i.gateway_links,
+            i.gateway_routes,
+            i.gateway_addresses,
+            i.nft_elements,
+            i.nft_rules,
+            i.host_links,
+        )
     };
-    assert_eq!(counts(&after), counts(&before), "leak after {CYCLES} cycles: {before:?} -> {after:?}");
+    assert_eq!(
+        counts(&after),
+        counts(&before),
+        "leak after {CYCLES} cycles: {before:?} -> {after:?}"
+    );
     attach_us.sort_unstable();
     eprintln!(
         "attach over {CYCLES} cycles: p50 {} us, p90 {} us, max {} us",
@@ -53,7 +74,10 @@ async fn many_cycles_leave_no_links_rules_or_addresses() {
     );
     fx.finish().await;
     let gone = inventory(&prefix).expect("inventory at end");
-    assert!(gone.namespaces.is_empty() && gone.nft_rules == 0, "{gone:?}");
+    assert!(
+        gone.namespaces.is_empty() && gone.nft_rules == 0,
+        "{gone:?}"
+    );
     assert_eq!(gone.host_links, host_links_before, "host links changed");
 }
 
@@ -61,26 +85,60 @@ async fn many_cycles_leave_no_links_rules_or_addresses() {
 async fn restart_adopts_claimed_namespaces_and_removes_the_rest() {
     let mut fx = Fixture::new("lrec").await;
     let prefix = fx.node_prefix.clone();
-    let keep = fx.net().attach("keep", NetworkPolicy::default()).await.expect("attach keep");
-    let lose = fx.net().attach("lose", NetworkPolicy::default()).await.expect("attach lose");
+    let keep = fx
+        .net()
+        .attach("keep", NetworkPolicy::default())
+        .await
+        .expect("attach keep");
+    let lose = fx
+        .net()
+        .attach("lose", NetworkPolicy::default())
+        .await
+        .expect("attach lose");
     assert!(fx.net().wait_prepared(Duration::from_secs(30)).await);
     // A crash: the handle goes away without cleaning up; namespaces stay.
     drop(fx.net.take());
     let left = inventory(&prefix).expect("inv");
-    assert!(left.namespaces.contains(&keep.netns) && left.namespaces.contains(&lose.netns), "{left:?}");
+    assert!(
+        left.namespaces.contains(&keep.netns) && left.namespaces.contains(&lose.netns),
+        "{left:?}"
+    );
 
     let adopt = vec![
-        Adopt { sandbox_id: "keep".into(), netns: keep.netns.clone(), policy: NetworkPolicy::default() },
-        Adopt { sandbox_id: "gone".into(), netns: format!("{prefix}-s999"), policy: NetworkPolicy::default() },
+        Adopt {
+            sandbox_id: "keep".into(),
+            netns: keep.netns.clone(),
+            policy: NetworkPolicy::default(),
+        },
+        Adopt {
+            sandbox_id: "gone".into(),
+            netns: format!("{prefix}-s999"),
+            policy: NetworkPolicy::default(),
+        },
     ];
-    let (net, recovery) = Network::start(fx.lab().network_config(&prefix), adopt).await.expect("restart");
+    let (net, recovery) = Network::start(fx.lab().network_config(&prefix), adopt)
+        .await
+        .expect("restart");
     fx.net = Some(net);
-    assert_eq!(recovery.adopted, vec![keep.clone()], "same namespace and address");
+    assert_eq!(
+        recovery.adopted,
+        vec![keep.clone()],
+        "same namespace and address"
+    );
     assert_eq!(recovery.missing, vec!["gone".to_string()]);
     assert!(recovery.removed.contains(&lose.netns), "{recovery:?}");
     let now = inventory(&prefix).expect("inv");
     assert!(!now.namespaces.contains(&lose.netns), "{now:?}");
-    assert!(http(&keep.netns, WEB_A, 80, "a").await.is_ok(), "adopted sandbox works through the new gateway");
-    assert_eq!(fx.net().counters("keep").expect("counters").connections_allowed, 1);
+    assert!(
+        http(&keep.netns, WEB_A, 80, "a").await.is_ok(),
+        "adopted sandbox works through the new gateway"
+    );
+    assert_eq!(
+        fx.net()
+            .counters("keep")
+            .expect("counters")
+            .connections_allowed,
+        1
+    );
     fx.finish().await;
 }

@@ -12,7 +12,7 @@ use crate::error::{NetworkError, Result};
 use crate::network::Network;
 use crate::policy::NetworkPolicy;
 
-/// Results of [`bench`]. Times in microseconds, throughput in MiB/s.
+/// Results of [`bench()`]. Times in microseconds, throughput in MiB/s.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
     /// Rounds of connection setup measured per path.
@@ -36,10 +36,14 @@ pub struct BenchReport {
 }
 
 fn request(dest: SocketAddrV4, path: &str) -> std::result::Result<u64, String> {
-    let mut s = TcpStream::connect_timeout(&SocketAddr::V4(dest), Duration::from_secs(5)).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(Duration::from_secs(30))).map_err(|e| e.to_string())?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: bench.test\r\nConnection: close\r\n\r\n").as_bytes())
+    let mut s = TcpStream::connect_timeout(&SocketAddr::V4(dest), Duration::from_secs(5))
         .map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .map_err(|e| e.to_string())?;
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: bench.test\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .map_err(|e| e.to_string())?;
     let mut buf = vec![0u8; 256 * 1024];
     let mut total = 0u64;
     loop {
@@ -62,22 +66,25 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 fn measure(ns: &str, rounds: usize, bytes: u64) -> Result<(Vec<f64>, f64)> {
     check_route(ns, WEB_A)?;
     let dest = SocketAddrV4::new(WEB_A, 80);
-    cmd::run_in_netns(ns, move || -> std::result::Result<(Vec<f64>, f64), String> {
-        let mut lat = Vec::with_capacity(rounds);
-        for _ in 0..rounds {
+    cmd::run_in_netns(
+        ns,
+        move || -> std::result::Result<(Vec<f64>, f64), String> {
+            let mut lat = Vec::with_capacity(rounds);
+            for _ in 0..rounds {
+                let t = Instant::now();
+                request(dest, "/")?;
+                lat.push(t.elapsed().as_secs_f64() * 1e6);
+            }
+            lat.sort_by(f64::total_cmp);
             let t = Instant::now();
-            request(dest, "/")?;
-            lat.push(t.elapsed().as_secs_f64() * 1e6);
-        }
-        lat.sort_by(f64::total_cmp);
-        let t = Instant::now();
-        let got = request(dest, &format!("/bytes/{bytes}"))?;
-        let secs = t.elapsed().as_secs_f64();
-        if got < bytes {
-            return Err(format!("download stopped at {got} of {bytes} bytes"));
-        }
-        Ok((lat, bytes as f64 / (1024.0 * 1024.0) / secs))
-    })?
+            let got = request(dest, &format!("/bytes/{bytes}"))?;
+            let secs = t.elapsed().as_secs_f64();
+            if got < bytes {
+                return Err(format!("download stopped at {got} of {bytes} bytes"));
+            }
+            Ok((lat, bytes as f64 / (1024.0 * 1024.0) / secs))
+        },
+    )?
     .map_err(|e| NetworkError::io("bench", std::io::Error::other(e)))
 }
 
@@ -101,18 +108,21 @@ async fn run(lab: &FakeInternet, prefix: &str, rounds: usize, bytes: u64) -> Res
         let mut attach = Vec::new();
         for i in 0..3 {
             let t = Instant::now();
-            net.attach(&format!("bench-{i}"), NetworkPolicy::default()).await?;
+            net.attach(&format!("bench-{i}"), NetworkPolicy::default())
+                .await?;
             attach.push(t.elapsed().as_secs_f64() * 1e6);
         }
         attach.sort_by(f64::total_cmp);
         let sbx = net.attachment("bench-0")?.netns;
         let direct_ns = lab.direct_ns.clone();
-        let (direct, direct_mib_s) = tokio::task::spawn_blocking(move || measure(&direct_ns, rounds, bytes))
-            .await
-            .map_err(|e| NetworkError::io("bench", std::io::Error::other(e.to_string())))??;
-        let (gateway, gateway_mib_s) = tokio::task::spawn_blocking(move || measure(&sbx, rounds, bytes))
-            .await
-            .map_err(|e| NetworkError::io("bench", std::io::Error::other(e.to_string())))??;
+        let (direct, direct_mib_s) =
+            tokio::task::spawn_blocking(move || measure(&direct_ns, rounds, bytes))
+                .await
+                .map_err(|e| NetworkError::io("bench", std::io::Error::other(e.to_string())))??;
+        let (gateway, gateway_mib_s) =
+            tokio::task::spawn_blocking(move || measure(&sbx, rounds, bytes))
+                .await
+                .map_err(|e| NetworkError::io("bench", std::io::Error::other(e.to_string())))??;
         Ok(BenchReport {
             rounds,
             download_bytes: bytes,

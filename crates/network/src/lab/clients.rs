@@ -18,11 +18,22 @@ pub type Reply = std::result::Result<String, String>;
 
 /// Errors unless `ip -n ns route get dest` names a device that is in `ns`.
 pub fn check_route(ns: &str, dest: Ipv4Addr) -> Result<()> {
-    let out = cmd::run("ip", &["-j", "-n", ns, "route", "get", &dest.to_string()], None)?;
+    let out = cmd::run(
+        "ip",
+        &["-j", "-n", ns, "route", "get", &dest.to_string()],
+        None,
+    )?;
     let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
-    let dev = v.get(0).and_then(|r| r.get("dev")).and_then(|d| d.as_str()).unwrap_or("").to_string();
+    let dev = v
+        .get(0)
+        .and_then(|r| r.get("dev"))
+        .and_then(|d| d.as_str())
+        .unwrap_or("")
+        .to_string();
     if dev.is_empty() || !cmd::links(Some(ns))?.contains(&dev) {
-        return Err(NetworkError::Config(format!("route from {ns} to {dest} leaves through {dev:?}, not a device of {ns}; not sending")));
+        return Err(NetworkError::Config(format!(
+            "route from {ns} to {dest} leaves through {dev:?}, not a device of {ns}; not sending"
+        )));
     }
     Ok(())
 }
@@ -32,7 +43,9 @@ fn parse_reply(raw: &[u8]) -> Reply {
         return Err("closed without a response".into());
     }
     let text = String::from_utf8_lossy(raw);
-    let (head, body) = text.split_once("\r\n\r\n").ok_or_else(|| format!("truncated response: {text:?}"))?;
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("truncated response: {text:?}"))?;
     let status = head.lines().next().unwrap_or("");
     if status.split_whitespace().nth(1) != Some("200") {
         return Err(format!("status: {status}"));
@@ -57,25 +70,41 @@ fn read_all(s: &mut impl Read) -> std::result::Result<Vec<u8>, String> {
 }
 
 fn connect(dest: SocketAddrV4, timeout: Duration) -> std::result::Result<TcpStream, String> {
-    let s = TcpStream::connect_timeout(&SocketAddr::V4(dest), timeout).map_err(|e| format!("connect: {e}"))?;
-    s.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
-    s.set_write_timeout(Some(timeout)).map_err(|e| e.to_string())?;
+    let s = TcpStream::connect_timeout(&SocketAddr::V4(dest), timeout)
+        .map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    s.set_write_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
     Ok(s)
 }
 
 /// `GET path` with `Host: host` to `dest`, from inside `ns`.
-pub fn http_get(ns: &str, dest: SocketAddrV4, host: &str, path: &str, timeout: Duration) -> Result<Reply> {
+pub fn http_get(
+    ns: &str,
+    dest: SocketAddrV4,
+    host: &str,
+    path: &str,
+    timeout: Duration,
+) -> Result<Reply> {
     check_route(ns, *dest.ip())?;
     let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
     cmd::run_in_netns(ns, move || {
         let mut s = connect(dest, timeout)?;
-        s.write_all(req.as_bytes()).map_err(|e| format!("write: {e}"))?;
+        s.write_all(req.as_bytes())
+            .map_err(|e| format!("write: {e}"))?;
         parse_reply(&read_all(&mut s)?)
     })
 }
 
 /// HTTPS `GET /` to `dest` with TLS server name `sni`, trusting only `ca_pem`, from inside `ns`.
-pub fn https_get(ns: &str, dest: SocketAddrV4, sni: &str, ca_pem: &str, timeout: Duration) -> Result<Reply> {
+pub fn https_get(
+    ns: &str,
+    dest: SocketAddrV4,
+    sni: &str,
+    ca_pem: &str,
+    timeout: Duration,
+) -> Result<Reply> {
     check_route(ns, *dest.ip())?;
     let (sni, ca_pem) = (sni.to_string(), ca_pem.to_string());
     cmd::run_in_netns(ns, move || {
@@ -89,19 +118,24 @@ pub fn https_get(ns: &str, dest: SocketAddrV4, sni: &str, ca_pem: &str, timeout:
             .map_err(|e| e.to_string())?
             .with_root_certificates(roots)
             .with_no_client_auth();
-        let name = rustls::pki_types::ServerName::try_from(sni.clone()).map_err(|e| e.to_string())?;
-        let conn = rustls::ClientConnection::new(Arc::new(config), name).map_err(|e| e.to_string())?;
+        let name =
+            rustls::pki_types::ServerName::try_from(sni.clone()).map_err(|e| e.to_string())?;
+        let conn =
+            rustls::ClientConnection::new(Arc::new(config), name).map_err(|e| e.to_string())?;
         let sock = connect(dest, timeout)?;
         let mut tls = rustls::StreamOwned::new(conn, sock);
         let req = format!("GET / HTTP/1.1\r\nHost: {sni}\r\nConnection: close\r\n\r\n");
-        tls.write_all(req.as_bytes()).map_err(|e| format!("tls: {e}"))?;
+        tls.write_all(req.as_bytes())
+            .map_err(|e| format!("tls: {e}"))?;
         parse_reply(&read_all(&mut tls)?)
     })
 }
 
 fn pem_certs(pem: &[u8]) -> Vec<rustls::pki_types::CertificateDer<'static>> {
     use rustls::pki_types::pem::PemObject;
-    rustls::pki_types::CertificateDer::pem_slice_iter(pem).filter_map(|c| c.ok()).collect()
+    rustls::pki_types::CertificateDer::pem_slice_iter(pem)
+        .filter_map(|c| c.ok())
+        .collect()
 }
 
 /// A DNS answer: its response code and the A records in it.
@@ -115,21 +149,36 @@ pub struct DnsAnswer {
 
 /// Asks `server` for the A record of `name` over UDP from inside `ns`. `Err(..)` inside = no
 /// answer within `timeout`.
-pub fn dns_query(ns: &str, server: SocketAddrV4, name: &str, timeout: Duration) -> Result<std::result::Result<DnsAnswer, String>> {
+pub fn dns_query(
+    ns: &str,
+    server: SocketAddrV4,
+    name: &str,
+    timeout: Duration,
+) -> Result<std::result::Result<DnsAnswer, String>> {
     check_route(ns, *server.ip())?;
     let name = name.to_string();
     cmd::run_in_netns(ns, move || {
         let mut msg = Message::query();
         msg.metadata.recursion_desired = true;
-        msg.add_query(Query::query(Name::from_ascii(format!("{name}.")).map_err(|e| e.to_string())?, RecordType::A));
+        msg.add_query(Query::query(
+            Name::from_ascii(format!("{name}.")).map_err(|e| e.to_string())?,
+            RecordType::A,
+        ));
         let id = msg.metadata.id;
         let sock = UdpSocket::bind("0.0.0.0:0").map_err(|e| e.to_string())?;
-        sock.set_read_timeout(Some(timeout)).map_err(|e| e.to_string())?;
-        sock.send_to(&msg.to_vec().map_err(|e| e.to_string())?, SocketAddr::V4(server)).map_err(|e| format!("send: {e}"))?;
+        sock.set_read_timeout(Some(timeout))
+            .map_err(|e| e.to_string())?;
+        sock.send_to(
+            &msg.to_vec().map_err(|e| e.to_string())?,
+            SocketAddr::V4(server),
+        )
+        .map_err(|e| format!("send: {e}"))?;
         let mut buf = [0u8; 4096];
         for _ in 0..4 {
             let n = sock.recv(&mut buf).map_err(|e| format!("no answer: {e}"))?;
-            let Ok(reply) = Message::from_vec(&buf[..n]) else { continue };
+            let Ok(reply) = Message::from_vec(&buf[..n]) else {
+                continue;
+            };
             if reply.metadata.id != id {
                 continue;
             }
@@ -141,7 +190,10 @@ pub fn dns_query(ns: &str, server: SocketAddrV4, name: &str, timeout: Duration) 
                     _ => None,
                 })
                 .collect();
-            return Ok(DnsAnswer { code: reply.metadata.response_code, ips });
+            return Ok(DnsAnswer {
+                code: reply.metadata.response_code,
+                ips,
+            });
         }
         Err("no matching answer".to_string())
     })

@@ -85,8 +85,12 @@ impl FakeInternet {
         let host_routes = cmd::routes(None)?;
         for r in RANGES {
             let r: Ipv4Net = r.parse().expect("static range");
-            if let Some(hit) = host_routes.iter().find(|h| h.prefix_len() > 0 && (h.contains(&r.network()) || r.contains(&h.network()))) {
-                return Err(NetworkError::Config(format!("host route {hit} overlaps lab range {r}; refusing to build a fake internet")));
+            if let Some(hit) = host_routes.iter().find(|h| {
+                h.prefix_len() > 0 && (h.contains(&r.network()) || r.contains(&h.network()))
+            }) {
+                return Err(NetworkError::Config(format!(
+                    "host route {hit} overlaps lab range {r}; refusing to build a fake internet"
+                )));
             }
         }
         let lab = |s: &str| format!("{prefix}-{s}");
@@ -127,7 +131,15 @@ impl FakeInternet {
                 return Err(e);
             }
         };
-        Ok(FakeInternet { prefix: prefix.to_string(), upstream_ns: up, inet_ns: inet, direct_ns: direct, ca_pem, dns_queries, tasks })
+        Ok(FakeInternet {
+            prefix: prefix.to_string(),
+            upstream_ns: up,
+            inet_ns: inet,
+            direct_ns: direct,
+            ca_pem,
+            dns_queries,
+            tasks,
+        })
     }
 
     /// A network config whose upstream is this fake internet: pool [`LAB_POOL`], the given node
@@ -135,7 +147,10 @@ impl FakeInternet {
     pub fn network_config(&self, node_prefix: &str) -> NetworkConfig {
         let mut c = NetworkConfig::new(
             LAB_POOL.parse().expect("static pool"),
-            Upstream { netns: Some(self.upstream_ns.clone()), resolver: SocketAddrV4::new(DNS_ADDR, 53) },
+            Upstream {
+                netns: Some(self.upstream_ns.clone()),
+                resolver: SocketAddrV4::new(DNS_ADDR, 53),
+            },
         );
         c.prefix = node_prefix.to_string();
         c.prepared = 4;

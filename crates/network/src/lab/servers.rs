@@ -21,22 +21,40 @@ fn bind_err(what: &str) -> impl FnOnce(std::io::Error) -> NetworkError + '_ {
 }
 
 fn tls_err(e: impl std::fmt::Display) -> NetworkError {
-    NetworkError::io("lab: test certificates", std::io::Error::other(e.to_string()))
+    NetworkError::io(
+        "lab: test certificates",
+        std::io::Error::other(e.to_string()),
+    )
 }
 
 /// Starts every server; returns the CA PEM, the tasks and the DNS question counter.
-pub(super) async fn start(inet: &SocketMaker, up: &SocketMaker) -> Result<(String, Vec<JoinHandle<()>>, Arc<AtomicU64>)> {
+pub(super) async fn start(
+    inet: &SocketMaker,
+    up: &SocketMaker,
+) -> Result<(String, Vec<JoinHandle<()>>, Arc<AtomicU64>)> {
     let mut tasks = Vec::new();
     for (ip, label) in [(WEB_A, "web-a"), (WEB_B, "web-b"), (METADATA, "metadata")] {
-        let l = inet.listen(SocketAddrV4::new(ip, 80)).await.map_err(bind_err(label))?;
+        let l = inet
+            .listen(SocketAddrV4::new(ip, 80))
+            .await
+            .map_err(bind_err(label))?;
         tasks.push(tokio::spawn(http_server(l, label)));
     }
-    let l = up.listen(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, HOST_SERVICE_PORT)).await.map_err(bind_err("host service"))?;
+    let l = up
+        .listen(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, HOST_SERVICE_PORT))
+        .await
+        .map_err(bind_err("host service"))?;
     tasks.push(tokio::spawn(http_server(l, "host-service")));
     let (ca_pem, acceptor) = tls_setup()?;
-    let l = inet.listen(SocketAddrV4::new(WEB_A, 443)).await.map_err(bind_err("https"))?;
+    let l = inet
+        .listen(SocketAddrV4::new(WEB_A, 443))
+        .await
+        .map_err(bind_err("https"))?;
     tasks.push(tokio::spawn(https_server(l, acceptor)));
-    let dns = inet.udp_bound(SocketAddrV4::new(DNS_ADDR, 53)).await.map_err(bind_err("dns"))?;
+    let dns = inet
+        .udp_bound(SocketAddrV4::new(DNS_ADDR, 53))
+        .await
+        .map_err(bind_err("dns"))?;
     let queries = Arc::new(AtomicU64::new(0));
     tasks.push(tokio::spawn(dns_server(dns, queries.clone())));
     Ok((ca_pem, tasks, queries))
@@ -45,13 +63,18 @@ pub(super) async fn start(inet: &SocketMaker, up: &SocketMaker) -> Result<(Strin
 fn tls_setup() -> Result<(String, tokio_rustls::TlsAcceptor)> {
     let mut ca_params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(tls_err)?;
     ca_params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-    ca_params.distinguished_name.push(rcgen::DnType::CommonName, "cove lab test CA");
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "cove lab test CA");
     let ca_key = rcgen::KeyPair::generate().map_err(tls_err)?;
     let ca = rcgen::CertifiedIssuer::self_signed(ca_params, ca_key).map_err(tls_err)?;
-    let leaf_params = rcgen::CertificateParams::new(vec!["allowed.test".to_string(), "other.test".to_string()]).map_err(tls_err)?;
+    let leaf_params =
+        rcgen::CertificateParams::new(vec!["allowed.test".to_string(), "other.test".to_string()])
+            .map_err(tls_err)?;
     let leaf_key = rcgen::KeyPair::generate().map_err(tls_err)?;
     let leaf = leaf_params.signed_by(&leaf_key, &ca).map_err(tls_err)?;
-    let key = rustls::pki_types::PrivateKeyDer::try_from(leaf_key.serialize_der()).map_err(tls_err)?;
+    let key =
+        rustls::pki_types::PrivateKeyDer::try_from(leaf_key.serialize_der()).map_err(tls_err)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -67,7 +90,10 @@ async fn read_head<S: AsyncRead + Unpin>(s: &mut S) -> Option<(String, String)> 
     let mut buf = Vec::new();
     let mut chunk = [0u8; 2048];
     for _ in 0..32 {
-        let n = tokio::time::timeout(std::time::Duration::from_secs(5), s.read(&mut chunk)).await.ok()?.ok()?;
+        let n = tokio::time::timeout(std::time::Duration::from_secs(5), s.read(&mut chunk))
+            .await
+            .ok()?
+            .ok()?;
         if n == 0 {
             return None;
         }
@@ -88,9 +114,21 @@ async fn read_head<S: AsyncRead + Unpin>(s: &mut S) -> Option<(String, String)> 
 }
 
 /// Answers `/bytes/N` with N zero bytes, anything else with `site=LABEL host=HOST`.
-async fn respond<S: AsyncWrite + Unpin>(s: &mut S, label: &str, path: &str, host: &str) -> std::io::Result<()> {
-    if let Some(n) = path.strip_prefix("/bytes/").and_then(|n| n.parse::<u64>().ok()) {
-        s.write_all(format!("HTTP/1.1 200 OK\r\ncontent-length: {n}\r\nconnection: close\r\n\r\n").as_bytes()).await?;
+async fn respond<S: AsyncWrite + Unpin>(
+    s: &mut S,
+    label: &str,
+    path: &str,
+    host: &str,
+) -> std::io::Result<()> {
+    if let Some(n) = path
+        .strip_prefix("/bytes/")
+        .and_then(|n| n.parse::<u64>().ok())
+    {
+        s.write_all(
+            format!("HTTP/1.1 200 OK\r\ncontent-length: {n}\r\nconnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await?;
         let block = vec![0u8; 256 * 1024];
         let mut left = n;
         while left > 0 {
@@ -100,7 +138,14 @@ async fn respond<S: AsyncWrite + Unpin>(s: &mut S, label: &str, path: &str, host
         }
     } else {
         let body = format!("site={label} host={host}");
-        s.write_all(format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len()).as_bytes()).await?;
+        s.write_all(
+            format!(
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .await?;
     }
     s.shutdown().await
 }
@@ -119,7 +164,9 @@ async fn https_server(l: TcpListener, acceptor: tokio_rustls::TlsAcceptor) {
     while let Ok((s, _)) = l.accept().await {
         let acceptor = acceptor.clone();
         tokio::spawn(async move {
-            let Ok(mut tls) = acceptor.accept(s).await else { return };
+            let Ok(mut tls) = acceptor.accept(s).await else {
+                return;
+            };
             let sni = tls.get_ref().1.server_name().unwrap_or("").to_string();
             if let Some((path, host)) = read_head(&mut tls).await {
                 let _ = respond(&mut tls, &format!("tls-{sni}"), &path, &host).await;
@@ -132,8 +179,12 @@ async fn dns_server(socket: UdpSocket, queries: Arc<AtomicU64>) {
     let mut buf = vec![0u8; 4096];
     while let Ok((n, from)) = socket.recv_from(&mut buf).await {
         queries.fetch_add(1, Ordering::Relaxed);
-        let Ok(req) = Message::from_vec(&buf[..n]) else { continue };
-        let Some(q) = req.queries.first() else { continue };
+        let Ok(req) = Message::from_vec(&buf[..n]) else {
+            continue;
+        };
+        let Some(q) = req.queries.first() else {
+            continue;
+        };
         let name = normalize_name(&q.name.to_ascii());
         let mut reply = Message::response(req.metadata.id, req.metadata.op_code);
         reply.metadata.message_type = MessageType::Response;
@@ -152,4 +203,3 @@ async fn dns_server(socket: UdpSocket, queries: Arc<AtomicU64>) {
         }
     }
 }
-

@@ -13,7 +13,10 @@ use cove_network::{plumbing, Network, NetworkPolicy};
 pub const TIMEOUT: Duration = Duration::from_secs(3);
 
 pub fn require_root() {
-    assert!(nix::unistd::geteuid().is_root(), "these tests create network namespaces and need root");
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "these tests create network namespaces and need root"
+    );
 }
 
 /// Deletes every namespace of a node prefix and of a lab prefix (sync, for Drop).
@@ -22,9 +25,16 @@ pub fn sweep(node_prefix: &str, lab_prefix: &str) {
     for n in names {
         let ours = n == plumbing::gateway_ns(node_prefix)
             || plumbing::parse_sandbox_ns(node_prefix, &n).is_some()
-            || [format!("{lab_prefix}-up"), format!("{lab_prefix}-inet"), format!("{lab_prefix}-direct")].contains(&n);
+            || [
+                format!("{lab_prefix}-up"),
+                format!("{lab_prefix}-inet"),
+                format!("{lab_prefix}-direct"),
+            ]
+            .contains(&n);
         if ours {
-            let _ = std::process::Command::new("ip").args(["netns", "del", &n]).status();
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "del", &n])
+                .status();
         }
     }
 }
@@ -42,9 +52,20 @@ impl Fixture {
         require_root();
         let (node_prefix, lab_prefix) = (format!("{name}n"), format!("{name}l"));
         sweep(&node_prefix, &lab_prefix);
-        let mut fx = Fixture { lab: None, net: None, node_prefix: node_prefix.clone(), lab_prefix: lab_prefix.clone() };
-        fx.lab = Some(FakeInternet::create(&lab_prefix).await.expect("fake internet"));
-        let (net, _) = Network::start(fx.lab().network_config(&node_prefix), Vec::new()).await.expect("gateway");
+        let mut fx = Fixture {
+            lab: None,
+            net: None,
+            node_prefix: node_prefix.clone(),
+            lab_prefix: lab_prefix.clone(),
+        };
+        fx.lab = Some(
+            FakeInternet::create(&lab_prefix)
+                .await
+                .expect("fake internet"),
+        );
+        let (net, _) = Network::start(fx.lab().network_config(&node_prefix), Vec::new())
+            .await
+            .expect("gateway");
         fx.net = Some(net);
         fx
     }
@@ -71,7 +92,11 @@ impl Fixture {
             lab.destroy().expect("destroy lab");
         }
         let inv = cove_network::inventory(&self.node_prefix).expect("inventory");
-        assert!(inv.namespaces.is_empty(), "left behind: {:?}", inv.namespaces);
+        assert!(
+            inv.namespaces.is_empty(),
+            "left behind: {:?}",
+            inv.namespaces
+        );
     }
 }
 
@@ -93,24 +118,30 @@ pub fn policy(internet: bool, allow: &[&str], deny: &[&str]) -> NetworkPolicy {
 
 pub async fn http(ns: &str, ip: Ipv4Addr, port: u16, host: &str) -> lab::Reply {
     let (ns, host) = (ns.to_string(), host.to_string());
-    tokio::task::spawn_blocking(move || lab::http_get(&ns, SocketAddrV4::new(ip, port), &host, "/", TIMEOUT))
-        .await
-        .expect("join")
-        .expect("client setup")
+    tokio::task::spawn_blocking(move || {
+        lab::http_get(&ns, SocketAddrV4::new(ip, port), &host, "/", TIMEOUT)
+    })
+    .await
+    .expect("join")
+    .expect("client setup")
 }
 
 pub async fn https(ns: &str, ip: Ipv4Addr, sni: &str, ca: &str) -> lab::Reply {
     let (ns, sni, ca) = (ns.to_string(), sni.to_string(), ca.to_string());
-    tokio::task::spawn_blocking(move || lab::https_get(&ns, SocketAddrV4::new(ip, 443), &sni, &ca, TIMEOUT))
-        .await
-        .expect("join")
-        .expect("client setup")
+    tokio::task::spawn_blocking(move || {
+        lab::https_get(&ns, SocketAddrV4::new(ip, 443), &sni, &ca, TIMEOUT)
+    })
+    .await
+    .expect("join")
+    .expect("client setup")
 }
 
 pub async fn dns(ns: &str, server: Ipv4Addr, name: &str) -> Result<DnsAnswer, String> {
     let (ns, name) = (ns.to_string(), name.to_string());
-    tokio::task::spawn_blocking(move || lab::dns_query(&ns, SocketAddrV4::new(server, 53), &name, TIMEOUT))
-        .await
-        .expect("join")
-        .expect("client setup")
+    tokio::task::spawn_blocking(move || {
+        lab::dns_query(&ns, SocketAddrV4::new(server, 53), &name, TIMEOUT)
+    })
+    .await
+    .expect("join")
+    .expect("client setup")
 }
