@@ -17,6 +17,9 @@ pub struct Upstream {
     /// The DNS resolver the gateway forwards allowed questions to (production: the host's resolver,
     /// see [`Upstream::host`]).
     pub resolver: SocketAddrV4,
+    /// PEM of the CAs upstream servers must chain to when the gateway terminates TLS (secret
+    /// substitution); `None` = the host's trust store.
+    pub tls_roots_pem: Option<String>,
 }
 
 impl Upstream {
@@ -35,6 +38,7 @@ impl Upstream {
         Ok(Upstream {
             netns: None,
             resolver: SocketAddrV4::new(resolver, 53),
+            tls_roots_pem: None,
         })
     }
 }
@@ -231,6 +235,7 @@ mod tests {
             Upstream {
                 netns: None,
                 resolver: "127.0.0.53:53".parse().expect("sa"),
+                tls_roots_pem: None,
             },
         )
     }

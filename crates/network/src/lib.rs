@@ -41,15 +41,21 @@
 //! * **Node shutdown**: [`Network::shutdown`] removes everything; dropping the handle instead
 //!   stops serving and leaves the namespaces for the next start's recovery.
 //!
-//! # Not done here
-//! TLS interception and secret substitution (issue 9, item 5) are not implemented; UDP other
-//! than DNS and IPv6 are not forwarded.
+//! * **Secrets** (on create, after attach): [`Network::intercept`]`(id, secrets)` →
+//!   [`Interception`]: install `ca_pem` in the sandbox's trust store and set each secret's
+//!   environment variable to its placeholder. The value stays in the node.
+//!
+//! # Limits
+//! Interception covers TLS on port 443 toward hosts a secret names, HTTP/1.1 inside (ALPN
+//! `http/1.1`); plain HTTP never gets a secret. UDP other than DNS and IPv6 are not forwarded.
+//! DNS is UDP only.
 
 pub mod cmd;
 pub mod config;
 mod counters;
 mod dns;
 pub mod error;
+mod intercept;
 pub mod lab;
 mod network;
 pub mod plumbing;
@@ -62,6 +68,7 @@ pub use cmd::run_in_netns;
 pub use config::{Floor, NetworkConfig, Upstream};
 pub use counters::{DeniedEvent, DeniedReason, NetworkCounters};
 pub use error::{NetworkError, Result};
+pub use intercept::{Interception, Secret};
 pub use network::{Adopt, Attachment, Network, Recovery};
 pub use plumbing::{inventory, Inventory};
 pub use policy::{NetworkPolicy, Rule, Verdict};

@@ -1,10 +1,10 @@
 //! The node's network handle: starts the gateway (with crash recovery), hands out sandbox
 //! networks from the prepared pool, applies policy changes, and tears everything down.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -17,6 +17,7 @@ use crate::config::{Floor, NetworkConfig};
 use crate::counters::{Counters, DeniedEvent, DeniedReason, NetworkCounters};
 use crate::dns::{self, NameCache};
 use crate::error::{NetworkError, Result};
+use crate::intercept::{self, Interception, SandboxTls, Secret};
 use crate::plumbing;
 use crate::policy::NetworkPolicy;
 use crate::sockets::SocketMaker;
@@ -71,10 +72,15 @@ pub struct Recovery {
 pub(crate) struct SandboxEntry {
     pub id: String,
     policy: RwLock<Arc<NetworkPolicy>>,
+    tls: RwLock<Option<Arc<SandboxTls>>>,
     pub counters: Counters,
 }
 
 impl SandboxEntry {
+    pub(crate) fn tls(&self) -> Option<Arc<SandboxTls>> {
+        self.tls.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     pub(crate) fn policy(&self) -> Arc<NetworkPolicy> {
         self.policy
             .read()
@@ -115,6 +121,7 @@ pub(crate) struct Shared {
     sandboxes: RwLock<HashMap<Ipv4Addr, Arc<SandboxEntry>>>,
     events: broadcast::Sender<DeniedEvent>,
     pool: Mutex<Pool>,
+    upstream_tls: OnceLock<Arc<rustls::ClientConfig>>,
 }
 
 impl Shared {
@@ -124,6 +131,15 @@ impl Shared {
             .unwrap_or_else(|e| e.into_inner())
             .get(&ip)
             .cloned()
+    }
+
+    /// The upstream TLS client config (built on first use).
+    pub(crate) fn upstream_tls(&self) -> Result<Arc<rustls::ClientConfig>> {
+        if let Some(c) = self.upstream_tls.get() {
+            return Ok(c.clone());
+        }
+        let c = intercept::upstream_client_config(self.config.upstream.tls_roots_pem.as_deref())?;
+        Ok(self.upstream_tls.get_or_init(|| c).clone())
     }
 
     fn pool(&self) -> std::sync::MutexGuard<'_, Pool> {
@@ -186,6 +202,7 @@ impl Shared {
         let entry = Arc::new(SandboxEntry {
             id: id.to_string(),
             policy: RwLock::new(Arc::new(policy)),
+            tls: RwLock::new(None),
             counters: Counters::default(),
         });
         self.sandboxes
@@ -309,6 +326,7 @@ impl Network {
             sandboxes: RwLock::new(HashMap::new()),
             events,
             pool: Mutex::new(Pool::default()),
+            upstream_tls: OnceLock::new(),
         });
         let mut recovery = Recovery {
             removed,
@@ -430,6 +448,33 @@ impl Network {
         let entry = self.shared.entry_of(sandbox_id)?;
         *entry.policy.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(policy);
         Ok(())
+    }
+
+    /// Turns on secret substitution for the sandbox: makes its CA (install `ca_pem` in the
+    /// sandbox's trust store) and a placeholder per secret (put it in the sandbox's environment
+    /// instead of the value). TLS connections on port 443 toward a host a secret names are then
+    /// terminated by the gateway, which verifies the upstream server and replaces the placeholder
+    /// with the value in request headers; requests toward other hosts keep the placeholder.
+    /// Calling it again replaces the CA and the secrets. Errors: [`NetworkError::NotAttached`],
+    /// [`NetworkError::Config`] for a bad secret.
+    pub fn intercept(
+        &self,
+        sandbox_id: &str,
+        secrets: BTreeMap<String, Secret>,
+    ) -> Result<Interception> {
+        let entry = self.shared.entry_of(sandbox_id)?;
+        let (tls, interception) = SandboxTls::new(sandbox_id, secrets)?;
+        *entry.tls.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(tls));
+        Ok(interception)
+    }
+
+    /// The sandbox CA's PEM when interception is on. Errors: [`NetworkError::NotAttached`].
+    pub fn ca_pem(&self, sandbox_id: &str) -> Result<Option<String>> {
+        Ok(self
+            .shared
+            .entry_of(sandbox_id)?
+            .tls()
+            .map(|t| t.ca_pem().to_string()))
     }
 
     /// The sandbox's current policy. Errors: [`NetworkError::NotAttached`].

@@ -11,6 +11,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tracing::{debug, warn};
 
 use crate::counters::{Counted, Counters, DeniedReason};
+use crate::intercept::Prefixed;
 use crate::network::{SandboxEntry, Shared};
 use crate::policy::Verdict;
 use crate::sniff::{sniff, Sniffed, MAX_SNIFF};
@@ -87,13 +88,16 @@ async fn handle(shared: Arc<Shared>, mut stream: TcpStream, peer: Ipv4Addr) {
     let mut head = Vec::new();
     let mut name = None;
     let mut verdict = policy.judge_ip(ip);
-    if verdict == Verdict::NeedName {
+    let tls = entry.tls();
+    let intercepting = tls.is_some() && dst.port() == 443 && verdict == Verdict::Allow;
+    if verdict == Verdict::NeedName || intercepting {
         name = read_name(&mut stream, &mut head, shared.config.sniff_timeout).await;
-        let resolves = match &name {
-            Some(n) => shared.resolves_to(n, ip).await,
-            None => false,
-        };
-        verdict = policy.judge_connection(ip, name.as_deref(), resolves);
+        verdict = policy.judge_connection(ip, name.as_deref(), false);
+        if let (Verdict::NotAllowed, Some(n)) = (verdict, &name) {
+            // Only an allowed name can still open it, and only on an address it resolves to.
+            let resolves = shared.resolves_to(n, ip).await;
+            verdict = policy.judge_connection(ip, Some(n), resolves);
+        }
     }
     match verdict {
         Verdict::Allow => {}
@@ -125,6 +129,32 @@ async fn handle(shared: Arc<Shared>, mut stream: TcpStream, peer: Ipv4Addr) {
                 return;
             }
         };
+    if let (Some(tls), Some(n)) = (tls, &name) {
+        let is_tls = head.first() == Some(&0x16);
+        if is_tls && dst.port() == 443 && tls.wants(n) {
+            let client = match shared.upstream_tls() {
+                Ok(c) => c,
+                Err(e) => {
+                    warn!(sandbox_id = %entry.id, error = %e, "no upstream TLS config");
+                    return;
+                }
+            };
+            let id = entry.id.clone();
+            Counters::add(&entry.counters.bytes_out, head.len() as u64);
+            let sandbox = Prefixed::new(
+                head,
+                Counted {
+                    inner: stream,
+                    counters: entry,
+                },
+            );
+            if let Err(e) = crate::intercept::serve(tls, client, n.clone(), sandbox, upstream).await
+            {
+                debug!(sandbox_id = %id, name = %n, error = %e, "intercepted connection ended");
+            }
+            return;
+        }
+    }
     splice(entry, stream, upstream, head).await;
 }
 

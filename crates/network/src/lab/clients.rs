@@ -105,8 +105,24 @@ pub fn https_get(
     ca_pem: &str,
     timeout: Duration,
 ) -> Result<Reply> {
+    https_get_with(ns, dest, sni, ca_pem, "", timeout)
+}
+
+/// [`https_get`] with extra request header lines (`"Name: value\r\n"` each).
+pub fn https_get_with(
+    ns: &str,
+    dest: SocketAddrV4,
+    sni: &str,
+    ca_pem: &str,
+    extra_headers: &str,
+    timeout: Duration,
+) -> Result<Reply> {
     check_route(ns, *dest.ip())?;
-    let (sni, ca_pem) = (sni.to_string(), ca_pem.to_string());
+    let (sni, ca_pem, extra) = (
+        sni.to_string(),
+        ca_pem.to_string(),
+        extra_headers.to_string(),
+    );
     cmd::run_in_netns(ns, move || {
         let mut roots = rustls::RootCertStore::empty();
         for cert in pem_certs(ca_pem.as_bytes()) {
@@ -124,7 +140,7 @@ pub fn https_get(
             rustls::ClientConnection::new(Arc::new(config), name).map_err(|e| e.to_string())?;
         let sock = connect(dest, timeout)?;
         let mut tls = rustls::StreamOwned::new(conn, sock);
-        let req = format!("GET / HTTP/1.1\r\nHost: {sni}\r\nConnection: close\r\n\r\n");
+        let req = format!("GET / HTTP/1.1\r\nHost: {sni}\r\n{extra}Connection: close\r\n\r\n");
         tls.write_all(req.as_bytes())
             .map_err(|e| format!("tls: {e}"))?;
         parse_reply(&read_all(&mut tls)?)

@@ -26,7 +26,7 @@ use ipnet::Ipv4Net;
 use tokio::task::JoinHandle;
 
 pub use bench::{bench, BenchReport};
-pub use clients::{check_route, dns_query, http_get, https_get, DnsAnswer, Reply};
+pub use clients::{check_route, dns_query, http_get, https_get, https_get_with, DnsAnswer, Reply};
 
 use crate::cmd;
 use crate::config::{NetworkConfig, Upstream};
@@ -150,6 +150,7 @@ impl FakeInternet {
             Upstream {
                 netns: Some(self.upstream_ns.clone()),
                 resolver: SocketAddrV4::new(DNS_ADDR, 53),
+                tls_roots_pem: Some(self.ca_pem.clone()),
             },
         );
         c.prefix = node_prefix.to_string();

@@ -85,8 +85,8 @@ fn tls_setup() -> Result<(String, tokio_rustls::TlsAcceptor)> {
     Ok((ca.pem(), tokio_rustls::TlsAcceptor::from(Arc::new(config))))
 }
 
-/// Reads a request head; returns (path, host).
-async fn read_head<S: AsyncRead + Unpin>(s: &mut S) -> Option<(String, String)> {
+/// Reads a request head; returns (path, host, authorization).
+async fn read_head<S: AsyncRead + Unpin>(s: &mut S) -> Option<(String, String, String)> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 2048];
     for _ in 0..32 {
@@ -101,24 +101,28 @@ async fn read_head<S: AsyncRead + Unpin>(s: &mut S) -> Option<(String, String)> 
         let mut headers = [httparse::EMPTY_HEADER; 32];
         let mut req = httparse::Request::new(&mut headers);
         if let Ok(httparse::Status::Complete(_)) = req.parse(&buf) {
-            let host = req
-                .headers
-                .iter()
-                .find(|h| h.name.eq_ignore_ascii_case("host"))
-                .map(|h| String::from_utf8_lossy(h.value).into_owned())
-                .unwrap_or_default();
-            return Some((req.path.unwrap_or("/").to_string(), host));
+            let header = |name: &str| {
+                req.headers
+                    .iter()
+                    .find(|h| h.name.eq_ignore_ascii_case(name))
+                    .map(|h| String::from_utf8_lossy(h.value).into_owned())
+                    .unwrap_or_default()
+            };
+            let (host, auth) = (header("host"), header("authorization"));
+            return Some((req.path.unwrap_or("/").to_string(), host, auth));
         }
     }
     None
 }
 
-/// Answers `/bytes/N` with N zero bytes, anything else with `site=LABEL host=HOST`.
+/// Answers `/bytes/N` with N zero bytes, anything else with `site=LABEL host=HOST` (and
+/// ` auth=AUTHORIZATION` when the request had one).
 async fn respond<S: AsyncWrite + Unpin>(
     s: &mut S,
     label: &str,
     path: &str,
     host: &str,
+    auth: &str,
 ) -> std::io::Result<()> {
     if let Some(n) = path
         .strip_prefix("/bytes/")
@@ -137,7 +141,10 @@ async fn respond<S: AsyncWrite + Unpin>(
             left -= k as u64;
         }
     } else {
-        let body = format!("site={label} host={host}");
+        let mut body = format!("site={label} host={host}");
+        if !auth.is_empty() {
+            body.push_str(&format!(" auth={auth}"));
+        }
         s.write_all(
             format!(
                 "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
@@ -153,8 +160,8 @@ async fn respond<S: AsyncWrite + Unpin>(
 async fn http_server(l: TcpListener, label: &'static str) {
     while let Ok((mut s, _)) = l.accept().await {
         tokio::spawn(async move {
-            if let Some((path, host)) = read_head(&mut s).await {
-                let _ = respond(&mut s, label, &path, &host).await;
+            if let Some((path, host, auth)) = read_head(&mut s).await {
+                let _ = respond(&mut s, label, &path, &host, &auth).await;
             }
         });
     }
@@ -168,8 +175,8 @@ async fn https_server(l: TcpListener, acceptor: tokio_rustls::TlsAcceptor) {
                 return;
             };
             let sni = tls.get_ref().1.server_name().unwrap_or("").to_string();
-            if let Some((path, host)) = read_head(&mut tls).await {
-                let _ = respond(&mut tls, &format!("tls-{sni}"), &path, &host).await;
+            if let Some((path, host, auth)) = read_head(&mut tls).await {
+                let _ = respond(&mut tls, &format!("tls-{sni}"), &path, &host, &auth).await;
             }
         });
     }
