@@ -69,6 +69,6 @@ pub use config::{Floor, NetworkConfig, Upstream};
 pub use counters::{DeniedEvent, DeniedReason, NetworkCounters};
 pub use error::{NetworkError, Result};
 pub use intercept::{Interception, Secret};
-pub use network::{Adopt, Attachment, Network, Recovery};
+pub use network::{Adopt, Attachment, Network, Recovery, MAX_CONNECTIONS};
 pub use plumbing::{inventory, Inventory};
 pub use policy::{NetworkPolicy, Rule, Verdict};

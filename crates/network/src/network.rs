@@ -74,7 +74,12 @@ pub(crate) struct SandboxEntry {
     policy: RwLock<Arc<NetworkPolicy>>,
     tls: RwLock<Option<Arc<SandboxTls>>>,
     pub counters: Counters,
+    /// Open proxied connections allowed at once ([`MAX_CONNECTIONS`]).
+    pub connections: Arc<tokio::sync::Semaphore>,
 }
+
+/// Connections one sandbox may have open through the gateway at once; more are closed.
+pub const MAX_CONNECTIONS: usize = 1024;
 
 impl SandboxEntry {
     pub(crate) fn tls(&self) -> Option<Arc<SandboxTls>> {
@@ -204,6 +209,7 @@ impl Shared {
             policy: RwLock::new(Arc::new(policy)),
             tls: RwLock::new(None),
             counters: Counters::default(),
+            connections: Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS)),
         });
         self.sandboxes
             .write()

@@ -72,6 +72,10 @@ async fn handle(shared: Arc<Shared>, mut stream: TcpStream, peer: Ipv4Addr) {
         debug!(%peer, "connection from an unattached address dropped");
         return;
     };
+    let Ok(_permit) = entry.connections.clone().try_acquire_owned() else {
+        debug!(sandbox_id = %entry.id, "too many open connections; closing a new one");
+        return;
+    };
     let dst = match original_dst(&stream) {
         Ok(d) => d,
         Err(e) => {

@@ -96,8 +96,14 @@ async fn restart_adopts_claimed_namespaces_and_removes_the_rest() {
         .await
         .expect("attach lose");
     assert!(fx.net().wait_prepared(Duration::from_secs(30)).await);
-    // A crash: the handle goes away without cleaning up; namespaces stay.
+    // A crash: the handle goes away without cleaning up; namespaces stay. Add the leftover of a
+    // create interrupted half-way (a namespace without its veth).
     drop(fx.net.take());
+    let half = format!("{prefix}-s77");
+    let made = std::process::Command::new("ip")
+        .args(["netns", "add", &half])
+        .status();
+    assert!(made.expect("ip").success(), "half-made namespace");
     let left = inventory(&prefix).expect("inv");
     assert!(
         left.namespaces.contains(&keep.netns) && left.namespaces.contains(&lose.netns),
@@ -127,8 +133,22 @@ async fn restart_adopts_claimed_namespaces_and_removes_the_rest() {
     );
     assert_eq!(recovery.missing, vec!["gone".to_string()]);
     assert!(recovery.removed.contains(&lose.netns), "{recovery:?}");
+    assert!(recovery.removed.contains(&half), "{recovery:?}");
     let now = inventory(&prefix).expect("inv");
-    assert!(!now.namespaces.contains(&lose.netns), "{now:?}");
+    assert!(
+        !now.namespaces.contains(&lose.netns) && !now.namespaces.contains(&half),
+        "{now:?}"
+    );
+    // Only the adopted sandbox and the refilled pool have veths in the new gateway.
+    assert!(fx.net().wait_prepared(Duration::from_secs(30)).await);
+    let now = inventory(&prefix).expect("inv");
+    let prepared = fx.net().config().prepared;
+    assert_eq!(now.namespaces.len(), 2 + prepared, "{now:?}");
+    assert_eq!(
+        (now.gateway_links, now.nft_elements),
+        (2 + prepared, 1 + prepared),
+        "{now:?}"
+    );
     assert!(
         http(&keep.netns, WEB_A, 80, "a").await.is_ok(),
         "adopted sandbox works through the new gateway"
@@ -140,5 +160,40 @@ async fn restart_adopts_claimed_namespaces_and_removes_the_rest() {
             .connections_allowed,
         1
     );
+    fx.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_overlapping_a_route_is_refused_before_anything_is_made() {
+    let fx = Fixture::new("lovl").await;
+    // The upstream ("host") namespace routes 203.0.113.0/30.
+    let mut cfg = fx.lab().network_config("lovlx");
+    cfg.pool = "203.0.113.0/24".parse().expect("pool");
+    let err = Network::start(cfg, Vec::new())
+        .await
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(err, cove_network::NetworkError::PoolOverlapsRoute { .. }),
+        "{err}"
+    );
+    // And a route of the real host namespace, read now (only compared, never used).
+    let host_route = cove_network::cmd::routes(None)
+        .expect("host routes")
+        .into_iter()
+        .find(|r| (16..=29).contains(&r.prefix_len()));
+    if let Some(route) = host_route {
+        let mut cfg = fx.lab().network_config("lovlx");
+        cfg.pool = route.trunc();
+        let err = Network::start(cfg, Vec::new())
+            .await
+            .err()
+            .expect("refused");
+        assert!(
+            matches!(err, cove_network::NetworkError::PoolOverlapsRoute { .. }),
+            "{err}"
+        );
+    }
+    assert!(inventory("lovlx").expect("inv").namespaces.is_empty());
     fx.finish().await;
 }
