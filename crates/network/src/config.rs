@@ -64,7 +64,9 @@ pub struct NetworkConfig {
     pub extra_floor: Vec<Ipv4Net>,
     /// Time to connect upstream before the sandbox's connection is closed.
     pub connect_timeout: Duration,
-    /// Time the gateway waits for a TLS ClientHello or HTTP request head when a domain rule needs it.
+    /// Time the gateway waits for a TLS ClientHello or HTTP request head when a domain rule needs
+    /// it (or for secret interception on port 443). A protocol where the server speaks first is
+    /// judged without a name after this time, so with domain rules it starts this much later.
     pub sniff_timeout: Duration,
 }
 
@@ -254,5 +256,40 @@ mod tests {
         let mut bad = cfg("198.51.100.0/24");
         bad.prefix = "Bad-Prefix".into();
         assert!(bad.validate().is_err());
+    }
+
+    #[test]
+    fn floor_closes_loopback_metadata_private_pool_and_host() {
+        let mut c = cfg("198.51.100.0/24");
+        c.extra_floor = vec!["203.0.113.99/32".parse().expect("net")];
+        let floor = Floor::build(&c).expect("floor");
+        for ip in [
+            "127.0.0.1",
+            "127.8.9.10",
+            "169.254.169.254",
+            "10.1.2.3",
+            "172.20.0.1",
+            "192.168.1.1",
+            "100.64.0.1",
+            "198.51.100.1",
+            "198.51.100.77",
+            "127.0.0.53",
+            "224.0.0.1",
+            "0.0.0.0",
+            "203.0.113.99",
+        ] {
+            assert!(
+                floor.contains(ip.parse().expect("ip")),
+                "{ip} must be in the floor"
+            );
+        }
+        for host_ip in cmd::addresses(None).expect("host addresses") {
+            assert!(floor.contains(host_ip), "host address {host_ip}");
+        }
+        assert!(!floor.contains("203.0.113.10".parse().expect("ip")));
+        c.allow_private = true;
+        let open = Floor::build(&c).expect("floor");
+        assert!(!open.contains("10.1.2.3".parse().expect("ip")));
+        assert!(open.contains("169.254.169.254".parse().expect("ip")));
     }
 }

@@ -249,7 +249,9 @@ impl Network {
     /// Starts the gateway: checks the config against the host's routes now, recreates the gateway
     /// namespace (removing every veth of a previous run), re-plumbs the namespaces of `adopt`,
     /// removes every other namespace with the prefix, binds the proxy and DNS, and begins filling
-    /// the prepared pool. Errors: config/route checks, `ip`/`nft` failures, binding.
+    /// the prepared pool. One running node per prefix: a second start with the same prefix takes
+    /// the namespaces over. On error nothing of this prefix is left behind (past the config checks).
+    /// Errors: config/route checks, `ip`/`nft` failures, binding.
     pub async fn start(config: NetworkConfig, adopt: Vec<Adopt>) -> Result<(Network, Recovery)> {
         config.validate()?;
         match Self::start_inner(config.clone(), adopt).await {
