@@ -63,7 +63,6 @@ pub mod policy;
 mod proxy;
 pub mod sniff;
 mod sockets;
-mod splice;
 
 pub use cmd::run_in_netns;
 pub use config::{Floor, NetworkConfig, Upstream};

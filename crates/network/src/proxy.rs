@@ -16,6 +16,9 @@ use crate::network::{SandboxEntry, Shared};
 use crate::policy::Verdict;
 use crate::sniff::{sniff, Sniffed, MAX_SNIFF};
 
+/// Copy buffer size per direction.
+const COPY_BUF: usize = 256 * 1024;
+
 /// Accepts sandbox connections until the task is aborted.
 pub(crate) async fn serve(shared: Arc<Shared>, listener: TcpListener) {
     loop {
@@ -172,10 +175,13 @@ async fn splice(
         }
         Counters::add(&entry.counters.bytes_out, head.len() as u64);
     }
-    let c = &entry.counters;
-    if let Err(e) = crate::splice::relay(&stream, &upstream, &c.bytes_out, &c.bytes_in).await {
-        debug!(sandbox_id = %entry.id, error = %e, "proxied connection ended with an error");
-    }
+    let mut sandbox = Counted {
+        inner: stream,
+        counters: entry,
+    };
+    let _ =
+        tokio::io::copy_bidirectional_with_sizes(&mut sandbox, &mut upstream, COPY_BUF, COPY_BUF)
+            .await;
 }
 
 fn forbidden_response() -> String {
