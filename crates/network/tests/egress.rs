@@ -287,6 +287,10 @@ async fn floor_stays_closed_whatever_the_policy() {
         dns(&a, WEB_A, "b.test").await.is_err(),
         "udp 53 to another server"
     );
+    assert!(
+        http(&a, DNS_ADDR, 53, "dns").await.is_err(),
+        "tcp 53 to another server"
+    );
     let mut seen = Vec::new();
     while let Ok(ev) = events.try_recv() {
         seen.push(ev.destination);
