@@ -12,8 +12,8 @@ use crate::error::{NetworkError, Result};
 use crate::network::Network;
 use crate::policy::NetworkPolicy;
 
-/// Downloads per path; the median is reported.
-const DOWNLOADS: usize = 3;
+/// Downloads per path (alternating direct and gateway); the median is reported.
+const DOWNLOADS: usize = 5;
 
 /// Results of [`bench()`]. Times in microseconds, throughput in MiB/s.
 #[derive(Debug, Clone, Serialize)]
@@ -30,10 +30,12 @@ pub struct BenchReport {
     pub direct_request_p90_us: f64,
     /// Gateway path, p90 (µs).
     pub gateway_request_p90_us: f64,
-    /// Download of `download_bytes`, direct path, median of 3 (MiB/s).
+    /// Download of `download_bytes`, direct path, median of 5 (MiB/s).
     pub direct_mib_s: f64,
-    /// The same through the gateway, median of 3 (MiB/s).
+    /// The same through the gateway, median of 5 (MiB/s).
     pub gateway_mib_s: f64,
+    /// `gateway_mib_s / direct_mib_s`.
+    pub throughput_ratio: f64,
     /// Time to take a prepared namespace with [`Network::attach`], p50 (µs).
     pub attach_p50_us: f64,
 }
@@ -65,35 +67,57 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-/// In `ns`: `rounds` small requests (sorted latencies, µs) and one download of `bytes` (MiB/s).
-fn measure(ns: &str, rounds: usize, bytes: u64) -> Result<(Vec<f64>, f64)> {
+/// In `ns`: `rounds` small requests; sorted latencies (µs).
+fn latencies(ns: &str, rounds: usize) -> Result<Vec<f64>> {
     check_route(ns, WEB_A)?;
     let dest = SocketAddrV4::new(WEB_A, 80);
-    cmd::run_in_netns(
-        ns,
-        move || -> std::result::Result<(Vec<f64>, f64), String> {
-            let mut lat = Vec::with_capacity(rounds);
-            for _ in 0..rounds {
-                let t = Instant::now();
-                request(dest, "/")?;
-                lat.push(t.elapsed().as_secs_f64() * 1e6);
-            }
-            lat.sort_by(f64::total_cmp);
-            let mut rates = Vec::with_capacity(DOWNLOADS);
-            for _ in 0..DOWNLOADS {
-                let t = Instant::now();
-                let got = request(dest, &format!("/bytes/{bytes}"))?;
-                let secs = t.elapsed().as_secs_f64();
-                if got < bytes {
-                    return Err(format!("download stopped at {got} of {bytes} bytes"));
-                }
-                rates.push(bytes as f64 / (1024.0 * 1024.0) / secs);
-            }
-            rates.sort_by(f64::total_cmp);
-            Ok((lat, percentile(&rates, 0.5)))
-        },
-    )?
+    cmd::run_in_netns(ns, move || -> std::result::Result<Vec<f64>, String> {
+        let mut lat = Vec::with_capacity(rounds);
+        for _ in 0..rounds {
+            let t = Instant::now();
+            request(dest, "/")?;
+            lat.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        lat.sort_by(f64::total_cmp);
+        Ok(lat)
+    })?
     .map_err(|e| NetworkError::io("bench", std::io::Error::other(e)))
+}
+
+/// In `ns`: one download of `bytes` (MiB/s).
+fn download(ns: &str, bytes: u64) -> Result<f64> {
+    check_route(ns, WEB_A)?;
+    let dest = SocketAddrV4::new(WEB_A, 80);
+    cmd::run_in_netns(ns, move || -> std::result::Result<f64, String> {
+        let t = Instant::now();
+        let got = request(dest, &format!("/bytes/{bytes}"))?;
+        let secs = t.elapsed().as_secs_f64();
+        if got < bytes {
+            return Err(format!("download stopped at {got} of {bytes} bytes"));
+        }
+        Ok(bytes as f64 / (1024.0 * 1024.0) / secs)
+    })?
+    .map_err(|e| NetworkError::io("bench", std::io::Error::other(e)))
+}
+
+/// Latencies of both paths, then downloads alternating direct/gateway so load on the machine
+/// hits both alike; (direct latencies, gateway latencies, direct MiB/s, gateway MiB/s).
+fn measure(
+    direct: &str,
+    gateway: &str,
+    rounds: usize,
+    bytes: u64,
+) -> Result<(Vec<f64>, Vec<f64>, f64, f64)> {
+    let d_lat = latencies(direct, rounds)?;
+    let g_lat = latencies(gateway, rounds)?;
+    let (mut d, mut g) = (Vec::new(), Vec::new());
+    for _ in 0..DOWNLOADS {
+        d.push(download(direct, bytes)?);
+        g.push(download(gateway, bytes)?);
+    }
+    d.sort_by(f64::total_cmp);
+    g.sort_by(f64::total_cmp);
+    Ok((d_lat, g_lat, percentile(&d, 0.5), percentile(&g, 0.5)))
 }
 
 /// Builds a fake internet (prefix `{prefix}l`) and a gateway (prefix `{prefix}`), then measures
@@ -123,12 +147,8 @@ async fn run(lab: &FakeInternet, prefix: &str, rounds: usize, bytes: u64) -> Res
         attach.sort_by(f64::total_cmp);
         let sbx = net.attachment("bench-0")?.netns;
         let direct_ns = lab.direct_ns.clone();
-        let (direct, direct_mib_s) =
-            tokio::task::spawn_blocking(move || measure(&direct_ns, rounds, bytes))
-                .await
-                .map_err(|e| NetworkError::io("bench", std::io::Error::other(e.to_string())))??;
-        let (gateway, gateway_mib_s) =
-            tokio::task::spawn_blocking(move || measure(&sbx, rounds, bytes))
+        let (direct, gateway, direct_mib_s, gateway_mib_s) =
+            tokio::task::spawn_blocking(move || measure(&direct_ns, &sbx, rounds, bytes))
                 .await
                 .map_err(|e| NetworkError::io("bench", std::io::Error::other(e.to_string())))??;
         Ok(BenchReport {
@@ -141,6 +161,7 @@ async fn run(lab: &FakeInternet, prefix: &str, rounds: usize, bytes: u64) -> Res
             direct_mib_s,
             gateway_mib_s,
             attach_p50_us: percentile(&attach, 0.5),
+            throughput_ratio: gateway_mib_s / direct_mib_s,
         })
     }
     .await;
