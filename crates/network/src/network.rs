@@ -79,7 +79,7 @@ pub(crate) struct SandboxEntry {
 }
 
 /// Connections one sandbox may have open through the gateway at once; more are closed.
-pub const MAX_CONNECTIONS: usize = 1024;
+pub const MAX_CONNECTIONS: usize = 256;
 
 impl SandboxEntry {
     pub(crate) fn tls(&self) -> Option<Arc<SandboxTls>> {

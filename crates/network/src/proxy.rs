@@ -16,8 +16,9 @@ use crate::network::{SandboxEntry, Shared};
 use crate::policy::Verdict;
 use crate::sniff::{sniff, Sniffed, MAX_SNIFF};
 
-/// Copy buffer size per direction.
-const COPY_BUF: usize = 256 * 1024;
+/// Copy buffer size per direction (two per connection; with [`crate::MAX_CONNECTIONS`] this bounds
+/// a sandbox's buffer memory in the node to 64 MiB).
+const COPY_BUF: usize = 128 * 1024;
 
 /// Accepts sandbox connections until the task is aborted.
 pub(crate) async fn serve(shared: Arc<Shared>, listener: TcpListener) {
