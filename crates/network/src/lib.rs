@@ -45,6 +45,13 @@
 //!   [`Interception`]: install `ca_pem` in the sandbox's trust store and set each secret's
 //!   environment variable to its placeholder. The value stays in the node.
 //!
+//! # Testing and measuring
+//! [`lab::FakeInternet`] builds a fake internet from namespaces it creates (HTTP, HTTPS with a
+//! test CA, DNS, a metadata server on 169.254.169.254, a "host" service) and
+//! [`lab::FakeInternet::network_config`] points a gateway at it. [`lab::bench()`] measures
+//! request setup and a download through the gateway beside a direct veth path (also as
+//! `cargo run -p cove-network --release --example gateway_bench -- ROUNDS MIB`). All need root.
+//!
 //! # Limits
 //! Interception covers TLS on port 443 toward hosts a secret names, HTTP/1.1 inside (ALPN
 //! `http/1.1`); plain HTTP never gets a secret. UDP other than DNS and IPv6 are not forwarded.
