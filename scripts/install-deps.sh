@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the host packages Cove needs (Debian/Ubuntu, as root): runc (the container runtime),
 # mmdebstrap (builds the `base` template), busybox-static (builds the `tiny` template), lxcfs
-# (sandboxes see their own memory and CPUs in /proc), python3-venv (the Python SDK's tests).
+# (sandboxes see their own memory and CPUs in /proc), python3-venv (the Python SDK's tests),
+# nftables + iproute2 (sandbox networks and the egress gateway, crates/network).
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 
@@ -16,6 +17,8 @@ command -v file >/dev/null || need+=(file)
 command -v curl >/dev/null || need+=(curl)
 # The Python SDK's tests run in a venv (scripts/test-python.sh).
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
+command -v nft >/dev/null || need+=(nftables)
+command -v ip >/dev/null || need+=(iproute2)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "install-deps: need root to install: ${need[*]}" >&2

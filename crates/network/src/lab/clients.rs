@@ -1,0 +1,216 @@
+//! Blocking clients that run inside a namespace (on a thread that entered it). Each checks first
+//! that the route to its destination leaves through a device of that namespace.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream, UdpSocket};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hickory_proto::op::{Message, Query, ResponseCode};
+use hickory_proto::rr::{Name, RData, RecordType};
+
+use crate::cmd;
+use crate::error::{NetworkError, Result};
+
+/// The outcome of one request: the body (status 200), or what went wrong (refused, reset,
+/// closed, another status, timeout).
+pub type Reply = std::result::Result<String, String>;
+
+/// Errors unless `ip -n ns route get dest` names a device that is in `ns`.
+pub fn check_route(ns: &str, dest: Ipv4Addr) -> Result<()> {
+    let out = cmd::run(
+        "ip",
+        &["-j", "-n", ns, "route", "get", &dest.to_string()],
+        None,
+    )?;
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+    let dev = v
+        .get(0)
+        .and_then(|r| r.get("dev"))
+        .and_then(|d| d.as_str())
+        .unwrap_or("")
+        .to_string();
+    if dev.is_empty() || !cmd::links(Some(ns))?.contains(&dev) {
+        return Err(NetworkError::Config(format!(
+            "route from {ns} to {dest} leaves through {dev:?}, not a device of {ns}; not sending"
+        )));
+    }
+    Ok(())
+}
+
+fn parse_reply(raw: &[u8]) -> Reply {
+    if raw.is_empty() {
+        return Err("closed without a response".into());
+    }
+    let text = String::from_utf8_lossy(raw);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("truncated response: {text:?}"))?;
+    let status = head.lines().next().unwrap_or("");
+    if status.split_whitespace().nth(1) != Some("200") {
+        return Err(format!("status: {status}"));
+    }
+    Ok(body.to_string())
+}
+
+fn read_all(s: &mut impl Read) -> std::result::Result<Vec<u8>, String> {
+    let mut raw = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        match s.read(&mut chunk) {
+            Ok(0) => return Ok(raw),
+            Ok(n) => raw.extend_from_slice(&chunk[..n]),
+            Err(e) if raw.is_empty() => return Err(format!("read: {e}")),
+            Err(_) => return Ok(raw),
+        }
+        if raw.len() > 1 << 20 {
+            return Ok(raw);
+        }
+    }
+}
+
+fn connect(dest: SocketAddrV4, timeout: Duration) -> std::result::Result<TcpStream, String> {
+    let s = TcpStream::connect_timeout(&SocketAddr::V4(dest), timeout)
+        .map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    s.set_write_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    Ok(s)
+}
+
+/// `GET path` with `Host: host` to `dest`, from inside `ns`.
+pub fn http_get(
+    ns: &str,
+    dest: SocketAddrV4,
+    host: &str,
+    path: &str,
+    timeout: Duration,
+) -> Result<Reply> {
+    check_route(ns, *dest.ip())?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    cmd::run_in_netns(ns, move || {
+        let mut s = connect(dest, timeout)?;
+        s.write_all(req.as_bytes())
+            .map_err(|e| format!("write: {e}"))?;
+        parse_reply(&read_all(&mut s)?)
+    })
+}
+
+/// HTTPS `GET /` to `dest` with TLS server name `sni`, trusting only `ca_pem`, from inside `ns`.
+pub fn https_get(
+    ns: &str,
+    dest: SocketAddrV4,
+    sni: &str,
+    ca_pem: &str,
+    timeout: Duration,
+) -> Result<Reply> {
+    https_get_with(ns, dest, sni, ca_pem, "", timeout)
+}
+
+/// [`https_get`] with extra request header lines (`"Name: value\r\n"` each).
+pub fn https_get_with(
+    ns: &str,
+    dest: SocketAddrV4,
+    sni: &str,
+    ca_pem: &str,
+    extra_headers: &str,
+    timeout: Duration,
+) -> Result<Reply> {
+    check_route(ns, *dest.ip())?;
+    let (sni, ca_pem, extra) = (
+        sni.to_string(),
+        ca_pem.to_string(),
+        extra_headers.to_string(),
+    );
+    cmd::run_in_netns(ns, move || {
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in pem_certs(ca_pem.as_bytes()) {
+            roots.add(cert).map_err(|e| e.to_string())?;
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name =
+            rustls::pki_types::ServerName::try_from(sni.clone()).map_err(|e| e.to_string())?;
+        let conn =
+            rustls::ClientConnection::new(Arc::new(config), name).map_err(|e| e.to_string())?;
+        let sock = connect(dest, timeout)?;
+        let mut tls = rustls::StreamOwned::new(conn, sock);
+        let req = format!("GET / HTTP/1.1\r\nHost: {sni}\r\n{extra}Connection: close\r\n\r\n");
+        tls.write_all(req.as_bytes())
+            .map_err(|e| format!("tls: {e}"))?;
+        parse_reply(&read_all(&mut tls)?)
+    })
+}
+
+fn pem_certs(pem: &[u8]) -> Vec<rustls::pki_types::CertificateDer<'static>> {
+    use rustls::pki_types::pem::PemObject;
+    rustls::pki_types::CertificateDer::pem_slice_iter(pem)
+        .filter_map(|c| c.ok())
+        .collect()
+}
+
+/// A DNS answer: its response code and the A records in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DnsAnswer {
+    /// The response code.
+    pub code: ResponseCode,
+    /// IPv4 addresses answered.
+    pub ips: Vec<Ipv4Addr>,
+}
+
+/// Asks `server` for the A record of `name` over UDP from inside `ns`. `Err(..)` inside = no
+/// answer within `timeout`.
+pub fn dns_query(
+    ns: &str,
+    server: SocketAddrV4,
+    name: &str,
+    timeout: Duration,
+) -> Result<std::result::Result<DnsAnswer, String>> {
+    check_route(ns, *server.ip())?;
+    let name = name.to_string();
+    cmd::run_in_netns(ns, move || {
+        let mut msg = Message::query();
+        msg.metadata.recursion_desired = true;
+        msg.add_query(Query::query(
+            Name::from_ascii(format!("{name}.")).map_err(|e| e.to_string())?,
+            RecordType::A,
+        ));
+        let id = msg.metadata.id;
+        let sock = UdpSocket::bind("0.0.0.0:0").map_err(|e| e.to_string())?;
+        sock.set_read_timeout(Some(timeout))
+            .map_err(|e| e.to_string())?;
+        sock.send_to(
+            &msg.to_vec().map_err(|e| e.to_string())?,
+            SocketAddr::V4(server),
+        )
+        .map_err(|e| format!("send: {e}"))?;
+        let mut buf = [0u8; 4096];
+        for _ in 0..4 {
+            let n = sock.recv(&mut buf).map_err(|e| format!("no answer: {e}"))?;
+            let Ok(reply) = Message::from_vec(&buf[..n]) else {
+                continue;
+            };
+            if reply.metadata.id != id {
+                continue;
+            }
+            let ips = reply
+                .answers
+                .iter()
+                .filter_map(|r| match &r.data {
+                    RData::A(a) => Some(a.0),
+                    _ => None,
+                })
+                .collect();
+            return Ok(DnsAnswer {
+                code: reply.metadata.response_code,
+                ips,
+            });
+        }
+        Err("no matching answer".to_string())
+    })
+}

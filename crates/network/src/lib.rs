@@ -1,0 +1,81 @@
+//! Sandbox networks for the node agent: a network namespace per sandbox, and an egress gateway
+//! in the node that enforces each sandbox's policy.
+//!
+//! # What a sandbox gets
+//! A namespace `{prefix}-s{slot}` with `eth0` holding one /32 from the node's pool, a route to
+//! the gateway (the pool's first address) and a default route via it. Its resolver is the
+//! gateway ([`Attachment::resolv_conf`]). Namespaces are prepared ahead in a small pool, so
+//! [`Network::attach`] normally takes microseconds.
+//!
+//! # The gateway
+//! The host ends of the veths sit in a gateway namespace `{prefix}-gw` that forwards nothing
+//! (see [`plumbing`] for why a separate namespace). nftables there DNATs every TCP connection
+//! to the in-process transparent proxy, accepts UDP only for the gateway's DNS on port 53, drops
+//! everything else (port 53 elsewhere included) and drops packets whose source address is not
+//! the sandbox's own. The proxy reads the original destination, refuses the floor, judges the
+//! connection with the sandbox's [`NetworkPolicy`] (reading TLS SNI or HTTP `Host` when a domain
+//! rule needs it), and connects from the upstream namespace ([`Upstream`]: the host in
+//! production; tests point it at a fake internet). The DNS server answers only names the policy
+//! allows, forwarding them to the upstream resolver; otherwise REFUSED with no upstream query.
+//!
+//! # The floor (no policy opens it)
+//! Loopback, link-local (so `169.254.169.254`), multicast/reserved, the sandbox pool (the
+//! gateway and other sandboxes), every address of the upstream namespace (the host's own
+//! addresses, so its services on any interface), the resolver, [`NetworkConfig::extra_floor`]
+//! (the control plane), and the private ranges unless [`NetworkConfig::allow_private`].
+//!
+//! # What the node agent calls
+//! * **Node start / crash recovery**: [`Network::start`]`(config, adopt)` with the sandboxes it
+//!   still runs (sandbox id, persisted [`Attachment::netns`], policy). Everything else with the
+//!   prefix is removed; adopted namespaces are re-plumbed (same address). [`Recovery`] says what
+//!   happened; `missing` sandboxes need a fresh attach.
+//! * **Create**: [`Network::attach`]`(id, policy)` → [`Attachment`]: join `netns_path` (runc's
+//!   network namespace `path`) and write `resolv_conf()` into the sandbox. Persist `netns`.
+//! * **Delete**: [`Network::release`]`(id)`; removes every link, route, rule and address.
+//! * **Suspend** (processes stopped): `release`; **resume**: `attach` again (a new address).
+//!   A freeze-only pause needs nothing.
+//! * **Policy change** (`PUT /v1/sandboxes/{id}/network`): [`Network::set_policy`]; the next
+//!   connection follows it. [`Network::policy`] for GET.
+//! * **Counters / events**: [`Network::counters`], [`Network::denied_events`] (the
+//!   `network_denied` event: [`DeniedEvent`]).
+//! * **Node shutdown**: [`Network::shutdown`] removes everything; dropping the handle instead
+//!   stops serving and leaves the namespaces for the next start's recovery.
+//!
+//! * **Secrets** (on create, after attach): [`Network::intercept`]`(id, secrets)` →
+//!   [`Interception`]: install `ca_pem` in the sandbox's trust store and set each secret's
+//!   environment variable to its placeholder. The value stays in the node.
+//!
+//! # Testing and measuring
+//! [`lab::FakeInternet`] builds a fake internet from namespaces it creates (HTTP, HTTPS with a
+//! test CA, DNS, a metadata server on 169.254.169.254, a "host" service) and
+//! [`lab::FakeInternet::network_config`] points a gateway at it. [`lab::bench()`] measures
+//! request setup and a download through the gateway beside a direct veth path (also as
+//! `cargo run -p cove-network --release --example gateway_bench -- ROUNDS MIB`). All need root.
+//!
+//! # Limits
+//! Interception covers TLS on port 443 toward hosts a secret names, HTTP/1.1 inside (ALPN
+//! `http/1.1`); plain HTTP never gets a secret. UDP other than DNS and IPv6 are not forwarded.
+//! DNS is UDP only.
+
+pub mod cmd;
+pub mod config;
+mod counters;
+mod dns;
+pub mod error;
+mod intercept;
+pub mod lab;
+mod network;
+pub mod plumbing;
+pub mod policy;
+mod proxy;
+pub mod sniff;
+mod sockets;
+
+pub use cmd::run_in_netns;
+pub use config::{Floor, NetworkConfig, Upstream};
+pub use counters::{DeniedEvent, DeniedReason, NetworkCounters};
+pub use error::{NetworkError, Result};
+pub use intercept::{Interception, Secret};
+pub use network::{Adopt, Attachment, Network, Recovery, MAX_CONNECTIONS};
+pub use plumbing::{inventory, Inventory};
+pub use policy::{NetworkPolicy, Rule, Verdict};

@@ -1,0 +1,194 @@
+//! The transparent TCP proxy: every sandbox connection lands here (nft DNAT), is judged against
+//! the floor and the sandbox's current policy, and is then spliced to a socket made in the
+//! upstream namespace toward the original destination.
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tracing::{debug, warn};
+
+use crate::counters::{Counted, Counters, DeniedReason};
+use crate::intercept::Prefixed;
+use crate::network::{SandboxEntry, Shared};
+use crate::policy::Verdict;
+use crate::sniff::{sniff, Sniffed, MAX_SNIFF};
+
+/// Copy buffer size per direction (two per connection; with [`crate::MAX_CONNECTIONS`] this bounds
+/// a sandbox's buffer memory in the node to 64 MiB).
+const COPY_BUF: usize = 128 * 1024;
+
+/// Accepts sandbox connections until the task is aborted.
+pub(crate) async fn serve(shared: Arc<Shared>, listener: TcpListener) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, SocketAddr::V4(peer))) => {
+                let shared = shared.clone();
+                tokio::spawn(async move { handle(shared, stream, *peer.ip()).await });
+            }
+            Ok(_) => {}
+            Err(e) => {
+                warn!(error = %e, "gateway accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+fn original_dst(stream: &TcpStream) -> std::io::Result<SocketAddrV4> {
+    let sa = nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::OriginalDst)
+        .map_err(std::io::Error::from)?;
+    Ok(SocketAddrV4::new(
+        Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr)),
+        u16::from_be(sa.sin_port),
+    ))
+}
+
+/// Reads the client's first bytes until they name a host, carry none, or time/size runs out.
+async fn read_name(
+    stream: &mut TcpStream,
+    head: &mut Vec<u8>,
+    timeout: Duration,
+) -> Option<String> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut chunk = [0u8; 4096];
+    loop {
+        match sniff(head) {
+            Sniffed::Name(n) => return Some(n),
+            Sniffed::NoName => return None,
+            Sniffed::Incomplete if head.len() >= MAX_SNIFF => return None,
+            Sniffed::Incomplete => {}
+        }
+        match tokio::time::timeout_at(deadline, stream.read(&mut chunk)).await {
+            Ok(Ok(n)) if n > 0 => head.extend_from_slice(&chunk[..n]),
+            _ => return None,
+        }
+    }
+}
+
+async fn handle(shared: Arc<Shared>, mut stream: TcpStream, peer: Ipv4Addr) {
+    let Some(entry) = shared.entry(peer) else {
+        debug!(%peer, "connection from an unattached address dropped");
+        return;
+    };
+    let Ok(_permit) = entry.connections.clone().try_acquire_owned() else {
+        debug!(sandbox_id = %entry.id, "too many open connections; closing a new one");
+        return;
+    };
+    let dst = match original_dst(&stream) {
+        Ok(d) => d,
+        Err(e) => {
+            debug!(sandbox_id = %entry.id, error = %e, "no original destination");
+            return;
+        }
+    };
+    let ip = *dst.ip();
+    if shared.floor.contains(ip) || dst.port() == 0 {
+        shared.deny_tcp(&entry, dst, None, DeniedReason::Floor);
+        return;
+    }
+    let policy = entry.policy();
+    let mut head = Vec::new();
+    let mut name = None;
+    let mut verdict = policy.judge_ip(ip);
+    let tls = entry.tls();
+    let intercepting = tls.is_some() && dst.port() == 443 && verdict == Verdict::Allow;
+    if verdict == Verdict::NeedName || intercepting {
+        name = read_name(&mut stream, &mut head, shared.config.sniff_timeout).await;
+        verdict = policy.judge_connection(ip, name.as_deref(), false);
+        if let (Verdict::NotAllowed, Some(n)) = (verdict, &name) {
+            // Only an allowed name can still open it, and only on an address it resolves to.
+            let resolves = shared.resolves_to(n, ip).await;
+            verdict = policy.judge_connection(ip, Some(n), resolves);
+        }
+    }
+    match verdict {
+        Verdict::Allow => {}
+        Verdict::Denied | Verdict::NotAllowed | Verdict::NeedName => {
+            let reason = if verdict == Verdict::Denied {
+                DeniedReason::Denied
+            } else {
+                DeniedReason::NotAllowed
+            };
+            shared.deny_tcp(&entry, dst, name, reason);
+            if !head.is_empty() && head[0] != 0x16 {
+                let _ = stream.write_all(forbidden_response().as_bytes()).await;
+            }
+            return;
+        }
+    }
+    Counters::add(&entry.counters.connections_allowed, 1);
+    let upstream =
+        match tokio::time::timeout(shared.config.connect_timeout, shared.upstream.connect(dst))
+            .await
+        {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                debug!(sandbox_id = %entry.id, %dst, error = %e, "upstream connect failed");
+                return;
+            }
+            Err(_) => {
+                debug!(sandbox_id = %entry.id, %dst, "upstream connect timed out");
+                return;
+            }
+        };
+    if let (Some(tls), Some(n)) = (tls, &name) {
+        let is_tls = head.first() == Some(&0x16);
+        if is_tls && dst.port() == 443 && tls.wants(n) {
+            let client = match shared.upstream_tls() {
+                Ok(c) => c,
+                Err(e) => {
+                    warn!(sandbox_id = %entry.id, error = %e, "no upstream TLS config");
+                    return;
+                }
+            };
+            let id = entry.id.clone();
+            Counters::add(&entry.counters.bytes_out, head.len() as u64);
+            let sandbox = Prefixed::new(
+                head,
+                Counted {
+                    inner: stream,
+                    counters: entry,
+                },
+            );
+            if let Err(e) = crate::intercept::serve(tls, client, n.clone(), sandbox, upstream).await
+            {
+                debug!(sandbox_id = %id, name = %n, error = %e, "intercepted connection ended");
+            }
+            return;
+        }
+    }
+    splice(entry, stream, upstream, head).await;
+}
+
+async fn splice(
+    entry: Arc<SandboxEntry>,
+    stream: TcpStream,
+    mut upstream: TcpStream,
+    head: Vec<u8>,
+) {
+    let _ = stream.set_nodelay(true);
+    if !head.is_empty() {
+        if upstream.write_all(&head).await.is_err() {
+            return;
+        }
+        Counters::add(&entry.counters.bytes_out, head.len() as u64);
+    }
+    let mut sandbox = Counted {
+        inner: stream,
+        counters: entry,
+    };
+    let _ =
+        tokio::io::copy_bidirectional_with_sizes(&mut sandbox, &mut upstream, COPY_BUF, COPY_BUF)
+            .await;
+}
+
+fn forbidden_response() -> String {
+    let body = r#"{"code":"network_denied","message":"the sandbox's network policy refuses this destination"}"#;
+    format!(
+        "HTTP/1.1 403 Forbidden\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}

@@ -1,0 +1,102 @@
+//! Secret substitution through TLS interception. Needs root; runs in namespaces it creates.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddrV4;
+
+use cove_network::lab::{https_get_with, WEB_A};
+use cove_network::{NetworkPolicy, Secret};
+use support::{Fixture, TIMEOUT};
+
+async fn get(ns: &str, sni: &str, ca: &str, auth: &str) -> cove_network::lab::Reply {
+    let (ns, sni, ca, hdr) = (
+        ns.to_string(),
+        sni.to_string(),
+        ca.to_string(),
+        format!("Authorization: {auth}\r\n"),
+    );
+    tokio::task::spawn_blocking(move || {
+        https_get_with(&ns, SocketAddrV4::new(WEB_A, 443), &sni, &ca, &hdr, TIMEOUT)
+    })
+    .await
+    .expect("join")
+    .expect("client setup")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secret_reaches_only_its_host_and_never_the_sandbox() {
+    let fx = Fixture::new("ssec").await;
+    let sbx = fx.sandbox("sec", NetworkPolicy::default()).await;
+    let value = "s3cret-value-0123";
+    let secrets = BTreeMap::from([(
+        "API_KEY".to_string(),
+        Secret {
+            value: value.to_string(),
+            hosts: vec!["allowed.test".parse().expect("rule")],
+        },
+    )]);
+    let ic = fx.net().intercept("sec", secrets).expect("intercept");
+    let placeholder = ic.placeholders["API_KEY"].clone();
+    assert!(!placeholder.contains(value) && !ic.ca_pem.contains(value));
+    assert_eq!(fx.net().ca_pem("sec").expect("ca"), Some(ic.ca_pem.clone()));
+
+    // Toward the listed host the fake API sees the real value; the sandbox sent the placeholder.
+    let body = get(
+        &sbx,
+        "allowed.test",
+        &ic.ca_pem,
+        &format!("Bearer {placeholder}"),
+    )
+    .await
+    .expect("intercepted");
+    assert_eq!(
+        body,
+        format!("site=tls-allowed.test host=allowed.test auth=Bearer {value}")
+    );
+    // The sandbox must trust its own CA there: with only the server's real CA it fails.
+    assert!(
+        get(&sbx, "allowed.test", &fx.lab().ca_pem, "x")
+            .await
+            .is_err(),
+        "interception uses the sandbox CA"
+    );
+    // Another host (same IP, not listed): end-to-end TLS with the server's real certificate, and
+    // it sees the placeholder.
+    let body = get(
+        &sbx,
+        "other.test",
+        &fx.lab().ca_pem,
+        &format!("Bearer {placeholder}"),
+    )
+    .await
+    .expect("passthrough");
+    assert_eq!(
+        body,
+        format!("site=tls-other.test host=other.test auth=Bearer {placeholder}")
+    );
+
+    // Bad secrets are refused.
+    let bad = BTreeMap::from([(
+        "K".to_string(),
+        Secret {
+            value: "v".into(),
+            hosts: vec!["203.0.113.0/24".parse().expect("rule")],
+        },
+    )]);
+    assert!(
+        fx.net().intercept("sec", bad).is_err(),
+        "a secret toward an address range"
+    );
+    let bad = BTreeMap::from([(
+        "K".to_string(),
+        Secret {
+            value: "a\r\nb".into(),
+            hosts: vec!["a.test".parse().expect("rule")],
+        },
+    )]);
+    assert!(fx.net().intercept("sec", bad).is_err(), "a value with CRLF");
+    let c = fx.net().counters("sec").expect("counters");
+    assert_eq!(c.connections_allowed, 3, "{c:?}");
+    fx.finish().await;
+}
