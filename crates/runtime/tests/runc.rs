@@ -115,6 +115,7 @@ impl Harness {
         let runtime = RuncRuntime::new(RuncConfig {
             runc_binary: PathBuf::from("runc"),
             state_root: dir.path().join("runc"),
+            lxcfs_dir: None,
         })
         .expect("runc available");
         let id = unique_id(tag);
@@ -423,6 +424,7 @@ fn missing_runc_is_unavailable() {
     let err = RuncRuntime::new(RuncConfig {
         runc_binary: PathBuf::from("/nonexistent/runc"),
         state_root: std::env::temp_dir().join("cove-unused-runc-root"),
+        lxcfs_dir: None,
     })
     .expect_err("no runc");
     assert!(matches!(err, RuntimeError::Unavailable(_)), "{err:?}");

@@ -41,7 +41,7 @@ async fn create_goes_from_creating_to_running_on_the_node() {
         vec![EventType::SandboxCreated, EventType::SandboxRunning]
     );
     let listed =
-        h.cp.list_sandboxes(None, None, None, None)
+        h.cp.list_sandboxes(None, None, Vec::new(), None, None)
             .await
             .expect("list");
     assert_eq!(listed.sandboxes.len(), 1);

@@ -34,7 +34,7 @@ async fn a_repeated_create_returns_the_first_sandbox_and_operation() {
     assert_eq!(again.sandbox.state, SandboxState::Running, "as it is now");
     assert_eq!(h.node.count(Call::Start), 1, "started once");
     let listed =
-        h.cp.list_sandboxes(None, None, None, None)
+        h.cp.list_sandboxes(None, None, Vec::new(), None, None)
             .await
             .expect("list");
     assert_eq!(listed.sandboxes.len(), 1);
@@ -47,7 +47,7 @@ async fn a_repeated_create_returns_the_first_sandbox_and_operation() {
         .await
         .expect("new key");
     let listed =
-        h.cp.list_sandboxes(None, None, None, None)
+        h.cp.list_sandboxes(None, None, Vec::new(), None, None)
             .await
             .expect("list");
     assert_eq!(listed.sandboxes.len(), 3);
