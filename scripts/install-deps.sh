@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs the host packages Cove needs (Debian/Ubuntu, as root): runc (the container runtime),
-# mmdebstrap (builds the `base` template), busybox-static (builds the `tiny` template).
+# mmdebstrap (builds the `base` template), busybox-static (builds the `tiny` template and the
+# qemu runtime's initramfs), qemu-system-x86 + qemu-utils (the qemu runtime), lz4 (unpacks the
+# guest kernel), e2fsprogs (`mkfs.ext4 -d` for VM disks), apt (downloads the guest kernel .deb).
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 
@@ -12,6 +14,10 @@ if ! [ -x /bin/busybox ] || ! file -L /bin/busybox 2>/dev/null | grep -q 'static
 fi
 command -v file >/dev/null || need+=(file)
 command -v curl >/dev/null || need+=(curl)
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+command -v qemu-img >/dev/null || need+=(qemu-utils)
+command -v lz4 >/dev/null || need+=(lz4)
+command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "install-deps: need root to install: ${need[*]}" >&2

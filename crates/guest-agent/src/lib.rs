@@ -10,6 +10,7 @@
 //! - [`output_log`]: one command's output, in memory then spilled to the run dir.
 //! - [`files`]: read, write, stat, list, mkdir, remove, rename, watch (inotify).
 //! - [`users`]: the sandbox's `/etc/passwd` and `/etc/group`; [`net`]: loopback up.
+//! - [`vport`]: the VM transport (mux streams over a virtio-serial port → the agent's socket).
 //! - [`config`]: command-line settings; [`error`]: errors as the host sees them.
 //!
 //! # Promises and numbers
@@ -55,6 +56,7 @@ pub mod server;
 pub mod spawn;
 pub mod stdio;
 pub mod users;
+pub mod vport;
 
 pub use agent::run;
 pub use config::{parse_args, Config, Invocation};
