@@ -1,30 +1,73 @@
 //! Runtimes: how a node isolates sandboxes. One [`Runtime`] trait; drivers per isolation kind.
 //!
 //! A runtime starts a sandbox whose init process is the guest agent, listening on
-//! [`cove_guest_protocol::GUEST_SOCKET_PATH`] inside the sandbox; the runtime reports where that
-//! socket is on the host ([`Started::agent_socket`]). Everything else (commands, files) goes
+//! [`cove_guest_protocol::GUEST_SOCKET_PATH`] inside the sandbox; the runtime hands back a
+//! [`GuestConnector`] that opens byte streams to that agent from the host (a unix socket for
+//! runc, a mux stream over virtio-serial for qemu). Everything else (commands, files) goes
 //! through the guest agent, not through the runtime.
 //!
-//! Drivers: [`runc::RuncRuntime`] (OCI container). QEMU and Firecracker drivers come later.
+//! Drivers: [`runc::RuncRuntime`] (OCI container), [`qemu::QemuRuntime`] (microvm).
 
-use std::path::PathBuf;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use async_trait::async_trait;
+use tokio::io::{AsyncRead, AsyncWrite};
 
+pub mod qemu;
 pub mod runc;
+
+/// A bidirectional byte stream to the guest agent.
+pub trait GuestStream: AsyncRead + AsyncWrite + Send + Unpin + 'static {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin + 'static> GuestStream for T {}
+
+/// Opens new byte streams to a sandbox's guest agent; each speaks the guest protocol from its
+/// `Hello` on. Cheap to share.
+#[async_trait]
+pub trait GuestConnector: Send + Sync + std::fmt::Debug + 'static {
+    /// Opens one new stream. Fails with an I/O error when the agent cannot be reached (not
+    /// started yet, paused, gone).
+    async fn connect(&self) -> io::Result<Box<dyn GuestStream>>;
+}
+
+/// A connector that connects a unix socket per stream (runc: the agent's bind-mounted socket).
+#[derive(Debug, Clone)]
+pub struct UnixConnector {
+    /// Host path of the agent's socket.
+    pub socket: PathBuf,
+}
+
+#[async_trait]
+impl GuestConnector for UnixConnector {
+    async fn connect(&self) -> io::Result<Box<dyn GuestStream>> {
+        Ok(Box::new(tokio::net::UnixStream::connect(&self.socket).await?))
+    }
+}
 
 /// Which isolation a runtime provides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RuntimeKind {
     /// OCI container run by `runc`.
     Runc,
+    /// QEMU microvm (KVM, or TCG where there is no usable KVM).
+    Qemu,
 }
 
 impl RuntimeKind {
-    /// Wire name (`runc`).
+    /// Wire name (`runc`, `qemu`).
     pub fn as_str(self) -> &'static str {
         match self {
             RuntimeKind::Runc => "runc",
+            RuntimeKind::Qemu => "qemu",
+        }
+    }
+
+    /// The isolation boundary (`container` or `vm`).
+    pub fn boundary(self) -> &'static str {
+        match self {
+            RuntimeKind::Runc => "container",
+            RuntimeKind::Qemu => "vm",
         }
     }
 }
@@ -71,10 +114,16 @@ pub struct SandboxSpec {
 /// A started sandbox.
 #[derive(Debug, Clone)]
 pub struct Started {
-    /// Host path of the guest agent's socket.
+    /// runc: host path of the guest agent's socket; qemu: the VM's virtio-serial chardev socket
+    /// (it speaks the mux, not the guest protocol; use `connector`).
     pub agent_socket: PathBuf,
-    /// Host pid of the sandbox's init (the guest agent).
+    /// Opens streams to the guest agent.
+    pub connector: Arc<dyn GuestConnector>,
+    /// Host pid of the sandbox's init (runc: the guest agent; qemu: the QEMU process).
     pub init_pid: u32,
+    /// Whether process memory was restored from a snapshot (qemu after a suspend) rather than
+    /// the sandbox booting afresh.
+    pub memory_restored: bool,
 }
 
 /// State of a sandbox as the runtime sees it.
@@ -146,6 +195,24 @@ pub trait Runtime: Send + Sync + 'static {
 
     /// State of a sandbox, or `None` when the runtime has no such sandbox.
     async fn state(&self, id: &str) -> Result<Option<RuntimeState>, RuntimeError>;
+
+    /// A connector to the guest agent of a sandbox that is already running (adoption after the
+    /// node restarted). No I/O is required to happen here; connecting may fail later.
+    async fn connector(&self, id: &str, dir: &Path) -> Result<Arc<dyn GuestConnector>, RuntimeError>;
+
+    /// Saves what the runtime can of a paused or running sandbox's memory into `dir/upper/`
+    /// (the part of the sandbox directory the snapshot store saves), leaving the sandbox
+    /// paused. Returns `false` when the runtime cannot save memory (runc): nothing was done.
+    /// On error the sandbox is left paused and nothing partial remains in `upper/`.
+    async fn checkpoint(&self, _id: &str, _dir: &Path) -> Result<bool, RuntimeError> {
+        Ok(false)
+    }
+
+    /// Why a sandbox that stopped by itself stopped (a guest kernel panic, the VM process
+    /// dying), when the runtime knows. `None` for a live or cleanly stopped sandbox.
+    async fn failure(&self, _id: &str, _dir: &Path) -> Option<String> {
+        None
+    }
 
     /// Freezes every process of the sandbox.
     async fn pause(&self, id: &str) -> Result<(), RuntimeError>;

@@ -27,9 +27,14 @@ const K_CONTROL_REPLY: u8 = 0x0a;
 /// One mux frame.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Frame {
-    /// Starts a session (host → guest, first frame after connecting); the guest answers with
-    /// `Hello` too and drops every stream of an earlier session.
-    Hello,
+    /// Starts a session (host → guest, first frame after connecting, repeated until answered:
+    /// a guest that has not opened its port yet loses what the host sends); the guest answers
+    /// with the same `Hello`. A `Hello` with a new session number makes the guest drop every
+    /// stream of the earlier session; a repeated one is only answered.
+    Hello {
+        /// Session number chosen by the host.
+        session: u32,
+    },
     /// Opens stream `id` (host → guest); both directions start with [`super::WINDOW`] bytes of
     /// credit.
     Open {
@@ -110,7 +115,7 @@ impl Frame {
     /// caller's bug and is cut at [`MAX_DATA`] by the stream code before it gets here.
     pub fn encode(&self, out: &mut Vec<u8>) {
         let (kind, id, payload): (u8, u32, &[u8]) = match self {
-            Frame::Hello => (K_HELLO, 0, HELLO_MAGIC),
+            Frame::Hello { session } => (K_HELLO, *session, HELLO_MAGIC),
             Frame::Open { id } => (K_OPEN, *id, &[]),
             Frame::Data { id, data } => (K_DATA, *id, data),
             Frame::Credit { id, bytes } => {
@@ -163,7 +168,7 @@ impl Frame {
             }
         };
         let frame = match kind {
-            K_HELLO if payload == HELLO_MAGIC => Frame::Hello,
+            K_HELLO if payload == HELLO_MAGIC => Frame::Hello { session: id },
             K_HELLO => return Err(DecodeError::Malformed(kind)),
             K_OPEN => empty(Frame::Open { id })?,
             K_DATA => Frame::Data {
@@ -201,10 +206,13 @@ fn push(out: &mut Vec<u8>, kind: u8, id: u32, payload: &[u8]) {
     out.extend_from_slice(payload);
 }
 
-/// Position of the next [`Frame::Hello`] encoding in `buf`, for a reader that lost its place.
+/// Position of the next [`Frame::Hello`] encoding in `buf` (any session), for a reader that
+/// lost its place.
 pub fn find_hello(buf: &[u8]) -> Option<usize> {
-    let hello = Frame::Hello.to_bytes();
-    buf.windows(hello.len()).position(|w| w == hello.as_slice())
+    let n = HEADER_BYTES + HELLO_MAGIC.len();
+    buf.windows(n).position(|w| {
+        w[0] == K_HELLO && w[5..9] == [0, 0, 0, 8] && &w[HEADER_BYTES..] == HELLO_MAGIC
+    })
 }
 
 #[cfg(test)]
@@ -215,7 +223,7 @@ mod tests {
     fn any_frame() -> impl Strategy<Value = Frame> {
         let bytes = |n| proptest::collection::vec(any::<u8>(), 0..n);
         prop_oneof![
-            Just(Frame::Hello),
+            any::<u32>().prop_map(|session| Frame::Hello { session }),
             any::<u32>().prop_map(|id| Frame::Open { id }),
             (any::<u32>(), bytes(MAX_DATA)).prop_map(|(id, data)| Frame::Data { id, data }),
             (any::<u32>(), any::<u32>()).prop_map(|(id, bytes)| Frame::Credit { id, bytes }),
@@ -282,7 +290,7 @@ mod tests {
     #[test]
     fn finds_a_hello_after_garbage() {
         let mut buf = vec![0xff, 0x00, 0x13];
-        Frame::Hello.encode(&mut buf);
+        Frame::Hello { session: 77 }.encode(&mut buf);
         assert_eq!(find_hello(&buf), Some(3));
         assert_eq!(find_hello(&buf[..5]), None);
     }

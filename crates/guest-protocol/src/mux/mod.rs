@@ -7,9 +7,11 @@
 //! protocol over a unix socket speaks it unchanged over a mux stream.
 //!
 //! # Rules
-//! - A session starts with [`Frame::Hello`] from the host, answered with `Hello` by the guest;
-//!   a guest that sees `Hello` drops every stream it had (the host reconnected). A reader that
-//!   meets bytes it cannot decode drops the session's streams and scans for the next `Hello`.
+//! - A session starts with [`Frame::Hello`] from the host, repeated until the guest answers with
+//!   the same `Hello`; a guest that sees a new session number drops every stream it had (the host
+//!   reconnected). A reader that meets bytes it cannot decode drops the session's streams and
+//!   scans for the next `Hello`. Ending a session ([`MuxClient::shutdown`], or a timed-out
+//!   connect) stops its tasks, which drop the channel.
 //! - Flow control: each direction of each stream starts with [`WINDOW`] bytes of credit. A sender
 //!   sends [`Frame::Data`] only within its credit; the receiver grants [`Frame::Credit`] as its
 //!   user consumes the bytes. A peer that overruns its credit breaks the session (its streams are

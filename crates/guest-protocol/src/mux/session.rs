@@ -16,6 +16,17 @@ use super::{Control, STREAM_BUFFER, WINDOW};
 const WRITE_QUEUE: usize = 64;
 /// Bytes read from the channel at once.
 const READ_CHUNK: usize = 64 * 1024;
+/// Pause between `Hello`s of a host waiting for the guest.
+const HELLO_RETRY: Duration = Duration::from_millis(250);
+
+/// A session number unlikely to repeat across reconnects (time- and address-derived).
+fn session_number() -> u32 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    static COUNTER: AtomicU32 = AtomicU32::new(0);
+    (now.as_nanos() as u32) ^ COUNTER.fetch_add(0x9E37_79B9, Ordering::Relaxed) | 1
+}
 
 /// Errors of a mux session.
 #[derive(Debug, thiserror::Error)]
@@ -98,6 +109,17 @@ impl Core {
         self.closed_notify.notify_waiters();
     }
 
+    /// Resolves once the session is closed.
+    async fn wait_closed(&self) {
+        loop {
+            let notified = self.closed_notify.notified();
+            if self.closed.load(Ordering::SeqCst) {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     /// Registers stream `id` and starts its tasks; returns the user's end.
     fn add_stream(self: &Arc<Self>, id: u32) -> DuplexStream {
         let (user, pump) = tokio::io::duplex(STREAM_BUFFER);
@@ -164,7 +186,7 @@ impl Core {
                     let _ = w.send(body);
                 }
             }
-            Frame::Hello | Frame::Open { .. } | Frame::Control { .. } => {
+            Frame::Hello { .. } | Frame::Open { .. } | Frame::Control { .. } => {
                 return Err("frame not expected from this end");
             }
         }
@@ -238,7 +260,14 @@ async fn pump_stream(
 /// Writes queued frames to the channel until the queue or the channel closes.
 async fn write_loop<W: AsyncWrite + Unpin>(core: Arc<Core>, mut wr: W, mut rx: mpsc::Receiver<Frame>) {
     let mut buf = Vec::with_capacity(2 * MAX_DATA);
-    while let Some(frame) = rx.recv().await {
+    loop {
+        let frame = tokio::select! {
+            f = rx.recv() => match f {
+                Some(f) => f,
+                None => break,
+            },
+            _ = core.wait_closed() => break,
+        };
         buf.clear();
         frame.encode(&mut buf);
         while buf.len() < MAX_DATA {
@@ -280,19 +309,31 @@ impl MuxClient {
         let (tx, rx) = mpsc::channel(WRITE_QUEUE);
         let core = Core::new(tx);
         tokio::spawn(write_loop(core.clone(), wr, rx));
-        let (ready_tx, ready_rx) = oneshot::channel();
-        tokio::spawn(client_read_loop(core.clone(), rd, ready_tx));
-        core.writer
-            .send(Frame::Hello)
-            .await
-            .map_err(|_| MuxError::Closed)?;
+        let session = session_number();
+        let (ready_tx, mut ready_rx) = oneshot::channel();
+        tokio::spawn(client_read_loop(core.clone(), rd, session, ready_tx));
         let client = MuxClient {
             core,
             next_id: Arc::new(AtomicU32::new(1)),
         };
-        match tokio::time::timeout(timeout, ready_rx).await {
+        let handshake = async {
+            loop {
+                client
+                    .core
+                    .writer
+                    .send(Frame::Hello { session })
+                    .await
+                    .map_err(|_| MuxError::Closed)?;
+                match tokio::time::timeout(HELLO_RETRY, &mut ready_rx).await {
+                    Ok(Ok(())) => return Ok(()),
+                    Ok(Err(_)) => return Err(MuxError::Closed),
+                    Err(_) => continue,
+                }
+            }
+        };
+        match tokio::time::timeout(timeout, handshake).await {
             Ok(Ok(())) => Ok(client),
-            Ok(Err(_)) => Err(MuxError::Closed),
+            Ok(Err(e)) => Err(e),
             Err(_) => {
                 client.core.close();
                 Err(MuxError::Timeout(timeout))
@@ -307,13 +348,7 @@ impl MuxClient {
 
     /// Resolves when the session ends.
     pub async fn closed(&self) {
-        loop {
-            let notified = self.core.closed_notify.notified();
-            if self.is_closed() {
-                return;
-            }
-            notified.await;
-        }
+        self.core.wait_closed().await
     }
 
     /// Ends the session: every stream is dropped.
@@ -382,15 +417,19 @@ impl MuxClient {
 async fn client_read_loop<R: AsyncRead + Unpin>(
     core: Arc<Core>,
     mut rd: R,
+    session: u32,
     ready: oneshot::Sender<()>,
 ) {
     let mut ready = Some(ready);
     let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut chunk = vec![0u8; READ_CHUNK];
     'read: loop {
-        let n = match rd.read(&mut chunk).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
+        let n = tokio::select! {
+            r = rd.read(&mut chunk) => match r {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            },
+            _ = core.wait_closed() => break,
         };
         buf.extend_from_slice(&chunk[..n]);
         if ready.is_some() {
@@ -412,10 +451,12 @@ async fn client_read_loop<R: AsyncRead + Unpin>(
                 Ok(Some((frame, used))) => {
                     at += used;
                     let ok = match frame {
-                        Frame::Hello => match ready.take() {
+                        // Answers to repeated Hellos of this session are expected.
+                        Frame::Hello { session: s } if s == session => match ready.take() {
                             Some(r) => r.send(()).is_ok(),
-                            None => false,
+                            None => true,
                         },
+                        Frame::Hello { .. } if ready.is_some() => true,
                         other => core.on_stream_frame(other).is_ok(),
                     };
                     if !ok {
@@ -449,6 +490,7 @@ where
     let core = Core::new(tx);
     let writer = tokio::spawn(write_loop(core.clone(), wr, rx));
     let mut in_session = false;
+    let mut current: Option<u32> = None;
     let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     let mut chunk = vec![0u8; READ_CHUNK];
     let result = loop {
@@ -474,10 +516,13 @@ where
                 Ok(Some((frame, used))) => {
                     at += used;
                     let ok = match frame {
-                        Frame::Hello => {
-                            core.drop_streams();
+                        Frame::Hello { session } => {
+                            if current != Some(session) {
+                                core.drop_streams();
+                                current = Some(session);
+                            }
                             in_session = true;
-                            core.writer.send(Frame::Hello).await.is_ok()
+                            core.writer.send(Frame::Hello { session }).await.is_ok()
                         }
                         Frame::Open { id } => {
                             if core.table().streams.contains_key(&id) {
@@ -503,6 +548,7 @@ where
                     if !ok {
                         core.drop_streams();
                         in_session = false;
+                        current = None;
                     }
                 }
                 Ok(None) => break,
@@ -510,6 +556,7 @@ where
                     // Lost our place: skip this byte and look for the next Hello.
                     core.drop_streams();
                     in_session = false;
+                    current = None;
                     at += 1;
                 }
             }

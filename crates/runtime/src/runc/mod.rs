@@ -121,6 +121,16 @@ impl Runtime for RuncRuntime {
         Ok(self.runc.state(id).await?.map(|s| s.status))
     }
 
+    async fn connector(
+        &self,
+        _id: &str,
+        dir: &Path,
+    ) -> Result<std::sync::Arc<dyn crate::GuestConnector>, RuntimeError> {
+        Ok(std::sync::Arc::new(crate::UnixConnector {
+            socket: dir.join("run").join("agent.sock"),
+        }))
+    }
+
     async fn pause(&self, id: &str) -> Result<(), RuntimeError> {
         self.runc.pause(id).await
     }

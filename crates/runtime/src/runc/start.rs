@@ -118,7 +118,11 @@ async fn run(
     wait_for_agent(spec, layout, state.pid, log_offset).await?;
     Ok(Started {
         agent_socket: layout.agent_socket(),
+        connector: std::sync::Arc::new(crate::UnixConnector {
+            socket: layout.agent_socket(),
+        }),
         init_pid: state.pid,
+        memory_restored: false,
     })
 }
 

@@ -101,9 +101,9 @@ async fn garbage_before_hello_is_skipped_and_shutdown_closes() {
     let (mut rd, mut wr) = tokio::io::split(host);
     // Garbage and half a frame before the session starts are skipped by the guest.
     let mut out = vec![0xff, 0x03, 0, 0];
-    Frame::Hello.encode(&mut out);
+    Frame::Hello { session: 5 }.encode(&mut out);
     wr.write_all(&out).await.expect("write");
-    let want = Frame::Hello.to_bytes();
+    let want = Frame::Hello { session: 5 }.to_bytes();
     let mut got = vec![0u8; want.len()];
     tokio::time::timeout(T, rd.read_exact(&mut got))
         .await
@@ -145,7 +145,7 @@ async fn a_peer_overrunning_credit_breaks_the_session() {
     });
     let (mut hrd, mut hwr) = tokio::io::split(host);
     let mut out = Vec::new();
-    Frame::Hello.encode(&mut out);
+    Frame::Hello { session: 1 }.encode(&mut out);
     Frame::Open { id: 1 }.encode(&mut out);
     for _ in 0..(WINDOW as usize / MAX_DATA + 2) {
         Frame::Data {
@@ -155,7 +155,7 @@ async fn a_peer_overrunning_credit_breaks_the_session() {
         .encode(&mut out);
     }
     // A Hello after the violation starts a fresh session that still works.
-    Frame::Hello.encode(&mut out);
+    Frame::Hello { session: 2 }.encode(&mut out);
     Frame::Ping { seq: 9 }.encode(&mut out);
     hwr.write_all(&out).await.expect("write");
     let mut got = Vec::new();

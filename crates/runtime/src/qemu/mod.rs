@@ -1,0 +1,589 @@
+//! QEMU microvm driver: a sandbox is a VM with its own kernel.
+//!
+//! - Boot: Debian's cloud kernel as a PVH ELF and a busybox initramfs ([`image`]) that mounts
+//!   the sandbox's disk and `switch_root`s to the guest agent as PID 1. The agent binary comes
+//!   on a small read-only disk of its own; the release's root filesystem is an ext4 image and each
+//!   sandbox has a qcow2 overlay on it in `upper/disk.qcow2` ([`disk`]).
+//! - Channel: one virtio-serial port; the host side is a unix socket carrying a
+//!   [`cove_guest_protocol::mux`] session, so every guest-protocol connection is one mux stream
+//!   ([`connector::MuxConnector`]).
+//! - Limits: vCPUs → `-smp`, memory → `-m`, disk → the overlay's virtual size; the QEMU process
+//!   runs in cgroups of its own with the sandbox's memory plus [`vm::MEMORY_OVERHEAD_MIB`], its
+//!   vCPUs plus [`vm::CPU_OVERHEAD_PERCENT`] % of a core, and [`vm::PIDS_MAX`] tasks
+//!   (`pids_max` applies to processes inside the guest only through the guest's own kernel, which
+//!   this driver does not limit).
+//! - Pause/resume: QMP `stop`/`cont`. Checkpoint (suspend): QMP `stop` + `migrate` to
+//!   `upper/vm-memory.bin` with the bandwidth cap raised; the next start of a sandbox whose
+//!   `upper/` holds that file restores it with `-incoming`, sets the guest clock from the host,
+//!   adds fresh entropy, and deletes the file. A restore that fails falls back to a cold boot on
+//!   the same disk (like a power cut: ext4 replays its journal) and says `memory_restored: false`.
+//! - Failure: a guest kernel panic reboots (`panic=-1`), and `-no-reboot` ends QEMU; the state
+//!   becomes `Stopped` and [`Runtime::failure`] reads the panic line from the console log.
+//!
+//! State of each VM: `<state-root>/<id>/` ([`vm::VmPaths`]): `qmp.sock`, `agent.sock`,
+//! `qemu.pid`, `console.log`, `qemu.log`.
+//!
+//! Host requirements: `qemu-system-x86_64`, `qemu-img`, `mkfs.ext4`, `apt-get` + `dpkg-deb` +
+//! `lz4` (first use), `/bin/busybox` (static). Runs as root (cgroups).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use cove_guest_protocol::mux::Control;
+use serde_json::{json, Value};
+
+use crate::{
+    Capabilities, GuestConnector, Runtime, RuntimeError, RuntimeKind, RuntimeState, SandboxSpec,
+    Started,
+};
+
+pub mod connector;
+pub mod disk;
+pub mod image;
+pub mod qmp;
+pub mod vm;
+
+use connector::MuxConnector;
+use qmp::Qmp;
+pub use vm::Accel;
+use vm::{Cgroups, VmPaths};
+
+/// How long a cold boot may take until the agent answers (TCG on a busy host is slow).
+const BOOT_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long restoring a memory state may take.
+const RESTORE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long saving a memory state may take.
+const SAVE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Name of the saved memory state inside `upper/`.
+pub const MEMORY_STATE: &str = "vm-memory.bin";
+/// Name of the overlay disk inside `upper/`.
+pub const DISK: &str = "disk.qcow2";
+
+/// Configuration of the QEMU driver.
+#[derive(Debug, Clone)]
+pub struct QemuConfig {
+    /// `qemu-system-x86_64` (looked up in `PATH` by default).
+    pub qemu_binary: PathBuf,
+    /// `qemu-img`.
+    pub qemu_img: PathBuf,
+    /// Where VM state directories go (e.g. `<data-dir>/qemu`).
+    pub state_root: PathBuf,
+    /// Where the guest kernel, initramfs and agent disks are cached (e.g. `<data-dir>/vm-cache`).
+    pub cache_dir: PathBuf,
+    /// Accelerator; `None` = KVM when [`kvm_usable`], else TCG.
+    pub accel: Option<Accel>,
+}
+
+impl QemuConfig {
+    /// Defaults with the given state and cache directories.
+    pub fn new(state_root: impl Into<PathBuf>, cache_dir: impl Into<PathBuf>) -> Self {
+        QemuConfig {
+            qemu_binary: PathBuf::from("qemu-system-x86_64"),
+            qemu_img: PathBuf::from("qemu-img"),
+            state_root: state_root.into(),
+            cache_dir: cache_dir.into(),
+            accel: None,
+        }
+    }
+}
+
+/// Whether hardware KVM is usable: `/dev/kvm` opens and it is not the `kvm_pvm` software
+/// hypervisor (stock guest kernels hang under it; measured on this project's machines).
+pub fn kvm_usable() -> bool {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_ok()
+        && !Path::new("/sys/module/kvm_pvm").exists()
+}
+
+/// Whether QEMU can be run here (`qemu-system-x86_64 --version` succeeds).
+pub fn qemu_available(binary: &Path) -> bool {
+    std::process::Command::new(binary)
+        .arg("--version")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The QEMU driver. Cheap to share behind an `Arc`.
+#[derive(Debug)]
+pub struct QemuRuntime {
+    cfg: QemuConfig,
+    accel: Accel,
+    /// Serialises first-use preparation (kernel download, image builds).
+    prepare: tokio::sync::Mutex<()>,
+    connectors: Mutex<HashMap<String, Arc<MuxConnector>>>,
+}
+
+fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> RuntimeError {
+    let context = context.into();
+    move |source| RuntimeError::Io { context, source }
+}
+
+fn cmd_err(op: &'static str, id: &str, detail: impl std::fmt::Display) -> RuntimeError {
+    RuntimeError::Command {
+        op,
+        id: id.to_string(),
+        detail: detail.to_string(),
+    }
+}
+
+fn join_error(e: tokio::task::JoinError) -> RuntimeError {
+    RuntimeError::Io {
+        context: "blocking task failed".to_string(),
+        source: std::io::Error::other(e),
+    }
+}
+
+fn validate_id(id: &str) -> Result<(), RuntimeError> {
+    let ok = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(cmd_err("start", id, "invalid sandbox id"))
+    }
+}
+
+/// Files a start needs, prepared on first use.
+struct Prepared {
+    boot: image::BootFiles,
+    agent_disk: PathBuf,
+    disk: PathBuf,
+}
+
+impl QemuRuntime {
+    /// Checks that QEMU runs and creates the state root.
+    ///
+    /// Returns [`RuntimeError::Unavailable`] when QEMU cannot be run.
+    pub fn new(cfg: QemuConfig) -> Result<Self, RuntimeError> {
+        if !qemu_available(&cfg.qemu_binary) {
+            return Err(RuntimeError::Unavailable(format!(
+                "{} cannot be run (install qemu-system-x86)",
+                cfg.qemu_binary.display()
+            )));
+        }
+        std::fs::create_dir_all(&cfg.state_root)
+            .map_err(io_err(format!("create {}", cfg.state_root.display())))?;
+        let accel = cfg
+            .accel
+            .unwrap_or(if kvm_usable() { Accel::Kvm } else { Accel::Tcg });
+        tracing::info!(?accel, "qemu runtime ready");
+        Ok(QemuRuntime {
+            cfg,
+            accel,
+            prepare: tokio::sync::Mutex::new(()),
+            connectors: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The accelerator in use.
+    pub fn accel(&self) -> Accel {
+        self.accel
+    }
+
+    fn paths(&self, id: &str) -> VmPaths {
+        VmPaths::new(&self.cfg.state_root, id)
+    }
+
+    fn connector_of(&self, id: &str) -> Arc<MuxConnector> {
+        let mut map = self.connectors.lock().unwrap_or_else(PoisonError::into_inner);
+        map.entry(id.to_string())
+            .or_insert_with(|| Arc::new(MuxConnector::new(self.paths(id).agent())))
+            .clone()
+    }
+
+    async fn drop_connector(&self, id: &str) {
+        let c = self
+            .connectors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(id);
+        if let Some(c) = c {
+            c.shutdown().await;
+        }
+    }
+
+    /// Boot files, agent disk, release image and the sandbox's overlay.
+    async fn prepare(&self, spec: &SandboxSpec) -> Result<Prepared, RuntimeError> {
+        let _guard = self.prepare.lock().await;
+        let cache = self.cfg.cache_dir.clone();
+        let agent = spec.guest_agent.clone();
+        let rootfs = spec.rootfs.clone();
+        let qemu_img = self.cfg.qemu_img.clone();
+        let disk = spec.dir.join("upper").join(DISK);
+        let disk_mib = spec.disk_mib;
+        tokio::task::spawn_blocking(move || {
+            let boot = image::ensure_boot_files(&cache)?;
+            let agent_disk = image::ensure_agent_disk(&cache, &agent)?;
+            let (base, base_mib) = disk::ensure_release_image(&rootfs)?;
+            let mib = disk_mib
+                .unwrap_or(base_mib + disk::DEFAULT_EXTRA_MIB)
+                .max(base_mib);
+            disk::ensure_overlay(&qemu_img, &base, &disk, mib)?;
+            Ok(Prepared {
+                boot,
+                agent_disk,
+                disk,
+            })
+        })
+        .await
+        .map_err(join_error)?
+    }
+
+    async fn qmp(&self, id: &str) -> Result<Qmp, RuntimeError> {
+        Qmp::connect(&self.paths(id).qmp())
+            .await
+            .map_err(|e| cmd_err("qmp", id, e))
+    }
+
+    /// Starts QEMU and waits for the agent; on failure the caller cleans up.
+    async fn boot(
+        &self,
+        spec: &SandboxSpec,
+        prep: &Prepared,
+        incoming: Option<&Path>,
+    ) -> Result<Started, RuntimeError> {
+        let paths = self.paths(&spec.id);
+        let _ = std::fs::remove_dir_all(&paths.dir);
+        std::fs::create_dir_all(&paths.dir)
+            .map_err(io_err(format!("create {}", paths.dir.display())))?;
+        let launch = vm::Launch {
+            qemu: &self.cfg.qemu_binary,
+            accel: self.accel,
+            kernel: &prep.boot.kernel,
+            initramfs: &prep.boot.initramfs,
+            disk: &prep.disk,
+            agent_disk: &prep.agent_disk,
+            incoming,
+        };
+        let args = vm::args(spec, &launch, &paths);
+        let cgroups = Cgroups::create(spec)?;
+        let mut child = vm::spawn(&self.cfg.qemu_binary, &args, &cgroups, &paths)?;
+        let pid = child.id().unwrap_or(0);
+        std::fs::write(paths.pid(), pid.to_string()).map_err(io_err("write the pid file"))?;
+        // Reap QEMU when it ends (a restarted node is not its parent; init reaps it then).
+        tokio::spawn(async move {
+            let _ = child.wait().await;
+        });
+        let id = spec.id.clone();
+        let died = {
+            let paths = paths.clone();
+            let id = id.clone();
+            async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    if !vm::is_vm_process(pid, &id) {
+                        return vm::failure_reason(&paths);
+                    }
+                }
+            }
+        };
+        let connector = self.connector_of(&id);
+        let ready = async {
+            if incoming.is_some() {
+                self.finish_incoming(&id).await?;
+            }
+            let wait = if incoming.is_some() {
+                RESTORE_TIMEOUT
+            } else {
+                BOOT_TIMEOUT
+            };
+            connector.session(wait).await.map_err(|e| {
+                tracing::warn!(sandbox_id = %id, error = %e, "guest agent did not answer");
+                RuntimeError::AgentTimeout {
+                    id: id.clone(),
+                    waited_ms: wait.as_millis() as u64,
+                }
+            })?;
+            Ok::<(), RuntimeError>(())
+        };
+        tokio::select! {
+            r = ready => r?,
+            reason = died => return Err(cmd_err("start", &id, reason)),
+        }
+        // Fresh randomness for every VM; clock too after a restore.
+        let mut seed = vec![0u8; 64];
+        getrandom(&mut seed);
+        if incoming.is_some() {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            let clock = Control::SetClock {
+                secs: now.as_secs() as i64,
+                nanos: now.subsec_nanos(),
+            };
+            connector
+                .control(&clock, connector::SESSION_TIMEOUT)
+                .await
+                .map_err(|e| cmd_err("wake", &id, format!("setting the guest clock: {e}")))?;
+        }
+        connector
+            .control(&Control::AddEntropy { bytes: seed }, connector::SESSION_TIMEOUT)
+            .await
+            .map_err(|e| cmd_err("start", &id, format!("seeding the guest RNG: {e}")))?;
+        Ok(Started {
+            agent_socket: paths.agent(),
+            connector: connector as Arc<dyn GuestConnector>,
+            init_pid: pid,
+            memory_restored: incoming.is_some(),
+        })
+    }
+
+    /// Waits until an incoming migration finished loading, then continues the VM.
+    async fn finish_incoming(&self, id: &str) -> Result<(), RuntimeError> {
+        let deadline = Instant::now() + RESTORE_TIMEOUT;
+        let sock = self.paths(id).qmp();
+        while !sock.exists() {
+            if Instant::now() > deadline {
+                return Err(cmd_err("wake", id, "QMP socket did not appear"));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let mut q = self.qmp(id).await?;
+        loop {
+            let status = q.status().await.map_err(|e| cmd_err("wake", id, e))?;
+            match status.as_str() {
+                "inmigrate" => {}
+                "paused" | "postmigrate" | "prelaunch" => break,
+                "running" => return Ok(()),
+                other => return Err(cmd_err("wake", id, format!("restore ended in {other}"))),
+            }
+            if Instant::now() > deadline {
+                return Err(cmd_err("wake", id, "restoring the memory state timed out"));
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        q.execute("cont", Value::Null)
+            .await
+            .map_err(|e| cmd_err("wake", id, e))?;
+        Ok(())
+    }
+
+    async fn cleanup(&self, id: &str) {
+        self.drop_connector(id).await;
+        let paths = self.paths(id);
+        let id = id.to_string();
+        let _ = tokio::task::spawn_blocking(move || {
+            let _ = vm::kill(&paths, &id);
+            Cgroups::find(&id).remove();
+            let _ = std::fs::remove_dir_all(&paths.dir);
+        })
+        .await;
+    }
+}
+
+/// Fills `buf` from the host's kernel RNG.
+fn getrandom(buf: &mut [u8]) {
+    use std::io::Read;
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        let _ = f.read_exact(buf);
+    }
+}
+
+#[async_trait]
+impl Runtime for QemuRuntime {
+    fn kind(&self) -> RuntimeKind {
+        RuntimeKind::Qemu
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            pause: true,
+            suspend_memory: true,
+        }
+    }
+
+    async fn start(&self, spec: &SandboxSpec) -> Result<Started, RuntimeError> {
+        validate_id(&spec.id)?;
+        let t0 = Instant::now();
+        let prep = self.prepare(spec).await?;
+        let memory = spec.dir.join("upper").join(MEMORY_STATE);
+        if memory.exists() {
+            match self.boot(spec, &prep, Some(&memory)).await {
+                Ok(s) => {
+                    let _ = tokio::fs::remove_file(&memory).await;
+                    tracing::info!(sandbox_id = %spec.id, ms = t0.elapsed().as_millis() as u64,
+                        "VM restored from its memory state");
+                    return Ok(s);
+                }
+                Err(e) => {
+                    tracing::warn!(sandbox_id = %spec.id, error = %e,
+                        "restoring the memory state failed; booting the saved disk instead");
+                    self.cleanup(&spec.id).await;
+                    let _ = tokio::fs::remove_file(&memory).await;
+                }
+            }
+        }
+        match self.boot(spec, &prep, None).await {
+            Ok(s) => {
+                tracing::info!(sandbox_id = %spec.id, ms = t0.elapsed().as_millis() as u64,
+                    accel = ?self.accel, "VM booted");
+                Ok(s)
+            }
+            Err(e) => {
+                self.cleanup(&spec.id).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn state(&self, id: &str) -> Result<Option<RuntimeState>, RuntimeError> {
+        let paths = self.paths(id);
+        if !paths.dir.exists() {
+            return Ok(None);
+        }
+        if vm::live_pid(&paths, id).is_none() {
+            return Ok(Some(RuntimeState::Stopped));
+        }
+        let status = self
+            .qmp(id)
+            .await?
+            .status()
+            .await
+            .map_err(|e| cmd_err("state", id, e))?;
+        Ok(Some(match status.as_str() {
+            "running" => RuntimeState::Running,
+            "paused" | "suspended" | "inmigrate" | "postmigrate" | "finish-migrate"
+            | "prelaunch" | "save-vm" | "restore-vm" => RuntimeState::Paused,
+            _ => RuntimeState::Stopped,
+        }))
+    }
+
+    async fn connector(
+        &self,
+        id: &str,
+        _dir: &Path,
+    ) -> Result<Arc<dyn GuestConnector>, RuntimeError> {
+        Ok(self.connector_of(id) as Arc<dyn GuestConnector>)
+    }
+
+    async fn checkpoint(&self, id: &str, dir: &Path) -> Result<bool, RuntimeError> {
+        let upper = dir.join("upper");
+        let tmp = upper.join(format!(".{MEMORY_STATE}.tmp"));
+        let done = upper.join(MEMORY_STATE);
+        let mut q = self.qmp(id).await?;
+        let err = |e: qmp::QmpError| cmd_err("suspend", id, e);
+        q.execute(
+            "migrate-set-parameters",
+            json!({ "max-bandwidth": 100u64 << 30 }),
+        )
+        .await
+        .map_err(err)?;
+        q.execute("stop", Value::Null).await.map_err(err)?;
+        let uri = format!("exec:cat > {}", vm::sh_quote(&tmp));
+        q.execute("migrate", json!({ "uri": uri }))
+            .await
+            .map_err(err)?;
+        let deadline = Instant::now() + SAVE_TIMEOUT;
+        loop {
+            let v = q.execute("query-migrate", Value::Null).await.map_err(err)?;
+            match v.get("status").and_then(Value::as_str).unwrap_or("") {
+                "completed" => break,
+                "failed" | "cancelled" => {
+                    let _ = tokio::fs::remove_file(&tmp).await;
+                    let why = v.get("error-desc").and_then(Value::as_str).unwrap_or("");
+                    return Err(cmd_err("suspend", id, format!("saving memory failed: {why}")));
+                }
+                _ => {}
+            }
+            if Instant::now() > deadline {
+                let _ = q.execute("migrate_cancel", Value::Null).await;
+                let _ = tokio::fs::remove_file(&tmp).await;
+                return Err(cmd_err("suspend", id, "saving memory timed out"));
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::fs::rename(&tmp, &done)
+            .await
+            .map_err(io_err("rename the memory state"))?;
+        tokio::fs::write(
+            self.paths(id).dir.join("checkpoint"),
+            done.display().to_string(),
+        )
+        .await
+        .map_err(io_err("record the checkpoint"))?;
+        Ok(true)
+    }
+
+    async fn failure(&self, id: &str, _dir: &Path) -> Option<String> {
+        let paths = self.paths(id);
+        if !paths.dir.exists() || vm::live_pid(&paths, id).is_some() {
+            return None;
+        }
+        Some(vm::failure_reason(&paths))
+    }
+
+    async fn pause(&self, id: &str) -> Result<(), RuntimeError> {
+        self.qmp(id)
+            .await?
+            .execute("stop", Value::Null)
+            .await
+            .map_err(|e| cmd_err("pause", id, e))?;
+        Ok(())
+    }
+
+    async fn resume(&self, id: &str) -> Result<(), RuntimeError> {
+        // A checkpoint the caller did not use (its save failed) must not be restored later.
+        let record = self.paths(id).dir.join("checkpoint");
+        if let Ok(path) = tokio::fs::read_to_string(&record).await {
+            let _ = tokio::fs::remove_file(path.trim()).await;
+            let _ = tokio::fs::remove_file(&record).await;
+        }
+        self.qmp(id)
+            .await?
+            .execute("cont", Value::Null)
+            .await
+            .map_err(|e| cmd_err("resume", id, e))?;
+        Ok(())
+    }
+
+    async fn stop(&self, id: &str, _dir: &Path) -> Result<(), RuntimeError> {
+        self.drop_connector(id).await;
+        let paths = self.paths(id);
+        let id = id.to_string();
+        tokio::task::spawn_blocking(move || {
+            vm::kill(&paths, &id)?;
+            Cgroups::find(&id).remove();
+            match std::fs::remove_dir_all(&paths.dir) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(io_err(format!("remove {}", paths.dir.display()))(e)),
+            }
+        })
+        .await
+        .map_err(join_error)?
+    }
+
+    async fn list(&self) -> Result<Vec<String>, RuntimeError> {
+        let mut ids = Vec::new();
+        let mut rd = match tokio::fs::read_dir(&self.cfg.state_root).await {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(ids),
+            Err(e) => return Err(io_err("list VM states")(e)),
+        };
+        while let Some(e) = rd.next_entry().await.map_err(io_err("list VM states"))? {
+            if let Some(name) = e.file_name().to_str() {
+                ids.push(name.to_string());
+            }
+        }
+        ids.sort();
+        Ok(ids)
+    }
+
+    async fn cgroup_paths(&self, id: &str) -> Result<Vec<(String, PathBuf)>, RuntimeError> {
+        if vm::live_pid(&self.paths(id), id).is_none() {
+            return Err(RuntimeError::NotFound { id: id.to_string() });
+        }
+        Ok(Cgroups::find(id).dirs)
+    }
+}
