@@ -34,6 +34,7 @@ fn main() -> ExitCode {
         guest_agent: Some(PathBuf::from(agent)),
         cache_dir: Some(PathBuf::from(cache)),
         runc: None,
+        runtime: Default::default(),
         public_data_plane_url: None,
         lifecycle: cove_server::LifecycleSettings {
             controller_interval: Some(Duration::from_millis(controller_ms)),

@@ -48,6 +48,12 @@ pub trait NodeLifecycle: Send + Sync + 'static {
     /// container). For periodic reconciliation.
     async fn inspect_sandbox(&self, id: &str) -> Result<Option<NodeSandboxState>, NodeError>;
 
+    /// Why a sandbox that stopped by itself stopped (a guest kernel panic, its VM process
+    /// dying), when the runtime knows; `None` otherwise.
+    async fn failure_reason(&self, _id: &str) -> Option<String> {
+        None
+    }
+
     /// Freezes every process of a running sandbox (commands, files and connections survive).
     /// Pausing a paused sandbox succeeds.
     async fn pause_sandbox(&self, id: &str) -> Result<(), NodeError>;

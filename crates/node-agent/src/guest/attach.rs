@@ -6,7 +6,6 @@ use cove_guest_protocol::{
     MAX_CHUNK_BYTES,
 };
 use futures::stream;
-use tokio::net::UnixStream;
 
 use super::client::{GuestClient, CONNECT_TIMEOUT};
 use super::connection::{frame_error, kind, open};
@@ -43,7 +42,7 @@ pub enum AttachEvent {
 pub(super) const STREAM_ID: u64 = 1;
 
 struct Attached {
-    stream: UnixStream,
+    stream: super::connection::Stream,
     requested: u64,
     next: Option<u64>,
     done: bool,
@@ -130,7 +129,7 @@ impl GuestClient {
         impl futures::Stream<Item = Result<AttachEvent, GuestError>> + Send + 'static,
         GuestError,
     > {
-        let mut conn = open(self.socket(), CONNECT_TIMEOUT).await?;
+        let mut conn = open(self.connector(), CONNECT_TIMEOUT).await?;
         let request = Request::Attach {
             command_id: command_id.to_string(),
             offset,

@@ -1,6 +1,6 @@
 //! [`GuestClient`]: unary calls over the shared connection.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -8,6 +8,8 @@ use bytes::Bytes;
 use cove_guest_protocol::{
     CommandInfo, FileInfo, GuestPath, PtySize, Request, Response, SpawnRequest, MAX_CHUNK_BYTES,
 };
+
+use cove_runtime::{GuestConnector, UnixConnector};
 
 use super::connection::{kind, Conn};
 use super::error::GuestError;
@@ -27,31 +29,37 @@ pub struct GuestClient {
 }
 
 struct Shared {
-    socket: PathBuf,
+    connector: Arc<dyn GuestConnector>,
     conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
 }
 
 impl std::fmt::Debug for GuestClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GuestClient")
-            .field("socket", &self.inner.socket)
+            .field("connector", &self.inner.connector)
             .finish()
     }
 }
 
 impl GuestClient {
-    /// A client of the agent listening on `socket`. No I/O happens here.
+    /// A client of the agent listening on the unix socket `socket`. No I/O happens here.
     pub fn new(socket: PathBuf) -> Self {
+        Self::with_connector(Arc::new(UnixConnector { socket }))
+    }
+
+    /// A client of the agent reached through `connector` (each stream it opens is one
+    /// connection). No I/O happens here.
+    pub fn with_connector(connector: Arc<dyn GuestConnector>) -> Self {
         Self {
             inner: Arc::new(Shared {
-                socket,
+                connector,
                 conn: tokio::sync::Mutex::new(None),
             }),
         }
     }
 
-    pub(super) fn socket(&self) -> &Path {
-        &self.inner.socket
+    pub(super) fn connector(&self) -> &dyn GuestConnector {
+        &*self.inner.connector
     }
 
     /// Retries connecting until the agent answers `Hello` or `timeout` passes (then
@@ -86,7 +94,7 @@ impl GuestClient {
             }
         }
         *slot = None;
-        let conn = Arc::new(Conn::connect(&self.inner.socket, timeout).await?);
+        let conn = Arc::new(Conn::connect(&*self.inner.connector, timeout).await?);
         *slot = Some(conn.clone());
         Ok(conn)
     }

@@ -9,7 +9,6 @@
 //! a call that gave up is ignored.
 
 use std::collections::HashMap;
-use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -18,8 +17,8 @@ use cove_guest_protocol::{
     GuestFrame, HostFrame, Request, Response, PROTOCOL_VERSION,
 };
 use tokio::io::AsyncWriteExt;
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::UnixStream;
+use cove_runtime::{GuestConnector, GuestStream};
+use tokio::io::{ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
 use tracing::warn;
@@ -39,9 +38,12 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 static LATE_REPLIES: RateLimit = RateLimit::new(Duration::from_secs(10));
 static BROKEN: RateLimit = RateLimit::new(Duration::from_secs(10));
 
-/// Connects and performs the handshake.
-pub async fn open(socket: &Path, timeout: Duration) -> Result<UnixStream, GuestError> {
-    let mut stream = tokio::time::timeout(timeout, UnixStream::connect(socket))
+/// One byte stream to the guest agent (a unix socket, a mux stream over virtio-serial).
+pub type Stream = Box<dyn GuestStream>;
+
+/// Opens a stream through the connector and performs the handshake.
+pub async fn open(connector: &dyn GuestConnector, timeout: Duration) -> Result<Stream, GuestError> {
+    let mut stream = tokio::time::timeout(timeout, connector.connect())
         .await
         .map_err(|_| GuestError::Unavailable("connecting to the guest agent timed out".into()))?
         .map_err(|e| GuestError::Unavailable(format!("cannot connect to the guest agent: {e}")))?;
@@ -214,9 +216,12 @@ impl Call<'_> {
 
 impl Conn {
     /// Connects, handshakes and starts the reader and writer tasks.
-    pub async fn connect(socket: &Path, timeout: Duration) -> Result<Conn, GuestError> {
-        let stream = open(socket, timeout).await?;
-        let (rd, wr) = stream.into_split();
+    pub async fn connect(
+        connector: &dyn GuestConnector,
+        timeout: Duration,
+    ) -> Result<Conn, GuestError> {
+        let stream = open(connector, timeout).await?;
+        let (rd, wr) = tokio::io::split(stream);
         let (tx, rx) = mpsc::channel(WRITE_QUEUE);
         let inner = Arc::new(Inner {
             state: Mutex::new(State {
@@ -276,7 +281,11 @@ impl Conn {
     }
 }
 
-async fn write_loop(inner: Arc<Inner>, mut wr: OwnedWriteHalf, mut rx: mpsc::Receiver<Vec<u8>>) {
+async fn write_loop(
+    inner: Arc<Inner>,
+    mut wr: WriteHalf<Stream>,
+    mut rx: mpsc::Receiver<Vec<u8>>,
+) {
     while let Some(bytes) = rx.recv().await {
         if let Err(e) = wr.write_all(&bytes).await {
             inner.fail(GuestError::Unavailable(format!(
@@ -287,7 +296,7 @@ async fn write_loop(inner: Arc<Inner>, mut wr: OwnedWriteHalf, mut rx: mpsc::Rec
     }
 }
 
-async fn read_loop(inner: Arc<Inner>, mut rd: OwnedReadHalf) {
+async fn read_loop(inner: Arc<Inner>, mut rd: ReadHalf<Stream>) {
     loop {
         let frame: GuestFrame = match read_frame(&mut rd).await {
             Ok(f) => f,

@@ -9,7 +9,7 @@ use cove_guest_protocol::{
     WriteFileRequest, MAX_CHUNK_BYTES,
 };
 use futures::{stream, StreamExt};
-use tokio::net::UnixStream;
+use super::connection::Stream;
 use tokio::sync::oneshot;
 
 use super::attach::STREAM_ID;
@@ -20,7 +20,7 @@ use super::error::GuestError;
 /// Longest wait for any one frame of a file transfer (the guest reading, syncing or renaming).
 pub const TRANSFER_FRAME_TIMEOUT: Duration = Duration::from_secs(60);
 
-async fn next_frame(conn: &mut UnixStream) -> Result<Response, GuestError> {
+async fn next_frame(conn: &mut Stream) -> Result<Response, GuestError> {
     let frame: GuestFrame = tokio::time::timeout(TRANSFER_FRAME_TIMEOUT, read_frame(conn))
         .await
         .map_err(|_| GuestError::Timeout)?
@@ -35,7 +35,7 @@ async fn next_frame(conn: &mut UnixStream) -> Result<Response, GuestError> {
 }
 
 struct Reading {
-    conn: UnixStream,
+    conn: Stream,
     left: u64,
     done: bool,
 }
@@ -84,7 +84,7 @@ impl GuestClient {
         ),
         GuestError,
     > {
-        let mut conn = open(self.socket(), CONNECT_TIMEOUT).await?;
+        let mut conn = open(self.connector(), CONNECT_TIMEOUT).await?;
         let request = Request::ReadFile {
             path,
             user,
@@ -141,8 +141,8 @@ impl GuestClient {
     where
         S: futures::Stream<Item = Result<Bytes, std::io::Error>> + Send + Unpin + 'static,
     {
-        let conn = open(self.socket(), CONNECT_TIMEOUT).await?;
-        let (mut rd, mut wr) = conn.into_split();
+        let conn = open(self.connector(), CONNECT_TIMEOUT).await?;
+        let (mut rd, mut wr) = tokio::io::split(conn);
         let (answer_tx, mut answer) = oneshot::channel();
         let reader = tokio::spawn(async move {
             let frame = read_frame::<_, GuestFrame>(&mut rd)

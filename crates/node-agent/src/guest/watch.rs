@@ -4,7 +4,6 @@ use cove_guest_protocol::{
     read_frame, write_frame, FileEvent, GuestFrame, HostFrame, Request, Response, WatchRequest,
 };
 use futures::stream;
-use tokio::net::UnixStream;
 
 use super::attach::STREAM_ID;
 use super::client::{GuestClient, CONNECT_TIMEOUT};
@@ -18,7 +17,7 @@ pub const MAX_EVENTS_PER_FRAME: usize = 65_536;
 const MAX_EVENT_PATH: usize = 4096;
 
 struct Watching {
-    conn: UnixStream,
+    conn: super::connection::Stream,
     done: bool,
 }
 
@@ -72,7 +71,7 @@ impl GuestClient {
         impl futures::Stream<Item = Result<Vec<FileEvent>, GuestError>> + Send + 'static,
         GuestError,
     > {
-        let mut conn = open(self.socket(), CONNECT_TIMEOUT).await?;
+        let mut conn = open(self.connector(), CONNECT_TIMEOUT).await?;
         write_frame(
             &mut conn,
             &HostFrame {

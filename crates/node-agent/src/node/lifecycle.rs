@@ -10,16 +10,17 @@ use crate::snapshot::SnapshotError;
 #[async_trait]
 impl NodeLifecycle for NodeAgent {
     async fn start_sandbox(&self, launch: SandboxLaunch) -> Result<(), NodeError> {
-        self.launch(&launch).await
+        self.launch(&launch).await.map(drop)
     }
 
     async fn adopt_sandbox(&self, id: &str) -> Result<Option<NodeSandboxState>, NodeError> {
         let state = self.runtime.state(id).await.map_err(runtime_err)?;
-        let socket = self.sandbox_dir(id).join("run").join("agent.sock");
+        let dir = self.sandbox_dir(id);
+        let connector = || async { self.runtime.connector(id, &dir).await.map_err(runtime_err) };
         match state {
             None => Ok(None),
             Some(RuntimeState::Running) => {
-                let client = GuestClient::new(socket);
+                let client = GuestClient::with_connector(connector().await?);
                 match client.connect(Duration::from_secs(5)).await {
                     Ok(()) => {
                         self.set_guest(id, Some(client));
@@ -30,7 +31,7 @@ impl NodeLifecycle for NodeAgent {
             }
             Some(RuntimeState::Paused) => {
                 // The client connects lazily once the sandbox is resumed.
-                self.set_guest(id, Some(GuestClient::new(socket)));
+                self.set_guest(id, Some(GuestClient::with_connector(connector().await?)));
                 Ok(Some(NodeSandboxState::Paused))
             }
             Some(_) => Ok(Some(NodeSandboxState::Stopped)),
@@ -44,6 +45,10 @@ impl NodeLifecycle for NodeAgent {
             Some(RuntimeState::Paused) => Some(NodeSandboxState::Paused),
             Some(_) => Some(NodeSandboxState::Stopped),
         })
+    }
+
+    async fn failure_reason(&self, id: &str) -> Option<String> {
+        self.runtime.failure(id, &self.sandbox_dir(id)).await
     }
 
     async fn pause_sandbox(&self, id: &str) -> Result<(), NodeError> {
@@ -95,7 +100,18 @@ impl NodeLifecycle for NodeAgent {
         if was_running {
             self.runtime.pause(id).await.map_err(runtime_err)?;
         }
-        let upper = self.sandbox_dir(id).join("upper");
+        let dir = self.sandbox_dir(id);
+        let upper = dir.join("upper");
+        // A runtime that can save memory writes it into `upper/` (the VM stays paused).
+        if let Err(e) = self.runtime.checkpoint(id, &dir).await {
+            warn!(sandbox_id = %id, error = %e, "saving memory failed, thawing the sandbox");
+            if was_running {
+                if let Err(thaw) = self.runtime.resume(id).await {
+                    warn!(sandbox_id = %id, error = %thaw, "cannot thaw after a failed suspend");
+                }
+            }
+            return Err(runtime_err(e));
+        }
         match self.cfg.snapshots.save(id, &upper, &cancel).await {
             Ok(size) => {
                 self.release_sandbox(id).await?;
@@ -144,11 +160,13 @@ impl NodeLifecycle for NodeAgent {
             let _ = Self::remove_tree(&dir).await;
             return Err(NodeError::Cancelled);
         }
-        if let Err(e) = self.launch(&launch).await {
-            let _ = Self::remove_tree(&dir).await;
-            return Err(e);
-        }
-        let memory_restored = self.runtime.capabilities().suspend_memory;
+        let memory_restored = match self.launch(&launch).await {
+            Ok(restored) => restored,
+            Err(e) => {
+                let _ = Self::remove_tree(&dir).await;
+                return Err(e);
+            }
+        };
         info!(sandbox_id = %launch.id, file_bytes = restored.file_bytes, memory_restored,
             "sandbox woken");
         Ok(WakeInfo {
@@ -227,8 +245,9 @@ impl NodeLifecycle for NodeAgent {
 impl NodeAgent {
     /// Starts the sandbox of `launch` on its (possibly pre-filled) directory and connects to its
     /// guest agent. On failure the runtime's resources are released; a directory this call did
-    /// not fill is removed by the runtime, a pre-filled one by the caller.
-    async fn launch(&self, launch: &SandboxLaunch) -> Result<(), NodeError> {
+    /// not fill is removed by the runtime, a pre-filled one by the caller. Returns whether the
+    /// runtime restored process memory (a VM woken from its saved state).
+    async fn launch(&self, launch: &SandboxLaunch) -> Result<bool, NodeError> {
         let rootfs = self
             .release_dir(&launch.template, launch.release)
             .join("rootfs");
@@ -258,7 +277,7 @@ impl NodeAgent {
                 return Err(runtime_err(e));
             }
         };
-        let client = GuestClient::new(started.agent_socket);
+        let client = GuestClient::with_connector(started.connector.clone());
         if let Err(e) = client.connect(AGENT_CONNECT_TIMEOUT).await {
             warn!(sandbox_id = %launch.id, error = %e, "guest agent did not answer");
             let _ = self.runtime.stop(&launch.id, &dir).await;
@@ -266,8 +285,9 @@ impl NodeAgent {
             return Err(guest_err(e));
         }
         self.set_guest(&launch.id, Some(client));
-        info!(sandbox_id = %launch.id, init_pid = started.init_pid, "sandbox running");
-        Ok(())
+        info!(sandbox_id = %launch.id, init_pid = started.init_pid,
+            memory_restored = started.memory_restored, "sandbox running");
+        Ok(started.memory_restored)
     }
 }
 

@@ -1,0 +1,171 @@
+//! The qemu runtime end to end: a server started with `--runtime qemu` (TCG here), the `tiny`
+//! template as a VM. A subset of the command/file suite plus what only a VM does: its own
+//! kernel, pause/resume through QMP, suspend → wake with memory (a background counter keeps
+//! counting, the clock is set from the host), and a guest kernel panic ending in `failed`.
+//!
+//! At most two VMs run at once (two tests, `--test-threads=2`). Skipped (passes with a message)
+//! without `qemu-system-x86_64`.
+
+use std::time::{Duration, Instant};
+
+use cove_api_types::{CreateCommandRequest, OperationState, SandboxState};
+use cove_client::{Client, UploadOptions};
+use cove_e2e::{client_of, delete, sandbox, server_with, sh, shell, Server};
+
+fn qemu_server() -> &'static Server {
+    server_with(|cfg| {
+        cfg.runtime = cove_server::RuntimeChoice::Qemu;
+        cfg.lifecycle.reconcile_interval = Some(Duration::from_millis(500));
+    })
+}
+
+fn have_qemu() -> bool {
+    let ok = std::process::Command::new("qemu-system-x86_64")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("skipped: no qemu-system-x86_64");
+    }
+    ok
+}
+
+fn as_root(line: &str) -> CreateCommandRequest {
+    CreateCommandRequest {
+        user: Some("root".into()),
+        ..shell(line)
+    }
+}
+
+async fn wait_ok(c: &Client, op: cove_api_types::Operation) {
+    let op = c
+        .wait_operation(&op.id, Duration::from_secs(180))
+        .await
+        .expect("operation ends");
+    assert_eq!(op.state, OperationState::Succeeded, "{:?}: {:?}", op.kind, op.error);
+}
+
+fn qemu_processes(id: &str) -> usize {
+    let name = format!("cove-{id}");
+    std::fs::read_dir("/proc")
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| {
+                    std::fs::read(e.path().join("cmdline"))
+                        .map(|c| c.split(|b| *b == 0).any(|a| a == name.as_bytes()))
+                        .unwrap_or(false)
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vm_runs_commands_files_pause_and_suspend_wake_with_memory() {
+    if !have_qemu() {
+        return;
+    }
+    let c = client_of(qemu_server());
+    let caps = c.capabilities().await.expect("capabilities");
+    assert_eq!(caps.runtime, "qemu");
+    assert!(caps.suspend_memory);
+
+    let t = Instant::now();
+    let id = sandbox(&c, "tiny").await;
+    eprintln!("create (cold boot): {:?}", t.elapsed());
+    let s = c.get_sandbox(&id).await.expect("get");
+    assert_eq!(s.runtime, "qemu");
+
+    let t = Instant::now();
+    let out = sh(&c, &id, "uname -r; hostname").await;
+    eprintln!("first exec: {:?}", t.elapsed());
+    assert_eq!(out.command.exit_code, Some(0), "{}", out.stderr_text());
+    assert!(out.stdout_text().contains("cloud-amd64"), "its own kernel: {}", out.stdout_text());
+    assert!(out.stdout_text().contains(&id), "hostname: {}", out.stdout_text());
+    let t = Instant::now();
+    let out = sh(&c, &id, "true").await;
+    eprintln!("exec true: {:?}", t.elapsed());
+    assert_eq!(out.command.exit_code, Some(0));
+
+    // Files both ways, with binary content.
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7) as u8).collect();
+    c.upload(&id, "/tmp/in/blob", data.clone(), &UploadOptions::default())
+        .await
+        .expect("upload");
+    assert_eq!(c.read_file(&id, "/tmp/in/blob").await.expect("read"), data);
+    let out = sh(&c, &id, "wc -c < /tmp/in/blob").await;
+    assert_eq!(out.stdout_text().trim(), "300000");
+
+    // A background counter that must survive pause and suspend.
+    c.create_command(
+        &id,
+        &as_root("i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done"),
+    )
+    .await
+    .expect("counter");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+
+    let t = Instant::now();
+    wait_ok(&c, c.pause_sandbox(&id).await.expect("pause")).await;
+    eprintln!("pause op: {:?}", t.elapsed());
+    assert_eq!(c.get_sandbox(&id).await.expect("get").state, SandboxState::Paused);
+    wait_ok(&c, c.resume_sandbox(&id).await.expect("resume")).await;
+    let before: u64 = sh(&c, &id, "cat /tmp/count").await.stdout_text().trim().parse().expect("n");
+
+    let t = Instant::now();
+    wait_ok(&c, c.suspend_sandbox(&id).await.expect("suspend")).await;
+    eprintln!("suspend op: {:?}", t.elapsed());
+    assert_eq!(c.get_sandbox(&id).await.expect("get").state, SandboxState::Suspended);
+    assert_eq!(qemu_processes(&id), 0, "no VM while suspended");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let t = Instant::now();
+    wait_ok(&c, c.wake_sandbox(&id).await.expect("wake")).await;
+    eprintln!("wake op: {:?}", t.elapsed());
+    let s = c.get_sandbox(&id).await.expect("get");
+    assert_eq!(s.state, SandboxState::Running);
+    assert_eq!(s.memory_restored, Some(true));
+    let out = sh(&c, &id, "cat /tmp/count; wc -c < /tmp/in/blob; date +%s").await;
+    let text = out.stdout_text();
+    let mut lines = text.lines();
+    let after: u64 = lines.next().unwrap_or("").parse().expect("count");
+    assert_eq!(lines.next(), Some("300000"), "files survive");
+    let guest_now: i64 = lines.next().unwrap_or("").parse().expect("date");
+    let host_now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("time")
+        .as_secs() as i64;
+    assert!((guest_now - host_now).abs() <= 2, "guest clock {guest_now}, host {host_now}");
+    assert!(after >= before, "the counter's memory survived: {before} → {after}");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let later: u64 = sh(&c, &id, "cat /tmp/count").await.stdout_text().trim().parse().expect("n");
+    assert!(later > after, "and it keeps counting: {after} → {later}");
+
+    delete(&c, &id).await;
+    assert_eq!(qemu_processes(&id), 0, "no QEMU left after delete");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guest_kernel_panic_fails_the_sandbox_with_the_reason() {
+    if !have_qemu() {
+        return;
+    }
+    let c = client_of(qemu_server());
+    let id = sandbox(&c, "tiny").await;
+    // The guest may die before it answers the spawn; either way it panics.
+    let _ = c
+        .create_command(&id, &as_root("echo c > /proc/sysrq-trigger"))
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let s = loop {
+        let s = c.get_sandbox(&id).await.expect("get");
+        if s.state == SandboxState::Failed || Instant::now() > deadline {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(s.state, SandboxState::Failed);
+    let reason = s.state_reason.unwrap_or_default();
+    assert!(reason.contains("panic"), "reason names the panic: {reason}");
+    assert_eq!(qemu_processes(&id), 0);
+    delete(&c, &id).await;
+}
