@@ -42,7 +42,13 @@ async fn wait_ok(c: &Client, op: cove_api_types::Operation) {
         .wait_operation(&op.id, Duration::from_secs(180))
         .await
         .expect("operation ends");
-    assert_eq!(op.state, OperationState::Succeeded, "{:?}: {:?}", op.kind, op.error);
+    assert_eq!(
+        op.state,
+        OperationState::Succeeded,
+        "{:?}: {:?}",
+        op.kind,
+        op.error
+    );
 }
 
 fn qemu_processes(id: &str) -> usize {
@@ -68,6 +74,7 @@ async fn vm_runs_commands_files_pause_and_suspend_wake_with_memory() {
     let c = client_of(qemu_server());
     let caps = c.capabilities().await.expect("capabilities");
     assert_eq!(caps.runtime, "qemu");
+    assert_eq!(caps.boundary, "vm");
     assert!(caps.suspend_memory);
 
     let t = Instant::now();
@@ -80,8 +87,16 @@ async fn vm_runs_commands_files_pause_and_suspend_wake_with_memory() {
     let out = sh(&c, &id, "uname -r; hostname").await;
     eprintln!("first exec: {:?}", t.elapsed());
     assert_eq!(out.command.exit_code, Some(0), "{}", out.stderr_text());
-    assert!(out.stdout_text().contains("cloud-amd64"), "its own kernel: {}", out.stdout_text());
-    assert!(out.stdout_text().contains(&id), "hostname: {}", out.stdout_text());
+    assert!(
+        out.stdout_text().contains("cloud-amd64"),
+        "its own kernel: {}",
+        out.stdout_text()
+    );
+    assert!(
+        out.stdout_text().contains(&id),
+        "hostname: {}",
+        out.stdout_text()
+    );
     let t = Instant::now();
     let out = sh(&c, &id, "true").await;
     eprintln!("exec true: {:?}", t.elapsed());
@@ -108,14 +123,25 @@ async fn vm_runs_commands_files_pause_and_suspend_wake_with_memory() {
     let t = Instant::now();
     wait_ok(&c, c.pause_sandbox(&id).await.expect("pause")).await;
     eprintln!("pause op: {:?}", t.elapsed());
-    assert_eq!(c.get_sandbox(&id).await.expect("get").state, SandboxState::Paused);
+    assert_eq!(
+        c.get_sandbox(&id).await.expect("get").state,
+        SandboxState::Paused
+    );
     wait_ok(&c, c.resume_sandbox(&id).await.expect("resume")).await;
-    let before: u64 = sh(&c, &id, "cat /tmp/count").await.stdout_text().trim().parse().expect("n");
+    let before: u64 = sh(&c, &id, "cat /tmp/count")
+        .await
+        .stdout_text()
+        .trim()
+        .parse()
+        .expect("n");
 
     let t = Instant::now();
     wait_ok(&c, c.suspend_sandbox(&id).await.expect("suspend")).await;
     eprintln!("suspend op: {:?}", t.elapsed());
-    assert_eq!(c.get_sandbox(&id).await.expect("get").state, SandboxState::Suspended);
+    assert_eq!(
+        c.get_sandbox(&id).await.expect("get").state,
+        SandboxState::Suspended
+    );
     assert_eq!(qemu_processes(&id), 0, "no VM while suspended");
     tokio::time::sleep(Duration::from_secs(3)).await;
     let t = Instant::now();
@@ -134,10 +160,21 @@ async fn vm_runs_commands_files_pause_and_suspend_wake_with_memory() {
         .duration_since(std::time::UNIX_EPOCH)
         .expect("time")
         .as_secs() as i64;
-    assert!((guest_now - host_now).abs() <= 2, "guest clock {guest_now}, host {host_now}");
-    assert!(after >= before, "the counter's memory survived: {before} → {after}");
+    assert!(
+        (guest_now - host_now).abs() <= 2,
+        "guest clock {guest_now}, host {host_now}"
+    );
+    assert!(
+        after >= before,
+        "the counter's memory survived: {before} → {after}"
+    );
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let later: u64 = sh(&c, &id, "cat /tmp/count").await.stdout_text().trim().parse().expect("n");
+    let later: u64 = sh(&c, &id, "cat /tmp/count")
+        .await
+        .stdout_text()
+        .trim()
+        .parse()
+        .expect("n");
     assert!(later > after, "and it keeps counting: {after} → {later}");
 
     delete(&c, &id).await;

@@ -116,7 +116,9 @@ fn control(c: Control) -> Result<(), String> {
             info!(secs, "wall clock set by the host");
             Ok(())
         }
-        Control::AddEntropy { bytes } => add_entropy(&bytes).map_err(|e| format!("RNDADDENTROPY: {e}")),
+        Control::AddEntropy { bytes } => {
+            add_entropy(&bytes).map_err(|e| format!("RNDADDENTROPY: {e}"))
+        }
     }
 }
 
@@ -175,7 +177,10 @@ impl Port {
             .write(true)
             .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open(path)?;
-        Ok(Port(AsyncFd::new(f)?))
+        // SAFETY: the AsyncFd owns the File, so its descriptor stays open and the same for the
+        // AsyncFd's whole life.
+        let fd = unsafe { AsyncFd::register(f) }?;
+        Ok(Port(fd))
     }
 }
 

@@ -8,8 +8,10 @@ use tokio_util::sync::CancellationToken;
 /// What the node's runtime and snapshot store can do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeCapabilities {
-    /// Runtime name (`runc`).
+    /// Runtime name (`runc`, `qemu`).
     pub runtime: String,
+    /// Isolation boundary (`container` or `vm`).
+    pub boundary: String,
     /// Pause freezes processes in memory.
     pub pause: bool,
     /// Suspend saves process memory (false: wake restarts the sandbox from its files).

@@ -41,7 +41,9 @@ pub struct UnixConnector {
 #[async_trait]
 impl GuestConnector for UnixConnector {
     async fn connect(&self) -> io::Result<Box<dyn GuestStream>> {
-        Ok(Box::new(tokio::net::UnixStream::connect(&self.socket).await?))
+        Ok(Box::new(
+            tokio::net::UnixStream::connect(&self.socket).await?,
+        ))
     }
 }
 
@@ -198,7 +200,11 @@ pub trait Runtime: Send + Sync + 'static {
 
     /// A connector to the guest agent of a sandbox that is already running (adoption after the
     /// node restarted). No I/O is required to happen here; connecting may fail later.
-    async fn connector(&self, id: &str, dir: &Path) -> Result<Arc<dyn GuestConnector>, RuntimeError>;
+    async fn connector(
+        &self,
+        id: &str,
+        dir: &Path,
+    ) -> Result<Arc<dyn GuestConnector>, RuntimeError>;
 
     /// Saves what the runtime can of a paused or running sandbox's memory into `dir/upper/`
     /// (the part of the sandbox directory the snapshot store saves), leaving the sandbox

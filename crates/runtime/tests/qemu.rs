@@ -61,7 +61,15 @@ async fn sh(c: &dyn GuestConnector, id: &str, script: &str) -> String {
         offset: 0,
         follow: true,
     };
-    write_frame(&mut a, &HostFrame { id: 1, request: attach }).await.expect("attach");
+    write_frame(
+        &mut a,
+        &HostFrame {
+            id: 1,
+            request: attach,
+        },
+    )
+    .await
+    .expect("attach");
     let mut out = Vec::new();
     loop {
         let f: GuestFrame = read_frame(&mut a).await.expect("frame");
@@ -75,12 +83,21 @@ async fn sh(c: &dyn GuestConnector, id: &str, script: &str) -> String {
 }
 
 async fn hello(s: &mut Box<dyn cove_runtime::GuestStream>) {
-    let r = call(s, 0, Request::Hello { version: PROTOCOL_VERSION }).await;
+    let r = call(
+        s,
+        0,
+        Request::Hello {
+            version: PROTOCOL_VERSION,
+        },
+    )
+    .await;
     assert!(matches!(r, Response::Hello { .. }), "hello: {r:?}");
 }
 
 async fn call(s: &mut Box<dyn cove_runtime::GuestStream>, id: u64, request: Request) -> Response {
-    write_frame(s, &HostFrame { id, request }).await.expect("write");
+    write_frame(s, &HostFrame { id, request })
+        .await
+        .expect("write");
     let f: GuestFrame = tokio::time::timeout(Duration::from_secs(30), read_frame(s))
         .await
         .expect("answer in time")
@@ -120,7 +137,10 @@ async fn boots_runs_pauses_suspends_and_restores() {
     eprintln!("boot to agent: {:?}", t.elapsed());
     assert!(!started.memory_restored);
     let c = started.connector.clone();
-    assert_eq!(rt.state(&spec.id).await.expect("state"), Some(RuntimeState::Running));
+    assert_eq!(
+        rt.state(&spec.id).await.expect("state"),
+        Some(RuntimeState::Running)
+    );
 
     let t = Instant::now();
     let out = sh(&*c, "c1", "uname -r; hostname; df -m / | tail -1").await;
@@ -155,23 +175,36 @@ async fn boots_runs_pauses_suspends_and_restores() {
         timeout_ms: None,
         pty: None,
     };
-    assert!(matches!(call(&mut s, 1, Request::Spawn(counter)).await, Response::Spawned { .. }));
+    assert!(matches!(
+        call(&mut s, 1, Request::Spawn(counter)).await,
+        Response::Spawned { .. }
+    ));
     tokio::time::sleep(Duration::from_millis(800)).await;
     sh(&*c, "w", "echo kept > /root/file; sync").await;
 
     let t = Instant::now();
     rt.pause(&spec.id).await.expect("pause");
     eprintln!("pause: {:?}", t.elapsed());
-    assert_eq!(rt.state(&spec.id).await.expect("state"), Some(RuntimeState::Paused));
+    assert_eq!(
+        rt.state(&spec.id).await.expect("state"),
+        Some(RuntimeState::Paused)
+    );
     let t = Instant::now();
     rt.resume(&spec.id).await.expect("resume");
     eprintln!("resume: {:?}", t.elapsed());
-    let before: u64 = sh(&*c, "r1", "cat /tmp/count").await.trim().parse().expect("count");
+    let before: u64 = sh(&*c, "r1", "cat /tmp/count")
+        .await
+        .trim()
+        .parse()
+        .expect("count");
     assert!(before > 0);
 
     let t = Instant::now();
     rt.pause(&spec.id).await.expect("pause");
-    assert!(rt.checkpoint(&spec.id, &spec.dir).await.expect("checkpoint"));
+    assert!(rt
+        .checkpoint(&spec.id, &spec.dir)
+        .await
+        .expect("checkpoint"));
     rt.stop(&spec.id, &spec.dir).await.expect("stop");
     eprintln!(
         "suspend (stop + save + kill): {:?}, memory file {} MiB",
@@ -186,7 +219,10 @@ async fn boots_runs_pauses_suspends_and_restores() {
     let woke = rt.start(&spec).await.expect("wake");
     eprintln!("wake to agent: {:?}", t.elapsed());
     assert!(woke.memory_restored);
-    assert!(!spec.dir.join("upper/vm-memory.bin").exists(), "state consumed");
+    assert!(
+        !spec.dir.join("upper/vm-memory.bin").exists(),
+        "state consumed"
+    );
     let c = woke.connector.clone();
     let out = sh(&*c, "r2", "cat /tmp/count; cat /root/file; date +%s").await;
     let mut lines = out.lines();
@@ -197,10 +233,17 @@ async fn boots_runs_pauses_suspends_and_restores() {
         .duration_since(std::time::UNIX_EPOCH)
         .expect("time")
         .as_secs() as i64;
-    assert!((guest_now - host_now).abs() <= 2, "guest clock {guest_now} vs host {host_now}");
+    assert!(
+        (guest_now - host_now).abs() <= 2,
+        "guest clock {guest_now} vs host {host_now}"
+    );
     assert!(after >= before, "the counter survived: {before} → {after}");
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let later: u64 = sh(&*c, "r3", "cat /tmp/count").await.trim().parse().expect("count");
+    let later: u64 = sh(&*c, "r3", "cat /tmp/count")
+        .await
+        .trim()
+        .parse()
+        .expect("count");
     assert!(later > after, "and keeps counting: {after} → {later}");
 
     rt.stop(&spec.id, &spec.dir).await.expect("stop");

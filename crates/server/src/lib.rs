@@ -79,7 +79,11 @@ impl std::str::FromStr for RuntimeChoice {
 
 /// Makes the runtime `cfg` asks for. VM state goes to `<data-dir>/qemu`, the guest kernel and
 /// agent disks to `<cache-dir>/vm`.
-fn make_runtime(cfg: &Config, data_dir: &Path, cache_dir: &Path) -> anyhow::Result<Arc<dyn Runtime>> {
+fn make_runtime(
+    cfg: &Config,
+    data_dir: &Path,
+    cache_dir: &Path,
+) -> anyhow::Result<Arc<dyn Runtime>> {
     let qemu_cfg = QemuConfig::new(data_dir.join("qemu"), cache_dir.join("vm"));
     let choice = match cfg.runtime {
         RuntimeChoice::Auto

@@ -258,7 +258,11 @@ async fn pump_stream(
 }
 
 /// Writes queued frames to the channel until the queue or the channel closes.
-async fn write_loop<W: AsyncWrite + Unpin>(core: Arc<Core>, mut wr: W, mut rx: mpsc::Receiver<Frame>) {
+async fn write_loop<W: AsyncWrite + Unpin>(
+    core: Arc<Core>,
+    mut wr: W,
+    mut rx: mpsc::Receiver<Frame>,
+) {
     let mut buf = Vec::with_capacity(2 * MAX_DATA);
     loop {
         let frame = tokio::select! {
@@ -373,7 +377,9 @@ impl MuxClient {
 
     /// Sends a ping and waits for its pong (the guest's transport is alive and not paused).
     pub async fn ping(&self, timeout: Duration) -> Result<(), MuxError> {
-        self.request(|seq| Frame::Ping { seq }, timeout).await.map(drop)
+        self.request(|seq| Frame::Ping { seq }, timeout)
+            .await
+            .map(drop)
     }
 
     /// Asks the guest's transport to do `control` and waits for the answer.
@@ -385,7 +391,9 @@ impl MuxClient {
         if reply.is_empty() {
             Ok(())
         } else {
-            Err(MuxError::Refused(String::from_utf8_lossy(&reply).into_owned()))
+            Err(MuxError::Refused(
+                String::from_utf8_lossy(&reply).into_owned(),
+            ))
         }
     }
 

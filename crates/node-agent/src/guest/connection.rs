@@ -16,8 +16,8 @@ use cove_guest_protocol::{
     encode_frame, read_frame, write_frame, CommandInfo, ErrorCode, FileInfo, FrameError,
     GuestFrame, HostFrame, Request, Response, PROTOCOL_VERSION,
 };
-use tokio::io::AsyncWriteExt;
 use cove_runtime::{GuestConnector, GuestStream};
+use tokio::io::AsyncWriteExt;
 use tokio::io::{ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::AbortHandle;
@@ -281,11 +281,7 @@ impl Conn {
     }
 }
 
-async fn write_loop(
-    inner: Arc<Inner>,
-    mut wr: WriteHalf<Stream>,
-    mut rx: mpsc::Receiver<Vec<u8>>,
-) {
+async fn write_loop(inner: Arc<Inner>, mut wr: WriteHalf<Stream>, mut rx: mpsc::Receiver<Vec<u8>>) {
     while let Some(bytes) = rx.recv().await {
         if let Err(e) = wr.write_all(&bytes).await {
             inner.fail(GuestError::Unavailable(format!(

@@ -3,13 +3,13 @@
 
 use std::time::Duration;
 
+use super::connection::Stream;
 use bytes::Bytes;
 use cove_guest_protocol::{
     read_frame, write_frame, FileInfo, GuestFrame, GuestPath, HostFrame, Request, Response,
     WriteFileRequest, MAX_CHUNK_BYTES,
 };
 use futures::{stream, StreamExt};
-use super::connection::Stream;
 use tokio::sync::oneshot;
 
 use super::attach::STREAM_ID;

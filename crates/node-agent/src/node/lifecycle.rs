@@ -235,6 +235,7 @@ impl NodeLifecycle for NodeAgent {
         let caps = self.runtime.capabilities();
         NodeCapabilities {
             runtime: self.runtime.kind().as_str().to_string(),
+            boundary: self.runtime.kind().boundary().to_string(),
             pause: caps.pause,
             suspend_memory: caps.suspend_memory,
             snapshot_store: self.cfg.snapshots.kind().to_string(),

@@ -207,7 +207,10 @@ fn extract_vmlinux(bz: &Path, out: &Path) -> Result<(), RuntimeError> {
     // The kernel's lz4 stream has trailing bytes lz4 warns about; the ELF magic decides.
     let head = std::fs::read(out).map_err(io_err("read vmlinux"))?;
     if !head.starts_with(b"\x7fELF") {
-        return Err(unavailable(format!("{} did not produce an ELF ({status})", tool[0])));
+        return Err(unavailable(format!(
+            "{} did not produce an ELF ({status})",
+            tool[0]
+        )));
     }
     Ok(())
 }
@@ -245,7 +248,11 @@ fn build_initramfs(modules: &Path, out: &Path) -> Result<(), RuntimeError> {
     names.sort();
     for p in names {
         let data = std::fs::read(&p).map_err(io_err(format!("read {}", p.display())))?;
-        let name = p.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        let name = p
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
         w.file(&format!("lib/modules/{name}"), 0o644, &data);
     }
     let bytes = w.finish();
@@ -265,7 +272,8 @@ impl Cpio {
     fn entry(&mut self, name: &str, mode: u32, data: &[u8]) {
         self.ino += 1;
         let namesize = name.len() + 1;
-        let header = format!(
+        let header =
+            format!(
             "070701{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}{:08x}",
             self.ino, mode, 0, 0, 1, 0, data.len(), 0, 0, 0, 0, namesize, 0
         );

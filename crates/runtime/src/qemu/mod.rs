@@ -196,7 +196,10 @@ impl QemuRuntime {
     }
 
     fn connector_of(&self, id: &str) -> Arc<MuxConnector> {
-        let mut map = self.connectors.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut map = self
+            .connectors
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         map.entry(id.to_string())
             .or_insert_with(|| Arc::new(MuxConnector::new(self.paths(id).agent())))
             .clone()
@@ -328,7 +331,10 @@ impl QemuRuntime {
                 .map_err(|e| cmd_err("wake", &id, format!("setting the guest clock: {e}")))?;
         }
         connector
-            .control(&Control::AddEntropy { bytes: seed }, connector::SESSION_TIMEOUT)
+            .control(
+                &Control::AddEntropy { bytes: seed },
+                connector::SESSION_TIMEOUT,
+            )
             .await
             .map_err(|e| cmd_err("start", &id, format!("seeding the guest RNG: {e}")))?;
         Ok(Started {
@@ -492,7 +498,11 @@ impl Runtime for QemuRuntime {
                 "failed" | "cancelled" => {
                     let _ = tokio::fs::remove_file(&tmp).await;
                     let why = v.get("error-desc").and_then(Value::as_str).unwrap_or("");
-                    return Err(cmd_err("suspend", id, format!("saving memory failed: {why}")));
+                    return Err(cmd_err(
+                        "suspend",
+                        id,
+                        format!("saving memory failed: {why}"),
+                    ));
                 }
                 _ => {}
             }

@@ -169,7 +169,10 @@ pub fn args(spec: &SandboxSpec, l: &Launch<'_>, paths: &VmPaths) -> Vec<String> 
         "-device".into(),
         "virtio-serial-device".into(),
         "-chardev".into(),
-        format!("socket,id=agent,path={},server=on,wait=off", p(paths.agent())),
+        format!(
+            "socket,id=agent,path={},server=on,wait=off",
+            p(paths.agent())
+        ),
         "-device".into(),
         "virtserialport,chardev=agent,name=cove-agent".into(),
         "-drive".into(),
@@ -245,7 +248,10 @@ impl Cgroups {
         ];
         for (controller, files) in limits {
             let Some((mount, own)) = own_cgroup(controller) else {
-                tracing::warn!(controller, "no cgroup v1 controller; the VM runs without this limit");
+                tracing::warn!(
+                    controller,
+                    "no cgroup v1 controller; the VM runs without this limit"
+                );
                 continue;
             };
             let base = Path::new("/sys/fs/cgroup").join(&mount);
@@ -290,7 +296,10 @@ impl Cgroups {
 
     /// The `cgroup.procs` files a starting process writes itself into.
     pub fn procs_files(&self) -> Vec<PathBuf> {
-        self.dirs.iter().map(|(_, d)| d.join("cgroup.procs")).collect()
+        self.dirs
+            .iter()
+            .map(|(_, d)| d.join("cgroup.procs"))
+            .collect()
     }
 
     /// Removes the directories (they must be empty of processes).
@@ -349,14 +358,16 @@ pub fn is_vm_process(pid: u32, id: &str) -> bool {
         return false;
     };
     let name = vm_name(id);
-    cmdline
-        .split(|b| *b == 0)
-        .any(|arg| arg == name.as_bytes())
+    cmdline.split(|b| *b == 0).any(|arg| arg == name.as_bytes())
 }
 
 /// The pid of sandbox `id`'s live QEMU, from its pid file.
 pub fn live_pid(paths: &VmPaths, id: &str) -> Option<u32> {
-    let pid: u32 = std::fs::read_to_string(paths.pid()).ok()?.trim().parse().ok()?;
+    let pid: u32 = std::fs::read_to_string(paths.pid())
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
     is_vm_process(pid, id).then_some(pid)
 }
 

@@ -54,7 +54,10 @@ async fn many_streams_echo_large_payloads() {
         }));
     }
     for t in tasks {
-        tokio::time::timeout(T, t).await.expect("in time").expect("task");
+        tokio::time::timeout(T, t)
+            .await
+            .expect("in time")
+            .expect("task");
     }
 }
 
