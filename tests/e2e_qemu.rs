@@ -206,3 +206,33 @@ async fn a_guest_kernel_panic_fails_the_sandbox_with_the_reason() {
     assert_eq!(qemu_processes(&id), 0);
     delete(&c, &id).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sandboxes_cloned_from_the_base_snapshot_differ_in_randomness_and_know_the_time() {
+    if !have_qemu() {
+        return;
+    }
+    let c = client_of(qemu_server());
+    let mut seen = Vec::new();
+    // One at a time: at most two VMs run at once on this machine (the other test may hold one).
+    for _ in 0..3 {
+        let t = Instant::now();
+        let id = sandbox(&c, "tiny").await;
+        eprintln!("create: {:?}", t.elapsed());
+        let out = sh(&c, &id, "head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'; echo; hostname; date +%s").await;
+        let text = out.stdout_text();
+        let mut lines = text.lines();
+        let random = lines.next().unwrap_or("").to_string();
+        assert_eq!(random.len(), 32, "{text}");
+        assert_eq!(lines.next(), Some(id.as_str()), "each clone has its own hostname");
+        let guest_now: i64 = lines.next().unwrap_or("").parse().expect("date");
+        let host_now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("time")
+            .as_secs() as i64;
+        assert!((guest_now - host_now).abs() <= 2, "guest clock {guest_now}, host {host_now}");
+        assert!(!seen.contains(&random), "clones share random state: {random}");
+        seen.push(random);
+        delete(&c, &id).await;
+    }
+}

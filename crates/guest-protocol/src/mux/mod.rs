@@ -53,6 +53,11 @@ pub enum Control {
         #[serde(with = "serde_bytes")]
         bytes: Vec<u8>,
     },
+    /// Set the guest's hostname (a VM cloned from a base snapshot has the base's).
+    SetHostname {
+        /// The name, at most 64 bytes.
+        name: String,
+    },
 }
 
 impl Control {

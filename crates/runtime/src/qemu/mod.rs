@@ -17,6 +17,9 @@
 //!   `upper/` holds that file restores it with `-incoming`, sets the guest clock from the host,
 //!   adds fresh entropy, and deletes the file. A restore that fails falls back to a cold boot on
 //!   the same disk (like a power cut: ext4 replays its journal) and says `memory_restored: false`.
+//! - Base snapshots ([`base`]): a fresh sandbox restores its release's booted, idle snapshot
+//!   instead of booting (falling back to a boot when that fails), then gets its own hostname,
+//!   clock and entropy.
 //! - Failure: a guest kernel panic reboots (`panic=-1`), and `-no-reboot` ends QEMU; the state
 //!   becomes `Stopped` and [`Runtime::failure`] reads the panic line from the console log.
 //!
@@ -40,6 +43,7 @@ use crate::{
     Started,
 };
 
+pub mod base;
 pub mod connector;
 pub mod disk;
 pub mod image;
@@ -75,6 +79,9 @@ pub struct QemuConfig {
     pub cache_dir: PathBuf,
     /// Accelerator; `None` = KVM when [`kvm_usable`], else TCG.
     pub accel: Option<Accel>,
+    /// Keep a booted, idle snapshot per release and VM shape, and create sandboxes by restoring
+    /// it instead of booting (see [`base`]).
+    pub base_snapshots: bool,
 }
 
 impl QemuConfig {
@@ -86,6 +93,7 @@ impl QemuConfig {
             state_root: state_root.into(),
             cache_dir: cache_dir.into(),
             accel: None,
+            base_snapshots: true,
         }
     }
 }
@@ -118,6 +126,10 @@ pub struct QemuRuntime {
     accel: Accel,
     /// Serialises first-use preparation (kernel download, image builds).
     prepare: tokio::sync::Mutex<()>,
+    /// The boot files once prepared (looking them up asks apt, which is slow).
+    boot_files: Mutex<Option<image::BootFiles>>,
+    /// Serialises making base snapshots.
+    base_lock: tokio::sync::Mutex<()>,
     connectors: Mutex<HashMap<String, Arc<MuxConnector>>>,
 }
 
@@ -155,10 +167,36 @@ fn validate_id(id: &str) -> Result<(), RuntimeError> {
 }
 
 /// Files a start needs, prepared on first use.
+#[derive(Clone)]
 struct Prepared {
     boot: image::BootFiles,
     agent_disk: PathBuf,
+    /// The release's ext4 image.
+    base_image: PathBuf,
+    /// Virtual size of the sandbox's disk, MiB.
+    disk_mib: u64,
+    /// The sandbox's overlay disk (`upper/disk.qcow2`; may not exist yet).
     disk: PathBuf,
+}
+
+/// How a VM comes up.
+#[derive(Debug, Clone, Copy)]
+enum Mode<'a> {
+    /// Boot the kernel.
+    Cold,
+    /// Restore this sandbox's own saved memory (wake).
+    Wake(&'a Path),
+    /// Restore a base snapshot of its release (a fresh sandbox skipping the boot).
+    Clone(&'a Path),
+}
+
+impl Mode<'_> {
+    fn incoming(self) -> Option<PathBuf> {
+        match self {
+            Mode::Cold => None,
+            Mode::Wake(p) | Mode::Clone(p) => Some(p.to_path_buf()),
+        }
+    }
 }
 
 impl QemuRuntime {
@@ -182,6 +220,8 @@ impl QemuRuntime {
             cfg,
             accel,
             prepare: tokio::sync::Mutex::new(()),
+            base_lock: tokio::sync::Mutex::new(()),
+            boot_files: Mutex::new(None),
             connectors: Mutex::new(HashMap::new()),
         })
     }
@@ -222,25 +262,39 @@ impl QemuRuntime {
         let cache = self.cfg.cache_dir.clone();
         let agent = spec.guest_agent.clone();
         let rootfs = spec.rootfs.clone();
-        let qemu_img = self.cfg.qemu_img.clone();
         let disk = spec.dir.join("upper").join(DISK);
         let disk_mib = spec.disk_mib;
-        tokio::task::spawn_blocking(move || {
-            let boot = image::ensure_boot_files(&cache)?;
+        let known = self
+            .boot_files
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .filter(|b| b.kernel.exists() && b.initramfs.exists());
+        let prep = tokio::task::spawn_blocking(move || {
+            let boot = match known {
+                Some(b) => b,
+                None => image::ensure_boot_files(&cache)?,
+            };
             let agent_disk = image::ensure_agent_disk(&cache, &agent)?;
-            let (base, base_mib) = disk::ensure_release_image(&rootfs)?;
-            let mib = disk_mib
+            let (base_image, base_mib) = disk::ensure_release_image(&rootfs)?;
+            let disk_mib = disk_mib
                 .unwrap_or(base_mib + disk::DEFAULT_EXTRA_MIB)
                 .max(base_mib);
-            disk::ensure_overlay(&qemu_img, &base, &disk, mib)?;
             Ok(Prepared {
                 boot,
                 agent_disk,
+                base_image,
+                disk_mib,
                 disk,
             })
         })
         .await
-        .map_err(join_error)?
+        .map_err(join_error)??;
+        *self
+            .boot_files
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(prep.boot.clone());
+        Ok(prep)
     }
 
     async fn qmp(&self, id: &str) -> Result<Qmp, RuntimeError> {
@@ -254,8 +308,10 @@ impl QemuRuntime {
         &self,
         spec: &SandboxSpec,
         prep: &Prepared,
-        incoming: Option<&Path>,
+        mode: Mode<'_>,
     ) -> Result<Started, RuntimeError> {
+        let incoming = mode.incoming();
+        let incoming = incoming.as_deref();
         let paths = self.paths(&spec.id);
         let _ = std::fs::remove_dir_all(&paths.dir);
         std::fs::create_dir_all(&paths.dir)
@@ -317,6 +373,15 @@ impl QemuRuntime {
         // Fresh randomness for every VM; clock too after a restore.
         let mut seed = vec![0u8; 64];
         getrandom(&mut seed);
+        if let Mode::Clone(_) = mode {
+            let name = Control::SetHostname {
+                name: spec.hostname.clone(),
+            };
+            connector
+                .control(&name, connector::SESSION_TIMEOUT)
+                .await
+                .map_err(|e| cmd_err("start", &id, format!("setting the hostname: {e}")))?;
+        }
         if incoming.is_some() {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -341,7 +406,7 @@ impl QemuRuntime {
             agent_socket: paths.agent(),
             connector: connector as Arc<dyn GuestConnector>,
             init_pid: pid,
-            memory_restored: incoming.is_some(),
+            memory_restored: matches!(mode, Mode::Wake(_)),
         })
     }
 
@@ -373,6 +438,26 @@ impl QemuRuntime {
             .await
             .map_err(|e| cmd_err("wake", id, e))?;
         Ok(())
+    }
+
+    /// Makes the sandbox's overlay: a copy of `from` (a base snapshot's disk), or a new one on
+    /// the release image; an existing one is pointed at the release image.
+    async fn overlay(&self, prep: &Prepared, from: Option<&Path>) -> Result<(), RuntimeError> {
+        if let Some(src) = from {
+            if let Some(dir) = prep.disk.parent() {
+                tokio::fs::create_dir_all(dir)
+                    .await
+                    .map_err(io_err(format!("create {}", dir.display())))?;
+            }
+            tokio::fs::copy(src, &prep.disk)
+                .await
+                .map_err(io_err("copy the base snapshot's disk"))?;
+        }
+        let qemu_img = self.cfg.qemu_img.clone();
+        let (base, disk, mib) = (prep.base_image.clone(), prep.disk.clone(), prep.disk_mib);
+        tokio::task::spawn_blocking(move || disk::ensure_overlay(&qemu_img, &base, &disk, mib))
+            .await
+            .map_err(join_error)?
     }
 
     async fn cleanup(&self, id: &str) {
@@ -414,8 +499,10 @@ impl Runtime for QemuRuntime {
         let t0 = Instant::now();
         let prep = self.prepare(spec).await?;
         let memory = spec.dir.join("upper").join(MEMORY_STATE);
-        if memory.exists() {
-            match self.boot(spec, &prep, Some(&memory)).await {
+        let fresh = !prep.disk.exists();
+        if memory.exists() && !fresh {
+            self.overlay(&prep, None).await?;
+            match self.boot(spec, &prep, Mode::Wake(&memory)).await {
                 Ok(s) => {
                     let _ = tokio::fs::remove_file(&memory).await;
                     tracing::info!(sandbox_id = %spec.id, ms = t0.elapsed().as_millis() as u64,
@@ -429,8 +516,31 @@ impl Runtime for QemuRuntime {
                     let _ = tokio::fs::remove_file(&memory).await;
                 }
             }
+        } else if fresh && self.cfg.base_snapshots {
+            match self.ensure_base(spec, &prep).await {
+                Ok(b) => {
+                    self.overlay(&prep, Some(&b.disk)).await?;
+                    match self.boot(spec, &prep, Mode::Clone(&b.memory)).await {
+                        Ok(s) => {
+                            tracing::info!(sandbox_id = %spec.id,
+                                ms = t0.elapsed().as_millis() as u64,
+                                "VM restored from its release's base snapshot");
+                            return Ok(s);
+                        }
+                        Err(e) => {
+                            tracing::warn!(sandbox_id = %spec.id, error = %e,
+                                "restoring the base snapshot failed; booting instead");
+                            self.cleanup(&spec.id).await;
+                            let _ = tokio::fs::remove_file(&prep.disk).await;
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(sandbox_id = %spec.id, error = %e,
+                    "no base snapshot; booting"),
+            }
         }
-        match self.boot(spec, &prep, None).await {
+        self.overlay(&prep, None).await?;
+        match self.boot(spec, &prep, Mode::Cold).await {
             Ok(s) => {
                 tracing::info!(sandbox_id = %spec.id, ms = t0.elapsed().as_millis() as u64,
                     accel = ?self.accel, "VM booted");
@@ -582,7 +692,11 @@ impl Runtime for QemuRuntime {
             Err(e) => return Err(io_err("list VM states")(e)),
         };
         while let Some(e) = rd.next_entry().await.map_err(io_err("list VM states"))? {
+            // Base-snapshot VMs are the runtime's own, not sandboxes.
             if let Some(name) = e.file_name().to_str() {
+                if name.starts_with(base::VM_PREFIX) {
+                    continue;
+                }
                 ids.push(name.to_string());
             }
         }
