@@ -1,9 +1,11 @@
 //! The qemu runtime end to end: a server started with `--runtime qemu` (TCG here), the `tiny`
 //! template as a VM. A subset of the command/file suite plus what only a VM does: its own
 //! kernel, pause/resume through QMP, suspend → wake with memory (a background counter keeps
-//! counting, the clock is set from the host), and a guest kernel panic ending in `failed`.
+//! counting, the clock is set from the host), clones of the base snapshot with their own
+//! randomness, a guest kernel panic ending in `failed`, and VMs re-adopted after the server is
+//! SIGKILLed.
 //!
-//! At most two VMs run at once (two tests, `--test-threads=2`). Skipped (passes with a message)
+//! At most two VMs run at once (each test runs one at a time; `--test-threads=2`). Skipped (passes with a message)
 //! without `qemu-system-x86_64`.
 
 use std::time::{Duration, Instant};
@@ -79,7 +81,7 @@ async fn vm_runs_commands_files_pause_and_suspend_wake_with_memory() {
 
     let t = Instant::now();
     let id = sandbox(&c, "tiny").await;
-    eprintln!("create (cold boot): {:?}", t.elapsed());
+    eprintln!("create: {:?}", t.elapsed());
     let s = c.get_sandbox(&id).await.expect("get");
     assert_eq!(s.runtime, "qemu");
 
@@ -235,4 +237,106 @@ async fn sandboxes_cloned_from_the_base_snapshot_differ_in_randomness_and_know_t
         seen.push(random);
         delete(&c, &id).await;
     }
+}
+
+/// The server as its own process (`cove-e2e-server`) with the qemu runtime, to be SIGKILLed.
+fn spawn_server(data_dir: &std::path::Path, api: &str) -> std::process::Child {
+    let cache = std::env::var("COVE_TEST_CACHE_DIR")
+        .unwrap_or_else(|_| "/var/cache/cove/templates".to_string());
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(data_dir.join("server.log"))
+        .expect("log");
+    let free = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let dp = free.local_addr().expect("addr").to_string();
+    drop(free);
+    std::process::Command::new(env!("CARGO_BIN_EXE_cove-e2e-server"))
+        .arg(data_dir)
+        .arg(api)
+        .arg(dp)
+        .arg(cove_e2e::guest_agent())
+        .arg(cache)
+        .arg("250")
+        .arg("500")
+        .env("COVE_E2E_RUNTIME", "qemu")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("spawn server")
+}
+
+async fn connect(data_dir: &std::path::Path, api: &str) -> Client {
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Ok(token) = std::fs::read_to_string(data_dir.join("admin.token")) {
+            let c = Client::new(&format!("http://{api}"), token.trim()).expect("client");
+            if c.health().await.is_ok() {
+                return c;
+            }
+        }
+        assert!(Instant::now() < until, "server did not come up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Kills the VMs under a data dir when a test ends (also when it fails).
+struct KillVms(std::path::PathBuf);
+
+impl Drop for KillVms {
+    fn drop(&mut self) {
+        if let Ok(entries) = std::fs::read_dir(self.0.join("qemu")) {
+            for e in entries.flatten() {
+                if let Ok(pid) = std::fs::read_to_string(e.path().join("qemu.pid")) {
+                    let _ = std::process::Command::new("kill")
+                        .args(["-9", pid.trim()])
+                        .output();
+                }
+            }
+        }
+    }
+}
+
+fn qemu_pid(data_dir: &std::path::Path, id: &str) -> Option<String> {
+    std::fs::read_to_string(data_dir.join("qemu").join(id).join("qemu.pid")).ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vms_are_readopted_after_the_server_is_killed() {
+    if !have_qemu() {
+        return;
+    }
+    let data_dir = tempfile::Builder::new()
+        .prefix("cove-qemu-crash-")
+        .tempdir()
+        .expect("data dir");
+    let _vms = KillVms(data_dir.path().to_path_buf());
+    let free = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let api = free.local_addr().expect("addr").to_string();
+    drop(free);
+    let mut server = spawn_server(data_dir.path(), &api);
+    let c = connect(data_dir.path(), &api).await;
+    wait_ok(&c, c.build_release("tiny", &Default::default()).await.expect("build").operation).await;
+    let id = sandbox(&c, "tiny").await;
+    let out = sh(&c, &id, "echo before > /tmp/mark; echo ok").await;
+    assert_eq!(out.stdout_text(), "ok\n");
+    let pid = qemu_pid(data_dir.path(), &id).expect("pid file");
+
+    // SIGKILL: the VM keeps running without its server.
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!(qemu_processes(&id), 1, "the VM outlives the server");
+
+    let mut server = spawn_server(data_dir.path(), &api);
+    let c = connect(data_dir.path(), &api).await;
+    let s = c.get_sandbox(&id).await.expect("get");
+    assert_eq!(s.state, SandboxState::Running, "re-adopted: {:?}", s.state_reason);
+    assert_eq!(qemu_pid(data_dir.path(), &id), Some(pid), "the same VM, not a new one");
+    let out = sh(&c, &id, "cat /tmp/mark").await;
+    assert_eq!(out.stdout_text(), "before\n", "its memory and files are intact");
+    delete(&c, &id).await;
+    assert_eq!(qemu_processes(&id), 0, "nothing orphaned");
+    let _ = server.kill();
+    let _ = server.wait();
 }

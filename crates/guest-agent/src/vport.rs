@@ -127,6 +127,8 @@ fn control(c: Control) -> Result<(), String> {
 
 /// `_IOW('R', 0x03, int[2])`.
 const RNDADDENTROPY: libc::c_ulong = 0x4008_5203;
+/// `_IO('R', 0x07)`: reseed the kernel's CRNG from its input pool now.
+const RNDRESEEDCRNG: libc::c_ulong = 0x5207;
 /// `_IOW('f', 16, __u64)`.
 const EXT4_IOC_RESIZE_FS: libc::c_ulong = 0x4008_6610;
 
@@ -140,6 +142,12 @@ fn add_entropy(bytes: &[u8]) -> io::Result<()> {
     let f = File::open("/dev/urandom")?;
     // SAFETY: the buffer holds a complete rand_pool_info of `buf_size` bytes and outlives the call.
     if unsafe { libc::ioctl(f.as_raw_fd(), RNDADDENTROPY, info.as_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // Crediting entropy does not reseed the CRNG at once (it reseeds on an interval), so a
+    // restored clone would go on producing the base's stream: force the reseed.
+    // SAFETY: RNDRESEEDCRNG takes no argument.
+    if unsafe { libc::ioctl(f.as_raw_fd(), RNDRESEEDCRNG) } != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())

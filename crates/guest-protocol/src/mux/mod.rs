@@ -46,8 +46,9 @@ pub enum Control {
         /// Nanoseconds, below 1e9.
         nanos: u32,
     },
-    /// Mix these bytes into the guest kernel's random pool and credit them as entropy
-    /// (`RNDADDENTROPY`), so restored clones do not share random state. At most 512 bytes.
+    /// Mix these bytes into the guest kernel's random pool, credit them as entropy
+    /// (`RNDADDENTROPY`) and reseed the CRNG at once (`RNDRESEEDCRNG`), so restored clones do
+    /// not share random state. At most 512 bytes.
     AddEntropy {
         /// Random bytes from the host.
         #[serde(with = "serde_bytes")]

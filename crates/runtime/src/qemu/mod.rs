@@ -21,7 +21,10 @@
 //!   instead of booting (falling back to a boot when that fails), then gets its own hostname,
 //!   clock and entropy.
 //! - Failure: a guest kernel panic reboots (`panic=-1`), and `-no-reboot` ends QEMU; the state
-//!   becomes `Stopped` and [`Runtime::failure`] reads the panic line from the console log.
+//!   becomes `Stopped` and [`Runtime::failure`] reads the panic line from the console log. A
+//!   running VM whose transport does not answer a mux ping within 10 s (checked on every
+//!   `state`, so by the node's periodic reconciliation) is reported `Stopped` too, with that
+//!   reason.
 //!
 //! State of each VM: `<state-root>/<id>/` ([`vm::VmPaths`]): `qmp.sock`, `agent.sock`,
 //! `qemu.pid`, `console.log`, `qemu.log`.
@@ -59,6 +62,8 @@ use vm::{Cgroups, VmPaths};
 const BOOT_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long restoring a memory state may take.
 const RESTORE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long the guest's transport may take to answer a heartbeat ping.
+const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long saving a memory state may take.
 const SAVE_TIMEOUT: Duration = Duration::from_secs(300);
 /// Name of the saved memory state inside `upper/`.
@@ -567,6 +572,25 @@ impl Runtime for QemuRuntime {
             .status()
             .await
             .map_err(|e| cmd_err("state", id, e))?;
+        if status == "running" {
+            // Heartbeat: a guest whose kernel hung still looks `running` to QMP.
+            let c = self.connector_of(id);
+            let alive = async {
+                c.session(HEARTBEAT_TIMEOUT)
+                    .await?
+                    .ping(HEARTBEAT_TIMEOUT)
+                    .await
+            };
+            if let Err(e) = alive.await {
+                tracing::warn!(sandbox_id = %id, error = %e, "guest heartbeat lost");
+                let reason = format!(
+                    "the guest stopped answering (no heartbeat within {} s)",
+                    HEARTBEAT_TIMEOUT.as_secs()
+                );
+                let _ = tokio::fs::write(paths.dir.join("failure"), reason).await;
+                return Ok(Some(RuntimeState::Stopped));
+            }
+        }
         Ok(Some(match status.as_str() {
             "running" => RuntimeState::Running,
             "paused" | "suspended" | "inmigrate" | "postmigrate" | "finish-migrate"
@@ -637,6 +661,9 @@ impl Runtime for QemuRuntime {
 
     async fn failure(&self, id: &str, _dir: &Path) -> Option<String> {
         let paths = self.paths(id);
+        if let Ok(reason) = tokio::fs::read_to_string(paths.dir.join("failure")).await {
+            return Some(reason);
+        }
         if !paths.dir.exists() || vm::live_pid(&paths, id).is_some() {
             return None;
         }
