@@ -5,7 +5,7 @@
 //! randomness, a guest kernel panic ending in `failed`, and VMs re-adopted after the server is
 //! SIGKILLed.
 //!
-//! At most two VMs run at once (each test runs one at a time; `--test-threads=2`). Skipped (passes with a message)
+//! At most two VMs run at once: two tests at a time hold a slot, each runs one VM at a time. Skipped (passes with a message)
 //! without `qemu-system-x86_64`.
 
 use std::time::{Duration, Instant};
@@ -20,6 +20,9 @@ fn qemu_server() -> &'static Server {
         cfg.lifecycle.reconcile_interval = Some(Duration::from_millis(500));
     })
 }
+
+/// At most two VM tests at once, whatever `--test-threads` says (TCG on two cores).
+static VM_SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
 
 fn have_qemu() -> bool {
     let ok = std::process::Command::new("qemu-system-x86_64")
@@ -73,6 +76,7 @@ async fn vm_runs_commands_files_pause_and_suspend_wake_with_memory() {
     if !have_qemu() {
         return;
     }
+    let _slot = VM_SLOTS.acquire().await.expect("slot");
     let c = client_of(qemu_server());
     let caps = c.capabilities().await.expect("capabilities");
     assert_eq!(caps.runtime, "qemu");
@@ -188,6 +192,7 @@ async fn a_guest_kernel_panic_fails_the_sandbox_with_the_reason() {
     if !have_qemu() {
         return;
     }
+    let _slot = VM_SLOTS.acquire().await.expect("slot");
     let c = client_of(qemu_server());
     let id = sandbox(&c, "tiny").await;
     // The guest may die before it answers the spawn; either way it panics.
@@ -214,6 +219,7 @@ async fn sandboxes_cloned_from_the_base_snapshot_differ_in_randomness_and_know_t
     if !have_qemu() {
         return;
     }
+    let _slot = VM_SLOTS.acquire().await.expect("slot");
     let c = client_of(qemu_server());
     let mut seen = Vec::new();
     // One at a time: at most two VMs run at once on this machine (the other test may hold one).
@@ -307,6 +313,7 @@ async fn vms_are_readopted_after_the_server_is_killed() {
     if !have_qemu() {
         return;
     }
+    let _slot = VM_SLOTS.acquire().await.expect("slot");
     let data_dir = tempfile::Builder::new()
         .prefix("cove-qemu-crash-")
         .tempdir()
