@@ -227,19 +227,34 @@ async fn sandboxes_cloned_from_the_base_snapshot_differ_in_randomness_and_know_t
         let t = Instant::now();
         let id = sandbox(&c, "tiny").await;
         eprintln!("create: {:?}", t.elapsed());
-        let out = sh(&c, &id, "head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'; echo; hostname; date +%s").await;
+        let out = sh(
+            &c,
+            &id,
+            "head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n'; echo; hostname; date +%s",
+        )
+        .await;
         let text = out.stdout_text();
         let mut lines = text.lines();
         let random = lines.next().unwrap_or("").to_string();
         assert_eq!(random.len(), 32, "{text}");
-        assert_eq!(lines.next(), Some(id.as_str()), "each clone has its own hostname");
+        assert_eq!(
+            lines.next(),
+            Some(id.as_str()),
+            "each clone has its own hostname"
+        );
         let guest_now: i64 = lines.next().unwrap_or("").parse().expect("date");
         let host_now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .expect("time")
             .as_secs() as i64;
-        assert!((guest_now - host_now).abs() <= 2, "guest clock {guest_now}, host {host_now}");
-        assert!(!seen.contains(&random), "clones share random state: {random}");
+        assert!(
+            (guest_now - host_now).abs() <= 2,
+            "guest clock {guest_now}, host {host_now}"
+        );
+        assert!(
+            !seen.contains(&random),
+            "clones share random state: {random}"
+        );
         seen.push(random);
         delete(&c, &id).await;
     }
@@ -324,7 +339,14 @@ async fn vms_are_readopted_after_the_server_is_killed() {
     drop(free);
     let mut server = spawn_server(data_dir.path(), &api);
     let c = connect(data_dir.path(), &api).await;
-    wait_ok(&c, c.build_release("tiny", &Default::default()).await.expect("build").operation).await;
+    wait_ok(
+        &c,
+        c.build_release("tiny", &Default::default())
+            .await
+            .expect("build")
+            .operation,
+    )
+    .await;
     let id = sandbox(&c, "tiny").await;
     let out = sh(&c, &id, "echo before > /tmp/mark; echo ok").await;
     assert_eq!(out.stdout_text(), "ok\n");
@@ -338,10 +360,23 @@ async fn vms_are_readopted_after_the_server_is_killed() {
     let mut server = spawn_server(data_dir.path(), &api);
     let c = connect(data_dir.path(), &api).await;
     let s = c.get_sandbox(&id).await.expect("get");
-    assert_eq!(s.state, SandboxState::Running, "re-adopted: {:?}", s.state_reason);
-    assert_eq!(qemu_pid(data_dir.path(), &id), Some(pid), "the same VM, not a new one");
+    assert_eq!(
+        s.state,
+        SandboxState::Running,
+        "re-adopted: {:?}",
+        s.state_reason
+    );
+    assert_eq!(
+        qemu_pid(data_dir.path(), &id),
+        Some(pid),
+        "the same VM, not a new one"
+    );
     let out = sh(&c, &id, "cat /tmp/mark").await;
-    assert_eq!(out.stdout_text(), "before\n", "its memory and files are intact");
+    assert_eq!(
+        out.stdout_text(),
+        "before\n",
+        "its memory and files are intact"
+    );
     delete(&c, &id).await;
     assert_eq!(qemu_processes(&id), 0, "nothing orphaned");
     let _ = server.kill();

@@ -107,7 +107,11 @@ impl QemuRuntime {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::rename(bspec.dir.join("upper"), &dir)
             .map_err(super::io_err(format!("rename into {}", dir.display())))?;
-        tracing::info!(key, ms = t0.elapsed().as_millis() as u64, "base snapshot made");
+        tracing::info!(
+            key,
+            ms = t0.elapsed().as_millis() as u64,
+            "base snapshot made"
+        );
         Ok(snap)
     }
 }

@@ -335,20 +335,22 @@ impl QemuRuntime {
         let mut child = vm::spawn(&self.cfg.qemu_binary, &args, &cgroups, &paths)?;
         let pid = child.id().unwrap_or(0);
         std::fs::write(paths.pid(), pid.to_string()).map_err(io_err("write the pid file"))?;
-        // Reap QEMU when it ends (a restarted node is not its parent; init reaps it then).
+        // Reap QEMU when it ends (a restarted node is not its parent; init reaps it then), and
+        // tell the wait below.
+        let (exited_tx, exited_rx) = tokio::sync::oneshot::channel();
         tokio::spawn(async move {
-            let _ = child.wait().await;
+            let status = child.wait().await;
+            let _ = exited_tx.send(status);
         });
         let id = spec.id.clone();
         let died = {
             let paths = paths.clone();
-            let id = id.clone();
             async move {
-                loop {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    if !vm::is_vm_process(pid, &id) {
-                        return vm::failure_reason(&paths);
-                    }
+                let status = exited_rx.await;
+                let reason = vm::failure_reason(&paths);
+                match status {
+                    Ok(Ok(s)) => format!("{reason} ({s})"),
+                    _ => reason,
                 }
             }
         };
@@ -697,6 +699,19 @@ impl Runtime for QemuRuntime {
     async fn stop(&self, id: &str, _dir: &Path) -> Result<(), RuntimeError> {
         self.drop_connector(id).await;
         let paths = self.paths(id);
+        // `quit` first: QEMU flushes the qcow2 metadata it caches (a SIGKILL could leave the
+        // overlay inconsistent); SIGKILL is the fallback.
+        if vm::live_pid(&paths, id).is_some() {
+            let quit = async {
+                let mut q = Qmp::connect(&paths.qmp()).await.ok()?;
+                q.execute("quit", Value::Null).await.ok()
+            };
+            let _ = tokio::time::timeout(Duration::from_secs(2), quit).await;
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while vm::live_pid(&paths, id).is_some() && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
         let id = id.to_string();
         tokio::task::spawn_blocking(move || {
             vm::kill(&paths, &id)?;

@@ -418,3 +418,68 @@ pub fn failure_reason(paths: &VmPaths) -> String {
         format!("QEMU exited: {}", log.lines().last().unwrap_or(""))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> SandboxSpec {
+        SandboxSpec {
+            id: "sb-1".into(),
+            rootfs: "/r/rootfs".into(),
+            dir: "/d/sb-1".into(),
+            guest_agent: "/a".into(),
+            guest_agent_args: vec!["--output-cap-bytes=100".into()],
+            hostname: "sb-1".into(),
+            vcpus: 2,
+            memory_mib: 512,
+            pids_max: 64,
+            disk_mib: Some(2048),
+        }
+    }
+
+    #[test]
+    fn command_line_maps_resources_and_restores() {
+        let paths = VmPaths::new(Path::new("/s"), "sb-1");
+        let state = PathBuf::from("/d/it's/vm-memory.bin");
+        let l = Launch {
+            qemu: Path::new("qemu-system-x86_64"),
+            accel: Accel::Tcg,
+            kernel: Path::new("/k/vmlinux"),
+            initramfs: Path::new("/k/initramfs.cpio"),
+            disk: Path::new("/d/sb-1/upper/disk.qcow2"),
+            agent_disk: Path::new("/c/agent.ext4"),
+            incoming: Some(&state),
+        };
+        let a = args(&spec(), &l, &paths);
+        let after = |flag: &str| {
+            a.iter()
+                .position(|x| x == flag)
+                .and_then(|i| a.get(i + 1))
+                .cloned()
+                .unwrap_or_default()
+        };
+        assert_eq!(after("-name"), "cove-sb-1");
+        assert_eq!(after("-smp"), "2");
+        assert_eq!(after("-m"), "512");
+        assert!(after("-accel").starts_with("tcg"));
+        let cmdline = after("-append");
+        assert!(cmdline.contains("panic=-1"), "{cmdline}");
+        assert!(cmdline.contains("cove.hostname=sb-1"), "{cmdline}");
+        assert!(
+            cmdline.contains("cove.arg=--output-cap-bytes=100"),
+            "{cmdline}"
+        );
+        assert_eq!(after("-incoming"), r"exec:cat '/d/it'\''s/vm-memory.bin'");
+        assert!(a.iter().any(|x| x.contains("serial=cove-root")));
+        assert!(a.iter().any(|x| x.contains("readonly=on")));
+        let l = Launch {
+            incoming: None,
+            accel: Accel::Kvm,
+            ..l
+        };
+        let a = args(&spec(), &l, &paths);
+        assert!(!a.iter().any(|x| x == "-incoming"));
+        assert!(a.iter().any(|x| x == "host"), "KVM uses -cpu host");
+    }
+}
