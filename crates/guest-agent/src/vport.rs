@@ -153,12 +153,18 @@ fn add_entropy(bytes: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Grows the root ext4 filesystem to the size of `/dev/vda` (online resize by the kernel).
+/// Grows the root ext4 filesystem to the size of its disk, the virtio disk whose serial is
+/// `cove-root` (online resize by the kernel).
 fn grow_root() -> io::Result<()> {
-    let sectors: u64 = std::fs::read_to_string("/sys/block/vda/size")?
+    let disk = std::fs::read_dir("/sys/block")?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| std::fs::read_to_string(p.join("serial")).is_ok_and(|s| s.trim() == "cove-root"))
+        .ok_or_else(|| io::Error::other("no disk with serial cove-root"))?;
+    let sectors: u64 = std::fs::read_to_string(disk.join("size"))?
         .trim()
         .parse()
-        .map_err(|_| io::Error::other("bad /sys/block/vda/size"))?;
+        .map_err(|_| io::Error::other("bad disk size in sysfs"))?;
     let root = File::open("/")?;
     // SAFETY: statvfs fills the struct, which lives for the whole call.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };

@@ -175,7 +175,11 @@ impl Core {
             }
             Frame::Ping { seq } => {
                 drop(t);
-                let _ = self.writer.try_send(Frame::Pong { seq });
+                // Not dropped when the queue is full: a lost pong reads as a dead peer.
+                let writer = self.writer.clone();
+                tokio::spawn(async move {
+                    let _ = writer.send(Frame::Pong { seq }).await;
+                });
             }
             Frame::Pong { seq } | Frame::ControlReply { seq, .. } => {
                 let body = match frame {

@@ -1,10 +1,12 @@
 //! Base snapshots: one booted, idle VM per release and VM shape, saved once and restored by
 //! every new sandbox of that shape instead of a cold boot.
 //!
-//! A base lives in `<cache>/base/<key>/` as `vm-memory.bin` (the migration stream) and
-//! `disk.qcow2` (its overlay on the release image, already grown to the sandbox disk size). The
-//! key covers everything the saved guest depends on: the release image, kernel, initramfs, agent
-//! disk, vCPUs, memory, disk size, the agent's arguments and the accelerator. A new sandbox gets
+//! A base lives with its release, in `<release>/vm-base/<key>/` (next to `rootfs/` and
+//! `rootfs.ext4`, so it goes when the release goes), as `vm-memory.bin` (the migration stream)
+//! and `disk.qcow2` (its overlay on the release image, already grown to the sandbox disk size).
+//! The key covers everything else the saved guest depends on: the kernel, initramfs, agent disk,
+//! vCPUs, memory, disk size, the agent's arguments and the accelerator; a base of another key
+//! is removed when a new one is made (an agent or kernel update makes them stale). A new sandbox gets
 //! a copy of the disk and restores the memory (the file is only read, so clones share it); the
 //! runtime then sets its hostname, its clock and fresh entropy, so no two clones share random
 //! state (the kernel's pool is reseeded with `RNDADDENTROPY`). The base VM itself runs under the
@@ -43,12 +45,8 @@ fn stamp(p: &Path) -> (u64, u128) {
 
 fn key(spec: &SandboxSpec, prep: &Prepared, rt: &QemuRuntime) -> String {
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    for p in [
-        &prep.base_image,
-        &prep.boot.kernel,
-        &prep.boot.initramfs,
-        &prep.agent_disk,
-    ] {
+    stamp(&prep.base_image).hash(&mut h);
+    for p in [&prep.boot.kernel, &prep.boot.initramfs, &prep.agent_disk] {
         p.hash(&mut h);
         stamp(p).hash(&mut h);
     }
@@ -56,6 +54,21 @@ fn key(spec: &SandboxSpec, prep: &Prepared, rt: &QemuRuntime) -> String {
     spec.guest_agent_args.hash(&mut h);
     format!("{:?}", rt.accel).hash(&mut h);
     format!("{:016x}", h.finish())
+}
+
+/// Removes the bases in `parent` other than `keep` (clones already running have copied their
+/// disk and read their memory state; a restore in flight holds the file open).
+fn prune(parent: &Path, keep: &str) {
+    let Ok(rd) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name != keep && !name.starts_with('.') {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 impl QemuRuntime {
@@ -67,7 +80,12 @@ impl QemuRuntime {
         prep: &Prepared,
     ) -> Result<BaseSnapshot, RuntimeError> {
         let key = key(spec, prep, self);
-        let dir = self.cfg.cache_dir.join("base").join(&key);
+        let parent = spec
+            .rootfs
+            .parent()
+            .unwrap_or(Path::new("/"))
+            .join("vm-base");
+        let dir = parent.join(&key);
         let snap = BaseSnapshot {
             memory: dir.join(MEMORY_STATE),
             disk: dir.join(DISK),
@@ -76,8 +94,7 @@ impl QemuRuntime {
         if snap.memory.exists() && snap.disk.exists() {
             return Ok(snap);
         }
-        let parent = self.cfg.cache_dir.join("base");
-        std::fs::create_dir_all(&parent).map_err(super::io_err("create the base cache"))?;
+        std::fs::create_dir_all(&parent).map_err(super::io_err("create the base directory"))?;
         let work = tempfile::Builder::new()
             .prefix(".making-")
             .tempdir_in(&parent)
@@ -104,7 +121,7 @@ impl QemuRuntime {
         .await;
         self.cleanup(&id).await;
         made?;
-        let _ = std::fs::remove_dir_all(&dir);
+        prune(&parent, &key);
         std::fs::rename(bspec.dir.join("upper"), &dir)
             .map_err(super::io_err(format!("rename into {}", dir.display())))?;
         tracing::info!(

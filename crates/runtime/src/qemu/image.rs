@@ -5,7 +5,7 @@
 //! | `<cache>/kernel-<version>/vmlinux` | the PVH-bootable ELF kernel, the decompressed payload of the package's bzImage |
 //! | `<cache>/kernel-<version>/modules/*.ko` | the virtio modules the initramfs loads |
 //! | `<cache>/kernel-<version>/initramfs.cpio` | busybox + modules + `/init` (see [`INIT`]) |
-//! | `<cache>/agent-<size>-<mtime>.ext4` | a small read-only disk holding the guest agent binary |
+//! | `<cache>/agent-<size>-<mtime>.ext4` | a small read-only disk holding the guest agent binary (the newest only) |
 //!
 //! The kernel comes from `apt-get download` of the package `linux-image-cloud-amd64` depends on;
 //! its bzImage's payload (found through the setup header's `payload_offset`/`payload_length`) is
@@ -330,6 +330,16 @@ pub fn ensure_agent_disk(cache: &Path, agent: &Path) -> Result<PathBuf, RuntimeE
     let img = tmp.path().join("agent.ext4");
     super::disk::mkfs_ext4(&content, &img, mib, "cove-agent")?;
     std::fs::rename(&img, &path).map_err(io_err(format!("rename into {}", path.display())))?;
+    // Disks of earlier agent builds are stale (VMs using one keep it open).
+    if let Ok(rd) = std::fs::read_dir(cache) {
+        for e in rd.flatten() {
+            let p = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if p != path && name.starts_with("agent-") && name.ends_with(".ext4") {
+                let _ = std::fs::remove_file(&p);
+            }
+        }
+    }
     Ok(path)
 }
 
