@@ -105,6 +105,19 @@ async fn call(s: &mut Box<dyn cove_runtime::GuestStream>, id: u64, request: Requ
     f.response
 }
 
+/// Kills the test's VMs when the test ends, also when it fails.
+struct KillVms(PathBuf);
+
+impl Drop for KillVms {
+    fn drop(&mut self) {
+        for e in std::fs::read_dir(&self.0).into_iter().flatten().flatten() {
+            if let Ok(pid) = std::fs::read_to_string(e.path().join("qemu.pid")) {
+                let _ = Command::new("kill").args(["-9", pid.trim()]).output();
+            }
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn boots_runs_pauses_suspends_and_restores() {
     let Some(agent) = std::env::var_os("COVE_GUEST_AGENT").map(PathBuf::from) else {
@@ -120,6 +133,7 @@ async fn boots_runs_pauses_suspends_and_restores() {
         .with_writer(std::io::stderr)
         .try_init();
     let tmp = tempfile::tempdir().expect("tempdir");
+    let _vms = KillVms(tmp.path().join("qemu"));
     let cache = std::env::var_os("COVE_VM_CACHE_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("vm-cache"));
