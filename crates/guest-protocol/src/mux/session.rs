@@ -17,7 +17,7 @@ const WRITE_QUEUE: usize = 64;
 /// Bytes read from the channel at once.
 const READ_CHUNK: usize = 64 * 1024;
 /// Pause between `Hello`s of a host waiting for the guest.
-const HELLO_RETRY: Duration = Duration::from_millis(250);
+const HELLO_RETRY: Duration = Duration::from_millis(50);
 
 /// A session number unlikely to repeat across reconnects (time- and address-derived).
 fn session_number() -> u32 {
