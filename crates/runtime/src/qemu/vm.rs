@@ -401,8 +401,18 @@ pub fn tail(path: &Path, n: usize) -> String {
     String::from_utf8_lossy(&data[start..]).trim().to_string()
 }
 
-/// Why a VM that is gone stopped, from its console (a kernel panic line) and QEMU's log.
+/// Why a VM that is gone stopped, from its console (a kernel panic line) and QEMU's log. The
+/// console is written by the guest, so the reason is cut to 200 printable characters.
 pub fn failure_reason(paths: &VmPaths) -> String {
+    let reason = raw_failure_reason(paths);
+    reason
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .take(200)
+        .collect()
+}
+
+fn raw_failure_reason(paths: &VmPaths) -> String {
     let console = tail(&paths.console(), 64 * 1024);
     if let Some(line) = console.lines().find(|l| l.contains("Kernel panic")) {
         let line = line.split("] ").last().unwrap_or(line).trim();
