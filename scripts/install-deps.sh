@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs the host packages Cove needs (Debian/Ubuntu, as root): runc (the container runtime),
-# mmdebstrap (builds the `base` template), busybox-static (builds the `tiny` template), lxcfs
-# (sandboxes see their own memory and CPUs in /proc), python3-venv (the Python SDK's tests),
-# nftables + iproute2 (sandbox networks and the egress gateway, crates/network).
+# mmdebstrap (builds the `base` template), busybox-static (builds the `tiny` template and the
+# qemu runtime's initramfs), lxcfs (sandboxes see their own memory and CPUs in /proc),
+# python3-venv (the Python SDK's tests), nftables + iproute2 (sandbox networks and the egress
+# gateway, crates/network), qemu-system-x86 + qemu-utils (the qemu runtime), lz4 (unpacks the
+# guest kernel), e2fsprogs (`mkfs.ext4 -d` for VM disks), apt (downloads the guest kernel .deb).
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 
@@ -19,6 +21,10 @@ command -v curl >/dev/null || need+=(curl)
 python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
 command -v nft >/dev/null || need+=(nftables)
 command -v ip >/dev/null || need+=(iproute2)
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+command -v qemu-img >/dev/null || need+=(qemu-utils)
+command -v lz4 >/dev/null || need+=(lz4)
+command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "install-deps: need root to install: ${need[*]}" >&2

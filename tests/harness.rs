@@ -115,6 +115,16 @@ fn cleanup(dir: &Path) {
             .args(["delete", "-f", &id])
             .output();
     }
+    // QEMU VMs of the qemu runtime (their pid files; QEMU outlives the server by design).
+    if let Ok(entries) = std::fs::read_dir(dir.join("qemu")) {
+        for e in entries.flatten() {
+            if let Ok(pid) = std::fs::read_to_string(e.path().join("qemu.pid")) {
+                let _ = std::process::Command::new("kill")
+                    .args(["-9", pid.trim()])
+                    .output();
+            }
+        }
+    }
     if let Ok(entries) = std::fs::read_dir(dir.join("sandboxes")) {
         for e in entries.flatten() {
             // The overlay first, then a sandbox's own disk (its loop device detaches with it).
@@ -160,6 +170,7 @@ pub fn server_with(tweak: fn(&mut cove_server::Config)) -> &'static Server {
             guest_agent: Some(agent),
             cache_dir: Some(PathBuf::from(cache)),
             runc: None,
+            runtime: Default::default(),
             public_data_plane_url: None,
             lifecycle: cove_server::LifecycleSettings {
                 // Idle suspends and TTLs are tested with timeouts of seconds.

@@ -1,7 +1,7 @@
 //! `cove-e2e-server`: the real Cove server as its own process, for tests that kill it
 //! (`e2e_crash.rs`). Arguments, in order: data dir, API address, data-plane address, guest
 //! agent binary, release cache dir, controller and reconcile intervals in milliseconds. Logs go
-//! to stderr.
+//! to stderr. `COVE_E2E_RUNTIME=qemu` picks the qemu runtime.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -34,6 +34,11 @@ fn main() -> ExitCode {
         guest_agent: Some(PathBuf::from(agent)),
         cache_dir: Some(PathBuf::from(cache)),
         runc: None,
+        // The runtime from COVE_E2E_RUNTIME (`runc` when unset), for the qemu tests.
+        runtime: std::env::var("COVE_E2E_RUNTIME")
+            .ok()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or_default(),
         public_data_plane_url: None,
         lifecycle: cove_server::LifecycleSettings {
             controller_interval: Some(Duration::from_millis(controller_ms)),

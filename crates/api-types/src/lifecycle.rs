@@ -54,8 +54,12 @@ pub struct Event {
 /// `GET /v1/capabilities`: what this server's runtime can do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RuntimeCapabilities {
-    /// Runtime name (`runc`).
+    /// Runtime name (`runc`, `qemu`).
     pub runtime: String,
+    /// The isolation boundary: `container` (namespaces, cgroups, seccomp; the host kernel is
+    /// shared) or `vm` (its own kernel behind a hypervisor). Older servers omit it.
+    #[serde(default)]
+    pub boundary: String,
     /// `pause` keeps processes frozen in memory.
     pub pause: bool,
     /// `suspend` saves process memory too. When false (runc), `wake` restarts the sandbox from

@@ -62,6 +62,7 @@ impl CoveServer {
             guest_agent: Some(settings.guest_agent.clone()),
             cache_dir: Some(settings.cache_dir.clone()),
             runc: Some(settings.runc.clone()),
+            runtime: Default::default(),
             public_data_plane_url: None,
             lifecycle: Default::default(),
             command_output: Default::default(),

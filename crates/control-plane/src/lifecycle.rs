@@ -123,6 +123,7 @@ impl ControlPlane {
         let caps = self.node().capabilities();
         RuntimeCapabilities {
             runtime: caps.runtime,
+            boundary: caps.boundary,
             pause: caps.pause,
             suspend_memory: caps.suspend_memory,
             snapshot_store: caps.snapshot_store,

@@ -376,9 +376,12 @@ impl ControlPlane {
             if now.state != s.state {
                 continue;
             }
-            warn!(sandbox_id = %s.id, "sandbox vanished from its node");
-            let why = "the sandbox vanished from its node";
-            self.transition(&s.id, s.state, SandboxState::Failed, Some(why), None)
+            let why = match self.node().failure_reason(&s.id).await {
+                Some(reason) => reason,
+                None => "the sandbox vanished from its node".to_string(),
+            };
+            warn!(sandbox_id = %s.id, reason = %why, "sandbox vanished from its node");
+            self.transition(&s.id, s.state, SandboxState::Failed, Some(&why), None)
                 .await?;
         }
         self.remove_unwanted(&keep, true).await

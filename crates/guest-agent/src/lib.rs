@@ -12,6 +12,7 @@
 //! - [`files`]: read, write, stat, list, mkdir, remove, rename, watch (inotify), each as the
 //!   request's user.
 //! - [`users`]: the sandbox's `/etc/passwd` and `/etc/group`; [`net`]: loopback up.
+//! - [`vport`]: the VM transport (mux streams over a virtio-serial port → the agent's socket).
 //! - [`config`]: command-line settings; [`error`]: errors as the host sees them.
 //!
 //! # Promises and numbers
@@ -66,6 +67,7 @@ pub mod spawn;
 pub mod state;
 pub mod stdio;
 pub mod users;
+pub mod vport;
 
 pub use agent::run;
 pub use config::{parse_args, Config, Invocation};

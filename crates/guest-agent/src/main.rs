@@ -8,6 +8,7 @@ use cove_guest_agent::{parse_args, Invocation};
 
 fn main() -> ExitCode {
     cove_guest_agent::stdio::ensure_standard_fds();
+    let vport = cove_guest_agent::vport::take_port_from_env();
     let config = match parse_args(std::env::args().skip(1)) {
         Ok(Invocation::Run(c)) => c,
         Ok(Invocation::Help) => {
@@ -44,6 +45,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(port) = vport {
+        runtime.spawn(cove_guest_agent::vport::serve(port, config.listen.clone()));
+    }
     match runtime.block_on(cove_guest_agent::run(config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -37,6 +37,7 @@
 use serde::{Deserialize, Serialize};
 
 mod codec;
+pub mod mux;
 mod types;
 
 pub use codec::{decode_body, encode_frame, read_frame, write_frame, FrameError};

@@ -8,8 +8,10 @@ use tokio_util::sync::CancellationToken;
 /// What the node's runtime and snapshot store can do.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct NodeCapabilities {
-    /// Runtime name (`runc`).
+    /// Runtime name (`runc`, `qemu`).
     pub runtime: String,
+    /// Isolation boundary (`container` or `vm`).
+    pub boundary: String,
     /// Pause freezes processes in memory.
     pub pause: bool,
     /// Suspend saves process memory (false: wake restarts the sandbox from its files).
@@ -47,6 +49,12 @@ pub trait NodeLifecycle: Send + Sync + 'static {
     /// The runtime's view of a sandbox, without touching its guest agent (`None`: no
     /// container). For periodic reconciliation.
     async fn inspect_sandbox(&self, id: &str) -> Result<Option<NodeSandboxState>, NodeError>;
+
+    /// Why a sandbox that stopped by itself stopped (a guest kernel panic, its VM process
+    /// dying), when the runtime knows; `None` otherwise.
+    async fn failure_reason(&self, _id: &str) -> Option<String> {
+        None
+    }
 
     /// Freezes every process of a running sandbox (commands, files and connections survive).
     /// Pausing a paused sandbox succeeds.

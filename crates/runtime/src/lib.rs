@@ -5,7 +5,7 @@
 //! channel to its guest agent ([`GuestConnector`], returned by [`Runtime::start`] and
 //! [`Runtime::adopt`]). Commands and files go through the guest agent, not the runtime.
 //!
-//! Drivers: [`runc::RuncRuntime`] (OCI container). QEMU and Firecracker drivers come later.
+//! Drivers: [`runc::RuncRuntime`] (OCI container), [`qemu::QemuRuntime`] (microvm).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -14,6 +14,7 @@ use async_trait::async_trait;
 use cove_domain::Resources;
 use tokio::io::{AsyncRead, AsyncWrite};
 
+pub mod qemu;
 pub mod runc;
 mod unix_socket;
 
@@ -24,13 +25,24 @@ pub use unix_socket::UnixSocketConnector;
 pub enum RuntimeKind {
     /// OCI container run by `runc`.
     Runc,
+    /// QEMU microvm (KVM, or TCG where there is no usable KVM).
+    Qemu,
 }
 
 impl RuntimeKind {
-    /// Wire name (`runc`).
+    /// Wire name (`runc`, `qemu`).
     pub fn as_str(self) -> &'static str {
         match self {
             RuntimeKind::Runc => "runc",
+            RuntimeKind::Qemu => "qemu",
+        }
+    }
+
+    /// The isolation boundary (`container` or `vm`).
+    pub fn boundary(self) -> &'static str {
+        match self {
+            RuntimeKind::Runc => "container",
+            RuntimeKind::Qemu => "vm",
         }
     }
 }
@@ -92,6 +104,9 @@ pub struct Started {
     pub guest: Arc<dyn GuestConnector>,
     /// Host pid of the sandbox's init (the guest agent, or the VM's process).
     pub init_pid: u32,
+    /// Whether process memory was restored from loaded artifacts (a VM woken from its saved
+    /// state) rather than the sandbox booting afresh.
+    pub memory_restored: bool,
 }
 
 /// A sandbox found on the node after a restart.
@@ -197,6 +212,12 @@ pub trait Runtime: Send + Sync + 'static {
 
     /// State of a sandbox, or `None` when the runtime has no such sandbox.
     async fn state(&self, id: &str) -> Result<Option<RuntimeState>, RuntimeError>;
+
+    /// Why a sandbox that stopped by itself stopped (a guest kernel panic, the VM process
+    /// dying), when the runtime knows. `None` for a live or cleanly stopped sandbox.
+    async fn failure(&self, _id: &str, _dir: &std::path::Path) -> Option<String> {
+        None
+    }
 
     /// Freezes every process of the sandbox.
     async fn pause(&self, id: &str) -> Result<(), RuntimeError>;

@@ -13,7 +13,9 @@ use cove_node_agent::snapshot::SnapshotStore;
 use cove_node_agent::{NodeAgent, NodeConfig};
 
 pub use cove_node_agent::guest::OutputLimits;
+use cove_runtime::qemu::{QemuConfig, QemuRuntime};
 use cove_runtime::runc::{RuncConfig, RuncRuntime};
+use cove_runtime::Runtime;
 use cove_store::Store;
 use tokio::net::TcpListener;
 use tracing::info;
@@ -40,12 +42,72 @@ pub struct Config {
     pub cache_dir: Option<PathBuf>,
     /// The runc binary; default `runc` from PATH.
     pub runc: Option<PathBuf>,
+    /// Which runtime isolates sandboxes (`--runtime`).
+    pub runtime: RuntimeChoice,
     /// URL clients use for the data plane; default `http://<data-plane address>`.
     pub public_data_plane_url: Option<String>,
     /// Snapshot store, controller and retention settings.
     pub lifecycle: LifecycleSettings,
     /// How much of each command's output the sandboxes' guest agents keep (memory, cap, tail).
     pub command_output: OutputLimits,
+}
+
+/// The runtime a node uses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RuntimeChoice {
+    /// OCI containers through runc (the default: fast, a namespace/cgroup boundary).
+    #[default]
+    Runc,
+    /// QEMU microvms: a VM boundary with its own kernel; KVM where usable, else TCG (slow).
+    Qemu,
+    /// QEMU when hardware KVM is usable and QEMU is installed, else runc.
+    Auto,
+}
+
+impl std::str::FromStr for RuntimeChoice {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "runc" => Ok(RuntimeChoice::Runc),
+            "qemu" => Ok(RuntimeChoice::Qemu),
+            "auto" => Ok(RuntimeChoice::Auto),
+            other => Err(format!("unknown runtime {other:?} (runc, qemu or auto)")),
+        }
+    }
+}
+
+/// Makes the runtime `cfg` asks for. VM state goes to `<data-dir>/qemu`, the guest kernel and
+/// agent disks to `<cache-dir>/vm`.
+fn make_runtime(
+    cfg: &Config,
+    data_dir: &Path,
+    cache_dir: &Path,
+) -> anyhow::Result<Arc<dyn Runtime>> {
+    let qemu_cfg = QemuConfig::new(data_dir.join("qemu"), cache_dir.join("vm"));
+    let choice = match cfg.runtime {
+        RuntimeChoice::Auto
+            if cove_runtime::qemu::kvm_usable()
+                && cove_runtime::qemu::qemu_available(&qemu_cfg.qemu_binary) =>
+        {
+            RuntimeChoice::Qemu
+        }
+        RuntimeChoice::Auto => RuntimeChoice::Runc,
+        other => other,
+    };
+    info!(runtime = ?choice, requested = ?cfg.runtime, "runtime chosen");
+    Ok(match choice {
+        RuntimeChoice::Qemu => Arc::new(QemuRuntime::new(qemu_cfg).context("qemu runtime")?),
+        _ => Arc::new(
+            RuncRuntime::new(RuncConfig {
+                runc_binary: cfg.runc.clone().unwrap_or_else(|| PathBuf::from("runc")),
+                state_root: data_dir.join("runc"),
+                // Debian's lxcfs location; one instance serves every sandbox of the machine.
+                lxcfs_dir: lxcfs_on_path().then(|| PathBuf::from(LXCFS_DIR)),
+            })
+            .context("runc runtime")?,
+        ),
+    })
 }
 
 /// Settings of sandbox lifecycle: where snapshots go, and how often the controller runs.
@@ -135,27 +197,22 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         .await
         .context("open the store")?;
 
-    let runc = RuncRuntime::new(RuncConfig {
-        runc_binary: cfg.runc.clone().unwrap_or_else(|| PathBuf::from("runc")),
-        state_root: data_dir.join("runc"),
-        // Debian's lxcfs location; one instance serves every sandbox of the machine.
-        lxcfs_dir: lxcfs_on_path().then(|| PathBuf::from(LXCFS_DIR)),
-    })
-    .context("runc runtime")?;
+    let cache_dir = cfg
+        .cache_dir
+        .clone()
+        .unwrap_or_else(|| data_dir.join("cache"));
+    let runtime = make_runtime(&cfg, &data_dir, &cache_dir)?;
+    let runtime_name = runtime.kind().as_str();
     let node = NodeAgent::new(
         NodeConfig {
             data_dir: data_dir.clone(),
             guest_agent,
-            cache_dir: Some(
-                cfg.cache_dir
-                    .clone()
-                    .unwrap_or_else(|| data_dir.join("cache")),
-            ),
+            cache_dir: Some(cache_dir),
             mirror: None,
             snapshots: snapshot_store(&cfg.lifecycle, &data_dir)?,
             command_output: cfg.command_output,
         },
-        Arc::new(runc),
+        runtime,
     );
 
     let api_listener = TcpListener::bind(cfg.listen)
@@ -172,6 +229,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
             .clone()
             .unwrap_or_else(|| format!("http://{data_plane_addr}")),
     );
+    cp_cfg.runtime = runtime_name.to_string();
     let life = &cfg.lifecycle;
     cp_cfg.controller_interval = life
         .controller_interval

@@ -115,6 +115,7 @@ impl FakeNode {
     pub fn new() -> FakeNode {
         FakeNode::with_capabilities(NodeCapabilities {
             runtime: "fake".into(),
+            boundary: "container".into(),
             pause: true,
             suspend_memory: false,
             snapshot_store: "file".into(),

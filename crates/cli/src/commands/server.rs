@@ -26,6 +26,10 @@ pub struct ServerArgs {
     /// The `runc` binary (default: `runc` in PATH).
     #[arg(long, value_name = "PATH")]
     pub runc: Option<PathBuf>,
+    /// How sandboxes are isolated: `runc` (containers), `qemu` (microvms with their own kernel;
+    /// KVM where usable, else the much slower TCG), or `auto` (qemu when KVM is usable).
+    #[arg(long, value_name = "RUNTIME", default_value = "runc")]
+    pub runtime: cove_server::RuntimeChoice,
     /// Data-plane base URL given to clients in attachments, when they reach the data plane
     /// through another address such as a proxy (default: `http://<data-plane address>`).
     #[arg(long, value_name = "URL")]
@@ -61,6 +65,7 @@ impl ServerArgs {
             guest_agent: self.guest_agent.clone(),
             cache_dir: self.cache_dir.clone(),
             runc: self.runc.clone(),
+            runtime: self.runtime,
             public_data_plane_url: self.public_data_plane_url.clone(),
             lifecycle: cove_server::LifecycleSettings {
                 snapshot_store: self.snapshot_store.clone(),

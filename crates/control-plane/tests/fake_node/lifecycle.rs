@@ -111,6 +111,7 @@ async fn suspend_saves_the_files_and_wake_restores_them_without_memory() {
 async fn wake_reports_restored_memory_when_the_runtime_saves_it() {
     let node = FakeNode::with_capabilities(NodeCapabilities {
         runtime: "fake-vm".into(),
+        boundary: "vm".into(),
         pause: true,
         suspend_memory: true,
         snapshot_store: "file".into(),

@@ -12,7 +12,7 @@ use crate::snapshot::{Manifest, ManifestArtifact, SnapshotError, MANIFEST_VERSIO
 #[async_trait]
 impl NodeLifecycle for NodeAgent {
     async fn start_sandbox(&self, launch: SandboxLaunch) -> Result<(), NodeError> {
-        self.launch(&launch).await
+        self.launch(&launch).await.map(drop)
     }
 
     async fn adopt_sandbox(&self, id: &str) -> Result<Option<NodeSandboxState>, NodeError> {
@@ -51,6 +51,10 @@ impl NodeLifecycle for NodeAgent {
             Some(RuntimeState::Paused) => Some(NodeSandboxState::Paused),
             Some(_) => Some(NodeSandboxState::Stopped),
         })
+    }
+
+    async fn failure_reason(&self, id: &str) -> Option<String> {
+        self.runtime.failure(id, &self.sandbox_dir(id)).await
     }
 
     async fn pause_sandbox(&self, id: &str) -> Result<(), NodeError> {
@@ -142,13 +146,22 @@ impl NodeLifecycle for NodeAgent {
             let _ = Self::remove_tree(&dir).await;
             return Err(NodeError::Cancelled);
         }
-        if let Err(e) = self.launch(&launch).await {
-            let _ = Self::remove_tree(&dir).await;
-            return Err(e);
-        }
-        info!(sandbox_id = %launch.id, file_bytes = restored.file_bytes,
-            memory_restored = restored.memory_restored, "sandbox woken");
-        Ok(restored)
+        let memory_restored = match self.launch(&launch).await {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = Self::remove_tree(&dir).await;
+                return Err(e);
+            }
+        };
+        // The snapshot may hold memory while the runtime still had to boot afresh (a failed
+        // restore falls back to a cold boot): report what happened.
+        let woken = WakeInfo {
+            memory_restored,
+            file_bytes: restored.file_bytes,
+        };
+        info!(sandbox_id = %launch.id, file_bytes = woken.file_bytes,
+            memory_restored = woken.memory_restored, "sandbox woken");
+        Ok(woken)
     }
 
     async fn release_sandbox(&self, id: &str) -> Result<(), NodeError> {
@@ -211,6 +224,7 @@ impl NodeLifecycle for NodeAgent {
         let caps = self.runtime.capabilities();
         NodeCapabilities {
             runtime: self.runtime.kind().as_str().to_string(),
+            boundary: self.runtime.kind().boundary().to_string(),
             pause: caps.pause,
             suspend_memory: caps.suspend_memory,
             snapshot_store: self.cfg.snapshots.kind().to_string(),
@@ -221,8 +235,9 @@ impl NodeLifecycle for NodeAgent {
 impl NodeAgent {
     /// Starts the sandbox of `launch` on its (possibly pre-filled) directory and connects to its
     /// guest agent. On failure the runtime's resources are released; a directory this call did
-    /// not fill is removed by the runtime, a pre-filled one by the caller.
-    async fn launch(&self, launch: &SandboxLaunch) -> Result<(), NodeError> {
+    /// not fill is removed by the runtime, a pre-filled one by the caller. Returns whether the
+    /// runtime restored process memory (a VM woken from its saved state).
+    async fn launch(&self, launch: &SandboxLaunch) -> Result<bool, NodeError> {
         let rootfs = self
             .release_dir(&launch.template, launch.release)
             .join("rootfs");
@@ -257,8 +272,9 @@ impl NodeAgent {
             return Err(NodeError::AgentUnavailable(e.to_string()));
         }
         self.set_guest(&launch.id, Some(client));
-        info!(sandbox_id = %launch.id, init_pid = started.init_pid, "sandbox running");
-        Ok(())
+        info!(sandbox_id = %launch.id, init_pid = started.init_pid,
+            memory_restored = started.memory_restored, "sandbox running");
+        Ok(started.memory_restored)
     }
 }
 

@@ -126,6 +126,7 @@ async fn run(
     Ok(Started {
         guest: std::sync::Arc::new(UnixSocketConnector::new(layout.agent_socket())),
         init_pid: state.pid,
+        memory_restored: false,
     })
 }
 
