@@ -2,9 +2,10 @@
 //! suspended sandbox name the command that fixes it, and `--wake` (on `exec`, `cp` and
 //! `files`) takes that step first.
 //!
-//! `resume` thaws a *paused* sandbox (its processes were frozen, still in memory); `wake`
-//! restores a *suspended* one (its files were saved to the snapshot store and its node
-//! resources released; on runc its processes restart). Each refuses the other's state.
+//! `resume` thaws a *paused* sandbox (its processes were frozen, still in memory) and refuses
+//! a suspended one; `wake` brings back either: it resumes a paused sandbox and restores a
+//! *suspended* one (its files were saved to the snapshot store and its node resources
+//! released; on runc its processes restart).
 
 use std::time::Duration;
 
@@ -76,13 +77,9 @@ pub async fn explain(
 fn hint(sandbox: &str, state: SandboxState, verb: Option<&str>) -> Option<String> {
     Some(match (verb, state) {
         (Some("resume"), SandboxState::Suspended | SandboxState::Suspending) => format!(
-            "sandbox {sandbox} is {}: resume thaws a paused sandbox, wake restores a \
-             suspended one; run 'cove wake {sandbox}'",
+            "sandbox {sandbox} is {}: resume thaws a paused sandbox, wake brings back a \
+             suspended (or paused) one; run 'cove wake {sandbox}'",
             state.as_str()
-        ),
-        (Some("wake"), SandboxState::Paused) => format!(
-            "sandbox {sandbox} is paused: wake restores a suspended sandbox, resume thaws a \
-             paused one; run 'cove resume {sandbox}'"
         ),
         (Some(_), _) => return None,
         (None, SandboxState::Paused) => {
@@ -110,7 +107,7 @@ mod tests {
         assert!(h(SandboxState::Paused, None).contains("run 'cove resume sb-1'"));
         assert!(h(SandboxState::Suspended, Some("resume")).contains("run 'cove wake sb-1'"));
         assert!(h(SandboxState::Suspended, Some("resume")).contains("resume thaws a paused"));
-        assert!(h(SandboxState::Paused, Some("wake")).contains("run 'cove resume sb-1'"));
+        assert_eq!(hint("sb-1", SandboxState::Paused, Some("wake")), None, "wake resumes");
         assert_eq!(hint("sb-1", SandboxState::Running, Some("pause")), None);
     }
 }

@@ -257,25 +257,25 @@ async fn cp_recursive_both_ways() {
         "cp",
         "-r",
         src.to_str().expect("utf-8"),
-        &format!("{id}:/srv/"),
+        &format!("{id}:/home/user/"),
     ])
     .await;
     assert_eq!(up.code, 0, "{up:?}");
-    let ran = cove(&["exec", &id, "--", "/srv/project/src/deep/run.sh"]).await;
+    let ran = cove(&["exec", &id, "--", "/home/user/project/src/deep/run.sh"]).await;
     assert_eq!(ran.stdout, "ran\n", "{ran:?}");
-    let sum = cove(&["exec", &id, "--", "sha256sum", "/srv/project/src/big.bin"]).await;
+    let sum = cove(&["exec", &id, "--", "sha256sum", "/home/user/project/src/big.bin"]).await;
     assert!(
         sum.stdout.starts_with(&cove_e2e::sha256_hex(&big)),
         "{sum:?}"
     );
-    let ls = cove(&["files", "ls", &id, "/srv/project/empty"]).await;
+    let ls = cove(&["files", "ls", &id, "/home/user/project/empty"]).await;
     assert_eq!(ls.code, 0, "{ls:?}");
 
     let back = dir.path().join("back");
     let down = cove(&[
         "cp",
         "-r",
-        &format!("{id}:/srv/project"),
+        &format!("{id}:/home/user/project"),
         back.to_str().expect("utf-8"),
     ])
     .await;
@@ -289,7 +289,7 @@ async fn cp_recursive_both_ways() {
     assert!(back.join("empty").is_dir());
 
     // Without -r, a directory is refused with the way out.
-    let r = cove(&["cp", src.to_str().expect("utf-8"), &format!("{id}:/srv/x")]).await;
+    let r = cove(&["cp", src.to_str().expect("utf-8"), &format!("{id}:/home/user/x")]).await;
     assert_eq!(r.code, 125);
     assert!(r.stderr.contains("pass -r"), "{r:?}");
     delete(&c, &id).await;
@@ -316,15 +316,11 @@ async fn hints_name_the_next_step_and_wake_takes_it() {
         r.stderr.contains(&format!("run 'cove resume {id}'")),
         "{r:?}"
     );
+    // `wake` is the one verb for every resting state: it resumes a paused sandbox.
     let r = cove(&["wake", &id]).await;
-    assert!(
-        r.stderr.contains(&format!("run 'cove resume {id}'")),
-        "{r:?}"
-    );
-    assert!(
-        r.stderr.contains("wake restores a suspended sandbox"),
-        "{r:?}"
-    );
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("running"), "{r:?}");
+    assert_eq!(cove(&["pause", &id]).await.code, 0);
     let r = cove(&["exec", "--wake", &id, "--", "echo", "thawed"]).await;
     assert_eq!((r.code, r.stdout.as_str()), (0, "thawed\n"), "{r:?}");
 
