@@ -12,6 +12,9 @@ if ! [ -x /bin/busybox ] || ! file -L /bin/busybox 2>/dev/null | grep -q 'static
 fi
 command -v file >/dev/null || need+=(file)
 command -v curl >/dev/null || need+=(curl)
+# The E2B compatibility tests drive the real E2B SDKs (Python in a venv, JavaScript via npm).
+command -v python3 >/dev/null || need+=(python3 python3-venv)
+command -v npm >/dev/null || need+=(nodejs npm)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "install-deps: need root to install: ${need[*]}" >&2

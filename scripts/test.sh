@@ -16,3 +16,5 @@ RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked -q
 scripts/build-guest-agent.sh
 export COVE_GUEST_AGENT="$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/debug/cove-guest-agent"
 cargo test --workspace --locked -- --test-threads=4
+# E2B compatibility: the real E2B Python and JavaScript SDKs against a real server.
+scripts/test-e2b.sh
