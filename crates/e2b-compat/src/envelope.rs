@@ -153,15 +153,10 @@ mod tests {
             let mut total = 0usize;
             for part in [&data[..cut], &data[cut..]] {
                 d.push(part);
-                loop {
-                    match d.next_envelope() {
-                        Ok(Some(e)) => {
-                            prop_assert!(e.payload.len() <= MAX_ENVELOPE_PAYLOAD);
-                            total += 5 + e.payload.len();
-                            prop_assert!(total <= data.len());
-                        }
-                        Ok(None) | Err(_) => break,
-                    }
+                while let Ok(Some(e)) = d.next_envelope() {
+                    prop_assert!(e.payload.len() <= MAX_ENVELOPE_PAYLOAD);
+                    total += 5 + e.payload.len();
+                    prop_assert!(total <= data.len());
                 }
             }
         }

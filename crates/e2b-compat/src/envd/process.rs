@@ -33,10 +33,13 @@ use crate::dispatch::Target;
 use crate::error::{ConnectCode, ConnectError};
 use crate::E2b;
 
+/// How a process was started, and its tag.
+type Started = (ProcessConfig, Option<String>);
+
 /// What a process was started with (for `List`), and its tag; per Cove sandbox, per command.
 #[derive(Clone, Default)]
 pub struct Configs {
-    inner: Arc<Mutex<HashMap<String, HashMap<String, (ProcessConfig, Option<String>)>>>>,
+    inner: Arc<Mutex<HashMap<String, HashMap<String, Started>>>>,
 }
 
 impl Configs {
@@ -47,7 +50,7 @@ impl Configs {
             .insert(cid.to_string(), (config, tag));
     }
 
-    fn get(&self, sandbox: &str, cid: &str) -> Option<(ProcessConfig, Option<String>)> {
+    fn get(&self, sandbox: &str, cid: &str) -> Option<Started> {
         let m = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         m.get(sandbox).and_then(|s| s.get(cid)).cloned()
     }
