@@ -25,6 +25,7 @@ use axum::Router;
 use base64::Engine;
 use chrono::{DateTime, Utc};
 use cove_control_plane::ControlPlane;
+
 use sha2::{Digest, Sha256};
 
 pub mod dispatch;
@@ -42,6 +43,9 @@ pub const ENVD_PORT: u16 = 49983;
 
 /// The envd version reported to SDKs: it decides which features the SDK uses.
 pub const ENVD_VERSION: &str = "0.6.13";
+
+/// Page size used to read Cove's sandbox listing.
+const LIST_PAGE: u32 = 500;
 
 /// Default sandbox timeout in seconds (E2B's).
 pub const DEFAULT_TIMEOUT_S: u64 = 300;
@@ -95,6 +99,26 @@ impl E2b {
         h.update(b"\0e2b-envd\0");
         h.update(cove_id.as_bytes());
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(h.finalize())
+    }
+
+    /// Every sandbox in `state`, through the listing service (all pages).
+    pub(crate) async fn sandboxes_in(
+        &self,
+        state: Option<cove_api_types::SandboxState>,
+    ) -> Result<Vec<cove_api_types::Sandbox>, cove_control_plane::ServiceError> {
+        let mut all = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = self
+                .cp
+                .list_sandboxes(state, None, Some(LIST_PAGE), cursor)
+                .await?;
+            all.extend(page.sandboxes);
+            match page.next_cursor {
+                Some(c) => cursor = Some(c),
+                None => return Ok(all),
+            }
+        }
     }
 
     pub(crate) fn ttl_of(&self, cove_id: &str) -> Option<SandboxTtl> {

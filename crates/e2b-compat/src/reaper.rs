@@ -56,11 +56,11 @@ impl Reaper {
 }
 
 async fn adopt(e2b: &E2b) {
-    let live = [SandboxState::Running, SandboxState::Creating];
-    let Ok(sandboxes) = e2b.cp.store().sandboxes_in(&live).await else {
+    let Ok(sandboxes) = e2b.sandboxes_in(None).await else {
         return;
     };
-    for s in sandboxes {
+    let live = [SandboxState::Running, SandboxState::Creating];
+    for s in sandboxes.into_iter().filter(|s| live.contains(&s.state)) {
         if s.metadata.contains_key(E2B_MARKER_KEY) && e2b.ttl_of(&s.id).is_none() {
             e2b.set_ttl(
                 &s.id,

@@ -33,9 +33,6 @@ pub const E2B_MARKER_KEY: &str = "cove.e2b";
 /// Longest time a REST call waits for a lifecycle operation (create, suspend, wake).
 pub const OPERATION_WAIT: Duration = Duration::from_secs(300);
 
-/// Page size used to read Cove's sandbox list.
-const COVE_PAGE: u32 = 500;
-
 /// Largest page of `GET /v2/sandboxes`.
 pub const MAX_LIST_LIMIT: usize = 100;
 
@@ -567,19 +564,7 @@ fn decode_token(t: &str) -> Result<(i64, String), RestError> {
 
 /// Every sandbox E2B can see, filtered and ordered.
 async fn listed(e2b: &E2b, f: &ListFilter) -> Result<Vec<Sandbox>, RestError> {
-    let mut all = Vec::new();
-    let mut cursor = None;
-    loop {
-        let page = e2b
-            .cp
-            .list_sandboxes(None, None, Some(COVE_PAGE), cursor)
-            .await?;
-        all.extend(page.sandboxes);
-        match page.next_cursor {
-            Some(c) => cursor = Some(c),
-            None => break,
-        }
-    }
+    let all = e2b.sandboxes_in(None).await?;
     let mut out: Vec<Sandbox> = all
         .into_iter()
         .filter(|s| match e2b_state(s.state) {

@@ -129,9 +129,7 @@ pub async fn signed_sandbox(
     let q = parse_query(query);
     let op = op_of(method);
     let live = e2b
-        .cp
-        .store()
-        .sandboxes_in(&[SandboxState::Running])
+        .sandboxes_in(Some(SandboxState::Running))
         .await
         .map_err(|_| {
             EnvdHttpError::new(StatusCode::INTERNAL_SERVER_ERROR, "cannot list sandboxes")
