@@ -102,3 +102,32 @@ def test_pty_create_input_resize(sbx):
 def test_invalid_user(sbx):
     with pytest.raises(AuthenticationException, match="invalid username: 'no-such-user'"):
         sbx.commands.run("true", user="no-such-user")
+
+
+def test_stream_input(sbx):
+    h = sbx.commands.run("cat", background=True, stdin=True)
+    sbx.commands.stream_input(h.pid, iter([b"a", b"b", b"c\n"]))
+    sbx.commands.close_stdin(h.pid)
+    assert h.wait().stdout == "abc\n"
+
+
+def test_connect_to_ended_process_reports_its_end(sbx):
+    h = sbx.commands.run("exit 5", background=True)
+    with pytest.raises(CommandExitException):
+        h.wait()
+    with pytest.raises(CommandExitException) as e:
+        sbx.commands.connect(h.pid).wait()
+    assert e.value.exit_code == 5
+
+
+def test_pty_connect_and_kill(sbx):
+    h = sbx.pty.create(PtySize(rows=24, cols=80))
+    h.disconnect()
+    again = sbx.pty.connect(h.pid)
+    out = bytearray()
+    sbx.pty.send_stdin(h.pid, b"echo reconnected\n")
+    time.sleep(1)
+    assert sbx.pty.kill(h.pid) is True
+    with pytest.raises(CommandExitException):
+        again.wait(on_pty=lambda d: out.extend(d))
+    assert "reconnected" in out.decode(errors="replace")

@@ -81,8 +81,12 @@ def test_watch_dir(sbx):
     while time.time() < deadline and not any(e.name == "new.txt" for e in events):
         events += handle.get_new_events()
         time.sleep(0.2)
+    time.sleep(0.5)
+    events += handle.get_new_events()
     handle.stop()
-    assert any(e.name == "new.txt" for e in events)
+    # As envd reports an upload of a new file: exactly these three, no temporary names.
+    assert [(e.name, e.type.name) for e in events] == [
+        ("new.txt", "CREATE"), ("new.txt", "CHMOD"), ("new.txt", "WRITE")]
     with pytest.raises(FileNotFoundException):
         sbx.files.watch_dir("/home/user/not-there")
 

@@ -3,7 +3,10 @@
 //!
 //! Event names are relative to the watched directory. Cove reports a rename once with both
 //! paths; envd (inotify) reports the old name as `RENAME` and the new one as `CREATE`, so a
-//! rename becomes those two events.
+//! rename becomes those two events. Cove writes an upload to a temporary file
+//! ([`UPLOAD_TEMP_PREFIX`]) and renames it into place; the temporary file's events are dropped
+//! and its rename into place is reported as envd's in-place upload is: `CREATE`, `CHMOD`,
+//! `WRITE`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -30,6 +33,13 @@ use super::{
 use crate::dispatch::Target;
 use crate::error::{ConnectCode, ConnectError};
 use crate::E2b;
+
+/// Name prefix of the temporary files Cove's guest agent writes uploads to.
+pub const UPLOAD_TEMP_PREFIX: &str = ".cove-upload-";
+
+fn is_upload_temp(path: &str) -> bool {
+    super::paths::base_name(path).starts_with(UPLOAD_TEMP_PREFIX)
+}
 
 /// Most events a polled watcher buffers between two `GetWatcherEvents` (older ones go).
 pub const MAX_BUFFERED_EVENTS: usize = 10_000;
@@ -113,6 +123,14 @@ async fn to_events(
     };
     match ev.event {
         FileEventKind::Overflow => return out,
+        FileEventKind::Rename if ev.from.as_deref().is_some_and(is_upload_temp) => {
+            if let Some(new) = rel(&ev.path) {
+                for kind in ["EVENT_TYPE_CREATE", "EVENT_TYPE_CHMOD", "EVENT_TYPE_WRITE"] {
+                    out.push(named(kind, new.clone()));
+                }
+            }
+        }
+        _ if is_upload_temp(&ev.path) => return out,
         FileEventKind::Rename => {
             if let Some(old) = ev.from.as_deref().and_then(rel) {
                 out.push(named("EVENT_TYPE_RENAME", old));
