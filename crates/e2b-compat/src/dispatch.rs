@@ -127,7 +127,7 @@ fn sandbox_of(e2b: &E2b, headers: &HeaderMap) -> Result<Option<(String, u16)>, R
 }
 
 /// `{port}-{id}.{domain}[:listen-port]` → (id, port).
-fn host_target(host: &str, domain: Option<&str>) -> Option<(String, u16)> {
+pub(crate) fn host_target(host: &str, domain: Option<&str>) -> Option<(String, u16)> {
     let host = host.rsplit_once(':').map_or(host, |(h, p)| {
         if p.bytes().all(|b| b.is_ascii_digit()) {
             h

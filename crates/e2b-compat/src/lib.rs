@@ -179,3 +179,6 @@ mod tests {
         assert_eq!(cove_id("ABCDEFGH01234567"), None);
     }
 }
+
+#[cfg(test)]
+mod fuzz;

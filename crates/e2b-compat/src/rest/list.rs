@@ -15,7 +15,7 @@ use crate::E2b;
 
 /// The filters of a listing.
 #[derive(Debug, Default)]
-struct ListFilter {
+pub(crate) struct ListFilter {
     metadata: Vec<(String, String)>,
     states: Option<Vec<String>>,
     template: Option<String>,
@@ -33,7 +33,7 @@ fn unescape(s: &str) -> String {
 
 /// Parses the listing query. `metadata` is `k=v&k2=v2` with each key and value escaped, and the
 /// whole escaped again (after the transport's own decoding), as the SDK builds it.
-fn parse_list_query(q: Option<&str>) -> Result<ListFilter, RestError> {
+pub(crate) fn parse_list_query(q: Option<&str>) -> Result<ListFilter, RestError> {
     let mut f = ListFilter::default();
     for kv in q.unwrap_or("").split('&').filter(|s| !s.is_empty()) {
         let (k, v) = kv.split_once('=').unwrap_or((kv, ""));

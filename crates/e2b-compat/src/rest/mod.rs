@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 
 use crate::error::RestError;
 
-mod list;
+pub(crate) mod list;
 use crate::{e2b_id, E2b, SandboxTtl, DEFAULT_TIMEOUT_S, ENVD_VERSION};
 
 /// Metadata key Cove adds to sandboxes created through E2B (hidden from E2B clients); the
