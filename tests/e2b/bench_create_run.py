@@ -1,6 +1,7 @@
-"""p50/p90 of `Sandbox.create()` + `commands.run("echo hi")` through the E2B Python SDK (sync),
-beside the same through Cove's own /v1 API (create, wait, run, collect output), in one run
-against one server. Prints a small table; asserts nothing about timings.
+"""p50/p90 of `Sandbox.create()` + `commands.run("echo hi")` through the E2B Python SDK (sync)
+and, when E2B_NODE_MODULES names a node_modules with npm `e2b`, the JavaScript SDK, beside the
+same through Cove's own /v1 API (create, wait, run, collect output), in one run against one
+server. Prints a small table; asserts nothing about timings.
 
 Usage: python bench_create_run.py [N]   (default 20; each sandbox is deleted after its round)
 """
@@ -9,6 +10,9 @@ import os
 import statistics
 import sys
 import time
+
+import json
+import subprocess
 
 import httpx
 
@@ -66,9 +70,15 @@ def main():
         for _ in range(n):
             e2b.append(e2b_round())
             cove.append(cove_round(http))
+        rows = [("e2b python sdk", e2b), ("cove /v1 api", cove)]
+        if os.environ.get("E2B_NODE_MODULES"):
+            script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node_bench.mjs")
+            out = subprocess.run(["node", script, str(n)], env=dict(os.environ),
+                                 capture_output=True, text=True, check=True).stdout
+            rows.insert(1, ("e2b js sdk", [ms / 1000 for ms in json.loads(out)]))
         print(f"create + run('echo hi'), n={n}, ms")
         print(f"{'path':<22}{'p50':>8}{'p90':>8}{'mean':>8}")
-        for name, xs in (("e2b python sdk", e2b), ("cove /v1 api", cove)):
+        for name, xs in rows:
             print(f"{name:<22}{pct(xs, 50)*1000:>8.0f}{pct(xs, 90)*1000:>8.0f}"
                   f"{statistics.mean(xs)*1000:>8.0f}")
         print(f"ratio p50 e2b/cove: {pct(e2b, 50) / pct(cove, 50):.2f}")
