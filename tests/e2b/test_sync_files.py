@@ -121,3 +121,13 @@ def test_signed_urls(sbx):
 def test_metadata_is_refused(sbx):
     with pytest.raises((InvalidArgumentException, SandboxException), match="not supported"):
         sbx.files.write("/tmp/m.txt", "x", metadata={"owner": "me"})
+
+
+def test_large_files_stream_both_ways(sbx):
+    import os as _os
+
+    blob = _os.urandom(6 << 20)
+    sbx.files.write("/tmp/large-multipart.bin", blob)  # multipart
+    sbx.files.write("/tmp/large-stream.bin", io.BytesIO(blob))  # octet-stream, chunked
+    for p in ("/tmp/large-multipart.bin", "/tmp/large-stream.bin"):
+        assert bytes(sbx.files.read(p, format="bytes")) == blob

@@ -19,6 +19,7 @@ use futures::StreamExt;
 use http_body_util::BodyExt;
 use serde_json::json;
 use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
 
 use super::constant_time_eq;
 use super::paths::{base_name, resolve};
@@ -26,8 +27,12 @@ use crate::dispatch::Target;
 use crate::error::EnvdHttpError;
 use crate::E2b;
 
-/// Largest upload held in memory (multipart parts and gzip bodies are buffered): 512 MiB.
-pub const MAX_BUFFERED_UPLOAD: usize = 512 << 20;
+/// Largest gzip upload held in memory to decode it (256 MiB compressed and decoded each);
+/// other uploads stream through.
+pub const MAX_BUFFERED_UPLOAD: usize = 256 << 20;
+
+/// The byte stream Cove's file service writes from.
+type ByteStream = futures::stream::BoxStream<'static, Result<Bytes, std::io::Error>>;
 
 /// The query of a `/files` request, decoded, with the raw `path`/`username` the signature
 /// covers.
@@ -305,13 +310,31 @@ pub async fn upload(
             .get(header::CONTENT_ENCODING)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.eq_ignore_ascii_case("gzip"));
-        let mut files: Vec<(String, Body)> = Vec::new();
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        let mut resolve_once = |p: &str| -> Result<String, EnvdHttpError> {
+            let abs = resolve(p, &user)
+                .map_err(|e| EnvdHttpError::new(StatusCode::BAD_REQUEST, e.message))?;
+            if !seen.insert(abs.clone()) {
+                return Err(EnvdHttpError::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("path '{abs}' is given more than once"),
+                ));
+            }
+            Ok(abs)
+        };
         if ctype.starts_with("multipart/form-data") {
+            if gzip {
+                return Err(EnvdHttpError::new(
+                    StatusCode::BAD_REQUEST,
+                    "gzip is supported for octet-stream uploads only",
+                ));
+            }
             let mut mp = Multipart::from_request(req, &())
                 .await
                 .map_err(|e| EnvdHttpError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
-            let mut parts = Vec::new();
-            while let Some(field) = mp
+            let mut first = true;
+            while let Some(mut field) = mp
                 .next_field()
                 .await
                 .map_err(|e| EnvdHttpError::new(StatusCode::BAD_REQUEST, e.body_text()))?
@@ -319,22 +342,37 @@ pub async fn upload(
                 if field.name() != Some("file") {
                     continue;
                 }
-                let name = field.file_name().map(str::to_string);
-                let data = field
-                    .bytes()
-                    .await
-                    .map_err(|e| EnvdHttpError::new(StatusCode::BAD_REQUEST, e.body_text()))?;
-                parts.push((name, data));
-            }
-            let single = parts.len() == 1;
-            for (name, data) in parts {
-                let p = match (&q.path, single) {
+                // With one file `?path=` names it; several files carry their paths as names.
+                let p = match (&q.path, first) {
                     (Some(p), true) => p.clone(),
-                    _ => name.ok_or_else(|| {
+                    _ => field.file_name().map(str::to_string).ok_or_else(|| {
                         EnvdHttpError::new(StatusCode::BAD_REQUEST, "a file part has no filename")
                     })?,
                 };
-                files.push((p, Body::from(data)));
+                first = false;
+                let abs = resolve_once(&p)?;
+                let (tx, rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(4);
+                let pump = async {
+                    loop {
+                        let item = match field.chunk().await {
+                            Ok(Some(chunk)) => Ok(chunk),
+                            Ok(None) => break,
+                            Err(e) => Err(std::io::Error::other(e.body_text())),
+                        };
+                        let failed = item.is_err();
+                        if tx.send(item).await.is_err() || failed {
+                            break;
+                        }
+                    }
+                    drop(tx);
+                };
+                let body = futures::stream::unfold(rx, |mut rx| async move {
+                    rx.recv().await.map(|b| (b, rx))
+                })
+                .boxed();
+                let (written, ()) = tokio::join!(write_one(&e2b, &t, &user, &abs, body), pump);
+                written?;
+                out.push(written_entry(&abs));
             }
         } else if ctype.is_empty() || ctype.starts_with("application/octet-stream") {
             let Some(p) = q.path.clone() else {
@@ -343,28 +381,8 @@ pub async fn upload(
                     "path query parameter is required for an octet-stream upload",
                 ));
             };
-            files.push((p, req.into_body()));
-        } else {
-            return Err(EnvdHttpError::new(
-                StatusCode::BAD_REQUEST,
-                format!("unsupported content type {ctype}"),
-            ));
-        }
-        let mut seen = HashSet::new();
-        let mut resolved = Vec::with_capacity(files.len());
-        for (p, body) in files {
-            let abs = resolve(&p, &user)
-                .map_err(|e| EnvdHttpError::new(StatusCode::BAD_REQUEST, e.message))?;
-            if !seen.insert(abs.clone()) {
-                return Err(EnvdHttpError::new(
-                    StatusCode::BAD_REQUEST,
-                    format!("path '{abs}' is given more than once"),
-                ));
-            }
-            resolved.push((abs, body));
-        }
-        let mut out = Vec::with_capacity(resolved.len());
-        for (abs, body) in resolved {
+            let abs = resolve_once(&p)?;
+            let body = req.into_body();
             let stream = if gzip {
                 let raw = http_body_util::Limited::new(body, MAX_BUFFERED_UPLOAD)
                     .collect()
@@ -380,21 +398,42 @@ pub async fn upload(
                     .map(|r| r.map_err(std::io::Error::other))
                     .boxed()
             };
-            let q = WriteFileQuery {
-                path: Some(abs.clone()),
-                path_b64: None,
-                user: Some(user.clone()),
-                mode: None,
-            };
-            e2b.cp
-                .write_file(&t.cove_id, q, None, stream)
-                .await
-                .map_err(|e| http_error(e, &abs))?;
-            out.push(json!({ "path": abs, "name": base_name(&abs), "type": "file" }));
+            write_one(&e2b, &t, &user, &abs, stream).await?;
+            out.push(written_entry(&abs));
+        } else {
+            return Err(EnvdHttpError::new(
+                StatusCode::BAD_REQUEST,
+                format!("unsupported content type {ctype}"),
+            ));
         }
         Ok::<_, EnvdHttpError>(axum::Json(out).into_response())
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// Writes one file through Cove's file service.
+async fn write_one(
+    e2b: &E2b,
+    t: &Target,
+    user: &str,
+    abs: &str,
+    body: ByteStream,
+) -> Result<(), EnvdHttpError> {
+    let q = WriteFileQuery {
+        path: Some(abs.to_string()),
+        path_b64: None,
+        user: Some(user.to_string()),
+        mode: None,
+    };
+    e2b.cp
+        .write_file(&t.cove_id, q, None, body)
+        .await
+        .map_err(|e| http_error(e, abs))?;
+    Ok(())
+}
+
+fn written_entry(abs: &str) -> serde_json::Value {
+    json!({ "path": abs, "name": base_name(abs), "type": "file" })
 }
 
 fn gunzip(raw: &[u8]) -> Result<Bytes, EnvdHttpError> {

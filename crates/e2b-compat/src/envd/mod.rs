@@ -44,7 +44,13 @@ pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(90);
 pub fn router(e2b: E2b) -> Router {
     Router::new()
         .route("/health", get(|| async { StatusCode::NO_CONTENT }))
-        .route("/files", get(files::download).post(files::upload))
+        .route(
+            "/files",
+            get(files::download)
+                .post(files::upload)
+                // Uploads stream through; Cove's file service bounds their size.
+                .layer(axum::extract::DefaultBodyLimit::disable()),
+        )
         .route("/process.Process/Start", post(process::start))
         .route("/process.Process/Connect", post(process::connect))
         .route("/process.Process/List", post(process::list))
