@@ -126,5 +126,7 @@ def test_unsupported_features_raise():
             sbx.get_metrics()
         with pytest.raises(SandboxException, match="not supported"):
             sbx.create_snapshot()
+        with pytest.raises(SandboxException, match="not supported"):
+            sbx.fork()
     finally:
         sbx.kill()
