@@ -25,6 +25,9 @@ command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
 command -v qemu-img >/dev/null || need+=(qemu-utils)
 command -v lz4 >/dev/null || need+=(lz4)
 command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
+# The E2B compatibility tests drive the real E2B SDKs (Python in a venv, JavaScript via npm).
+command -v python3 >/dev/null || need+=(python3 python3-venv)
+command -v npm >/dev/null || need+=(nodejs npm)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "install-deps: need root to install: ${need[*]}" >&2

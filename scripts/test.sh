@@ -18,3 +18,5 @@ export COVE_GUEST_AGENT="$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/debug/cove-g
 cargo test --workspace --locked -- --test-threads=4
 # The Python SDK's suite against a real `cove server` (its own venv outside the clone).
 scripts/test-python.sh
+# E2B compatibility: the real E2B Python and JavaScript SDKs against a real server.
+scripts/test-e2b.sh

@@ -178,6 +178,7 @@ pub fn server_with(tweak: fn(&mut cove_server::Config)) -> &'static Server {
                 ..Default::default()
             },
             command_output: Default::default(),
+            e2b: None,
         };
         let mut cfg = cfg;
         tweak(&mut cfg);

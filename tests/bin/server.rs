@@ -46,6 +46,7 @@ fn main() -> ExitCode {
             ..Default::default()
         },
         command_output: Default::default(),
+        e2b: None,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

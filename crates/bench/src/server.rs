@@ -66,6 +66,7 @@ impl CoveServer {
             public_data_plane_url: None,
             lifecycle: Default::default(),
             command_output: Default::default(),
+            e2b: None,
         };
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

@@ -107,7 +107,11 @@ mod tests {
         assert!(h(SandboxState::Paused, None).contains("run 'cove resume sb-1'"));
         assert!(h(SandboxState::Suspended, Some("resume")).contains("run 'cove wake sb-1'"));
         assert!(h(SandboxState::Suspended, Some("resume")).contains("resume thaws a paused"));
-        assert_eq!(hint("sb-1", SandboxState::Paused, Some("wake")), None, "wake resumes");
+        assert_eq!(
+            hint("sb-1", SandboxState::Paused, Some("wake")),
+            None,
+            "wake resumes"
+        );
         assert_eq!(hint("sb-1", SandboxState::Running, Some("pause")), None);
     }
 }

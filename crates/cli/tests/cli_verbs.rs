@@ -263,7 +263,14 @@ async fn cp_recursive_both_ways() {
     assert_eq!(up.code, 0, "{up:?}");
     let ran = cove(&["exec", &id, "--", "/home/user/project/src/deep/run.sh"]).await;
     assert_eq!(ran.stdout, "ran\n", "{ran:?}");
-    let sum = cove(&["exec", &id, "--", "sha256sum", "/home/user/project/src/big.bin"]).await;
+    let sum = cove(&[
+        "exec",
+        &id,
+        "--",
+        "sha256sum",
+        "/home/user/project/src/big.bin",
+    ])
+    .await;
     assert!(
         sum.stdout.starts_with(&cove_e2e::sha256_hex(&big)),
         "{sum:?}"
@@ -289,7 +296,12 @@ async fn cp_recursive_both_ways() {
     assert!(back.join("empty").is_dir());
 
     // Without -r, a directory is refused with the way out.
-    let r = cove(&["cp", src.to_str().expect("utf-8"), &format!("{id}:/home/user/x")]).await;
+    let r = cove(&[
+        "cp",
+        src.to_str().expect("utf-8"),
+        &format!("{id}:/home/user/x"),
+    ])
+    .await;
     assert_eq!(r.code, 125);
     assert!(r.stderr.contains("pass -r"), "{r:?}");
     delete(&c, &id).await;

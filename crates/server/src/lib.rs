@@ -24,6 +24,10 @@ use tracing::info;
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7700";
 /// Default data-plane address.
 pub const DEFAULT_DATA_PLANE_LISTEN: &str = "127.0.0.1:7701";
+/// Default address of the E2B compatibility listener (`--e2b-listen`).
+pub const DEFAULT_E2B_LISTEN: &str = cove_e2b_compat::DEFAULT_E2B_LISTEN;
+/// Name of the file in the data dir holding the secret E2B envd access tokens derive from.
+pub const E2B_SECRET_FILE: &str = "e2b.secret";
 /// Name of the admin token file in the data dir (mode 0600).
 pub const ADMIN_TOKEN_FILE: &str = "admin.token";
 
@@ -50,6 +54,17 @@ pub struct Config {
     pub lifecycle: LifecycleSettings,
     /// How much of each command's output the sandboxes' guest agents keep (memory, cap, tail).
     pub command_output: OutputLimits,
+    /// The E2B compatibility listener (REST and envd on one port); `None` = not served.
+    pub e2b: Option<E2bSettings>,
+}
+
+/// Settings of the E2B compatibility listener.
+#[derive(Debug, Clone)]
+pub struct E2bSettings {
+    /// Address (port 0 picks a free port).
+    pub listen: SocketAddr,
+    /// Domain given to SDKs for `{port}-{id}.{domain}` host names (`None`: none).
+    pub domain: Option<String>,
 }
 
 /// The runtime a node uses.
@@ -133,9 +148,12 @@ pub struct Running {
     pub api_addr: SocketAddr,
     /// Bound data-plane address.
     pub data_plane_addr: SocketAddr,
+    /// Bound E2B compatibility address, when served.
+    pub e2b_addr: Option<SocketAddr>,
     /// The admin token when it was created by this start (also written to the token file).
     pub new_admin_token: Option<String>,
     tasks: Vec<tokio::task::JoinHandle<std::io::Result<()>>>,
+    e2b_reaper: Option<cove_e2b_compat::reaper::Reaper>,
     shutdown: tokio::sync::watch::Sender<bool>,
     controller: Controller,
 }
@@ -143,6 +161,9 @@ pub struct Running {
 impl Running {
     /// Stops accepting, lets in-flight requests finish (SSE streams are cut after 5 s), returns.
     pub async fn shutdown(self) {
+        if let Some(r) = self.e2b_reaper {
+            r.stop();
+        }
         self.controller.stop().await;
         let _ = self.shutdown.send(true);
         for t in self.tasks {
@@ -169,9 +190,14 @@ fn find_guest_agent(cfg: &Config) -> anyhow::Result<PathBuf> {
 }
 
 fn write_token_file(data_dir: &Path, token: &str) -> anyhow::Result<()> {
+    write_secret_file(data_dir, ADMIN_TOKEN_FILE, token)
+}
+
+/// Writes `name` in the data dir atomically with mode 0600.
+fn write_secret_file(data_dir: &Path, name: &str, token: &str) -> anyhow::Result<()> {
     use std::io::Write;
-    let path = data_dir.join(ADMIN_TOKEN_FILE);
-    let tmp = data_dir.join(format!("{ADMIN_TOKEN_FILE}.tmp"));
+    let path = data_dir.join(name);
+    let tmp = data_dir.join(format!("{name}.tmp"));
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -221,6 +247,14 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     let dp_listener = TcpListener::bind(cfg.data_plane_listen)
         .await
         .context("bind the data-plane listener")?;
+    let e2b_listener = match &cfg.e2b {
+        Some(e) => Some(
+            TcpListener::bind(e.listen)
+                .await
+                .context("bind the E2B listener")?,
+        ),
+        None => None,
+    };
     let api_addr = api_listener.local_addr()?;
     let data_plane_addr = dp_listener.local_addr()?;
 
@@ -247,10 +281,22 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
 
     let (shutdown, rx) = tokio::sync::watch::channel(false);
     let mut tasks = Vec::new();
-    for (listener, router) in [
+    let mut listeners = vec![
         (api_listener, http::management_router(cp.clone())),
         (dp_listener, http::data_plane_router(cp.clone())),
-    ] {
+    ];
+    let (mut e2b_addr, mut e2b_reaper) = (None, None);
+    if let (Some(listener), Some(settings)) = (e2b_listener, &cfg.e2b) {
+        let e2b_cfg = cove_e2b_compat::E2bConfig {
+            domain: settings.domain.clone(),
+            token_secret: e2b_secret(&data_dir)?,
+        };
+        let (router, reaper) = cove_e2b_compat::router(cp.clone(), e2b_cfg);
+        e2b_addr = Some(listener.local_addr()?);
+        e2b_reaper = Some(reaper);
+        listeners.push((listener, router));
+    }
+    for (listener, router) in listeners {
         let mut rx = rx.clone();
         tasks.push(tokio::spawn(async move {
             // Small SSE events and JSON answers must not wait for delayed ACKs (Nagle): without
@@ -265,15 +311,36 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
                 .await
         }));
     }
-    info!(%api_addr, %data_plane_addr, data_dir = %data_dir.display(), "cove server listening");
+    info!(%api_addr, %data_plane_addr, e2b_addr = ?e2b_addr, data_dir = %data_dir.display(),
+        "cove server listening");
     Ok(Running {
         api_addr,
         data_plane_addr,
+        e2b_addr,
         new_admin_token,
         tasks,
+        e2b_reaper,
         shutdown,
         controller,
     })
+}
+
+/// The secret E2B access tokens derive from: `<data-dir>/e2b.secret` (mode 0600), created
+/// with 32 random bytes on first use, so tokens stay valid across restarts.
+fn e2b_secret(data_dir: &Path) -> anyhow::Result<Vec<u8>> {
+    let path = data_dir.join(E2B_SECRET_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(s) if s.trim().len() >= 32 => return Ok(s.trim().as_bytes().to_vec()),
+        Ok(_) => bail!(
+            "{} is too short; remove it to make a new one",
+            path.display()
+        ),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("read {}", path.display())),
+    }
+    let secret = cove_control_plane::auth::new_token();
+    write_secret_file(data_dir, E2B_SECRET_FILE, &secret)?;
+    Ok(secret.into_bytes())
 }
 
 /// The snapshot store of the settings: the URL given, or `<data-dir>/snapshots`. S3 settings
@@ -307,6 +374,9 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
         "cove server: API http://{}  data plane http://{}",
         running.api_addr, running.data_plane_addr
     );
+    if let Some(addr) = running.e2b_addr {
+        println!("cove server: E2B compatibility http://{addr}");
+    }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}

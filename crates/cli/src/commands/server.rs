@@ -53,6 +53,13 @@ pub struct ServerArgs {
     /// Bytes at the end of a long output always kept (default: half the cap).
     #[arg(long, value_name = "BYTES")]
     pub output_tail_bytes: Option<u64>,
+    /// Serve the E2B-compatible API (E2B's REST API and envd on one port; point the E2B SDKs'
+    /// `E2B_API_URL` and `E2B_SANDBOX_URL` at it), e.g. `127.0.0.1:7703`.
+    #[arg(long, value_name = "ADDR")]
+    pub e2b_listen: Option<SocketAddr>,
+    /// Domain returned to E2B SDKs for `{port}-{id}.{domain}` host names.
+    #[arg(long, value_name = "DOMAIN", requires = "e2b_listen")]
+    pub e2b_domain: Option<String>,
 }
 
 impl ServerArgs {
@@ -77,6 +84,10 @@ impl ServerArgs {
                 cap_bytes: self.output_cap_bytes,
                 tail_bytes: self.output_tail_bytes,
             },
+            e2b: self.e2b_listen.map(|listen| cove_server::E2bSettings {
+                listen,
+                domain: self.e2b_domain.clone(),
+            }),
         }
     }
 }

@@ -12,15 +12,14 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::IntoResponse;
 use base64::Engine;
-use cove_api_types::{GapEvent, OutputEvent};
-use cove_node_api::{AttachEvent, OutputStream};
+use cove_api_types::GapEvent;
 use futures::StreamExt;
 use http_body_util::BodyExt;
 use serde::Deserialize;
 
 use super::extract::ApiQuery;
 use super::operations::async_stream;
-use crate::error::from_node;
+use crate::attach::{OutputEvent, OutputSource};
 use crate::{ControlPlane, ServiceError};
 
 /// Largest output event in bytes before encoding (32 KiB): larger chunks go out as several
@@ -70,23 +69,18 @@ pub(super) async fn attach(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     let offset = q.offset.or(resume).unwrap_or(0);
-    cp.running_sandbox(&sandbox_id).await?;
-    let mut events = cp
-        .node()
-        .attach(&sandbox_id, &cid, offset, true)
-        .await
-        .map_err(|e| from_node(e, &sandbox_id))?;
+    let mut events = cp.attach_output(&sandbox_id, &cid, offset, true).await?;
     let stream = async_stream(move |tx| async move {
         let mut carry = [Utf8Carry::default(), Utf8Carry::default()];
         while let Some(ev) = events.next().await {
             let out =
                 match ev {
-                    Ok(AttachEvent::Output {
+                    Ok(OutputEvent::Output {
                         offset,
-                        stream,
+                        source,
                         data,
-                    }) => output_events(&mut carry, utf8, offset, stream, &data),
-                    Ok(AttachEvent::Gap { offset, len }) => {
+                    }) => output_events(&mut carry, utf8, offset, source, &data),
+                    Ok(OutputEvent::Gap { offset, len }) => {
                         // With utf8, an incomplete character (at most 3 bytes) held back before a
                         // gap cannot be completed: it goes with the gap.
                         for c in &mut carry {
@@ -97,11 +91,10 @@ pub(super) async fn attach(
                             .id((offset + len).to_string())
                             .json_data(GapEvent { offset, len })]
                     }
-                    Ok(AttachEvent::Exited(info)) => {
-                        let cmd = crate::commands::to_api(&sandbox_id, info);
-                        vec![Event::default().event("exit").json_data(&cmd)]
+                    Ok(OutputEvent::Exited(cmd)) => {
+                        vec![Event::default().event("exit").json_data(&*cmd)]
                     }
-                    Ok(AttachEvent::End) => continue,
+                    Ok(OutputEvent::End) => continue,
                     Err(e) => {
                         tracing::warn!(command_id = %cid, error = %e, "attach stream failed");
                         vec![Event::default().event("error").json_data(serde_json::json!({
@@ -125,25 +118,27 @@ fn output_events(
     carry: &mut [Utf8Carry; 2],
     utf8: bool,
     offset: u64,
-    stream: OutputStream,
+    source: OutputSource,
     data: &[u8],
 ) -> Vec<Result<Event, axum::Error>> {
-    let (name, idx) = match stream {
-        OutputStream::Stdout => ("stdout", 0),
-        OutputStream::Stderr => ("stderr", 1),
+    let (name, idx) = match source {
+        OutputSource::Stdout => ("stdout", 0),
+        OutputSource::Stderr => ("stderr", 1),
     };
     let mut events = Vec::with_capacity(data.len() / SSE_EVENT_BYTES + 1);
     let mut at = offset;
     for piece in data.chunks(SSE_EVENT_BYTES) {
         let end = at + piece.len() as u64;
         let payload = if utf8 {
-            carry[idx].push(at, piece).map(|(start, text)| OutputEvent {
-                offset: start,
-                len: end - start,
-                data: text,
-            })
+            carry[idx]
+                .push(at, piece)
+                .map(|(start, text)| cove_api_types::OutputEvent {
+                    offset: start,
+                    len: end - start,
+                    data: text,
+                })
         } else {
-            Some(OutputEvent {
+            Some(cove_api_types::OutputEvent {
                 offset: at,
                 len: piece.len() as u64,
                 data: base64::engine::general_purpose::STANDARD.encode(piece),
@@ -224,11 +219,7 @@ pub(super) async fn stdin_write(
         .await
         .map_err(|_| ServiceError::TooLarge("stdin writes are at most 1 MiB per request".into()))?
         .to_bytes();
-    cp.running_sandbox(&sandbox_id).await?;
-    cp.node()
-        .stdin_write(&sandbox_id, &cid, data)
-        .await
-        .map_err(|e| from_node(e, &sandbox_id))?;
+    cp.write_stdin(&sandbox_id, &cid, data).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -238,11 +229,7 @@ pub(super) async fn stdin_close(
     headers: HeaderMap,
 ) -> Result<impl IntoResponse, ServiceError> {
     let sandbox_id = authorize(&cp, &headers, &cid).await?;
-    cp.running_sandbox(&sandbox_id).await?;
-    cp.node()
-        .stdin_close(&sandbox_id, &cid)
-        .await
-        .map_err(|e| from_node(e, &sandbox_id))?;
+    cp.close_stdin(&sandbox_id, &cid).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -254,7 +241,7 @@ mod tests {
     fn large_chunks_become_bounded_events_with_exact_offsets() {
         let mut carry = [Utf8Carry::default(), Utf8Carry::default()];
         let data = vec![b'a'; 2 * SSE_EVENT_BYTES + 5];
-        let events = output_events(&mut carry, false, 100, OutputStream::Stdout, &data);
+        let events = output_events(&mut carry, false, 100, OutputSource::Stdout, &data);
         assert_eq!(events.len(), 3);
         // A character across an event boundary is sent whole in the next event (utf8).
         let mut data = vec![b'a'; SSE_EVENT_BYTES - 1];

@@ -15,15 +15,13 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use cove_api_types::{GapEvent, PtyMessage};
-use cove_node_api::{AttachEvent, NodeError};
-use futures::stream::BoxStream;
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
 use tracing::{debug, warn};
 
 use super::data_plane::authorize;
 use super::extract::ApiQuery;
-use crate::error::from_node;
+use crate::attach::{OutputEvent, OutputStream};
 use crate::{ControlPlane, ServiceError};
 
 /// Close code sent when the command's output stream broke (1011: internal error).
@@ -46,22 +44,9 @@ pub(super) async fn session(
     ws: WebSocketUpgrade,
 ) -> Result<Response, ServiceError> {
     let sandbox_id = authorize(&cp, &headers, &cid).await?;
-    cp.running_sandbox(&sandbox_id).await?;
-    let info = cp
-        .node()
-        .command(&sandbox_id, &cid)
-        .await
-        .map_err(|e| from_node(e, &sandbox_id))?;
-    if !info.pty {
-        return Err(ServiceError::FailedPrecondition(format!(
-            "command {cid} does not run on a terminal (start it with pty: true)"
-        )));
-    }
     let events = cp
-        .node()
-        .attach(&sandbox_id, &cid, q.offset.unwrap_or(0), true)
-        .await
-        .map_err(|e| from_node(e, &sandbox_id))?;
+        .open_pty(&sandbox_id, &cid, q.offset.unwrap_or(0))
+        .await?;
     Ok(ws.on_upgrade(move |socket| run(cp, sandbox_id, cid, events, socket)))
 }
 
@@ -71,26 +56,23 @@ async fn run(
     cp: ControlPlane,
     sandbox_id: String,
     cid: String,
-    mut events: BoxStream<'static, Result<AttachEvent, NodeError>>,
+    mut events: OutputStream,
     socket: WebSocket,
 ) {
     let (mut tx, mut rx) = socket.split();
     let output = async {
         while let Some(event) = events.next().await {
             let message = match event {
-                Ok(AttachEvent::Output { data, .. }) => Message::Binary(data),
-                Ok(AttachEvent::Gap { offset, len }) => {
+                Ok(OutputEvent::Output { data, .. }) => Message::Binary(data),
+                Ok(OutputEvent::Gap { offset, len }) => {
                     json_message(&PtyMessage::Gap(GapEvent { offset, len }))
                 }
-                Ok(AttachEvent::Exited(info)) => {
-                    let command = crate::commands::to_api(&sandbox_id, info);
-                    let _ = tx
-                        .send(json_message(&PtyMessage::Exit(Box::new(command))))
-                        .await;
+                Ok(OutputEvent::Exited(command)) => {
+                    let _ = tx.send(json_message(&PtyMessage::Exit(command))).await;
                     let _ = tx.send(Message::Close(None)).await;
                     return;
                 }
-                Ok(AttachEvent::End) => continue,
+                Ok(OutputEvent::End) => continue,
                 Err(e) => {
                     warn!(command_id = %cid, error = %e, "pty output stream failed");
                     let _ = tx
@@ -108,8 +90,7 @@ async fn run(
         while let Some(Ok(message)) = rx.next().await {
             let result = match message {
                 Message::Binary(data) => cp
-                    .node()
-                    .stdin_write(&sandbox_id, &cid, data)
+                    .pty_input(&sandbox_id, &cid, data)
                     .await
                     .map_err(|e| e.to_string()),
                 Message::Text(text) => match serde_json::from_str::<PtyMessage>(&text) {

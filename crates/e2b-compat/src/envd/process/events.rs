@@ -1,0 +1,169 @@
+//! The event stream of a started or connected process: `start{pid}`, output as `data` events
+//! (`stdout`/`stderr`, or `pty`), keepalives when idle, the `end` event with Go's
+//! `ProcessState` texts, then the end-of-stream frame.
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::response::Response;
+use base64::Engine;
+use cove_api_types::Command;
+use cove_control_plane::attach::{OutputEvent, OutputSource, OutputStream};
+use futures::StreamExt;
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use super::super::proto::EndEvent;
+use super::super::{end_frame, message_frame, stream_response};
+use crate::error::{ConnectCode, ConnectError};
+
+/// Streams `start{pid}`, then the output and the end event, then the end-of-stream frame.
+/// `ended` short-cuts a process that already exited (a `Connect` after its end).
+pub(super) fn pump(
+    pid: u32,
+    mut events: OutputStream,
+    keepalive: Duration,
+    pty: bool,
+    ended: Option<Command>,
+) -> Response {
+    let (tx, rx) = mpsc::channel::<Bytes>(16);
+    tokio::spawn(async move {
+        if tx
+            .send(message_frame(&json!({"event": {"start": {"pid": pid}}})))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        if let Some(cmd) = ended {
+            let _ = tx.send(end_message(&cmd)).await;
+            let _ = tx.send(end_frame(None)).await;
+            return;
+        }
+        loop {
+            let frame = match tokio::time::timeout(keepalive, events.next()).await {
+                Err(_) => message_frame(&json!({"event": {"keepalive": {}}})),
+                Ok(Some(Ok(OutputEvent::Output { source, data, .. }))) => {
+                    let key = match (pty, source) {
+                        (true, _) => "pty",
+                        (false, OutputSource::Stdout) => "stdout",
+                        (false, OutputSource::Stderr) => "stderr",
+                    };
+                    let b64 = base64::engine::general_purpose::STANDARD.encode(&data);
+                    message_frame(&json!({"event": {"data": {key: b64}}}))
+                }
+                Ok(Some(Ok(OutputEvent::Gap { .. } | OutputEvent::End))) => continue,
+                Ok(Some(Ok(OutputEvent::Exited(cmd)))) => {
+                    let _ = tx.send(end_message(&cmd)).await;
+                    let _ = tx.send(end_frame(None)).await;
+                    return;
+                }
+                Ok(Some(Err(e))) => {
+                    tracing::debug!(pid, error = %e, "process stream broke off");
+                    let err = ConnectError::new(
+                        ConnectCode::Unavailable,
+                        "the process stream broke off: the sandbox stopped while the request \
+                         was in flight",
+                    );
+                    let _ = tx.send(end_frame(Some(&err))).await;
+                    return;
+                }
+                Ok(None) => {
+                    let err = ConnectError::new(
+                        ConnectCode::Unavailable,
+                        "the process stream ended before the process did",
+                    );
+                    let _ = tx.send(end_frame(Some(&err))).await;
+                    return;
+                }
+            };
+            if tx.send(frame).await.is_err() {
+                // The client went away; the process keeps running.
+                return;
+            }
+        }
+    });
+    stream_response(futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (b, rx))
+    }))
+}
+
+fn end_message(cmd: &Command) -> Bytes {
+    message_frame(&json!({"event": {"end": end_event(cmd)}}))
+}
+
+/// Go `ProcessState` semantics: `exit status N`, or `-1` and `signal: killed`.
+pub fn end_event(c: &Command) -> EndEvent {
+    match (c.exit_code, c.signal.as_deref()) {
+        (Some(n), _) => EndEvent {
+            exit_code: n,
+            exited: true,
+            status: format!("exit status {n}"),
+            error: (n != 0).then(|| format!("exit status {n}")),
+        },
+        (None, sig) => {
+            let text = format!("signal: {}", sig.map_or("killed", go_signal_text));
+            EndEvent {
+                exit_code: -1,
+                exited: false,
+                status: text.clone(),
+                error: Some(text),
+            }
+        }
+    }
+}
+
+/// Go's `syscall.Signal.String()` for the usual signals.
+fn go_signal_text(sig: &str) -> &str {
+    match sig {
+        "SIGHUP" => "hangup",
+        "SIGINT" => "interrupt",
+        "SIGQUIT" => "quit",
+        "SIGILL" => "illegal instruction",
+        "SIGTRAP" => "trace/breakpoint trap",
+        "SIGABRT" => "aborted",
+        "SIGBUS" => "bus error",
+        "SIGFPE" => "floating point exception",
+        "SIGKILL" => "killed",
+        "SIGUSR1" => "user defined signal 1",
+        "SIGSEGV" => "segmentation fault",
+        "SIGUSR2" => "user defined signal 2",
+        "SIGPIPE" => "broken pipe",
+        "SIGALRM" => "alarm clock",
+        "SIGTERM" => "terminated",
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cmd(exit_code: Option<i32>, signal: Option<&str>) -> Command {
+        serde_json::from_value(json!({
+            "id": "cmd-x", "sandbox_id": "sb-x", "argv": ["true"], "user": "user",
+            "cwd": "/", "pid": 7, "state": "exited", "exit_code": exit_code,
+            "signal": signal, "timed_out": false, "truncated": false, "output_bytes": 0,
+            "stdin_open": false, "started_at": "2026-01-01T00:00:00Z", "ended_at": null,
+            "oom_killed": false, "pty": false
+        }))
+        .expect("command")
+    }
+
+    #[test]
+    fn end_events_follow_go_process_state() {
+        let ok = end_event(&cmd(Some(0), None));
+        assert_eq!((ok.exit_code, ok.exited, ok.error), (0, true, None));
+        let failed = end_event(&cmd(Some(3), None));
+        assert_eq!(failed.status, "exit status 3");
+        assert_eq!(failed.error.as_deref(), Some("exit status 3"));
+        let killed = end_event(&cmd(None, Some("SIGKILL")));
+        assert_eq!(killed.exit_code, -1);
+        assert!(!killed.exited);
+        assert_eq!(killed.status, "signal: killed");
+        assert_eq!(
+            end_event(&cmd(None, Some("SIGTERM"))).status,
+            "signal: terminated"
+        );
+    }
+}

@@ -1,0 +1,259 @@
+//! The error shapes E2B clients parse: REST `{code:int, message}`, Connect
+//! `{code:"not_found", message}`, envd HTTP `{code:int, message}`, and the proxy's 502 for a
+//! sandbox that is not running.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use cove_api_types::ErrorCode;
+use cove_control_plane::ServiceError;
+use serde_json::json;
+
+/// An error of the REST control API, answered as `{"code": <status>, "message": ...}` (what
+/// the SDK's generated client requires on every error status).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{status}: {message}")]
+pub struct RestError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Message shown by the SDK's exception.
+    pub message: String,
+}
+
+impl RestError {
+    /// An error with `status` and `message`.
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        RestError {
+            status,
+            message: message.into(),
+        }
+    }
+
+    /// `501`: a feature of E2B's API Cove does not offer yet (the SDK raises an exception).
+    pub fn unsupported(what: &str) -> Self {
+        RestError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            format!("{what} is not supported by Cove's E2B compatibility layer yet"),
+        )
+    }
+}
+
+impl From<ServiceError> for RestError {
+    fn from(e: ServiceError) -> Self {
+        let status = match e.code() {
+            ErrorCode::InvalidArgument | ErrorCode::ReleaseNotFound => StatusCode::BAD_REQUEST,
+            ErrorCode::SandboxNotFound
+            | ErrorCode::TemplateNotFound
+            | ErrorCode::NotFound
+            | ErrorCode::OperationNotFound => StatusCode::NOT_FOUND,
+            ErrorCode::InvalidState | ErrorCode::FailedPrecondition => StatusCode::CONFLICT,
+            ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
+            ErrorCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorCode::NotImplemented => StatusCode::NOT_IMPLEMENTED,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        if status == StatusCode::INTERNAL_SERVER_ERROR {
+            tracing::error!(error = %e, "e2b request failed");
+        }
+        RestError::new(status, e.public_message())
+    }
+}
+
+impl IntoResponse for RestError {
+    fn into_response(self) -> Response {
+        let body = json!({ "code": self.status.as_u16(), "message": self.message });
+        let mut resp = (self.status, axum::Json(body)).into_response();
+        if self.status == StatusCode::CONFLICT || self.status == StatusCode::NOT_IMPLEMENTED {
+            // A retry would not change the answer.
+            resp.headers_mut()
+                .insert("should-retry", HeaderValue::from_static("false"));
+        }
+        resp
+    }
+}
+
+/// A Connect error code (wire names as in the Connect protocol).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnectCode {
+    /// `canceled`
+    Canceled,
+    /// `invalid_argument`
+    InvalidArgument,
+    /// `deadline_exceeded`
+    DeadlineExceeded,
+    /// `not_found`
+    NotFound,
+    /// `already_exists`
+    AlreadyExists,
+    /// `permission_denied`
+    PermissionDenied,
+    /// `resource_exhausted`
+    ResourceExhausted,
+    /// `failed_precondition`
+    FailedPrecondition,
+    /// `unimplemented`
+    Unimplemented,
+    /// `internal`
+    Internal,
+    /// `unavailable`
+    Unavailable,
+    /// `unauthenticated`
+    Unauthenticated,
+}
+
+impl ConnectCode {
+    /// Wire name.
+    pub fn as_str(self) -> &'static str {
+        use ConnectCode::*;
+        match self {
+            Canceled => "canceled",
+            InvalidArgument => "invalid_argument",
+            DeadlineExceeded => "deadline_exceeded",
+            NotFound => "not_found",
+            AlreadyExists => "already_exists",
+            PermissionDenied => "permission_denied",
+            ResourceExhausted => "resource_exhausted",
+            FailedPrecondition => "failed_precondition",
+            Unimplemented => "unimplemented",
+            Internal => "internal",
+            Unavailable => "unavailable",
+            Unauthenticated => "unauthenticated",
+        }
+    }
+
+    /// The HTTP status of a unary error with this code.
+    pub fn status(self) -> StatusCode {
+        use ConnectCode::*;
+        match self {
+            InvalidArgument | FailedPrecondition => StatusCode::BAD_REQUEST,
+            Unauthenticated => StatusCode::UNAUTHORIZED,
+            PermissionDenied => StatusCode::FORBIDDEN,
+            NotFound => StatusCode::NOT_FOUND,
+            AlreadyExists => StatusCode::CONFLICT,
+            ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+            Canceled => StatusCode::from_u16(499).unwrap_or(StatusCode::BAD_REQUEST),
+            Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            Unimplemented => StatusCode::NOT_IMPLEMENTED,
+            Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+}
+
+/// An error of an envd RPC.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}: {message}", code.as_str())]
+pub struct ConnectError {
+    /// Its code.
+    pub code: ConnectCode,
+    /// Its message (the SDK shows it).
+    pub message: String,
+}
+
+impl ConnectError {
+    /// An error with `code` and `message`.
+    pub fn new(code: ConnectCode, message: impl Into<String>) -> Self {
+        ConnectError {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The JSON of the error, as in a unary body or an end-of-stream frame's `error`.
+    pub fn to_json(&self) -> serde_json::Value {
+        json!({ "code": self.code.as_str(), "message": self.message })
+    }
+}
+
+impl From<ServiceError> for ConnectError {
+    fn from(e: ServiceError) -> Self {
+        use ConnectCode as C;
+        let code = match e.code() {
+            ErrorCode::InvalidArgument => C::InvalidArgument,
+            ErrorCode::CommandNotFound | ErrorCode::FileNotFound | ErrorCode::NotFound => {
+                C::NotFound
+            }
+            ErrorCode::SandboxNotFound | ErrorCode::SandboxNotRunning | ErrorCode::Unavailable => {
+                C::Unavailable
+            }
+            ErrorCode::AlreadyExists => C::AlreadyExists,
+            ErrorCode::PermissionDenied => C::PermissionDenied,
+            ErrorCode::NoSpace | ErrorCode::PayloadTooLarge => C::ResourceExhausted,
+            ErrorCode::FailedPrecondition | ErrorCode::InvalidState => C::FailedPrecondition,
+            ErrorCode::NotImplemented => C::Unimplemented,
+            ErrorCode::Unauthorized => C::Unauthenticated,
+            ErrorCode::Cancelled => C::Canceled,
+            _ => C::Internal,
+        };
+        if code == C::Internal {
+            tracing::error!(error = %e, "envd request failed");
+        }
+        let message = match &e {
+            ServiceError::Invalid(i) => i.message.clone(),
+            other => other.public_message(),
+        };
+        ConnectError::new(code, message)
+    }
+}
+
+impl IntoResponse for ConnectError {
+    fn into_response(self) -> Response {
+        (self.code.status(), axum::Json(self.to_json())).into_response()
+    }
+}
+
+/// An error of envd's plain HTTP routes (`/files`, `/health`): `{"code": <status>, "message"}`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{status}: {message}")]
+pub struct EnvdHttpError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Message.
+    pub message: String,
+}
+
+impl EnvdHttpError {
+    /// An error with `status` and `message`.
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
+        EnvdHttpError {
+            status,
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for EnvdHttpError {
+    fn into_response(self) -> Response {
+        let body = json!({ "code": self.status.as_u16(), "message": self.message });
+        (self.status, axum::Json(body)).into_response()
+    }
+}
+
+/// The proxy's `502` for envd traffic to a sandbox that is not running (killed, expired,
+/// unknown or paused): the SDK matches "was not found" in it.
+pub fn sandbox_not_found(e2b_id: &str) -> Response {
+    proxy_502(json!({
+        "sandboxId": e2b_id,
+        "message": "The sandbox was not found",
+        "code": 502,
+    }))
+}
+
+/// The proxy's `502` for a port of a running sandbox that Cove cannot reach.
+pub fn port_not_open(e2b_id: &str, port: u16) -> Response {
+    proxy_502(json!({
+        "sandboxId": e2b_id,
+        "message": "The sandbox is running but port is not open (Cove's E2B layer does not \
+                    forward sandbox ports yet)",
+        "port": port,
+        "code": 502,
+    }))
+}
+
+fn proxy_502(body: serde_json::Value) -> Response {
+    let mut resp = (StatusCode::BAD_GATEWAY, body.to_string()).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json; charset=utf-8"),
+    );
+    resp
+}

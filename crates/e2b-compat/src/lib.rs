@@ -1,0 +1,184 @@
+//! E2B compatibility: code written against the official E2B SDKs (Python `e2b`, npm `e2b`) runs
+//! against Cove with only environment variables changed:
+//!
+//! ```text
+//! E2B_API_KEY=<Cove admin token>  E2B_API_URL=http://127.0.0.1:7703  E2B_SANDBOX_URL=http://127.0.0.1:7703
+//! ```
+//!
+//! One listener ([`router`], `cove server --e2b-listen`, default `127.0.0.1:7703`) serves both
+//! E2B's REST control API ([`rest`]) and the in-sandbox `envd` API ([`envd`]: the Connect
+//! protocol with the JSON codec, and `/files`). A request goes to envd when it carries
+//! `E2b-Sandbox-Id`/`E2b-Sandbox-Port`, when its host is `{port}-{id}.{domain}`, or when it is a
+//! signed `/files` URL; everything else is the REST API ([`dispatch`]). Both sides call the same
+//! [`ControlPlane`] service methods as Cove's own `/v1` API.
+//!
+//! E2B sandbox ids are Cove sandbox ids without their `sb-` prefix (16 lowercase letters and
+//! digits, so `{port}-{id}.{domain}` host names work). State that only E2B has (the sandbox's
+//! end of life and its timeout action, watcher buffers, the configs processes were started
+//! with) lives in memory in [`E2b`]; after a server restart every sandbox gets the default
+//! timeout again.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use base64::Engine;
+use chrono::{DateTime, Utc};
+use cove_control_plane::ControlPlane;
+
+use sha2::{Digest, Sha256};
+
+pub mod dispatch;
+pub mod envd;
+pub mod envelope;
+pub mod error;
+pub mod reaper;
+pub mod rest;
+
+/// Default address of the compatibility listener.
+pub const DEFAULT_E2B_LISTEN: &str = "127.0.0.1:7703";
+
+/// The envd port the SDK addresses (`E2b-Sandbox-Port`, `49983-{id}.{domain}`).
+pub const ENVD_PORT: u16 = 49983;
+
+/// The envd version reported to SDKs: it decides which features the SDK uses.
+pub const ENVD_VERSION: &str = "0.6.13";
+
+/// Page size used to read Cove's sandbox listing.
+const LIST_PAGE: u32 = 500;
+
+/// Default sandbox timeout in seconds (E2B's).
+pub const DEFAULT_TIMEOUT_S: u64 = 300;
+
+/// Settings of the compatibility layer.
+#[derive(Debug, Clone)]
+pub struct E2bConfig {
+    /// Domain returned to SDKs for `get_host()` (`{port}-{id}.{domain}`), and accepted in
+    /// `Host` routing; `None` = no domain in answers (the SDK falls back to `E2B_DOMAIN`).
+    pub domain: Option<String>,
+    /// Secret from which each sandbox's envd access token is derived (stable while it is).
+    pub token_secret: Vec<u8>,
+}
+
+/// What the layer keeps about one sandbox.
+#[derive(Debug, Clone)]
+pub(crate) struct SandboxTtl {
+    /// When the sandbox expires.
+    pub end_at: DateTime<Utc>,
+    /// Suspend instead of delete at `end_at`.
+    pub auto_pause: bool,
+}
+
+/// The compatibility layer's state; cheap to clone.
+#[derive(Clone)]
+pub struct E2b {
+    pub(crate) cp: ControlPlane,
+    pub(crate) cfg: Arc<E2bConfig>,
+    pub(crate) ttls: Arc<Mutex<HashMap<String, SandboxTtl>>>,
+    pub(crate) watchers: envd::watchers::Watchers,
+    pub(crate) configs: envd::process::Configs,
+}
+
+impl E2b {
+    /// The layer over `cp`.
+    pub fn new(cp: ControlPlane, cfg: E2bConfig) -> Self {
+        E2b {
+            cp,
+            cfg: Arc::new(cfg),
+            ttls: Arc::default(),
+            watchers: Default::default(),
+            configs: Default::default(),
+        }
+    }
+
+    /// The envd access token of a sandbox: `base64url(sha256(secret ‖ cove id))`, stable for
+    /// its whole life (pause, resume and connect keep it).
+    pub fn access_token(&self, cove_id: &str) -> String {
+        let mut h = Sha256::new();
+        h.update(&self.cfg.token_secret);
+        h.update(b"\0e2b-envd\0");
+        h.update(cove_id.as_bytes());
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(h.finalize())
+    }
+
+    /// Every sandbox in `state`, through the listing service (all pages).
+    pub(crate) async fn sandboxes_in(
+        &self,
+        state: Option<cove_api_types::SandboxState>,
+    ) -> Result<Vec<cove_api_types::Sandbox>, cove_control_plane::ServiceError> {
+        let mut all = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = self
+                .cp
+                .list_sandboxes(state, None, Vec::new(), Some(LIST_PAGE), cursor)
+                .await?;
+            all.extend(page.sandboxes);
+            match page.next_cursor {
+                Some(c) => cursor = Some(c),
+                None => return Ok(all),
+            }
+        }
+    }
+
+    pub(crate) fn ttl_of(&self, cove_id: &str) -> Option<SandboxTtl> {
+        self.ttls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(cove_id)
+            .cloned()
+    }
+
+    pub(crate) fn set_ttl(&self, cove_id: &str, ttl: SandboxTtl) {
+        self.ttls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(cove_id.to_string(), ttl);
+    }
+
+    pub(crate) fn forget(&self, cove_id: &str) {
+        self.ttls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(cove_id);
+        self.configs.forget_sandbox(cove_id);
+    }
+}
+
+/// The Cove id of an E2B sandbox id (`None` for ids Cove never gives out).
+pub fn cove_id(e2b_id: &str) -> Option<String> {
+    let id = format!("sb-{e2b_id}");
+    cove_domain::ids::is_well_formed("sb", &id).then_some(id)
+}
+
+/// The E2B id of a Cove sandbox id.
+pub fn e2b_id(cove_id: &str) -> &str {
+    cove_id.strip_prefix("sb-").unwrap_or(cove_id)
+}
+
+/// The compatibility listener's router (REST and envd on one port), and the reaper that ends
+/// sandboxes at their E2B timeout; run the reaper for as long as the router serves.
+pub fn router(cp: ControlPlane, cfg: E2bConfig) -> (Router, reaper::Reaper) {
+    let e2b = E2b::new(cp, cfg);
+    let reaper = reaper::Reaper::start(e2b.clone());
+    (dispatch::router(e2b), reaper)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_map_both_ways() {
+        assert_eq!(e2b_id("sb-abcdefgh01234567"), "abcdefgh01234567");
+        assert_eq!(
+            cove_id("abcdefgh01234567").as_deref(),
+            Some("sb-abcdefgh01234567")
+        );
+        assert_eq!(cove_id("../etc"), None);
+        assert_eq!(cove_id("ABCDEFGH01234567"), None);
+    }
+}
+
+#[cfg(test)]
+mod fuzz;

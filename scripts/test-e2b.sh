@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# E2B compatibility tests: the real E2B SDKs (PyPI `e2b==2.63.0`, sync and async clients;
+# npm `e2b`, current) against a real Cove server started by tests/e2b/cove_server.py.
+# Installs the SDKs outside the clone (a virtualenv and a node_modules dir under
+# /var/cache). Needs root, runc, the `cove` binary and the guest agent (built here).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/cove-target}"
+export COVE_TEST_CACHE_DIR="${COVE_TEST_CACHE_DIR:-/var/cache/cove/templates}"
+VENV="${COVE_E2B_VENV:-/var/cache/cove-venv-e2b}"
+NODE_DIR="${COVE_E2B_NODE_DIR:-/var/cache/cove-node-e2b}"
+
+cargo build --locked -q -p cove-cli
+scripts/build-guest-agent.sh >/dev/null
+export COVE_BIN="$CARGO_TARGET_DIR/debug/cove"
+export COVE_GUEST_AGENT="$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/debug/cove-guest-agent"
+
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv "$VENV"
+fi
+"$VENV/bin/pip" install -q --disable-pip-version-check \
+  "e2b==2.63.0" "pytest==9.2.0" "pytest-asyncio==1.5.0"
+
+"$VENV/bin/python" -m pytest -q -c tests/e2b/pytest.ini tests/e2b
+
+mkdir -p "$NODE_DIR"
+if [ ! -f "$NODE_DIR/package.json" ]; then
+  (cd "$NODE_DIR" && npm init -y >/dev/null)
+fi
+(cd "$NODE_DIR" && npm install -q --no-audit --no-fund e2b@latest >/dev/null)
+E2B_NODE_MODULES="$NODE_DIR/node_modules" "$VENV/bin/python" tests/e2b/node_runner.py

@@ -1,0 +1,122 @@
+"""Test-only launcher: a real `cove server` with the E2B listener on free loopback ports.
+
+Used by the E2B SDK tests (conftest.py) and the benchmark. Needs root, runc, the guest agent
+and the `cove` binary (COVE_BIN, COVE_GUEST_AGENT; the template cache COVE_TEST_CACHE_DIR).
+"""
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+
+def _free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class CoveServer:
+    """A running server; `stop()` (or the context manager) ends it and removes its data."""
+
+    def __init__(self):
+        target = os.environ.get("CARGO_TARGET_DIR", "/var/cache/cove-target")
+        self.bin = os.environ.get("COVE_BIN", f"{target}/debug/cove")
+        self.agent = os.environ.get(
+            "COVE_GUEST_AGENT", f"{target}/x86_64-unknown-linux-gnu/debug/cove-guest-agent"
+        )
+        self.cache = os.environ.get("COVE_TEST_CACHE_DIR", "/var/cache/cove/templates")
+        self.data_dir = tempfile.mkdtemp(prefix="cove-e2b-")
+        self.api_port, self.dp_port, self.e2b_port = _free_port(), _free_port(), _free_port()
+        self.api_url = f"http://127.0.0.1:{self.api_port}"
+        self.e2b_url = f"http://127.0.0.1:{self.e2b_port}"
+        self.log = open(os.path.join(self.data_dir, "server.log"), "wb")
+        self.proc = subprocess.Popen(
+            [
+                self.bin, "server", "--data-dir", self.data_dir,
+                "--listen", f"127.0.0.1:{self.api_port}",
+                "--data-plane-listen", f"127.0.0.1:{self.dp_port}",
+                "--e2b-listen", f"127.0.0.1:{self.e2b_port}",
+                "--guest-agent", self.agent, "--cache-dir", self.cache,
+                "--controller-interval-ms", "250",
+            ],
+            stdout=self.log, stderr=self.log,
+        )
+        deadline = time.time() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{self.api_url}/healthz", timeout=1).read()
+                break
+            except OSError:
+                if self.proc.poll() is not None or time.time() > deadline:
+                    raise RuntimeError("cove server did not start: " + self.read_log())
+                time.sleep(0.1)
+        with open(os.path.join(self.data_dir, "admin.token")) as f:
+            self.token = f.read().strip()
+        self._build("base")
+
+    def read_log(self):
+        with open(os.path.join(self.data_dir, "server.log"), "rb") as f:
+            return f.read().decode(errors="replace")[-4000:]
+
+    def _v1(self, method, path, body=None):
+        req = urllib.request.Request(
+            f"{self.api_url}{path}", method=method,
+            data=None if body is None else json.dumps(body).encode(),
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return json.loads(r.read() or b"null")
+
+    def _build(self, template):
+        """Makes sure `template` has a ready release (from the shared cache: seconds)."""
+        op = self._v1("POST", f"/v1/templates/{template}/releases", {})["operation"]
+        deadline = time.time() + 1800
+        while op["state"] not in ("succeeded", "failed", "cancelled"):
+            if time.time() > deadline:
+                raise RuntimeError(f"build of {template} did not finish")
+            op = self._v1("GET", f"/v1/operations/{op['id']}?wait=30s")
+        if op["state"] != "succeeded":
+            raise RuntimeError(f"build of {template} failed: {op.get('error')}")
+
+    def env(self):
+        """The environment an unmodified E2B program needs to talk to this server."""
+        return {
+            "E2B_API_KEY": self.token,
+            "E2B_API_URL": self.e2b_url,
+            "E2B_SANDBOX_URL": self.e2b_url,
+        }
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        # Sandboxes keep running after a server stop: remove their containers and mounts.
+        runc_root = os.path.join(self.data_dir, "runc")
+        ids = subprocess.run(["runc", "--root", runc_root, "list", "-q"],
+                             capture_output=True, text=True).stdout.split()
+        for cid in ids:
+            subprocess.run(["runc", "--root", runc_root, "delete", "-f", cid], capture_output=True)
+        sandboxes = os.path.join(self.data_dir, "sandboxes")
+        if os.path.isdir(sandboxes):
+            for d in os.listdir(sandboxes):
+                for m in ("rootfs", "disk"):
+                    subprocess.run(["umount", "-l", os.path.join(sandboxes, d, m)],
+                                   capture_output=True)
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()

@@ -1,0 +1,132 @@
+"""E2B sync SDK: sandbox lifecycle (create, connect, get, list, kill, timeouts, pause)."""
+
+import time
+import uuid
+
+import pytest
+from e2b import Sandbox, SandboxQuery, SandboxState
+from e2b.exceptions import AuthenticationException, NotFoundException, SandboxException
+
+
+def test_create_get_info_and_kill():
+    tag = uuid.uuid4().hex
+    sbx = Sandbox.create(metadata={"case": tag}, envs={"FOO": "bar"}, timeout=120)
+    try:
+        info = sbx.get_info()
+        assert info.sandbox_id == sbx.sandbox_id
+        assert info.state == SandboxState.RUNNING
+        assert info.metadata == {"case": tag}
+        assert info.name == "base"
+        assert (info.end_at - info.started_at).total_seconds() == pytest.approx(120, abs=5)
+        assert sbx.is_running()
+        assert sbx.commands.run("echo $FOO").stdout == "bar\n"
+    finally:
+        assert sbx.kill() is True
+    assert sbx.kill() is False
+    assert not sbx.is_running()
+    with pytest.raises(NotFoundException):
+        Sandbox.get_info(sbx.sandbox_id)
+
+
+def test_with_block_kills():
+    with Sandbox.create() as sbx:
+        sid = sbx.sandbox_id
+        assert sbx.commands.run("true").exit_code == 0
+    assert Sandbox.kill(sid) is False
+
+
+def test_list_filters_and_pages():
+    tag = uuid.uuid4().hex
+    boxes = [Sandbox.create(metadata={"list": tag, "n": str(i)}) for i in range(3)]
+    try:
+        paginator = Sandbox.list(query=SandboxQuery(metadata={"list": tag}), limit=1)
+        seen = []
+        pages = 0
+        while paginator.has_next:
+            items = paginator.next_items()
+            pages += 1
+            assert len(items) <= 1
+            seen.extend(i.sandbox_id for i in items)
+        assert sorted(seen) == sorted(b.sandbox_id for b in boxes)
+        assert pages == 3
+        assert paginator.next_token is None
+        one = Sandbox.list(query=SandboxQuery(metadata={"list": tag, "n": "1"})).next_items()
+        assert [i.sandbox_id for i in one] == [boxes[1].sandbox_id]
+        paused = Sandbox.list(
+            query=SandboxQuery(metadata={"list": tag}, state=[SandboxState.PAUSED])
+        ).next_items()
+        assert paused == []
+    finally:
+        for b in boxes:
+            b.kill()
+
+
+def test_connect_and_extend():
+    sbx = Sandbox.create(timeout=30)
+    try:
+        again = Sandbox.connect(sbx.sandbox_id, timeout=200)
+        assert again.sandbox_id == sbx.sandbox_id
+        assert again.commands.run("echo again").stdout == "again\n"
+        info = sbx.get_info()
+        assert (info.end_at - info.started_at).total_seconds() > 150
+        # connect never shortens
+        Sandbox.connect(sbx.sandbox_id, timeout=10)
+        assert (sbx.get_info().end_at - info.end_at).total_seconds() >= -1
+    finally:
+        sbx.kill()
+
+
+def test_set_timeout_expires():
+    sbx = Sandbox.create(timeout=120)
+    sbx.set_timeout(2)
+    time.sleep(5)
+    assert not sbx.is_running()
+    with pytest.raises(NotFoundException):
+        sbx.get_info()
+
+
+def test_create_timeout_expires():
+    sbx = Sandbox.create(timeout=2)
+    assert sbx.is_running()
+    time.sleep(5)
+    assert not sbx.is_running()
+
+
+def test_pause_and_resume_keep_files():
+    sbx = Sandbox.create()
+    try:
+        sbx.files.write("/home/user/kept.txt", "still here")
+        assert sbx.pause() is True
+        assert not sbx.is_running()
+        assert sbx.get_info().state == SandboxState.PAUSED
+        assert sbx.pause() is False
+        resumed = Sandbox.connect(sbx.sandbox_id)
+        assert resumed.is_running()
+        assert resumed.files.read("/home/user/kept.txt") == "still here"
+        assert resumed.commands.run("echo back").stdout == "back\n"
+    finally:
+        sbx.kill()
+
+
+def test_unknown_sandbox_and_bad_key():
+    with pytest.raises(NotFoundException):
+        Sandbox.get_info("doesnotexist0000")
+    with pytest.raises(NotFoundException):
+        Sandbox.connect("doesnotexist0000")
+    with pytest.raises(AuthenticationException):
+        Sandbox.create(api_key="not-a-cove-token")
+
+
+def test_unsupported_features_raise():
+    with pytest.raises(SandboxException, match="not supported"):
+        Sandbox.create(allow_internet_access=False)
+    sbx = Sandbox.create()
+    try:
+        with pytest.raises(SandboxException, match="not supported"):
+            sbx.get_metrics()
+        with pytest.raises(SandboxException, match="not supported"):
+            sbx.create_snapshot()
+        with pytest.raises(SandboxException, match="not supported"):
+            sbx.fork()
+    finally:
+        sbx.kill()
