@@ -72,7 +72,7 @@ pub struct ControlPlane {
 }
 
 struct Inner {
-    store: Store,
+    store: Arc<dyn Store>,
     node: Arc<dyn NodeApi>,
     ops: Operations,
     cfg: ControlPlaneConfig,
@@ -86,7 +86,7 @@ struct Inner {
 
 impl ControlPlane {
     /// Builds the services.
-    pub fn new(store: Store, node: Arc<dyn NodeApi>, cfg: ControlPlaneConfig) -> Self {
+    pub fn new(store: Arc<dyn Store>, node: Arc<dyn NodeApi>, cfg: ControlPlaneConfig) -> Self {
         let ops = Operations::new(store.clone());
         ControlPlane {
             inner: Arc::new(Inner {
@@ -107,7 +107,7 @@ impl ControlPlane {
     }
 
     /// The store.
-    pub fn store(&self) -> &Store {
+    pub fn store(&self) -> &Arc<dyn Store> {
         &self.inner.store
     }
 

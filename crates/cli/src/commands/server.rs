@@ -11,6 +11,11 @@ use crate::GlobalArgs;
 /// Options of `cove server` (the data directory is the global `--data-dir`).
 #[derive(Debug, Clone, Args)]
 pub struct ServerArgs {
+    /// The store: `sqlite://<path>` or `postgres://user:pass@host:port/db` (unix socket:
+    /// `postgres://user@localhost/db?host=/run/postgresql`; own schema:
+    /// `&options[search_path]=cove`) [default: sqlite://<DATA_DIR>/store.db].
+    #[arg(long, value_name = "URL", env = "COVE_STORE")]
+    pub store: Option<String>,
     /// Address of the management API.
     #[arg(long, default_value = "127.0.0.1:7700")]
     pub listen: SocketAddr,
@@ -56,6 +61,7 @@ impl ServerArgs {
     pub fn config(&self, global: &GlobalArgs) -> cove_server::Config {
         cove_server::Config {
             data_dir: global.data_dir.clone(),
+            store: self.store.clone(),
             listen: self.listen,
             data_plane_listen: self.data_plane_listen,
             guest_agent: self.guest_agent.clone(),

@@ -89,8 +89,19 @@ async fn open_picks_the_backend_from_the_url() {
         );
     }
     if let Some(url) = backends::postgres_url() {
-        let store = cove_store::open(&url).await.expect("open postgres");
-        assert_eq!(store.backend(), "postgres");
-        store.close().await;
+        // A schema of its own, named in the URL as a user would name it.
+        let schema = backends::PgSchema::create(&url, "open").await;
+        let sep = if url.contains('?') { '&' } else { '?' };
+        let url = format!("{url}{sep}options[search_path]={}", schema.name);
+        let opened = cove_store::open(&url).await;
+        let checked = match &opened {
+            Ok(store) => Some((store.backend(), store.token_count().await.ok())),
+            Err(_) => None,
+        };
+        if let Ok(store) = opened {
+            store.close().await;
+        }
+        schema.drop().await;
+        assert_eq!(checked, Some(("postgres", Some(0))));
     }
 }
