@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the host packages Cove needs (Debian/Ubuntu, as root): runc (the container runtime),
-# mmdebstrap (builds the `base` template), busybox-static (builds the `tiny` template).
+# mmdebstrap (builds the `base` template), busybox-static (builds the `tiny` template),
+# postgresql (the server the store's conformance suite runs its PostgreSQL half on).
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 
@@ -12,6 +13,7 @@ if ! [ -x /bin/busybox ] || ! file -L /bin/busybox 2>/dev/null | grep -q 'static
 fi
 command -v file >/dev/null || need+=(file)
 command -v curl >/dev/null || need+=(curl)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "install-deps: need root to install: ${need[*]}" >&2

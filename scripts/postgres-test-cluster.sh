@@ -20,11 +20,12 @@ bindir() {
   echo "$d"
 }
 
+# Runs a PostgreSQL tool as the cluster's owner, from `/` (the owner may not read the cwd).
 as_owner() {
   if [ "$(id -u)" = 0 ]; then
-    runuser -u postgres -- "$@"
+    (cd / && runuser -u postgres -- "$@")
   else
-    "$@"
+    (cd / && "$@")
   fi
 }
 

@@ -5,6 +5,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
+# A throwaway PostgreSQL cluster (unix socket only) for the store's PostgreSQL conformance
+# cases; stopped and removed at exit.
+pg_dir="$(mktemp -d /tmp/cove-pg.XXXXXX)"
+trap 'scripts/postgres-test-cluster.sh stop "$pg_dir"' EXIT
+COVE_TEST_POSTGRES_URL="$(scripts/postgres-test-cluster.sh start "$pg_dir")"
+export COVE_TEST_POSTGRES_URL
 # A build cache outside the clone keeps repeated runs fast.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/cove-target}"
 # Release root filesystems are cached per machine: `base` is built once.
