@@ -129,4 +129,26 @@ mod tests {
         );
         assert!(Cli::try_parse_from(["cove", "server", "--listen", "nope"]).is_err());
     }
+
+    #[test]
+    fn store_flag_names_the_store_url() {
+        let cli = Cli::try_parse_from(["cove", "server", "--store", "postgres://cove@db/cove"])
+            .expect("parses");
+        let Verb::Server(args) = cli.verb else {
+            panic!("expected server")
+        };
+        assert_eq!(
+            args.config(&cli.global).store.as_deref(),
+            Some("postgres://cove@db/cove")
+        );
+        let cli = Cli::try_parse_from(["cove", "server"]).expect("parses");
+        let Verb::Server(args) = cli.verb else {
+            panic!("expected server")
+        };
+        assert_eq!(
+            args.config(&cli.global).store,
+            None,
+            "default: the data dir's SQLite"
+        );
+    }
 }
