@@ -116,3 +116,154 @@ async fn insert_event(
     .await?;
     Ok(seq as u64)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use cove_api_types::{EventType, Resources, Sandbox};
+
+    use super::*;
+    use crate::{EventStore, SandboxStore};
+
+    fn sandbox(id: &str) -> Sandbox {
+        let now = Utc::now();
+        Sandbox {
+            id: id.into(),
+            template: "tiny".into(),
+            release: 1,
+            state: SandboxState::Running,
+            state_reason: None,
+            runtime: "runc".into(),
+            resources: Resources::default(),
+            env: BTreeMap::new(),
+            metadata: BTreeMap::new(),
+            cwd: "/".into(),
+            user: "user".into(),
+            created_at: now,
+            updated_at: now,
+            idle_timeout_s: 2,
+            ttl_s: Some(60),
+            last_activity_at: None,
+            memory_restored: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn transitions_record_events_and_remember_the_state_left() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = SqliteStore::open(&dir.path().join("s.db"))
+            .await
+            .expect("open");
+        store
+            .insert_sandbox(&sandbox("sb-1"))
+            .await
+            .expect("insert");
+        let ev = |kind| NewEvent {
+            kind,
+            operation_id: Some("op-1".into()),
+            reason: None,
+        };
+
+        let moved = store
+            .transition_with_event(
+                "sb-1",
+                &[SandboxState::Running],
+                SandboxState::Paused,
+                None,
+                Some(&ev(EventType::SandboxPaused)),
+            )
+            .await
+            .expect("pause");
+        assert!(moved);
+        // Compare-and-set: a stale `from` changes nothing and records nothing.
+        let moved = store
+            .transition_with_event(
+                "sb-1",
+                &[SandboxState::Running],
+                SandboxState::Paused,
+                None,
+                Some(&ev(EventType::SandboxPaused)),
+            )
+            .await
+            .expect("stale");
+        assert!(!moved);
+        store
+            .transition_with_event(
+                "sb-1",
+                &[SandboxState::Paused],
+                SandboxState::Suspending,
+                None,
+                None,
+            )
+            .await
+            .expect("suspending");
+        assert_eq!(
+            store.prior_state("sb-1").await.expect("prior"),
+            Some(SandboxState::Paused)
+        );
+        store
+            .transition_with_event(
+                "sb-1",
+                &[SandboxState::Suspending],
+                SandboxState::Suspended,
+                Some("idle"),
+                Some(&ev(EventType::SandboxSuspended)),
+            )
+            .await
+            .expect("suspended");
+        let s = store.get_sandbox("sb-1").await.expect("get");
+        assert_eq!(
+            (s.state, s.state_reason.as_deref()),
+            (SandboxState::Suspended, Some("idle"))
+        );
+        assert_eq!((s.idle_timeout_s, s.ttl_s), (2, Some(60)));
+
+        let events = store.events_after(0, 10).await.expect("events");
+        let kinds: Vec<EventType> = events.iter().map(|e| e.kind).collect();
+        assert_eq!(
+            kinds,
+            vec![EventType::SandboxPaused, EventType::SandboxSuspended]
+        );
+        assert!(events[0].seq < events[1].seq);
+        assert_eq!(
+            store
+                .events_after(events[0].seq, 10)
+                .await
+                .expect("after")
+                .len(),
+            1
+        );
+
+        store
+            .set_memory_restored("sb-1", false)
+            .await
+            .expect("memory");
+        let t1 = Utc::now();
+        store
+            .record_activity(&[("sb-1".to_string(), t1)])
+            .await
+            .expect("activity");
+        let older = t1 - chrono::Duration::seconds(10);
+        store
+            .record_activity(&[("sb-1".to_string(), older)])
+            .await
+            .expect("older ignored");
+        let s = store.get_sandbox("sb-1").await.expect("get");
+        assert_eq!(s.memory_restored, Some(false));
+        assert_eq!(s.last_activity_at, Some(t1));
+
+        let purged = store
+            .purge_before(Utc::now() + chrono::Duration::seconds(1))
+            .await
+            .expect("purge");
+        assert_eq!(purged.events, 2);
+        assert!(store.events_after(0, 10).await.expect("events").is_empty());
+        // Seqs are never reused after a purge.
+        let seq = store
+            .record_event("sb-1", &ev(EventType::SandboxDeleted))
+            .await
+            .expect("event");
+        assert!(seq > events[1].seq);
+    }
+}

@@ -186,3 +186,123 @@ impl OperationStore for SqliteStore {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::EventStore;
+
+    #[tokio::test]
+    async fn final_states_do_not_change_and_keys_are_unique() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = SqliteStore::open(&dir.path().join("s.db"))
+            .await
+            .expect("open");
+        let new = NewOperation {
+            id: "op-1".into(),
+            kind: OperationKind::CreateSandbox,
+            sandbox_id: Some("sb-1".into()),
+            template: None,
+            release: None,
+            idempotency_key: Some("k".into()),
+            request_hash: Some("h".into()),
+            deadline: Utc::now(),
+        };
+        store.insert_operation(&new).await.expect("insert");
+        let dup = NewOperation {
+            id: "op-2".into(),
+            ..new.clone()
+        };
+        assert!(matches!(
+            store.insert_operation(&dup).await,
+            Err(StoreError::Conflict(_))
+        ));
+        let done = OperationUpdate {
+            state: Some(OperationState::Succeeded),
+            ..Default::default()
+        };
+        store.update_operation("op-1", &done).await.expect("update");
+        let late = OperationUpdate {
+            state: Some(OperationState::Failed),
+            ..Default::default()
+        };
+        let op = store.update_operation("op-1", &late).await.expect("update");
+        assert_eq!(op.state, OperationState::Succeeded);
+        let (found, hash) = store
+            .operation_by_idempotency_key(OperationKind::CreateSandbox, "k")
+            .await
+            .expect("lookup")
+            .expect("some");
+        assert_eq!((found.id.as_str(), hash.as_deref()), ("op-1", Some("h")));
+        assert_eq!(
+            store.append_operation_log("op-1", "a").await.expect("log"),
+            1
+        );
+        assert_eq!(
+            store.append_operation_log("op-1", "b").await.expect("log"),
+            2
+        );
+        let lines = store.operation_logs("op-1", 1, 10).await.expect("logs");
+        assert_eq!(lines, vec![(2, "b".to_string())]);
+    }
+
+    #[tokio::test]
+    async fn operations_are_listed_newest_first_and_old_finished_ones_purged() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = SqliteStore::open(&dir.path().join("s.db"))
+            .await
+            .expect("open");
+        let op = |id: &str, sandbox: &str| NewOperation {
+            id: id.into(),
+            kind: OperationKind::PauseSandbox,
+            sandbox_id: Some(sandbox.into()),
+            template: None,
+            release: None,
+            idempotency_key: None,
+            request_hash: None,
+            deadline: Utc::now(),
+        };
+        for (id, sb) in [("op-a", "sb-1"), ("op-b", "sb-2"), ("op-c", "sb-1")] {
+            store.insert_operation(&op(id, sb)).await.expect("insert");
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        let ids = |ops: Vec<Operation>| ops.into_iter().map(|o| o.id).collect::<Vec<_>>();
+        assert_eq!(
+            ids(store.list_operations(Some("sb-1"), 10).await.expect("list")),
+            ["op-c", "op-a"]
+        );
+        assert_eq!(
+            ids(store.list_operations(None, 2).await.expect("list")),
+            ["op-c", "op-b"]
+        );
+        assert!(store
+            .has_unfinished_operation("sb-1")
+            .await
+            .expect("unfinished"));
+
+        let done = OperationUpdate {
+            state: Some(OperationState::Succeeded),
+            ..Default::default()
+        };
+        store.update_operation("op-a", &done).await.expect("update");
+        store
+            .append_operation_log("op-a", "line")
+            .await
+            .expect("log");
+        let purged = store
+            .purge_before(Utc::now() + chrono::Duration::seconds(1))
+            .await
+            .expect("purge");
+        assert_eq!(purged.operations, 1, "only the finished one");
+        assert!(matches!(
+            store.get_operation("op-a").await,
+            Err(StoreError::NotFound)
+        ));
+        assert!(store
+            .operation_logs("op-a", 0, 10)
+            .await
+            .expect("logs")
+            .is_empty());
+        assert!(store.get_operation("op-c").await.is_ok());
+    }
+}
