@@ -4,7 +4,8 @@
 # qemu runtime's initramfs), lxcfs (sandboxes see their own memory and CPUs in /proc),
 # python3-venv (the Python SDK's tests), nftables + iproute2 (sandbox networks and the egress
 # gateway, crates/network), qemu-system-x86 + qemu-utils (the qemu runtime), lz4 (unpacks the
-# guest kernel), e2fsprogs (`mkfs.ext4 -d` for VM disks), apt (downloads the guest kernel .deb).
+# guest kernel), e2fsprogs (`mkfs.ext4 -d` for VM disks), apt (downloads the guest kernel .deb),
+# postgresql (the server the store's conformance suite runs its PostgreSQL half on).
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 
@@ -28,6 +29,7 @@ command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
 # The E2B compatibility tests drive the real E2B SDKs (Python in a venv, JavaScript via npm).
 command -v python3 >/dev/null || need+=(python3 python3-venv)
 command -v npm >/dev/null || need+=(nodejs npm)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "install-deps: need root to install: ${need[*]}" >&2

@@ -5,6 +5,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/install-deps.sh
+# A throwaway PostgreSQL cluster (unix socket only) for the store's PostgreSQL conformance
+# cases; stopped and removed at exit.
+pg_dir="$(mktemp -d /tmp/cove-pg.XXXXXX)"
+trap 'scripts/postgres-test-cluster.sh stop "$pg_dir"' EXIT
+COVE_TEST_POSTGRES_URL="$(scripts/postgres-test-cluster.sh start "$pg_dir")"
+export COVE_TEST_POSTGRES_URL
 # A build cache outside the clone keeps repeated runs fast.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/cove-target}"
 # Release root filesystems are cached per machine: `base` is built once.
@@ -15,7 +21,7 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked -q
 scripts/build-guest-agent.sh
 export COVE_GUEST_AGENT="$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/debug/cove-guest-agent"
-cargo test --workspace --locked -- --test-threads=4
+cargo test --workspace --locked --no-fail-fast -- --test-threads=4
 # The Python SDK's suite against a real `cove server` (its own venv outside the clone).
 scripts/test-python.sh
 # E2B compatibility: the real E2B Python and JavaScript SDKs against a real server.

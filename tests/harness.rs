@@ -165,6 +165,7 @@ pub fn server_with(tweak: fn(&mut cove_server::Config)) -> &'static Server {
             .unwrap_or_else(|_| "/var/cache/cove/templates".to_string());
         let cfg = cove_server::Config {
             data_dir: data_dir.clone(),
+            store: None,
             listen: "127.0.0.1:0".parse().expect("addr"),
             data_plane_listen: "127.0.0.1:0".parse().expect("addr"),
             guest_agent: Some(agent),

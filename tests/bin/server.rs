@@ -29,6 +29,7 @@ fn main() -> ExitCode {
     };
     let cfg = cove_server::Config {
         data_dir: PathBuf::from(data_dir),
+        store: None,
         listen,
         data_plane_listen,
         guest_agent: Some(PathBuf::from(agent)),

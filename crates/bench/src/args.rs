@@ -39,6 +39,11 @@ pub struct Args {
     #[arg(long, value_name = "PATH", default_value = "runc")]
     pub runc: PathBuf,
 
+    /// A PostgreSQL database for the store measurement (`postgres://...`); the bench works
+    /// in a schema of its own there and drops it. Without it that metric is unavailable.
+    #[arg(long, value_name = "URL", env = "COVE_BENCH_POSTGRES_URL")]
+    pub postgres_url: Option<String>,
+
     /// Print the server's log (`RUST_LOG`, default `info`) on stderr.
     #[arg(long)]
     pub verbose: bool,
@@ -99,6 +104,8 @@ pub struct Scale {
     pub concurrency_clients: usize,
     /// How long they keep starting new cycles.
     pub concurrency_duration: Duration,
+    /// Timed creates' store calls per store backend.
+    pub store_runs: usize,
 }
 
 impl Scale {
@@ -116,6 +123,7 @@ impl Scale {
         density_min_available: 2048 * MIB,
         concurrency_clients: 50,
         concurrency_duration: Duration::from_secs(30),
+        store_runs: 300,
     };
 
     /// A smoke run: every metric, tiny.
@@ -132,5 +140,6 @@ impl Scale {
         density_min_available: 2048 * MIB,
         concurrency_clients: 5,
         concurrency_duration: Duration::from_secs(3),
+        store_runs: 20,
     };
 }

@@ -57,6 +57,7 @@ impl CoveServer {
             .keep();
         let cfg = cove_server::Config {
             data_dir: data_dir.clone(),
+            store: None,
             listen: "127.0.0.1:0".parse().context("listen address")?,
             data_plane_listen: "127.0.0.1:0".parse().context("data-plane address")?,
             guest_agent: Some(settings.guest_agent.clone()),

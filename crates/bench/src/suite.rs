@@ -49,9 +49,13 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
     metrics.extend(measure::files::measure(&ctx).await?);
     let lifecycle = measure::lifecycle::measure(&ctx).await?;
     metrics.extend(lifecycle.metrics);
-    let unavailable = lifecycle.unavailable;
+    let mut unavailable = lifecycle.unavailable;
     metrics.extend(measure::density::measure(&ctx).await?);
     metrics.extend(measure::concurrency::measure(&ctx).await?);
+    match measure::store::measure(args.postgres_url.as_deref(), scale.store_runs).await? {
+        Ok(metric) => metrics.push(metric),
+        Err(missing) => unavailable.push(missing),
+    }
 
     drop(ctx);
     drop(raw);

@@ -2,6 +2,8 @@
 //! `ControlPlane::transition`), streamed by `GET /v1/events`. A watch counter tells streams
 //! that new events exist, so waiting costs no polling.
 
+use std::sync::Arc;
+
 use cove_api_types::Event;
 use cove_store::Store;
 use tokio::sync::watch;
@@ -13,12 +15,12 @@ pub(crate) const EVENTS_PAGE: u32 = 500;
 
 /// The event log's reader side and its change notifications.
 pub(crate) struct Events {
-    store: Store,
+    store: Arc<dyn Store>,
     changed: watch::Sender<u64>,
 }
 
 impl Events {
-    pub(crate) fn new(store: Store) -> Self {
+    pub(crate) fn new(store: Arc<dyn Store>) -> Self {
         Events {
             store,
             changed: watch::channel(0).0,

@@ -79,7 +79,7 @@ pub struct ControlPlane {
 }
 
 struct Inner {
-    store: Store,
+    store: Arc<dyn Store>,
     node: Arc<dyn NodeApi>,
     ops: Operations,
     cfg: ControlPlaneConfig,
@@ -93,7 +93,7 @@ struct Inner {
 
 impl ControlPlane {
     /// Builds the services.
-    pub fn new(store: Store, node: Arc<dyn NodeApi>, cfg: ControlPlaneConfig) -> Self {
+    pub fn new(store: Arc<dyn Store>, node: Arc<dyn NodeApi>, cfg: ControlPlaneConfig) -> Self {
         let ops = Operations::new(store.clone());
         ControlPlane {
             inner: Arc::new(Inner {
@@ -114,7 +114,7 @@ impl ControlPlane {
     }
 
     /// The store.
-    pub fn store(&self) -> &Store {
+    pub fn store(&self) -> &Arc<dyn Store> {
         &self.inner.store
     }
 

@@ -66,7 +66,7 @@ enum Stop {
 /// and log streams wait on, so waiting costs no polling of the store.
 #[derive(Clone)]
 pub struct Operations {
-    store: Store,
+    store: Arc<dyn Store>,
     changed: watch::Sender<u64>,
     /// Cancel tokens of the operations this process runs.
     running: Arc<Mutex<HashMap<String, (OperationKind, CancellationToken)>>>,
@@ -90,7 +90,7 @@ pub enum Begun {
 
 impl Operations {
     /// A service over `store`.
-    pub fn new(store: Store) -> Self {
+    pub fn new(store: Arc<dyn Store>) -> Self {
         Operations {
             store,
             changed: watch::channel(0).0,
@@ -368,9 +368,10 @@ mod tests {
 
     async fn ops() -> (Operations, tempfile::TempDir) {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = Store::open_sqlite(&dir.path().join("s.db"))
+        let store = cove_store::SqliteStore::open(&dir.path().join("s.db"))
             .await
             .expect("open");
+        let store = Arc::new(store);
         (Operations::new(store), dir)
     }
 

@@ -16,7 +16,7 @@ pub use cove_node_agent::guest::OutputLimits;
 use cove_runtime::qemu::{QemuConfig, QemuRuntime};
 use cove_runtime::runc::{RuncConfig, RuncRuntime};
 use cove_runtime::Runtime;
-use cove_store::Store;
+use cove_store::{SqliteStore, Store};
 use tokio::net::TcpListener;
 use tracing::info;
 
@@ -36,6 +36,9 @@ pub const ADMIN_TOKEN_FILE: &str = "admin.token";
 pub struct Config {
     /// Data dir: `store.db`, `admin.token`, `releases/`, `sandboxes/`, `runc/`.
     pub data_dir: PathBuf,
+    /// The store's URL: `sqlite://<path>` or `postgres://...` (see [`cove_store::open`]);
+    /// default: the SQLite file `<data-dir>/store.db`.
+    pub store: Option<String>,
     /// Management API address (port 0 picks a free port).
     pub listen: SocketAddr,
     /// Data-plane address (port 0 picks a free port).
@@ -219,9 +222,14 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         .with_context(|| format!("create data dir {}", cfg.data_dir.display()))?;
     let data_dir = cfg.data_dir.canonicalize()?;
     let guest_agent = find_guest_agent(&cfg)?;
-    let store = Store::open_sqlite(&data_dir.join("store.db"))
-        .await
-        .context("open the store")?;
+    let store: Arc<dyn Store> = match &cfg.store {
+        Some(url) => cove_store::open(url).await,
+        None => SqliteStore::open(&data_dir.join("store.db"))
+            .await
+            .map(|s| Arc::new(s) as Arc<dyn Store>),
+    }
+    .context("open the store")?;
+    info!(backend = store.backend(), "store opened");
 
     let cache_dir = cfg
         .cache_dir

@@ -1,10 +1,10 @@
 //! Commands: which sandbox each belongs to and its current attachment token (hashed). The
 //! command's process state lives in the guest agent, not here.
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::Row;
 
-use crate::{map_unique, Store, StoreError};
+use crate::StoreError;
 
 /// A command row.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,75 +19,27 @@ pub struct CommandRecord {
     pub attachment_expires_at: DateTime<Utc>,
 }
 
-impl Store {
-    /// Inserts a command row.
-    pub async fn insert_command(&self, c: &CommandRecord) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO commands (id, sandbox_id, attachment_token_hash, attachment_expires_at, \
-             created_at) VALUES (?, ?, ?, ?, ?)",
-        )
-        .bind(&c.id)
-        .bind(&c.sandbox_id)
-        .bind(&c.attachment_token_hash)
-        .bind(c.attachment_expires_at)
-        .bind(Utc::now())
-        .execute(&self.pool)
-        .await
-        .map_err(map_unique)?;
-        Ok(())
-    }
+/// Command rows and their attachment tokens.
+#[async_trait]
+pub trait CommandStore: Send + Sync {
+    /// Inserts a command row; a taken id is [`StoreError::Conflict`].
+    async fn insert_command(&self, c: &CommandRecord) -> Result<(), StoreError>;
 
-    /// One command row.
-    pub async fn get_command(&self, id: &str) -> Result<CommandRecord, StoreError> {
-        let r = sqlx::query("SELECT * FROM commands WHERE id = ?")
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?
-            .ok_or(StoreError::NotFound)?;
-        Ok(CommandRecord {
-            id: r.try_get("id")?,
-            sandbox_id: r.try_get("sandbox_id")?,
-            attachment_token_hash: r.try_get("attachment_token_hash")?,
-            attachment_expires_at: r.try_get("attachment_expires_at")?,
-        })
-    }
+    /// One command row; [`StoreError::NotFound`] when there is none.
+    async fn get_command(&self, id: &str) -> Result<CommandRecord, StoreError>;
 
-    /// Replaces a command's attachment token (the old one stops working).
-    pub async fn set_attachment(
+    /// Replaces a command's attachment token (the old one stops working);
+    /// [`StoreError::NotFound`] for an unknown command.
+    async fn set_attachment(
         &self,
         id: &str,
         hash: &str,
         expires_at: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
-        let res = sqlx::query(
-            "UPDATE commands SET attachment_token_hash = ?, attachment_expires_at = ? WHERE id = ?",
-        )
-        .bind(hash)
-        .bind(expires_at)
-        .bind(id)
-        .execute(&self.pool)
-        .await?;
-        if res.rows_affected() == 0 {
-            return Err(StoreError::NotFound);
-        }
-        Ok(())
-    }
+    ) -> Result<(), StoreError>;
 
-    /// Deletes a command row (a failed start).
-    pub async fn delete_command(&self, id: &str) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM commands WHERE id = ?")
-            .bind(id)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
+    /// Deletes a command row (a failed start); an unknown id is a no-op.
+    async fn delete_command(&self, id: &str) -> Result<(), StoreError>;
 
     /// Deletes every command row of a sandbox.
-    pub async fn delete_commands_of(&self, sandbox_id: &str) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM commands WHERE sandbox_id = ?")
-            .bind(sandbox_id)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
+    async fn delete_commands_of(&self, sandbox_id: &str) -> Result<(), StoreError>;
 }

@@ -1,88 +1,106 @@
-//! Cove's SQL store: tokens, releases, sandboxes, operations and their logs, commands.
+//! Cove's SQL store: tokens, releases, sandboxes, operations and their logs, commands, events.
 //!
-//! SQLite (through sqlx) is the embedded default; migrations under `migrations/` are applied at
-//! open. PostgreSQL is planned behind the same API. Every write is one statement or one
-//! transaction, so a crash leaves either the old or the new row.
+//! [`Store`] is the contract the control plane holds as `Arc<dyn Store>`; it is the sum of one
+//! trait per resource ([`SandboxStore`], [`LifecycleStore`], [`EventStore`],
+//! [`OperationStore`], [`CommandStore`], [`ReleaseStore`], [`TokenStore`]). Two backends
+//! implement it: [`SqliteStore`] (the embedded default) and [`PgStore`] (PostgreSQL). Each
+//! keeps its own migrations (`migrations/sqlite/`, `migrations/postgres/`), applied at open.
+//! Every write is one statement or one transaction, so a crash leaves either the old or the
+//! new row. `tests/conformance.rs` is the one suite every backend passes.
+//!
+//! [`open`] picks the backend from a URL: `sqlite://<path>` or `postgres://...`.
 
 use std::path::Path;
-use std::str::FromStr;
+use std::sync::Arc;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::SqlitePool;
+use async_trait::async_trait;
 
 mod commands;
+mod error;
 mod events;
 mod lifecycle;
 mod operations;
+pub mod postgres;
 mod releases;
 mod sandboxes;
+pub mod sqlite;
 mod tokens;
 
-pub use commands::CommandRecord;
-pub use events::Purged;
-pub use lifecycle::NewEvent;
-pub use operations::{NewOperation, OperationUpdate};
-pub use sandboxes::SandboxFilter;
+pub use commands::{CommandRecord, CommandStore};
+pub use error::StoreError;
+pub use events::{EventStore, Purged};
+pub use lifecycle::{LifecycleStore, NewEvent};
+pub use operations::{NewOperation, OperationStore, OperationUpdate};
+pub use postgres::PgStore;
+pub use releases::ReleaseStore;
+pub use sandboxes::{SandboxFilter, SandboxStore};
+pub use sqlite::SqliteStore;
+pub use tokens::TokenStore;
 
-/// Errors of the store.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    /// The row does not exist.
-    #[error("not found")]
-    NotFound,
-    /// A unique key is taken.
-    #[error("conflict: {0}")]
-    Conflict(String),
-    /// A stored value could not be decoded (a bug or a hand-edited database).
-    #[error("corrupt row: {0}")]
-    Corrupt(String),
-    /// The database failed.
-    #[error("database: {0}")]
-    Db(#[from] sqlx::Error),
-    /// Migrations failed.
-    #[error("migration: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
+/// The whole store: every resource's methods, behind one object-safe trait. Share it as
+/// `Arc<dyn Store>`; every method takes `&self` and is safe to call concurrently.
+#[async_trait]
+pub trait Store:
+    SandboxStore
+    + LifecycleStore
+    + EventStore
+    + OperationStore
+    + CommandStore
+    + ReleaseStore
+    + TokenStore
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+    /// The backend's name: `sqlite` or `postgres` (for logs).
+    fn backend(&self) -> &'static str;
+
+    /// Closes the connection pool (waits for connections in use to be returned).
+    async fn close(&self);
 }
 
-/// A handle to the store; cheap to clone.
-#[derive(Clone, Debug)]
-pub struct Store {
-    pool: SqlitePool,
-}
-
-impl Store {
-    /// Opens (creating if needed) the SQLite database at `path` and applies migrations.
-    pub async fn open_sqlite(path: &Path) -> Result<Store, StoreError> {
-        let opts = SqliteConnectOptions::from_str("sqlite://")?
-            .filename(path)
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(std::time::Duration::from_secs(10))
-            .foreign_keys(true);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(8)
-            .connect_with(opts)
-            .await?;
-        sqlx::migrate!("./migrations").run(&pool).await?;
-        Ok(Store { pool })
+/// Opens the store named by `url` and applies its migrations:
+/// - `sqlite://<path>` (`sqlite:///var/lib/cove/store.db` for an absolute path): the SQLite
+///   file at `<path>`, created if missing;
+/// - `postgres://...` or `postgresql://...`: a PostgreSQL database (the usual libpq URL;
+///   `?host=/run/postgresql` for a unix socket).
+///
+/// Errors: [`StoreError::Config`] for any other scheme; otherwise what the backend's open
+/// returns.
+pub async fn open(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    if let Some(path) = url.strip_prefix("sqlite://") {
+        if path.is_empty() {
+            return Err(StoreError::Config("sqlite:// needs a file path".into()));
+        }
+        return Ok(Arc::new(SqliteStore::open(Path::new(path)).await?));
     }
-
-    /// Closes the pool (waits for connections to finish).
-    pub async fn close(&self) {
-        self.pool.close().await;
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        return Ok(Arc::new(PgStore::connect(url).await?));
     }
+    Err(StoreError::Config(
+        "store URL must start with sqlite:// or postgres://".into(),
+    ))
 }
 
+/// Parses a stored enum's wire string.
 pub(crate) fn parse_enum<T>(s: &str, parse: fn(&str) -> Option<T>) -> Result<T, StoreError> {
     parse(s).ok_or_else(|| StoreError::Corrupt(format!("unknown value {s:?}")))
 }
 
-pub(crate) fn map_unique(e: sqlx::Error) -> StoreError {
-    match &e {
-        sqlx::Error::Database(db) if db.is_unique_violation() => {
-            StoreError::Conflict(db.message().to_string())
-        }
-        _ => StoreError::Db(e),
-    }
+/// A JSON object column (`env`, `metadata`) as a map.
+pub(crate) fn json_map(s: &str) -> Result<std::collections::BTreeMap<String, String>, StoreError> {
+    serde_json::from_str(s).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+/// A map as a JSON object column.
+pub(crate) fn map_json(
+    m: &std::collections::BTreeMap<String, String>,
+) -> Result<String, StoreError> {
+    serde_json::to_string(m).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+/// An operation error code's wire string back to the code.
+pub(crate) fn error_code_parse(s: &str) -> Option<cove_api_types::ErrorCode> {
+    serde_json::from_value(serde_json::Value::String(s.to_string())).ok()
 }

@@ -1,11 +1,11 @@
 //! Sandbox lifecycle records: state transitions with their events (one transaction), the
 //! state to roll back to, activity times, and wake results.
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use cove_api_types::{EventType, SandboxState};
-use sqlx::Row;
 
-use crate::{parse_enum, Store, StoreError};
+use crate::StoreError;
 
 /// A lifecycle event to record with a transition.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,275 +18,36 @@ pub struct NewEvent {
     pub reason: Option<String>,
 }
 
-impl Store {
+/// Lifecycle writes on sandbox rows and the event log.
+#[async_trait]
+pub trait LifecycleStore: Send + Sync {
     /// Moves sandbox `id` to `to` if it is in one of `from` (compare-and-set), sets its
     /// `state_reason` to `reason`, and records `event` — all in one transaction, so the event
     /// exists exactly when the move happened. Entering `suspending` or `deleting` remembers the
-    /// state left (see [`Store::prior_state`]). Returns whether the sandbox moved.
-    pub async fn transition_with_event(
+    /// state left (see [`LifecycleStore::prior_state`]). Returns whether the sandbox moved.
+    async fn transition_with_event(
         &self,
         id: &str,
         from: &[SandboxState],
         to: SandboxState,
         reason: Option<&str>,
         event: Option<&NewEvent>,
-    ) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let now = Utc::now();
-        let mut moved = false;
-        for f in from {
-            let res = sqlx::query(
-                "UPDATE sandboxes SET state = ?, state_reason = ?, updated_at = ?, \
-                 prior_state = CASE WHEN ? IN ('suspending', 'deleting') THEN state \
-                 ELSE prior_state END WHERE id = ? AND state = ?",
-            )
-            .bind(to.as_str())
-            .bind(reason)
-            .bind(now)
-            .bind(to.as_str())
-            .bind(id)
-            .bind(f.as_str())
-            .execute(&mut *tx)
-            .await?;
-            if res.rows_affected() > 0 {
-                moved = true;
-                break;
-            }
-        }
-        if moved {
-            if let Some(ev) = event {
-                insert_event(&mut tx, id, ev, now).await?;
-            }
-        }
-        tx.commit().await?;
-        Ok(moved)
-    }
+    ) -> Result<bool, StoreError>;
 
-    /// Records an event on its own (e.g. `sandbox.created` with the insert); returns its seq.
-    pub async fn record_event(
-        &self,
-        sandbox_id: &str,
-        event: &NewEvent,
-    ) -> Result<u64, StoreError> {
-        let mut conn = self.pool.acquire().await?;
-        insert_event(&mut conn, sandbox_id, event, Utc::now()).await
-    }
+    /// Records an event on its own (e.g. `sandbox.created` with the insert); returns its
+    /// sequence number. Sequence numbers grow by one per event, in commit order, and are never
+    /// reused (not even after a purge), so a reader that saw `seq = n` misses nothing by asking
+    /// for `seq > n`.
+    async fn record_event(&self, sandbox_id: &str, event: &NewEvent) -> Result<u64, StoreError>;
 
-    /// The state a sandbox was in before it entered `suspending` or `deleting`.
-    pub async fn prior_state(&self, id: &str) -> Result<Option<SandboxState>, StoreError> {
-        let row = sqlx::query("SELECT prior_state FROM sandboxes WHERE id = ?")
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?
-            .ok_or(StoreError::NotFound)?;
-        match row.try_get::<Option<String>, _>("prior_state")? {
-            Some(s) => Ok(Some(parse_enum(&s, SandboxState::parse)?)),
-            None => Ok(None),
-        }
-    }
+    /// The state a sandbox was in before it last entered `suspending` or `deleting` (`None`
+    /// if it never did); [`StoreError::NotFound`] for an unknown sandbox.
+    async fn prior_state(&self, id: &str) -> Result<Option<SandboxState>, StoreError>;
 
     /// Records whether the last wake restored process memory.
-    pub async fn set_memory_restored(&self, id: &str, restored: bool) -> Result<(), StoreError> {
-        sqlx::query("UPDATE sandboxes SET memory_restored = ? WHERE id = ?")
-            .bind(restored)
-            .bind(id)
-            .execute(&self.pool)
-            .await?;
-        Ok(())
-    }
+    async fn set_memory_restored(&self, id: &str, restored: bool) -> Result<(), StoreError>;
 
     /// Writes last-activity times (one transaction); a time older than the stored one is
-    /// ignored.
-    pub async fn record_activity(
-        &self,
-        seen: &[(String, DateTime<Utc>)],
-    ) -> Result<(), StoreError> {
-        if seen.is_empty() {
-            return Ok(());
-        }
-        let mut tx = self.pool.begin().await?;
-        for (id, at) in seen {
-            sqlx::query(
-                "UPDATE sandboxes SET last_activity_at = ? WHERE id = ? \
-                 AND (last_activity_at IS NULL OR last_activity_at < ?)",
-            )
-            .bind(at)
-            .bind(id)
-            .bind(at)
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
-        Ok(())
-    }
-}
-
-async fn insert_event(
-    conn: &mut sqlx::SqliteConnection,
-    sandbox_id: &str,
-    ev: &NewEvent,
-    at: DateTime<Utc>,
-) -> Result<u64, StoreError> {
-    let (seq,): (i64,) = sqlx::query_as(
-        "INSERT INTO events (time, type, sandbox_id, operation_id, reason) VALUES (?, ?, ?, ?, ?) \
-         RETURNING seq",
-    )
-    .bind(at)
-    .bind(ev.kind.as_str())
-    .bind(sandbox_id)
-    .bind(&ev.operation_id)
-    .bind(&ev.reason)
-    .fetch_one(&mut *conn)
-    .await?;
-    Ok(seq as u64)
-}
-
-#[cfg(test)]
-mod tests {
-    use std::collections::BTreeMap;
-
-    use cove_api_types::{Resources, Sandbox};
-
-    use super::*;
-
-    fn sandbox(id: &str) -> Sandbox {
-        let now = Utc::now();
-        Sandbox {
-            id: id.into(),
-            template: "tiny".into(),
-            release: 1,
-            state: SandboxState::Running,
-            state_reason: None,
-            runtime: "runc".into(),
-            resources: Resources::default(),
-            env: BTreeMap::new(),
-            metadata: BTreeMap::new(),
-            cwd: "/".into(),
-            user: "user".into(),
-            created_at: now,
-            updated_at: now,
-            idle_timeout_s: 2,
-            ttl_s: Some(60),
-            last_activity_at: None,
-            memory_restored: None,
-        }
-    }
-
-    #[tokio::test]
-    async fn transitions_record_events_and_remember_the_state_left() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = Store::open_sqlite(&dir.path().join("s.db"))
-            .await
-            .expect("open");
-        store
-            .insert_sandbox(&sandbox("sb-1"))
-            .await
-            .expect("insert");
-        let ev = |kind| NewEvent {
-            kind,
-            operation_id: Some("op-1".into()),
-            reason: None,
-        };
-
-        let moved = store
-            .transition_with_event(
-                "sb-1",
-                &[SandboxState::Running],
-                SandboxState::Paused,
-                None,
-                Some(&ev(EventType::SandboxPaused)),
-            )
-            .await
-            .expect("pause");
-        assert!(moved);
-        // Compare-and-set: a stale `from` changes nothing and records nothing.
-        let moved = store
-            .transition_with_event(
-                "sb-1",
-                &[SandboxState::Running],
-                SandboxState::Paused,
-                None,
-                Some(&ev(EventType::SandboxPaused)),
-            )
-            .await
-            .expect("stale");
-        assert!(!moved);
-        store
-            .transition_with_event(
-                "sb-1",
-                &[SandboxState::Paused],
-                SandboxState::Suspending,
-                None,
-                None,
-            )
-            .await
-            .expect("suspending");
-        assert_eq!(
-            store.prior_state("sb-1").await.expect("prior"),
-            Some(SandboxState::Paused)
-        );
-        store
-            .transition_with_event(
-                "sb-1",
-                &[SandboxState::Suspending],
-                SandboxState::Suspended,
-                Some("idle"),
-                Some(&ev(EventType::SandboxSuspended)),
-            )
-            .await
-            .expect("suspended");
-        let s = store.get_sandbox("sb-1").await.expect("get");
-        assert_eq!(
-            (s.state, s.state_reason.as_deref()),
-            (SandboxState::Suspended, Some("idle"))
-        );
-        assert_eq!((s.idle_timeout_s, s.ttl_s), (2, Some(60)));
-
-        let events = store.events_after(0, 10).await.expect("events");
-        let kinds: Vec<EventType> = events.iter().map(|e| e.kind).collect();
-        assert_eq!(
-            kinds,
-            vec![EventType::SandboxPaused, EventType::SandboxSuspended]
-        );
-        assert!(events[0].seq < events[1].seq);
-        assert_eq!(
-            store
-                .events_after(events[0].seq, 10)
-                .await
-                .expect("after")
-                .len(),
-            1
-        );
-
-        store
-            .set_memory_restored("sb-1", false)
-            .await
-            .expect("memory");
-        let t1 = Utc::now();
-        store
-            .record_activity(&[("sb-1".to_string(), t1)])
-            .await
-            .expect("activity");
-        let older = t1 - chrono::Duration::seconds(10);
-        store
-            .record_activity(&[("sb-1".to_string(), older)])
-            .await
-            .expect("older ignored");
-        let s = store.get_sandbox("sb-1").await.expect("get");
-        assert_eq!(s.memory_restored, Some(false));
-        assert_eq!(s.last_activity_at, Some(t1));
-
-        let purged = store
-            .purge_before(Utc::now() + chrono::Duration::seconds(1))
-            .await
-            .expect("purge");
-        assert_eq!(purged.events, 2);
-        assert!(store.events_after(0, 10).await.expect("events").is_empty());
-        // Seqs are never reused after a purge.
-        let seq = store
-            .record_event("sb-1", &ev(EventType::SandboxDeleted))
-            .await
-            .expect("event");
-        assert!(seq > events[1].seq);
-    }
+    /// ignored, and unknown ids are skipped.
+    async fn record_activity(&self, seen: &[(String, DateTime<Utc>)]) -> Result<(), StoreError>;
 }

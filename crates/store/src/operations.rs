@@ -1,10 +1,10 @@
 //! Operations and their log lines.
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use cove_api_types::{ErrorCode, Operation, OperationError, OperationKind, OperationState};
-use sqlx::Row;
+use cove_api_types::{Operation, OperationError, OperationKind, OperationState};
 
-use crate::{map_unique, parse_enum, Store, StoreError};
+use crate::StoreError;
 
 /// A new operation.
 #[derive(Debug, Clone)]
@@ -27,321 +27,66 @@ pub struct NewOperation {
     pub deadline: DateTime<Utc>,
 }
 
-/// A change of an operation.
+/// A change of an operation; `None` fields keep their value.
 #[derive(Debug, Clone, Default)]
 pub struct OperationUpdate {
     /// New state.
     pub state: Option<OperationState>,
-    /// New progress.
+    /// New progress (percent).
     pub progress: Option<u8>,
     /// Failure.
     pub error: Option<OperationError>,
 }
 
-fn error_code_parse(s: &str) -> Option<ErrorCode> {
-    serde_json::from_value(serde_json::Value::String(s.to_string())).ok()
-}
+/// Operation rows and their logs.
+#[async_trait]
+pub trait OperationStore: Send + Sync {
+    /// Inserts an operation in state `pending` and returns it. A taken id, or an idempotency
+    /// key already used by an operation of the same kind, is [`StoreError::Conflict`].
+    async fn insert_operation(&self, op: &NewOperation) -> Result<Operation, StoreError>;
 
-fn row_to_operation(r: &sqlx::sqlite::SqliteRow) -> Result<Operation, StoreError> {
-    let code: Option<String> = r.try_get("error_code")?;
-    let error = match code {
-        Some(c) => Some(OperationError {
-            code: parse_enum(&c, error_code_parse)?,
-            message: r
-                .try_get::<Option<String>, _>("error_message")?
-                .unwrap_or_default(),
-        }),
-        None => None,
-    };
-    Ok(Operation {
-        id: r.try_get("id")?,
-        kind: parse_enum(&r.try_get::<String, _>("kind")?, OperationKind::parse)?,
-        state: parse_enum(&r.try_get::<String, _>("state")?, OperationState::parse)?,
-        sandbox_id: r.try_get("sandbox_id")?,
-        template: r.try_get("template")?,
-        release: r.try_get::<Option<i64>, _>("release")?.map(|v| v as u32),
-        progress: r.try_get::<Option<i64>, _>("progress")?.map(|v| v as u8),
-        error,
-        created_at: r.try_get("created_at")?,
-        updated_at: r.try_get("updated_at")?,
-        deadline: r.try_get("deadline")?,
-    })
-}
-
-impl Store {
-    /// Inserts an operation in state `pending`. A taken idempotency key is a `Conflict`.
-    pub async fn insert_operation(&self, op: &NewOperation) -> Result<Operation, StoreError> {
-        let now = Utc::now();
-        sqlx::query(
-            "INSERT INTO operations (id, kind, state, sandbox_id, template, release, \
-             idempotency_key, request_hash, created_at, updated_at, deadline) \
-             VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&op.id)
-        .bind(op.kind.as_str())
-        .bind(&op.sandbox_id)
-        .bind(&op.template)
-        .bind(op.release)
-        .bind(&op.idempotency_key)
-        .bind(&op.request_hash)
-        .bind(now)
-        .bind(now)
-        .bind(op.deadline)
-        .execute(&self.pool)
-        .await
-        .map_err(map_unique)?;
-        self.get_operation(&op.id).await
-    }
-
-    /// One operation.
-    pub async fn get_operation(&self, id: &str) -> Result<Operation, StoreError> {
-        let row = sqlx::query("SELECT * FROM operations WHERE id = ?")
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?
-            .ok_or(StoreError::NotFound)?;
-        row_to_operation(&row)
-    }
+    /// One operation; [`StoreError::NotFound`] when there is none.
+    async fn get_operation(&self, id: &str) -> Result<Operation, StoreError>;
 
     /// The operation of `kind` created with `key`, and its request hash.
-    pub async fn operation_by_idempotency_key(
+    async fn operation_by_idempotency_key(
         &self,
         kind: OperationKind,
         key: &str,
-    ) -> Result<Option<(Operation, Option<String>)>, StoreError> {
-        let row = sqlx::query("SELECT * FROM operations WHERE kind = ? AND idempotency_key = ?")
-            .bind(kind.as_str())
-            .bind(key)
-            .fetch_optional(&self.pool)
-            .await?;
-        match row {
-            Some(r) => Ok(Some((row_to_operation(&r)?, r.try_get("request_hash")?))),
-            None => Ok(None),
-        }
-    }
+    ) -> Result<Option<(Operation, Option<String>)>, StoreError>;
 
     /// Applies an update unless the operation already ended (final states never change).
-    /// Returns the operation as stored afterwards.
-    pub async fn update_operation(
+    /// Returns the operation as stored afterwards; [`StoreError::NotFound`] for an unknown id.
+    async fn update_operation(
         &self,
         id: &str,
         u: &OperationUpdate,
-    ) -> Result<Operation, StoreError> {
-        sqlx::query(
-            "UPDATE operations SET state = COALESCE(?, state), progress = COALESCE(?, progress), \
-             error_code = COALESCE(?, error_code), error_message = COALESCE(?, error_message), \
-             updated_at = ? WHERE id = ? AND state NOT IN ('succeeded', 'failed', 'cancelled')",
-        )
-        .bind(u.state.map(|s| s.as_str()))
-        .bind(u.progress)
-        .bind(u.error.as_ref().map(|e| e.code.as_str()))
-        .bind(u.error.as_ref().map(|e| e.message.clone()))
-        .bind(Utc::now())
-        .bind(id)
-        .execute(&self.pool)
-        .await?;
-        self.get_operation(id).await
-    }
+    ) -> Result<Operation, StoreError>;
 
-    /// Operations that have not ended (after a restart they are failed).
-    pub async fn unfinished_operations(&self) -> Result<Vec<Operation>, StoreError> {
-        let rows = sqlx::query("SELECT * FROM operations WHERE state IN ('pending', 'running')")
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(row_to_operation).collect()
-    }
+    /// Operations that have not ended (`pending` or `running`; after a restart they are
+    /// failed).
+    async fn unfinished_operations(&self) -> Result<Vec<Operation>, StoreError>;
 
-    /// Recent operations, newest first: of one sandbox when `sandbox_id` is given.
-    pub async fn list_operations(
+    /// Recent operations, newest first (`created_at`, then `id`, descending), at most `limit`:
+    /// of one sandbox when `sandbox_id` is given.
+    async fn list_operations(
         &self,
         sandbox_id: Option<&str>,
         limit: u32,
-    ) -> Result<Vec<Operation>, StoreError> {
-        let rows = match sandbox_id {
-            Some(id) => {
-                sqlx::query(
-                    "SELECT * FROM operations WHERE sandbox_id = ? \
-                     ORDER BY created_at DESC, id DESC LIMIT ?",
-                )
-                .bind(id)
-                .bind(limit)
-                .fetch_all(&self.pool)
-                .await?
-            }
-            None => {
-                sqlx::query("SELECT * FROM operations ORDER BY created_at DESC, id DESC LIMIT ?")
-                    .bind(limit)
-                    .fetch_all(&self.pool)
-                    .await?
-            }
-        };
-        rows.iter().map(row_to_operation).collect()
-    }
+    ) -> Result<Vec<Operation>, StoreError>;
 
     /// Whether sandbox `sandbox_id` has an operation that has not ended.
-    pub async fn has_unfinished_operation(&self, sandbox_id: &str) -> Result<bool, StoreError> {
-        let row = sqlx::query(
-            "SELECT 1 FROM operations WHERE sandbox_id = ? AND state IN ('pending', 'running') \
-             LIMIT 1",
-        )
-        .bind(sandbox_id)
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(row.is_some())
-    }
+    async fn has_unfinished_operation(&self, sandbox_id: &str) -> Result<bool, StoreError>;
 
-    /// Appends a log line; returns its sequence number (1, 2, ...).
-    pub async fn append_operation_log(&self, id: &str, line: &str) -> Result<u64, StoreError> {
-        let (seq,): (i64,) = sqlx::query_as(
-            "INSERT INTO operation_logs (operation_id, seq, line) VALUES \
-             (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM operation_logs WHERE operation_id = ?), ?) \
-             RETURNING seq",
-        )
-        .bind(id)
-        .bind(id)
-        .bind(line)
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(seq as u64)
-    }
+    /// Appends a log line to operation `id`; returns its sequence number (1, 2, ... per
+    /// operation, without gaps, also under concurrent appends).
+    async fn append_operation_log(&self, id: &str, line: &str) -> Result<u64, StoreError>;
 
-    /// Log lines after `after`, at most `limit`.
-    pub async fn operation_logs(
+    /// Log lines with `seq > after`, oldest first, at most `limit`.
+    async fn operation_logs(
         &self,
         id: &str,
         after: u64,
         limit: u32,
-    ) -> Result<Vec<(u64, String)>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT seq, line FROM operation_logs WHERE operation_id = ? AND seq > ? \
-             ORDER BY seq LIMIT ?",
-        )
-        .bind(id)
-        .bind(after as i64)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| Ok((r.try_get::<i64, _>("seq")? as u64, r.try_get("line")?)))
-            .collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn final_states_do_not_change_and_keys_are_unique() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = Store::open_sqlite(&dir.path().join("s.db"))
-            .await
-            .expect("open");
-        let new = NewOperation {
-            id: "op-1".into(),
-            kind: OperationKind::CreateSandbox,
-            sandbox_id: Some("sb-1".into()),
-            template: None,
-            release: None,
-            idempotency_key: Some("k".into()),
-            request_hash: Some("h".into()),
-            deadline: Utc::now(),
-        };
-        store.insert_operation(&new).await.expect("insert");
-        let dup = NewOperation {
-            id: "op-2".into(),
-            ..new.clone()
-        };
-        assert!(matches!(
-            store.insert_operation(&dup).await,
-            Err(StoreError::Conflict(_))
-        ));
-        let done = OperationUpdate {
-            state: Some(OperationState::Succeeded),
-            ..Default::default()
-        };
-        store.update_operation("op-1", &done).await.expect("update");
-        let late = OperationUpdate {
-            state: Some(OperationState::Failed),
-            ..Default::default()
-        };
-        let op = store.update_operation("op-1", &late).await.expect("update");
-        assert_eq!(op.state, OperationState::Succeeded);
-        let (found, hash) = store
-            .operation_by_idempotency_key(OperationKind::CreateSandbox, "k")
-            .await
-            .expect("lookup")
-            .expect("some");
-        assert_eq!((found.id.as_str(), hash.as_deref()), ("op-1", Some("h")));
-        assert_eq!(
-            store.append_operation_log("op-1", "a").await.expect("log"),
-            1
-        );
-        assert_eq!(
-            store.append_operation_log("op-1", "b").await.expect("log"),
-            2
-        );
-        let lines = store.operation_logs("op-1", 1, 10).await.expect("logs");
-        assert_eq!(lines, vec![(2, "b".to_string())]);
-    }
-
-    #[tokio::test]
-    async fn operations_are_listed_newest_first_and_old_finished_ones_purged() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = Store::open_sqlite(&dir.path().join("s.db"))
-            .await
-            .expect("open");
-        let op = |id: &str, sandbox: &str| NewOperation {
-            id: id.into(),
-            kind: OperationKind::PauseSandbox,
-            sandbox_id: Some(sandbox.into()),
-            template: None,
-            release: None,
-            idempotency_key: None,
-            request_hash: None,
-            deadline: Utc::now(),
-        };
-        for (id, sb) in [("op-a", "sb-1"), ("op-b", "sb-2"), ("op-c", "sb-1")] {
-            store.insert_operation(&op(id, sb)).await.expect("insert");
-            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-        }
-        let ids = |ops: Vec<Operation>| ops.into_iter().map(|o| o.id).collect::<Vec<_>>();
-        assert_eq!(
-            ids(store.list_operations(Some("sb-1"), 10).await.expect("list")),
-            ["op-c", "op-a"]
-        );
-        assert_eq!(
-            ids(store.list_operations(None, 2).await.expect("list")),
-            ["op-c", "op-b"]
-        );
-        assert!(store
-            .has_unfinished_operation("sb-1")
-            .await
-            .expect("unfinished"));
-
-        let done = OperationUpdate {
-            state: Some(OperationState::Succeeded),
-            ..Default::default()
-        };
-        store.update_operation("op-a", &done).await.expect("update");
-        store
-            .append_operation_log("op-a", "line")
-            .await
-            .expect("log");
-        let purged = store
-            .purge_before(Utc::now() + chrono::Duration::seconds(1))
-            .await
-            .expect("purge");
-        assert_eq!(purged.operations, 1, "only the finished one");
-        assert!(matches!(
-            store.get_operation("op-a").await,
-            Err(StoreError::NotFound)
-        ));
-        assert!(store
-            .operation_logs("op-a", 0, 10)
-            .await
-            .expect("logs")
-            .is_empty());
-        assert!(store.get_operation("op-c").await.is_ok());
-    }
+    ) -> Result<Vec<(u64, String)>, StoreError>;
 }

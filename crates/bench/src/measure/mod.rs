@@ -9,6 +9,7 @@
 //! | `lifecycle.rs` | pause+resume, suspend+wake | `runc pause`+`resume`; kill+delete, `runc run` |
 //! | `density.rs` | idle sandboxes a node holds, memory per sandbox | raw `sleep` containers |
 //! | `concurrency.rs` | clients creating and deleting sandboxes at once | raw `runc run -d` + `delete` |
+//! | `store.rs` | the store calls of one create on PostgreSQL | the same calls on SQLite |
 //!
 //! Every Cove sandbox is of the `tiny` template: none of these needs more than busybox.
 //! Each timed series starts with one untimed warm-up run.
@@ -32,6 +33,7 @@ pub mod density;
 pub mod exec;
 pub mod files;
 pub mod lifecycle;
+pub mod store;
 pub mod stream;
 
 /// The template of every sandbox the bench creates.

@@ -11,6 +11,11 @@ use crate::GlobalArgs;
 /// Options of `cove server` (the data directory is the global `--data-dir`).
 #[derive(Debug, Clone, Args)]
 pub struct ServerArgs {
+    /// The store: `sqlite://<path>` or `postgres://user:pass@host:port/db` (unix socket:
+    /// `postgres://user@localhost/db?host=/run/postgresql`; own schema:
+    /// `&options[search_path]=cove`) [default: sqlite://<DATA_DIR>/store.db].
+    #[arg(long, value_name = "URL", env = "COVE_STORE")]
+    pub store: Option<String>,
     /// Address of the management API.
     #[arg(long, default_value = "127.0.0.1:7700")]
     pub listen: SocketAddr,
@@ -67,6 +72,7 @@ impl ServerArgs {
     pub fn config(&self, global: &GlobalArgs) -> cove_server::Config {
         cove_server::Config {
             data_dir: global.data_dir.clone(),
+            store: self.store.clone(),
             listen: self.listen,
             data_plane_listen: self.data_plane_listen,
             guest_agent: self.guest_agent.clone(),
@@ -138,5 +144,27 @@ mod tests {
             Some("/bin/ga")
         );
         assert!(Cli::try_parse_from(["cove", "server", "--listen", "nope"]).is_err());
+    }
+
+    #[test]
+    fn store_flag_names_the_store_url() {
+        let cli = Cli::try_parse_from(["cove", "server", "--store", "postgres://cove@db/cove"])
+            .expect("parses");
+        let Verb::Server(args) = cli.verb else {
+            panic!("expected server")
+        };
+        assert_eq!(
+            args.config(&cli.global).store.as_deref(),
+            Some("postgres://cove@db/cove")
+        );
+        let cli = Cli::try_parse_from(["cove", "server"]).expect("parses");
+        let Verb::Server(args) = cli.verb else {
+            panic!("expected server")
+        };
+        assert_eq!(
+            args.config(&cli.global).store,
+            None,
+            "default: the data dir's SQLite"
+        );
     }
 }

@@ -17,7 +17,7 @@ use cove_api_types::{
     Sandbox, SandboxState,
 };
 use cove_control_plane::{Clock, ControlPlane, ControlPlaneConfig, LifecycleVerb, ServiceError};
-use cove_store::Store;
+use cove_store::{SqliteStore, Store};
 use cove_test_support::FakeNode;
 
 /// Real time after which a frozen test's clock is let go (it then fails on its timeouts).
@@ -63,21 +63,27 @@ pub struct Harness {
     pub cp: ControlPlane,
     /// The node they drive.
     pub node: FakeNode,
-    store: Store,
+    store: Arc<dyn Store>,
     cfg: ControlPlaneConfig,
     _dir: tempfile::TempDir,
     _frozen: Frozen,
 }
 
 /// A fresh, empty store in `dir`.
-async fn fresh_store(dir: &std::path::Path) -> Store {
-    Store::open_sqlite(&dir.join("store.db"))
-        .await
-        .expect("open store")
+async fn fresh_store(dir: &std::path::Path) -> Arc<dyn Store> {
+    Arc::new(
+        SqliteStore::open(&dir.join("store.db"))
+            .await
+            .expect("open store"),
+    )
 }
 
 /// The one place a control plane is built over a store and the fake node.
-fn control_plane(store: &Store, node: &FakeNode, cfg: &ControlPlaneConfig) -> ControlPlane {
+fn control_plane(
+    store: &Arc<dyn Store>,
+    node: &FakeNode,
+    cfg: &ControlPlaneConfig,
+) -> ControlPlane {
     ControlPlane::new(store.clone(), Arc::new(node.clone()), cfg.clone())
 }
 

@@ -1,0 +1,79 @@
+//! Command rows and their attachment tokens (PostgreSQL).
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+
+use super::PgStore;
+use crate::error::map_unique;
+use crate::{CommandRecord, CommandStore, StoreError};
+
+#[async_trait]
+impl CommandStore for PgStore {
+    async fn insert_command(&self, c: &CommandRecord) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO commands (id, sandbox_id, attachment_token_hash, attachment_expires_at, \
+             created_at) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(&c.id)
+        .bind(&c.sandbox_id)
+        .bind(&c.attachment_token_hash)
+        .bind(c.attachment_expires_at)
+        .bind(Utc::now())
+        .execute(&self.pool)
+        .await
+        .map_err(map_unique)?;
+        Ok(())
+    }
+
+    async fn get_command(&self, id: &str) -> Result<CommandRecord, StoreError> {
+        let r = sqlx::query("SELECT * FROM commands WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        Ok(CommandRecord {
+            id: r.try_get("id")?,
+            sandbox_id: r.try_get("sandbox_id")?,
+            attachment_token_hash: r.try_get("attachment_token_hash")?,
+            attachment_expires_at: r.try_get("attachment_expires_at")?,
+        })
+    }
+
+    async fn set_attachment(
+        &self,
+        id: &str,
+        hash: &str,
+        expires_at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let res = sqlx::query(
+            "UPDATE commands SET attachment_token_hash = $1, attachment_expires_at = $2 \
+             WHERE id = $3",
+        )
+        .bind(hash)
+        .bind(expires_at)
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        if res.rows_affected() == 0 {
+            return Err(StoreError::NotFound);
+        }
+        Ok(())
+    }
+
+    async fn delete_command(&self, id: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM commands WHERE id = $1")
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn delete_commands_of(&self, sandbox_id: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM commands WHERE sandbox_id = $1")
+            .bind(sandbox_id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+}

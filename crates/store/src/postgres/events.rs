@@ -1,0 +1,59 @@
+//! The event log and the purge of old events and operations (PostgreSQL).
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use cove_api_types::{Event, EventType};
+use sqlx::Row;
+
+use super::{from_i64, to_i64, PgStore};
+use crate::{parse_enum, EventStore, Purged, StoreError};
+
+#[async_trait]
+impl EventStore for PgStore {
+    async fn events_after(&self, after: u64, limit: u32) -> Result<Vec<Event>, StoreError> {
+        let rows = sqlx::query("SELECT * FROM events WHERE seq > $1 ORDER BY seq LIMIT $2")
+            .bind(to_i64(after)?)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Event {
+                    seq: from_i64(r.try_get("seq")?, "seq")?,
+                    time: r.try_get("time")?,
+                    kind: parse_enum(&r.try_get::<String, _>("type")?, EventType::parse)?,
+                    sandbox_id: r.try_get("sandbox_id")?,
+                    operation_id: r.try_get("operation_id")?,
+                    reason: r.try_get("reason")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn purge_before(&self, before: DateTime<Utc>) -> Result<Purged, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "DELETE FROM operation_logs WHERE operation_id IN (SELECT id FROM operations WHERE \
+             updated_at < $1 AND state IN ('succeeded', 'failed', 'cancelled'))",
+        )
+        .bind(before)
+        .execute(&mut *tx)
+        .await?;
+        let ops = sqlx::query(
+            "DELETE FROM operations WHERE updated_at < $1 \
+             AND state IN ('succeeded', 'failed', 'cancelled')",
+        )
+        .bind(before)
+        .execute(&mut *tx)
+        .await?;
+        let events = sqlx::query("DELETE FROM events WHERE time < $1")
+            .bind(before)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Purged {
+            operations: ops.rows_affected(),
+            events: events.rows_affected(),
+        })
+    }
+}

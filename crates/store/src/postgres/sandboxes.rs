@@ -1,0 +1,154 @@
+//! Sandboxes (PostgreSQL).
+
+use async_trait::async_trait;
+use chrono::Utc;
+use cove_api_types::{Resources, Sandbox, SandboxState};
+use sqlx::postgres::PgRow;
+use sqlx::{Postgres, QueryBuilder, Row};
+
+use super::{from_i64, to_i64, PgStore};
+use crate::error::map_unique;
+use crate::{json_map, map_json, parse_enum, SandboxFilter, SandboxStore, StoreError};
+
+/// Wire strings of `states`, for `state = ANY($n)`.
+pub(super) fn state_strings(states: &[SandboxState]) -> Vec<String> {
+    states.iter().map(|s| s.as_str().to_string()).collect()
+}
+
+pub(super) fn row_to_sandbox(r: &PgRow) -> Result<Sandbox, StoreError> {
+    let opt_u64 = |column: &str| -> Result<Option<u64>, StoreError> {
+        r.try_get::<Option<i64>, _>(column)?
+            .map(|v| from_i64(v, column))
+            .transpose()
+    };
+    Ok(Sandbox {
+        id: r.try_get("id")?,
+        template: r.try_get("template")?,
+        release: from_i64(r.try_get("release")?, "release")?,
+        state: parse_enum(&r.try_get::<String, _>("state")?, SandboxState::parse)?,
+        state_reason: r.try_get("state_reason")?,
+        runtime: r.try_get("runtime")?,
+        resources: Resources {
+            vcpus: from_i64(r.try_get("vcpus")?, "vcpus")?,
+            memory_mib: from_i64(r.try_get("memory_mib")?, "memory_mib")?,
+            pids_max: from_i64(r.try_get("pids_max")?, "pids_max")?,
+            disk_mib: opt_u64("disk_mib")?,
+        },
+        env: json_map(&r.try_get::<String, _>("env")?)?,
+        metadata: json_map(&r.try_get::<String, _>("metadata")?)?,
+        cwd: r.try_get("cwd")?,
+        user: r.try_get("user_name")?,
+        created_at: r.try_get("created_at")?,
+        updated_at: r.try_get("updated_at")?,
+        idle_timeout_s: from_i64(r.try_get("idle_timeout_s")?, "idle_timeout_s")?,
+        ttl_s: opt_u64("ttl_s")?,
+        last_activity_at: r.try_get("last_activity_at")?,
+        memory_restored: r.try_get("memory_restored")?,
+    })
+}
+
+#[async_trait]
+impl SandboxStore for PgStore {
+    async fn insert_sandbox(&self, s: &Sandbox) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO sandboxes (id, template, release, state, state_reason, runtime, vcpus, \
+             memory_mib, pids_max, env, metadata, cwd, user_name, created_at, updated_at, \
+             idle_timeout_s, ttl_s, last_activity_at, memory_restored, disk_mib) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
+             $17, $18, $19, $20)",
+        )
+        .bind(&s.id)
+        .bind(&s.template)
+        .bind(i64::from(s.release))
+        .bind(s.state.as_str())
+        .bind(&s.state_reason)
+        .bind(&s.runtime)
+        .bind(i64::from(s.resources.vcpus))
+        .bind(to_i64(s.resources.memory_mib)?)
+        .bind(to_i64(s.resources.pids_max)?)
+        .bind(map_json(&s.env)?)
+        .bind(map_json(&s.metadata)?)
+        .bind(&s.cwd)
+        .bind(&s.user)
+        .bind(s.created_at)
+        .bind(s.updated_at)
+        .bind(to_i64(s.idle_timeout_s)?)
+        .bind(s.ttl_s.map(to_i64).transpose()?)
+        .bind(s.last_activity_at)
+        .bind(s.memory_restored)
+        .bind(s.resources.disk_mib.map(to_i64).transpose()?)
+        .execute(&self.pool)
+        .await
+        .map_err(map_unique)?;
+        Ok(())
+    }
+
+    async fn get_sandbox(&self, id: &str) -> Result<Sandbox, StoreError> {
+        let row = sqlx::query("SELECT * FROM sandboxes WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        row_to_sandbox(&row)
+    }
+
+    async fn transition_sandbox(
+        &self,
+        id: &str,
+        from: &[SandboxState],
+        to: SandboxState,
+        reason: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let res = sqlx::query(
+            "UPDATE sandboxes SET state = $1, state_reason = $2, updated_at = $3 \
+             WHERE id = $4 AND state = ANY($5)",
+        )
+        .bind(to.as_str())
+        .bind(reason)
+        .bind(Utc::now())
+        .bind(id)
+        .bind(state_strings(from))
+        .execute(&self.pool)
+        .await?;
+        Ok(res.rows_affected() > 0)
+    }
+
+    async fn list_sandboxes(&self, f: &SandboxFilter) -> Result<Vec<Sandbox>, StoreError> {
+        let mut q: QueryBuilder<Postgres> = QueryBuilder::new("SELECT * FROM sandboxes WHERE TRUE");
+        if !f.include_deleted && f.state != Some(SandboxState::Deleted) {
+            q.push(" AND state <> 'deleted'");
+        }
+        if let Some(s) = f.state {
+            q.push(" AND state = ").push_bind(s.as_str());
+        }
+        if let Some(t) = &f.template {
+            q.push(" AND template = ").push_bind(t.as_str());
+        }
+        for (key, value) in &f.metadata {
+            // `metadata` is JSON text; `->>` reads a string value unquoted.
+            q.push(" AND (metadata::jsonb ->> ")
+                .push_bind(key.as_str())
+                .push(") = ")
+                .push_bind(value.as_str());
+        }
+        if let Some((at, id)) = &f.after {
+            q.push(" AND (created_at, id) < (")
+                .push_bind(*at)
+                .push(", ")
+                .push_bind(id.as_str())
+                .push(")");
+        }
+        q.push(" ORDER BY created_at DESC, id DESC LIMIT ")
+            .push_bind(i64::from(f.limit));
+        let rows = q.build().fetch_all(&self.pool).await?;
+        rows.iter().map(row_to_sandbox).collect()
+    }
+
+    async fn sandboxes_in(&self, states: &[SandboxState]) -> Result<Vec<Sandbox>, StoreError> {
+        let rows = sqlx::query("SELECT * FROM sandboxes WHERE state = ANY($1)")
+            .bind(state_strings(states))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(row_to_sandbox).collect()
+    }
+}

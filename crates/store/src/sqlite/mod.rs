@@ -1,0 +1,58 @@
+//! The SQLite backend (sqlx): one file, WAL journal, migrations from `migrations/sqlite/`.
+//! SQLite runs one write transaction at a time, which is what keeps event and log sequence
+//! numbers gap-free and in commit order here.
+
+use std::path::Path;
+use std::str::FromStr;
+
+use async_trait::async_trait;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::SqlitePool;
+
+use crate::{Store, StoreError};
+
+mod commands;
+mod events;
+mod lifecycle;
+mod operations;
+mod releases;
+mod sandboxes;
+mod tokens;
+
+/// The SQLite store; cheap to clone (a connection pool).
+#[derive(Clone, Debug)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the SQLite database at `path` and applies migrations.
+    /// Errors: [`StoreError::Db`] when the file cannot be opened, [`StoreError::Migrate`] when
+    /// its schema is newer than this build or a migration fails.
+    pub async fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        let opts = SqliteConnectOptions::from_str("sqlite://")?
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(std::time::Duration::from_secs(10))
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(8)
+            .connect_with(opts)
+            .await?;
+        sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
+        Ok(SqliteStore { pool })
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+}

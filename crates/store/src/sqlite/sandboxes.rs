@@ -1,0 +1,164 @@
+//! Sandboxes (SQLite).
+
+use async_trait::async_trait;
+use chrono::Utc;
+use cove_api_types::{Resources, Sandbox, SandboxState};
+use sqlx::Row;
+
+use super::SqliteStore;
+use crate::error::map_unique;
+use crate::{json_map, map_json, parse_enum, SandboxFilter, SandboxStore, StoreError};
+
+fn row_to_sandbox(r: &sqlx::sqlite::SqliteRow) -> Result<Sandbox, StoreError> {
+    Ok(Sandbox {
+        id: r.try_get("id")?,
+        template: r.try_get("template")?,
+        release: r.try_get::<i64, _>("release")? as u32,
+        state: parse_enum(&r.try_get::<String, _>("state")?, SandboxState::parse)?,
+        state_reason: r.try_get("state_reason")?,
+        runtime: r.try_get("runtime")?,
+        resources: Resources {
+            vcpus: r.try_get::<i64, _>("vcpus")? as u32,
+            memory_mib: r.try_get::<i64, _>("memory_mib")? as u64,
+            pids_max: r.try_get::<i64, _>("pids_max")? as u64,
+            disk_mib: r.try_get::<Option<i64>, _>("disk_mib")?.map(|v| v as u64),
+        },
+        env: json_map(&r.try_get::<String, _>("env")?)?,
+        metadata: json_map(&r.try_get::<String, _>("metadata")?)?,
+        cwd: r.try_get("cwd")?,
+        user: r.try_get("user_name")?,
+        created_at: r.try_get("created_at")?,
+        updated_at: r.try_get("updated_at")?,
+        idle_timeout_s: r.try_get::<i64, _>("idle_timeout_s")? as u64,
+        ttl_s: r.try_get::<Option<i64>, _>("ttl_s")?.map(|v| v as u64),
+        last_activity_at: r.try_get("last_activity_at")?,
+        memory_restored: r.try_get::<Option<bool>, _>("memory_restored")?,
+    })
+}
+
+#[async_trait]
+impl SandboxStore for SqliteStore {
+    async fn insert_sandbox(&self, s: &Sandbox) -> Result<(), StoreError> {
+        let env = map_json(&s.env)?;
+        let metadata = map_json(&s.metadata)?;
+        sqlx::query(
+            "INSERT INTO sandboxes (id, template, release, state, state_reason, runtime, vcpus, \
+             memory_mib, pids_max, env, metadata, cwd, user_name, created_at, updated_at, \
+             idle_timeout_s, ttl_s, last_activity_at, memory_restored, disk_mib) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&s.id)
+        .bind(&s.template)
+        .bind(s.release)
+        .bind(s.state.as_str())
+        .bind(&s.state_reason)
+        .bind(&s.runtime)
+        .bind(s.resources.vcpus)
+        .bind(s.resources.memory_mib as i64)
+        .bind(s.resources.pids_max as i64)
+        .bind(env)
+        .bind(metadata)
+        .bind(&s.cwd)
+        .bind(&s.user)
+        .bind(s.created_at)
+        .bind(s.updated_at)
+        .bind(s.idle_timeout_s as i64)
+        .bind(s.ttl_s.map(|v| v as i64))
+        .bind(s.last_activity_at)
+        .bind(s.memory_restored)
+        .bind(s.resources.disk_mib.map(|v| v as i64))
+        .execute(&self.pool)
+        .await
+        .map_err(map_unique)?;
+        Ok(())
+    }
+
+    async fn get_sandbox(&self, id: &str) -> Result<Sandbox, StoreError> {
+        let row = sqlx::query("SELECT * FROM sandboxes WHERE id = ?")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        row_to_sandbox(&row)
+    }
+
+    async fn transition_sandbox(
+        &self,
+        id: &str,
+        from: &[SandboxState],
+        to: SandboxState,
+        reason: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let mut changed = false;
+        for f in from {
+            let res = sqlx::query(
+                "UPDATE sandboxes SET state = ?, state_reason = ?, updated_at = ? \
+                 WHERE id = ? AND state = ?",
+            )
+            .bind(to.as_str())
+            .bind(reason)
+            .bind(Utc::now())
+            .bind(id)
+            .bind(f.as_str())
+            .execute(&self.pool)
+            .await?;
+            if res.rows_affected() > 0 {
+                changed = true;
+                break;
+            }
+        }
+        Ok(changed)
+    }
+
+    async fn list_sandboxes(&self, f: &SandboxFilter) -> Result<Vec<Sandbox>, StoreError> {
+        let mut sql = String::from("SELECT * FROM sandboxes WHERE 1=1");
+        if !f.include_deleted && f.state != Some(SandboxState::Deleted) {
+            sql.push_str(" AND state != 'deleted'");
+        }
+        if f.state.is_some() {
+            sql.push_str(" AND state = ?");
+        }
+        if f.template.is_some() {
+            sql.push_str(" AND template = ?");
+        }
+        for _ in &f.metadata {
+            sql.push_str(
+                " AND EXISTS (SELECT 1 FROM json_each(sandboxes.metadata) \
+                 WHERE json_each.key = ? AND json_each.value = ?)",
+            );
+        }
+        if f.after.is_some() {
+            sql.push_str(" AND (created_at < ? OR (created_at = ? AND id < ?))");
+        }
+        sql.push_str(" ORDER BY created_at DESC, id DESC LIMIT ?");
+        let mut q = sqlx::query(&sql);
+        if let Some(s) = f.state {
+            q = q.bind(s.as_str());
+        }
+        if let Some(t) = &f.template {
+            q = q.bind(t);
+        }
+        for (key, value) in &f.metadata {
+            q = q.bind(key).bind(value);
+        }
+        if let Some((at, id)) = &f.after {
+            q = q.bind(at).bind(at).bind(id);
+        }
+        let rows = q.bind(f.limit).fetch_all(&self.pool).await?;
+        rows.iter().map(row_to_sandbox).collect()
+    }
+
+    async fn sandboxes_in(&self, states: &[SandboxState]) -> Result<Vec<Sandbox>, StoreError> {
+        let mut out = Vec::new();
+        for s in states {
+            let rows = sqlx::query("SELECT * FROM sandboxes WHERE state = ?")
+                .bind(s.as_str())
+                .fetch_all(&self.pool)
+                .await?;
+            for r in &rows {
+                out.push(row_to_sandbox(r)?);
+            }
+        }
+        Ok(out)
+    }
+}

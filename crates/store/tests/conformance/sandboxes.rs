@@ -1,0 +1,249 @@
+//! Sandbox rows: round trip, unique ids, compare-and-set, listing and paging.
+
+use std::sync::Arc;
+
+use chrono::Duration;
+use cove_api_types::{Sandbox, SandboxState};
+use cove_store::{SandboxFilter, Store, StoreError};
+
+use crate::fixtures::{bare_sandbox, now, sandbox, tick};
+
+pub async fn sandboxes_round_trip(store: Arc<dyn Store>) {
+    let full = sandbox("sb-full");
+    let bare = bare_sandbox("sb-bare");
+    store.insert_sandbox(&full).await.expect("insert full");
+    store.insert_sandbox(&bare).await.expect("insert bare");
+    assert_eq!(store.get_sandbox("sb-full").await.expect("get"), full);
+    assert_eq!(store.get_sandbox("sb-bare").await.expect("get"), bare);
+    assert!(matches!(
+        store.get_sandbox("sb-none").await,
+        Err(StoreError::NotFound)
+    ));
+}
+
+pub async fn sandbox_ids_are_unique(store: Arc<dyn Store>) {
+    store
+        .insert_sandbox(&sandbox("sb-1"))
+        .await
+        .expect("insert");
+    let again = Sandbox {
+        template: "other".into(),
+        ..sandbox("sb-1")
+    };
+    assert!(matches!(
+        store.insert_sandbox(&again).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(
+        store.get_sandbox("sb-1").await.expect("get").template,
+        "tiny"
+    );
+}
+
+pub async fn sandbox_transitions_are_compare_and_set(store: Arc<dyn Store>) {
+    let s = sandbox("sb-1");
+    store.insert_sandbox(&s).await.expect("insert");
+    tick().await;
+    let moved = store
+        .transition_sandbox("sb-1", &[SandboxState::Paused], SandboxState::Running, None)
+        .await
+        .expect("stale");
+    assert!(!moved, "not in `from`");
+    assert_eq!(store.get_sandbox("sb-1").await.expect("get"), s);
+
+    let moved = store
+        .transition_sandbox(
+            "sb-1",
+            &[SandboxState::Creating, SandboxState::Running],
+            SandboxState::Failed,
+            Some("node_lost"),
+        )
+        .await
+        .expect("move");
+    assert!(moved);
+    let got = store.get_sandbox("sb-1").await.expect("get");
+    assert_eq!(
+        (got.state, got.state_reason.as_deref()),
+        (SandboxState::Failed, Some("node_lost"))
+    );
+    assert!(got.updated_at > s.updated_at, "updated_at moves");
+    assert_eq!(got.created_at, s.created_at);
+
+    // Clearing the reason, and an unknown id.
+    assert!(store
+        .transition_sandbox(
+            "sb-1",
+            &[SandboxState::Failed],
+            SandboxState::Deleting,
+            None
+        )
+        .await
+        .expect("move"));
+    assert_eq!(
+        store.get_sandbox("sb-1").await.expect("get").state_reason,
+        None
+    );
+    assert!(!store
+        .transition_sandbox("sb-x", &[SandboxState::Running], SandboxState::Paused, None)
+        .await
+        .expect("unknown"));
+    assert!(!store
+        .transition_sandbox("sb-1", &[], SandboxState::Paused, None)
+        .await
+        .expect("empty from"));
+}
+
+/// Inserts `(id, template, state, minutes ago)` rows.
+async fn insert_rows(store: &dyn Store, rows: &[(&str, &str, SandboxState, i64)]) {
+    let base = now();
+    for (id, template, state, ago) in rows {
+        let at = base - Duration::minutes(*ago);
+        let s = Sandbox {
+            template: (*template).into(),
+            state: *state,
+            created_at: at,
+            updated_at: at,
+            ..sandbox(id)
+        };
+        store.insert_sandbox(&s).await.expect("insert");
+    }
+}
+
+fn ids(list: &[Sandbox]) -> Vec<&str> {
+    list.iter().map(|s| s.id.as_str()).collect()
+}
+
+pub async fn listing_filters_and_orders_newest_first(store: Arc<dyn Store>) {
+    use SandboxState::*;
+    insert_rows(
+        &*store,
+        &[
+            ("sb-a", "tiny", Running, 5),
+            ("sb-b", "base", Paused, 4),
+            ("sb-c", "tiny", Deleted, 3),
+            ("sb-d", "base", Running, 2),
+            // Same time as sb-d: the id breaks the tie, descending.
+            ("sb-e", "tiny", Running, 2),
+        ],
+    )
+    .await;
+    let list = |f: SandboxFilter| {
+        let store = store.clone();
+        async move { store.list_sandboxes(&f).await.expect("list") }
+    };
+    let page = |limit| SandboxFilter {
+        limit,
+        ..Default::default()
+    };
+    assert_eq!(ids(&list(page(10)).await), ["sb-e", "sb-d", "sb-b", "sb-a"]);
+    assert_eq!(ids(&list(page(2)).await), ["sb-e", "sb-d"]);
+    assert_eq!(
+        ids(&list(SandboxFilter {
+            include_deleted: true,
+            ..page(10)
+        })
+        .await),
+        ["sb-e", "sb-d", "sb-c", "sb-b", "sb-a"]
+    );
+    assert_eq!(
+        ids(&list(SandboxFilter {
+            state: Some(Running),
+            ..page(10)
+        })
+        .await),
+        ["sb-e", "sb-d", "sb-a"]
+    );
+    assert_eq!(
+        ids(&list(SandboxFilter {
+            state: Some(Deleted),
+            ..page(10)
+        })
+        .await),
+        ["sb-c"],
+        "asking for deleted ones lists them"
+    );
+    assert_eq!(
+        ids(&list(SandboxFilter {
+            template: Some("tiny".into()),
+            ..page(10)
+        })
+        .await),
+        ["sb-e", "sb-a"]
+    );
+    assert_eq!(
+        ids(&list(SandboxFilter {
+            template: Some("base".into()),
+            state: Some(Paused),
+            ..page(10)
+        })
+        .await),
+        ["sb-b"]
+    );
+    assert!(list(SandboxFilter {
+        template: Some("none".into()),
+        ..page(10)
+    })
+    .await
+    .is_empty());
+}
+
+pub async fn cursor_paging_visits_every_row_once(store: Arc<dyn Store>) {
+    let rows: Vec<(String, i64)> = (0..11)
+        .map(|i| (format!("sb-{i:02}"), (i / 3) as i64))
+        .collect();
+    let spec: Vec<(&str, &str, SandboxState, i64)> = rows
+        .iter()
+        .map(|(id, ago)| (id.as_str(), "tiny", SandboxState::Running, *ago))
+        .collect();
+    insert_rows(&*store, &spec).await;
+    let all = store
+        .list_sandboxes(&SandboxFilter {
+            limit: 100,
+            ..Default::default()
+        })
+        .await
+        .expect("all");
+    assert_eq!(all.len(), 11);
+    let mut seen = Vec::new();
+    let mut after = None;
+    for _ in 0..10 {
+        let page = store
+            .list_sandboxes(&SandboxFilter {
+                limit: 4,
+                after: after.clone(),
+                ..Default::default()
+            })
+            .await
+            .expect("page");
+        assert!(page.len() <= 4);
+        let Some(last) = page.last() else { break };
+        after = Some((last.created_at, last.id.clone()));
+        seen.extend(page.into_iter().map(|s| s.id));
+    }
+    assert_eq!(seen, ids(&all), "pages concatenate to the full listing");
+}
+
+pub async fn sandboxes_in_returns_the_asked_states(store: Arc<dyn Store>) {
+    use SandboxState::*;
+    insert_rows(
+        &*store,
+        &[
+            ("sb-1", "tiny", Running, 1),
+            ("sb-2", "tiny", Suspending, 1),
+            ("sb-3", "tiny", Creating, 1),
+            ("sb-4", "tiny", Deleted, 1),
+        ],
+    )
+    .await;
+    let mut got: Vec<String> = store
+        .sandboxes_in(&[Creating, Suspending])
+        .await
+        .expect("in")
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    got.sort();
+    assert_eq!(got, ["sb-2", "sb-3"]);
+    assert!(store.sandboxes_in(&[Paused]).await.expect("in").is_empty());
+    assert!(store.sandboxes_in(&[]).await.expect("in").is_empty());
+}
