@@ -118,12 +118,13 @@ async fn vm_runs_commands_files_pause_and_suspend_wake_with_memory() {
     assert_eq!(out.stdout_text().trim(), "300000");
 
     // A background counter that must survive pause and suspend.
-    c.create_command(
-        &id,
-        &as_root("i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done"),
-    )
-    .await
-    .expect("counter");
+    let counter = c
+        .create_command(
+            &id,
+            &as_root("i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done"),
+        )
+        .await
+        .expect("counter");
     tokio::time::sleep(Duration::from_millis(800)).await;
 
     let t = Instant::now();
@@ -156,6 +157,12 @@ async fn vm_runs_commands_files_pause_and_suspend_wake_with_memory() {
     let s = c.get_sandbox(&id).await.expect("get");
     assert_eq!(s.state, SandboxState::Running);
     assert_eq!(s.memory_restored, Some(true));
+    // With memory restored the command itself survived: the API still knows it, running.
+    let kept = c
+        .get_command(&id, &counter.command.id, None)
+        .await
+        .expect("the counter command survives a memory-preserving suspend");
+    assert_eq!(kept.state, cove_api_types::CommandState::Running);
     let out = sh(&c, &id, "cat /tmp/count; wc -c < /tmp/in/blob; date +%s").await;
     let text = out.stdout_text();
     let mut lines = text.lines();

@@ -289,8 +289,11 @@ impl ControlPlane {
         op_id: Option<&str>,
         reason: Option<&str>,
     ) -> Result<(), ServiceError> {
-        // Commands do not survive a suspend on a runtime that cannot save memory.
-        self.store().delete_commands_of(id).await?;
+        // Commands do not survive a suspend on a runtime that cannot save memory; where it can,
+        // they are kept until the wake says whether memory really came back.
+        if !self.node().capabilities().suspend_memory {
+            self.store().delete_commands_of(id).await?;
+        }
         let moved = self
             .transition(
                 id,
@@ -363,6 +366,11 @@ impl ControlPlane {
         self.store()
             .set_memory_restored(id, memory_restored)
             .await?;
+        if !memory_restored {
+            // Processes restarted (a runtime without memory snapshots, or a restore that fell
+            // back to a cold boot): the commands from before are gone.
+            self.store().delete_commands_of(id).await?;
+        }
         self.transition(id, SandboxState::Waking, SandboxState::Running, None, op_id)
             .await?;
         if let Err(e) = self.node().delete_snapshot(id).await {
