@@ -40,4 +40,13 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+# Installing Debian's qemu-system-x86 removes a qemu-utils of another version (a backport
+# preinstalled on some images), which takes `qemu-img` away: install the matching one after.
+if ! command -v qemu-img >/dev/null && [ "$(id -u)" = 0 ]; then
+  echo "install-deps: installing qemu-utils (matching qemu-system-x86)" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-utils >/dev/null
+fi
+for tool in qemu-system-x86_64 qemu-img nft runc mmdebstrap; do
+  command -v "$tool" >/dev/null || { echo "install-deps: $tool is still missing" >&2; exit 1; }
+done
 command -v cargo >/dev/null || { echo "install-deps: cargo (Rust stable) is required" >&2; exit 1; }
