@@ -191,21 +191,24 @@ def test_files_one_at_a_time(client, sandbox):
 
 
 def test_files_many_and_directories(client, sandbox, tmp_path):
-    written = client.upload_files(sandbox, {"/data/x.txt": b"x", "/data/sub/y.txt": "why", "rel.txt": b"home"})
-    assert [f.path for f in written] == ["/data/x.txt", "/data/sub/y.txt", "/home/user/rel.txt"]
+    # File operations run as the sandbox's user: uploads go where `user` may write.
+    written = client.upload_files(sandbox, {"/home/user/data/x.txt": b"x", "/home/user/data/sub/y.txt": "why", "rel.txt": b"home"})
+    assert [f.path for f in written] == ["/home/user/data/x.txt", "/home/user/data/sub/y.txt", "/home/user/rel.txt"]
+    with pytest.raises(cove.PermissionDenied):
+        client.upload_files(sandbox, {"/data/x.txt": b"x"})
     src = tmp_path / "src"
     (src / "deep" / "er").mkdir(parents=True)
     (src / "empty").mkdir()
     (src / "top.txt").write_bytes(b"top")
     (src / "deep" / "er" / "run.sh").write_bytes(b"#!/bin/sh\necho ran\n")
     os.chmod(src / "deep" / "er" / "run.sh", 0o755)
-    up = client.upload_dir(sandbox, src, "/srv/tree")
-    assert sorted(f.path for f in up) == ["/srv/tree/deep/er/run.sh", "/srv/tree/top.txt"]
-    assert client.run(sandbox, ["/srv/tree/deep/er/run.sh"]).stdout == b"ran\n"
-    assert client.stat_file(sandbox, "/srv/tree/empty").type == "dir"
-    client.run(sandbox, "ln -s top.txt /srv/tree/link")
+    up = client.upload_dir(sandbox, src, "/home/user/tree")
+    assert sorted(f.path for f in up) == ["/home/user/tree/deep/er/run.sh", "/home/user/tree/top.txt"]
+    assert client.run(sandbox, ["/home/user/tree/deep/er/run.sh"]).stdout == b"ran\n"
+    assert client.stat_file(sandbox, "/home/user/tree/empty").type == "dir"
+    client.run(sandbox, "ln -s top.txt /home/user/tree/link")
     dst = tmp_path / "dst"
-    client.download_dir(sandbox, "/srv/tree", dst)
+    client.download_dir(sandbox, "/home/user/tree", dst)
     assert (dst / "top.txt").read_bytes() == b"top"
     assert (dst / "deep" / "er" / "run.sh").read_bytes() == b"#!/bin/sh\necho ran\n"
     assert stat.S_IMODE(os.stat(dst / "deep" / "er" / "run.sh").st_mode) == 0o755
