@@ -338,8 +338,11 @@ def command_request(
     return body
 
 
-def start_command(sandbox: Sandboxish, body: Dict[str, Any]) -> Call:
-    data = yield Req("POST", sandbox_path(sandbox, "/commands"), json=body)
+def start_command(sandbox: Sandboxish, body: Dict[str, Any], idempotency_key: Optional[str] = None) -> Call:
+    """Starts a command; with ``idempotency_key`` a retry returns the first command (a new
+    attachment token, never a second process)."""
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+    data = yield Req("POST", sandbox_path(sandbox, "/commands"), json=body, headers=headers)
     return Command.from_json(data["command"]), Attachment.from_json(data["attachment"])
 
 

@@ -235,10 +235,11 @@ class AsyncClient:
         user: Optional[str] = None,
         stdin: bool = False,
         timeout_s: Optional[float] = None,
+        idempotency_key: Optional[str] = None,
     ) -> "AsyncCommandHandle":
         """As :meth:`cove.Client.start`."""
         body = _core.command_request(command, env, cwd, user, stdin, timeout_s)
-        cmd, attachment = await self._run(_core.start_command(sandbox, body))
+        cmd, attachment = await self._run(_core.start_command(sandbox, body, idempotency_key))
         return AsyncCommandHandle(self, cmd, attachment)
 
     async def run(

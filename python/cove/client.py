@@ -224,11 +224,14 @@ class Client:
         user: Optional[str] = None,
         stdin: bool = False,
         timeout_s: Optional[float] = None,
+        idempotency_key: Optional[str] = None,
     ) -> "CommandHandle":
         """Starts a command (a string: a shell line; a list: an argv) and returns at once; the
-        command outlives this client. With ``stdin``, write to it with the handle."""
+        command outlives this client. With ``stdin``, write to it with the handle. With
+        ``idempotency_key``, a retry (say after a dropped connection) returns the command the
+        first call started, with a new attachment token, never a second process."""
         body = _core.command_request(command, env, cwd, user, stdin, timeout_s)
-        cmd, attachment = self._run(_core.start_command(sandbox, body))
+        cmd, attachment = self._run(_core.start_command(sandbox, body, idempotency_key))
         return CommandHandle(self, cmd, attachment)
 
     def run(

@@ -57,7 +57,7 @@ class NotFound(CoveError):
 
 class Conflict(CoveError):
     """409: the resource is not in a state that allows the call (``invalid_state``,
-    ``sandbox_not_running``, ``failed_precondition``, ``idempotency_mismatch``,
+    ``sandbox_not_running``, ``failed_precondition``, ``idempotency_mismatch``, ``guest_restarted``,
     ``already_exists``, ``cancelled``)."""
 
 
@@ -119,6 +119,7 @@ _BY_CODE: Dict[str, Type[CoveError]] = {
     "invalid_state": Conflict,
     "sandbox_not_running": SandboxNotRunning,
     "idempotency_mismatch": Conflict,
+    "guest_restarted": Conflict,
     "already_exists": Conflict,
     "failed_precondition": Conflict,
     "cancelled": Conflict,

@@ -107,6 +107,17 @@ def test_reattach_from_an_offset(client, sandbox):
     assert again.offset == 10
 
 
+def test_a_retried_start_with_a_key_is_the_same_command(client, sandbox):
+    first = client.start(sandbox, "echo once >> /home/user/once", idempotency_key="py-once")
+    again = client.start(sandbox, "echo once >> /home/user/once", idempotency_key="py-once")
+    assert again.id == first.id
+    assert again.wait().command.exit_code == 0
+    assert client.run(sandbox, "cat /home/user/once").stdout == b"once\n"
+    with pytest.raises(cove.Conflict) as err:
+        client.start(sandbox, "echo other", idempotency_key="py-once")
+    assert err.value.code == "idempotency_mismatch"
+
+
 def test_reattach_while_running_resumes_exactly(client, sandbox):
     handle = client.start(sandbox, "for i in $(seq 1 20); do echo $i; sleep 0.05; done")
     got = bytearray()

@@ -67,6 +67,9 @@ error_codes! {
     SandboxNotRunning = "sandbox_not_running" => 409,
     /// The same `Idempotency-Key` was used with a different request body.
     IdempotencyMismatch = "idempotency_mismatch" => 409,
+    /// A command create was retried with its `Idempotency-Key` after the sandbox's processes
+    /// restarted (a wake without memory): whether the first attempt ran cannot be established.
+    GuestRestarted = "guest_restarted" => 409,
     /// A file or directory already exists where one was to be created.
     AlreadyExists = "already_exists" => 409,
     /// The operation does not apply in the resource's current state (e.g. stdin closed).

@@ -7,7 +7,7 @@ use cove_api_types::{
 use cove_domain::{ids, signals, validate, InvalidInput};
 use cove_node_api::{CommandInfo, Program, SpawnRequest};
 use cove_store::{CommandRecord, StoreError};
-use tracing::info;
+use tracing::{info, Instrument};
 
 use crate::auth::{hash_token, new_token};
 use crate::error::from_node;
@@ -27,6 +27,10 @@ pub const DEFAULT_PTY_COLS: u16 = 80;
 /// Terminal height of a pty command that gives none.
 pub const DEFAULT_PTY_ROWS: u16 = 24;
 
+/// How long a retry waits for the first attempt's process to be known to the node (its row is
+/// written just before the spawn), polled every 20 ms.
+const REPLAY_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 impl ControlPlane {
     /// Starts a command in a running sandbox and issues its first attachment token.
     pub async fn create_command(
@@ -34,7 +38,51 @@ impl ControlPlane {
         sandbox_id: &str,
         req: CreateCommandRequest,
     ) -> Result<CreateCommandResponse, ServiceError> {
+        self.create_command_idempotent(sandbox_id, req, None).await
+    }
+
+    /// [`Self::create_command`] with an `Idempotency-Key`: the same key with the same body in
+    /// the same sandbox returns the command the first request started (never a second
+    /// process) with a fresh attachment token (the previous one stops working); another body
+    /// is `409 idempotency_mismatch`; after the sandbox's processes restarted (a wake without
+    /// memory) it is `409 guest_restarted`, since whether the first attempt ran cannot be
+    /// established. A key lives as long as the command's row: until the command is forgotten
+    /// or the sandbox is deleted.
+    ///
+    /// The create runs to completion even when the caller goes away mid-request (a client
+    /// that disconnects drops the HTTP handler), so a retry finds the command with its process,
+    /// never a row without one.
+    pub async fn create_command_idempotent(
+        &self,
+        sandbox_id: &str,
+        req: CreateCommandRequest,
+        idempotency_key: Option<String>,
+    ) -> Result<CreateCommandResponse, ServiceError> {
+        let this = self.clone();
+        let sandbox_id = sandbox_id.to_string();
+        let work = async move { this.start_command(&sandbox_id, req, idempotency_key).await };
+        tokio::spawn(work.instrument(tracing::Span::current()))
+            .await
+            .map_err(|e| ServiceError::Internal(format!("command create task: {e}")))?
+    }
+
+    async fn start_command(
+        &self,
+        sandbox_id: &str,
+        req: CreateCommandRequest,
+        idempotency_key: Option<String>,
+    ) -> Result<CreateCommandResponse, ServiceError> {
         let sandbox = self.running_sandbox(sandbox_id).await?;
+        let request_hash = idempotency_key.as_ref().map(|_| command_request_hash(&req));
+        if let Some(key) = &idempotency_key {
+            if let Some(found) = self
+                .store()
+                .command_by_idempotency_key(&sandbox.id, key)
+                .await?
+            {
+                return self.replay_command(found, request_hash.as_deref()).await;
+            }
+        }
         let program = match (req.argv, req.shell) {
             (Some(argv), None) => {
                 if argv.is_empty() || argv[0].is_empty() {
@@ -103,8 +151,26 @@ impl ControlPlane {
             sandbox_id: sandbox.id.clone(),
             attachment_token_hash: hash_token(&token),
             attachment_expires_at: expires_at,
+            idempotency_key: idempotency_key.clone(),
+            request_hash: request_hash.clone(),
+            guest_restarted: false,
         };
-        self.store().insert_command(&record).await?;
+        match self.store().insert_command(&record).await {
+            Ok(()) => {}
+            // A concurrent request with the same key won the insert: this one is its retry.
+            Err(StoreError::Conflict(_)) if idempotency_key.is_some() => {
+                let key = idempotency_key.as_deref().unwrap_or_default();
+                let found = self
+                    .store()
+                    .command_by_idempotency_key(&sandbox.id, key)
+                    .await?
+                    .ok_or_else(|| {
+                        ServiceError::Internal(format!("command key {key:?} conflicts but is gone"))
+                    })?;
+                return self.replay_command(found, request_hash.as_deref()).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
         let spawn = SpawnRequest {
             command_id: command_id.clone(),
             program,
@@ -126,6 +192,54 @@ impl ControlPlane {
         Ok(CreateCommandResponse {
             command: to_api(&sandbox.id, info),
             attachment: self.attachment(&command_id, token, expires_at),
+        })
+    }
+
+    /// Answers a retried create with the command the first attempt started and a new token.
+    async fn replay_command(
+        &self,
+        found: CommandRecord,
+        request_hash: Option<&str>,
+    ) -> Result<CreateCommandResponse, ServiceError> {
+        if found.request_hash.as_deref() != request_hash {
+            return Err(ServiceError::IdempotencyMismatch);
+        }
+        if found.guest_restarted {
+            return Err(ServiceError::GuestRestarted(format!(
+                "command {} was created with this Idempotency-Key before the sandbox's processes \
+                 restarted; whether it ran cannot be established",
+                found.id
+            )));
+        }
+        let sid = &found.sandbox_id;
+        let until = tokio::time::Instant::now() + REPLAY_WAIT;
+        let info = loop {
+            match self.node().command(sid, &found.id).await {
+                Ok(info) => break info,
+                // The first attempt is still starting, or its start failed and removes the row.
+                Err(cove_node_api::NodeError::CommandNotFound(_))
+                    if tokio::time::Instant::now() < until =>
+                {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    if self.store().get_command(&found.id).await.is_err() {
+                        return Err(ServiceError::Unavailable(
+                            "the first attempt with this Idempotency-Key failed to start; retry"
+                                .into(),
+                        ));
+                    }
+                }
+                Err(e) => return Err(from_node(e, sid)),
+            }
+        };
+        let token = new_token();
+        let expires_at = self.attachment_expiry();
+        self.store()
+            .set_attachment(&found.id, &hash_token(&token), expires_at)
+            .await?;
+        info!(sandbox_id = %sid, command_id = %found.id, "command create replayed");
+        Ok(CreateCommandResponse {
+            command: to_api(sid, info),
+            attachment: self.attachment(&found.id, token, expires_at),
         })
     }
 
@@ -152,7 +266,8 @@ impl ControlPlane {
         cid: &str,
     ) -> Result<CommandRecord, ServiceError> {
         match self.store().get_command(cid).await {
-            Ok(r) if r.sandbox_id == sandbox_id => Ok(r),
+            // A guest-restarted row is only a marker for its idempotency key.
+            Ok(r) if r.sandbox_id == sandbox_id && !r.guest_restarted => Ok(r),
             Ok(_) | Err(StoreError::NotFound) => {
                 Err(ServiceError::CommandNotFound(cid.to_string()))
             }
@@ -312,11 +427,19 @@ impl ControlPlane {
             record.attachment_token_hash.as_bytes(),
             hash_token(token).as_bytes(),
         );
-        if !ok || record.attachment_expires_at < Utc::now() {
+        if !ok || record.guest_restarted || record.attachment_expires_at < Utc::now() {
             return Err(denied());
         }
         Ok(record.sandbox_id)
     }
+}
+
+/// SHA-256 (hex) of a command create's body as parsed (defaults filled in, `env` sorted), so
+/// a retry that spells the same request differently still matches.
+fn command_request_hash(req: &CreateCommandRequest) -> String {
+    use sha2::{Digest, Sha256};
+    let body = serde_json::to_vec(req).unwrap_or_default();
+    format!("{:x}", Sha256::digest(&body))
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {

@@ -51,6 +51,9 @@ pub enum ServiceError {
     /// Idempotency key reused with another body.
     #[error("the Idempotency-Key was already used with a different request")]
     IdempotencyMismatch,
+    /// A command retried by its idempotency key after the sandbox's processes restarted.
+    #[error("{0}")]
+    GuestRestarted(String),
     /// Not applicable in the current state.
     #[error("{0}")]
     FailedPrecondition(String),
@@ -98,6 +101,7 @@ impl ServiceError {
             SandboxNotRunning { .. } => ErrorCode::SandboxNotRunning,
             InvalidState { .. } => ErrorCode::InvalidState,
             IdempotencyMismatch => ErrorCode::IdempotencyMismatch,
+            GuestRestarted(_) => ErrorCode::GuestRestarted,
             FailedPrecondition(_) => ErrorCode::FailedPrecondition,
             AlreadyExists(_) => ErrorCode::AlreadyExists,
             PermissionDenied(_) => ErrorCode::PermissionDenied,

@@ -292,7 +292,7 @@ impl ControlPlane {
         // Commands do not survive a suspend on a runtime that cannot save memory; where it can,
         // they are kept until the wake says whether memory really came back.
         if !self.node().capabilities().suspend_memory {
-            self.store().delete_commands_of(id).await?;
+            self.store().mark_guest_restarted(id).await?;
         }
         let moved = self
             .transition(
@@ -368,8 +368,9 @@ impl ControlPlane {
             .await?;
         if !memory_restored {
             // Processes restarted (a runtime without memory snapshots, or a restore that fell
-            // back to a cold boot): the commands from before are gone.
-            self.store().delete_commands_of(id).await?;
+            // back to a cold boot): the commands from before are gone; keyed ones stay as
+            // markers so a retry is told it cannot be answered exactly once.
+            self.store().mark_guest_restarted(id).await?;
         }
         self.transition(id, SandboxState::Waking, SandboxState::Running, None, op_id)
             .await?;

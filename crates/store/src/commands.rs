@@ -17,13 +17,28 @@ pub struct CommandRecord {
     pub attachment_token_hash: String,
     /// Expiry of the current attachment token.
     pub attachment_expires_at: DateTime<Utc>,
+    /// The `Idempotency-Key` the command was created with, unique per sandbox.
+    pub idempotency_key: Option<String>,
+    /// Hash of the create request's body (to tell a retry from a different request).
+    pub request_hash: Option<String>,
+    /// The sandbox's processes restarted after this command started (a wake without memory):
+    /// the row is kept only as a marker for its idempotency key.
+    pub guest_restarted: bool,
 }
 
 /// Command rows and their attachment tokens.
 #[async_trait]
 pub trait CommandStore: Send + Sync {
-    /// Inserts a command row; a taken id is [`StoreError::Conflict`].
+    /// Inserts a command row; a taken id, or an idempotency key the sandbox already used, is
+    /// [`StoreError::Conflict`].
     async fn insert_command(&self, c: &CommandRecord) -> Result<(), StoreError>;
+
+    /// The command a sandbox created with `key`, if any.
+    async fn command_by_idempotency_key(
+        &self,
+        sandbox_id: &str,
+        key: &str,
+    ) -> Result<Option<CommandRecord>, StoreError>;
 
     /// One command row; [`StoreError::NotFound`] when there is none.
     async fn get_command(&self, id: &str) -> Result<CommandRecord, StoreError>;
@@ -42,4 +57,8 @@ pub trait CommandStore: Send + Sync {
 
     /// Deletes every command row of a sandbox.
     async fn delete_commands_of(&self, sandbox_id: &str) -> Result<(), StoreError>;
+
+    /// The sandbox's processes restarted: deletes its command rows without an idempotency key
+    /// and marks the others [`CommandRecord::guest_restarted`] (kept until the sandbox goes).
+    async fn mark_guest_restarted(&self, sandbox_id: &str) -> Result<(), StoreError>;
 }

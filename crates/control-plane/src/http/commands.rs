@@ -1,23 +1,25 @@
 //! `/v1/sandboxes/{id}/commands` handlers.
 
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
 use cove_api_types::{CommandState, CreateCommandRequest, KillRequest, SignalRequest};
 use serde::Deserialize;
 
-use super::extract::{parse_wait, ApiJson, ApiQuery};
+use super::extract::{idempotency_key, parse_wait, ApiJson, ApiQuery};
 use crate::{ControlPlane, ServiceError};
 
 pub(super) async fn create(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
+    headers: HeaderMap,
     ApiJson(req): ApiJson<CreateCommandRequest>,
 ) -> Result<impl IntoResponse, ServiceError> {
+    let key = idempotency_key(&headers)?;
     Ok((
         StatusCode::CREATED,
-        Json(cp.create_command(&id, req).await?),
+        Json(cp.create_command_idempotent(&id, req, key).await?),
     ))
 }
 

@@ -64,6 +64,8 @@ conformance!(
     commands::commands_round_trip,
     commands::attachment_tokens_are_replaced,
     commands::commands_are_deleted_one_or_per_sandbox,
+    commands::idempotency_keys_are_unique_per_sandbox,
+    commands::a_guest_restart_keeps_only_keyed_commands_as_markers,
     releases::release_numbers_count_up_per_template,
     releases::concurrent_release_numbers_are_distinct,
     releases::release_states_and_listing,
