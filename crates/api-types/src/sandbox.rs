@@ -52,6 +52,9 @@ pub struct Sandbox {
     pub template: String,
     /// Release number it runs.
     pub release: u32,
+    /// Content digest of that release (`sha256:…`; absent for releases built before digests).
+    #[serde(default)]
+    pub release_digest: Option<String>,
     /// Current state.
     pub state: SandboxState,
     /// Why it is `failed` (or other detail of the state).

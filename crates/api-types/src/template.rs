@@ -64,6 +64,10 @@ pub struct Release {
     pub size_bytes: Option<u64>,
     /// Hash of the recipe it was built from.
     pub recipe_hash: String,
+    /// Content digest of the built root filesystem and defaults (`sha256:` + 64 hex digits;
+    /// when ready). Pin it with `template@sha256:…` on create.
+    #[serde(default)]
+    pub digest: Option<String>,
     /// Creation time.
     pub created_at: DateTime<Utc>,
 }

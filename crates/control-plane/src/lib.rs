@@ -25,6 +25,7 @@ pub mod http;
 mod lifecycle;
 pub mod operations;
 mod reconcile;
+mod release_pins;
 mod sandboxes;
 mod templates;
 

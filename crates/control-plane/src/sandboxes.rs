@@ -2,8 +2,8 @@
 
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use cove_api_types::{
-    CreateSandboxRequest, CreateSandboxResponse, Operation, OperationKind, ReleaseState, Sandbox,
-    SandboxList, SandboxState,
+    CreateSandboxRequest, CreateSandboxResponse, Operation, OperationKind, Sandbox, SandboxList,
+    SandboxState,
 };
 use cove_domain::{ids, lifecycle, resources, validate, InvalidInput};
 use cove_node_api::SandboxLaunch;
@@ -38,10 +38,10 @@ impl ControlPlane {
         req: CreateSandboxRequest,
         idempotency_key: Option<String>,
     ) -> Result<CreateSandboxResponse, ServiceError> {
-        let template = req
-            .template
-            .clone()
-            .unwrap_or_else(|| DEFAULT_TEMPLATE.to_string());
+        let (template, pin) = crate::release_pins::parse(
+            req.template.as_deref().unwrap_or(DEFAULT_TEMPLATE),
+            req.release,
+        )?;
         let recipe = self
             .node()
             .recipes()
@@ -69,7 +69,8 @@ impl ControlPlane {
                 return Err(InvalidInput::new("ttl_s", "must be 1 to 315360000").into());
             }
         }
-        let release = self.pick_release(&template, req.release).await?;
+        let picked = self.pick_release(&template, &pin).await?;
+        let release = picked.number;
 
         let body = serde_json::to_value(&req).map_err(|e| ServiceError::Internal(e.to_string()))?;
         let sandbox_id = ids::new_sandbox_id();
@@ -104,6 +105,7 @@ impl ControlPlane {
             id: sandbox_id.clone(),
             template,
             release,
+            release_digest: picked.digest,
             state: SandboxState::Creating,
             state_reason: None,
             runtime: self.inner.cfg.runtime.clone(),
@@ -156,25 +158,6 @@ impl ControlPlane {
             sandbox,
             operation: op,
         })
-    }
-
-    async fn pick_release(&self, template: &str, asked: Option<u32>) -> Result<u32, ServiceError> {
-        let releases = self.store().list_releases(template).await?;
-        let ready = releases.iter().filter(|r| r.state == ReleaseState::Ready);
-        let found = match asked {
-            Some(n) => ready.into_iter().find(|r| r.number == n),
-            None => ready.into_iter().max_by_key(|r| r.number),
-        };
-        match (found, asked) {
-            (Some(r), _) => Ok(r.number),
-            (None, Some(n)) => Err(ServiceError::ReleaseNotFound(format!(
-                "template {template} has no ready release {n}"
-            ))),
-            (None, None) => Err(ServiceError::ReleaseNotFound(format!(
-                "template {template} has no ready release; build one with `cove template build \
-                 {template}`"
-            ))),
-        }
     }
 
     /// Starts a created sandbox when its turn comes. A create cancelled before it finished

@@ -130,6 +130,9 @@ impl ControlPlane {
         match result {
             Ok(built) => {
                 self.store()
+                    .set_release_digest(template, number, &built.digest)
+                    .await?;
+                self.store()
                     .set_release_state(
                         template,
                         number,

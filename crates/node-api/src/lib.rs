@@ -71,12 +71,15 @@ pub enum BuildEvent {
 }
 
 /// Result of a finished release build.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BuiltRelease {
     /// Size of the root filesystem in bytes.
     pub size_bytes: u64,
     /// Whether it came from the node's build cache.
     pub from_cache: bool,
+    /// Content digest over the root filesystem and the template's defaults: `sha256:` + 64
+    /// hex digits (manifest v1, see the node agent's `template::digest`).
+    pub digest: String,
 }
 
 /// Defaults and identity of a built-in template recipe.

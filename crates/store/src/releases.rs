@@ -25,6 +25,14 @@ pub trait ReleaseStore: Send + Sync {
         size_bytes: Option<u64>,
     ) -> Result<(), StoreError>;
 
+    /// Records a built release's content digest. An unknown release is a no-op.
+    async fn set_release_digest(
+        &self,
+        template: &str,
+        number: u32,
+        digest: &str,
+    ) -> Result<(), StoreError>;
+
     /// Releases of a template, newest first.
     async fn list_releases(&self, template: &str) -> Result<Vec<Release>, StoreError>;
 

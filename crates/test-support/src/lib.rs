@@ -23,6 +23,7 @@ mod lifecycle;
 
 pub use commands::{End, Script};
 pub use faults::{Action, Call, CallRecord, Fault, Stage};
+pub use lifecycle::fake_digest;
 
 use commands::FakeCommand;
 use files::Tree;

@@ -242,6 +242,7 @@ impl NodeReleases for FakeNode {
                 Ok(BuiltRelease {
                     size_bytes: 1 << 20,
                     from_cache,
+                    digest: fake_digest(template),
                 })
             })
             .await?;
@@ -264,4 +265,14 @@ impl NodeReleases for FakeNode {
         })
         .await
     }
+}
+
+/// The digest the fake node gives every build of `template`: fixed per template, so rebuilds
+/// of the same inputs match as on a real node (`sha256:` + 64 hex digits).
+pub fn fake_digest(template: &str) -> String {
+    // FNV-1a: any stable spread will do; this is a stand-in, not a content hash.
+    let h = template.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    format!("sha256:{h:016x}{:016x}{:016x}{:016x}", h ^ 1, h ^ 2, h ^ 3)
 }

@@ -112,6 +112,7 @@ async fn one_create(store: &dyn Store, i: usize) -> anyhow::Result<()> {
             id: sb.clone(),
             template: "tiny".into(),
             release: 1,
+            release_digest: None,
             state: SandboxState::Creating,
             state_reason: None,
             runtime: "runc".into(),

@@ -16,5 +16,6 @@ mod idempotency;
 mod lifecycle;
 mod ordering;
 mod reconcile;
+mod release_pins;
 mod rollback;
 mod streams;

@@ -64,6 +64,7 @@ impl NodeReleases for NodeAgent {
                 Ok(BuiltRelease {
                     size_bytes: built.size_bytes,
                     from_cache: built.from_cache,
+                    digest: built.digest,
                 })
             }
             Err(e) => {

@@ -27,6 +27,7 @@ use tracing::info;
 mod base;
 mod cache;
 mod command;
+mod digest;
 mod files;
 mod recipe;
 mod staging;
@@ -61,12 +62,15 @@ pub struct BuildOptions {
 }
 
 /// A finished build.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BuiltRootfs {
     /// Apparent size of the tree's files in bytes (hard links counted once).
     pub size_bytes: u64,
     /// The tree was copied from the cache instead of built.
     pub from_cache: bool,
+    /// Content digest of the tree and the recipe's defaults (`sha256:` + hex; see
+    /// the `template::digest` module of this crate for the manifest and what is reproducible).
+    pub digest: String,
 }
 
 /// Why a build failed.
@@ -157,12 +161,18 @@ pub async fn build_rootfs(
     staging.publish(dest, false).await?;
 
     let measured = dest.to_path_buf();
-    let size_bytes = tokio::task::spawn_blocking(move || files::tree_size(&measured))
-        .await
-        .map_err(|e| BuildError::Failed {
-            step: "measure".to_string(),
-            detail: e.to_string(),
-        })??;
+    let defaults = recipe.defaults();
+    let (size_bytes, digest) = tokio::task::spawn_blocking(move || {
+        Ok::<_, BuildError>((
+            files::tree_size(&measured)?,
+            digest::release_digest(&measured, &defaults)?,
+        ))
+    })
+    .await
+    .map_err(|e| BuildError::Failed {
+        step: "measure".to_string(),
+        detail: e.to_string(),
+    })??;
     events.progress(100, "done").await;
     info!(
         template = recipe.name(),
@@ -174,6 +184,7 @@ pub async fn build_rootfs(
     Ok(BuiltRootfs {
         size_bytes,
         from_cache,
+        digest,
     })
 }
 

@@ -20,6 +20,7 @@ fn row_to_release(r: &PgRow) -> Result<Release, StoreError> {
             .map(|v| from_i64(v, "size_bytes"))
             .transpose()?,
         recipe_hash: r.try_get("recipe_hash")?,
+        digest: r.try_get("digest")?,
         created_at: r.try_get("created_at")?,
     })
 }
@@ -74,6 +75,21 @@ impl ReleaseStore for PgStore {
         .bind(i64::from(number))
         .execute(&self.pool)
         .await?;
+        Ok(())
+    }
+
+    async fn set_release_digest(
+        &self,
+        template: &str,
+        number: u32,
+        digest: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query("UPDATE releases SET digest = $1 WHERE template = $2 AND number = $3")
+            .bind(digest)
+            .bind(template)
+            .bind(i64::from(number))
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 

@@ -25,6 +25,7 @@ pub(super) fn row_to_sandbox(r: &PgRow) -> Result<Sandbox, StoreError> {
         id: r.try_get("id")?,
         template: r.try_get("template")?,
         release: from_i64(r.try_get("release")?, "release")?,
+        release_digest: r.try_get("release_digest")?,
         state: parse_enum(&r.try_get::<String, _>("state")?, SandboxState::parse)?,
         state_reason: r.try_get("state_reason")?,
         runtime: r.try_get("runtime")?,
@@ -53,9 +54,9 @@ impl SandboxStore for PgStore {
         sqlx::query(
             "INSERT INTO sandboxes (id, template, release, state, state_reason, runtime, vcpus, \
              memory_mib, pids_max, env, metadata, cwd, user_name, created_at, updated_at, \
-             idle_timeout_s, ttl_s, last_activity_at, memory_restored, disk_mib) \
+             idle_timeout_s, ttl_s, last_activity_at, memory_restored, disk_mib, release_digest) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
-             $17, $18, $19, $20)",
+             $17, $18, $19, $20, $21)",
         )
         .bind(&s.id)
         .bind(&s.template)
@@ -77,6 +78,7 @@ impl SandboxStore for PgStore {
         .bind(s.last_activity_at)
         .bind(s.memory_restored)
         .bind(s.resources.disk_mib.map(to_i64).transpose()?)
+        .bind(&s.release_digest)
         .execute(&self.pool)
         .await
         .map_err(map_unique)?;

@@ -132,6 +132,7 @@ mod tests {
             id: id.into(),
             template: "tiny".into(),
             release: 1,
+            release_digest: None,
             state: SandboxState::Running,
             state_reason: None,
             runtime: "runc".into(),

@@ -16,6 +16,7 @@ fn row_to_release(r: &sqlx::sqlite::SqliteRow) -> Result<Release, StoreError> {
         state: parse_enum(&r.try_get::<String, _>("state")?, ReleaseState::parse)?,
         size_bytes: r.try_get::<Option<i64>, _>("size_bytes")?.map(|v| v as u64),
         recipe_hash: r.try_get("recipe_hash")?,
+        digest: r.try_get("digest")?,
         created_at: r.try_get::<DateTime<Utc>, _>("created_at")?,
     })
 }
@@ -48,6 +49,7 @@ impl ReleaseStore for SqliteStore {
             state: ReleaseState::Building,
             size_bytes: None,
             recipe_hash: recipe_hash.to_string(),
+            digest: None,
             created_at: now,
         })
     }
@@ -68,6 +70,21 @@ impl ReleaseStore for SqliteStore {
         .bind(number)
         .execute(&self.pool)
         .await?;
+        Ok(())
+    }
+
+    async fn set_release_digest(
+        &self,
+        template: &str,
+        number: u32,
+        digest: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query("UPDATE releases SET digest = ? WHERE template = ? AND number = ?")
+            .bind(digest)
+            .bind(template)
+            .bind(number)
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 

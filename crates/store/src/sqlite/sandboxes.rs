@@ -14,6 +14,7 @@ fn row_to_sandbox(r: &sqlx::sqlite::SqliteRow) -> Result<Sandbox, StoreError> {
         id: r.try_get("id")?,
         template: r.try_get("template")?,
         release: r.try_get::<i64, _>("release")? as u32,
+        release_digest: r.try_get("release_digest")?,
         state: parse_enum(&r.try_get::<String, _>("state")?, SandboxState::parse)?,
         state_reason: r.try_get("state_reason")?,
         runtime: r.try_get("runtime")?,
@@ -44,8 +45,8 @@ impl SandboxStore for SqliteStore {
         sqlx::query(
             "INSERT INTO sandboxes (id, template, release, state, state_reason, runtime, vcpus, \
              memory_mib, pids_max, env, metadata, cwd, user_name, created_at, updated_at, \
-             idle_timeout_s, ttl_s, last_activity_at, memory_restored, disk_mib) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             idle_timeout_s, ttl_s, last_activity_at, memory_restored, disk_mib, release_digest) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&s.id)
         .bind(&s.template)
@@ -67,6 +68,7 @@ impl SandboxStore for SqliteStore {
         .bind(s.last_activity_at)
         .bind(s.memory_restored)
         .bind(s.resources.disk_mib.map(|v| v as i64))
+        .bind(&s.release_digest)
         .execute(&self.pool)
         .await
         .map_err(map_unique)?;

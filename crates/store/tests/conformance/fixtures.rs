@@ -18,6 +18,7 @@ pub fn sandbox(id: &str) -> Sandbox {
         id: id.into(),
         template: "tiny".into(),
         release: 3,
+        release_digest: Some(format!("sha256:{}", "ab".repeat(32))),
         state: SandboxState::Running,
         state_reason: None,
         runtime: "runc".into(),

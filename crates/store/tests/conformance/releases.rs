@@ -98,6 +98,23 @@ pub async fn release_states_and_listing(store: Arc<dyn Store>) {
         ]
     );
     assert!(store.list_releases("none").await.expect("list").is_empty());
+    let digest = format!("sha256:{}", "0f".repeat(32));
+    store
+        .set_release_digest("tiny", 1, &digest)
+        .await
+        .expect("digest");
+    store
+        .set_release_digest("tiny", 9, &digest)
+        .await
+        .expect("an unknown release is a no-op");
+    let digests: Vec<Option<String>> = store
+        .list_releases("tiny")
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|r| r.digest)
+        .collect();
+    assert_eq!(digests, [None, None, Some(digest)]);
     let mut building: Vec<(String, u32)> = store
         .building_releases()
         .await
