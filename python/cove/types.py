@@ -110,6 +110,8 @@ class Sandbox:
     ttl_s: Optional[int] = None
     last_activity_at: Optional[datetime] = None
     memory_restored: Optional[bool] = None
+    #: Content digest of the release it runs (``sha256:…``); pin it with ``template@digest``.
+    release_digest: Optional[str] = None
 
     @classmethod
     def from_json(cls, data: Dict[str, Any]) -> "Sandbox":
@@ -265,6 +267,8 @@ class Release:
     size_bytes: Optional[int]
     recipe_hash: str
     created_at: datetime
+    #: Content digest of its root filesystem and defaults (``sha256:…``; when ready).
+    digest: Optional[str] = None
 
     @classmethod
     def from_json(cls, data: Dict[str, Any]) -> "Release":
