@@ -105,6 +105,7 @@ impl ControlPlane {
             attachment_expires_at: expires_at,
         };
         self.store().insert_command(&record).await?;
+        crate::metrics::command_created();
         let spawn = SpawnRequest {
             command_id: command_id.clone(),
             program,

@@ -89,3 +89,11 @@ pub(super) async fn delete(
     let op = cp.delete_sandbox(&id, q.deadline_s).await?;
     Ok((StatusCode::ACCEPTED, Json(op)))
 }
+
+/// `GET /v1/sandboxes/{id}/metrics`.
+pub(super) async fn metrics(
+    State(cp): State<ControlPlane>,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse, ServiceError> {
+    Ok(Json(cp.sandbox_metrics(&id).await?))
+}
