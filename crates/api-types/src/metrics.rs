@@ -4,7 +4,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 /// Answer of `GET /v1/sandboxes/{id}/metrics`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SandboxMetrics {
     /// The sandbox.
     pub sandbox_id: String,
@@ -18,7 +18,7 @@ pub struct SandboxMetrics {
 }
 
 /// One reading of a sandbox's usage.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct MetricsSample {
     /// When it was read.
     pub at: DateTime<Utc>,
@@ -33,7 +33,7 @@ pub struct MetricsSample {
 }
 
 /// CPU use of a sandbox.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CpuMetrics {
     /// CPU time used by all its processes since it started, microseconds.
     pub usage_us: u64,
@@ -43,7 +43,7 @@ pub struct CpuMetrics {
 }
 
 /// Memory use of a sandbox.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct MemoryMetrics {
     /// Memory charged to it now (page cache included), bytes.
     pub bytes: u64,
@@ -54,7 +54,7 @@ pub struct MemoryMetrics {
 }
 
 /// Disk use of a sandbox.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct DiskMetrics {
     /// Bytes its writable layer (or own disk) uses (`null`: the runtime cannot tell).
     pub used_bytes: Option<u64>,
@@ -63,7 +63,7 @@ pub struct DiskMetrics {
 }
 
 /// Network traffic of a sandbox (not measured yet; see [`MetricsSample::network`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct NetworkMetrics {
     /// Bytes received since it started.
     pub rx_bytes: u64,

@@ -18,6 +18,7 @@ mod extract;
 mod files;
 mod files_upload;
 mod lifecycle;
+pub mod openapi;
 mod operations;
 mod pty;
 mod render;
@@ -82,6 +83,7 @@ pub fn management_router(cp: ControlPlane) -> Router {
     let router = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(metrics))
+        .route("/v1/openapi.json", get(openapi::openapi_json))
         .merge(v1)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
