@@ -61,7 +61,8 @@ trap cleanup EXIT
   --cache-dir "$COVE_TEST_CACHE_DIR" >"$data_dir/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 1 600); do
-  curl -fsS "$url/healthz" >/dev/null 2>&1 && break
+  python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+    "$url/healthz" >/dev/null 2>&1 && break
   kill -0 "$server_pid" 2>/dev/null || { cat "$data_dir/server.log" >&2; exit 1; }
   sleep 0.1
 done

@@ -34,6 +34,7 @@ pub(super) async fn create(
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ListQuery {
+    /// Only commands in this state (default: all kept).
     state: Option<CommandState>,
 }
 
@@ -73,7 +74,9 @@ pub(super) async fn forget(
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct OutputQuery {
+    /// Wait for the command to end first: `30s`, `500ms`, `2m` or a number of seconds.
     wait: Option<String>,
+    /// Most bytes of output to answer, head and tail kept (default 1 MiB, at most 16 MiB).
     max_bytes: Option<u64>,
 }
 
@@ -98,6 +101,7 @@ pub(super) async fn output(
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct GetQuery {
+    /// Wait for the command to end first: `30s`, `500ms`, `2m` or a number of seconds.
     wait: Option<String>,
 }
 

@@ -20,6 +20,7 @@ use crate::{ControlPlane, ServiceError};
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct EventsQuery {
+    /// Resume after this event seq (default: from the oldest kept; `Last-Event-ID` also works).
     after: Option<u64>,
 }
 

@@ -18,6 +18,7 @@ use crate::{ControlPlane, ServiceError};
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct GetQuery {
+    /// Long-poll: `30s`, `500ms`, `2m` or a number of seconds.
     wait: Option<String>,
 }
 
@@ -45,7 +46,9 @@ pub(super) async fn get_one(
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ListQuery {
+    /// Only the operations of this sandbox.
     sandbox_id: Option<String>,
+    /// How many, newest first (default 50, at most 500).
     limit: Option<u32>,
 }
 
@@ -89,6 +92,7 @@ pub(super) async fn cancel(
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct LogsQuery {
+    /// Resume after this log line seq (default: from the first line).
     after: Option<u64>,
 }
 

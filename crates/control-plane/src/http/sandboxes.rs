@@ -40,7 +40,7 @@ const METADATA_FILTER: &str = "metadata.";
     path = "/v1/sandboxes",
     tag = "sandboxes",
     description = "List sandboxes, newest first, one page at a time. Filter on metadata with `?metadata.KEY=VALUE` (repeatable; all must match).",
-    params(("state" = Option<cove_api_types::SandboxState>, Query, description = "Only this state"), ("template" = Option<String>, Query, description = "Only this template"), ("limit" = Option<u32>, Query, description = "Page size, 1 to 1000 (default 100)"), ("cursor" = Option<String>, Query, description = "`next_cursor` of the page before")),
+    params(("state" = Option<cove_api_types::SandboxState>, Query, description = "Only this state"), ("template" = Option<String>, Query, description = "Only this template"), ("limit" = Option<u32>, Query, description = "Page size, 1 to 500 (default 100)"), ("cursor" = Option<String>, Query, description = "`next_cursor` of the page before")),
     responses((status = 200, body = cove_api_types::SandboxList, description = "One page")),
 )]
 pub(super) async fn list(
@@ -104,6 +104,7 @@ pub(super) async fn get_one(
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct DeleteQuery {
+    /// Seconds the delete may take before it fails with `deadline_exceeded` (default 30 min).
     deadline_s: Option<u64>,
 }
 
