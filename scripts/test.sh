@@ -24,5 +24,7 @@ export COVE_GUEST_AGENT="$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/debug/cove-g
 cargo test --workspace --locked --no-fail-fast -- --test-threads=4
 # The Python SDK's suite against a real `cove server` (its own venv outside the clone).
 scripts/test-python.sh
+# The management API against its OpenAPI document: schemathesis on a live server (loopback).
+scripts/test-openapi.sh
 # E2B compatibility: the real E2B Python and JavaScript SDKs against a real server.
 scripts/test-e2b.sh

@@ -40,7 +40,9 @@ from .types import (
     Output,
     Release,
     Resources,
+    MetricsSample,
     Sandbox,
+    SandboxMetrics,
     Template,
 )
 
@@ -76,7 +78,9 @@ __all__ = [
     "PtySession",
     "Release",
     "Resources",
+    "MetricsSample",
     "Sandbox",
+    "SandboxMetrics",
     "SandboxNotRunning",
     "Template",
     "TransportError",

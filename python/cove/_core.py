@@ -26,6 +26,7 @@ from .types import (
     Operation,
     Resources,
     Sandbox,
+    SandboxMetrics,
     Template,
     from_json_list,
 )
@@ -243,6 +244,12 @@ def create_sandbox(
 def get_sandbox(sandbox: Sandboxish) -> Call:
     data = yield Req("GET", sandbox_path(sandbox))
     return Sandbox.from_json(data)
+
+
+def sandbox_metrics(sandbox: Sandboxish) -> Call:
+    """CPU, memory and disk use of a running or paused sandbox, now and its last minutes."""
+    data = yield Req("GET", sandbox_path(sandbox, "/metrics"))
+    return SandboxMetrics.from_json(data)
 
 
 def list_sandboxes(

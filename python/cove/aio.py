@@ -169,6 +169,7 @@ class AsyncClient:
 
     create_sandbox = _async(_core.create_sandbox)
     get_sandbox = _async(_core.get_sandbox)
+    sandbox_metrics = _async(_core.sandbox_metrics)
     list_sandboxes = _async(_core.list_sandboxes)
     delete_sandbox = _async(_core.delete_sandbox)
     pause = _async(_core.pause)

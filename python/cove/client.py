@@ -157,6 +157,7 @@ class Client:
 
     create_sandbox = _sync(_core.create_sandbox)
     get_sandbox = _sync(_core.get_sandbox)
+    sandbox_metrics = _sync(_core.sandbox_metrics)
     list_sandboxes = _sync(_core.list_sandboxes)
     delete_sandbox = _sync(_core.delete_sandbox)
     pause = _sync(_core.pause)

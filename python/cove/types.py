@@ -26,7 +26,8 @@ def _time(value: Optional[str]) -> Optional[datetime]:
     text = value.replace("Z", "+00:00")
     if "." in text:
         head, _, rest = text.partition(".")
-        digits = "".join(c for c in rest if c.isdigit())
+        # The fraction's digits end where the zone (``+00:00``) begins.
+        digits = rest[: len(rest) - len(rest.lstrip("0123456789"))]
         zone = rest[len(digits):]
         text = f"{head}.{digits[:6]}{zone}"
     return datetime.fromisoformat(text)
@@ -352,3 +353,80 @@ class Capabilities:
 def from_json_list(cls: Type[T], items: List[Dict[str, Any]]) -> List[T]:
     """``[cls.from_json(item) for item in items]``."""
     return [cls.from_json(item) for item in items]  # type: ignore[attr-defined]
+
+
+@dataclass
+class CpuMetrics:
+    """CPU use: ``usage_us`` microseconds used since start; ``rate`` CPUs busy on average since
+    the previous sample (``None`` without one)."""
+
+    usage_us: int
+    rate: Optional[float] = None
+
+
+@dataclass
+class MemoryMetrics:
+    """Memory use in bytes: now, the peak (``None`` if unknown), the limit (``None``: none)."""
+
+    bytes: int
+    peak_bytes: Optional[int] = None
+    limit_bytes: Optional[int] = None
+
+
+@dataclass
+class DiskMetrics:
+    """Disk use in bytes of the writable layer or own disk, and the own disk's size (``None``:
+    no own disk)."""
+
+    used_bytes: Optional[int] = None
+    limit_bytes: Optional[int] = None
+
+
+@dataclass
+class NetworkMetrics:
+    """Network traffic in bytes since start (not measured yet: the server sends ``null``)."""
+
+    rx_bytes: int
+    tx_bytes: int
+
+
+@dataclass
+class MetricsSample:
+    """One reading of a sandbox's usage; ``network`` is ``None`` in this server version."""
+
+    at: datetime
+    cpu: CpuMetrics
+    memory: MemoryMetrics
+    disk: DiskMetrics
+    network: Optional[NetworkMetrics] = None
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "MetricsSample":
+        net = data.get("network")
+        return cls(
+            at=_time(data["at"]),
+            cpu=CpuMetrics(**_known(CpuMetrics, data["cpu"])),
+            memory=MemoryMetrics(**_known(MemoryMetrics, data["memory"])),
+            disk=DiskMetrics(**_known(DiskMetrics, data["disk"])),
+            network=NetworkMetrics(**_known(NetworkMetrics, net)) if net else None,
+        )
+
+
+@dataclass
+class SandboxMetrics:
+    """A sandbox's usage now (``current``) and its samples of the last 10 minutes, oldest
+    first, one every ``interval_s`` seconds."""
+
+    sandbox_id: str
+    current: MetricsSample
+    history: List[MetricsSample]
+    interval_s: int
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "SandboxMetrics":
+        return cls(
+            sandbox_id=data["sandbox_id"],
+            current=MetricsSample.from_json(data["current"]),
+            history=[MetricsSample.from_json(s) for s in data.get("history", [])],
+            interval_s=data["interval_s"],
+        )

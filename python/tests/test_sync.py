@@ -299,3 +299,25 @@ def test_create_without_waiting_then_delete(client):
     assert final.state == "succeeded"
     with pytest.raises(cove.NotFound):
         client.delete_sandbox(created)
+
+
+def test_sandbox_metrics(client):
+    sb = client.create_sandbox("tiny", resources={"memory_mib": 256})
+    try:
+        client.run(sb, "dd if=/dev/zero of=/root/fill bs=1M count=2 2>/dev/null; sync", user="root")
+        m = client.sandbox_metrics(sb)
+        assert isinstance(m, cove.SandboxMetrics)
+        assert m.sandbox_id == sb.id
+        assert m.interval_s == 5
+        assert m.current.memory.limit_bytes == 256 << 20
+        assert 0 < m.current.memory.bytes <= 256 << 20
+        assert m.current.cpu.usage_us > 0
+        assert m.current.disk.used_bytes >= 2 << 20
+        assert m.current.disk.limit_bytes is None
+        assert m.current.network is None
+        assert m.current.at.tzinfo is not None
+    finally:
+        client.delete_sandbox(sb)
+    with pytest.raises(cove.NotFound) as err:
+        client.sandbox_metrics(sb)
+    assert err.value.code == "sandbox_not_found"

@@ -74,3 +74,12 @@ def test_token_from_the_data_dir(tmp_path, monkeypatch):
     assert _core.default_token() == "secret"
     monkeypatch.setenv("COVE_TOKEN", "env-token")
     assert _core.default_token() == "env-token"
+
+
+def test_times_with_fractions_keep_their_zone():
+    from cove.types import _time
+
+    t = _time("2026-01-01T00:00:00.123456789Z")
+    assert t.tzinfo is not None and t.utcoffset().total_seconds() == 0
+    assert t.microsecond == 123456
+    assert _time("2026-01-01T00:00:00Z").tzinfo is not None

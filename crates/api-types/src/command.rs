@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::CommandState;
 
 /// `POST /v1/sandboxes/{id}/commands` body. Exactly one of `argv` and `shell` is required.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateCommandRequest {
     /// Program and arguments, executed directly (argv\[0\] is looked up in PATH).
@@ -55,7 +55,7 @@ pub struct CreateCommandRequest {
 /// Exit status convention: a normal exit sets `exit_code`; death by a signal sets `signal` (e.g.
 /// `"SIGKILL"`) and leaves `exit_code` null. A command that could not be executed exits 127
 /// (not found) or 126 (not executable), as in a shell.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Command {
     /// Id (`cmd-` + 16 lowercase letters/digits).
     pub id: String,
@@ -98,7 +98,7 @@ pub struct Command {
 }
 
 /// A grant to read a command's output and write its stdin on the data plane.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Attachment {
     /// Data-plane URL of the output stream (`GET`, SSE); add `?offset=N` to resume.
     pub url: String,
@@ -109,7 +109,7 @@ pub struct Attachment {
 }
 
 /// `201` answer of `POST /v1/sandboxes/{id}/commands`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CreateCommandResponse {
     /// The started command.
     pub command: Command,
@@ -118,14 +118,14 @@ pub struct CreateCommandResponse {
 }
 
 /// `GET /v1/sandboxes/{id}/commands` answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CommandList {
     /// Commands the sandbox keeps, oldest first.
     pub commands: Vec<Command>,
 }
 
 /// `POST .../commands/{cid}/signal` body.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SignalRequest {
     /// Signal name (`SIGINT`, `INT`) or number (`"2"`). Delivered as-is to the command's process
@@ -135,7 +135,7 @@ pub struct SignalRequest {
 
 /// `POST .../commands/{cid}/kill` body (may be empty): SIGTERM to the process tree, then SIGKILL
 /// after the grace period. Answers with the command once every process is gone.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KillRequest {
     /// Milliseconds between SIGTERM and SIGKILL (default 2000, at most 60000).
@@ -147,7 +147,7 @@ pub struct KillRequest {
 ///
 /// The SSE `id:` of the event is the offset after its last byte, so `Last-Event-ID` or
 /// `?offset=` resumes exactly. Offsets count stdout and stderr bytes together.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OutputEvent {
     /// Offset of the first byte of `data` in the command's combined output.
     pub offset: u64,
@@ -165,7 +165,7 @@ pub type ExitEvent = Command;
 /// Data of a `gap` server-sent event of `GET /v1/attach/{cid}`: bytes `[offset, offset + len)`
 /// of the command's output were dropped (the middle of an output longer than the cap); the
 /// stream continues at `offset + len`, and the event's SSE `id:` is that offset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct GapEvent {
     /// Offset of the first dropped byte.
     pub offset: u64,
@@ -179,7 +179,7 @@ pub struct GapEvent {
 /// When the output is longer than `max_bytes` (default 1 MiB, at most 16 MiB) or its middle was
 /// dropped by the server's cap, the answer keeps its head and its tail (about `max_bytes / 2`
 /// each of the combined output) and `omitted` says which bytes are left out.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CommandOutput {
     /// The command when the answer was made (`exited` unless the wait ran out).
     pub command: Command,
@@ -194,7 +194,7 @@ pub struct CommandOutput {
 }
 
 /// The part of a command's combined output missing from a [`CommandOutput`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OmittedOutput {
     /// Offset of the first byte left out, in the combined output (stdout and stderr together).
     pub offset: u64,
@@ -207,7 +207,7 @@ pub struct OmittedOutput {
 }
 
 /// A terminal size, in character cells.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TerminalSize {
     /// Columns (1-65535).
@@ -218,7 +218,7 @@ pub struct TerminalSize {
 
 /// A JSON text frame on the PTY WebSocket (`GET /v1/attach/{cid}/pty`). Binary frames carry
 /// terminal bytes both ways; text frames carry these messages.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum PtyMessage {
     /// Client → server: resize the terminal (`{"resize":{"cols":120,"rows":40}}`).

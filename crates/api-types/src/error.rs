@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Body of every error response: `{"code": "...", "message": "...", "request_id": "..."}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ErrorBody {
     /// Stable machine-readable code.
     pub code: ErrorCode,
@@ -27,11 +27,33 @@ macro_rules! error_codes {
                 match self { $( ErrorCode::$variant => $wire, )* }
             }
 
+            /// Every code, in declaration order.
+            pub const ALL: &'static [ErrorCode] = &[$( ErrorCode::$variant, )*];
+
             /// The HTTP status this code is returned with.
             pub fn http_status(self) -> u16 {
                 match self { $( ErrorCode::$variant => $status, )* }
             }
         }
+
+        impl utoipa::PartialSchema for ErrorCode {
+            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+                let statuses: Vec<String> = ErrorCode::ALL
+                    .iter()
+                    .map(|c| format!("`{}` {}", c.as_str(), c.http_status()))
+                    .collect();
+                utoipa::openapi::schema::ObjectBuilder::new()
+                    .schema_type(utoipa::openapi::schema::Type::String)
+                    .description(Some(format!(
+                        "Stable error code; each has one HTTP status: {}.",
+                        statuses.join(", ")
+                    )))
+                    .enum_values(Some(ErrorCode::ALL.iter().map(|c| c.as_str())))
+                    .into()
+            }
+        }
+
+        impl utoipa::ToSchema for ErrorCode {}
     };
 }
 

@@ -24,7 +24,7 @@ pub const MAX_UPLOAD_BYTES: u64 = 1 << 30;
 pub const MAX_LIST_DEPTH: u32 = 64;
 
 /// Type of a file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FileType {
     /// Regular file.
@@ -38,7 +38,7 @@ pub enum FileType {
 }
 
 /// Metadata of a file (from `lstat`: a symlink is described, not its target).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FileInfo {
     /// Final path component (lossy UTF-8).
     pub name: String,
@@ -71,7 +71,7 @@ pub struct FileInfo {
 }
 
 /// `GET /v1/sandboxes/{id}/files:list?path=&depth=` answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FileList {
     /// Entries (not including the listed directory itself), in name order, each directory's
     /// contents right after it. Symlinks are listed (broken ones too) and never descended into.
@@ -79,14 +79,14 @@ pub struct FileList {
 }
 
 /// `GET /v1/sandboxes/{id}/files:exists?path=` answer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FileExists {
     /// Whether something (a file, directory, or a symlink, even a broken one) is at the path.
     pub exists: bool,
 }
 
 /// `POST /v1/sandboxes/{id}/files:mkdir` body: `mkdir -p`.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MakeDirRequest {
     /// Directory to create (UTF-8), with its missing parents.
@@ -103,7 +103,7 @@ pub struct MakeDirRequest {
 
 /// `POST /v1/sandboxes/{id}/files:move` body: rename `from` to `to` (same filesystem; an
 /// existing file at `to` is replaced, an existing non-empty directory is `409 already_exists`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MoveRequest {
     /// Source path (UTF-8).
@@ -124,14 +124,14 @@ pub struct MoveRequest {
 }
 
 /// `POST /v1/sandboxes/{id}/files:upload` answer: the written files, in the order of the parts.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct UploadedFiles {
     /// One entry per file part.
     pub files: Vec<FileInfo>,
 }
 
 /// Kind of a change reported by `GET /v1/sandboxes/{id}/files:watch` (also the SSE event name).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FileEventKind {
     /// A path appeared (created, or moved in from outside the watched tree). For a new
@@ -166,7 +166,7 @@ impl FileEventKind {
 }
 
 /// One change below a watched directory: the `data` of an SSE event whose name is `event`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct FileEvent {
     /// What happened.
     pub event: FileEventKind,

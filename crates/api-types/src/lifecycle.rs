@@ -15,7 +15,7 @@ use crate::{EventType, Operation};
 /// anything. A call that is illegal from the current state (a `pause` of a suspended sandbox, ...)
 /// is `409 invalid_state`. Calls on one sandbox run one at a time, in the order they were
 /// acknowledged.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LifecycleRequest {
     /// Deadline of the operation in seconds from now (default 1800, at most 86400). An
@@ -25,14 +25,14 @@ pub struct LifecycleRequest {
 }
 
 /// `GET /v1/operations` answer: the most recent operations first.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OperationList {
     /// Operations, newest first.
     pub operations: Vec<Operation>,
 }
 
 /// One lifecycle event of `GET /v1/events` (SSE event `lifecycle`, its `id` is `seq`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Event {
     /// Position in the stream: increases by at least 1 per event, never reused. Resume with
     /// `?after=SEQ` or the `Last-Event-ID` header.
@@ -52,7 +52,7 @@ pub struct Event {
 }
 
 /// `GET /v1/capabilities`: what this server's runtime can do.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RuntimeCapabilities {
     /// Runtime name (`runc`, `qemu`).
     pub runtime: String,

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::{ErrorCode, OperationKind, OperationState};
 
 /// Why an operation failed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OperationError {
     /// Stable code.
     pub code: ErrorCode,
@@ -16,7 +16,7 @@ pub struct OperationError {
 
 /// An asynchronous lifecycle change. Poll `GET /v1/operations/{id}` (`?wait=30s` long-polls
 /// until it ends or the wait elapses).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Operation {
     /// Id (`op-` + 16 lowercase letters/digits).
     pub id: String,
@@ -43,7 +43,7 @@ pub struct Operation {
 }
 
 /// One event of `GET /v1/operations/{id}/logs` (SSE event `log` or `progress`, then `done`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum OperationLogEvent {
     /// A line of the build log.

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::{Operation, Resources, ResourcesRequest, SandboxState};
 
 /// `POST /v1/sandboxes` body.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateSandboxRequest {
     /// Template name (default `base`).
@@ -44,7 +44,7 @@ pub struct CreateSandboxRequest {
 }
 
 /// A sandbox.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Sandbox {
     /// Id (`sb-` + 16 lowercase letters/digits); also its hostname.
     pub id: String,
@@ -93,7 +93,7 @@ pub struct Sandbox {
 }
 
 /// `202` answer of `POST /v1/sandboxes`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CreateSandboxResponse {
     /// The sandbox (state `creating`).
     pub sandbox: Sandbox,
@@ -102,7 +102,7 @@ pub struct CreateSandboxResponse {
 }
 
 /// `GET /v1/sandboxes` answer. Ordered by creation time, newest first.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SandboxList {
     /// One page of sandboxes.
     pub sandboxes: Vec<Sandbox>,

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::Operation;
 
 /// State of a release.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ReleaseState {
     /// Being built.
@@ -41,7 +41,7 @@ impl ReleaseState {
 }
 
 /// Defaults a template gives its sandboxes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TemplateDefaults {
     /// Default user of commands.
     pub user: String,
@@ -52,7 +52,7 @@ pub struct TemplateDefaults {
 }
 
 /// An immutable, numbered build of a template.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Release {
     /// Template name.
     pub template: String,
@@ -73,7 +73,7 @@ pub struct Release {
 }
 
 /// A template: a named starting environment.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Template {
     /// Name (`base`, `tiny`).
     pub name: String,
@@ -88,14 +88,14 @@ pub struct Template {
 }
 
 /// `GET /v1/templates` answer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct TemplateList {
     /// All templates.
     pub templates: Vec<Template>,
 }
 
 /// `POST /v1/templates/{name}/releases` body (may be empty).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BuildReleaseRequest {
     /// Skip the node's build cache and build from scratch.
@@ -104,7 +104,7 @@ pub struct BuildReleaseRequest {
 }
 
 /// `202` answer of `POST /v1/templates/{name}/releases`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BuildReleaseResponse {
     /// The release being built.
     pub release: Release,

@@ -104,6 +104,8 @@ pub enum Verb {
     Ls(commands::ls::LsArgs),
     /// Show one sandbox.
     Get(commands::get::GetArgs),
+    /// Show a sandbox's CPU, memory and disk use (--json: with its last 10 minutes).
+    Metrics(commands::metrics::MetricsArgs),
     /// Delete sandboxes and wait until they are gone.
     Rm(commands::rm::RmArgs),
     /// Run a command in a sandbox, streaming its output; exits with its exit code. With -d,
@@ -156,6 +158,7 @@ impl Verb {
             Verb::Logs(a) => id(&a.sandbox),
             Verb::Attach(a) => id(&a.sandbox),
             Verb::Kill(a) => id(&a.sandbox),
+            Verb::Metrics(a) => id(&a.id),
             Verb::Cp(a) => a.sandbox_id().map(|s| (s, None)),
             Verb::Files(a) => Some((a.verb.sandbox().to_owned(), None)),
             Verb::Pause(a) => Some((a.id.clone(), Some("pause"))),
@@ -200,6 +203,7 @@ async fn run_verb(client: &Client, verb: Verb) -> anyhow::Result<ExitCode> {
         Verb::Create(args) => commands::create::run(client, args).await?,
         Verb::Ls(args) => commands::ls::run(client, args).await?,
         Verb::Get(args) => commands::get::run(client, args).await?,
+        Verb::Metrics(args) => commands::metrics::run(client, args).await?,
         Verb::Rm(args) => return commands::rm::run(client, args).await,
         Verb::Exec(args) => return commands::exec::run(client, args).await,
         Verb::Run(args) => return commands::run::run(client, args).await,

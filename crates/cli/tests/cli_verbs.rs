@@ -499,3 +499,32 @@ async fn completions_are_printed() {
         r.stdout.len()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_shows_a_sandboxs_use() {
+    let c = client();
+    let req = CreateSandboxRequest {
+        resources: Some(ResourcesRequest {
+            memory_mib: Some(200),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let id = sandbox_with(&c, "tiny", req).await;
+    let r = cove(&["metrics", &id]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.starts_with(&format!("sandbox:  {id}\n")), "{r:?}");
+    assert!(r.stdout.contains(" of 200.0 MiB"), "{r:?}");
+    assert!(r.stdout.contains("network:  not measured\n"), "{r:?}");
+    let r = cove(&["metrics", "--json", &id]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let v: serde_json::Value = serde_json::from_str(&r.stdout).expect("json");
+    assert_eq!(v["current"]["memory"]["limit_bytes"], 200u64 << 20);
+    delete(&c, &id).await;
+    let r = cove(&["metrics", &id]).await;
+    assert_ne!(r.code, 0, "{r:?}");
+    assert!(
+        r.stderr.contains("sandbox_not_found") || r.stderr.contains("not found"),
+        "{r:?}"
+    );
+}

@@ -70,6 +70,13 @@ impl Client {
             .await
     }
 
+    /// `GET /v1/sandboxes/{id}/metrics`: CPU, memory and disk use now and over the last
+    /// minutes.
+    pub async fn sandbox_metrics(&self, id: &str) -> Result<cove_api_types::SandboxMetrics> {
+        self.json(self.request(Method::GET, self.url(&["v1", "sandboxes", id, "metrics"])))
+            .await
+    }
+
     /// `GET /v1/sandboxes`: one page, newest first; follow `next_cursor` for the rest.
     pub async fn list_sandboxes(&self, filter: &ListSandboxes) -> Result<SandboxList> {
         let request = self

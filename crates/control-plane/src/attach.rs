@@ -84,14 +84,18 @@ impl ControlPlane {
                         offset,
                         stream,
                         data,
-                    }) => Ok(OutputEvent::Output {
-                        offset,
-                        source: match stream {
-                            cove_node_api::OutputStream::Stdout => OutputSource::Stdout,
-                            cove_node_api::OutputStream::Stderr => OutputSource::Stderr,
-                        },
-                        data,
-                    }),
+                    }) => {
+                        let (source, name) = match stream {
+                            cove_node_api::OutputStream::Stdout => (OutputSource::Stdout, "stdout"),
+                            cove_node_api::OutputStream::Stderr => (OutputSource::Stderr, "stderr"),
+                        };
+                        crate::metrics::data_plane_bytes(name, data.len());
+                        Ok(OutputEvent::Output {
+                            offset,
+                            source,
+                            data,
+                        })
+                    }
                     Ok(A::Gap { offset, len }) => Ok(OutputEvent::Gap { offset, len }),
                     Ok(A::Exited(info)) => Ok(OutputEvent::Exited(Box::new(
                         crate::commands::to_api(&sid, info),
@@ -111,6 +115,7 @@ impl ControlPlane {
         data: Bytes,
     ) -> Result<(), ServiceError> {
         self.running_sandbox(sandbox_id).await?;
+        crate::metrics::data_plane_bytes("stdin", data.len());
         self.node()
             .stdin_write(sandbox_id, cid, data)
             .await
@@ -157,6 +162,7 @@ impl ControlPlane {
         data: Bytes,
     ) -> Result<(), ServiceError> {
         self.touch(sandbox_id);
+        crate::metrics::data_plane_bytes("stdin", data.len());
         self.node()
             .stdin_write(sandbox_id, cid, data)
             .await

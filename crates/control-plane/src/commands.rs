@@ -171,6 +171,7 @@ impl ControlPlane {
             }
             Err(e) => return Err(e.into()),
         }
+        crate::metrics::command_created();
         let spawn = SpawnRequest {
             command_id: command_id.clone(),
             program,

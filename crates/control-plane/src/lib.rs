@@ -23,9 +23,11 @@ mod events;
 mod files;
 pub mod http;
 mod lifecycle;
+pub mod metrics;
 pub mod operations;
 mod reconcile;
 mod release_pins;
+mod sandbox_metrics;
 mod sandboxes;
 mod templates;
 
@@ -55,11 +57,15 @@ pub struct ControlPlaneConfig {
     /// The time of day activity is recorded with and idle, TTL and retention are decided by
     /// (default: [`SystemClock`]).
     pub clock: Arc<dyn Clock>,
+    /// Renders the installed metrics recorder for `GET /metrics` (default: none, the route
+    /// answers `404 not_found`).
+    pub metrics: Option<metrics::MetricsRender>,
 }
 
 impl ControlPlaneConfig {
     /// Defaults for everything but the data-plane URL: 1 h attachment tokens, `runc`, the
-    /// controller every 5 s, reconciliation every 30 s, 7 days of retention, the system clock.
+    /// controller every 5 s, reconciliation every 30 s, 7 days of retention, the system clock,
+    /// no metrics.
     pub fn new(data_plane_url: impl Into<String>) -> Self {
         ControlPlaneConfig {
             data_plane_url: data_plane_url.into(),
@@ -69,6 +75,7 @@ impl ControlPlaneConfig {
             reconcile_interval: Duration::from_secs(30),
             retention: operations::DEFAULT_RETENTION,
             clock: Arc::new(SystemClock),
+            metrics: None,
         }
     }
 }

@@ -180,6 +180,8 @@ impl Operations {
             .insert(id.clone(), (op.kind, token.clone()));
         let work = work(token.clone());
         let deadline = op.deadline;
+        let kind = op.kind;
+        let began = std::time::Instant::now();
         let span = tracing::info_span!("operation", op_id = %id, kind = op.kind.as_str(),
             sandbox_id = op.sandbox_id.as_deref().unwrap_or(""));
         tokio::spawn(
@@ -236,6 +238,9 @@ impl Operations {
                         (OperationState::Failed, Some(err))
                     }
                 };
+                // Counted before the state is visible, so a client that saw it finish sees
+                // it counted too.
+                crate::metrics::operation_finished(kind, state, began.elapsed());
                 this.set_state(&id, state, err).await;
                 this.lock_running().remove(&id);
             }
@@ -275,6 +280,11 @@ impl Operations {
                     code: ErrorCode::Cancelled,
                     message: "cancelled by request".into(),
                 };
+                crate::metrics::operation_finished(
+                    op.kind,
+                    OperationState::Cancelled,
+                    Duration::ZERO,
+                );
                 self.set_state(id, OperationState::Cancelled, Some(err))
                     .await;
                 self.get(id).await

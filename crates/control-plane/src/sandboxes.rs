@@ -150,9 +150,11 @@ impl ControlPlane {
             resources,
         };
         let op_id = op.id.clone();
+        let accepted = std::time::Instant::now();
         self.operations()
             .run_cancellable(&op, move |cancel| async move {
-                this.start_sandbox(launch, ticket, &op_id, cancel).await
+                this.start_sandbox(launch, ticket, &op_id, cancel, accepted)
+                    .await
             });
         Ok(CreateSandboxResponse {
             sandbox,
@@ -161,13 +163,15 @@ impl ControlPlane {
     }
 
     /// Starts a created sandbox when its turn comes. A create cancelled before it finished
-    /// leaves nothing behind: the sandbox ends `deleted`.
+    /// leaves nothing behind: the sandbox ends `deleted`. `accepted` is when the create was
+    /// accepted (for the create-to-running histogram).
     async fn start_sandbox(
         &self,
         launch: SandboxLaunch,
         ticket: crate::lifecycle::Ticket,
         op_id: &str,
         cancel: CancellationToken,
+        accepted: std::time::Instant,
     ) -> Result<(), ServiceError> {
         let id = launch.id.clone();
         let _turn = match ticket.wait(&cancel).await {
@@ -199,7 +203,9 @@ impl ControlPlane {
                         Some(op_id),
                     )
                     .await?;
-                if !moved {
+                if moved {
+                    crate::metrics::create_to_running(accepted.elapsed());
+                } else {
                     // Deleted while starting: the delete operation (queued behind) removes it.
                     info!(sandbox_id = %id, "sandbox started after it was deleted");
                 }

@@ -8,6 +8,7 @@ use crate::InvalidInput;
 /// Resources of a sandbox. Defaults: 1 vCPU, 512 MiB memory, 1024 processes, no disk of its
 /// own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Resources {
     /// CPU limit in vCPUs (1–16).
     pub vcpus: u32,
@@ -36,6 +37,7 @@ impl Default for Resources {
 
 /// Optional resource overrides in a create request; unset fields take the defaults.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ResourcesRequest {
     /// vCPUs (1–16).

@@ -54,6 +54,19 @@ macro_rules! wire_enum {
             }
         }
 
+        #[cfg(feature = "openapi")]
+        impl ::utoipa::PartialSchema for $name {
+            fn schema() -> ::utoipa::openapi::RefOr<::utoipa::openapi::schema::Schema> {
+                ::utoipa::openapi::schema::ObjectBuilder::new()
+                    .schema_type(::utoipa::openapi::schema::Type::String)
+                    .enum_values(Some($name::WIRE.iter().copied()))
+                    .into()
+            }
+        }
+
+        #[cfg(feature = "openapi")]
+        impl ::utoipa::ToSchema for $name {}
+
         impl<'de> ::serde::Deserialize<'de> for $name {
             fn deserialize<D: ::serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
                 let s = <::std::borrow::Cow<'de, str> as ::serde::Deserialize>::deserialize(d)?;

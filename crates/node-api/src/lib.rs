@@ -18,11 +18,13 @@ use serde::{Deserialize, Serialize};
 mod commands;
 mod files;
 mod lifecycle;
+mod metrics;
 mod releases;
 
 pub use commands::NodeCommands;
 pub use files::NodeFiles;
 pub use lifecycle::{NodeCapabilities, NodeLifecycle, SuspendInfo, WakeInfo};
+pub use metrics::{MetricsSample, NodeCapacity, NodeMetrics, SandboxMetrics, HISTORY_SAMPLES};
 pub use releases::NodeReleases;
 
 pub mod types;
@@ -200,6 +202,6 @@ pub type ByteStream = BoxStream<'static, Result<Bytes, io::Error>>;
 /// The node agent as the control plane sees it: every part of the contract. Every method is
 /// safe to call concurrently; lifecycle calls for one sandbox are serialised by the caller (one
 /// operation at a time).
-pub trait NodeApi: NodeReleases + NodeLifecycle + NodeCommands + NodeFiles {}
+pub trait NodeApi: NodeReleases + NodeLifecycle + NodeCommands + NodeFiles + NodeMetrics {}
 
-impl<T: NodeReleases + NodeLifecycle + NodeCommands + NodeFiles> NodeApi for T {}
+impl<T: NodeReleases + NodeLifecycle + NodeCommands + NodeFiles + NodeMetrics> NodeApi for T {}

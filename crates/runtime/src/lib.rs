@@ -260,4 +260,17 @@ pub trait Runtime: Send + Sync + 'static {
     /// Host paths of the cgroup directories of a running sandbox, per controller (for OOM
     /// accounting and stats): `(controller, path)`.
     async fn cgroup_paths(&self, id: &str) -> Result<Vec<(String, PathBuf)>, RuntimeError>;
+
+    /// How much of its disk the sandbox in `dir` uses: its own disk's filesystem when it has
+    /// one, else the bytes allocated to its writable layer. Works whether or not it runs.
+    async fn disk_usage(&self, id: &str, dir: &std::path::Path) -> Result<DiskUsage, RuntimeError>;
+}
+
+/// Disk use of one sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiskUsage {
+    /// Bytes used (allocated blocks of its writable layer, or used blocks of its own disk).
+    pub used_bytes: u64,
+    /// Size of its own disk, bytes (`None`: it has none and shares the node's disk).
+    pub limit_bytes: Option<u64>,
 }

@@ -20,6 +20,8 @@ use cove_store::{SqliteStore, Store};
 use tokio::net::TcpListener;
 use tracing::info;
 
+pub mod metrics;
+
 /// Default management API address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7700";
 /// Default data-plane address.
@@ -237,7 +239,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         .unwrap_or_else(|| data_dir.join("cache"));
     let runtime = make_runtime(&cfg, &data_dir, &cache_dir)?;
     let runtime_name = runtime.kind().as_str();
-    let node = NodeAgent::new(
+    let node = Arc::new(NodeAgent::new(
         NodeConfig {
             data_dir: data_dir.clone(),
             guest_agent,
@@ -247,7 +249,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
             command_output: cfg.command_output,
         },
         runtime,
-    );
+    ));
 
     let api_listener = TcpListener::bind(cfg.listen)
         .await
@@ -278,7 +280,8 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         .unwrap_or(cp_cfg.controller_interval);
     cp_cfg.reconcile_interval = life.reconcile_interval.unwrap_or(cp_cfg.reconcile_interval);
     cp_cfg.retention = life.retention.unwrap_or(cp_cfg.retention);
-    let cp = ControlPlane::new(store, Arc::new(node), cp_cfg);
+    cp_cfg.metrics = metrics::recorder();
+    let cp = ControlPlane::new(store, node.clone(), cp_cfg);
     let new_admin_token = cp.bootstrap_admin_token().await?;
     if let Some(token) = &new_admin_token {
         write_token_file(&data_dir, token)?;
@@ -289,6 +292,14 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
 
     let (shutdown, rx) = tokio::sync::watch::channel(false);
     let mut tasks = Vec::new();
+    let mut stop = rx.clone();
+    tasks.push(tokio::spawn(async move {
+        node.sample_metrics(async move {
+            let _ = stop.wait_for(|stop| *stop).await;
+        })
+        .await;
+        Ok(())
+    }));
     let mut listeners = vec![
         (api_listener, http::management_router(cp.clone())),
         (dp_listener, http::data_plane_router(cp.clone())),

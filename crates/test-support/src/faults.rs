@@ -77,6 +77,10 @@ pub enum Call {
     Rename,
     /// `NodeFiles::watch`.
     Watch,
+    /// `NodeMetrics::capacity`.
+    Capacity,
+    /// `NodeMetrics::sandbox_metrics`.
+    SandboxMetrics,
 }
 
 /// What an injected fault does.

@@ -20,10 +20,14 @@ mod commands;
 mod faults;
 mod files;
 mod lifecycle;
+mod metrics;
 
 pub use commands::{End, Script};
 pub use faults::{Action, Call, CallRecord, Fault, Stage};
 pub use lifecycle::fake_digest;
+pub use metrics::{
+    FAKE_CPUS, FAKE_MEMORY_AVAILABLE_BYTES, FAKE_MEMORY_BYTES, FAKE_SANDBOX_MEMORY_BYTES,
+};
 
 use commands::FakeCommand;
 use files::Tree;

@@ -11,7 +11,8 @@ use crate::error::from_node;
 use crate::{ControlPlane, ServiceError};
 
 /// Query naming one path: `files:stat`, `files:exists`, `DELETE files`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct PathQuery {
     /// The path (UTF-8).
@@ -23,7 +24,8 @@ pub struct PathQuery {
 }
 
 /// Query of `files:list`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ListQuery {
     /// Directory to list (UTF-8); a symlink to a directory is followed.

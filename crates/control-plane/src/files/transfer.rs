@@ -14,7 +14,8 @@ use crate::error::from_node;
 use crate::{ControlPlane, ServiceError};
 
 /// Query of `PUT /v1/sandboxes/{id}/files`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct WriteFileQuery {
     /// Destination path (UTF-8); relative paths are under the user's home.
@@ -29,7 +30,8 @@ pub struct WriteFileQuery {
 }
 
 /// Query of `GET /v1/sandboxes/{id}/files`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct ReadFileQuery {
     /// Path to read (UTF-8); symlinks are followed inside the sandbox.

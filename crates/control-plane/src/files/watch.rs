@@ -12,7 +12,8 @@ use crate::error::from_node;
 use crate::{ControlPlane, ServiceError};
 
 /// Query of `files:watch`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct WatchQuery {
     /// Directory to watch (UTF-8); a symlink to a directory is followed.

@@ -16,12 +16,22 @@ use super::operations::async_stream;
 use crate::events::EVENTS_PAGE;
 use crate::{ControlPlane, ServiceError};
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct EventsQuery {
+    /// Resume after this event seq (default: from the oldest kept; `Last-Event-ID` also works).
     after: Option<u64>,
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/events",
+    tag = "events",
+    description = "Server-sent events `lifecycle` (with `id` = seq; data: one `Event` as JSON) from `?after=` or `Last-Event-ID`, then live.",
+    params(EventsQuery, ("Last-Event-ID" = Option<String>, Header, description = "Resume after this seq")),
+    responses((status = 200, body = cove_api_types::Event, content_type = "text/event-stream", description = "An event stream (`text/event-stream`)")),
+)]
 pub(super) async fn stream(
     State(cp): State<ControlPlane>,
     headers: HeaderMap,

@@ -56,7 +56,16 @@ pub(super) fn routes() -> Router<ControlPlane> {
         .route("/v1/sandboxes/{id}/files:watch", get(watch))
 }
 
-async fn write(
+#[utoipa::path(
+    put,
+    path = "/v1/sandboxes/{id}/files",
+    tag = "files",
+    description = "Write a file from the request body (streamed), atomically.",
+    params(("id" = String, Path, description = "Sandbox id"), WriteFileQuery),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    responses((status = 200, body = cove_api_types::FileInfo, description = "The written file")),
+)]
+pub(super) async fn write(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
     headers: HeaderMap,
@@ -74,7 +83,15 @@ async fn write(
     Ok(Json(cp.write_file(&id, q, declared, stream).await?))
 }
 
-async fn read(
+#[utoipa::path(
+    get,
+    path = "/v1/sandboxes/{id}/files",
+    tag = "files",
+    description = "Read a file's bytes (streamed).",
+    params(("id" = String, Path, description = "Sandbox id"), ReadFileQuery),
+    responses((status = 200, body = Vec<u8>, content_type = "application/octet-stream", description = "The bytes")),
+)]
+pub(super) async fn read(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<ReadFileQuery>,
@@ -118,7 +135,15 @@ async fn read(
     Ok(resp)
 }
 
-async fn remove(
+#[utoipa::path(
+    delete,
+    path = "/v1/sandboxes/{id}/files",
+    tag = "files",
+    description = "Remove a file or directory (a symlink loses the link only).",
+    params(("id" = String, Path, description = "Sandbox id"), PathQuery),
+    responses((status = 204, description = "Removed")),
+)]
+pub(super) async fn remove(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
@@ -127,7 +152,15 @@ async fn remove(
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn list(
+#[utoipa::path(
+    get,
+    path = "/v1/sandboxes/{id}/files:list",
+    tag = "files",
+    description = "List a directory.",
+    params(("id" = String, Path, description = "Sandbox id"), ListQuery),
+    responses((status = 200, body = cove_api_types::FileList, description = "The entries")),
+)]
+pub(super) async fn list(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<ListQuery>,
@@ -135,7 +168,15 @@ async fn list(
     Ok(Json(cp.list_files(&id, q).await?))
 }
 
-async fn stat(
+#[utoipa::path(
+    get,
+    path = "/v1/sandboxes/{id}/files:stat",
+    tag = "files",
+    description = "Describe a path (`lstat`).",
+    params(("id" = String, Path, description = "Sandbox id"), PathQuery),
+    responses((status = 200, body = cove_api_types::FileInfo, description = "The path")),
+)]
+pub(super) async fn stat(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
@@ -143,7 +184,15 @@ async fn stat(
     Ok(Json(cp.stat_file(&id, q).await?))
 }
 
-async fn exists(
+#[utoipa::path(
+    get,
+    path = "/v1/sandboxes/{id}/files:exists",
+    tag = "files",
+    description = "Whether anything is at a path.",
+    params(("id" = String, Path, description = "Sandbox id"), PathQuery),
+    responses((status = 200, body = cove_api_types::FileExists, description = "Whether it exists")),
+)]
+pub(super) async fn exists(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
@@ -151,7 +200,16 @@ async fn exists(
     Ok(Json(cp.file_exists(&id, q).await?))
 }
 
-async fn mkdir(
+#[utoipa::path(
+    post,
+    path = "/v1/sandboxes/{id}/files:mkdir",
+    tag = "files",
+    description = "Make a directory and its parents.",
+    params(("id" = String, Path, description = "Sandbox id")),
+    request_body = cove_api_types::MakeDirRequest,
+    responses((status = 200, body = cove_api_types::FileInfo, description = "The directory")),
+)]
+pub(super) async fn mkdir(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
     ApiJson(req): ApiJson<MakeDirRequest>,
@@ -159,7 +217,16 @@ async fn mkdir(
     Ok((StatusCode::CREATED, Json(cp.make_dir(&id, req).await?)))
 }
 
-async fn mv(
+#[utoipa::path(
+    post,
+    path = "/v1/sandboxes/{id}/files:move",
+    tag = "files",
+    description = "Move or rename a file or directory.",
+    params(("id" = String, Path, description = "Sandbox id")),
+    request_body = cove_api_types::MoveRequest,
+    responses((status = 200, body = cove_api_types::FileInfo, description = "The destination")),
+)]
+pub(super) async fn mv(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
     ApiJson(req): ApiJson<MoveRequest>,
@@ -167,7 +234,15 @@ async fn mv(
     Ok(Json(cp.move_file(&id, req).await?))
 }
 
-async fn watch(
+#[utoipa::path(
+    get,
+    path = "/v1/sandboxes/{id}/files:watch",
+    tag = "files",
+    description = "Server-sent events, one per change below a directory: the event name is the kind (`create`, `write`, `remove`, `rename`, `chmod`), the data one `FileEvent` as JSON; `error` with an `ErrorBody` ends it.",
+    params(("id" = String, Path, description = "Sandbox id"), WatchQuery),
+    responses((status = 200, body = cove_api_types::FileEvent, content_type = "text/event-stream", description = "An event stream (`text/event-stream`)")),
+)]
+pub(super) async fn watch(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<WatchQuery>,

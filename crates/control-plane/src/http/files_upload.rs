@@ -35,13 +35,23 @@ const MAX_TEXT_PART: usize = 8 * 1024;
 const PART_QUEUE: usize = 4;
 
 /// Query of `files:upload`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct UploadQuery {
     /// Owner of every written file and created directory (default: the sandbox's user).
     user: Option<String>,
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/sandboxes/{id}/files:upload",
+    tag = "files",
+    description = "Write several files from one multipart/form-data body: for each file, optional `path`/`path_b64`/`mode` text parts, then its `file` part.",
+    params(("id" = String, Path, description = "Sandbox id"), UploadQuery),
+    request_body(content = Vec<u8>, content_type = "multipart/form-data"),
+    responses((status = 200, body = cove_api_types::UploadedFiles, description = "The written files")),
+)]
 pub(super) async fn upload(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,

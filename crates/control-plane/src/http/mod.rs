@@ -18,6 +18,7 @@ mod extract;
 mod files;
 mod files_upload;
 mod lifecycle;
+pub mod openapi;
 mod operations;
 mod pty;
 mod render;
@@ -42,6 +43,7 @@ pub fn management_router(cp: ControlPlane) -> Router {
             "/v1/sandboxes/{id}",
             get(sandboxes::get_one).delete(sandboxes::delete),
         )
+        .route("/v1/sandboxes/{id}/metrics", get(sandboxes::metrics))
         .route(
             "/v1/sandboxes/{id}/commands",
             post(commands::create).get(commands::list),
@@ -80,6 +82,8 @@ pub fn management_router(cp: ControlPlane) -> Router {
         .route_layer(middleware::from_fn_with_state(cp.clone(), require_token));
     let router = Router::new()
         .route("/healthz", get(|| async { "ok" }))
+        .route("/metrics", get(metrics))
+        .route("/v1/openapi.json", get(openapi::openapi_json))
         .merge(v1)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -102,6 +106,26 @@ pub fn data_plane_router(cp: ControlPlane) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(cp);
     context::layers(router)
+}
+
+/// `GET /metrics`: the Prometheus text format, without authentication (like `/healthz`).
+async fn metrics(State(cp): State<ControlPlane>) -> Response {
+    match cp.render_metrics().await {
+        Ok(Some(text)) => (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Ok(None) => render::error_response(
+            StatusCode::NOT_FOUND,
+            cove_api_types::ErrorCode::NotFound,
+            "metrics are not enabled on this server",
+        ),
+        Err(e) => e.into_response(),
+    }
 }
 
 async fn not_found() -> Response {

@@ -14,12 +14,22 @@ use serde::Deserialize;
 use super::extract::{parse_wait, ApiQuery};
 use crate::{ControlPlane, ServiceError};
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct GetQuery {
+    /// Long-poll: `30s`, `500ms`, `2m` or a number of seconds.
     wait: Option<String>,
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/operations/{id}",
+    tag = "operations",
+    description = "Get an operation (`?wait=30s`: long-poll until it ends).",
+    params(("id" = String, Path, description = "Operation id"), GetQuery),
+    responses((status = 200, body = cove_api_types::Operation, description = "The operation")),
+)]
 pub(super) async fn get_one(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
@@ -32,14 +42,25 @@ pub(super) async fn get_one(
     Ok(Json(op))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ListQuery {
+    /// Only the operations of this sandbox.
     sandbox_id: Option<String>,
+    /// How many, newest first (default 50, at most 500).
     limit: Option<u32>,
 }
 
 /// `GET /v1/operations?sandbox_id=&limit=`: recent operations, newest first.
+#[utoipa::path(
+    get,
+    path = "/v1/operations",
+    tag = "operations",
+    description = "Recent operations, newest first.",
+    params(ListQuery),
+    responses((status = 200, body = cove_api_types::OperationList, description = "The operations")),
+)]
 pub(super) async fn list(
     State(cp): State<ControlPlane>,
     ApiQuery(q): ApiQuery<ListQuery>,
@@ -52,6 +73,14 @@ pub(super) async fn list(
 }
 
 /// `POST /v1/operations/{id}/cancel`: the operation once it ended (or as it is after 10 s).
+#[utoipa::path(
+    post,
+    path = "/v1/operations/{id}/cancel",
+    tag = "operations",
+    description = "Cancel an operation; answers once it ended (or as it is after 10 s).",
+    params(("id" = String, Path, description = "Operation id")),
+    responses((status = 200, body = cove_api_types::Operation, description = "The operation")),
+)]
 pub(super) async fn cancel(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
@@ -59,12 +88,22 @@ pub(super) async fn cancel(
     Ok(Json(cp.operations().cancel(&id).await?))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct LogsQuery {
+    /// Resume after this log line seq (default: from the first line).
     after: Option<u64>,
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/operations/{id}/logs",
+    tag = "operations",
+    description = "Server-sent events of an operation's log: `log` (with `id` = seq), `progress`, then `done` with the final operation. Each event's data is one `OperationLogEvent` as JSON.",
+    params(("id" = String, Path, description = "Operation id"), LogsQuery),
+    responses((status = 200, body = cove_api_types::OperationLogEvent, content_type = "text/event-stream", description = "An event stream (`text/event-stream`)")),
+)]
 pub(super) async fn logs(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,

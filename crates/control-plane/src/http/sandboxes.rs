@@ -11,6 +11,15 @@ use serde::Deserialize;
 use super::extract::{idempotency_key, ApiJson, ApiQuery};
 use crate::{ControlPlane, ServiceError};
 
+#[utoipa::path(
+    post,
+    path = "/v1/sandboxes",
+    tag = "sandboxes",
+    description = "Create a sandbox; it starts in the background (poll the operation).",
+    params(("Idempotency-Key" = Option<String>, Header, description = "Same key and body: the same operation; same key, other body: 409 idempotency_mismatch")),
+    request_body = cove_api_types::CreateSandboxRequest,
+    responses((status = 202, body = cove_api_types::CreateSandboxResponse, description = "The sandbox (`creating`) and its create operation")),
+)]
 pub(super) async fn create(
     State(cp): State<ControlPlane>,
     headers: HeaderMap,
@@ -26,6 +35,14 @@ const METADATA_FILTER: &str = "metadata.";
 
 /// `GET /v1/sandboxes?state=&template=&metadata.KEY=VALUE&limit=&cursor=`. The query is read
 /// as pairs because metadata keys are the caller's; any other key is `invalid_argument`.
+#[utoipa::path(
+    get,
+    path = "/v1/sandboxes",
+    tag = "sandboxes",
+    description = "List sandboxes, newest first, one page at a time. Filter on metadata with `?metadata.KEY=VALUE` (repeatable; all must match).",
+    params(("state" = Option<cove_api_types::SandboxState>, Query, description = "Only this state"), ("template" = Option<String>, Query, description = "Only this template"), ("limit" = Option<u32>, Query, description = "Page size, 1 to 500 (default 100)"), ("cursor" = Option<String>, Query, description = "`next_cursor` of the page before")),
+    responses((status = 200, body = cove_api_types::SandboxList, description = "One page")),
+)]
 pub(super) async fn list(
     State(cp): State<ControlPlane>,
     ApiQuery(pairs): ApiQuery<Vec<(String, String)>>,
@@ -66,6 +83,14 @@ pub(super) async fn list(
     ))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/sandboxes/{id}",
+    tag = "sandboxes",
+    description = "Get a sandbox.",
+    params(("id" = String, Path, description = "Sandbox id")),
+    responses((status = 200, body = cove_api_types::Sandbox, description = "The sandbox")),
+)]
 pub(super) async fn get_one(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
@@ -75,12 +100,22 @@ pub(super) async fn get_one(
     Ok(Json(sandbox))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct DeleteQuery {
+    /// Seconds the delete may take before it fails with `deadline_exceeded` (default 30 min).
     deadline_s: Option<u64>,
 }
 
+#[utoipa::path(
+    delete,
+    path = "/v1/sandboxes/{id}",
+    tag = "sandboxes",
+    description = "Delete a sandbox and everything it had (an operation).",
+    params(("id" = String, Path, description = "Sandbox id"), DeleteQuery),
+    responses((status = 202, body = cove_api_types::Operation, description = "The delete operation")),
+)]
 pub(super) async fn delete(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
@@ -88,4 +123,20 @@ pub(super) async fn delete(
 ) -> Result<impl IntoResponse, ServiceError> {
     let op = cp.delete_sandbox(&id, q.deadline_s).await?;
     Ok((StatusCode::ACCEPTED, Json(op)))
+}
+
+/// `GET /v1/sandboxes/{id}/metrics`.
+#[utoipa::path(
+    get,
+    path = "/v1/sandboxes/{id}/metrics",
+    tag = "sandboxes",
+    description = "CPU, memory and disk use of a running or paused sandbox, now and over the last 10 minutes.",
+    params(("id" = String, Path, description = "Sandbox id")),
+    responses((status = 200, body = cove_api_types::SandboxMetrics, description = "Its usage")),
+)]
+pub(super) async fn metrics(
+    State(cp): State<ControlPlane>,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse, ServiceError> {
+    Ok(Json(cp.sandbox_metrics(&id).await?))
 }

@@ -14,6 +14,7 @@ mod files;
 mod harness;
 mod idempotency;
 mod lifecycle;
+mod metrics;
 mod ordering;
 mod reconcile;
 mod release_pins;

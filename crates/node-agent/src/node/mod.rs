@@ -48,6 +48,8 @@ pub struct NodeAgent {
     cfg: NodeConfig,
     runtime: Arc<dyn Runtime>,
     guests: Mutex<HashMap<String, GuestClient>>,
+    /// Recent usage samples per sandbox (`metrics.rs`).
+    history: Mutex<metrics::History>,
 }
 
 impl NodeAgent {
@@ -57,6 +59,7 @@ impl NodeAgent {
             cfg,
             runtime,
             guests: Mutex::new(HashMap::new()),
+            history: Mutex::new(HashMap::new()),
         }
     }
 
@@ -124,4 +127,5 @@ mod commands;
 mod convert;
 mod files;
 mod lifecycle;
+mod metrics;
 mod releases;

@@ -122,3 +122,48 @@ pub fn ensure_overlay(
     )?;
     Ok(())
 }
+
+/// Disk use of a sandbox's overlay: the host blocks allocated to `overlay` (what the sandbox
+/// wrote) against its virtual size (read from the qcow2 header).
+pub(crate) fn overlay_usage(overlay: &Path) -> Result<crate::DiskUsage, RuntimeError> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let io = |what: &str| {
+        let context = format!("{what} {}", overlay.display());
+        move |source| RuntimeError::Io { context, source }
+    };
+    let meta = std::fs::metadata(overlay).map_err(io("stat"))?;
+    let mut header = [0u8; 32];
+    std::fs::File::open(overlay)
+        .and_then(|mut f| f.read_exact(&mut header))
+        .map_err(io("read the header of"))?;
+    Ok(crate::DiskUsage {
+        used_bytes: meta.blocks().saturating_mul(512),
+        limit_bytes: qcow2_virtual_size(&header),
+    })
+}
+
+/// The virtual size of a qcow2 image from its first 32 header bytes (`QFI\xfb`, then the
+/// size as a big-endian u64 at offset 24); `None` when it is not a qcow2 header.
+fn qcow2_virtual_size(header: &[u8; 32]) -> Option<u64> {
+    if header[..4] != *b"QFI\xfb" {
+        return None;
+    }
+    let mut size = [0u8; 8];
+    size.copy_from_slice(&header[24..32]);
+    Some(u64::from_be_bytes(size))
+}
+
+#[cfg(test)]
+mod usage_tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_qcow2_virtual_size() {
+        let mut h = [0u8; 32];
+        h[..4].copy_from_slice(b"QFI\xfb");
+        h[24..32].copy_from_slice(&(5u64 << 30).to_be_bytes());
+        assert_eq!(qcow2_virtual_size(&h), Some(5 << 30));
+        assert_eq!(qcow2_virtual_size(&[0u8; 32]), None);
+    }
+}

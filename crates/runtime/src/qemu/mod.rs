@@ -516,4 +516,10 @@ impl Runtime for QemuRuntime {
         }
         Ok(Cgroups::find(id).dirs)
     }
+    async fn disk_usage(&self, _id: &str, dir: &Path) -> Result<crate::DiskUsage, RuntimeError> {
+        let overlay = dir.join("upper").join(DISK);
+        tokio::task::spawn_blocking(move || disk::overlay_usage(&overlay))
+            .await
+            .map_err(join_error)?
+    }
 }

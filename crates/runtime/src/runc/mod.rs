@@ -206,6 +206,12 @@ impl Runtime for RuncRuntime {
             .await
             .map_err(join_error)?
     }
+    async fn disk_usage(&self, _id: &str, dir: &Path) -> Result<crate::DiskUsage, RuntimeError> {
+        let layout = layout::Layout::new(dir);
+        tokio::task::spawn_blocking(move || disk::usage(&layout))
+            .await
+            .map_err(join_error)?
+    }
 }
 
 /// A panicked or cancelled `spawn_blocking` task as an I/O error.

@@ -1,0 +1,118 @@
+//! Prometheus series of the control plane: recorded through the `metrics` facade where things
+//! happen (operations, commands, data-plane bytes) and rendered by whatever recorder the
+//! server installed (`GET /metrics`). Gauges of sandboxes and node capacity are refreshed at
+//! each scrape. Without an installed recorder, recording is a no-op.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cove_api_types::{OperationKind, OperationState, SandboxState};
+use tracing::warn;
+
+use crate::{ControlPlane, ServiceError};
+
+/// Sandboxes per state, set at scrape time (gauge, label `state`; `deleted` is not counted).
+pub const SANDBOXES: &str = "cove_sandboxes";
+/// Finished operations (counter, labels `kind`, `result` = succeeded/failed/cancelled).
+pub const OPERATIONS_TOTAL: &str = "cove_operations_total";
+/// Run time of finished operations in seconds (histogram, label `kind`).
+pub const OPERATION_DURATION: &str = "cove_operation_duration_seconds";
+/// Seconds from an accepted create to the sandbox running (histogram).
+pub const CREATE_TO_RUNNING: &str = "cove_sandbox_create_to_running_seconds";
+/// Commands started (counter).
+pub const COMMANDS_TOTAL: &str = "cove_commands_total";
+/// Bytes through the data plane (counter, label `stream`: `stdout` and `stderr` sent to
+/// clients reading a command's output, `stdin` received for a command).
+pub const DATA_PLANE_BYTES: &str = "cove_data_plane_bytes_total";
+/// CPUs the node offers (gauge).
+pub const NODE_CPUS: &str = "cove_node_cpus";
+/// Memory of the node, bytes (gauge).
+pub const NODE_MEMORY: &str = "cove_node_memory_bytes";
+/// Memory available on the node now, bytes (gauge).
+pub const NODE_MEMORY_AVAILABLE: &str = "cove_node_memory_available_bytes";
+/// Sandboxes the node holds (running or paused, as the node counts them; gauge).
+pub const NODE_SANDBOXES: &str = "cove_node_sandboxes";
+/// vCPUs allotted to running and paused sandboxes (gauge; compare with [`NODE_CPUS`]).
+pub const ALLOTTED_VCPUS: &str = "cove_sandboxes_allotted_vcpus";
+/// Memory limits of running and paused sandboxes summed, bytes (gauge; compare with
+/// [`NODE_MEMORY`]).
+pub const ALLOTTED_MEMORY: &str = "cove_sandboxes_allotted_memory_bytes";
+
+/// Renders the installed recorder's series in the Prometheus text format; set by the
+/// composition root in [`crate::ControlPlaneConfig::metrics`].
+#[derive(Clone)]
+pub struct MetricsRender(pub Arc<dyn Fn() -> String + Send + Sync>);
+
+impl std::fmt::Debug for MetricsRender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("MetricsRender")
+    }
+}
+
+/// Counts a finished operation and its run time.
+pub(crate) fn operation_finished(kind: OperationKind, state: OperationState, took: Duration) {
+    metrics::counter!(OPERATIONS_TOTAL, "kind" => kind.as_str(), "result" => state.as_str())
+        .increment(1);
+    metrics::histogram!(OPERATION_DURATION, "kind" => kind.as_str()).record(took.as_secs_f64());
+}
+
+/// Records the time from an accepted create to a running sandbox.
+pub(crate) fn create_to_running(took: Duration) {
+    metrics::histogram!(CREATE_TO_RUNNING).record(took.as_secs_f64());
+}
+
+/// Counts a started command.
+pub(crate) fn command_created() {
+    metrics::counter!(COMMANDS_TOTAL).increment(1);
+}
+
+/// Counts `bytes` of `stream` (`stdout`, `stderr` or `stdin`) through the data plane.
+pub(crate) fn data_plane_bytes(stream: &'static str, bytes: usize) {
+    metrics::counter!(DATA_PLANE_BYTES, "stream" => stream).increment(bytes as u64);
+}
+
+/// States whose sandboxes hold node resources for the allotment gauges.
+const HOLDING: [SandboxState; 2] = [SandboxState::Running, SandboxState::Paused];
+
+impl ControlPlane {
+    /// The current series in the Prometheus text format, with the sandbox and node gauges
+    /// refreshed (a node that cannot report its capacity leaves its gauges as they were,
+    /// logged); `None` when the server installed no recorder.
+    ///
+    /// # Errors
+    /// A store failure while counting sandboxes.
+    pub async fn render_metrics(&self) -> Result<Option<String>, ServiceError> {
+        let Some(render) = self.inner.cfg.metrics.clone() else {
+            return Ok(None);
+        };
+        let live: Vec<SandboxState> = SandboxState::ALL
+            .iter()
+            .copied()
+            .filter(|s| *s != SandboxState::Deleted)
+            .collect();
+        let sandboxes = self.store().sandboxes_in(&live).await?;
+        for state in live {
+            let n = sandboxes.iter().filter(|s| s.state == state).count();
+            metrics::gauge!(SANDBOXES, "state" => state.as_str()).set(n as f64);
+        }
+        let holding = sandboxes.iter().filter(|s| HOLDING.contains(&s.state));
+        let (vcpus, memory) = holding.fold((0u64, 0u64), |(c, m), s| {
+            (
+                c + u64::from(s.resources.vcpus),
+                m + (s.resources.memory_mib << 20),
+            )
+        });
+        metrics::gauge!(ALLOTTED_VCPUS).set(vcpus as f64);
+        metrics::gauge!(ALLOTTED_MEMORY).set(memory as f64);
+        match self.node().capacity().await {
+            Ok(cap) => {
+                metrics::gauge!(NODE_CPUS).set(f64::from(cap.cpus));
+                metrics::gauge!(NODE_MEMORY).set(cap.memory_bytes as f64);
+                metrics::gauge!(NODE_MEMORY_AVAILABLE).set(cap.memory_available_bytes as f64);
+                metrics::gauge!(NODE_SANDBOXES).set(f64::from(cap.sandboxes));
+            }
+            Err(e) => warn!(error = %e, "node capacity unavailable for /metrics"),
+        }
+        Ok(Some((render.0)()))
+    }
+}
