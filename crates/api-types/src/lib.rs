@@ -10,6 +10,7 @@ mod error;
 mod file;
 mod lifecycle;
 mod operation;
+mod pool;
 mod sandbox;
 mod template;
 
@@ -18,6 +19,7 @@ pub use error::*;
 pub use file::*;
 pub use lifecycle::*;
 pub use operation::*;
+pub use pool::*;
 pub use sandbox::*;
 pub use template::*;
 
