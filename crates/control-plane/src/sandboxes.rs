@@ -72,16 +72,61 @@ impl ControlPlane {
         let release = self.pick_release(&template, req.release).await?;
 
         let body = serde_json::to_value(&req).map_err(|e| ServiceError::Internal(e.to_string()))?;
-        let sandbox_id = ids::new_sandbox_id();
+        let request_hash = idempotency_key
+            .as_ref()
+            .map(|_| request_hash(OperationKind::CreateSandbox, &body));
+        let mut env = recipe.env.clone();
+        env.extend(req.env.clone());
+        let now = Utc::now();
+        let sandbox = Sandbox {
+            id: ids::new_sandbox_id(),
+            template,
+            release,
+            state: SandboxState::Creating,
+            state_reason: None,
+            runtime: self.inner.cfg.runtime.clone(),
+            resources,
+            env,
+            metadata: req.metadata.clone(),
+            cwd: req.cwd.clone().unwrap_or(recipe.workdir),
+            user: req.user.clone().unwrap_or(recipe.user),
+            created_at: now,
+            updated_at: now,
+            idle_timeout_s,
+            ttl_s: req.ttl_s,
+            last_activity_at: Some(now),
+            memory_restored: None,
+        };
+        if crate::pools::claimable(&req) {
+            let key = idempotency_key.as_deref();
+            if let Some(served) = self
+                .create_from_pool(&sandbox, key, request_hash.as_deref())
+                .await?
+            {
+                return Ok(served);
+            }
+        }
+        self.launch(sandbox, None, idempotency_key, request_hash)
+            .await
+    }
+
+    /// Records `sandbox` (`creating`; a member of `pool` when given) and its create operation,
+    /// and starts it in the background. With an idempotency key already used for the same
+    /// request, answers the first create instead.
+    pub(crate) async fn launch(
+        &self,
+        sandbox: Sandbox,
+        pool: Option<&str>,
+        idempotency_key: Option<String>,
+        request_hash: Option<String>,
+    ) -> Result<CreateSandboxResponse, ServiceError> {
         let new_op = NewOperation {
             id: ids::new_operation_id(),
             kind: OperationKind::CreateSandbox,
-            sandbox_id: Some(sandbox_id.clone()),
-            template: Some(template.clone()),
-            release: Some(release),
-            request_hash: idempotency_key
-                .as_ref()
-                .map(|_| request_hash(OperationKind::CreateSandbox, &body)),
+            sandbox_id: Some(sandbox.id.clone()),
+            template: Some(sandbox.template.clone()),
+            release: Some(sandbox.release),
+            request_hash,
             idempotency_key,
             deadline: deadline(),
         };
@@ -96,30 +141,11 @@ impl ControlPlane {
             }
             Begun::New(op) => op,
         };
-
-        let mut env = recipe.env.clone();
-        env.extend(req.env.clone());
-        let now = Utc::now();
-        let sandbox = Sandbox {
-            id: sandbox_id.clone(),
-            template,
-            release,
-            state: SandboxState::Creating,
-            state_reason: None,
-            runtime: self.inner.cfg.runtime.clone(),
-            resources,
-            env,
-            metadata: req.metadata,
-            cwd: req.cwd.unwrap_or(recipe.workdir),
-            user: req.user.unwrap_or(recipe.user),
-            created_at: now,
-            updated_at: now,
-            idle_timeout_s,
-            ttl_s: req.ttl_s,
-            last_activity_at: Some(now),
-            memory_restored: None,
+        let inserted = match pool {
+            Some(pool) => self.store().insert_pool_member(&sandbox, pool).await,
+            None => self.store().insert_sandbox(&sandbox).await,
         };
-        if let Err(e) = self.store().insert_sandbox(&sandbox).await {
+        if let Err(e) = inserted {
             let err = cove_api_types::OperationError {
                 code: cove_api_types::ErrorCode::Internal,
                 message: "could not record the sandbox".into(),
@@ -129,14 +155,17 @@ impl ControlPlane {
                 .await;
             return Err(e.into());
         }
-        info!(sandbox_id = %sandbox.id, op_id = %op.id, "sandbox accepted");
-        let created = cove_store::NewEvent {
-            kind: cove_api_types::EventType::SandboxCreated,
-            operation_id: Some(op.id.clone()),
-            reason: None,
-        };
-        if let Err(e) = self.record_event(&sandbox.id, created).await {
-            warn!(sandbox_id = %sandbox.id, error = %e, "cannot record the created event");
+        info!(sandbox_id = %sandbox.id, op_id = %op.id, pool = pool.unwrap_or(""), "sandbox accepted");
+        if pool.is_none() {
+            // A pool member's `sandbox.created` is recorded when a create claims it.
+            let created = cove_store::NewEvent {
+                kind: cove_api_types::EventType::SandboxCreated,
+                operation_id: Some(op.id.clone()),
+                reason: None,
+            };
+            if let Err(e) = self.record_event(&sandbox.id, created).await {
+                warn!(sandbox_id = %sandbox.id, error = %e, "cannot record the created event");
+            }
         }
 
         let ticket = self.ticket(&sandbox.id);
@@ -144,8 +173,8 @@ impl ControlPlane {
         let launch = SandboxLaunch {
             id: sandbox.id.clone(),
             template: sandbox.template.clone(),
-            release,
-            resources,
+            release: sandbox.release,
+            resources: sandbox.resources,
         };
         let op_id = op.id.clone();
         self.operations()
@@ -158,7 +187,11 @@ impl ControlPlane {
         })
     }
 
-    async fn pick_release(&self, template: &str, asked: Option<u32>) -> Result<u32, ServiceError> {
+    pub(crate) async fn pick_release(
+        &self,
+        template: &str,
+        asked: Option<u32>,
+    ) -> Result<u32, ServiceError> {
         let releases = self.store().list_releases(template).await?;
         let ready = releases.iter().filter(|r| r.state == ReleaseState::Ready);
         let found = match asked {
@@ -345,6 +378,16 @@ impl ControlPlane {
             }
             attempts += 1;
         }
+        self.run_delete(id, deadline).await
+    }
+
+    /// Records the delete operation of sandbox `id` (already moved to `deleting`) and runs it
+    /// when the sandbox's turn comes.
+    pub(crate) async fn run_delete(
+        &self,
+        id: &str,
+        deadline: DateTime<Utc>,
+    ) -> Result<Operation, ServiceError> {
         let new_op = NewOperation {
             id: ids::new_operation_id(),
             kind: OperationKind::DeleteSandbox,
@@ -458,7 +501,7 @@ impl Drop for AbandonedCreate {
     }
 }
 
-fn deadline() -> DateTime<Utc> {
+pub(crate) fn deadline() -> DateTime<Utc> {
     Utc::now() + ChronoDuration::from_std(DEFAULT_DEADLINE).unwrap_or(ChronoDuration::minutes(30))
 }
 

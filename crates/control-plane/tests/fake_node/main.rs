@@ -14,6 +14,7 @@ mod harness;
 mod idempotency;
 mod lifecycle;
 mod ordering;
+mod pools;
 mod reconcile;
 mod rollback;
 mod streams;

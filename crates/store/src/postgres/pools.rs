@@ -8,8 +8,8 @@ use cove_api_types::Resources;
 use sqlx::Row;
 
 use super::sandboxes::{insert, row_to_sandbox};
-use super::{from_i64, to_i64};
 use super::PgStore;
+use super::{from_i64, to_i64};
 use crate::{map_json, PoolClaim, PoolMember, PoolRecord, PoolStore, StoreError};
 
 fn row_to_pool(r: &sqlx::postgres::PgRow) -> Result<PoolRecord, StoreError> {
@@ -92,16 +92,19 @@ impl PoolStore for PgStore {
         Ok(res.rows_affected() > 0)
     }
 
-    async fn insert_pool_member(&self, s: &cove_api_types::Sandbox, pool: &str) -> Result<(), StoreError> {
+    async fn insert_pool_member(
+        &self,
+        s: &cove_api_types::Sandbox,
+        pool: &str,
+    ) -> Result<(), StoreError> {
         insert(&self.pool, s, Some(pool)).await
     }
 
     async fn pool_members(&self) -> Result<Vec<PoolMember>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT * FROM sandboxes WHERE pool IS NOT NULL AND state <> 'deleted'",
-        )
-        .fetch_all(&self.pool)
-        .await?;
+        let rows =
+            sqlx::query("SELECT * FROM sandboxes WHERE pool IS NOT NULL AND state <> 'deleted'")
+                .fetch_all(&self.pool)
+                .await?;
         rows.iter()
             .map(|r| {
                 Ok(PoolMember {

@@ -84,7 +84,8 @@ impl SandboxStore for PgStore {
     }
 
     async fn list_sandboxes(&self, f: &SandboxFilter) -> Result<Vec<Sandbox>, StoreError> {
-        let mut q: QueryBuilder<Postgres> = QueryBuilder::new("SELECT * FROM sandboxes WHERE pool IS NULL");
+        let mut q: QueryBuilder<Postgres> =
+            QueryBuilder::new("SELECT * FROM sandboxes WHERE pool IS NULL");
         if !f.include_deleted && f.state != Some(SandboxState::Deleted) {
             q.push(" AND state <> 'deleted'");
         }

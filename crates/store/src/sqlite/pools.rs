@@ -85,16 +85,19 @@ impl PoolStore for SqliteStore {
         Ok(res.rows_affected() > 0)
     }
 
-    async fn insert_pool_member(&self, s: &cove_api_types::Sandbox, pool: &str) -> Result<(), StoreError> {
+    async fn insert_pool_member(
+        &self,
+        s: &cove_api_types::Sandbox,
+        pool: &str,
+    ) -> Result<(), StoreError> {
         insert(&self.pool, s, Some(pool)).await
     }
 
     async fn pool_members(&self) -> Result<Vec<PoolMember>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT * FROM sandboxes WHERE pool IS NOT NULL AND state != 'deleted'",
-        )
-        .fetch_all(&self.pool)
-        .await?;
+        let rows =
+            sqlx::query("SELECT * FROM sandboxes WHERE pool IS NOT NULL AND state != 'deleted'")
+                .fetch_all(&self.pool)
+                .await?;
         rows.iter()
             .map(|r| {
                 Ok(PoolMember {

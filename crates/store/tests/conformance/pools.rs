@@ -132,7 +132,11 @@ pub async fn members_are_hidden_until_claimed(store: Arc<dyn Store>) {
         assert_eq!(store.claim_member(&c).await.expect("claim"), None);
     }
     let c = claim();
-    let got = store.claim_member(&c).await.expect("claim").expect("a member");
+    let got = store
+        .claim_member(&c)
+        .await
+        .expect("claim")
+        .expect("a member");
     assert_eq!(got.pool, "p1");
     assert_eq!(got.sandbox.id, "sb-member");
     assert_eq!(got.sandbox.state, SandboxState::Running);
@@ -150,7 +154,14 @@ pub async fn members_are_hidden_until_claimed(store: Arc<dyn Store>) {
     );
     assert_eq!(store.get_pool("p1").await.expect("pool").hits, 1);
     assert!(store.pool_members().await.expect("members").is_empty());
-    assert_eq!(store.list_sandboxes(&everything()).await.expect("list").len(), 2);
+    assert_eq!(
+        store
+            .list_sandboxes(&everything())
+            .await
+            .expect("list")
+            .len(),
+        2
+    );
     assert_eq!(store.claim_member(&c).await.expect("claim"), None, "taken");
 }
 
@@ -178,7 +189,9 @@ pub async fn concurrent_claims_never_share_a_member(store: Arc<dyn Store>) {
     let mut tasks = Vec::new();
     for _ in 0..12 {
         let store = store.clone();
-        tasks.push(tokio::spawn(async move { store.claim_member(&claim()).await }));
+        tasks.push(tokio::spawn(
+            async move { store.claim_member(&claim()).await },
+        ));
     }
     let mut got = Vec::new();
     for t in tasks {
@@ -202,7 +215,10 @@ pub async fn retiring_is_compare_and_set_against_claims(store: Arc<dyn Store>) {
         .insert_pool_member(&sandbox("sb-b"), "p1")
         .await
         .expect("insert b");
-    assert!(!store.retire_member("sb-a", "other").await.expect("wrong pool"));
+    assert!(!store
+        .retire_member("sb-a", "other")
+        .await
+        .expect("wrong pool"));
     assert!(store.retire_member("sb-a", "p1").await.expect("retire"));
     let a = store.get_sandbox("sb-a").await.expect("get");
     assert_eq!(a.state, SandboxState::Deleting);
@@ -210,10 +226,20 @@ pub async fn retiring_is_compare_and_set_against_claims(store: Arc<dyn Store>) {
         store.prior_state("sb-a").await.expect("prior"),
         Some(SandboxState::Running)
     );
-    let claimed = store.claim_member(&claim()).await.expect("claim").expect("b");
-    assert_eq!(claimed.sandbox.id, "sb-b", "a retiring member is not claimed");
+    let claimed = store
+        .claim_member(&claim())
+        .await
+        .expect("claim")
+        .expect("b");
+    assert_eq!(
+        claimed.sandbox.id, "sb-b",
+        "a retiring member is not claimed"
+    );
     assert!(
-        !store.retire_member("sb-b", "p1").await.expect("retire claimed"),
+        !store
+            .retire_member("sb-b", "p1")
+            .await
+            .expect("retire claimed"),
         "a claimed sandbox is no member to retire"
     );
     assert_eq!(
