@@ -13,6 +13,7 @@ pub mod logs;
 pub mod ls;
 pub mod ops;
 pub mod pause;
+pub mod pool;
 pub mod ps;
 pub mod resume;
 pub mod rm;
