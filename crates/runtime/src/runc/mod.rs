@@ -26,6 +26,7 @@
 //! runc would fail on them. Stopped inits are reaped by the host's init (runc's `create` exits),
 //! so a stopped sandbox's init may linger as a zombie briefly.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
@@ -39,6 +40,7 @@ mod cgroups;
 mod cli;
 mod config;
 mod disk;
+mod freezer;
 mod layout;
 mod mounts;
 mod seccomp;
@@ -72,10 +74,13 @@ impl RuncConfig {
     }
 }
 
-/// The runc driver. Cheap to share: it holds only paths.
+/// The runc driver. Cheap to share: it holds paths and the freezer of each container it
+/// started or adopted.
 #[derive(Debug, Clone)]
 pub struct RuncRuntime {
     runc: Runc,
+    /// The cgroup freezer of each container, by sandbox id (`freezer.rs`).
+    freezers: std::sync::Arc<std::sync::Mutex<HashMap<String, freezer::Freezer>>>,
     /// What this process may grant a sandbox (probed once).
     host: config::HostPrivileges,
     /// lxcfs and the node's CPUs, for honest limits.
@@ -102,7 +107,46 @@ impl RuncRuntime {
             );
         }
         let views = std::sync::Arc::new(views::HostViews::probe(config.lxcfs_dir.as_deref()));
-        Ok(RuncRuntime { runc, host, views })
+        Ok(RuncRuntime {
+            runc,
+            freezers: Default::default(),
+            host,
+            views,
+        })
+    }
+
+    fn lock_freezers(&self) -> std::sync::MutexGuard<'_, HashMap<String, freezer::Freezer>> {
+        self.freezers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Remembers the freezer of container `id`, whose init is `pid` (a container whose cgroup
+    /// cannot be read is paused through runc's state later instead).
+    fn learn_freezer(&self, id: &str, pid: u32) {
+        match freezer::Freezer::of_pid(pid) {
+            Ok(f) => {
+                self.lock_freezers().insert(id.to_string(), f);
+            }
+            Err(e) => {
+                tracing::warn!(sandbox_id = %id, error = %e, "cannot find the freezer cgroup")
+            }
+        }
+    }
+
+    /// The freezer of container `id`: cached, else found from runc's state (`NotFound` when
+    /// runc has no such container or it does not run).
+    async fn freezer(&self, id: &str) -> Result<freezer::Freezer, RuntimeError> {
+        if let Some(f) = self.lock_freezers().get(id).cloned() {
+            return Ok(f);
+        }
+        let state = self
+            .runc
+            .state(id)
+            .await?
+            .filter(|s| s.pid != 0)
+            .ok_or_else(|| RuntimeError::NotFound { id: id.to_string() })?;
+        let f = freezer::Freezer::of_pid(state.pid)?;
+        self.lock_freezers().insert(id.to_string(), f.clone());
+        Ok(f)
     }
 
     /// runc's state directory (`runc --root`).
@@ -132,13 +176,18 @@ impl Runtime for RuncRuntime {
     }
 
     async fn start(&self, spec: &SandboxSpec) -> Result<Started, RuntimeError> {
-        start::start(&self.runc, spec, self.host, &self.views).await
+        let started = start::start(&self.runc, spec, self.host, &self.views).await?;
+        self.learn_freezer(&spec.id, started.init_pid);
+        Ok(started)
     }
 
     async fn adopt(&self, id: &str, dir: &Path) -> Result<Option<Adopted>, RuntimeError> {
         let Some(state) = self.runc.state(id).await? else {
             return Ok(None);
         };
+        if state.pid != 0 {
+            self.learn_freezer(id, state.pid);
+        }
         Ok(Some(Adopted {
             state: state.status,
             guest: std::sync::Arc::new(crate::UnixSocketConnector::new(Self::agent_socket(dir))),
@@ -150,11 +199,13 @@ impl Runtime for RuncRuntime {
     }
 
     async fn pause(&self, id: &str) -> Result<(), RuntimeError> {
-        self.runc.pause(id).await
+        let freezer = self.freezer(id).await?;
+        freezer.freeze(id).await
     }
 
     async fn resume(&self, id: &str) -> Result<(), RuntimeError> {
-        self.runc.resume(id).await
+        let freezer = self.freezer(id).await?;
+        freezer.thaw(id).await
     }
 
     fn snapshot_artifacts(&self) -> &'static [ArtifactSpec] {
@@ -182,7 +233,10 @@ impl Runtime for RuncRuntime {
     }
 
     async fn stop(&self, id: &str, dir: &Path) -> Result<(), RuntimeError> {
-        stop::stop(&self.runc, id, dir).await
+        let freezer = self.lock_freezers().get(id).cloned();
+        stop::stop(&self.runc, id, dir, freezer.as_ref()).await?;
+        self.lock_freezers().remove(id);
+        Ok(())
     }
 
     async fn list(&self) -> Result<Vec<String>, RuntimeError> {
