@@ -98,11 +98,18 @@ pub trait PoolStore: Send + Sync {
     /// exist), in no particular order.
     async fn pool_members(&self) -> Result<Vec<PoolMember>, StoreError>;
 
-    /// Atomically takes one `running` member of any pool whose template, release and
-    /// resources equal the claim's out of its pool, applies the claim's settings to it, and
-    /// adds one to that pool's `hits`. Returns the claimed sandbox and the pool's name, or
-    /// `None` when no member matches. Concurrent claims never return the same member.
-    async fn claim_member(&self, c: &PoolClaim) -> Result<Option<PoolMember>, StoreError>;
+    /// In one transaction: takes one `running` member of any pool whose template, release and
+    /// resources equal the claim's out of its pool, applies the claim's settings to it, adds
+    /// one to that pool's `hits`, records `op` for it (its `sandbox_id` is set to the member's)
+    /// already `succeeded`, and records its `sandbox.created` event. Returns the claimed
+    /// sandbox with the pool's name and the operation, or `None` when no member matches
+    /// (nothing is written). Concurrent claims never return the same member. An idempotency
+    /// key of `op` already taken is [`StoreError::Conflict`] and nothing is claimed.
+    async fn claim_member(
+        &self,
+        c: &PoolClaim,
+        op: &crate::NewOperation,
+    ) -> Result<Option<(PoolMember, cove_api_types::Operation)>, StoreError>;
 
     /// Adds one to the `misses` of each named pool (unknown names are skipped).
     async fn record_pool_misses(&self, names: &[String]) -> Result<(), StoreError>;

@@ -2,14 +2,11 @@
 //! create's per-sandbox settings are applied to it, and the create answers `running` with an
 //! operation that already succeeded.
 
-use cove_api_types::{
-    CreateSandboxRequest, CreateSandboxResponse, EventType, OperationKind, OperationState, Sandbox,
-};
+use cove_api_types::{CreateSandboxRequest, CreateSandboxResponse, OperationKind, Sandbox};
 use cove_domain::ids;
-use cove_store::{NewEvent, NewOperation, PoolClaim};
+use cove_store::{NewOperation, PoolClaim, StoreError};
 use tracing::{info, warn};
 
-use crate::operations::Begun;
 use crate::sandboxes::deadline;
 use crate::{ControlPlane, ServiceError};
 
@@ -80,52 +77,41 @@ impl ControlPlane {
             ttl_s: wanted.ttl_s,
             at: wanted.created_at,
         };
-        let claimed = self.store().claim_member(&claim).await?;
+        let new_op = NewOperation {
+            id: ids::new_operation_id(),
+            kind: OperationKind::CreateSandbox,
+            sandbox_id: None,
+            template: Some(wanted.template.clone()),
+            release: Some(wanted.release),
+            idempotency_key: idempotency_key.map(str::to_string),
+            request_hash: request_hash.map(str::to_string),
+            deadline: deadline(),
+        };
+        let claimed = match self.store().claim_member(&claim, &new_op).await {
+            Ok(claimed) => claimed,
+            // A concurrent create with the same key won; nothing was claimed.
+            Err(StoreError::Conflict(_)) if idempotency_key.is_some() => {
+                let kind = OperationKind::CreateSandbox;
+                let key = idempotency_key.unwrap_or_default();
+                return match self.operations().replay(kind, key, request_hash).await? {
+                    Some(op) => Ok(Some(self.replayed(op).await?)),
+                    None => Err(ServiceError::Internal("idempotency key conflict".into())),
+                };
+            }
+            Err(e) => return Err(e.into()),
+        };
         self.wake_pools();
-        let Some(member) = claimed else {
+        let Some((member, operation)) = claimed else {
             if let Err(e) = self.store().record_pool_misses(&matching).await {
                 warn!(error = %e, "cannot count a pool miss");
             }
             info!(template = %wanted.template, release = wanted.release, "warm pool empty; cold start");
             return Ok(None);
         };
+        self.inner.events.notify();
         let sandbox = member.sandbox;
-        let new_op = NewOperation {
-            id: ids::new_operation_id(),
-            kind: OperationKind::CreateSandbox,
-            sandbox_id: Some(sandbox.id.clone()),
-            template: Some(sandbox.template.clone()),
-            release: Some(sandbox.release),
-            idempotency_key: idempotency_key.map(str::to_string),
-            request_hash: request_hash.map(str::to_string),
-            deadline: deadline(),
-        };
-        let op = match self.operations().begin(new_op).await {
-            Ok(Begun::New(op)) => op,
-            Ok(Begun::Replayed(op)) => {
-                // A concurrent create with the same key won: this member is nobody's.
-                self.discard_claimed(&sandbox.id).await;
-                return Ok(Some(self.replayed(op).await?));
-            }
-            Err(e) => {
-                self.discard_claimed(&sandbox.id).await;
-                return Err(e);
-            }
-        };
-        self.operations()
-            .set_state(&op.id, OperationState::Succeeded, None)
-            .await;
-        let operation = self.operations().get(&op.id).await?;
-        let created = NewEvent {
-            kind: EventType::SandboxCreated,
-            operation_id: Some(op.id.clone()),
-            reason: Some(format!("served by warm pool {}", member.pool)),
-        };
-        if let Err(e) = self.record_event(&sandbox.id, created).await {
-            warn!(sandbox_id = %sandbox.id, error = %e, "cannot record the created event");
-        }
         self.touch(&sandbox.id);
-        info!(sandbox_id = %sandbox.id, op_id = %op.id, pool = %member.pool, "sandbox served by a warm pool");
+        info!(sandbox_id = %sandbox.id, op_id = %operation.id, pool = %member.pool, "sandbox served by a warm pool");
         Ok(Some(CreateSandboxResponse { sandbox, operation }))
     }
 
@@ -139,12 +125,5 @@ impl ControlPlane {
             sandbox,
             operation: op,
         })
-    }
-
-    /// Deletes a member claimed for a create that then could not be recorded.
-    async fn discard_claimed(&self, id: &str) {
-        if let Err(e) = self.delete_sandbox(id, None).await {
-            warn!(sandbox_id = %id, error = %e, "cannot delete an unused claimed member");
-        }
     }
 }

@@ -1,6 +1,7 @@
 //! The pool controller: one pass ([`ControlPlane::reconcile_pools`]) makes every pool's
 //! members what its settings ask, and a loop runs it when woken (a pool was set, a create
-//! claimed or missed a member) and every `controller_interval`.
+//! claimed or missed a member; 100 ms later, so a burst of claims is served first) and every
+//! `controller_interval`.
 //!
 //! A pass, per pool: members that failed, run another release or size (a new release of a
 //! pool that follows the latest), or belong to a pool that no longer exists are retired
@@ -18,6 +19,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::fits;
+
+/// How long the pool loop waits after being woken before it refills, so a burst of claims is
+/// served before members boot beside it.
+const REFILL_DELAY: Duration = Duration::from_millis(100);
 use crate::{ControlPlane, ServiceError};
 
 impl ControlPlane {
@@ -40,7 +45,14 @@ impl ControlPlane {
             }
             tokio::select! {
                 () = stop.cancelled() => break,
-                () = self.inner.pools_wake.notified() => {}
+                () = self.inner.pools_wake.notified() => {
+                    // Claims come in bursts: refill once after the burst, not once per claim
+                    // while it is still being served.
+                    tokio::select! {
+                        () = stop.cancelled() => break,
+                        () = tokio::time::sleep(REFILL_DELAY) => {}
+                    }
+                }
                 () = tokio::time::sleep(every) => {}
             }
         }

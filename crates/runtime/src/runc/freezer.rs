@@ -90,6 +90,12 @@ impl Freezer {
         self.reached(true)
     }
 
+    /// Whether the cgroup is frozen or being frozen (what runc reports as `paused`): anything
+    /// but thawed.
+    pub(crate) fn is_paused(&self) -> std::io::Result<bool> {
+        self.reached(false).map(|thawed| !thawed)
+    }
+
     /// Blocking: writes the asked state and polls until it is reached.
     fn set(&self, id: &str, frozen: bool) -> Result<(), RuntimeError> {
         let began = Instant::now();
@@ -151,6 +157,54 @@ impl Freezer {
     }
 }
 
+/// What the runtime keeps of a container it started or adopted: its freezer and its init
+/// (pid and start time, so a reused pid is never taken for it). With these, the state of a
+/// started container is read from `/proc` and the freezer instead of running `runc state`.
+#[derive(Debug, Clone)]
+pub(crate) struct Tracked {
+    /// The container's freezer.
+    pub(crate) freezer: Freezer,
+    pid: u32,
+    start_time: u64,
+}
+
+impl Tracked {
+    /// The freezer and init identity of the container whose init is `pid`.
+    pub(crate) fn of_pid(pid: u32) -> Result<Tracked, RuntimeError> {
+        let freezer = Freezer::of_pid(pid)?;
+        let start_time = start_time(pid).ok_or_else(|| RuntimeError::NotFound {
+            id: format!("process {pid}"),
+        })?;
+        Ok(Tracked {
+            freezer,
+            pid,
+            start_time,
+        })
+    }
+
+    /// `Some(paused)` while the init still runs (the same process, not a zombie); `None` when
+    /// it does not (then only runc can tell what the container is).
+    pub(crate) fn live_state(&self) -> Option<bool> {
+        if start_time(self.pid) != Some(self.start_time) {
+            return None;
+        }
+        self.freezer.is_paused().ok()
+    }
+}
+
+/// The start time (clock ticks since boot) of process `pid`, if it runs and is no zombie.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid ...`: comm may hold spaces and parentheses; the last `)` ends it.
+    let (_, rest) = stat.rsplit_once(')')?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    if fields.first().is_some_and(|s| *s == "Z" || *s == "X") {
+        return None;
+    }
+    // Field 22 of stat(5) (`starttime`) is the 20th after the command.
+    fields.get(19)?.parse().ok()
+}
+
 /// Writes `value` to an existing cgroup file (never creates one: a missing cgroup is an error).
 fn write_existing(path: &Path, value: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
@@ -197,6 +251,14 @@ mod tests {
             Some(Freezer::V2(PathBuf::from("/sys/fs/cgroup/cove/a")))
         );
         assert_eq!(Freezer::from_paths(&[]), None);
+    }
+
+    #[test]
+    fn the_start_time_of_this_process_is_read() {
+        let me = std::process::id();
+        let t = start_time(me).expect("own start time");
+        assert_eq!(start_time(me), Some(t));
+        assert_eq!(start_time(u32::MAX), None);
     }
 
     #[test]

@@ -79,8 +79,9 @@ impl RuncConfig {
 #[derive(Debug, Clone)]
 pub struct RuncRuntime {
     runc: Runc,
-    /// The cgroup freezer of each container, by sandbox id (`freezer.rs`).
-    freezers: std::sync::Arc<std::sync::Mutex<HashMap<String, freezer::Freezer>>>,
+    /// The freezer and init of each container this runtime started or adopted, by sandbox id
+    /// (`freezer.rs`).
+    freezers: std::sync::Arc<std::sync::Mutex<HashMap<String, freezer::Tracked>>>,
     /// What this process may grant a sandbox (probed once).
     host: config::HostPrivileges,
     /// lxcfs and the node's CPUs, for honest limits.
@@ -115,14 +116,14 @@ impl RuncRuntime {
         })
     }
 
-    fn lock_freezers(&self) -> std::sync::MutexGuard<'_, HashMap<String, freezer::Freezer>> {
+    fn lock_freezers(&self) -> std::sync::MutexGuard<'_, HashMap<String, freezer::Tracked>> {
         self.freezers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Remembers the freezer of container `id`, whose init is `pid` (a container whose cgroup
     /// cannot be read is paused through runc's state later instead).
     fn learn_freezer(&self, id: &str, pid: u32) {
-        match freezer::Freezer::of_pid(pid) {
+        match freezer::Tracked::of_pid(pid) {
             Ok(f) => {
                 self.lock_freezers().insert(id.to_string(), f);
             }
@@ -135,8 +136,8 @@ impl RuncRuntime {
     /// The freezer of container `id`: cached, else found from runc's state (`NotFound` when
     /// runc has no such container or it does not run).
     async fn freezer(&self, id: &str) -> Result<freezer::Freezer, RuntimeError> {
-        if let Some(f) = self.lock_freezers().get(id).cloned() {
-            return Ok(f);
+        if let Some(t) = self.lock_freezers().get(id) {
+            return Ok(t.freezer.clone());
         }
         let state = self
             .runc
@@ -144,8 +145,9 @@ impl RuncRuntime {
             .await?
             .filter(|s| s.pid != 0)
             .ok_or_else(|| RuntimeError::NotFound { id: id.to_string() })?;
-        let f = freezer::Freezer::of_pid(state.pid)?;
-        self.lock_freezers().insert(id.to_string(), f.clone());
+        let t = freezer::Tracked::of_pid(state.pid)?;
+        let f = t.freezer.clone();
+        self.lock_freezers().insert(id.to_string(), t);
         Ok(f)
     }
 
@@ -195,6 +197,19 @@ impl Runtime for RuncRuntime {
     }
 
     async fn state(&self, id: &str) -> Result<Option<RuntimeState>, RuntimeError> {
+        // A container this runtime started runs while its init does: its state is the
+        // freezer's, read without starting runc. Anything else (a stopped init, an unknown
+        // container) is runc's to say.
+        let tracked = self.lock_freezers().get(id).cloned();
+        if let Some(t) = tracked {
+            if self.runc.exists(id) {
+                match t.live_state() {
+                    Some(true) => return Ok(Some(RuntimeState::Paused)),
+                    Some(false) => return Ok(Some(RuntimeState::Running)),
+                    None => {}
+                }
+            }
+        }
         Ok(self.runc.state(id).await?.map(|s| s.status))
     }
 
@@ -233,7 +248,7 @@ impl Runtime for RuncRuntime {
     }
 
     async fn stop(&self, id: &str, dir: &Path) -> Result<(), RuntimeError> {
-        let freezer = self.lock_freezers().get(id).cloned();
+        let freezer = self.lock_freezers().get(id).map(|t| t.freezer.clone());
         stop::stop(&self.runc, id, dir, freezer.as_ref()).await?;
         self.lock_freezers().remove(id);
         Ok(())

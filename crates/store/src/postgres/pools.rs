@@ -4,13 +4,18 @@
 
 use async_trait::async_trait;
 use chrono::Utc;
-use cove_api_types::Resources;
+use cove_api_types::{EventType, Operation, Resources};
 use sqlx::Row;
 
+use super::lifecycle::insert_event;
 use super::sandboxes::{insert, row_to_sandbox};
 use super::PgStore;
 use super::{from_i64, to_i64};
-use crate::{map_json, PoolClaim, PoolMember, PoolRecord, PoolStore, StoreError};
+use crate::error::map_unique;
+use crate::{
+    map_json, NewEvent, NewOperation, OperationStore, PoolClaim, PoolMember, PoolRecord, PoolStore,
+    StoreError,
+};
 
 fn row_to_pool(r: &sqlx::postgres::PgRow) -> Result<PoolRecord, StoreError> {
     Ok(PoolRecord {
@@ -115,7 +120,11 @@ impl PoolStore for PgStore {
             .collect()
     }
 
-    async fn claim_member(&self, c: &PoolClaim) -> Result<Option<PoolMember>, StoreError> {
+    async fn claim_member(
+        &self,
+        c: &PoolClaim,
+        op: &NewOperation,
+    ) -> Result<Option<(PoolMember, Operation)>, StoreError> {
         let mut tx = self.pool.begin().await?;
         let row = sqlx::query(
             "UPDATE sandboxes SET claimed_from = pool, pool = NULL, env = $1, metadata = $2, \
@@ -152,8 +161,33 @@ impl PoolStore for PgStore {
             .execute(&mut *tx)
             .await?;
         let sandbox = row_to_sandbox(&row)?;
+        let now = Utc::now();
+        sqlx::query(
+            "INSERT INTO operations (id, kind, state, sandbox_id, template, release, \
+             idempotency_key, request_hash, created_at, updated_at, deadline) \
+             VALUES ($1, $2, 'succeeded', $3, $4, $5, $6, $7, $8, $8, $9)",
+        )
+        .bind(&op.id)
+        .bind(op.kind.as_str())
+        .bind(&sandbox.id)
+        .bind(&op.template)
+        .bind(op.release.map(i64::from))
+        .bind(&op.idempotency_key)
+        .bind(&op.request_hash)
+        .bind(now)
+        .bind(op.deadline)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_unique)?;
+        let created = NewEvent {
+            kind: EventType::SandboxCreated,
+            operation_id: Some(op.id.clone()),
+            reason: Some(format!("served by warm pool {pool}")),
+        };
+        insert_event(&mut tx, &sandbox.id, &created, now).await?;
         tx.commit().await?;
-        Ok(Some(PoolMember { pool, sandbox }))
+        let operation = self.get_operation(&op.id).await?;
+        Ok(Some((PoolMember { pool, sandbox }, operation)))
     }
 
     async fn record_pool_misses(&self, names: &[String]) -> Result<(), StoreError> {

@@ -4,12 +4,17 @@
 
 use async_trait::async_trait;
 use chrono::Utc;
-use cove_api_types::Resources;
+use cove_api_types::{EventType, Operation, Resources};
 use sqlx::Row;
 
+use super::lifecycle::insert_event;
 use super::sandboxes::{insert, row_to_sandbox};
 use super::SqliteStore;
-use crate::{map_json, PoolClaim, PoolMember, PoolRecord, PoolStore, StoreError};
+use crate::error::map_unique;
+use crate::{
+    map_json, NewEvent, NewOperation, OperationStore, PoolClaim, PoolMember, PoolRecord, PoolStore,
+    StoreError,
+};
 
 fn row_to_pool(r: &sqlx::sqlite::SqliteRow) -> Result<PoolRecord, StoreError> {
     Ok(PoolRecord {
@@ -108,7 +113,11 @@ impl PoolStore for SqliteStore {
             .collect()
     }
 
-    async fn claim_member(&self, c: &PoolClaim) -> Result<Option<PoolMember>, StoreError> {
+    async fn claim_member(
+        &self,
+        c: &PoolClaim,
+        op: &NewOperation,
+    ) -> Result<Option<(PoolMember, Operation)>, StoreError> {
         let mut tx = self.pool.begin().await?;
         let row = sqlx::query(
             "UPDATE sandboxes SET claimed_from = pool, pool = NULL, env = ?, metadata = ?, \
@@ -146,8 +155,34 @@ impl PoolStore for SqliteStore {
             .execute(&mut *tx)
             .await?;
         let sandbox = row_to_sandbox(&row)?;
+        let now = Utc::now();
+        sqlx::query(
+            "INSERT INTO operations (id, kind, state, sandbox_id, template, release, \
+             idempotency_key, request_hash, created_at, updated_at, deadline) \
+             VALUES (?, ?, 'succeeded', ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&op.id)
+        .bind(op.kind.as_str())
+        .bind(&sandbox.id)
+        .bind(&op.template)
+        .bind(op.release)
+        .bind(&op.idempotency_key)
+        .bind(&op.request_hash)
+        .bind(now)
+        .bind(now)
+        .bind(op.deadline)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_unique)?;
+        let created = NewEvent {
+            kind: EventType::SandboxCreated,
+            operation_id: Some(op.id.clone()),
+            reason: Some(format!("served by warm pool {pool}")),
+        };
+        insert_event(&mut tx, &sandbox.id, &created, now).await?;
         tx.commit().await?;
-        Ok(Some(PoolMember { pool, sandbox }))
+        let operation = self.get_operation(&op.id).await?;
+        Ok(Some((PoolMember { pool, sandbox }, operation)))
     }
 
     async fn record_pool_misses(&self, names: &[String]) -> Result<(), StoreError> {

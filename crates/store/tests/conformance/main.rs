@@ -74,6 +74,7 @@ conformance!(
     pools::only_running_members_are_claimed,
     pools::concurrent_claims_never_share_a_member,
     pools::retiring_is_compare_and_set_against_claims,
+    pools::a_claim_with_a_taken_idempotency_key_claims_nothing,
 );
 
 /// `open` picks the backend from the URL.

@@ -3,10 +3,10 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-use cove_api_types::{Resources, SandboxState};
-use cove_store::{PoolClaim, PoolRecord, SandboxFilter, Store, StoreError};
+use cove_api_types::{EventType, OperationKind, OperationState, Resources, SandboxState};
+use cove_store::{NewOperation, PoolClaim, PoolRecord, SandboxFilter, Store, StoreError};
 
-use crate::fixtures::{bare_sandbox, now, sandbox};
+use crate::fixtures::{bare_sandbox, now, operation, sandbox};
 
 fn pool(name: &str) -> PoolRecord {
     let t = now();
@@ -37,6 +37,16 @@ fn claim() -> PoolClaim {
         idle_timeout_s: 77,
         ttl_s: Some(99),
         at: now(),
+    }
+}
+
+/// A create operation for a claim, with a fresh id.
+fn op() -> NewOperation {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    NewOperation {
+        sandbox_id: None,
+        ..operation(&format!("op-claim-{n}"), OperationKind::CreateSandbox, "")
     }
 }
 
@@ -129,14 +139,25 @@ pub async fn members_are_hidden_until_claimed(store: Arc<dyn Store>) {
             ..claim()
         },
     ] {
-        assert_eq!(store.claim_member(&c).await.expect("claim"), None);
+        assert_eq!(store.claim_member(&c, &op()).await.expect("claim"), None);
     }
     let c = claim();
-    let got = store
-        .claim_member(&c)
+    let claim_op = op();
+    let (got, operation) = store
+        .claim_member(&c, &claim_op)
         .await
         .expect("claim")
         .expect("a member");
+    assert_eq!(operation.id, claim_op.id);
+    assert_eq!(operation.state, OperationState::Succeeded);
+    assert_eq!(operation.sandbox_id.as_deref(), Some("sb-member"));
+    let events = store.events_after(0, 10).await.expect("events");
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].kind, EventType::SandboxCreated);
+    assert_eq!(
+        events[0].operation_id.as_deref(),
+        Some(claim_op.id.as_str())
+    );
     assert_eq!(got.pool, "p1");
     assert_eq!(got.sandbox.id, "sb-member");
     assert_eq!(got.sandbox.state, SandboxState::Running);
@@ -162,7 +183,13 @@ pub async fn members_are_hidden_until_claimed(store: Arc<dyn Store>) {
             .len(),
         2
     );
-    assert_eq!(store.claim_member(&c).await.expect("claim"), None, "taken");
+    assert_eq!(
+        store.claim_member(&c, &op()).await.expect("claim"),
+        None,
+        "taken"
+    );
+    let ops = store.list_operations(None, 10).await.expect("ops");
+    assert_eq!(ops.len(), 1, "a claim that found nothing records nothing");
 }
 
 pub async fn only_running_members_are_claimed(store: Arc<dyn Store>) {
@@ -175,7 +202,10 @@ pub async fn only_running_members_are_claimed(store: Arc<dyn Store>) {
         .insert_pool_member(&starting, "p1")
         .await
         .expect("insert");
-    assert_eq!(store.claim_member(&claim()).await.expect("claim"), None);
+    assert_eq!(
+        store.claim_member(&claim(), &op()).await.expect("claim"),
+        None
+    );
 }
 
 pub async fn concurrent_claims_never_share_a_member(store: Arc<dyn Store>) {
@@ -189,13 +219,13 @@ pub async fn concurrent_claims_never_share_a_member(store: Arc<dyn Store>) {
     let mut tasks = Vec::new();
     for _ in 0..12 {
         let store = store.clone();
-        tasks.push(tokio::spawn(
-            async move { store.claim_member(&claim()).await },
-        ));
+        tasks.push(tokio::spawn(async move {
+            store.claim_member(&claim(), &op()).await
+        }));
     }
     let mut got = Vec::new();
     for t in tasks {
-        if let Some(m) = t.await.expect("join").expect("claim") {
+        if let Some((m, _)) = t.await.expect("join").expect("claim") {
             got.push(m.sandbox.id);
         }
     }
@@ -226,8 +256,8 @@ pub async fn retiring_is_compare_and_set_against_claims(store: Arc<dyn Store>) {
         store.prior_state("sb-a").await.expect("prior"),
         Some(SandboxState::Running)
     );
-    let claimed = store
-        .claim_member(&claim())
+    let (claimed, _) = store
+        .claim_member(&claim(), &op())
         .await
         .expect("claim")
         .expect("b");
@@ -246,4 +276,34 @@ pub async fn retiring_is_compare_and_set_against_claims(store: Arc<dyn Store>) {
         store.get_sandbox("sb-b").await.expect("get").state,
         SandboxState::Running
     );
+}
+
+pub async fn a_claim_with_a_taken_idempotency_key_claims_nothing(store: Arc<dyn Store>) {
+    store.put_pool(&pool("p1")).await.expect("put");
+    store
+        .insert_pool_member(&sandbox("sb-a"), "p1")
+        .await
+        .expect("insert");
+    let keyed = NewOperation {
+        idempotency_key: Some("k1".into()),
+        ..op()
+    };
+    store
+        .insert_operation(&keyed)
+        .await
+        .expect("first use of the key");
+    let again = NewOperation {
+        idempotency_key: Some("k1".into()),
+        ..op()
+    };
+    assert!(matches!(
+        store.claim_member(&claim(), &again).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(
+        store.pool_members().await.expect("members").len(),
+        1,
+        "still a member"
+    );
+    assert_eq!(store.get_pool("p1").await.expect("pool").hits, 0);
 }
