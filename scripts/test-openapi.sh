@@ -10,6 +10,8 @@
 # - POST /v1/templates/{name}/releases: a build of `base` takes minutes and fetches packages
 #   from a Debian mirror (no traffic off loopback here).
 # - GET /v1/events: a stream that never ends by design.
+# - PUT /v1/pools/{name}: every accepted example makes a warm pool whose controller boots up to
+#   `min_ready` real sandboxes.
 # Everything else runs, on a server with one running `tiny` sandbox and none of the random ids
 # schemathesis makes up, so sandbox-scoped calls mostly answer 404 (which the document says).
 set -euo pipefail
@@ -80,6 +82,7 @@ cd "$report_dir"
   --exclude-operation-id sandboxes_create \
   --exclude-operation-id templates_build \
   --exclude-operation-id events_stream \
+  --exclude-operation-id pools_put \
   --phases examples,coverage,fuzzing \
   --max-examples "$MAX_EXAMPLES" --max-time 240 --request-timeout 30 --seed 1 \
   --workers 2 --no-shrink --warnings off \

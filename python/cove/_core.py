@@ -11,6 +11,7 @@ messages) in ``_streams``.
 from __future__ import annotations
 
 import base64
+import builtins
 import os
 import time
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from .types import (
     Command,
     CommandResult,
     Operation,
+    Pool,
     Resources,
     Sandbox,
     SandboxMetrics,
@@ -305,6 +307,50 @@ def build_release(name: str, no_cache: bool = False, wait: bool = True, timeout:
     if wait:
         op = yield from wait_operation(op.id, timeout)
     return op
+
+
+# ---------------------------------------------------------------------------------------------
+# Warm pools
+
+
+def put_pool(
+    name: str,
+    template: str,
+    *,
+    min_ready: int = 1,
+    max: Optional[int] = None,
+    release: Optional[int] = None,
+    resources: Union[Resources, Mapping[str, int], None] = None,
+) -> Call:
+    """Creates warm pool ``name`` or changes its settings (its counters stay); the server boots
+    members in the background. ``max`` defaults to ``min_ready`` (at least 1); ``release``
+    defaults to the template's latest, followed when a new one is built."""
+    if isinstance(resources, Resources):
+        resources = drop_none(**vars(resources))
+    body = drop_none(
+        template=template,
+        release=release,
+        resources=dict(resources) if resources else None,
+        min_ready=min_ready,
+        max=max if max is not None else builtins.max(min_ready, 1),
+    )
+    data = yield Req("PUT", f"/v1/pools/{seg(name)}", json=body)
+    return Pool.from_json(data)
+
+
+def get_pool(name: str) -> Call:
+    data = yield Req("GET", f"/v1/pools/{seg(name)}")
+    return Pool.from_json(data)
+
+
+def list_pools() -> Call:
+    data = yield Req("GET", "/v1/pools")
+    return from_json_list(Pool, data["pools"])
+
+
+def delete_pool(name: str) -> Call:
+    """Deletes the pool; the sandboxes it kept ready are deleted in the background."""
+    yield Req("DELETE", f"/v1/pools/{seg(name)}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -183,6 +183,10 @@ class AsyncClient:
     cancel_operation = _async(_core.cancel_operation)
     list_templates = _async(_core.list_templates)
     get_template = _async(_core.get_template)
+    put_pool = _async(_core.put_pool)
+    get_pool = _async(_core.get_pool)
+    list_pools = _async(_core.list_pools)
+    delete_pool = _async(_core.delete_pool)
 
     async def build_release(
         self,

@@ -171,6 +171,10 @@ class Client:
     cancel_operation = _sync(_core.cancel_operation)
     list_templates = _sync(_core.list_templates)
     get_template = _sync(_core.get_template)
+    put_pool = _sync(_core.put_pool)
+    get_pool = _sync(_core.get_pool)
+    list_pools = _sync(_core.list_pools)
+    delete_pool = _sync(_core.delete_pool)
 
     def build_release(
         self,

@@ -115,6 +115,7 @@ _BY_CODE: Dict[str, Type[CoveError]] = {
     "command_not_found": NotFound,
     "operation_not_found": NotFound,
     "file_not_found": NotFound,
+    "pool_not_found": NotFound,
     "method_not_allowed": InvalidArgument,
     "invalid_state": Conflict,
     "sandbox_not_running": SandboxNotRunning,

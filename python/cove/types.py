@@ -296,6 +296,35 @@ class Template:
 
 
 @dataclass
+class Pool:
+    """A warm pool: booted sandboxes of one template release and size kept ready, so a
+    matching create is served at once. ``release`` is ``None`` when it follows the latest;
+    ``ready`` and ``starting`` count its members now; ``hits`` and ``misses`` count creates
+    it served and creates that matched it but found it empty."""
+
+    name: str
+    template: str
+    release: Optional[int]
+    resources: Resources
+    min_ready: int
+    max: int
+    ready: int
+    starting: int
+    hits: int
+    misses: int
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "Pool":
+        d = _known(cls, data)
+        d["resources"] = Resources.from_json(data["resources"])
+        d["created_at"] = _time(data["created_at"])
+        d["updated_at"] = _time(data["updated_at"])
+        return cls(**d)
+
+
+@dataclass
 class Event:
     """A lifecycle event: ``seq`` orders them (resume with ``after=seq``)."""
 

@@ -80,6 +80,8 @@ error_codes! {
     OperationNotFound = "operation_not_found" => 404,
     /// No such file or directory in the sandbox.
     FileNotFound = "file_not_found" => 404,
+    /// No such warm pool.
+    PoolNotFound = "pool_not_found" => 404,
     /// The HTTP method is not allowed on this route.
     MethodNotAllowed = "method_not_allowed" => 405,
     /// The transition is not allowed from the sandbox's current state.

@@ -11,6 +11,7 @@ mod file;
 mod lifecycle;
 mod metrics;
 mod operation;
+mod pool;
 mod sandbox;
 mod template;
 
@@ -20,6 +21,7 @@ pub use file::*;
 pub use lifecycle::*;
 pub use metrics::*;
 pub use operation::*;
+pub use pool::*;
 pub use sandbox::*;
 pub use template::*;
 

@@ -47,7 +47,25 @@ pub struct Args {
     /// Print the server's log (`RUST_LOG`, default `info`) on stderr.
     #[arg(long)]
     pub verbose: bool,
+
+    /// Measure only these groups (comma-separated): cold_start, exec, stream, files,
+    /// lifecycle, density, concurrency, store, pools. Default: all.
+    #[arg(long, value_name = "GROUPS", value_delimiter = ',', value_parser = GROUPS)]
+    pub only: Vec<String>,
 }
+
+/// The measurement groups `--only` selects from, in the order a run measures them.
+pub const GROUPS: [&str; 9] = [
+    "cold_start",
+    "exec",
+    "stream",
+    "files",
+    "lifecycle",
+    "density",
+    "concurrency",
+    "store",
+    "pools",
+];
 
 impl Args {
     /// The guest agent to use: `--guest-agent`/`COVE_GUEST_AGENT`, else the release build
@@ -64,6 +82,11 @@ impl Args {
                     .join("target")
             });
         target.join("x86_64-unknown-linux-gnu/release/cove-guest-agent")
+    }
+
+    /// Whether group `name` (one of [`GROUPS`]) is measured in this run.
+    pub fn wants(&self, name: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|g| g == name)
     }
 
     /// The sizes of this run.
@@ -106,6 +129,10 @@ pub struct Scale {
     pub concurrency_duration: Duration,
     /// Timed creates' store calls per store backend.
     pub store_runs: usize,
+    /// Timed creates served one at a time by a warm pool.
+    pub pool_runs: usize,
+    /// Concurrent creates of the burst, and the size of the pool that serves them.
+    pub pool_burst: usize,
 }
 
 impl Scale {
@@ -124,6 +151,8 @@ impl Scale {
         concurrency_clients: 50,
         concurrency_duration: Duration::from_secs(30),
         store_runs: 300,
+        pool_runs: 50,
+        pool_burst: 50,
     };
 
     /// A smoke run: every metric, tiny.
@@ -141,5 +170,7 @@ impl Scale {
         concurrency_clients: 5,
         concurrency_duration: Duration::from_secs(3),
         store_runs: 20,
+        pool_runs: 3,
+        pool_burst: 5,
     };
 }

@@ -5,7 +5,7 @@
 //!
 //! ```sh
 //! scripts/build-guest-agent.sh --release
-//! cargo run -p cove-bench --release -- [--quick] [--json out.json]
+//! cargo run -p cove-bench --release -- [--quick] [--json out.json] [--only pools,lifecycle]
 //! ```
 //!
 //! Modules: `args` (command line, sizes), `suite` (the run, in order), `measure/` (one file per

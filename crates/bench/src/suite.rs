@@ -41,20 +41,39 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         raw: &raw,
         scale,
     };
-    let mut metrics = vec![
-        measure::cold_start::measure(&ctx).await?,
-        measure::exec::measure(&ctx).await?,
-        measure::stream::measure(&ctx).await?,
-    ];
-    metrics.extend(measure::files::measure(&ctx).await?);
-    let lifecycle = measure::lifecycle::measure(&ctx).await?;
-    metrics.extend(lifecycle.metrics);
-    let mut unavailable = lifecycle.unavailable;
-    metrics.extend(measure::density::measure(&ctx).await?);
-    metrics.extend(measure::concurrency::measure(&ctx).await?);
-    match measure::store::measure(args.postgres_url.as_deref(), scale.store_runs).await? {
-        Ok(metric) => metrics.push(metric),
-        Err(missing) => unavailable.push(missing),
+    let mut metrics = Vec::new();
+    let mut unavailable = Vec::new();
+    if args.wants("cold_start") {
+        metrics.push(measure::cold_start::measure(&ctx).await?);
+    }
+    if args.wants("exec") {
+        metrics.push(measure::exec::measure(&ctx).await?);
+    }
+    if args.wants("stream") {
+        metrics.push(measure::stream::measure(&ctx).await?);
+    }
+    if args.wants("files") {
+        metrics.extend(measure::files::measure(&ctx).await?);
+    }
+    if args.wants("lifecycle") {
+        let lifecycle = measure::lifecycle::measure(&ctx).await?;
+        metrics.extend(lifecycle.metrics);
+        unavailable.extend(lifecycle.unavailable);
+    }
+    if args.wants("pools") {
+        metrics.extend(measure::pools::measure(&ctx).await?);
+    }
+    if args.wants("density") {
+        metrics.extend(measure::density::measure(&ctx).await?);
+    }
+    if args.wants("concurrency") {
+        metrics.extend(measure::concurrency::measure(&ctx).await?);
+    }
+    if args.wants("store") {
+        match measure::store::measure(args.postgres_url.as_deref(), scale.store_runs).await? {
+            Ok(metric) => metrics.push(metric),
+            Err(missing) => unavailable.push(missing),
+        }
     }
 
     drop(ctx);

@@ -18,6 +18,8 @@ const METRICS: &[&str] = &[
     "file_download",
     "pause_resume",
     "suspend_wake",
+    "warm_pool_create",
+    "warm_pool_burst",
     "density_sandboxes",
     "density_rss_per_sandbox",
     "density_mem_available_per_sandbox",

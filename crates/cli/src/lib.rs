@@ -98,6 +98,9 @@ pub enum Verb {
     /// Build and list templates.
     #[command(subcommand)]
     Template(commands::template::TemplateVerb),
+    /// Warm pools: booted sandboxes kept ready so matching creates skip the boot.
+    #[command(subcommand)]
+    Pool(commands::pool::PoolVerb),
     /// Create a sandbox, wait until it runs, and print its id.
     Create(commands::create::CreateArgs),
     /// List sandboxes (with their metadata; filter with -m KEY=VALUE).
@@ -200,6 +203,7 @@ async fn run_verb(client: &Client, verb: Verb) -> anyhow::Result<ExitCode> {
     match verb {
         Verb::Server(_) | Verb::Completions(_) => bail!("not a client verb"),
         Verb::Template(verb) => commands::template::run(client, verb).await?,
+        Verb::Pool(verb) => commands::pool::run(client, verb).await?,
         Verb::Create(args) => commands::create::run(client, args).await?,
         Verb::Ls(args) => commands::ls::run(client, args).await?,
         Verb::Get(args) => commands::get::run(client, args).await?,

@@ -528,3 +528,53 @@ async fn metrics_shows_a_sandboxs_use() {
         "{r:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pool_put_ls_rm_and_a_create_served_by_the_pool() {
+    let c = client();
+    cove_e2e::ensure_template(&c, "tiny").await;
+    // A size no other test asks for, so only this test's create matches.
+    let r = cove(&[
+        "pool",
+        "put",
+        "cli-warm",
+        "-t",
+        "tiny",
+        "--min-ready",
+        "1",
+        "--memory-mib",
+        "352",
+    ])
+    .await;
+    assert_eq!(r.code, 0, "{r:?}");
+    assert!(r.stdout.contains("cli-warm"), "{r:?}");
+    let began = Instant::now();
+    loop {
+        let r = cove(&["pool", "ls", "--json"]).await;
+        assert_eq!(r.code, 0, "{r:?}");
+        let pools: serde_json::Value = serde_json::from_str(&r.stdout).expect("json");
+        let ready = pools
+            .as_array()
+            .and_then(|a| a.iter().find(|p| p["name"] == "cli-warm"))
+            .map(|p| p["ready"].as_u64().unwrap_or(0));
+        if ready == Some(1) {
+            break;
+        }
+        assert!(began.elapsed() < Duration::from_secs(120), "{pools}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let r = cove(&["create", "-t", "tiny", "--memory-mib", "352"]).await;
+    assert_eq!(r.code, 0, "{r:?}");
+    let id = r.stdout.trim().to_string();
+    let got = c.pool("cli-warm").await.expect("pool");
+    assert_eq!(got.hits, 1, "{got:?}");
+    let r = cove(&["pool", "ls"]).await;
+    assert!(r.stdout.starts_with("NAME"), "{r:?}");
+    assert!(r.stdout.contains("cli-warm"), "{r:?}");
+    let r = cove(&["pool", "rm", "cli-warm"]).await;
+    assert_eq!((r.code, r.stdout.as_str()), (0, "cli-warm\n"), "{r:?}");
+    let r = cove(&["pool", "rm", "cli-warm"]).await;
+    assert_eq!(r.code, 125, "{r:?}");
+    assert!(r.stderr.contains("pool_not_found"), "{r:?}");
+    delete(&c, &id).await;
+}

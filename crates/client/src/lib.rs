@@ -44,6 +44,7 @@ pub mod events;
 pub mod files;
 pub mod lifecycle;
 pub mod operations;
+pub mod pools;
 pub mod pty;
 pub mod sandboxes;
 mod sse;

@@ -25,10 +25,12 @@ const PURGE_EVERY: Duration = Duration::from_secs(60);
 /// How long the idle check waits for a guest to list its commands.
 const COMMANDS_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// A running controller loop.
+/// A running controller loop, and the pool loop beside it (`ControlPlane::reconcile_pools`
+/// at start, when woken, and every `controller_interval`).
 pub struct Controller {
     stop: CancellationToken,
     task: JoinHandle<()>,
+    pools: JoinHandle<()>,
 }
 
 impl Controller {
@@ -37,8 +39,12 @@ impl Controller {
         let stop = CancellationToken::new();
         let token = stop.clone();
         let span = tracing::info_span!("controller");
+        let pools_cp = cp.clone();
         let task = tokio::spawn(async move { cp.control_loop(token).await }.instrument(span));
-        Controller { stop, task }
+        let token = stop.clone();
+        let span = tracing::info_span!("pool_controller");
+        let pools = tokio::spawn(async move { pools_cp.pool_loop(token).await }.instrument(span));
+        Controller { stop, task, pools }
     }
 
     /// Stops the loop and waits (at most 10 s) for its current pass to end. Operations it
@@ -46,6 +52,7 @@ impl Controller {
     pub async fn stop(self) {
         self.stop.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.pools).await;
     }
 }
 

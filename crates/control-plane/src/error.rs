@@ -24,6 +24,9 @@ pub enum ServiceError {
     /// Unknown command.
     #[error("command {0} not found")]
     CommandNotFound(String),
+    /// Unknown warm pool.
+    #[error("pool {0} not found")]
+    PoolNotFound(String),
     /// Unknown operation.
     #[error("operation {0} not found")]
     OperationNotFound(String),
@@ -97,6 +100,7 @@ impl ServiceError {
             ReleaseNotFound(_) => ErrorCode::ReleaseNotFound,
             CommandNotFound(_) => ErrorCode::CommandNotFound,
             OperationNotFound(_) => ErrorCode::OperationNotFound,
+            PoolNotFound(_) => ErrorCode::PoolNotFound,
             FileNotFound(_) => ErrorCode::FileNotFound,
             SandboxNotRunning { .. } => ErrorCode::SandboxNotRunning,
             InvalidState { .. } => ErrorCode::InvalidState,

@@ -1,5 +1,5 @@
 //! The control plane: desired state, operations and services (lifecycle, commands, files,
-//! templates, auth), and their HTTP surfaces (`http::management_router`, `http::data_plane_router`).
+//! templates, warm pools, auth), and their HTTP surfaces (`http::management_router`, `http::data_plane_router`).
 //!
 //! Services are methods of [`ControlPlane`], one file per resource. They talk to a node through
 //! [`cove_node_api::NodeApi`] and never touch a runtime or a guest directly.
@@ -25,6 +25,7 @@ pub mod http;
 mod lifecycle;
 pub mod metrics;
 pub mod operations;
+mod pools;
 mod reconcile;
 mod release_pins;
 mod sandbox_metrics;
@@ -97,6 +98,10 @@ struct Inner {
     events: events::Events,
     /// Last activity per sandbox, flushed to the store by the controller.
     activity: activity::Activity,
+    /// Wakes the pool loop (a pool was set, a create claimed or missed a member).
+    pools_wake: tokio::sync::Notify,
+    /// Held by a pool pass: passes run one at a time.
+    pools_pass: tokio::sync::Mutex<()>,
 }
 
 impl ControlPlane {
@@ -112,6 +117,8 @@ impl ControlPlane {
                 cfg,
                 locks: Mutex::new(HashMap::new()),
                 activity: activity::Activity::default(),
+                pools_wake: tokio::sync::Notify::new(),
+                pools_pass: tokio::sync::Mutex::new(()),
             }),
         }
     }

@@ -133,7 +133,9 @@ impl Operations {
         }
     }
 
-    async fn replay(
+    /// The earlier operation of the same idempotent request (`kind`, `key`, body `hash`), if
+    /// there is one; the key with another body is `IdempotencyMismatch`.
+    pub(crate) async fn replay(
         &self,
         kind: OperationKind,
         key: &str,

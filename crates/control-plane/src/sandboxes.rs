@@ -70,19 +70,64 @@ impl ControlPlane {
             }
         }
         let picked = self.pick_release(&template, &pin).await?;
-        let release = picked.number;
 
         let body = serde_json::to_value(&req).map_err(|e| ServiceError::Internal(e.to_string()))?;
-        let sandbox_id = ids::new_sandbox_id();
+        let request_hash = idempotency_key
+            .as_ref()
+            .map(|_| request_hash(OperationKind::CreateSandbox, &body));
+        let mut env = recipe.env.clone();
+        env.extend(req.env.clone());
+        let now = Utc::now();
+        let sandbox = Sandbox {
+            id: ids::new_sandbox_id(),
+            template,
+            release: picked.number,
+            release_digest: picked.digest,
+            state: SandboxState::Creating,
+            state_reason: None,
+            runtime: self.inner.cfg.runtime.clone(),
+            resources,
+            env,
+            metadata: req.metadata.clone(),
+            cwd: req.cwd.clone().unwrap_or(recipe.workdir),
+            user: req.user.clone().unwrap_or(recipe.user),
+            created_at: now,
+            updated_at: now,
+            idle_timeout_s,
+            ttl_s: req.ttl_s,
+            last_activity_at: Some(now),
+            memory_restored: None,
+        };
+        if crate::pools::claimable(&req) {
+            let key = idempotency_key.as_deref();
+            if let Some(served) = self
+                .create_from_pool(&sandbox, key, request_hash.as_deref())
+                .await?
+            {
+                return Ok(served);
+            }
+        }
+        self.launch(sandbox, None, idempotency_key, request_hash)
+            .await
+    }
+
+    /// Records `sandbox` (`creating`; a member of `pool` when given) and its create operation,
+    /// and starts it in the background. With an idempotency key already used for the same
+    /// request, answers the first create instead.
+    pub(crate) async fn launch(
+        &self,
+        sandbox: Sandbox,
+        pool: Option<&str>,
+        idempotency_key: Option<String>,
+        request_hash: Option<String>,
+    ) -> Result<CreateSandboxResponse, ServiceError> {
         let new_op = NewOperation {
             id: ids::new_operation_id(),
             kind: OperationKind::CreateSandbox,
-            sandbox_id: Some(sandbox_id.clone()),
-            template: Some(template.clone()),
-            release: Some(release),
-            request_hash: idempotency_key
-                .as_ref()
-                .map(|_| request_hash(OperationKind::CreateSandbox, &body)),
+            sandbox_id: Some(sandbox.id.clone()),
+            template: Some(sandbox.template.clone()),
+            release: Some(sandbox.release),
+            request_hash,
             idempotency_key,
             deadline: deadline(),
         };
@@ -97,31 +142,11 @@ impl ControlPlane {
             }
             Begun::New(op) => op,
         };
-
-        let mut env = recipe.env.clone();
-        env.extend(req.env.clone());
-        let now = Utc::now();
-        let sandbox = Sandbox {
-            id: sandbox_id.clone(),
-            template,
-            release,
-            release_digest: picked.digest,
-            state: SandboxState::Creating,
-            state_reason: None,
-            runtime: self.inner.cfg.runtime.clone(),
-            resources,
-            env,
-            metadata: req.metadata,
-            cwd: req.cwd.unwrap_or(recipe.workdir),
-            user: req.user.unwrap_or(recipe.user),
-            created_at: now,
-            updated_at: now,
-            idle_timeout_s,
-            ttl_s: req.ttl_s,
-            last_activity_at: Some(now),
-            memory_restored: None,
+        let inserted = match pool {
+            Some(pool) => self.store().insert_pool_member(&sandbox, pool).await,
+            None => self.store().insert_sandbox(&sandbox).await,
         };
-        if let Err(e) = self.store().insert_sandbox(&sandbox).await {
+        if let Err(e) = inserted {
             let err = cove_api_types::OperationError {
                 code: cove_api_types::ErrorCode::Internal,
                 message: "could not record the sandbox".into(),
@@ -131,14 +156,17 @@ impl ControlPlane {
                 .await;
             return Err(e.into());
         }
-        info!(sandbox_id = %sandbox.id, op_id = %op.id, "sandbox accepted");
-        let created = cove_store::NewEvent {
-            kind: cove_api_types::EventType::SandboxCreated,
-            operation_id: Some(op.id.clone()),
-            reason: None,
-        };
-        if let Err(e) = self.record_event(&sandbox.id, created).await {
-            warn!(sandbox_id = %sandbox.id, error = %e, "cannot record the created event");
+        info!(sandbox_id = %sandbox.id, op_id = %op.id, pool = pool.unwrap_or(""), "sandbox accepted");
+        if pool.is_none() {
+            // A pool member's `sandbox.created` is recorded when a create claims it.
+            let created = cove_store::NewEvent {
+                kind: cove_api_types::EventType::SandboxCreated,
+                operation_id: Some(op.id.clone()),
+                reason: None,
+            };
+            if let Err(e) = self.record_event(&sandbox.id, created).await {
+                warn!(sandbox_id = %sandbox.id, error = %e, "cannot record the created event");
+            }
         }
 
         let ticket = self.ticket(&sandbox.id);
@@ -146,8 +174,8 @@ impl ControlPlane {
         let launch = SandboxLaunch {
             id: sandbox.id.clone(),
             template: sandbox.template.clone(),
-            release,
-            resources,
+            release: sandbox.release,
+            resources: sandbox.resources,
         };
         let op_id = op.id.clone();
         let accepted = std::time::Instant::now();
@@ -164,7 +192,7 @@ impl ControlPlane {
 
     /// Starts a created sandbox when its turn comes. A create cancelled before it finished
     /// leaves nothing behind: the sandbox ends `deleted`. `accepted` is when the create was
-    /// accepted (for the create-to-running histogram).
+    /// accepted (for the create-to-running histogram; pool members' boots count too).
     async fn start_sandbox(
         &self,
         launch: SandboxLaunch,
@@ -334,6 +362,16 @@ impl ControlPlane {
             }
             attempts += 1;
         }
+        self.run_delete(id, deadline).await
+    }
+
+    /// Records the delete operation of sandbox `id` (already moved to `deleting`) and runs it
+    /// when the sandbox's turn comes.
+    pub(crate) async fn run_delete(
+        &self,
+        id: &str,
+        deadline: DateTime<Utc>,
+    ) -> Result<Operation, ServiceError> {
         let new_op = NewOperation {
             id: ids::new_operation_id(),
             kind: OperationKind::DeleteSandbox,
@@ -447,7 +485,7 @@ impl Drop for AbandonedCreate {
     }
 }
 
-fn deadline() -> DateTime<Utc> {
+pub(crate) fn deadline() -> DateTime<Utc> {
     Utc::now() + ChronoDuration::from_std(DEFAULT_DEADLINE).unwrap_or(ChronoDuration::minutes(30))
 }
 

@@ -326,6 +326,87 @@ async fn sandbox_lifecycle() {
     );
 }
 
+/// `runc` run against the harness's state root; its stdout.
+fn raw_runc(h: &Harness, args: &[&str]) -> String {
+    let out = Command::new("runc")
+        .arg("--root")
+        .arg(h.dir.path().join("runc"))
+        .args(args)
+        .output()
+        .expect("run runc");
+    assert!(
+        out.status.success(),
+        "runc {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Pause and resume write the cgroup freezer directly; runc sees what it would have done
+/// itself: `runc state` says paused, `runc resume` thaws, a fresh runtime (a restart) finds
+/// the freezer again, and a paused container is still deleted. Processes and files survive.
+#[tokio::test]
+async fn freezer_pause_is_what_runc_sees() {
+    let h = Harness::new("freeze");
+    let rt = &h.runtime;
+    let spec = &h.spec;
+    rt.start(spec).await.expect("start");
+    let sock = &RuncRuntime::agent_socket(&spec.dir);
+    sh(
+        sock,
+        "echo kept > /root/file; sleep 1000 </dev/null >/dev/null 2>&1 &",
+    );
+    let sleeper = sh(sock, "pgrep -x sleep");
+    assert!(!sleeper.is_empty(), "a background process runs");
+
+    rt.pause(&spec.id).await.expect("pause");
+    let state = raw_runc(&h, &["state", &spec.id]);
+    assert!(state.contains("\"status\": \"paused\""), "{state}");
+    // runc itself resumes what the freezer froze.
+    raw_runc(&h, &["resume", &spec.id]);
+    assert_eq!(
+        rt.state(&spec.id).await.expect("state"),
+        Some(RuntimeState::Running)
+    );
+    assert_eq!(
+        sh(sock, "cat /root/file; pgrep -x sleep"),
+        format!("kept\n{sleeper}")
+    );
+
+    // And the freezer resumes what runc paused.
+    raw_runc(&h, &["pause", &spec.id]);
+    rt.resume(&spec.id)
+        .await
+        .expect("resume a runc-paused container");
+    assert_eq!(sh(sock, "echo alive"), "alive");
+
+    // A new runtime over the same state root (a restart) adopts and pauses it.
+    let again = RuncRuntime::new(RuncConfig {
+        runc_binary: PathBuf::from("runc"),
+        state_root: h.dir.path().join("runc"),
+        lxcfs_dir: None,
+    })
+    .expect("runc available");
+    rt.pause(&spec.id).await.expect("pause");
+    let adopted = again
+        .adopt(&spec.id, &spec.dir)
+        .await
+        .expect("adopt")
+        .expect("found");
+    assert_eq!(adopted.state, RuntimeState::Paused);
+    again.resume(&spec.id).await.expect("resume after adoption");
+    assert_eq!(sh(sock, "pgrep -x sleep"), sleeper, "processes survive");
+    // Pausing twice and resuming twice are harmless; a paused container still stops.
+    again.pause(&spec.id).await.expect("pause");
+    again.pause(&spec.id).await.expect("pause again");
+    again.stop(&spec.id, &spec.dir).await.expect("stop paused");
+    assert_eq!(rt.state(&spec.id).await.expect("state"), None);
+    assert!(matches!(
+        rt.pause(&spec.id).await,
+        Err(RuntimeError::NotFound { .. })
+    ));
+}
+
 #[tokio::test]
 async fn restart_keeps_files_and_survives_oom() {
     let h = Harness::new("restart");

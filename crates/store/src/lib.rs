@@ -1,8 +1,9 @@
-//! Cove's SQL store: tokens, releases, sandboxes, operations and their logs, commands, events.
+//! Cove's SQL store: tokens, releases, sandboxes, warm pools, operations and their logs,
+//! commands, events.
 //!
 //! [`Store`] is the contract the control plane holds as `Arc<dyn Store>`; it is the sum of one
 //! trait per resource ([`SandboxStore`], [`LifecycleStore`], [`EventStore`],
-//! [`OperationStore`], [`CommandStore`], [`ReleaseStore`], [`TokenStore`]). Two backends
+//! [`OperationStore`], [`PoolStore`], [`CommandStore`], [`ReleaseStore`], [`TokenStore`]). Two backends
 //! implement it: [`SqliteStore`] (the embedded default) and [`PgStore`] (PostgreSQL). Each
 //! keeps its own migrations (`migrations/sqlite/`, `migrations/postgres/`), applied at open.
 //! Every write is one statement or one transaction, so a crash leaves either the old or the
@@ -20,6 +21,7 @@ mod error;
 mod events;
 mod lifecycle;
 mod operations;
+mod pools;
 pub mod postgres;
 mod releases;
 mod sandboxes;
@@ -31,6 +33,7 @@ pub use error::StoreError;
 pub use events::{EventStore, Purged};
 pub use lifecycle::{LifecycleStore, NewEvent};
 pub use operations::{NewOperation, OperationStore, OperationUpdate};
+pub use pools::{PoolClaim, PoolMember, PoolRecord, PoolStore};
 pub use postgres::PgStore;
 pub use releases::ReleaseStore;
 pub use sandboxes::{SandboxFilter, SandboxStore};
@@ -45,6 +48,7 @@ pub trait Store:
     + LifecycleStore
     + EventStore
     + OperationStore
+    + PoolStore
     + CommandStore
     + ReleaseStore
     + TokenStore

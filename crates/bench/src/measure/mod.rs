@@ -9,6 +9,7 @@
 //! | `lifecycle.rs` | pause+resume, suspend+wake | `runc pause`+`resume`; kill+delete, `runc run` |
 //! | `density.rs` | idle sandboxes a node holds, memory per sandbox | raw `sleep` containers |
 //! | `concurrency.rs` | clients creating and deleting sandboxes at once | raw `runc run -d` + `delete` |
+//! | `pools.rs` | create served by a warm pool → running; a burst of creates on a full pool | cold create → running |
 //! | `store.rs` | the store calls of one create on PostgreSQL | the same calls on SQLite |
 //!
 //! Every Cove sandbox is of the `tiny` template: none of these needs more than busybox.
@@ -33,6 +34,7 @@ pub mod density;
 pub mod exec;
 pub mod files;
 pub mod lifecycle;
+pub mod pools;
 pub mod store;
 pub mod stream;
 

@@ -14,6 +14,7 @@ pub mod ls;
 pub mod metrics;
 pub mod ops;
 pub mod pause;
+pub mod pool;
 pub mod ps;
 pub mod resume;
 pub mod rm;

@@ -5,7 +5,7 @@ use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::Router;
 
 use crate::{ControlPlane, ServiceError};
@@ -20,6 +20,7 @@ mod files_upload;
 mod lifecycle;
 pub mod openapi;
 mod operations;
+mod pools;
 mod pty;
 mod render;
 mod sandboxes;
@@ -73,6 +74,11 @@ pub fn management_router(cp: ControlPlane) -> Router {
         .route("/v1/sandboxes/{id}/resume", post(lifecycle::resume))
         .route("/v1/sandboxes/{id}/suspend", post(lifecycle::suspend))
         .route("/v1/sandboxes/{id}/wake", post(lifecycle::wake))
+        .route("/v1/pools", get(pools::list))
+        .route(
+            "/v1/pools/{name}",
+            put(pools::put).get(pools::get_one).delete(pools::delete),
+        )
         .route("/v1/capabilities", get(lifecycle::capabilities))
         .route("/v1/events", get(events::stream))
         .route("/v1/operations", get(operations::list))

@@ -8,7 +8,9 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
-use super::{commands, events, files, files_upload, lifecycle, operations, sandboxes, templates};
+use super::{
+    commands, events, files, files_upload, lifecycle, operations, pools, sandboxes, templates,
+};
 
 /// The document.
 #[derive(OpenApi)]
@@ -32,6 +34,7 @@ use super::{commands, events, files, files_upload, lifecycle, operations, sandbo
         lifecycle::pause, lifecycle::resume, lifecycle::suspend, lifecycle::wake,
         lifecycle::capabilities,
         templates::list, templates::get_one, templates::build,
+        pools::list, pools::get_one, pools::put, pools::delete,
         commands::create, commands::list, commands::get_one, commands::forget, commands::output,
         commands::signal, commands::kill, commands::attachment,
         operations::get_one, operations::list, operations::cancel, operations::logs,

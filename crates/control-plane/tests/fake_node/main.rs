@@ -16,6 +16,7 @@ mod idempotency;
 mod lifecycle;
 mod metrics;
 mod ordering;
+mod pools;
 mod reconcile;
 mod release_pins;
 mod rollback;

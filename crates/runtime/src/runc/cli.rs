@@ -121,6 +121,12 @@ impl Runc {
         }
     }
 
+    /// Whether runc has a container `id`: its directory under the state root, which is what
+    /// `runc create` refuses to reuse (read directly, without starting runc).
+    pub(crate) fn exists(&self, id: &str) -> bool {
+        self.root.join(id).exists()
+    }
+
     /// `runc state <id>`; `None` when runc has no such container.
     pub(crate) async fn state(&self, id: &str) -> Result<Option<ContainerState>, RuntimeError> {
         let mut cmd = self.command();
@@ -161,7 +167,8 @@ impl Runc {
         }))
     }
 
-    /// `runc create --bundle <bundle> <id>` with the container's stdout/stderr going to `log`.
+    /// `runc create --bundle <bundle> --pid-file <pid_file> <id>` with the container's
+    /// stdout/stderr going to `log`; runc writes the init's host pid to `pid_file`.
     ///
     /// runc's own error messages go to `log` too (it shares its stdio with the container), so on
     /// failure the caller reads them from there.
@@ -169,6 +176,7 @@ impl Runc {
         &self,
         id: &str,
         bundle: &Path,
+        pid_file: &Path,
         log: std::fs::File,
     ) -> Result<bool, RuntimeError> {
         let log2 = log.try_clone().map_err(|source| RuntimeError::Io {
@@ -179,6 +187,8 @@ impl Runc {
         cmd.arg("create")
             .arg("--bundle")
             .arg(bundle)
+            .arg("--pid-file")
+            .arg(pid_file)
             .arg(id)
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log2));
@@ -205,12 +215,8 @@ impl Runc {
         self.simple("start", id, &["start"]).await
     }
 
-    /// `runc pause <id>` (cgroup freezer).
-    pub(crate) async fn pause(&self, id: &str) -> Result<(), RuntimeError> {
-        self.simple("pause", id, &["pause"]).await
-    }
-
-    /// `runc resume <id>`.
+    /// `runc resume <id>` (thaws a container frozen by anyone; pausing is done through the
+    /// freezer directly, `freezer.rs`).
     pub(crate) async fn resume(&self, id: &str) -> Result<(), RuntimeError> {
         self.simple("resume", id, &["resume"]).await
     }

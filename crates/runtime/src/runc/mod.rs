@@ -26,6 +26,7 @@
 //! runc would fail on them. Stopped inits are reaped by the host's init (runc's `create` exits),
 //! so a stopped sandbox's init may linger as a zombie briefly.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
@@ -39,6 +40,7 @@ mod cgroups;
 mod cli;
 mod config;
 mod disk;
+mod freezer;
 mod layout;
 mod mounts;
 mod seccomp;
@@ -72,10 +74,14 @@ impl RuncConfig {
     }
 }
 
-/// The runc driver. Cheap to share: it holds only paths.
+/// The runc driver. Cheap to share: it holds paths and the freezer of each container it
+/// started or adopted.
 #[derive(Debug, Clone)]
 pub struct RuncRuntime {
     runc: Runc,
+    /// The freezer and init of each container this runtime started or adopted, by sandbox id
+    /// (`freezer.rs`).
+    freezers: std::sync::Arc<std::sync::Mutex<HashMap<String, freezer::Tracked>>>,
     /// What this process may grant a sandbox (probed once).
     host: config::HostPrivileges,
     /// lxcfs and the node's CPUs, for honest limits.
@@ -102,7 +108,47 @@ impl RuncRuntime {
             );
         }
         let views = std::sync::Arc::new(views::HostViews::probe(config.lxcfs_dir.as_deref()));
-        Ok(RuncRuntime { runc, host, views })
+        Ok(RuncRuntime {
+            runc,
+            freezers: Default::default(),
+            host,
+            views,
+        })
+    }
+
+    fn lock_freezers(&self) -> std::sync::MutexGuard<'_, HashMap<String, freezer::Tracked>> {
+        self.freezers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Remembers the freezer of container `id`, whose init is `pid` (a container whose cgroup
+    /// cannot be read is paused through runc's state later instead).
+    fn learn_freezer(&self, id: &str, pid: u32) {
+        match freezer::Tracked::of_pid(pid) {
+            Ok(f) => {
+                self.lock_freezers().insert(id.to_string(), f);
+            }
+            Err(e) => {
+                tracing::warn!(sandbox_id = %id, error = %e, "cannot find the freezer cgroup")
+            }
+        }
+    }
+
+    /// The freezer of container `id`: cached, else found from runc's state (`NotFound` when
+    /// runc has no such container or it does not run).
+    async fn freezer(&self, id: &str) -> Result<freezer::Freezer, RuntimeError> {
+        if let Some(t) = self.lock_freezers().get(id) {
+            return Ok(t.freezer.clone());
+        }
+        let state = self
+            .runc
+            .state(id)
+            .await?
+            .filter(|s| s.pid != 0)
+            .ok_or_else(|| RuntimeError::NotFound { id: id.to_string() })?;
+        let t = freezer::Tracked::of_pid(state.pid)?;
+        let f = t.freezer.clone();
+        self.lock_freezers().insert(id.to_string(), t);
+        Ok(f)
     }
 
     /// runc's state directory (`runc --root`).
@@ -132,13 +178,18 @@ impl Runtime for RuncRuntime {
     }
 
     async fn start(&self, spec: &SandboxSpec) -> Result<Started, RuntimeError> {
-        start::start(&self.runc, spec, self.host, &self.views).await
+        let started = start::start(&self.runc, spec, self.host, &self.views).await?;
+        self.learn_freezer(&spec.id, started.init_pid);
+        Ok(started)
     }
 
     async fn adopt(&self, id: &str, dir: &Path) -> Result<Option<Adopted>, RuntimeError> {
         let Some(state) = self.runc.state(id).await? else {
             return Ok(None);
         };
+        if state.pid != 0 {
+            self.learn_freezer(id, state.pid);
+        }
         Ok(Some(Adopted {
             state: state.status,
             guest: std::sync::Arc::new(crate::UnixSocketConnector::new(Self::agent_socket(dir))),
@@ -146,15 +197,30 @@ impl Runtime for RuncRuntime {
     }
 
     async fn state(&self, id: &str) -> Result<Option<RuntimeState>, RuntimeError> {
+        // A container this runtime started runs while its init does: its state is the
+        // freezer's, read without starting runc. Anything else (a stopped init, an unknown
+        // container) is runc's to say.
+        let tracked = self.lock_freezers().get(id).cloned();
+        if let Some(t) = tracked {
+            if self.runc.exists(id) {
+                match t.live_state() {
+                    Some(true) => return Ok(Some(RuntimeState::Paused)),
+                    Some(false) => return Ok(Some(RuntimeState::Running)),
+                    None => {}
+                }
+            }
+        }
         Ok(self.runc.state(id).await?.map(|s| s.status))
     }
 
     async fn pause(&self, id: &str) -> Result<(), RuntimeError> {
-        self.runc.pause(id).await
+        let freezer = self.freezer(id).await?;
+        freezer.freeze(id).await
     }
 
     async fn resume(&self, id: &str) -> Result<(), RuntimeError> {
-        self.runc.resume(id).await
+        let freezer = self.freezer(id).await?;
+        freezer.thaw(id).await
     }
 
     fn snapshot_artifacts(&self) -> &'static [ArtifactSpec] {
@@ -182,7 +248,10 @@ impl Runtime for RuncRuntime {
     }
 
     async fn stop(&self, id: &str, dir: &Path) -> Result<(), RuntimeError> {
-        stop::stop(&self.runc, id, dir).await
+        let freezer = self.lock_freezers().get(id).map(|t| t.freezer.clone());
+        stop::stop(&self.runc, id, dir, freezer.as_ref()).await?;
+        self.lock_freezers().remove(id);
+        Ok(())
     }
 
     async fn list(&self) -> Result<Vec<String>, RuntimeError> {

@@ -24,6 +24,8 @@ const AGENT_TIMEOUT: Duration = Duration::from_secs(30);
 const AGENT_POLL: Duration = Duration::from_millis(5);
 /// How often (in polls) the agent process is checked to still be alive.
 const LIVENESS_EVERY: u32 = 20;
+/// Name of the file in `bundle/` that `runc create` writes the init's pid to.
+const PID_FILE: &str = "init.pid";
 /// Longest agent-log tail put into an error, in bytes.
 const LOG_TAIL_BYTES: u64 = 2048;
 
@@ -36,7 +38,7 @@ pub(crate) async fn start(
 ) -> Result<Started, RuntimeError> {
     validate_id(&spec.id)?;
     validate_hostname(&spec.id, &spec.hostname)?;
-    if runc.state(&spec.id).await?.is_some() {
+    if runc.exists(&spec.id) {
         // Not ours to undo: leave the existing container alone.
         return Err(RuntimeError::Command {
             op: "create",
@@ -61,7 +63,7 @@ pub(crate) async fn start(
         }
         Err(error) => {
             warn!(sandbox_id = %spec.id, %error, "sandbox start failed, undoing");
-            if let Err(undo) = stop::teardown(runc, &spec.id, &layout).await {
+            if let Err(undo) = stop::teardown(runc, &spec.id, &layout, None).await {
                 warn!(sandbox_id = %spec.id, error = %undo, "undo of a failed start failed");
             }
             let dir = layout.clone();
@@ -106,28 +108,42 @@ async fn run(
     .await
     .map_err(join_error)??;
 
-    if !runc.create(&spec.id, &layout.bundle, log).await? {
+    let pid_file = layout.bundle.join(PID_FILE);
+    if !runc
+        .create(&spec.id, &layout.bundle, &pid_file, log)
+        .await?
+    {
         return Err(RuntimeError::Command {
             op: "create",
             id: spec.id.clone(),
             detail: log_since(&layout.agent_log, log_offset),
         });
     }
-    let state = runc
-        .state(&spec.id)
-        .await?
-        .ok_or_else(|| RuntimeError::Command {
-            op: "create",
-            id: spec.id.clone(),
-            detail: "container vanished right after runc create".to_string(),
-        })?;
+    let pid = read_pid(&spec.id, &pid_file)?;
     runc.start(&spec.id).await?;
-    wait_for_agent(spec, layout, state.pid, log_offset).await?;
+    wait_for_agent(spec, layout, pid, log_offset).await?;
     Ok(Started {
         guest: std::sync::Arc::new(UnixSocketConnector::new(layout.agent_socket())),
-        init_pid: state.pid,
+        init_pid: pid,
         memory_restored: false,
     })
+}
+
+/// The init's host pid as `runc create --pid-file` wrote it.
+fn read_pid(id: &str, pid_file: &std::path::Path) -> Result<u32, RuntimeError> {
+    let text = std::fs::read_to_string(pid_file).map_err(|source| RuntimeError::Io {
+        context: format!("read {}", pid_file.display()),
+        source,
+    })?;
+    text.trim()
+        .parse()
+        .ok()
+        .filter(|&pid: &u32| pid > 0)
+        .ok_or_else(|| RuntimeError::Command {
+            op: "create",
+            id: id.to_string(),
+            detail: format!("runc wrote no pid to its pid file ({:?})", text.trim()),
+        })
 }
 
 /// Blocking part: directories, identity files, overlay mount, config.json, agent log.

@@ -9,26 +9,42 @@ use std::path::Path;
 use tracing::info;
 
 use super::cli::Runc;
+use super::freezer::Freezer;
 use super::layout::{validate_id, Layout};
 use super::{disk, join_error, mounts};
 use crate::{RuntimeError, RuntimeState};
 
-/// Stops sandbox `id` whose directory is `dir`.
-pub(crate) async fn stop(runc: &Runc, id: &str, dir: &Path) -> Result<(), RuntimeError> {
+/// Stops sandbox `id` whose directory is `dir`; `freezer` is its cgroup freezer when known
+/// (a paused sandbox is thawed through it, else through `runc resume`).
+pub(crate) async fn stop(
+    runc: &Runc,
+    id: &str,
+    dir: &Path,
+    freezer: Option<&Freezer>,
+) -> Result<(), RuntimeError> {
     validate_id(id)?;
-    teardown(runc, id, &Layout::new(dir)).await?;
+    teardown(runc, id, &Layout::new(dir), freezer).await?;
     info!(sandbox_id = %id, "sandbox stopped");
     Ok(())
 }
 
 /// The steps of `stop`; also the undo of a failed `start`.
-pub(crate) async fn teardown(runc: &Runc, id: &str, layout: &Layout) -> Result<(), RuntimeError> {
+pub(crate) async fn teardown(
+    runc: &Runc,
+    id: &str,
+    layout: &Layout,
+    freezer: Option<&Freezer>,
+) -> Result<(), RuntimeError> {
     match runc.state(id).await? {
         None => {}
         Some(state) => {
             if state.status == RuntimeState::Paused {
                 // Frozen tasks do not die until thawed.
-                match runc.resume(id).await {
+                let thawed = match freezer {
+                    Some(f) => f.thaw(id).await,
+                    None => runc.resume(id).await,
+                };
+                match thawed {
                     Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
                     Err(e) => return Err(e),
                 }

@@ -99,7 +99,7 @@ impl LifecycleStore for PgStore {
 
 /// Takes the next event seq (locking the counter row until the transaction ends) and inserts
 /// the event under it.
-async fn insert_event(
+pub(super) async fn insert_event(
     conn: &mut PgConnection,
     sandbox_id: &str,
     ev: &NewEvent,

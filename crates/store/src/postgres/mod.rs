@@ -23,6 +23,7 @@ mod commands;
 mod events;
 mod lifecycle;
 mod operations;
+mod pools;
 mod releases;
 mod sandboxes;
 mod tokens;

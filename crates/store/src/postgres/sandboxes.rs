@@ -51,38 +51,7 @@ pub(super) fn row_to_sandbox(r: &PgRow) -> Result<Sandbox, StoreError> {
 #[async_trait]
 impl SandboxStore for PgStore {
     async fn insert_sandbox(&self, s: &Sandbox) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO sandboxes (id, template, release, state, state_reason, runtime, vcpus, \
-             memory_mib, pids_max, env, metadata, cwd, user_name, created_at, updated_at, \
-             idle_timeout_s, ttl_s, last_activity_at, memory_restored, disk_mib, release_digest) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
-             $17, $18, $19, $20, $21)",
-        )
-        .bind(&s.id)
-        .bind(&s.template)
-        .bind(i64::from(s.release))
-        .bind(s.state.as_str())
-        .bind(&s.state_reason)
-        .bind(&s.runtime)
-        .bind(i64::from(s.resources.vcpus))
-        .bind(to_i64(s.resources.memory_mib)?)
-        .bind(to_i64(s.resources.pids_max)?)
-        .bind(map_json(&s.env)?)
-        .bind(map_json(&s.metadata)?)
-        .bind(&s.cwd)
-        .bind(&s.user)
-        .bind(s.created_at)
-        .bind(s.updated_at)
-        .bind(to_i64(s.idle_timeout_s)?)
-        .bind(s.ttl_s.map(to_i64).transpose()?)
-        .bind(s.last_activity_at)
-        .bind(s.memory_restored)
-        .bind(s.resources.disk_mib.map(to_i64).transpose()?)
-        .bind(&s.release_digest)
-        .execute(&self.pool)
-        .await
-        .map_err(map_unique)?;
-        Ok(())
+        insert(&self.pool, s, None).await
     }
 
     async fn get_sandbox(&self, id: &str) -> Result<Sandbox, StoreError> {
@@ -116,7 +85,8 @@ impl SandboxStore for PgStore {
     }
 
     async fn list_sandboxes(&self, f: &SandboxFilter) -> Result<Vec<Sandbox>, StoreError> {
-        let mut q: QueryBuilder<Postgres> = QueryBuilder::new("SELECT * FROM sandboxes WHERE TRUE");
+        let mut q: QueryBuilder<Postgres> =
+            QueryBuilder::new("SELECT * FROM sandboxes WHERE pool IS NULL");
         if !f.include_deleted && f.state != Some(SandboxState::Deleted) {
             q.push(" AND state <> 'deleted'");
         }
@@ -153,4 +123,46 @@ impl SandboxStore for PgStore {
             .await?;
         rows.iter().map(row_to_sandbox).collect()
     }
+}
+
+/// Inserts `s`, as a member of `pool` when given.
+pub(super) async fn insert(
+    db: &sqlx::PgPool,
+    s: &Sandbox,
+    pool: Option<&str>,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO sandboxes (id, template, release, state, state_reason, runtime, vcpus, \
+         memory_mib, pids_max, env, metadata, cwd, user_name, created_at, updated_at, \
+         idle_timeout_s, ttl_s, last_activity_at, memory_restored, disk_mib, pool, \
+         release_digest) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
+         $17, $18, $19, $20, $21, $22)",
+    )
+    .bind(&s.id)
+    .bind(&s.template)
+    .bind(i64::from(s.release))
+    .bind(s.state.as_str())
+    .bind(&s.state_reason)
+    .bind(&s.runtime)
+    .bind(i64::from(s.resources.vcpus))
+    .bind(to_i64(s.resources.memory_mib)?)
+    .bind(to_i64(s.resources.pids_max)?)
+    .bind(map_json(&s.env)?)
+    .bind(map_json(&s.metadata)?)
+    .bind(&s.cwd)
+    .bind(&s.user)
+    .bind(s.created_at)
+    .bind(s.updated_at)
+    .bind(to_i64(s.idle_timeout_s)?)
+    .bind(s.ttl_s.map(to_i64).transpose()?)
+    .bind(s.last_activity_at)
+    .bind(s.memory_restored)
+    .bind(s.resources.disk_mib.map(to_i64).transpose()?)
+    .bind(pool)
+    .bind(&s.release_digest)
+    .execute(db)
+    .await
+    .map_err(map_unique)?;
+    Ok(())
 }

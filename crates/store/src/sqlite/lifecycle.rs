@@ -97,7 +97,7 @@ impl LifecycleStore for SqliteStore {
     }
 }
 
-async fn insert_event(
+pub(super) async fn insert_event(
     conn: &mut sqlx::SqliteConnection,
     sandbox_id: &str,
     ev: &NewEvent,

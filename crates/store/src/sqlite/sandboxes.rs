@@ -9,7 +9,7 @@ use super::SqliteStore;
 use crate::error::map_unique;
 use crate::{json_map, map_json, parse_enum, SandboxFilter, SandboxStore, StoreError};
 
-fn row_to_sandbox(r: &sqlx::sqlite::SqliteRow) -> Result<Sandbox, StoreError> {
+pub(super) fn row_to_sandbox(r: &sqlx::sqlite::SqliteRow) -> Result<Sandbox, StoreError> {
     Ok(Sandbox {
         id: r.try_get("id")?,
         template: r.try_get("template")?,
@@ -40,39 +40,7 @@ fn row_to_sandbox(r: &sqlx::sqlite::SqliteRow) -> Result<Sandbox, StoreError> {
 #[async_trait]
 impl SandboxStore for SqliteStore {
     async fn insert_sandbox(&self, s: &Sandbox) -> Result<(), StoreError> {
-        let env = map_json(&s.env)?;
-        let metadata = map_json(&s.metadata)?;
-        sqlx::query(
-            "INSERT INTO sandboxes (id, template, release, state, state_reason, runtime, vcpus, \
-             memory_mib, pids_max, env, metadata, cwd, user_name, created_at, updated_at, \
-             idle_timeout_s, ttl_s, last_activity_at, memory_restored, disk_mib, release_digest) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&s.id)
-        .bind(&s.template)
-        .bind(s.release)
-        .bind(s.state.as_str())
-        .bind(&s.state_reason)
-        .bind(&s.runtime)
-        .bind(s.resources.vcpus)
-        .bind(s.resources.memory_mib as i64)
-        .bind(s.resources.pids_max as i64)
-        .bind(env)
-        .bind(metadata)
-        .bind(&s.cwd)
-        .bind(&s.user)
-        .bind(s.created_at)
-        .bind(s.updated_at)
-        .bind(s.idle_timeout_s as i64)
-        .bind(s.ttl_s.map(|v| v as i64))
-        .bind(s.last_activity_at)
-        .bind(s.memory_restored)
-        .bind(s.resources.disk_mib.map(|v| v as i64))
-        .bind(&s.release_digest)
-        .execute(&self.pool)
-        .await
-        .map_err(map_unique)?;
-        Ok(())
+        insert(&self.pool, s, None).await
     }
 
     async fn get_sandbox(&self, id: &str) -> Result<Sandbox, StoreError> {
@@ -113,7 +81,7 @@ impl SandboxStore for SqliteStore {
     }
 
     async fn list_sandboxes(&self, f: &SandboxFilter) -> Result<Vec<Sandbox>, StoreError> {
-        let mut sql = String::from("SELECT * FROM sandboxes WHERE 1=1");
+        let mut sql = String::from("SELECT * FROM sandboxes WHERE pool IS NULL");
         if !f.include_deleted && f.state != Some(SandboxState::Deleted) {
             sql.push_str(" AND state != 'deleted'");
         }
@@ -163,4 +131,47 @@ impl SandboxStore for SqliteStore {
         }
         Ok(out)
     }
+}
+
+/// Inserts `s`, as a member of `pool` when given.
+pub(super) async fn insert(
+    db: &sqlx::SqlitePool,
+    s: &Sandbox,
+    pool: Option<&str>,
+) -> Result<(), StoreError> {
+    let env = map_json(&s.env)?;
+    let metadata = map_json(&s.metadata)?;
+    sqlx::query(
+        "INSERT INTO sandboxes (id, template, release, state, state_reason, runtime, vcpus, \
+         memory_mib, pids_max, env, metadata, cwd, user_name, created_at, updated_at, \
+         idle_timeout_s, ttl_s, last_activity_at, memory_restored, disk_mib, pool, \
+         release_digest) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(&s.id)
+    .bind(&s.template)
+    .bind(s.release)
+    .bind(s.state.as_str())
+    .bind(&s.state_reason)
+    .bind(&s.runtime)
+    .bind(s.resources.vcpus)
+    .bind(s.resources.memory_mib as i64)
+    .bind(s.resources.pids_max as i64)
+    .bind(env)
+    .bind(metadata)
+    .bind(&s.cwd)
+    .bind(&s.user)
+    .bind(s.created_at)
+    .bind(s.updated_at)
+    .bind(s.idle_timeout_s as i64)
+    .bind(s.ttl_s.map(|v| v as i64))
+    .bind(s.last_activity_at)
+    .bind(s.memory_restored)
+    .bind(s.resources.disk_mib.map(|v| v as i64))
+    .bind(pool)
+    .bind(&s.release_digest)
+    .execute(db)
+    .await
+    .map_err(map_unique)?;
+    Ok(())
 }

@@ -12,6 +12,7 @@ mod events;
 mod fixtures;
 mod lifecycle;
 mod operations;
+mod pools;
 mod releases;
 mod sandboxes;
 mod tokens;
@@ -70,6 +71,12 @@ conformance!(
     releases::concurrent_release_numbers_are_distinct,
     releases::release_states_and_listing,
     tokens::token_hashes_are_stored_and_counted,
+    pools::pools_round_trip_and_put_keeps_counters,
+    pools::members_are_hidden_until_claimed,
+    pools::only_running_members_are_claimed,
+    pools::concurrent_claims_never_share_a_member,
+    pools::retiring_is_compare_and_set_against_claims,
+    pools::a_claim_with_a_taken_idempotency_key_claims_nothing,
 );
 
 /// `open` picks the backend from the URL.

@@ -1,0 +1,216 @@
+//! Warm pools and their members (PostgreSQL). A claim is one `UPDATE ... WHERE id = (SELECT
+//! ... FOR UPDATE SKIP LOCKED)`: concurrent claims lock different members instead of queueing
+//! on the same one.
+
+use async_trait::async_trait;
+use chrono::Utc;
+use cove_api_types::{EventType, Operation, Resources};
+use sqlx::Row;
+
+use super::lifecycle::insert_event;
+use super::sandboxes::{insert, row_to_sandbox};
+use super::PgStore;
+use super::{from_i64, to_i64};
+use crate::error::map_unique;
+use crate::{
+    map_json, NewEvent, NewOperation, OperationStore, PoolClaim, PoolMember, PoolRecord, PoolStore,
+    StoreError,
+};
+
+fn row_to_pool(r: &sqlx::postgres::PgRow) -> Result<PoolRecord, StoreError> {
+    Ok(PoolRecord {
+        name: r.try_get("name")?,
+        template: r.try_get("template")?,
+        release: r
+            .try_get::<Option<i64>, _>("release")?
+            .map(|v| from_i64(v, "release"))
+            .transpose()?,
+        resources: Resources {
+            vcpus: from_i64(r.try_get("vcpus")?, "vcpus")?,
+            memory_mib: from_i64(r.try_get("memory_mib")?, "memory_mib")?,
+            pids_max: from_i64(r.try_get("pids_max")?, "pids_max")?,
+            disk_mib: r
+                .try_get::<Option<i64>, _>("disk_mib")?
+                .map(|v| from_i64(v, "disk_mib"))
+                .transpose()?,
+        },
+        min_ready: from_i64(r.try_get("min_ready")?, "min_ready")?,
+        max: from_i64(r.try_get("max_members")?, "max_members")?,
+        hits: from_i64(r.try_get("hits")?, "hits")?,
+        misses: from_i64(r.try_get("misses")?, "misses")?,
+        created_at: r.try_get("created_at")?,
+        updated_at: r.try_get("updated_at")?,
+    })
+}
+
+#[async_trait]
+impl PoolStore for PgStore {
+    async fn put_pool(&self, p: &PoolRecord) -> Result<PoolRecord, StoreError> {
+        let row = sqlx::query(
+            "INSERT INTO pools (name, template, release, vcpus, memory_mib, pids_max, disk_mib, \
+             min_ready, max_members, hits, misses, created_at, updated_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, 0, $10, $11) \
+             ON CONFLICT (name) DO UPDATE SET template = excluded.template, \
+             release = excluded.release, vcpus = excluded.vcpus, \
+             memory_mib = excluded.memory_mib, pids_max = excluded.pids_max, \
+             disk_mib = excluded.disk_mib, min_ready = excluded.min_ready, \
+             max_members = excluded.max_members, updated_at = excluded.updated_at \
+             RETURNING *",
+        )
+        .bind(&p.name)
+        .bind(&p.template)
+        .bind(p.release.map(i64::from))
+        .bind(i64::from(p.resources.vcpus))
+        .bind(to_i64(p.resources.memory_mib)?)
+        .bind(to_i64(p.resources.pids_max)?)
+        .bind(p.resources.disk_mib.map(to_i64).transpose()?)
+        .bind(i64::from(p.min_ready))
+        .bind(i64::from(p.max))
+        .bind(p.created_at)
+        .bind(p.updated_at)
+        .fetch_one(&self.pool)
+        .await?;
+        row_to_pool(&row)
+    }
+
+    async fn get_pool(&self, name: &str) -> Result<PoolRecord, StoreError> {
+        let row = sqlx::query("SELECT * FROM pools WHERE name = $1")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        row_to_pool(&row)
+    }
+
+    async fn list_pools(&self) -> Result<Vec<PoolRecord>, StoreError> {
+        let rows = sqlx::query("SELECT * FROM pools ORDER BY name")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(row_to_pool).collect()
+    }
+
+    async fn delete_pool(&self, name: &str) -> Result<bool, StoreError> {
+        let res = sqlx::query("DELETE FROM pools WHERE name = $1")
+            .bind(name)
+            .execute(&self.pool)
+            .await?;
+        Ok(res.rows_affected() > 0)
+    }
+
+    async fn insert_pool_member(
+        &self,
+        s: &cove_api_types::Sandbox,
+        pool: &str,
+    ) -> Result<(), StoreError> {
+        insert(&self.pool, s, Some(pool)).await
+    }
+
+    async fn pool_members(&self) -> Result<Vec<PoolMember>, StoreError> {
+        let rows =
+            sqlx::query("SELECT * FROM sandboxes WHERE pool IS NOT NULL AND state <> 'deleted'")
+                .fetch_all(&self.pool)
+                .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(PoolMember {
+                    pool: r.try_get("pool")?,
+                    sandbox: row_to_sandbox(r)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn claim_member(
+        &self,
+        c: &PoolClaim,
+        op: &NewOperation,
+    ) -> Result<Option<(PoolMember, Operation)>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let row = sqlx::query(
+            "UPDATE sandboxes SET claimed_from = pool, pool = NULL, env = $1, metadata = $2, \
+             cwd = $3, user_name = $4, idle_timeout_s = $5, ttl_s = $6, created_at = $7, \
+             updated_at = $7, last_activity_at = $7 \
+             WHERE id = (SELECT id FROM sandboxes WHERE pool IS NOT NULL AND state = 'running' \
+             AND template = $8 AND release = $9 AND vcpus = $10 AND memory_mib = $11 \
+             AND pids_max = $12 AND disk_mib IS NOT DISTINCT FROM $13 ORDER BY updated_at \
+             LIMIT 1 FOR UPDATE SKIP LOCKED) \
+             RETURNING *",
+        )
+        .bind(map_json(&c.env)?)
+        .bind(map_json(&c.metadata)?)
+        .bind(&c.cwd)
+        .bind(&c.user)
+        .bind(to_i64(c.idle_timeout_s)?)
+        .bind(c.ttl_s.map(to_i64).transpose()?)
+        .bind(c.at)
+        .bind(&c.template)
+        .bind(i64::from(c.release))
+        .bind(i64::from(c.resources.vcpus))
+        .bind(to_i64(c.resources.memory_mib)?)
+        .bind(to_i64(c.resources.pids_max)?)
+        .bind(c.resources.disk_mib.map(to_i64).transpose()?)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            tx.rollback().await?;
+            return Ok(None);
+        };
+        let pool: String = row.try_get("claimed_from")?;
+        sqlx::query("UPDATE pools SET hits = hits + 1 WHERE name = $1")
+            .bind(&pool)
+            .execute(&mut *tx)
+            .await?;
+        let sandbox = row_to_sandbox(&row)?;
+        let now = Utc::now();
+        sqlx::query(
+            "INSERT INTO operations (id, kind, state, sandbox_id, template, release, \
+             idempotency_key, request_hash, created_at, updated_at, deadline) \
+             VALUES ($1, $2, 'succeeded', $3, $4, $5, $6, $7, $8, $8, $9)",
+        )
+        .bind(&op.id)
+        .bind(op.kind.as_str())
+        .bind(&sandbox.id)
+        .bind(&op.template)
+        .bind(op.release.map(i64::from))
+        .bind(&op.idempotency_key)
+        .bind(&op.request_hash)
+        .bind(now)
+        .bind(op.deadline)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_unique)?;
+        let created = NewEvent {
+            kind: EventType::SandboxCreated,
+            operation_id: Some(op.id.clone()),
+            reason: Some(format!("served by warm pool {pool}")),
+        };
+        insert_event(&mut tx, &sandbox.id, &created, now).await?;
+        tx.commit().await?;
+        let operation = self.get_operation(&op.id).await?;
+        Ok(Some((PoolMember { pool, sandbox }, operation)))
+    }
+
+    async fn record_pool_misses(&self, names: &[String]) -> Result<(), StoreError> {
+        for name in names {
+            sqlx::query("UPDATE pools SET misses = misses + 1 WHERE name = $1")
+                .bind(name)
+                .execute(&self.pool)
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn retire_member(&self, id: &str, pool: &str) -> Result<bool, StoreError> {
+        let res = sqlx::query(
+            "UPDATE sandboxes SET state = 'deleting', prior_state = state, \
+             state_reason = 'retired from its warm pool', updated_at = $1 \
+             WHERE id = $2 AND pool = $3 AND state IN ('creating', 'running', 'failed')",
+        )
+        .bind(Utc::now())
+        .bind(id)
+        .bind(pool)
+        .execute(&self.pool)
+        .await?;
+        Ok(res.rows_affected() > 0)
+    }
+}
