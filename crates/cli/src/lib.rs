@@ -138,8 +138,9 @@ pub enum Verb {
     /// Suspend a sandbox: save its files to the snapshot store and release its node resources.
     /// On runc, processes do not survive (wake restarts them). Undo with `cove wake`.
     Suspend(lifecycle::LifecycleArgs),
-    /// Wake a suspended sandbox: restore its files and start it; prints the final state. A
-    /// paused sandbox is thawed with `cove resume` instead.
+    /// Wake a sandbox from whatever rest it is in: a suspended one is restored from its
+    /// snapshot, a paused one is thawed (as `cove resume`), a running one is left as it is;
+    /// prints the final state.
     Wake(lifecycle::LifecycleArgs),
     /// List recent operations (of one sandbox with a sandbox id), or show one operation.
     Ops(commands::ops::OpsArgs),
