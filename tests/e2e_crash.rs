@@ -155,6 +155,7 @@ impl Drop for ServerProcess {
                     .output();
             }
         }
+        cove_e2e::remove_network_namespaces(&self.data_dir);
         let _ = std::fs::remove_dir_all(&self.data_dir);
     }
 }
@@ -351,6 +352,42 @@ async fn check_invariants(c: &Client, data_dir: &Path, ops: &[String], round: &s
             "{round}: snapshot of {id} has its manifest"
         );
     }
+    check_network(data_dir, &live, round).await;
+}
+
+/// Sandbox networks after a restart: a network record exactly for each running or paused
+/// sandbox, and every namespace of the server's prefix plumbed (a veth end in the gateway and an
+/// nft element each), so no interface was orphaned: attached ones = the live sandboxes, the rest
+/// the prepared pool. Waits up to 20 s for the pool's refill to settle.
+async fn check_network(data_dir: &Path, live: &BTreeSet<String>, round: &str) {
+    let records: BTreeSet<String> = dir_names(&data_dir.join("network"))
+        .into_iter()
+        .filter_map(|n| n.strip_suffix(".json").map(str::to_string))
+        .collect();
+    assert_eq!(
+        &records, live,
+        "{round}: network records = running + paused"
+    );
+    let prefix = cove_server::network_prefix_for(data_dir);
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let inv = cove_network::inventory(&prefix).expect("inventory");
+        let sandbox_ns = inv.namespaces.len().saturating_sub(1);
+        let settled = inv.namespaces.contains(&format!("{prefix}-gw"))
+            && inv.gateway_links == 1 + sandbox_ns
+            && inv.nft_elements == sandbox_ns
+            && sandbox_ns >= live.len()
+            && sandbox_ns - live.len() <= 8;
+        if settled {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "{round}: network namespaces do not match the sandboxes ({} live): {inv:?}",
+            live.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -456,9 +493,17 @@ async fn kill_9_during_lifecycle_operations_then_restart_leaves_nothing_behind()
             }
             other => panic!("{name}: unexpected {other:?}"),
         }
-        // A new command works after the restart.
+        // A new command works after the restart, and the sandbox kept its network.
         let out = cove_e2e::sh(&c, &keeper, "echo alive").await;
         assert_eq!(out.stdout_text(), "alive\n");
+        if c.capabilities().await.expect("caps").network {
+            let out = cove_e2e::sh(&c, &keeper, "cat /sys/class/net/eth0/operstate").await;
+            assert_eq!(
+                out.stdout_text(),
+                "up\n",
+                "{name}: eth0 of the adopted keeper"
+            );
+        }
     }
 
     // Clean up through the API, then stop the server gracefully.
@@ -484,6 +529,70 @@ async fn kill_9_during_lifecycle_operations_then_restart_leaves_nothing_behind()
 }
 
 /// Sends signal `name` to `pid` (with kill(1)).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_during_creates_leaves_no_orphan_interfaces() {
+    let mut server = ServerProcess::new(30_000);
+    let data_dir = server.data_dir.clone();
+    let host_links = cove_network::inventory("none")
+        .expect("inventory")
+        .host_links;
+    let mut c = server.start().await;
+    if !c.capabilities().await.expect("caps").network {
+        eprintln!("skipped: sandbox networks are off on this host");
+        return;
+    }
+    let build = c
+        .build_release("tiny", &BuildReleaseRequest::default())
+        .await
+        .expect("build");
+    let op = c
+        .wait_operation(&build.operation.id, Duration::from_secs(600))
+        .await
+        .expect("build ends");
+    assert_eq!(op.state, OperationState::Succeeded, "{:?}", op.error);
+    let req = CreateSandboxRequest {
+        template: Some("tiny".into()),
+        ..Default::default()
+    };
+    let mut all_ops = Vec::new();
+    for (round, delay_ms) in [0u64, 30, 80, 200, 500].into_iter().enumerate() {
+        let name = format!("creates round {round} (kill after {delay_ms} ms)");
+        // More creates at once than namespaces are prepared, so some plumb on demand.
+        let mut creates = Vec::new();
+        for _ in 0..10 {
+            creates.push(c.create_sandbox(&req, None));
+        }
+        for r in futures::future::join_all(creates).await {
+            all_ops.push(r.expect("create").operation.id);
+        }
+        tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+        server.kill9();
+        c = server.start().await;
+        check_invariants(&c, &data_dir, &all_ops, &name).await;
+    }
+    // Delete everything; then only the gateway and the prepared pool remain, and the host
+    // namespace has no link more than before.
+    let all = c
+        .list_sandboxes(&ListSandboxes {
+            limit: Some(500),
+            ..Default::default()
+        })
+        .await
+        .expect("list")
+        .sandboxes;
+    for s in all {
+        finished(&c, c.delete_sandbox(&s.id).await.expect("delete")).await;
+    }
+    check_network(&data_dir, &BTreeSet::new(), "after deleting everything").await;
+    assert_eq!(
+        cove_network::inventory("none")
+            .expect("inventory")
+            .host_links,
+        host_links,
+        "no link leaked into the host namespace"
+    );
+}
+
 fn signal(pid: u32, name: &str) {
     let status = Process::new("kill")
         .arg(format!("-{name}"))

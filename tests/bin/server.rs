@@ -48,6 +48,7 @@ fn main() -> ExitCode {
         },
         command_output: Default::default(),
         e2b: None,
+        network: Default::default(),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

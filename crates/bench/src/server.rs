@@ -68,6 +68,7 @@ impl CoveServer {
             lifecycle: Default::default(),
             command_output: Default::default(),
             e2b: None,
+            network: Default::default(),
         };
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

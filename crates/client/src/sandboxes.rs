@@ -1,8 +1,8 @@
 //! Sandboxes: `/v1/sandboxes`.
 
 use cove_api_types::{
-    CreateSandboxRequest, CreateSandboxResponse, Operation, Sandbox, SandboxList, SandboxState,
-    IDEMPOTENCY_KEY_HEADER,
+    CreateSandboxRequest, CreateSandboxResponse, EgressPolicy, Operation, Sandbox, SandboxList,
+    SandboxNetwork, SandboxState, IDEMPOTENCY_KEY_HEADER,
 };
 use reqwest::Method;
 
@@ -68,6 +68,25 @@ impl Client {
     pub async fn get_sandbox(&self, id: &str) -> Result<Sandbox> {
         self.json(self.request(Method::GET, self.url(&["v1", "sandboxes", id])))
             .await
+    }
+
+    /// `GET /v1/sandboxes/{id}/network`: the egress policy and the gateway's counters.
+    pub async fn sandbox_network(&self, id: &str) -> Result<SandboxNetwork> {
+        self.json(self.request(Method::GET, self.url(&["v1", "sandboxes", id, "network"])))
+            .await
+    }
+
+    /// `PUT /v1/sandboxes/{id}/network`: replaces the egress policy (the next connection
+    /// follows it).
+    pub async fn set_sandbox_network(
+        &self,
+        id: &str,
+        policy: &EgressPolicy,
+    ) -> Result<SandboxNetwork> {
+        let request = self
+            .request(Method::PUT, self.url(&["v1", "sandboxes", id, "network"]))
+            .json(policy);
+        self.json(request).await
     }
 
     /// `GET /v1/sandboxes`: one page, newest first; follow `next_cursor` for the rest.

@@ -37,6 +37,11 @@ impl Controller {
         let stop = CancellationToken::new();
         let token = stop.clone();
         let span = tracing::info_span!("controller");
+        let denials = (cp.clone(), stop.clone());
+        tokio::spawn(
+            async move { denials.0.record_denials(denials.1).await }
+                .instrument(tracing::info_span!("network_denials")),
+        );
         let task = tokio::spawn(async move { cp.control_loop(token).await }.instrument(span));
         Controller { stop, task }
     }

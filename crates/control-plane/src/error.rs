@@ -151,6 +151,7 @@ pub fn from_node(e: NodeError, sandbox_id: &str) -> ServiceError {
             ServiceError::Unavailable(format!("sandbox {sandbox_id} does not answer: {m}"))
         }
         N::Cancelled => ServiceError::Cancelled("cancelled".into()),
+        N::Unsupported(m) => ServiceError::NotImplemented(m),
         e @ (N::Runtime(_) | N::Build(_) | N::Internal(_)) => ServiceError::Internal(e.to_string()),
     }
 }

@@ -23,6 +23,7 @@ mod events;
 mod files;
 pub mod http;
 mod lifecycle;
+pub mod network;
 pub mod operations;
 mod reconcile;
 mod sandboxes;
@@ -54,6 +55,9 @@ pub struct ControlPlaneConfig {
     /// The time of day activity is recorded with and idle, TTL and retention are decided by
     /// (default: [`SystemClock`]).
     pub clock: Arc<dyn Clock>,
+    /// The key that seals secret values in the store (`None`: creates with secrets are
+    /// refused).
+    pub secrets_key: Option<network::SecretsKey>,
 }
 
 impl ControlPlaneConfig {
@@ -68,6 +72,7 @@ impl ControlPlaneConfig {
             reconcile_interval: Duration::from_secs(30),
             retention: operations::DEFAULT_RETENTION,
             clock: Arc::new(SystemClock),
+            secrets_key: None,
         }
     }
 }

@@ -69,9 +69,18 @@ impl ControlPlane {
                 return Err(InvalidInput::new("ttl_s", "must be 1 to 315360000").into());
             }
         }
+        let network = req.network.clone().unwrap_or_default();
+        network.validate()?;
+        crate::network::validate_secrets(&req.secrets, &req.env)?;
+        self.check_network_supported(&network, !req.secrets.is_empty())?;
+        if !req.secrets.is_empty() && self.inner.cfg.secrets_key.is_none() {
+            return Err(ServiceError::NotImplemented(
+                "this server has no secrets key".into(),
+            ));
+        }
         let release = self.pick_release(&template, req.release).await?;
 
-        let body = serde_json::to_value(&req).map_err(|e| ServiceError::Internal(e.to_string()))?;
+        let body = crate::network::hashable_body(&req)?;
         let sandbox_id = ids::new_sandbox_id();
         let new_op = NewOperation {
             id: ids::new_operation_id(),
@@ -118,8 +127,14 @@ impl ControlPlane {
             ttl_s: req.ttl_s,
             last_activity_at: Some(now),
             memory_restored: None,
+            network,
+            secrets: crate::network::public_secrets(&req.secrets),
         };
-        if let Err(e) = self.store().insert_sandbox(&sandbox).await {
+        let inserted = match self.store().insert_sandbox(&sandbox).await {
+            Ok(()) => self.store_secrets(&sandbox.id, &req.secrets).await,
+            Err(e) => Err(e.into()),
+        };
+        if let Err(e) = inserted {
             let err = cove_api_types::OperationError {
                 code: cove_api_types::ErrorCode::Internal,
                 message: "could not record the sandbox".into(),
@@ -127,13 +142,14 @@ impl ControlPlane {
             self.operations()
                 .set_state(&op.id, cove_api_types::OperationState::Failed, Some(err))
                 .await;
-            return Err(e.into());
+            return Err(e);
         }
         info!(sandbox_id = %sandbox.id, op_id = %op.id, "sandbox accepted");
         let created = cove_store::NewEvent {
             kind: cove_api_types::EventType::SandboxCreated,
             operation_id: Some(op.id.clone()),
             reason: None,
+            destination: None,
         };
         if let Err(e) = self.record_event(&sandbox.id, created).await {
             warn!(sandbox_id = %sandbox.id, error = %e, "cannot record the created event");
@@ -146,6 +162,20 @@ impl ControlPlane {
             template: sandbox.template.clone(),
             release,
             resources,
+            network: sandbox.network.clone(),
+            secrets: req
+                .secrets
+                .into_iter()
+                .map(|(name, s)| {
+                    (
+                        name,
+                        cove_node_api::LaunchSecret {
+                            value: s.value,
+                            hosts: s.hosts,
+                        },
+                    )
+                })
+                .collect(),
         };
         let op_id = op.id.clone();
         self.operations()
@@ -199,10 +229,12 @@ impl ControlPlane {
             return Err(ServiceError::Cancelled("cancelled by request".into()));
         }
         let abandoned = AbandonedCreate::arm(self, &id, op_id);
+        let policy = launch.network.clone();
         let started = self.node().start_sandbox(launch).await;
         abandoned.disarm();
         match started {
             Ok(()) => {
+                self.resync_network(&id, &policy).await;
                 if cancel.is_cancelled() {
                     self.cancelled_create(&id, op_id).await?;
                     return Err(ServiceError::Cancelled("cancelled by request".into()));

@@ -17,7 +17,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::error::{NetworkError, Result};
-use crate::policy::{normalize_name, Rule};
+use crate::policy::{normalize_name, EgressRule};
 
 /// A secret of a sandbox: the real value and the hosts it may be sent to.
 #[derive(Debug, Clone)]
@@ -25,7 +25,7 @@ pub struct Secret {
     /// The real value (never enters the sandbox). No CR, LF or NUL.
     pub value: String,
     /// Exact domains or `*.domain` entries; requests toward them get the value.
-    pub hosts: Vec<Rule>,
+    pub hosts: Vec<EgressRule>,
 }
 
 /// What the sandbox needs for interception: its CA and the placeholders of its secrets.
@@ -40,7 +40,7 @@ pub struct Interception {
 struct Substitution {
     placeholder: String,
     value: String,
-    hosts: Vec<Rule>,
+    hosts: Vec<EgressRule>,
 }
 
 /// A sandbox's CA, leaf cache and secrets.
@@ -94,7 +94,7 @@ impl SandboxTls {
                     "secret {name}: value must be non-empty without CR, LF or NUL"
                 )));
             }
-            if s.hosts.is_empty() || s.hosts.iter().any(|h| matches!(h, Rule::Net(_))) {
+            if s.hosts.is_empty() || s.hosts.iter().any(|h| matches!(h, EgressRule::Net(_))) {
                 return Err(NetworkError::Config(format!(
                     "secret {name}: hosts must be domains or *.domain"
                 )));

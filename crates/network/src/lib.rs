@@ -1,3 +1,15 @@
+// LEAD NOTE TO THE HELPER (delete this comment block before you commit; the lead forgot to include it in your prompt):
+// ## Working rules (same for every helper)
+// - You work on **Cove**, a self-hosted sandbox platform for AI agents in Rust (control plane + node agent + runc/QEMU runtimes + static guest agent; E2B-compatible API; Python SDK; CLI). Main checkout: /work/main (do NOT touch it or other worktrees). Read first: /work/shared/DESIGN.md, /work/shared/STYLE.md, docs/architecture.md and README.md in your worktree.
+// - Commit only to your own branch in your worktree (several commits are fine). Never merge into main; the lead merges.
+// - Build with your own target dir: `export CARGO_TARGET_DIR=<given below>`. The machine has 2 cores shared with two other helpers and 80 GB of free disk: build and test only the crates you touch (`cargo test -p <crate> --test <name>`), do not make extra target dirs, delete temp files you make. The guest agent is built with `scripts/build-guest-agent.sh` (then `export COVE_GUEST_AGENT=$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/debug/cove-guest-agent`); template root filesystems are cached: `export COVE_TEST_CACHE_DIR=/var/cache/cove/templates`. You are root; runc, nftables, iproute2, qemu are installed. `scripts/test.sh` is the whole suite CI runs (`cargo test --workspace`, then scripts/test-python.sh and scripts/test-e2b.sh); new tests must run inside it.
+// - Code rules: a well-kept library beats our own code; one name per concept (sandbox, template, release, operation, command, attachment, snapshot, warm pool, egress policy, node, runtime, org); public items carry docstrings with shapes, units, errors; files stay a few hundred lines, no `utils`; errors typed per layer and mapped once at the edge; every API error body is JSON `{code, message, request_id}` with a stable code; no panics in servers, no partial state; nothing is a stub (an unfinished part returns a clear error saying so); tests assert real behaviour with real parts (real server, runc, nftables, SQLite and PostgreSQL — `COVE_TEST_POSTGRES_URL` is set by scripts/test.sh; see scripts/postgres-test-cluster.sh to start one yourself); performance goals are measured in `cove-bench` (crates/bench), never in timed tests. Do not change existing test assertions unless behaviour is meant to change; say so in your report if you did.
+// - **Network safety (hard rule):** tests, benchmarks and examples send traffic only to loopback or to addresses inside network namespaces that the test itself created. Check the route before sending; bound every loop in count and time. Never target any other address, private or public. The host's own network is 192.0.2.0/24: choose sandbox and test ranges that no host route uses, at run time, and never route a host range into a namespace. Nothing outside is reachable anyway (only package registries).
+// - Before each commit that you leave as final: `cargo fmt --all`, `cargo clippy -p <touched crates> --all-targets --locked -- -D warnings`, `RUSTDOCFLAGS="-D warnings" cargo doc -p <touched crates> --no-deps`, and your tests pass. Update Cargo.lock with `--locked`-compatible changes (commit the lock file).
+// - Do not run the `issues` command (it belongs to the lead).
+// - **Deadline:** check `date`. Have everything committed by **19:30 UTC** and send your final report by **19:35 UTC** at the latest, finished or not. Every commit you leave must build and pass its tests; an unfinished part is removed or answers with a clear error. Your final message (the report) says: what you built (API shapes, files), tests added (names, how to run, how long they take), measurements with the exact command, what is missing or not met, and any existing assertion you changed and why.
+// Your CARGO_TARGET_DIR is /var/cache/cove-target-net2.
+// END OF LEAD NOTE
 //! Sandbox networks for the node agent: a network namespace per sandbox, and an egress gateway
 //! in the node that enforces each sandbox's policy.
 //!
@@ -13,7 +25,7 @@
 //! to the in-process transparent proxy, accepts UDP only for the gateway's DNS on port 53, drops
 //! everything else (port 53 elsewhere included) and drops packets whose source address is not
 //! the sandbox's own. The proxy reads the original destination, refuses the floor, judges the
-//! connection with the sandbox's [`NetworkPolicy`] (reading TLS SNI or HTTP `Host` when a domain
+//! connection with the sandbox's [`EgressPolicy`] (reading TLS SNI or HTTP `Host` when a domain
 //! rule needs it), and connects from the upstream namespace ([`Upstream`]: the host in
 //! production; tests point it at a fake internet). The DNS server answers only names the policy
 //! allows, forwarding them to the upstream resolver; otherwise REFUSED with no upstream query.
@@ -78,4 +90,4 @@ pub use error::{NetworkError, Result};
 pub use intercept::{Interception, Secret};
 pub use network::{Adopt, Attachment, Network, Recovery, MAX_CONNECTIONS};
 pub use plumbing::{inventory, Inventory};
-pub use policy::{NetworkPolicy, Rule, Verdict};
+pub use policy::{EgressPolicy, EgressRule, Verdict};

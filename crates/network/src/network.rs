@@ -19,7 +19,7 @@ use crate::dns::{self, NameCache};
 use crate::error::{NetworkError, Result};
 use crate::intercept::{self, Interception, SandboxTls, Secret};
 use crate::plumbing;
-use crate::policy::NetworkPolicy;
+use crate::policy::EgressPolicy;
 use crate::sockets::SocketMaker;
 
 /// What a sandbox gets: a named network namespace to run in, and its addresses.
@@ -55,7 +55,7 @@ pub struct Adopt {
     /// The namespace name from its [`Attachment`].
     pub netns: String,
     /// Its current policy.
-    pub policy: NetworkPolicy,
+    pub policy: EgressPolicy,
 }
 
 /// What [`Network::start`] found from a previous run.
@@ -71,7 +71,7 @@ pub struct Recovery {
 
 pub(crate) struct SandboxEntry {
     pub id: String,
-    policy: RwLock<Arc<NetworkPolicy>>,
+    policy: RwLock<Arc<EgressPolicy>>,
     tls: RwLock<Option<Arc<SandboxTls>>>,
     pub counters: Counters,
     /// Open proxied connections allowed at once ([`MAX_CONNECTIONS`]).
@@ -86,7 +86,7 @@ impl SandboxEntry {
         self.tls.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    pub(crate) fn policy(&self) -> Arc<NetworkPolicy> {
+    pub(crate) fn policy(&self) -> Arc<EgressPolicy> {
         self.policy
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -203,7 +203,7 @@ impl Shared {
         }
     }
 
-    fn register(&self, id: &str, slot: u32, policy: NetworkPolicy) {
+    fn register(&self, id: &str, slot: u32, policy: EgressPolicy) {
         let entry = Arc::new(SandboxEntry {
             id: id.to_string(),
             policy: RwLock::new(Arc::new(policy)),
@@ -393,7 +393,7 @@ impl Network {
     /// Gives `sandbox_id` a network with `policy`: takes a prepared namespace (microseconds) or,
     /// when none is ready, prepares one now (~15 ms). Errors: [`NetworkError::AlreadyAttached`],
     /// [`NetworkError::PoolExhausted`], `ip`/`nft` failures.
-    pub async fn attach(&self, sandbox_id: &str, policy: NetworkPolicy) -> Result<Attachment> {
+    pub async fn attach(&self, sandbox_id: &str, policy: EgressPolicy) -> Result<Attachment> {
         let (slot, ready) = {
             let mut pool = self.shared.pool();
             if pool.attached.contains_key(sandbox_id) {
@@ -452,7 +452,7 @@ impl Network {
 
     /// Replaces the sandbox's policy; the next connection and DNS question follow it (open
     /// connections keep going). Errors: [`NetworkError::NotAttached`].
-    pub fn set_policy(&self, sandbox_id: &str, policy: NetworkPolicy) -> Result<()> {
+    pub fn set_policy(&self, sandbox_id: &str, policy: EgressPolicy) -> Result<()> {
         let entry = self.shared.entry_of(sandbox_id)?;
         *entry.policy.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(policy);
         Ok(())
@@ -486,7 +486,7 @@ impl Network {
     }
 
     /// The sandbox's current policy. Errors: [`NetworkError::NotAttached`].
-    pub fn policy(&self, sandbox_id: &str) -> Result<NetworkPolicy> {
+    pub fn policy(&self, sandbox_id: &str) -> Result<EgressPolicy> {
         Ok((*self.shared.entry_of(sandbox_id)?.policy()).clone())
     }
 

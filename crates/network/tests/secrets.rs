@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddrV4;
 
 use cove_network::lab::{https_get_with, WEB_A};
-use cove_network::{NetworkPolicy, Secret};
+use cove_network::{EgressPolicy, Secret};
 use support::{Fixture, TIMEOUT};
 
 async fn get(ns: &str, sni: &str, ca: &str, auth: &str) -> cove_network::lab::Reply {
@@ -27,7 +27,7 @@ async fn get(ns: &str, sni: &str, ca: &str, auth: &str) -> cove_network::lab::Re
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secret_reaches_only_its_host_and_never_the_sandbox() {
     let fx = Fixture::new("ssec").await;
-    let sbx = fx.sandbox("sec", NetworkPolicy::default()).await;
+    let sbx = fx.sandbox("sec", EgressPolicy::default()).await;
     let value = "s3cret-value-0123";
     let secrets = BTreeMap::from([(
         "API_KEY".to_string(),

@@ -11,18 +11,20 @@ use std::collections::BTreeMap;
 use std::io;
 
 use bytes::Bytes;
-use cove_domain::Resources;
+use cove_domain::{EgressPolicy, Resources};
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 
 mod commands;
 mod files;
 mod lifecycle;
+mod network;
 mod releases;
 
 pub use commands::NodeCommands;
 pub use files::NodeFiles;
 pub use lifecycle::{NodeCapabilities, NodeLifecycle, SuspendInfo, WakeInfo};
+pub use network::{LaunchSecret, NetworkCounters, NetworkDenied, NodeNetwork, SandboxNetworkInfo};
 pub use releases::NodeReleases;
 
 pub mod types;
@@ -43,6 +45,13 @@ pub struct SandboxLaunch {
     pub release: u32,
     /// Limits, as validated by the control plane; the runtime maps them as they are.
     pub resources: Resources,
+    /// Its egress policy (enforced by the node's gateway when the node has a sandbox network).
+    #[serde(default)]
+    pub network: EgressPolicy,
+    /// Secrets substituted by the gateway (name → value and hosts); the sandbox sees only
+    /// placeholders. Never logged (see [`LaunchSecret`]'s `Debug`).
+    #[serde(default)]
+    pub secrets: BTreeMap<String, LaunchSecret>,
 }
 
 /// A sandbox as the node sees it.
@@ -186,6 +195,10 @@ pub enum NodeError {
     /// The work was cancelled.
     #[error("cancelled")]
     Cancelled,
+    /// The node cannot do this (its runtime or configuration lacks the feature: a sandbox
+    /// network on the qemu runtime, a network policy with networking off).
+    #[error("{0}")]
+    Unsupported(String),
     /// Anything else on the node (details for the log, not for clients).
     #[error("node: {0}")]
     Internal(String),
@@ -197,6 +210,6 @@ pub type ByteStream = BoxStream<'static, Result<Bytes, io::Error>>;
 /// The node agent as the control plane sees it: every part of the contract. Every method is
 /// safe to call concurrently; lifecycle calls for one sandbox are serialised by the caller (one
 /// operation at a time).
-pub trait NodeApi: NodeReleases + NodeLifecycle + NodeCommands + NodeFiles {}
+pub trait NodeApi: NodeReleases + NodeLifecycle + NodeCommands + NodeFiles + NodeNetwork {}
 
-impl<T: NodeReleases + NodeLifecycle + NodeCommands + NodeFiles> NodeApi for T {}
+impl<T: NodeReleases + NodeLifecycle + NodeCommands + NodeFiles + NodeNetwork> NodeApi for T {}

@@ -20,6 +20,7 @@ mod commands;
 mod faults;
 mod files;
 mod lifecycle;
+mod network;
 
 pub use commands::{End, Script};
 pub use faults::{Action, Call, CallRecord, Fault, Stage};
@@ -39,6 +40,8 @@ struct Shared {
     changed: watch::Sender<u64>,
     capabilities: NodeCapabilities,
     recipes: Vec<RecipeInfo>,
+    /// `network_denials` subscribers ([`FakeNode::deny`] sends).
+    denials: tokio::sync::broadcast::Sender<cove_node_api::NetworkDenied>,
 }
 
 /// A sandbox on the fake node.
@@ -119,6 +122,7 @@ impl FakeNode {
             pause: true,
             suspend_memory: false,
             snapshot_store: "file".into(),
+            network: true,
         })
     }
 
@@ -144,6 +148,7 @@ impl FakeNode {
                     recipe("base", "user", "/home/user"),
                     recipe("tiny", "root", "/root"),
                 ],
+                denials: tokio::sync::broadcast::channel(64).0,
             }),
         }
     }
@@ -294,6 +299,8 @@ impl FakeNode {
             template: "base".into(),
             release: 1,
             resources: cove_domain::Resources::default(),
+            network: Default::default(),
+            secrets: Default::default(),
         };
         let sb = lifecycle::new_sandbox(launch, "/home/user");
         self.lock().sandboxes.insert(id.to_string(), sb);

@@ -11,6 +11,7 @@ pub mod get;
 pub mod kill;
 pub mod logs;
 pub mod ls;
+pub mod network;
 pub mod ops;
 pub mod pause;
 pub mod ps;

@@ -43,6 +43,10 @@ pub fn management_router(cp: ControlPlane) -> Router {
             get(sandboxes::get_one).delete(sandboxes::delete),
         )
         .route(
+            "/v1/sandboxes/{id}/network",
+            get(sandboxes::network).put(sandboxes::set_network),
+        )
+        .route(
             "/v1/sandboxes/{id}/commands",
             post(commands::create).get(commands::list),
         )

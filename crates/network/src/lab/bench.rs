@@ -10,7 +10,7 @@ use super::{check_route, FakeInternet, WEB_A};
 use crate::cmd;
 use crate::error::{NetworkError, Result};
 use crate::network::Network;
-use crate::policy::NetworkPolicy;
+use crate::policy::EgressPolicy;
 
 /// Downloads per path (alternating direct and gateway); the median is reported.
 const DOWNLOADS: usize = 5;
@@ -140,7 +140,7 @@ async fn run(lab: &FakeInternet, prefix: &str, rounds: usize, bytes: u64) -> Res
         let mut attach = Vec::new();
         for i in 0..3 {
             let t = Instant::now();
-            net.attach(&format!("bench-{i}"), NetworkPolicy::default())
+            net.attach(&format!("bench-{i}"), EgressPolicy::default())
                 .await?;
             attach.push(t.elapsed().as_secs_f64() * 1e6);
         }

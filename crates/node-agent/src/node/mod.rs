@@ -48,15 +48,18 @@ pub struct NodeAgent {
     cfg: NodeConfig,
     runtime: Arc<dyn Runtime>,
     guests: Mutex<HashMap<String, GuestClient>>,
+    /// Sandbox networks (`None`: networking off, sandboxes have loopback only).
+    network: Option<Arc<network::NodeNet>>,
 }
 
 impl NodeAgent {
-    /// A node agent over `runtime`.
+    /// A node agent over `runtime`, without sandbox networks (see [`NodeAgent::with_network`]).
     pub fn new(cfg: NodeConfig, runtime: Arc<dyn Runtime>) -> Self {
         NodeAgent {
             cfg,
             runtime,
             guests: Mutex::new(HashMap::new()),
+            network: None,
         }
     }
 
@@ -124,4 +127,5 @@ mod commands;
 mod convert;
 mod files;
 mod lifecycle;
+mod network;
 mod releases;

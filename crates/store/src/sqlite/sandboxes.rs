@@ -7,7 +7,11 @@ use sqlx::Row;
 
 use super::SqliteStore;
 use crate::error::map_unique;
-use crate::{json_map, map_json, parse_enum, SandboxFilter, SandboxStore, StoreError};
+use crate::{
+    json_map, json_policy, json_secrets, map_json, parse_enum, policy_json, secrets_json,
+    SandboxFilter, SandboxStore, StoreError,
+};
+use cove_api_types::EgressPolicy;
 
 fn row_to_sandbox(r: &sqlx::sqlite::SqliteRow) -> Result<Sandbox, StoreError> {
     Ok(Sandbox {
@@ -33,6 +37,8 @@ fn row_to_sandbox(r: &sqlx::sqlite::SqliteRow) -> Result<Sandbox, StoreError> {
         ttl_s: r.try_get::<Option<i64>, _>("ttl_s")?.map(|v| v as u64),
         last_activity_at: r.try_get("last_activity_at")?,
         memory_restored: r.try_get::<Option<bool>, _>("memory_restored")?,
+        network: json_policy(&r.try_get::<String, _>("network")?)?,
+        secrets: json_secrets(&r.try_get::<String, _>("secrets")?)?,
     })
 }
 
@@ -44,8 +50,8 @@ impl SandboxStore for SqliteStore {
         sqlx::query(
             "INSERT INTO sandboxes (id, template, release, state, state_reason, runtime, vcpus, \
              memory_mib, pids_max, env, metadata, cwd, user_name, created_at, updated_at, \
-             idle_timeout_s, ttl_s, last_activity_at, memory_restored, disk_mib) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             idle_timeout_s, ttl_s, last_activity_at, memory_restored, disk_mib, network, \
+             secrets) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&s.id)
         .bind(&s.template)
@@ -67,6 +73,8 @@ impl SandboxStore for SqliteStore {
         .bind(s.last_activity_at)
         .bind(s.memory_restored)
         .bind(s.resources.disk_mib.map(|v| v as i64))
+        .bind(policy_json(&s.network)?)
+        .bind(secrets_json(&s.secrets)?)
         .execute(&self.pool)
         .await
         .map_err(map_unique)?;
@@ -160,5 +168,36 @@ impl SandboxStore for SqliteStore {
             }
         }
         Ok(out)
+    }
+
+    async fn set_sandbox_network(
+        &self,
+        id: &str,
+        policy: &EgressPolicy,
+    ) -> Result<bool, StoreError> {
+        let res = sqlx::query("UPDATE sandboxes SET network = ? WHERE id = ?")
+            .bind(policy_json(policy)?)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(res.rows_affected() > 0)
+    }
+
+    async fn set_sealed_secrets(&self, id: &str, sealed: &str) -> Result<bool, StoreError> {
+        let res = sqlx::query("UPDATE sandboxes SET secrets_sealed = ? WHERE id = ?")
+            .bind(sealed)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(res.rows_affected() > 0)
+    }
+
+    async fn sealed_secrets(&self, id: &str) -> Result<Option<String>, StoreError> {
+        let row = sqlx::query("SELECT secrets_sealed FROM sandboxes WHERE id = ?")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        Ok(row.try_get("secrets_sealed")?)
     }
 }
