@@ -528,7 +528,6 @@ async fn kill_9_during_lifecycle_operations_then_restart_leaves_nothing_behind()
     }
 }
 
-/// Sends signal `name` to `pid` (with kill(1)).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_during_creates_leaves_no_orphan_interfaces() {
     let mut server = ServerProcess::new(30_000);
@@ -593,6 +592,7 @@ async fn kill_9_during_creates_leaves_no_orphan_interfaces() {
     );
 }
 
+/// Sends signal `name` to `pid` (with kill(1)).
 fn signal(pid: u32, name: &str) {
     let status = Process::new("kill")
         .arg(format!("-{name}"))

@@ -126,11 +126,19 @@ pub fn network_namespaces(data_dir: &Path) -> BTreeSet<String> {
 }
 
 /// Deletes the network namespaces of the server on `data_dir` (every veth goes with them).
+/// Repeats a few times: a server still running (as at process exit) may be preparing one.
 pub fn remove_network_namespaces(data_dir: &Path) {
-    for ns in network_namespaces(data_dir) {
-        let _ = std::process::Command::new("ip")
-            .args(["netns", "del", &ns])
-            .output();
+    for _ in 0..5 {
+        let left = network_namespaces(data_dir);
+        if left.is_empty() {
+            return;
+        }
+        for ns in left {
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "del", &ns])
+                .output();
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
