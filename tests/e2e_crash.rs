@@ -27,6 +27,8 @@ struct ServerProcess {
     child: Option<Child>,
     api_url: String,
     reconcile_ms: u64,
+    /// Extra environment of the server process.
+    env: Vec<(String, String)>,
 }
 
 fn free_addr() -> String {
@@ -46,6 +48,7 @@ impl ServerProcess {
             child: None,
             api_url: String::new(),
             reconcile_ms,
+            env: Vec::new(),
         }
     }
 
@@ -67,6 +70,7 @@ impl ServerProcess {
             .arg(cache)
             .arg("250")
             .arg(self.reconcile_ms.to_string())
+            .envs(self.env.iter().cloned())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -590,6 +594,77 @@ async fn kill_9_during_creates_leaves_no_orphan_interfaces() {
         host_links,
         "no link leaked into the host namespace"
     );
+}
+
+/// A secret keeps working across a `kill -9` of the server: the sandbox is adopted with its
+/// namespace, its placeholder stays the same, and the gateway, re-armed with the value from the
+/// store and the same CA key, still substitutes it for a client that trusts the old CA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_survives_kill_9_of_the_server() {
+    const VALUE: &str = "sk-crash-0123456789";
+    let lab_prefix = format!("k{:x}", std::process::id() % 0xff_ffff);
+    let lab = cove_network::lab::FakeInternet::create(&lab_prefix)
+        .await
+        .expect("fake internet");
+    let mut server = ServerProcess::new(30_000);
+    let roots = server.data_dir.with_extension("lab-ca.pem");
+    std::fs::write(&roots, &lab.ca_pem).expect("lab CA");
+    server.env = vec![
+        ("COVE_E2E_UPSTREAM_NS".into(), lab.upstream_ns.clone()),
+        ("COVE_E2E_TLS_ROOTS".into(), roots.display().to_string()),
+    ];
+    let mut c = server.start().await;
+    let build = c
+        .build_release("base", &BuildReleaseRequest::default())
+        .await
+        .expect("build");
+    let op = c
+        .wait_operation(&build.operation.id, Duration::from_secs(1800))
+        .await
+        .expect("build ends");
+    assert_eq!(op.state, OperationState::Succeeded, "{:?}", op.error);
+    let req = CreateSandboxRequest {
+        secrets: [(
+            "API_KEY".to_string(),
+            cove_api_types::SecretRequest {
+                value: VALUE.into(),
+                hosts: vec!["allowed.test".parse().expect("host")],
+            },
+        )]
+        .into(),
+        ..Default::default()
+    };
+    let resp = c.create_sandbox(&req, None).await.expect("create");
+    finished(&c, resp.operation).await;
+    let id = resp.sandbox.id;
+    let call = "curl -fsS -m 8 -H \"Authorization: Bearer $API_KEY\" https://allowed.test/";
+    let want = format!("site=tls-allowed.test host=allowed.test auth=Bearer {VALUE}");
+    let placeholder = cove_e2e::sh(&c, &id, "printf %s \"$API_KEY\"")
+        .await
+        .stdout_text();
+    assert!(
+        placeholder.starts_with("cove-placeholder-"),
+        "{placeholder}"
+    );
+    assert_eq!(cove_e2e::sh(&c, &id, call).await.stdout_text(), want);
+
+    server.kill9();
+    c = server.start().await;
+    assert_eq!(
+        c.get_sandbox(&id).await.expect("get").state,
+        SandboxState::Running,
+        "adopted"
+    );
+    let after = cove_e2e::sh(&c, &id, "printf %s \"$API_KEY\"")
+        .await
+        .stdout_text();
+    assert_eq!(after, placeholder, "the placeholder is kept");
+    let out = cove_e2e::sh(&c, &id, call).await;
+    assert_eq!(out.stdout_text(), want, "{}", out.stderr_text());
+    finished(&c, c.delete_sandbox(&id).await.expect("delete")).await;
+    drop(server);
+    let _ = std::fs::remove_file(&roots);
+    lab.destroy().expect("destroy the fake internet");
 }
 
 /// Sends signal `name` to `pid` (with kill(1)).

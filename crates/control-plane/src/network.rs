@@ -287,6 +287,28 @@ impl ControlPlane {
         }
     }
 
+    /// After a server restart: hands an adopted sandbox's secrets to its node again (the node
+    /// keeps no value across restarts).
+    pub(crate) async fn rearm_secrets(&self, id: &str) {
+        let Ok(s) = self.store().get_sandbox(id).await else {
+            return;
+        };
+        if s.secrets.is_empty() {
+            return;
+        }
+        let rearmed = match self.launch_secrets(&s).await {
+            Ok(secrets) => self
+                .node()
+                .rearm_secrets(id, secrets)
+                .await
+                .map_err(|e| crate::error::from_node(e, id)),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = rearmed {
+            warn!(sandbox_id = %id, error = %e, "cannot re-arm the sandbox's secrets");
+        }
+    }
+
     /// `GET /v1/sandboxes/{id}/network`: the policy and, while the node enforces it, the
     /// gateway's counters.
     pub async fn sandbox_network(&self, id: &str) -> Result<SandboxNetwork, ServiceError> {

@@ -87,7 +87,7 @@ pub use cmd::run_in_netns;
 pub use config::{Floor, NetworkConfig, Upstream};
 pub use counters::{DeniedEvent, DeniedReason, NetworkCounters};
 pub use error::{NetworkError, Result};
-pub use intercept::{Interception, Secret};
+pub use intercept::{Interception, Reuse, Secret};
 pub use network::{Adopt, Attachment, Network, Recovery, MAX_CONNECTIONS};
 pub use plumbing::{inventory, Inventory};
 pub use policy::{EgressPolicy, EgressRule, Verdict};

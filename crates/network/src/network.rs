@@ -17,7 +17,7 @@ use crate::config::{Floor, NetworkConfig};
 use crate::counters::{Counters, DeniedEvent, DeniedReason, NetworkCounters};
 use crate::dns::{self, NameCache};
 use crate::error::{NetworkError, Result};
-use crate::intercept::{self, Interception, SandboxTls, Secret};
+use crate::intercept::{self, Interception, Reuse, SandboxTls, Secret};
 use crate::plumbing;
 use crate::policy::EgressPolicy;
 use crate::sockets::SocketMaker;
@@ -470,8 +470,21 @@ impl Network {
         sandbox_id: &str,
         secrets: BTreeMap<String, Secret>,
     ) -> Result<Interception> {
+        self.intercept_with(sandbox_id, secrets, &Reuse::default())
+    }
+
+    /// [`Network::intercept`] keeping the CA key and placeholders of an earlier interception
+    /// (`reuse`): after a node restart, a sandbox adopted with its namespace still trusts the
+    /// old CA and its commands hold the old placeholders. Errors as for `intercept`, and
+    /// [`NetworkError::Io`] for a CA key that does not parse.
+    pub fn intercept_with(
+        &self,
+        sandbox_id: &str,
+        secrets: BTreeMap<String, Secret>,
+        reuse: &Reuse,
+    ) -> Result<Interception> {
         let entry = self.shared.entry_of(sandbox_id)?;
-        let (tls, interception) = SandboxTls::new(sandbox_id, secrets)?;
+        let (tls, interception) = SandboxTls::new(sandbox_id, secrets, reuse)?;
         *entry.tls.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(tls));
         Ok(interception)
     }

@@ -83,6 +83,15 @@ pub trait NodeNetwork: Send + Sync + 'static {
     /// default when the node has no sandbox network.
     async fn set_sandbox_network(&self, id: &str, policy: EgressPolicy) -> Result<(), NodeError>;
 
+    /// Turns secret substitution on again for a sandbox adopted after a node restart (the
+    /// node keeps no value across restarts). The sandbox keeps its placeholders and the CA it
+    /// trusts. [`NodeError::SandboxNotFound`] as for [`NodeNetwork::sandbox_network`].
+    async fn rearm_secrets(
+        &self,
+        id: &str,
+        secrets: std::collections::BTreeMap<String, LaunchSecret>,
+    ) -> Result<(), NodeError>;
+
     /// Refused connections and DNS questions of every sandbox, live from now on (a slow reader
     /// loses the oldest). Ends only when the node stops.
     fn network_denials(&self) -> BoxStream<'static, NetworkDenied>;

@@ -56,6 +56,16 @@ impl NodeNetwork for FakeNode {
         Ok(())
     }
 
+    async fn rearm_secrets(
+        &self,
+        id: &str,
+        secrets: std::collections::BTreeMap<String, cove_node_api::LaunchSecret>,
+    ) -> Result<(), NodeError> {
+        let mut st = self.lock();
+        st.sandbox(id)?.launch.secrets = secrets;
+        Ok(())
+    }
+
     fn network_denials(&self) -> BoxStream<'static, NetworkDenied> {
         let rx = self.shared.denials.subscribe();
         futures::stream::unfold(rx, |mut rx| async move {

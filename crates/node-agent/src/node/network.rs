@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use cove_domain::EgressPolicy;
-use cove_network::{Adopt, Network, NetworkConfig, NetworkError, Secret};
+use cove_network::{Adopt, Network, NetworkConfig, NetworkError, Reuse, Secret};
 use cove_node_api::{
     NetworkCounters, NetworkDenied, NodeNetwork, SandboxLaunch, SandboxNetworkInfo,
 };
@@ -28,9 +28,9 @@ use serde::{Deserialize, Serialize};
 use super::*;
 
 /// What the node records of one sandbox's network (`<data-dir>/network/<id>.json`, mode 0600):
-/// enough to adopt its namespace after a restart and keep its placeholders. Never a secret's
-/// value.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// enough to adopt its namespace after a restart and keep its placeholders and CA. Never a
+/// secret's value.
+#[derive(Clone, Serialize, Deserialize)]
 pub(crate) struct NetRecord {
     /// The namespace's name (`ip netns` name).
     pub netns: String,
@@ -39,6 +39,10 @@ pub(crate) struct NetRecord {
     /// Secret name → placeholder in the sandbox's environment.
     #[serde(default)]
     pub placeholders: BTreeMap<String, String>,
+    /// The key of the sandbox's interception CA (the sandbox trusts that CA), to re-arm
+    /// interception after a restart.
+    #[serde(default)]
+    pub ca_key_pem: Option<String>,
 }
 
 /// The node's network state: the gateway and what it knows per sandbox.
@@ -122,6 +126,12 @@ impl NodeAgent {
             }
         }
         out
+    }
+
+    fn read_net_record(&self, id: &str) -> Option<NetRecord> {
+        std::fs::read(self.net_record_path(id))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
     }
 
     fn remove_net_record(&self, id: &str) {
@@ -247,24 +257,16 @@ impl NodeAgent {
             .map_err(net_err)?;
         let mut placeholders = BTreeMap::new();
         let mut extra_ca_pem = None;
+        let mut ca_key_pem = None;
         let setup = async {
             if !launch.secrets.is_empty() {
-                let secrets = launch
-                    .secrets
-                    .iter()
-                    .map(|(name, s)| {
-                        (
-                            name.clone(),
-                            Secret {
-                                value: s.value.clone(),
-                                hosts: s.hosts.clone(),
-                            },
-                        )
-                    })
-                    .collect();
-                let i = node_net.net.intercept(id, secrets).map_err(net_err)?;
+                let i = node_net
+                    .net
+                    .intercept(id, gateway_secrets(&launch.secrets))
+                    .map_err(net_err)?;
                 placeholders = i.placeholders;
                 extra_ca_pem = Some(i.ca_pem);
+                ca_key_pem = Some(i.ca_key_pem);
             }
             self.write_net_record(
                 id,
@@ -272,6 +274,7 @@ impl NodeAgent {
                     netns: att.netns.clone(),
                     policy: launch.network.clone(),
                     placeholders: placeholders.clone(),
+                    ca_key_pem: ca_key_pem.clone(),
                 },
             )
         }
@@ -310,6 +313,23 @@ impl NodeAgent {
         self.remove_net_record(id);
         released
     }
+}
+
+fn gateway_secrets(
+    secrets: &BTreeMap<String, cove_node_api::LaunchSecret>,
+) -> BTreeMap<String, Secret> {
+    secrets
+        .iter()
+        .map(|(name, s)| {
+            (
+                name.clone(),
+                Secret {
+                    value: s.value.clone(),
+                    hosts: s.hosts.clone(),
+                },
+            )
+        })
+        .collect()
 }
 
 fn counters(c: cove_network::NetworkCounters) -> NetworkCounters {
@@ -364,15 +384,53 @@ impl NodeNetwork for NodeAgent {
             ));
         };
         let att = n.net.attachment(id).map_err(net_err)?;
+        let ca_key_pem = self.read_net_record(id).and_then(|r| r.ca_key_pem);
         let rec = NetRecord {
             netns: att.netns,
             policy: policy.clone(),
             placeholders: self.placeholders(id),
+            ca_key_pem,
         };
         // Recorded first: a restart in between adopts the new policy, which is what was asked.
         self.write_net_record(id, &rec)?;
         n.net.set_policy(id, policy).map_err(net_err)?;
         info!(sandbox_id = %id, "egress policy changed");
+        Ok(())
+    }
+
+    async fn rearm_secrets(
+        &self,
+        id: &str,
+        secrets: BTreeMap<String, cove_node_api::LaunchSecret>,
+    ) -> Result<(), NodeError> {
+        let n = self
+            .network
+            .as_ref()
+            .ok_or_else(|| NodeError::SandboxNotFound(id.to_string()))?;
+        let rec = self
+            .read_net_record(id)
+            .ok_or_else(|| NodeError::SandboxNotFound(id.to_string()))?;
+        let reuse = Reuse {
+            ca_key_pem: rec.ca_key_pem.clone(),
+            placeholders: rec.placeholders.clone(),
+        };
+        let i = n
+            .net
+            .intercept_with(id, gateway_secrets(&secrets), &reuse)
+            .map_err(net_err)?;
+        n.placeholders
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.to_string(), i.placeholders.clone());
+        self.write_net_record(
+            id,
+            &NetRecord {
+                placeholders: i.placeholders,
+                ca_key_pem: Some(i.ca_key_pem),
+                ..rec
+            },
+        )?;
+        info!(sandbox_id = %id, secrets = secrets.len(), "secret substitution re-armed");
         Ok(())
     }
 
