@@ -13,6 +13,7 @@ mod files;
 mod harness;
 mod idempotency;
 mod lifecycle;
+mod network;
 mod ordering;
 mod reconcile;
 mod rollback;

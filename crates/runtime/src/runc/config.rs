@@ -474,6 +474,73 @@ mod tests {
     }
 
     #[test]
+    fn a_node_network_is_joined_by_path_with_its_files_bound_read_only() {
+        let mut s = spec();
+        s.network = Some(crate::SandboxNetwork {
+            netns_path: "/run/netns/cove-s7".into(),
+            resolv_conf: "nameserver 10.239.0.1\n".into(),
+            extra_ca_pem: Some("-----BEGIN CERTIFICATE-----".into()),
+        });
+        let layout = Layout::new(&s.dir);
+        let json = serde_json::to_value(
+            build(
+                &s,
+                &layout,
+                PRIVILEGED,
+                &HostViews::without_lxcfs(vec![0, 1]),
+            )
+            .expect("build"),
+        )
+        .expect("json");
+        let net = json["linux"]["namespaces"]
+            .as_array()
+            .expect("namespaces")
+            .iter()
+            .find(|n| n["type"] == "network")
+            .expect("network namespace");
+        assert_eq!(net["path"], "/run/netns/cove-s7");
+        let mounts = json["mounts"].as_array().expect("mounts");
+        let bound = |dest: &str| {
+            mounts
+                .iter()
+                .find(|m| m["destination"] == dest)
+                .unwrap_or_else(|| panic!("{dest} mounted"))
+                .clone()
+        };
+        let resolv = bound("/etc/resolv.conf");
+        assert_eq!(resolv["source"], "/data/sandboxes/sbx1/net/resolv.conf");
+        assert!(resolv["options"]
+            .as_array()
+            .expect("options")
+            .contains(&serde_json::json!("ro")));
+        assert_eq!(
+            bound(CA_BUNDLE_PATH)["source"],
+            "/data/sandboxes/sbx1/net/ca-certificates.crt"
+        );
+        // Without a node network: a namespace of its own (no path), no bound files.
+        let plain = serde_json::to_value(
+            build(
+                &spec(),
+                &layout,
+                PRIVILEGED,
+                &HostViews::without_lxcfs(vec![0, 1]),
+            )
+            .expect("build"),
+        )
+        .expect("json");
+        assert!(plain["linux"]["namespaces"]
+            .as_array()
+            .expect("namespaces")
+            .iter()
+            .all(|n| n.get("path").is_none()));
+        assert!(!plain["mounts"]
+            .as_array()
+            .expect("mounts")
+            .iter()
+            .any(|m| m["destination"] == "/etc/resolv.conf"));
+    }
+
+    #[test]
     fn config_has_the_promised_shape() {
         let s = spec();
         let layout = Layout::new(&s.dir);
