@@ -603,6 +603,14 @@ async fn kill_9_during_creates_leaves_no_orphan_interfaces() {
 async fn a_secret_survives_kill_9_of_the_server() {
     const VALUE: &str = "sk-crash-0123456789";
     let lab_prefix = format!("k{:x}", std::process::id() % 0xff_ffff);
+    /// Removes the fake internet's namespaces even when the test fails.
+    struct LabGuard(String);
+    impl Drop for LabGuard {
+        fn drop(&mut self) {
+            let _ = cove_network::lab::destroy_namespaces(&self.0);
+        }
+    }
+    let _guard = LabGuard(lab_prefix.clone());
     let lab = cove_network::lab::FakeInternet::create(&lab_prefix)
         .await
         .expect("fake internet");

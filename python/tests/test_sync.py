@@ -191,21 +191,21 @@ def test_files_one_at_a_time(client, sandbox):
 
 
 def test_files_many_and_directories(client, sandbox, tmp_path):
-    written = client.upload_files(sandbox, {"/data/x.txt": b"x", "/data/sub/y.txt": "why", "rel.txt": b"home"})
-    assert [f.path for f in written] == ["/data/x.txt", "/data/sub/y.txt", "/home/user/rel.txt"]
+    written = client.upload_files(sandbox, {"/tmp/data/x.txt": b"x", "/tmp/data/sub/y.txt": "why", "rel.txt": b"home"})
+    assert [f.path for f in written] == ["/tmp/data/x.txt", "/tmp/data/sub/y.txt", "/home/user/rel.txt"]
     src = tmp_path / "src"
     (src / "deep" / "er").mkdir(parents=True)
     (src / "empty").mkdir()
     (src / "top.txt").write_bytes(b"top")
     (src / "deep" / "er" / "run.sh").write_bytes(b"#!/bin/sh\necho ran\n")
     os.chmod(src / "deep" / "er" / "run.sh", 0o755)
-    up = client.upload_dir(sandbox, src, "/srv/tree")
-    assert sorted(f.path for f in up) == ["/srv/tree/deep/er/run.sh", "/srv/tree/top.txt"]
-    assert client.run(sandbox, ["/srv/tree/deep/er/run.sh"]).stdout == b"ran\n"
-    assert client.stat_file(sandbox, "/srv/tree/empty").type == "dir"
-    client.run(sandbox, "ln -s top.txt /srv/tree/link")
+    up = client.upload_dir(sandbox, src, "/tmp/srv/tree")
+    assert sorted(f.path for f in up) == ["/tmp/srv/tree/deep/er/run.sh", "/tmp/srv/tree/top.txt"]
+    assert client.run(sandbox, ["sh", "/tmp/srv/tree/deep/er/run.sh"]).stdout == b"ran\n"
+    assert client.stat_file(sandbox, "/tmp/srv/tree/empty").type == "dir"
+    client.run(sandbox, "ln -s top.txt /tmp/srv/tree/link")
     dst = tmp_path / "dst"
-    client.download_dir(sandbox, "/srv/tree", dst)
+    client.download_dir(sandbox, "/tmp/srv/tree", dst)
     assert (dst / "top.txt").read_bytes() == b"top"
     assert (dst / "deep" / "er" / "run.sh").read_bytes() == b"#!/bin/sh\necho ran\n"
     assert stat.S_IMODE(os.stat(dst / "deep" / "er" / "run.sh").st_mode) == 0o755
@@ -285,3 +285,24 @@ def test_create_without_waiting_then_delete(client):
     assert final.state == "succeeded"
     with pytest.raises(cove.NotFound):
         client.delete_sandbox(created)
+
+
+def test_network_policy_on_create_get_and_put(client):
+    caps = client.capabilities()
+    if not caps.network:
+        pytest.skip("sandbox networks are off on this server")
+    sb = client.create_sandbox("tiny", network=cove.NetworkPolicy(internet=False, allow=["pypi.org"]))
+    try:
+        assert sb.network == cove.NetworkPolicy(internet=False, allow=["pypi.org"], deny=[])
+        net = client.network(sb)
+        assert net.enforced and net.address
+        assert net.network.allow == ["pypi.org"]
+        assert net.counters.connections_allowed == 0
+        changed = client.set_network(sb, deny=["10.0.0.0/8"])
+        assert changed.network == cove.NetworkPolicy(internet=True, allow=[], deny=["10.0.0.0/8"])
+        assert client.get_sandbox(sb).network.deny == ["10.0.0.0/8"]
+        with pytest.raises(cove.InvalidArgument) as err:
+            client.set_network(sb, allow=["10.0.0.0/33"])
+        assert "10.0.0.0/33" in err.value.message
+    finally:
+        client.delete_sandbox(sb)

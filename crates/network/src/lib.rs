@@ -50,8 +50,9 @@
 //!   connection follows it. [`Network::policy`] for GET.
 //! * **Counters / events**: [`Network::counters`], [`Network::denied_events`] (the
 //!   `network_denied` event: [`DeniedEvent`]).
-//! * **Node shutdown**: [`Network::shutdown`] removes everything; dropping the handle instead
-//!   stops serving and leaves the namespaces for the next start's recovery.
+//! * **Node shutdown**: [`Network::shutdown`] (or [`Network::close`] on a shared handle)
+//!   removes everything; dropping the handle instead stops serving and leaves the namespaces
+//!   for the next start's recovery ([`Network::attached`] tells whether any sandbox needs that).
 //!
 //! * **Secrets** (on create, after attach): [`Network::intercept`]`(id, secrets)` →
 //!   [`Interception`]: install `ca_pem` in the sandbox's trust store and set each secret's

@@ -550,14 +550,22 @@ impl Network {
 
     /// Stops the gateway and removes everything it made: every sandbox namespace with the prefix
     /// (attached ones included), every veth, rule and address, and the gateway namespace.
-    pub async fn shutdown(mut self) -> Result<()> {
+    pub async fn shutdown(self) -> Result<()> {
+        self.close().await
+    }
+
+    /// [`Network::shutdown`] through a shared handle: after it the handle serves nothing (every
+    /// later attach fails). Waits for a namespace being prepared to be done first, so nothing
+    /// is made after the removal.
+    pub async fn close(&self) -> Result<()> {
         let _ = self.stop.send(true);
         self.refill.notify_one();
-        if let Some(task) = self.refill_task.take() {
-            let _ = task.await;
-        }
         for s in &self.servers {
             s.abort();
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while self.shared.pool().preparing > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let prefix = self.shared.config.prefix.clone();
         let cfg = self.shared.config.clone();
@@ -577,14 +585,23 @@ impl Network {
         info!(prefix = %self.shared.config.prefix, "sandbox network gateway shut down");
         Ok(())
     }
+
+    /// How many sandboxes are attached now.
+    pub fn attached(&self) -> usize {
+        self.shared.pool().attached.len()
+    }
 }
 
 impl Drop for Network {
     fn drop(&mut self) {
         let _ = self.stop.send(true);
+        self.refill.notify_one();
         for s in &self.servers {
             s.abort();
         }
+        // The refill loop ends at the stop; a namespace it is preparing now is left, like the
+        // others, for the next start's recovery.
+        drop(self.refill_task.take());
     }
 }
 
@@ -595,6 +612,11 @@ async fn refill_loop(shared: Arc<Shared>, wake: Arc<Notify>, mut stop: watch::Re
         }
         let slot = {
             let mut pool = shared.pool();
+            // Checked under the pool's lock: `close` sets `stop` before it reads `preparing`
+            // under that lock, so it either sees this preparation or this loop sees the stop.
+            if *stop.borrow() {
+                return;
+            }
             if pool.prepared.len() + pool.preparing >= shared.config.prepared {
                 None
             } else {

@@ -287,10 +287,13 @@ pub struct Running {
     e2b_reaper: Option<cove_e2b_compat::reaper::Reaper>,
     shutdown: tokio::sync::watch::Sender<bool>,
     controller: Controller,
+    node: Arc<NodeAgent>,
 }
 
 impl Running {
-    /// Stops accepting, lets in-flight requests finish (SSE streams are cut after 5 s), returns.
+    /// Stops accepting, lets in-flight requests finish (SSE streams are cut after 5 s), and
+    /// removes the sandbox network gateway when no sandbox uses it (else leaves it for the next
+    /// start to adopt), returns.
     pub async fn shutdown(self) {
         if let Some(r) = self.e2b_reaper {
             r.stop();
@@ -300,6 +303,7 @@ impl Running {
         for t in self.tasks {
             let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
         }
+        self.node.close_network().await;
     }
 }
 
@@ -434,7 +438,8 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     cp_cfg.reconcile_interval = life.reconcile_interval.unwrap_or(cp_cfg.reconcile_interval);
     cp_cfg.retention = life.retention.unwrap_or(cp_cfg.retention);
     cp_cfg.secrets_key = Some(secrets_key(&data_dir)?);
-    let cp = ControlPlane::new(store, Arc::new(node), cp_cfg);
+    let node = Arc::new(node);
+    let cp = ControlPlane::new(store, node.clone(), cp_cfg);
     let new_admin_token = cp.bootstrap_admin_token().await?;
     if let Some(token) = &new_admin_token {
         write_token_file(&data_dir, token)?;
@@ -486,6 +491,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         e2b_reaper,
         shutdown,
         controller,
+        node,
     })
 }
 

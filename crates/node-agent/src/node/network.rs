@@ -187,6 +187,23 @@ impl NodeAgent {
         Ok(self)
     }
 
+    /// At node shutdown: with no sandbox attached, removes the gateway and the prepared
+    /// namespaces; otherwise leaves everything for the next start, which adopts the sandboxes'
+    /// namespaces (they keep running while the node is down) and removes the rest.
+    pub async fn close_network(&self) {
+        let Some(n) = &self.network else {
+            return;
+        };
+        let attached = n.net.attached();
+        if attached > 0 {
+            info!(attached, "leaving the sandbox networks for the next start");
+            return;
+        }
+        if let Err(e) = n.net.close().await {
+            warn!(error = %e, "cannot remove the sandbox network gateway");
+        }
+    }
+
     /// Whether sandboxes of this node get a network (gateway started, runtime able to join).
     pub fn network_enabled(&self) -> bool {
         self.network.is_some() && self.runtime.capabilities().network
