@@ -106,6 +106,14 @@ pub struct Scale {
     pub concurrency_duration: Duration,
     /// Timed creates' store calls per store backend.
     pub store_runs: usize,
+    /// Cold starts per server in the networking on/off comparison.
+    pub network_cold_starts: usize,
+    /// Connection setups per path in the gateway measurement.
+    pub gateway_rounds: usize,
+    /// Bytes per download in the gateway measurement.
+    pub gateway_bytes: u64,
+    /// Create → delete cycles of the network leak check.
+    pub network_leak_cycles: usize,
 }
 
 impl Scale {
@@ -124,6 +132,10 @@ impl Scale {
         concurrency_clients: 50,
         concurrency_duration: Duration::from_secs(30),
         store_runs: 300,
+        network_cold_starts: 20,
+        gateway_rounds: 500,
+        gateway_bytes: 100 * MIB,
+        network_leak_cycles: 1000,
     };
 
     /// A smoke run: every metric, tiny.
@@ -141,5 +153,9 @@ impl Scale {
         concurrency_clients: 5,
         concurrency_duration: Duration::from_secs(3),
         store_runs: 20,
+        network_cold_starts: 3,
+        gateway_rounds: 20,
+        gateway_bytes: 4 * MIB,
+        network_leak_cycles: 12,
     };
 }
