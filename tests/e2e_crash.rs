@@ -620,6 +620,8 @@ async fn a_secret_survives_kill_9_of_the_server() {
     server.env = vec![
         ("COVE_E2E_UPSTREAM_NS".into(), lab.upstream_ns.clone()),
         ("COVE_E2E_TLS_ROOTS".into(), roots.display().to_string()),
+        // Everything the server logs, to check the value is not among it.
+        ("RUST_LOG".into(), "debug".into()),
     ];
     let mut c = server.start().await;
     let build = c
@@ -670,6 +672,12 @@ async fn a_secret_survives_kill_9_of_the_server() {
     let out = cove_e2e::sh(&c, &id, call).await;
     assert_eq!(out.stdout_text(), want, "{}", out.stderr_text());
     finished(&c, c.delete_sandbox(&id).await.expect("delete")).await;
+    let log = std::fs::read_to_string(server.data_dir.join("server.log")).expect("log");
+    assert!(
+        log.contains("secret substitution re-armed"),
+        "the log is the server's"
+    );
+    assert!(!log.contains(VALUE), "the server logged the secret's value");
     drop(server);
     let _ = std::fs::remove_file(&roots);
     lab.destroy().expect("destroy the fake internet");
