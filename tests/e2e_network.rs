@@ -651,3 +651,152 @@ async fn the_base_template_has_the_tools_these_tests_use() {
     assert!(caps.network, "networking is on for this server");
     delete(&c, &id).await;
 }
+
+/// A tiny HTTP server for the sandbox: answers every request with its method, path, the
+/// headers it cares about and its body, as JSON.
+const ECHO_SERVER: &str = r#"
+import http.server, json
+class H(http.server.BaseHTTPRequestHandler):
+    def answer(self):
+        n = int(self.headers.get("content-length") or 0)
+        body = self.rfile.read(n).decode() if n else ""
+        out = json.dumps({"method": self.command, "path": self.path, "body": body,
+            "authorization": self.headers.get("authorization"),
+            "token": self.headers.get("x-cove-port-token"),
+            "prefix": self.headers.get("x-forwarded-prefix")}).encode()
+        self.send_response(201 if self.command == "POST" else 200)
+        self.send_header("content-type", "application/json")
+        self.send_header("x-app", "echo")
+        self.send_header("content-length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+    do_GET = do_POST = do_PUT = answer
+    def log_message(self, *a): pass
+http.server.ThreadingHTTPServer(("0.0.0.0", 8000), H).serve_forever()
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_port_is_proxied_privately() {
+    let c = c();
+    let s = server_with(tweak);
+    let id = sandbox_net(&c, None, &[]).await;
+    c.upload(&id, "/tmp/echo.py", ECHO_SERVER, &UploadOptions::default())
+        .await
+        .expect("upload");
+    c.create_command(
+        &id,
+        &cove_api_types::CreateCommandRequest {
+            shell: Some("exec python3 /tmp/echo.py".into()),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("serve");
+    let http = reqwest::Client::new();
+    let base = format!("{}/v1/sandboxes/{id}/ports", s.api_url);
+    // Wait for the server to listen (a 502 until then).
+    let mut status = 0;
+    for _ in 0..100 {
+        let r = http
+            .get(format!("{base}/8000/"))
+            .bearer_auth(&s.token)
+            .send()
+            .await
+            .expect("get");
+        status = r.status().as_u16();
+        if status == 200 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        status, 200,
+        "the echo server never answered through the proxy"
+    );
+
+    // The admin token: path and query pass, the Authorization header does not.
+    let r = http
+        .get(format!("{base}/8000/a/b.txt?x=1&y=two"))
+        .bearer_auth(&s.token)
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["x-app"], "echo");
+    let got: serde_json::Value = r.json().await.expect("json");
+    assert_eq!(got["path"], "/a/b.txt?x=1&y=two");
+    assert_eq!(got["authorization"], serde_json::Value::Null, "{got}");
+    assert_eq!(got["prefix"], format!("/v1/sandboxes/{id}/ports/8000"));
+
+    // Private by default: no token, a wrong token, another sandbox's token.
+    let r = http.get(format!("{base}/8000/")).send().await.expect("get");
+    assert_eq!(r.status(), 401);
+    let body: serde_json::Value = r.json().await.expect("json");
+    assert_eq!(body["code"], "unauthorized");
+    let r = http
+        .get(format!("{base}/8000/"))
+        .header("x-cove-port-token", "0123456789abcdef0123456789abcdef")
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(r.status(), 401);
+
+    // The port token (header or query) works without the admin token; the application's own
+    // Authorization passes; the token itself does not.
+    let access = http
+        .get(&base)
+        .bearer_auth(&s.token)
+        .send()
+        .await
+        .expect("ports")
+        .json::<serde_json::Value>()
+        .await
+        .expect("json");
+    let token = access["token"].as_str().expect("token").to_string();
+    assert_eq!(access["path"], format!("/v1/sandboxes/{id}/ports/"));
+    let r = http
+        .post(format!("{base}/8000/submit"))
+        .header("x-cove-port-token", &token)
+        .header("authorization", "Basic app-credentials")
+        .body("payload=1")
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(r.status(), 201);
+    let got: serde_json::Value = r.json().await.expect("json");
+    assert_eq!(got["method"], "POST");
+    assert_eq!(got["body"], "payload=1");
+    assert_eq!(got["authorization"], "Basic app-credentials");
+    assert_eq!(
+        got["token"],
+        serde_json::Value::Null,
+        "the port token is not passed on"
+    );
+    let r = http
+        .get(format!("{base}/8000/q?cove_port_token={token}&keep=1"))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(r.status(), 200);
+    let got: serde_json::Value = r.json().await.expect("json");
+    assert_eq!(
+        got["path"], "/q?keep=1",
+        "the token is taken out of the query"
+    );
+
+    // Nothing listening: 502 with a JSON body.
+    let r = http
+        .get(format!("{base}/8001/"))
+        .bearer_auth(&s.token)
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(r.status(), 502);
+    let body: serde_json::Value = r.json().await.expect("json");
+    assert_eq!(body["code"], "bad_gateway", "{body}");
+    assert!(
+        body["message"].as_str().unwrap_or("").contains("8001"),
+        "{body}"
+    );
+    delete(&c, &id).await;
+}

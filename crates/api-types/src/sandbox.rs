@@ -183,3 +183,17 @@ pub struct SandboxList {
     /// Pass as `?cursor=` to get the next page; absent on the last page.
     pub next_cursor: Option<String>,
 }
+
+/// `GET /v1/sandboxes/{id}/ports`: how to reach the sandbox's ports without the admin token.
+/// `{path}{port}/...` (on the management API's address) is proxied to that port; send the token
+/// as header `x-cove-port-token` or query `cove_port_token`. Without either, the admin bearer
+/// token is needed (ports are private by default).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SandboxPorts {
+    /// The sandbox.
+    pub sandbox_id: String,
+    /// Its port token (stable for the sandbox's life).
+    pub token: String,
+    /// The path prefix of its ports: `/v1/sandboxes/{id}/ports/`.
+    pub path: String,
+}

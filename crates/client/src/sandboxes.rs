@@ -2,7 +2,7 @@
 
 use cove_api_types::{
     CreateSandboxRequest, CreateSandboxResponse, EgressPolicy, Operation, Sandbox, SandboxList,
-    SandboxNetwork, SandboxState, IDEMPOTENCY_KEY_HEADER,
+    SandboxNetwork, SandboxPorts, SandboxState, IDEMPOTENCY_KEY_HEADER,
 };
 use reqwest::Method;
 
@@ -87,6 +87,13 @@ impl Client {
             .request(Method::PUT, self.url(&["v1", "sandboxes", id, "network"]))
             .json(policy);
         self.json(request).await
+    }
+
+    /// `GET /v1/sandboxes/{id}/ports`: the port token and path prefix of the sandbox's ports
+    /// (`{path}{port}/...` is proxied to that port of the sandbox).
+    pub async fn sandbox_ports(&self, id: &str) -> Result<SandboxPorts> {
+        self.json(self.request(Method::GET, self.url(&["v1", "sandboxes", id, "ports"])))
+            .await
     }
 
     /// `GET /v1/sandboxes`: one page, newest first; follow `next_cursor` for the rest.

@@ -72,6 +72,9 @@ pub enum ServiceError {
     /// Missing or bad credentials.
     #[error("{0}")]
     Unauthorized(String),
+    /// A proxied sandbox port did not answer.
+    #[error("{0}")]
+    BadGateway(String),
     /// Agent or node unreachable.
     #[error("{0}")]
     Unavailable(String),
@@ -105,6 +108,7 @@ impl ServiceError {
             TooLarge(_) => ErrorCode::PayloadTooLarge,
             NotImplemented(_) => ErrorCode::NotImplemented,
             Unauthorized(_) => ErrorCode::Unauthorized,
+            BadGateway(_) => ErrorCode::BadGateway,
             Unavailable(_) => ErrorCode::Unavailable,
             Cancelled(_) => ErrorCode::Cancelled,
             Internal(_) => ErrorCode::Internal,
@@ -152,6 +156,7 @@ pub fn from_node(e: NodeError, sandbox_id: &str) -> ServiceError {
         }
         N::Cancelled => ServiceError::Cancelled("cancelled".into()),
         N::Unsupported(m) => ServiceError::NotImplemented(m),
+        N::PortClosed(m) => ServiceError::BadGateway(m),
         e @ (N::Runtime(_) | N::Build(_) | N::Internal(_)) => ServiceError::Internal(e.to_string()),
     }
 }

@@ -122,6 +122,8 @@ pub(crate) struct Shared {
     pub config: NetworkConfig,
     pub floor: Floor,
     pub upstream: SocketMaker,
+    /// Sockets in the gateway namespace (inbound connections to sandboxes' ports).
+    gateway_sockets: SocketMaker,
     pub names: NameCache,
     sandboxes: RwLock<HashMap<Ipv4Addr, Arc<SandboxEntry>>>,
     events: broadcast::Sender<DeniedEvent>,
@@ -330,6 +332,7 @@ impl Network {
             config,
             floor,
             upstream,
+            gateway_sockets: gw_maker,
             names: NameCache::default(),
             sandboxes: RwLock::new(HashMap::new()),
             events,
@@ -584,6 +587,30 @@ impl Network {
         *self.shared.pool() = Pool::default();
         info!(prefix = %self.shared.config.prefix, "sandbox network gateway shut down");
         Ok(())
+    }
+
+    /// Connects to TCP `port` of the sandbox from the gateway (the sandbox sees the gateway's
+    /// address as the peer): the way in for a sandbox's ports. Errors:
+    /// [`NetworkError::NotAttached`], [`NetworkError::Io`] when nothing listens there
+    /// (connection refused) or it does not answer within the connect timeout.
+    pub async fn connect_sandbox(
+        &self,
+        sandbox_id: &str,
+        port: u16,
+    ) -> Result<tokio::net::TcpStream> {
+        let addr = self.attachment(sandbox_id)?.address;
+        let connect = self
+            .shared
+            .gateway_sockets
+            .connect(SocketAddrV4::new(addr, port));
+        match tokio::time::timeout(self.shared.config.connect_timeout, connect).await {
+            Ok(Ok(s)) => Ok(s),
+            Ok(Err(e)) => Err(NetworkError::io(format!("connecting to port {port}"), e)),
+            Err(_) => Err(NetworkError::io(
+                format!("connecting to port {port}"),
+                std::io::Error::from(std::io::ErrorKind::TimedOut),
+            )),
+        }
     }
 
     /// How many sandboxes are attached now.

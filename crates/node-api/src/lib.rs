@@ -24,7 +24,10 @@ mod releases;
 pub use commands::NodeCommands;
 pub use files::NodeFiles;
 pub use lifecycle::{NodeCapabilities, NodeLifecycle, SuspendInfo, WakeInfo};
-pub use network::{LaunchSecret, NetworkCounters, NetworkDenied, NodeNetwork, SandboxNetworkInfo};
+pub use network::{
+    LaunchSecret, NetworkCounters, NetworkDenied, NodeNetwork, PortRequest, PortResponse,
+    SandboxNetworkInfo,
+};
 pub use releases::NodeReleases;
 
 pub mod types;
@@ -195,6 +198,10 @@ pub enum NodeError {
     /// The work was cancelled.
     #[error("cancelled")]
     Cancelled,
+    /// Nothing answers HTTP on that port of the sandbox (connection refused, closed, or not
+    /// HTTP).
+    #[error("{0}")]
+    PortClosed(String),
     /// The node cannot do this (its runtime or configuration lacks the feature: a sandbox
     /// network on the qemu runtime, a network policy with networking off).
     #[error("{0}")]

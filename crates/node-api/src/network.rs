@@ -6,7 +6,29 @@ use cove_domain::{EgressPolicy, EgressRule};
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 
-use crate::NodeError;
+use crate::{ByteStream, NodeError};
+
+/// An HTTP request to a port of a sandbox (the proxy of `/v1/sandboxes/{id}/ports/{port}/..`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortRequest {
+    /// TCP port in the sandbox (1-65535).
+    pub port: u16,
+    /// HTTP method.
+    pub method: String,
+    /// Path and query to send (`/index.html?x=1`).
+    pub path_and_query: String,
+    /// Headers to send (hop-by-hop ones already removed), in order.
+    pub headers: Vec<(String, Vec<u8>)>,
+}
+
+/// The sandbox's answer to a [`PortRequest`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortResponse {
+    /// HTTP status.
+    pub status: u16,
+    /// Response headers (hop-by-hop ones removed), in order.
+    pub headers: Vec<(String, Vec<u8>)>,
+}
 
 /// A secret the node's gateway substitutes: the sandbox gets a placeholder in its environment,
 /// and requests over TLS toward `hosts` get the value in place of the placeholder.
@@ -91,6 +113,16 @@ pub trait NodeNetwork: Send + Sync + 'static {
         id: &str,
         secrets: std::collections::BTreeMap<String, LaunchSecret>,
     ) -> Result<(), NodeError>;
+
+    /// Sends an HTTP/1.1 request with `body` to a port of a running sandbox and returns the
+    /// answer's head and body. [`NodeError::PortClosed`] when nothing listens there (or it does
+    /// not speak HTTP); [`NodeError::SandboxNotFound`] without a network for it.
+    async fn forward_http(
+        &self,
+        id: &str,
+        request: PortRequest,
+        body: ByteStream,
+    ) -> Result<(PortResponse, ByteStream), NodeError>;
 
     /// Refused connections and DNS questions of every sandbox, live from now on (a slow reader
     /// loses the oldest). Ends only when the node stops.

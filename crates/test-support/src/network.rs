@@ -66,6 +66,34 @@ impl NodeNetwork for FakeNode {
         Ok(())
     }
 
+    /// Answers `200` with `port P METHOD PATH` from a running sandbox; port 1 is closed.
+    async fn forward_http(
+        &self,
+        id: &str,
+        request: cove_node_api::PortRequest,
+        _body: cove_node_api::ByteStream,
+    ) -> Result<(cove_node_api::PortResponse, cove_node_api::ByteStream), NodeError> {
+        {
+            let mut st = self.lock();
+            st.serving(id)?;
+        }
+        if request.port == 1 {
+            return Err(NodeError::PortClosed("nothing answers on port 1".into()));
+        }
+        let text = format!(
+            "port {} {} {}",
+            request.port, request.method, request.path_and_query
+        );
+        let body = futures::stream::once(async move { Ok(bytes::Bytes::from(text)) }).boxed();
+        Ok((
+            cove_node_api::PortResponse {
+                status: 200,
+                headers: vec![("content-type".into(), b"text/plain".to_vec())],
+            },
+            body,
+        ))
+    }
+
     fn network_denials(&self) -> BoxStream<'static, NetworkDenied> {
         let rx = self.shared.denials.subscribe();
         futures::stream::unfold(rx, |mut rx| async move {

@@ -5,7 +5,7 @@ use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::Router;
 
 use crate::{ControlPlane, ServiceError};
@@ -19,6 +19,7 @@ mod files;
 mod files_upload;
 mod lifecycle;
 mod operations;
+mod ports;
 mod pty;
 mod render;
 mod sandboxes;
@@ -46,6 +47,7 @@ pub fn management_router(cp: ControlPlane) -> Router {
             "/v1/sandboxes/{id}/network",
             get(sandboxes::network).put(sandboxes::set_network),
         )
+        .route("/v1/sandboxes/{id}/ports", get(ports::access))
         .route(
             "/v1/sandboxes/{id}/commands",
             post(commands::create).get(commands::list),
@@ -82,9 +84,15 @@ pub fn management_router(cp: ControlPlane) -> Router {
         .route("/v1/operations/{id}/cancel", post(operations::cancel))
         .route("/v1/operations/{id}/logs", get(operations::logs))
         .route_layer(middleware::from_fn_with_state(cp.clone(), require_token));
+    // Sandbox ports authorise on their own (admin token or the sandbox's port token).
+    let ports = Router::new()
+        .route("/v1/sandboxes/{id}/ports/{port}", any(ports::proxy))
+        .route("/v1/sandboxes/{id}/ports/{port}/", any(ports::proxy))
+        .route("/v1/sandboxes/{id}/ports/{port}/{*path}", any(ports::proxy));
     let router = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .merge(v1)
+        .merge(ports)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(cp);

@@ -8,6 +8,7 @@ use cove_api_types::{CreateSandboxRequest, EgressPolicy, ErrorCode, EventType, S
 use cove_control_plane::network::SecretsKey;
 use cove_node_api::NodeCapabilities;
 use cove_test_support::FakeNode;
+use futures::StreamExt;
 
 use crate::harness::{code, Harness};
 use cove_control_plane::LifecycleVerb::{Suspend, Wake};
@@ -292,4 +293,36 @@ async fn denials_become_rate_limited_network_denied_events() {
         3
     );
     controller.stop().await;
+}
+
+#[tokio::test]
+async fn ports_are_forwarded_to_running_sandboxes_with_a_token_per_sandbox() {
+    let h = with_key().await;
+    let id = h.running().await;
+    let other = h.running().await;
+    let request = |port| cove_node_api::PortRequest {
+        port,
+        method: "GET".into(),
+        path_and_query: "/x?y=1".into(),
+        headers: Vec::new(),
+    };
+    let empty = || futures::stream::empty().boxed();
+    let (head, _) =
+        h.cp.forward_port(&id, request(8080), empty())
+            .await
+            .expect("forwarded");
+    assert_eq!(head.status, 200);
+    let closed = h.cp.forward_port(&id, request(1), empty()).await;
+    assert_eq!(code(closed.map(|_| ())), ErrorCode::BadGateway);
+    let token = h.cp.port_token(&id).await.expect("token");
+    assert_eq!(token.len(), 32);
+    assert!(h.cp.is_port_token(&id, &token));
+    assert!(
+        !h.cp.is_port_token(&other, &token),
+        "tokens are per sandbox"
+    );
+    assert_eq!(token, h.cp.port_token(&id).await.expect("again"), "stable");
+    h.apply(&id, Suspend).await;
+    let suspended = h.cp.forward_port(&id, request(8080), empty()).await;
+    assert_eq!(code(suspended.map(|_| ())), ErrorCode::SandboxNotRunning);
 }

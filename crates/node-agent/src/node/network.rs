@@ -20,7 +20,8 @@ use std::sync::Arc;
 use cove_domain::EgressPolicy;
 use cove_network::{Adopt, Network, NetworkConfig, NetworkError, Reuse, Secret};
 use cove_node_api::{
-    NetworkCounters, NetworkDenied, NodeNetwork, SandboxLaunch, SandboxNetworkInfo,
+    NetworkCounters, NetworkDenied, NodeNetwork, PortRequest, PortResponse, SandboxLaunch,
+    SandboxNetworkInfo,
 };
 use cove_runtime::{RuntimeState, SandboxNetwork};
 use serde::{Deserialize, Serialize};
@@ -93,9 +94,9 @@ impl NodeAgent {
             .mode(0o600)
             .open(&tmp)
             .map_err(|e| io_err("create", &tmp, e))?;
-        f.write_all(&json)
-            .and_then(|()| f.sync_all())
-            .map_err(|e| io_err("write", &tmp, e))?;
+        // No fsync: the record guards against the node process dying (its page cache stays);
+        // a machine crash ends the sandboxes with it. The rename makes it whole or absent.
+        f.write_all(&json).map_err(|e| io_err("write", &tmp, e))?;
         std::fs::rename(&tmp, &path).map_err(|e| io_err("rename", &path, e))
     }
 
@@ -349,6 +350,18 @@ fn gateway_secrets(
         .collect()
 }
 
+/// Why a connection to a sandbox port failed, for people (no host detail).
+fn io_reason(e: &NetworkError) -> String {
+    match e {
+        NetworkError::Io { source, .. } => match source.kind() {
+            std::io::ErrorKind::ConnectionRefused => "connection refused".into(),
+            std::io::ErrorKind::TimedOut => "no answer in time".into(),
+            other => other.to_string(),
+        },
+        other => other.to_string(),
+    }
+}
+
 fn counters(c: cove_network::NetworkCounters) -> NetworkCounters {
     NetworkCounters {
         bytes_out: c.bytes_out,
@@ -449,6 +462,71 @@ impl NodeNetwork for NodeAgent {
         )?;
         info!(sandbox_id = %id, secrets = secrets.len(), "secret substitution re-armed");
         Ok(())
+    }
+
+    async fn forward_http(
+        &self,
+        id: &str,
+        request: PortRequest,
+        body: ByteStream,
+    ) -> Result<(PortResponse, ByteStream), NodeError> {
+        let n = self
+            .network
+            .as_ref()
+            .ok_or_else(|| NodeError::SandboxNotFound(id.to_string()))?;
+        let port = request.port;
+        let closed =
+            |why: String| NodeError::PortClosed(format!("nothing answers on port {port}: {why}"));
+        let stream = match n.net.connect_sandbox(id, port).await {
+            Ok(s) => s,
+            Err(NetworkError::NotAttached(id)) => return Err(NodeError::SandboxNotFound(id)),
+            Err(e) => return Err(closed(io_reason(&e))),
+        };
+        let (mut sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .map_err(|e| closed(e.to_string()))?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        let mut req = http::Request::builder()
+            .method(request.method.as_str())
+            .uri(request.path_and_query.as_str());
+        for (name, value) in &request.headers {
+            req = req.header(name.as_str(), value.as_slice());
+        }
+        let frames = body.map(|chunk| chunk.map(hyper::body::Frame::data));
+        let req = req
+            .body(http_body_util::StreamBody::new(frames))
+            .map_err(|e| NodeError::InvalidArgument {
+                field: "request".into(),
+                message: e.to_string(),
+            })?;
+        let resp = sender
+            .send_request(req)
+            .await
+            .map_err(|e| closed(e.to_string()))?;
+        let (parts, incoming) = resp.into_parts();
+        let headers = parts
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str().to_string(), v.as_bytes().to_vec()))
+            .collect();
+        let body = http_body_util::BodyStream::new(incoming)
+            .filter_map(|frame| async move {
+                match frame {
+                    Ok(f) => f.into_data().ok().map(Ok),
+                    Err(e) => Some(Err(std::io::Error::other(e))),
+                }
+            })
+            .boxed();
+        Ok((
+            PortResponse {
+                status: parts.status.as_u16(),
+                headers,
+            },
+            body,
+        ))
     }
 
     fn network_denials(&self) -> BoxStream<'static, NetworkDenied> {
