@@ -27,6 +27,8 @@ struct ServerProcess {
     child: Option<Child>,
     api_url: String,
     reconcile_ms: u64,
+    /// Extra environment of the server process.
+    env: Vec<(String, String)>,
 }
 
 fn free_addr() -> String {
@@ -46,6 +48,7 @@ impl ServerProcess {
             child: None,
             api_url: String::new(),
             reconcile_ms,
+            env: Vec::new(),
         }
     }
 
@@ -67,6 +70,7 @@ impl ServerProcess {
             .arg(cache)
             .arg("250")
             .arg(self.reconcile_ms.to_string())
+            .envs(self.env.iter().cloned())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -155,6 +159,7 @@ impl Drop for ServerProcess {
                     .output();
             }
         }
+        cove_e2e::remove_network_namespaces(&self.data_dir);
         let _ = std::fs::remove_dir_all(&self.data_dir);
     }
 }
@@ -351,6 +356,42 @@ async fn check_invariants(c: &Client, data_dir: &Path, ops: &[String], round: &s
             "{round}: snapshot of {id} has its manifest"
         );
     }
+    check_network(data_dir, &live, round).await;
+}
+
+/// Sandbox networks after a restart: a network record exactly for each running or paused
+/// sandbox, and every namespace of the server's prefix plumbed (a veth end in the gateway and an
+/// nft element each), so no interface was orphaned: attached ones = the live sandboxes, the rest
+/// the prepared pool. Waits up to 20 s for the pool's refill to settle.
+async fn check_network(data_dir: &Path, live: &BTreeSet<String>, round: &str) {
+    let records: BTreeSet<String> = dir_names(&data_dir.join("network"))
+        .into_iter()
+        .filter_map(|n| n.strip_suffix(".json").map(str::to_string))
+        .collect();
+    assert_eq!(
+        &records, live,
+        "{round}: network records = running + paused"
+    );
+    let prefix = cove_server::network_prefix_for(data_dir);
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let inv = cove_network::inventory(&prefix).expect("inventory");
+        let sandbox_ns = inv.namespaces.len().saturating_sub(1);
+        let settled = inv.namespaces.contains(&format!("{prefix}-gw"))
+            && inv.gateway_links == 1 + sandbox_ns
+            && inv.nft_elements == sandbox_ns
+            && sandbox_ns >= live.len()
+            && sandbox_ns - live.len() <= 8;
+        if settled {
+            return;
+        }
+        assert!(
+            Instant::now() < until,
+            "{round}: network namespaces do not match the sandboxes ({} live): {inv:?}",
+            live.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -456,9 +497,17 @@ async fn kill_9_during_lifecycle_operations_then_restart_leaves_nothing_behind()
             }
             other => panic!("{name}: unexpected {other:?}"),
         }
-        // A new command works after the restart.
+        // A new command works after the restart, and the sandbox kept its network.
         let out = cove_e2e::sh(&c, &keeper, "echo alive").await;
         assert_eq!(out.stdout_text(), "alive\n");
+        if c.capabilities().await.expect("caps").network {
+            let out = cove_e2e::sh(&c, &keeper, "cat /sys/class/net/eth0/operstate").await;
+            assert_eq!(
+                out.stdout_text(),
+                "up\n",
+                "{name}: eth0 of the adopted keeper"
+            );
+        }
     }
 
     // Clean up through the API, then stop the server gracefully.
@@ -481,6 +530,157 @@ async fn kill_9_during_lifecycle_operations_then_restart_leaves_nothing_behind()
         signal(child.id(), "TERM");
         let _ = child.wait();
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_during_creates_leaves_no_orphan_interfaces() {
+    let mut server = ServerProcess::new(30_000);
+    let data_dir = server.data_dir.clone();
+    let host_links = cove_network::inventory("none")
+        .expect("inventory")
+        .host_links;
+    let mut c = server.start().await;
+    if !c.capabilities().await.expect("caps").network {
+        eprintln!("skipped: sandbox networks are off on this host");
+        return;
+    }
+    let build = c
+        .build_release("tiny", &BuildReleaseRequest::default())
+        .await
+        .expect("build");
+    let op = c
+        .wait_operation(&build.operation.id, Duration::from_secs(600))
+        .await
+        .expect("build ends");
+    assert_eq!(op.state, OperationState::Succeeded, "{:?}", op.error);
+    let req = CreateSandboxRequest {
+        template: Some("tiny".into()),
+        ..Default::default()
+    };
+    let mut all_ops = Vec::new();
+    for (round, delay_ms) in [0u64, 30, 80, 200, 500].into_iter().enumerate() {
+        let name = format!("creates round {round} (kill after {delay_ms} ms)");
+        // More creates at once than namespaces are prepared, so some plumb on demand.
+        let mut creates = Vec::new();
+        for _ in 0..10 {
+            creates.push(c.create_sandbox(&req, None));
+        }
+        for r in futures::future::join_all(creates).await {
+            all_ops.push(r.expect("create").operation.id);
+        }
+        tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+        server.kill9();
+        c = server.start().await;
+        check_invariants(&c, &data_dir, &all_ops, &name).await;
+    }
+    // Delete everything; then only the gateway and the prepared pool remain, and the host
+    // namespace has no link more than before.
+    let all = c
+        .list_sandboxes(&ListSandboxes {
+            limit: Some(500),
+            ..Default::default()
+        })
+        .await
+        .expect("list")
+        .sandboxes;
+    for s in all {
+        finished(&c, c.delete_sandbox(&s.id).await.expect("delete")).await;
+    }
+    check_network(&data_dir, &BTreeSet::new(), "after deleting everything").await;
+    assert_eq!(
+        cove_network::inventory("none")
+            .expect("inventory")
+            .host_links,
+        host_links,
+        "no link leaked into the host namespace"
+    );
+}
+
+/// A secret keeps working across a `kill -9` of the server: the sandbox is adopted with its
+/// namespace, its placeholder stays the same, and the gateway, re-armed with the value from the
+/// store and the same CA key, still substitutes it for a client that trusts the old CA.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_survives_kill_9_of_the_server() {
+    const VALUE: &str = "sk-crash-0123456789";
+    let lab_prefix = format!("k{:x}", std::process::id() % 0xff_ffff);
+    /// Removes the fake internet's namespaces even when the test fails.
+    struct LabGuard(String);
+    impl Drop for LabGuard {
+        fn drop(&mut self) {
+            let _ = cove_network::lab::destroy_namespaces(&self.0);
+        }
+    }
+    let _guard = LabGuard(lab_prefix.clone());
+    let lab = cove_network::lab::FakeInternet::create(&lab_prefix)
+        .await
+        .expect("fake internet");
+    let mut server = ServerProcess::new(30_000);
+    let roots = server.data_dir.with_extension("lab-ca.pem");
+    std::fs::write(&roots, &lab.ca_pem).expect("lab CA");
+    server.env = vec![
+        ("COVE_E2E_UPSTREAM_NS".into(), lab.upstream_ns.clone()),
+        ("COVE_E2E_TLS_ROOTS".into(), roots.display().to_string()),
+        // Everything the server logs, to check the value is not among it.
+        ("RUST_LOG".into(), "debug".into()),
+    ];
+    let mut c = server.start().await;
+    let build = c
+        .build_release("base", &BuildReleaseRequest::default())
+        .await
+        .expect("build");
+    let op = c
+        .wait_operation(&build.operation.id, Duration::from_secs(1800))
+        .await
+        .expect("build ends");
+    assert_eq!(op.state, OperationState::Succeeded, "{:?}", op.error);
+    let req = CreateSandboxRequest {
+        secrets: [(
+            "API_KEY".to_string(),
+            cove_api_types::SecretRequest {
+                value: VALUE.into(),
+                hosts: vec!["allowed.test".parse().expect("host")],
+            },
+        )]
+        .into(),
+        ..Default::default()
+    };
+    let resp = c.create_sandbox(&req, None).await.expect("create");
+    finished(&c, resp.operation).await;
+    let id = resp.sandbox.id;
+    let call = "curl -fsS -m 8 -H \"Authorization: Bearer $API_KEY\" https://allowed.test/";
+    let want = format!("site=tls-allowed.test host=allowed.test auth=Bearer {VALUE}");
+    let placeholder = cove_e2e::sh(&c, &id, "printf %s \"$API_KEY\"")
+        .await
+        .stdout_text();
+    assert!(
+        placeholder.starts_with("cove-placeholder-"),
+        "{placeholder}"
+    );
+    assert_eq!(cove_e2e::sh(&c, &id, call).await.stdout_text(), want);
+
+    server.kill9();
+    c = server.start().await;
+    assert_eq!(
+        c.get_sandbox(&id).await.expect("get").state,
+        SandboxState::Running,
+        "adopted"
+    );
+    let after = cove_e2e::sh(&c, &id, "printf %s \"$API_KEY\"")
+        .await
+        .stdout_text();
+    assert_eq!(after, placeholder, "the placeholder is kept");
+    let out = cove_e2e::sh(&c, &id, call).await;
+    assert_eq!(out.stdout_text(), want, "{}", out.stderr_text());
+    finished(&c, c.delete_sandbox(&id).await.expect("delete")).await;
+    let log = std::fs::read_to_string(server.data_dir.join("server.log")).expect("log");
+    assert!(
+        log.contains("secret substitution re-armed"),
+        "the log is the server's"
+    );
+    assert!(!log.contains(VALUE), "the server logged the secret's value");
+    drop(server);
+    let _ = std::fs::remove_file(&roots);
+    lab.destroy().expect("destroy the fake internet");
 }
 
 /// Sends signal `name` to `pid` (with kill(1)).

@@ -7,8 +7,9 @@
 //! - `COVE_TEST_CACHE_DIR`: release build cache shared by test runs (default
 //!   `/var/cache/cove/templates`), so `base` is built once per machine.
 //!
-//! At process exit every container the server started is killed and the data dir removed, so a
-//! failed test leaves no runc container, mount or file behind.
+//! At process exit every container the server started is killed, its network namespaces
+//! deleted and the data dir removed, so a failed test leaves no runc container, mount, namespace
+//! or file behind.
 
 #![allow(unsafe_code)]
 
@@ -104,8 +105,45 @@ pub fn mounts_with(needle: &str) -> Vec<String> {
         .collect()
 }
 
+/// The network namespaces (gateway and sandboxes) of the server on `data_dir`.
+pub fn network_namespaces(data_dir: &Path) -> BTreeSet<String> {
+    let dir = data_dir
+        .canonicalize()
+        .unwrap_or_else(|_| data_dir.to_path_buf());
+    let prefix = format!("{}-", cove_server::network_prefix_for(&dir));
+    std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+        .map(|out| {
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .filter_map(|l| l.split_whitespace().next())
+                .filter(|n| n.starts_with(&prefix))
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Deletes the network namespaces of the server on `data_dir` (every veth goes with them).
+/// Repeats a few times: a server still running (as at process exit) may be preparing one.
+pub fn remove_network_namespaces(data_dir: &Path) {
+    for _ in 0..5 {
+        let left = network_namespaces(data_dir);
+        if left.is_empty() {
+            return;
+        }
+        for ns in left {
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "del", &ns])
+                .output();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Kills every container under `dir`'s runc root, unmounts sandbox root filesystems and own
-/// disks, removes `dir`.
+/// disks, removes the server's network namespaces, removes `dir`.
 fn cleanup(dir: &Path) {
     let root = dir.join("runc");
     for id in runc_containers(dir) {
@@ -136,6 +174,7 @@ fn cleanup(dir: &Path) {
             }
         }
     }
+    remove_network_namespaces(dir);
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -180,6 +219,7 @@ pub fn server_with(tweak: fn(&mut cove_server::Config)) -> &'static Server {
             },
             command_output: Default::default(),
             e2b: None,
+            network: Default::default(),
         };
         let mut cfg = cfg;
         tweak(&mut cfg);

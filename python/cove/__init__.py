@@ -35,6 +35,8 @@ from .types import (
     FileEvent,
     FileInfo,
     Gap,
+    NetworkCounters,
+    NetworkPolicy,
     Operation,
     OperationError,
     Output,
@@ -44,6 +46,7 @@ from .types import (
     MetricsSample,
     Sandbox,
     SandboxMetrics,
+    SandboxNetwork,
     Template,
 )
 
@@ -66,6 +69,8 @@ __all__ = [
     "FileEvent",
     "FileInfo",
     "Gap",
+    "NetworkCounters",
+    "NetworkPolicy",
     "InternalError",
     "InvalidArgument",
     "NoSpace",
@@ -83,6 +88,7 @@ __all__ = [
     "MetricsSample",
     "Sandbox",
     "SandboxMetrics",
+    "SandboxNetwork",
     "SandboxNotRunning",
     "Template",
     "TransportError",

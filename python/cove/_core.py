@@ -24,11 +24,13 @@ from .types import (
     Capabilities,
     Command,
     CommandResult,
+    NetworkPolicy,
     Operation,
     Pool,
     Resources,
     Sandbox,
     SandboxMetrics,
+    SandboxNetwork,
     Template,
     from_json_list,
 )
@@ -215,14 +217,21 @@ def create_sandbox(
     user: Optional[str] = None,
     idle_timeout_s: Optional[int] = None,
     ttl_s: Optional[int] = None,
+    network: Union[NetworkPolicy, Mapping[str, Any], None] = None,
+    secrets: Optional[Mapping[str, Mapping[str, Any]]] = None,
     idempotency_key: Optional[str] = None,
     wait: bool = True,
     timeout: float = 600,
 ) -> Call:
     """Creates a sandbox; with ``wait``, returns it once it runs (a failed create raises
-    :class:`OperationFailed`), else at once in state ``creating``."""
+    :class:`OperationFailed`), else at once in state ``creating``. ``network`` is its egress
+    policy (:class:`NetworkPolicy` or ``{"internet": bool, "allow": [...], "deny": [...]}``);
+    ``secrets`` maps a name to ``{"value": ..., "hosts": [...]}``: commands get a placeholder in
+    that variable, and the gateway puts the value in its place in HTTPS requests to ``hosts``."""
     if isinstance(resources, Resources):
         resources = drop_none(**vars(resources))
+    if isinstance(network, NetworkPolicy):
+        network = network.to_json()
     body = drop_none(
         template=template,
         release=release,
@@ -233,6 +242,8 @@ def create_sandbox(
         user=user,
         idle_timeout_s=idle_timeout_s,
         ttl_s=ttl_s,
+        network=dict(network) if network is not None else None,
+        secrets={k: dict(v) for k, v in secrets.items()} if secrets else None,
     )
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
     data = yield Req("POST", "/v1/sandboxes", json=body, headers=headers)
@@ -252,6 +263,32 @@ def sandbox_metrics(sandbox: Sandboxish) -> Call:
     """CPU, memory and disk use of a running or paused sandbox, now and its last minutes."""
     data = yield Req("GET", sandbox_path(sandbox, "/metrics"))
     return SandboxMetrics.from_json(data)
+
+
+def network(sandbox: Sandboxish) -> Call:
+    """A sandbox's egress policy and its gateway's counters."""
+    data = yield Req("GET", sandbox_path(sandbox, "/network"))
+    return SandboxNetwork.from_json(data)
+
+
+def set_network(
+    sandbox: Sandboxish,
+    policy: Union[NetworkPolicy, Mapping[str, Any], None] = None,
+    *,
+    internet: bool = True,
+    allow: Sequence[str] = (),
+    deny: Sequence[str] = (),
+) -> Call:
+    """Replaces a sandbox's egress policy (``policy``, or ``internet``/``allow``/``deny``);
+    the next connection follows it. Returns the network as the gateway now enforces it."""
+    if isinstance(policy, NetworkPolicy):
+        body: Dict[str, Any] = policy.to_json()
+    elif policy is not None:
+        body = dict(policy)
+    else:
+        body = {"internet": internet, "allow": list(allow), "deny": list(deny)}
+    data = yield Req("PUT", sandbox_path(sandbox, "/network"), json=body)
+    return SandboxNetwork.from_json(data)
 
 
 def list_sandboxes(

@@ -170,6 +170,8 @@ class AsyncClient:
     create_sandbox = _async(_core.create_sandbox)
     get_sandbox = _async(_core.get_sandbox)
     sandbox_metrics = _async(_core.sandbox_metrics)
+    network = _async(_core.network)
+    set_network = _async(_core.set_network)
     list_sandboxes = _async(_core.list_sandboxes)
     delete_sandbox = _async(_core.delete_sandbox)
     pause = _async(_core.pause)
@@ -218,7 +220,7 @@ class AsyncClient:
         """Lifecycle events after ``after``, then live; endless."""
         params = [("after", str(after))] if after is not None else []
         async for event, data, _ in self._sse(Req("GET", "/v1/events", params=params)):
-            if event == "lifecycle":
+            if event in ("lifecycle", "network_denied"):
                 yield Event.from_json(json.loads(data))
 
     # -- commands ---------------------------------------------------------------------------

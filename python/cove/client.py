@@ -158,6 +158,8 @@ class Client:
     create_sandbox = _sync(_core.create_sandbox)
     get_sandbox = _sync(_core.get_sandbox)
     sandbox_metrics = _sync(_core.sandbox_metrics)
+    network = _sync(_core.network)
+    set_network = _sync(_core.set_network)
     list_sandboxes = _sync(_core.list_sandboxes)
     delete_sandbox = _sync(_core.delete_sandbox)
     pause = _sync(_core.pause)
@@ -207,7 +209,7 @@ class Client:
         """Lifecycle events after ``after`` (default: all kept), then live; endless."""
         params = [("after", str(after))] if after is not None else []
         for event, data, _ in self._sse(Req("GET", "/v1/events", params=params)):
-            if event == "lifecycle":
+            if event in ("lifecycle", "network_denied"):
                 yield Event.from_json(json.loads(data))
 
     # -- commands ---------------------------------------------------------------------------

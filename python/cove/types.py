@@ -91,6 +91,60 @@ class Operation:
 
 
 @dataclass
+class NetworkPolicy:
+    """A sandbox's egress policy. ``internet``: whether destinations no rule names are
+    reachable; ``allow``/``deny``: IPv4 CIDRs or addresses, domains, ``*.domain`` (deny wins).
+    The node's floor (its own addresses, metadata, other sandboxes, private ranges) stays closed
+    whatever it says."""
+
+    internet: bool = True
+    allow: List[str] = field(default_factory=list)
+    deny: List[str] = field(default_factory=list)
+
+    def to_json(self) -> Dict[str, Any]:
+        return {"internet": self.internet, "allow": list(self.allow), "deny": list(self.deny)}
+
+    @classmethod
+    def from_json(cls, data: Optional[Dict[str, Any]]) -> "NetworkPolicy":
+        return cls(**_known(cls, data or {}))
+
+
+@dataclass
+class NetworkCounters:
+    """Traffic of a sandbox through its gateway since its network was attached."""
+
+    bytes_out: int = 0
+    bytes_in: int = 0
+    connections_allowed: int = 0
+    connections_denied: int = 0
+    dns_answered: int = 0
+    dns_refused: int = 0
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "NetworkCounters":
+        return cls(**_known(cls, data))
+
+
+@dataclass
+class SandboxNetwork:
+    """A sandbox's network: its policy, whether a gateway enforces it now (not while
+    suspended), its address and counters."""
+
+    sandbox_id: str
+    network: NetworkPolicy
+    enforced: bool
+    counters: NetworkCounters
+    address: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "SandboxNetwork":
+        d = _known(cls, data)
+        d["network"] = NetworkPolicy.from_json(data.get("network"))
+        d["counters"] = NetworkCounters.from_json(data.get("counters", {}))
+        return cls(**d)
+
+
+@dataclass
 class Sandbox:
     """A sandbox: an instance of a template release."""
 
@@ -113,11 +167,16 @@ class Sandbox:
     memory_restored: Optional[bool] = None
     #: Content digest of the release it runs (``sha256:…``); pin it with ``template@digest``.
     release_digest: Optional[str] = None
+    network: NetworkPolicy = field(default_factory=NetworkPolicy)
+    #: Secret name -> the hosts its value is sent to (values are never shown).
+    secrets: Dict[str, List[str]] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, data: Dict[str, Any]) -> "Sandbox":
         d = _known(cls, data)
         d["resources"] = Resources.from_json(data["resources"])
+        d["network"] = NetworkPolicy.from_json(data.get("network"))
+        d["secrets"] = {k: list(v.get("hosts", [])) for k, v in (data.get("secrets") or {}).items()}
         for k in ("created_at", "updated_at", "last_activity_at"):
             d[k] = _time(data.get(k))
         return cls(**d)
@@ -326,7 +385,8 @@ class Pool:
 
 @dataclass
 class Event:
-    """A lifecycle event: ``seq`` orders them (resume with ``after=seq``)."""
+    """A lifecycle event, or a refusal of a sandbox's gateway (``type`` ``network.denied``,
+    ``destination`` and ``reason``): ``seq`` orders them (resume with ``after=seq``)."""
 
     seq: int
     time: datetime
@@ -334,6 +394,8 @@ class Event:
     sandbox_id: str
     operation_id: Optional[str] = None
     reason: Optional[str] = None
+    #: For ``network.denied``: what the sandbox tried to reach.
+    destination: Optional[str] = None
 
     @classmethod
     def from_json(cls, data: Dict[str, Any]) -> "Event":
@@ -373,6 +435,9 @@ class Capabilities:
     pause: bool
     suspend_memory: bool
     snapshot_store: str
+    boundary: str = ""
+    #: Sandboxes get a network behind an egress gateway (policies and secrets work).
+    network: bool = False
 
     @classmethod
     def from_json(cls, data: Dict[str, Any]) -> "Capabilities":

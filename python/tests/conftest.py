@@ -45,7 +45,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _cleanup(data_dir: str) -> None:
+def _remove_namespaces(prefix: str) -> None:
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for line in listed.splitlines():
+        name = line.split()[0] if line.split() else ""
+        if name.startswith(prefix + "-"):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def _cleanup(data_dir: str, net_prefix: str) -> None:
     root = os.path.join(data_dir, "runc")
     listed = subprocess.run(["runc", "--root", root, "list", "-q"], capture_output=True, text=True)
     for cid in listed.stdout.split():
@@ -55,6 +63,7 @@ def _cleanup(data_dir: str) -> None:
         for name in os.listdir(sandboxes):
             for mount in ("rootfs", "disk"):
                 subprocess.run(["umount", "-l", os.path.join(sandboxes, name, mount)], capture_output=True)
+    _remove_namespaces(net_prefix)
     shutil.rmtree(data_dir, ignore_errors=True)
 
 
@@ -71,12 +80,15 @@ def server():
     data_dir = tempfile.mkdtemp(prefix="cove-py-")
     api, dp = _free_port(), _free_port()
     log = open(os.path.join(data_dir, "server.log"), "wb")
+    net_prefix = "py" + os.urandom(3).hex()
     proc = subprocess.Popen(
         [
             binary,
             "server",
             "--data-dir",
             data_dir,
+            "--network-prefix",
+            net_prefix,
             "--listen",
             f"127.0.0.1:{api}",
             "--data-plane-listen",
@@ -102,7 +114,7 @@ def server():
             with open(os.path.join(data_dir, "server.log"), "rb") as f:
                 text = f.read().decode(errors="replace")
             proc.kill()
-            _cleanup(data_dir)
+            _cleanup(data_dir, net_prefix)
             pytest.fail(f"cove server did not start:\n{text[-4000:]}")
         time.sleep(0.1)
     with open(os.path.join(data_dir, "admin.token"), encoding="utf-8") as f:
@@ -123,7 +135,7 @@ def server():
             proc.kill()
             proc.wait()
         log.close()
-        _cleanup(data_dir)
+        _cleanup(data_dir, net_prefix)
 
 
 @pytest.fixture(scope="session")

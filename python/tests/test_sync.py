@@ -321,3 +321,24 @@ def test_sandbox_metrics(client):
     with pytest.raises(cove.NotFound) as err:
         client.sandbox_metrics(sb)
     assert err.value.code == "sandbox_not_found"
+
+
+def test_network_policy_on_create_get_and_put(client):
+    caps = client.capabilities()
+    if not caps.network:
+        pytest.skip("sandbox networks are off on this server")
+    sb = client.create_sandbox("tiny", network=cove.NetworkPolicy(internet=False, allow=["pypi.org"]))
+    try:
+        assert sb.network == cove.NetworkPolicy(internet=False, allow=["pypi.org"], deny=[])
+        net = client.network(sb)
+        assert net.enforced and net.address
+        assert net.network.allow == ["pypi.org"]
+        assert net.counters.connections_allowed == 0
+        changed = client.set_network(sb, deny=["10.0.0.0/8"])
+        assert changed.network == cove.NetworkPolicy(internet=True, allow=[], deny=["10.0.0.0/8"])
+        assert client.get_sandbox(sb).network.deny == ["10.0.0.0/8"]
+        with pytest.raises(cove.InvalidArgument) as err:
+            client.set_network(sb, allow=["10.0.0.0/33"])
+        assert "10.0.0.0/33" in err.value.message
+    finally:
+        client.delete_sandbox(sb)

@@ -83,3 +83,20 @@ def test_times_with_fractions_keep_their_zone():
     assert t.tzinfo is not None and t.utcoffset().total_seconds() == 0
     assert t.microsecond == 123456
     assert _time("2026-01-01T00:00:00Z").tzinfo is not None
+
+
+def test_network_types_round_trip():
+    p = cove.NetworkPolicy.from_json({"internet": False, "allow": ["*.a.test"], "deny": [], "new": 1})
+    assert p == cove.NetworkPolicy(internet=False, allow=["*.a.test"], deny=[])
+    assert p.to_json() == {"internet": False, "allow": ["*.a.test"], "deny": []}
+    net = cove.SandboxNetwork.from_json(
+        {
+            "sandbox_id": "sb-1",
+            "network": {"internet": True, "allow": [], "deny": ["10.0.0.0/8"]},
+            "enforced": True,
+            "address": "10.239.0.2",
+            "counters": {"bytes_in": 5, "connections_denied": 2},
+        }
+    )
+    assert net.network.deny == ["10.0.0.0/8"] and net.counters.bytes_in == 5
+    assert net.counters.connections_denied == 2 and net.counters.bytes_out == 0

@@ -1,7 +1,8 @@
 //! `cove-e2e-server`: the real Cove server as its own process, for tests that kill it
 //! (`e2e_crash.rs`). Arguments, in order: data dir, API address, data-plane address, guest
 //! agent binary, release cache dir, controller and reconcile intervals in milliseconds. Logs go
-//! to stderr. `COVE_E2E_RUNTIME=qemu` picks the qemu runtime.
+//! to stderr. `COVE_E2E_RUNTIME=qemu` picks the qemu runtime; `COVE_E2E_UPSTREAM_NS` (see
+//! `network_from_env`) points the sandbox network's gateway at a fake internet.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,6 +10,36 @@ use std::time::Duration;
 
 const USAGE: &str = "usage: cove-e2e-server DATA_DIR API_ADDR DATA_PLANE_ADDR AGENT CACHE_DIR \
                      CONTROLLER_MS RECONCILE_MS";
+
+/// The gateway's upstream from `COVE_E2E_UPSTREAM_NS` (a namespace standing for the host),
+/// `COVE_E2E_RESOLVER` (`ip:port`) and `COVE_E2E_TLS_ROOTS` (a PEM file), when set: a fake
+/// internet for tests. Sandbox addresses then come from `COVE_E2E_POOL` (default
+/// 198.51.100.0/24).
+fn network_from_env() -> cove_server::NetworkSettings {
+    let Ok(netns) = std::env::var("COVE_E2E_UPSTREAM_NS") else {
+        return Default::default();
+    };
+    let resolver = std::env::var("COVE_E2E_RESOLVER")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or_else(|| std::net::SocketAddrV4::new([203, 0, 113, 53].into(), 53));
+    let tls_roots_pem = std::env::var("COVE_E2E_TLS_ROOTS")
+        .ok()
+        .and_then(|p| std::fs::read_to_string(p).ok());
+    cove_server::NetworkSettings {
+        mode: cove_server::NetworkMode::On,
+        prefix: None,
+        pool: std::env::var("COVE_E2E_POOL")
+            .unwrap_or_else(|_| "198.51.100.0/24".into())
+            .parse()
+            .ok(),
+        upstream: Some(cove_network::Upstream {
+            netns: Some(netns),
+            resolver,
+            tls_roots_pem,
+        }),
+    }
+}
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -48,6 +79,7 @@ fn main() -> ExitCode {
         },
         command_output: Default::default(),
         e2b: None,
+        network: network_from_env(),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -21,6 +21,15 @@ def _free_port():
         return s.getsockname()[1]
 
 
+def remove_namespaces(prefix):
+    """Deletes the network namespaces named `{prefix}-*` (a server's gateway and sandboxes)."""
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    for line in listed.splitlines():
+        name = line.split()[0] if line.split() else ""
+        if name.startswith(prefix + "-"):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
 class CoveServer:
     """A running server; `stop()` (or the context manager) ends it and removes its data."""
 
@@ -36,9 +45,12 @@ class CoveServer:
         self.api_url = f"http://127.0.0.1:{self.api_port}"
         self.e2b_url = f"http://127.0.0.1:{self.e2b_port}"
         self.log = open(os.path.join(self.data_dir, "server.log"), "wb")
+        # A prefix of its own for the sandbox network's namespaces, removed at stop.
+        self.net_prefix = "e2b" + os.urandom(2).hex()
         self.proc = subprocess.Popen(
             [
                 self.bin, "server", "--data-dir", self.data_dir,
+                "--network-prefix", self.net_prefix,
                 "--listen", f"127.0.0.1:{self.api_port}",
                 "--data-plane-listen", f"127.0.0.1:{self.dp_port}",
                 "--e2b-listen", f"127.0.0.1:{self.e2b_port}",
@@ -113,6 +125,7 @@ class CoveServer:
                 for m in ("rootfs", "disk"):
                     subprocess.run(["umount", "-l", os.path.join(sandboxes, d, m)],
                                    capture_output=True)
+        remove_namespaces(self.net_prefix)
         shutil.rmtree(self.data_dir, ignore_errors=True)
 
     def __enter__(self):

@@ -117,9 +117,26 @@ def test_unknown_sandbox_and_bad_key():
         Sandbox.create(api_key="not-a-cove-token")
 
 
+def test_no_internet_access_closes_the_network():
+    sbx = Sandbox.create(allow_internet_access=False)
+    try:
+        # DNS answers nothing and no connection leaves the sandbox.
+        r = sbx.commands.run(
+            "python3 -c \"import socket; socket.gethostbyname('example.com')\" 2>&1 || echo refused"
+        )
+        assert r.stdout.strip().endswith("refused"), r.stdout
+    finally:
+        sbx.kill()
+    open_sbx = Sandbox.create()
+    try:
+        assert open_sbx.commands.run("echo ok").stdout == "ok\n"
+    finally:
+        open_sbx.kill()
+
+
 def test_unsupported_features_raise():
     with pytest.raises(SandboxException, match="not supported"):
-        Sandbox.create(allow_internet_access=False)
+        Sandbox.create(network={"allow_out": ["1.1.1.1"]})
     sbx = Sandbox.create()
     try:
         with pytest.raises(SandboxException, match="not supported"):

@@ -106,6 +106,9 @@ error_codes! {
     NoSpace = "no_space" => 507,
     /// The feature exists in the API but is not implemented by this server or runtime yet.
     NotImplemented = "not_implemented" => 501,
+    /// A sandbox port proxied by `/v1/sandboxes/{id}/ports/{port}/..` did not answer (nothing
+    /// listens there, or it does not speak HTTP).
+    BadGateway = "bad_gateway" => 502,
     /// The sandbox's agent or a node is unreachable right now.
     Unavailable = "unavailable" => 503,
     /// An operation exceeded its deadline.

@@ -27,8 +27,8 @@ pub use template::*;
 
 // States, kinds and resources are the domain's; the API speaks them as they are.
 pub use cove_domain::{
-    CommandState, EventType, OperationKind, OperationState, Resources, ResourcesRequest,
-    SandboxState,
+    CommandState, EgressPolicy, EgressRule, EventType, OperationKind, OperationState, Resources,
+    ResourcesRequest, SandboxState,
 };
 
 /// Header carrying the request id on every response (and accepted on requests).

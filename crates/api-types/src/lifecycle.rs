@@ -47,8 +47,13 @@ pub struct Event {
     /// The operation that made it happen, if any (none for the idle controller's own moves
     /// before their operation exists, or for reconciliation).
     pub operation_id: Option<String>,
-    /// Detail (why a sandbox failed, `idle` for an idle suspend, ...).
+    /// Detail (why a sandbox failed, `idle` for an idle suspend; for `network.denied`:
+    /// `floor`, `denied` or `not_allowed`).
     pub reason: Option<String>,
+    /// For `network.denied`: what the sandbox tried to reach (`name`, `ip:port` or
+    /// `name (ip:port)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination: Option<String>,
 }
 
 /// `GET /v1/capabilities`: what this server's runtime can do.
@@ -67,4 +72,8 @@ pub struct RuntimeCapabilities {
     pub suspend_memory: bool,
     /// Where suspended sandboxes are kept (`file` or `s3`).
     pub snapshot_store: String,
+    /// Sandboxes get a network behind an egress gateway (`network` policies, secrets). When
+    /// false they have loopback only and only the default policy is accepted.
+    #[serde(default)]
+    pub network: bool,
 }

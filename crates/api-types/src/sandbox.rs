@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::{Operation, Resources, ResourcesRequest, SandboxState};
+use crate::{EgressPolicy, EgressRule, Operation, Resources, ResourcesRequest, SandboxState};
 
 /// `POST /v1/sandboxes` body.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -41,6 +41,79 @@ pub struct CreateSandboxRequest {
     /// never).
     #[serde(default)]
     pub ttl_s: Option<u64>,
+    /// Egress policy: `{internet (default true), allow: [..], deny: [..]}`; entries are IPv4
+    /// CIDRs, IPv4 addresses, domains or `*.domain`. Default: the internet open, no rules.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<EgressPolicy>,
+    /// Secrets the node's gateway substitutes: each name is an environment variable of every
+    /// command holding a placeholder; requests over HTTPS toward the secret's `hosts` carry the
+    /// value in place of the placeholder. Values are never shown, logged or stored in clear.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub secrets: BTreeMap<String, SecretRequest>,
+}
+
+/// One secret of a create request.
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SecretRequest {
+    /// The value (never enters the sandbox). Non-empty, no CR, LF or NUL, at most 8 KiB.
+    pub value: String,
+    /// Hosts that receive the value: exact domains or `*.domain` (at least one).
+    #[schema(value_type = Vec<String>)]
+    pub hosts: Vec<EgressRule>,
+}
+
+impl std::fmt::Debug for SecretRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecretRequest")
+            .field("value", &"<redacted>")
+            .field("hosts", &self.hosts)
+            .finish()
+    }
+}
+
+/// A secret as a sandbox shows it: where its value goes, never the value.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SandboxSecret {
+    /// Hosts that receive the value.
+    #[schema(value_type = Vec<String>)]
+    pub hosts: Vec<EgressRule>,
+}
+
+/// `GET /v1/sandboxes/{id}/network` (and the answer of `PUT`): the egress policy and the
+/// gateway's counters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SandboxNetwork {
+    /// The sandbox.
+    pub sandbox_id: String,
+    /// The egress policy (`PUT` replaces it; the next connection follows it).
+    pub network: EgressPolicy,
+    /// Whether a gateway enforces it now (false while the sandbox is suspended, or on a node
+    /// without sandbox networks, where sandboxes have loopback only).
+    pub enforced: bool,
+    /// The sandbox's address behind the gateway, while enforced.
+    #[serde(default)]
+    pub address: Option<String>,
+    /// Traffic through the gateway since the network was attached (zero when not enforced; a
+    /// wake or a server restart starts again from zero).
+    pub counters: NetworkCounters,
+}
+
+/// Traffic counters of a sandbox's network.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct NetworkCounters {
+    /// Bytes the sandbox sent through the gateway (payload).
+    pub bytes_out: u64,
+    /// Bytes the gateway delivered to the sandbox (payload).
+    pub bytes_in: u64,
+    /// TCP connections let through.
+    pub connections_allowed: u64,
+    /// TCP connections refused (by the policy or the floor).
+    pub connections_denied: u64,
+    /// DNS questions answered.
+    pub dns_answered: u64,
+    /// DNS questions refused.
+    pub dns_refused: u64,
 }
 
 /// A sandbox.
@@ -90,6 +163,12 @@ pub struct Sandbox {
     /// gone). `None` until the sandbox is first woken.
     #[serde(default)]
     pub memory_restored: Option<bool>,
+    /// Its egress policy.
+    #[serde(default)]
+    pub network: EgressPolicy,
+    /// Its secrets: names and hosts (values are never shown).
+    #[serde(default)]
+    pub secrets: BTreeMap<String, SandboxSecret>,
 }
 
 /// `202` answer of `POST /v1/sandboxes`.
@@ -108,4 +187,18 @@ pub struct SandboxList {
     pub sandboxes: Vec<Sandbox>,
     /// Pass as `?cursor=` to get the next page; absent on the last page.
     pub next_cursor: Option<String>,
+}
+
+/// `GET /v1/sandboxes/{id}/ports`: how to reach the sandbox's ports without the admin token.
+/// `{path}{port}/...` (on the management API's address) is proxied to that port; send the token
+/// as header `x-cove-port-token` or query `cove_port_token`. Without either, the admin bearer
+/// token is needed (ports are private by default).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct SandboxPorts {
+    /// The sandbox.
+    pub sandbox_id: String,
+    /// Its port token (stable for the sandbox's life).
+    pub token: String,
+    /// The path prefix of its ports: `/v1/sandboxes/{id}/ports/`.
+    pub path: String,
 }

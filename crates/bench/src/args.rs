@@ -55,7 +55,7 @@ pub struct Args {
 }
 
 /// The measurement groups `--only` selects from, in the order a run measures them.
-pub const GROUPS: [&str; 9] = [
+pub const GROUPS: [&str; 10] = [
     "cold_start",
     "exec",
     "stream",
@@ -65,6 +65,7 @@ pub const GROUPS: [&str; 9] = [
     "concurrency",
     "store",
     "pools",
+    "network",
 ];
 
 impl Args {
@@ -133,6 +134,14 @@ pub struct Scale {
     pub pool_runs: usize,
     /// Concurrent creates of the burst, and the size of the pool that serves them.
     pub pool_burst: usize,
+    /// Cold starts per server in the networking on/off comparison.
+    pub network_cold_starts: usize,
+    /// Connection setups per path in the gateway measurement.
+    pub gateway_rounds: usize,
+    /// Bytes per download in the gateway measurement.
+    pub gateway_bytes: u64,
+    /// Create → delete cycles of the network leak check.
+    pub network_leak_cycles: usize,
 }
 
 impl Scale {
@@ -153,6 +162,10 @@ impl Scale {
         store_runs: 300,
         pool_runs: 50,
         pool_burst: 50,
+        network_cold_starts: 20,
+        gateway_rounds: 500,
+        gateway_bytes: 100 * MIB,
+        network_leak_cycles: 1000,
     };
 
     /// A smoke run: every metric, tiny.
@@ -172,5 +185,9 @@ impl Scale {
         store_runs: 20,
         pool_runs: 3,
         pool_burst: 5,
+        network_cold_starts: 3,
+        gateway_rounds: 20,
+        gateway_bytes: 4 * MIB,
+        network_leak_cycles: 12,
     };
 }

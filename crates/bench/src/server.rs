@@ -28,6 +28,8 @@ pub struct ServerSettings {
     pub runc: PathBuf,
     /// Install the tracing subscriber (server log on stderr).
     pub verbose: bool,
+    /// Sandbox networks (`auto`: on when the host allows).
+    pub network: cove_server::NetworkMode,
 }
 
 /// A running in-process Cove server.
@@ -35,6 +37,8 @@ pub struct CoveServer {
     api_url: String,
     token: String,
     data_dir: PathBuf,
+    /// Prefix of the server's network namespaces (removed by the cleanup).
+    net_prefix: String,
     runc: PathBuf,
     stop_tx: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -55,6 +59,7 @@ impl CoveServer {
             .tempdir()
             .context("create a temporary data dir")?
             .keep();
+        let net_prefix = format!("cb{:06x}", rand_u32() & 0xff_ffff);
         let cfg = cove_server::Config {
             data_dir: data_dir.clone(),
             store: None,
@@ -68,6 +73,11 @@ impl CoveServer {
             lifecycle: Default::default(),
             command_output: Default::default(),
             e2b: None,
+            network: cove_server::NetworkSettings {
+                mode: settings.network,
+                prefix: Some(net_prefix.clone()),
+                ..Default::default()
+            },
         };
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -80,6 +90,7 @@ impl CoveServer {
             api_url: String::new(),
             token: String::new(),
             data_dir,
+            net_prefix,
             runc: settings.runc,
             stop_tx: Some(stop_tx),
             thread: Some(thread),
@@ -95,6 +106,11 @@ impl CoveServer {
     /// A new client of the server (each with its own connection pool).
     pub fn client(&self) -> anyhow::Result<Client> {
         Client::new(&self.api_url, self.token.clone()).context("create a client")
+    }
+
+    /// Prefix of the server's network namespaces and links.
+    pub fn network_prefix(&self) -> &str {
+        &self.net_prefix
     }
 
     /// runc's state root of the server's sandboxes.
@@ -138,7 +154,8 @@ impl CoveServer {
         }
         let dir = self.data_dir.clone();
         let runc = self.runc.clone();
-        tokio::task::spawn_blocking(move || hard_cleanup(&runc, &dir))
+        let prefix = self.net_prefix.clone();
+        tokio::task::spawn_blocking(move || hard_cleanup(&runc, &dir, &prefix))
             .await
             .context("cleanup task")?;
         self.data_dir = PathBuf::new();
@@ -152,7 +169,7 @@ impl Drop for CoveServer {
             let _ = tx.send(());
         }
         if !self.data_dir.as_os_str().is_empty() {
-            hard_cleanup(&self.runc, &self.data_dir);
+            hard_cleanup(&self.runc, &self.data_dir, &self.net_prefix);
         }
     }
 }
@@ -273,7 +290,8 @@ async fn delete_all(client: &Client) -> anyhow::Result<()> {
 
 /// Kills every container under `data_dir`'s runc root, unmounts sandbox root filesystems and
 /// removes the data dir. Blocking.
-fn hard_cleanup(runc: &Path, data_dir: &Path) {
+fn hard_cleanup(runc: &Path, data_dir: &Path, net_prefix: &str) {
+    remove_namespaces(net_prefix);
     crate::raw::delete_all_containers(runc, &data_dir.join("runc"));
     if let Ok(entries) = std::fs::read_dir(data_dir.join("sandboxes")) {
         for e in entries.flatten() {
@@ -281,4 +299,33 @@ fn hard_cleanup(runc: &Path, data_dir: &Path) {
         }
     }
     let _ = std::fs::remove_dir_all(data_dir);
+}
+
+/// Deletes the network namespaces `{prefix}-*` (a server's gateway and sandboxes; every veth
+/// goes with them).
+fn remove_namespaces(prefix: &str) {
+    let Ok(out) = std::process::Command::new("ip")
+        .args(["netns", "list"])
+        .output()
+    else {
+        return;
+    };
+    let head = format!("{prefix}-");
+    for name in String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| n.starts_with(&head))
+    {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", name])
+            .output();
+    }
+}
+
+/// A random number from the OS (for unique names).
+fn rand_u32() -> u32 {
+    let mut b = [0u8; 4];
+    let _ = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b));
+    u32::from_le_bytes(b)
 }

@@ -24,13 +24,14 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         machine.cores, machine.mem_total_gib, machine.kernel, machine.runc
     ));
 
-    let server = CoveServer::start(ServerSettings {
+    let settings = ServerSettings {
         guest_agent: args.guest_agent_path(),
         cache_dir: args.cache_dir.clone(),
         runc: args.runc.clone(),
         verbose: args.verbose,
-    })
-    .await?;
+        network: cove_server::NetworkMode::Auto,
+    };
+    let server = CoveServer::start(settings.clone()).await?;
     let client = server.client()?;
     server.ensure_release(&client, TEMPLATE).await?;
     let raw = RawRunc::new(&args.runc, &args.cache_dir).await?;
@@ -68,6 +69,11 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
     }
     if args.wants("concurrency") {
         metrics.extend(measure::concurrency::measure(&ctx).await?);
+    }
+    if args.wants("network") {
+        let network = measure::network::measure(&ctx, &settings).await?;
+        metrics.extend(network.metrics);
+        unavailable.extend(network.unavailable);
     }
     if args.wants("store") {
         match measure::store::measure(args.postgres_url.as_deref(), scale.store_runs).await? {

@@ -26,10 +26,17 @@ const METRICS: &[&str] = &[
     "concurrency_throughput",
     "concurrency_create",
     "concurrency_delete",
+    "cold_start_network",
+    "gateway_request",
+    "gateway_download",
+    "network_leak",
 ];
 
 /// Metrics a server may lack (`not available in this build`): the lifecycle round trips.
 const MAY_BE_UNAVAILABLE: &[&str] = &["pause_resume", "suspend_wake"];
+
+/// Metrics whose value must be exactly zero (a leak count).
+const MUST_BE_ZERO: &[&str] = &["network_leak"];
 
 /// Metrics whose values may be any finite number in a quick run: the `MemAvailable` drop of 10
 /// sandboxes (under 1 MiB each) is below what other processes on a shared machine move it by.
@@ -67,7 +74,9 @@ fn assert_numbers(key: &str, what: &str, v: &Value) {
     };
     for f in fields {
         let n = v[f].as_f64().unwrap_or(f64::NAN);
-        if MAY_BE_NOISE.contains(&key) {
+        if MUST_BE_ZERO.contains(&key) {
+            assert_eq!(n, 0.0, "{what}.{f} is {:?}, want 0", v[f]);
+        } else if MAY_BE_NOISE.contains(&key) {
             assert!(n.is_finite(), "{what}.{f} is {:?}, want a number", v[f]);
         } else {
             assert!(n > 0.0, "{what}.{f} is {:?}, want a number > 0", v[f]);
@@ -136,7 +145,7 @@ fn quick_run_reports_every_metric() {
                 );
             }
         }
-        if *key != "density_sandboxes" {
+        if *key != "density_sandboxes" && !MUST_BE_ZERO.contains(key) {
             assert!(
                 !m["baselines"].as_array().is_none_or(Vec::is_empty),
                 "{key} has no baseline"

@@ -142,6 +142,9 @@ pub enum Verb {
     /// snapshot, a paused one is thawed (as `cove resume`), a running one is left as it is;
     /// prints the final state.
     Wake(lifecycle::LifecycleArgs),
+    /// Show a sandbox's egress policy and traffic counters; with --no-internet/--allow/--deny,
+    /// replace the policy (live: the next connection follows it).
+    Network(commands::network::NetworkVerbArgs),
     /// List recent operations (of one sandbox with a sandbox id), or show one operation.
     Ops(commands::ops::OpsArgs),
     /// Follow the lifecycle event stream.
@@ -165,6 +168,7 @@ impl Verb {
             Verb::Metrics(a) => id(&a.id),
             Verb::Cp(a) => a.sandbox_id().map(|s| (s, None)),
             Verb::Files(a) => Some((a.verb.sandbox().to_owned(), None)),
+            Verb::Network(a) => Some((a.id.clone(), None)),
             Verb::Pause(a) => Some((a.id.clone(), Some("pause"))),
             Verb::Resume(a) => Some((a.id.clone(), Some("resume"))),
             Verb::Suspend(a) => Some((a.id.clone(), Some("suspend"))),
@@ -223,6 +227,7 @@ async fn run_verb(client: &Client, verb: Verb) -> anyhow::Result<ExitCode> {
         Verb::Suspend(args) => commands::suspend::run(client, args).await?,
         Verb::Wake(args) => commands::wake::run(client, args).await?,
         Verb::Ops(args) => commands::ops::run(client, args).await?,
+        Verb::Network(args) => commands::network::run(client, args).await?,
         Verb::Events(args) => commands::events::run(client, args).await?,
     }
     Ok(ExitCode::SUCCESS)

@@ -58,6 +58,7 @@ fn cleanup(data_dir: &Path) {
             }
         }
     }
+    cove_e2e::remove_network_namespaces(data_dir);
     let _ = std::fs::remove_dir_all(data_dir);
 }
 

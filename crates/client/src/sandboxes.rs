@@ -1,8 +1,8 @@
 //! Sandboxes: `/v1/sandboxes`.
 
 use cove_api_types::{
-    CreateSandboxRequest, CreateSandboxResponse, Operation, Sandbox, SandboxList, SandboxState,
-    IDEMPOTENCY_KEY_HEADER,
+    CreateSandboxRequest, CreateSandboxResponse, EgressPolicy, Operation, Sandbox, SandboxList,
+    SandboxNetwork, SandboxPorts, SandboxState, IDEMPOTENCY_KEY_HEADER,
 };
 use reqwest::Method;
 
@@ -74,6 +74,32 @@ impl Client {
     /// minutes.
     pub async fn sandbox_metrics(&self, id: &str) -> Result<cove_api_types::SandboxMetrics> {
         self.json(self.request(Method::GET, self.url(&["v1", "sandboxes", id, "metrics"])))
+            .await
+    }
+
+    /// `GET /v1/sandboxes/{id}/network`: the egress policy and the gateway's counters.
+    pub async fn sandbox_network(&self, id: &str) -> Result<SandboxNetwork> {
+        self.json(self.request(Method::GET, self.url(&["v1", "sandboxes", id, "network"])))
+            .await
+    }
+
+    /// `PUT /v1/sandboxes/{id}/network`: replaces the egress policy (the next connection
+    /// follows it).
+    pub async fn set_sandbox_network(
+        &self,
+        id: &str,
+        policy: &EgressPolicy,
+    ) -> Result<SandboxNetwork> {
+        let request = self
+            .request(Method::PUT, self.url(&["v1", "sandboxes", id, "network"]))
+            .json(policy);
+        self.json(request).await
+    }
+
+    /// `GET /v1/sandboxes/{id}/ports`: the port token and path prefix of the sandbox's ports
+    /// (`{path}{port}/...` is proxied to that port of the sandbox).
+    pub async fn sandbox_ports(&self, id: &str) -> Result<SandboxPorts> {
+        self.json(self.request(Method::GET, self.url(&["v1", "sandboxes", id, "ports"])))
             .await
     }
 

@@ -40,6 +40,11 @@ impl Controller {
         let token = stop.clone();
         let span = tracing::info_span!("controller");
         let pools_cp = cp.clone();
+        let denials = (cp.clone(), stop.clone());
+        tokio::spawn(
+            async move { denials.0.record_denials(denials.1).await }
+                .instrument(tracing::info_span!("network_denials")),
+        );
         let task = tokio::spawn(async move { cp.control_loop(token).await }.instrument(span));
         let token = stop.clone();
         let span = tracing::info_span!("pool_controller");

@@ -78,6 +78,9 @@ pub enum ServiceError {
     /// Missing or bad credentials.
     #[error("{0}")]
     Unauthorized(String),
+    /// A proxied sandbox port did not answer.
+    #[error("{0}")]
+    BadGateway(String),
     /// Agent or node unreachable.
     #[error("{0}")]
     Unavailable(String),
@@ -113,6 +116,7 @@ impl ServiceError {
             TooLarge(_) => ErrorCode::PayloadTooLarge,
             NotImplemented(_) => ErrorCode::NotImplemented,
             Unauthorized(_) => ErrorCode::Unauthorized,
+            BadGateway(_) => ErrorCode::BadGateway,
             Unavailable(_) => ErrorCode::Unavailable,
             Cancelled(_) => ErrorCode::Cancelled,
             Internal(_) => ErrorCode::Internal,
@@ -159,6 +163,8 @@ pub fn from_node(e: NodeError, sandbox_id: &str) -> ServiceError {
             ServiceError::Unavailable(format!("sandbox {sandbox_id} does not answer: {m}"))
         }
         N::Cancelled => ServiceError::Cancelled("cancelled".into()),
+        N::Unsupported(m) => ServiceError::NotImplemented(m),
+        N::PortClosed(m) => ServiceError::BadGateway(m),
         e @ (N::Runtime(_) | N::Build(_) | N::Internal(_)) => ServiceError::Internal(e.to_string()),
     }
 }

@@ -24,6 +24,7 @@ mod files;
 pub mod http;
 mod lifecycle;
 pub mod metrics;
+pub mod network;
 pub mod operations;
 mod pools;
 mod reconcile;
@@ -61,6 +62,9 @@ pub struct ControlPlaneConfig {
     /// Renders the installed metrics recorder for `GET /metrics` (default: none, the route
     /// answers `404 not_found`).
     pub metrics: Option<metrics::MetricsRender>,
+    /// The key that seals secret values in the store (`None`: creates with secrets are
+    /// refused).
+    pub secrets_key: Option<network::SecretsKey>,
 }
 
 impl ControlPlaneConfig {
@@ -77,6 +81,7 @@ impl ControlPlaneConfig {
             retention: operations::DEFAULT_RETENTION,
             clock: Arc::new(SystemClock),
             metrics: None,
+            secrets_key: None,
         }
     }
 }

@@ -21,7 +21,6 @@ use cove_api_types::{
     LifecycleRequest, Operation, OperationKind, RuntimeCapabilities, Sandbox, SandboxState,
 };
 use cove_domain::{ids, lifecycle};
-use cove_node_api::SandboxLaunch;
 use cove_store::{NewEvent, NewOperation};
 use tokio::sync::OwnedMutexGuard;
 use tokio_util::sync::CancellationToken;
@@ -127,6 +126,7 @@ impl ControlPlane {
             pause: caps.pause,
             suspend_memory: caps.suspend_memory,
             snapshot_store: caps.snapshot_store,
+            network: caps.network,
         }
     }
 
@@ -326,14 +326,25 @@ impl ControlPlane {
             None,
         )
         .await?;
-        let launch = SandboxLaunch {
-            id: s.id.clone(),
-            template: s.template.clone(),
-            release: s.release,
-            resources: s.resources,
+        let launch = match self.launch_of(s).await {
+            Ok(l) => l,
+            Err(e) => {
+                let why = format!("wake failed: {e}");
+                self.transition(
+                    id,
+                    SandboxState::Waking,
+                    SandboxState::Suspended,
+                    Some(&why),
+                    Some(op_id),
+                )
+                .await?;
+                return Err(e);
+            }
         };
+        let policy = launch.network.clone();
         match self.node().wake_sandbox(launch, cancel.clone()).await {
             Ok(woken) => {
+                self.resync_network(id, &policy).await;
                 self.finish_wake(id, Some(op_id), woken.memory_restored)
                     .await?;
                 self.touch(id);
@@ -432,6 +443,7 @@ impl ControlPlane {
             kind,
             operation_id: op_id.map(str::to_string),
             reason: reason.map(str::to_string),
+            destination: None,
         });
         let moved = self
             .store()

@@ -205,6 +205,10 @@ impl ControlPlane {
 
     async fn adopt(&self, id: &str) -> Option<NodeSandboxState> {
         match self.node().adopt_sandbox(id).await {
+            Ok(Some(state @ (NodeSandboxState::Running | NodeSandboxState::Paused))) => {
+                self.rearm_secrets(id).await;
+                Some(state)
+            }
             Ok(state) => state,
             Err(e) => {
                 warn!(sandbox_id = %id, error = %e, "cannot adopt sandbox");

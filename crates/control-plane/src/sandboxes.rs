@@ -1,5 +1,7 @@
 //! Sandbox lifecycle: create, get, list, delete.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use cove_api_types::{
     CreateSandboxRequest, CreateSandboxResponse, Operation, OperationKind, Sandbox, SandboxList,
@@ -69,9 +71,18 @@ impl ControlPlane {
                 return Err(InvalidInput::new("ttl_s", "must be 1 to 315360000").into());
             }
         }
+        let network = req.network.clone().unwrap_or_default();
+        network.validate()?;
+        crate::network::validate_secrets(&req.secrets, &req.env)?;
+        self.check_network_supported(&network, !req.secrets.is_empty())?;
+        if !req.secrets.is_empty() && self.inner.cfg.secrets_key.is_none() {
+            return Err(ServiceError::NotImplemented(
+                "this server has no secrets key".into(),
+            ));
+        }
         let picked = self.pick_release(&template, &pin).await?;
 
-        let body = serde_json::to_value(&req).map_err(|e| ServiceError::Internal(e.to_string()))?;
+        let body = crate::network::hashable_body(&req)?;
         let request_hash = idempotency_key
             .as_ref()
             .map(|_| request_hash(OperationKind::CreateSandbox, &body));
@@ -97,6 +108,8 @@ impl ControlPlane {
             ttl_s: req.ttl_s,
             last_activity_at: Some(now),
             memory_restored: None,
+            network,
+            secrets: crate::network::public_secrets(&req.secrets),
         };
         if crate::pools::claimable(&req) {
             let key = idempotency_key.as_deref();
@@ -107,7 +120,7 @@ impl ControlPlane {
                 return Ok(served);
             }
         }
-        self.launch(sandbox, None, idempotency_key, request_hash)
+        self.launch(sandbox, None, idempotency_key, request_hash, req.secrets)
             .await
     }
 
@@ -120,6 +133,7 @@ impl ControlPlane {
         pool: Option<&str>,
         idempotency_key: Option<String>,
         request_hash: Option<String>,
+        secrets: BTreeMap<String, cove_api_types::SecretRequest>,
     ) -> Result<CreateSandboxResponse, ServiceError> {
         let new_op = NewOperation {
             id: ids::new_operation_id(),
@@ -143,8 +157,15 @@ impl ControlPlane {
             Begun::New(op) => op,
         };
         let inserted = match pool {
-            Some(pool) => self.store().insert_pool_member(&sandbox, pool).await,
-            None => self.store().insert_sandbox(&sandbox).await,
+            Some(pool) => self
+                .store()
+                .insert_pool_member(&sandbox, pool)
+                .await
+                .map_err(ServiceError::from),
+            None => match self.store().insert_sandbox(&sandbox).await {
+                Ok(()) => self.store_secrets(&sandbox.id, &secrets).await,
+                Err(e) => Err(e.into()),
+            },
         };
         if let Err(e) = inserted {
             let err = cove_api_types::OperationError {
@@ -154,7 +175,7 @@ impl ControlPlane {
             self.operations()
                 .set_state(&op.id, cove_api_types::OperationState::Failed, Some(err))
                 .await;
-            return Err(e.into());
+            return Err(e);
         }
         info!(sandbox_id = %sandbox.id, op_id = %op.id, pool = pool.unwrap_or(""), "sandbox accepted");
         if pool.is_none() {
@@ -163,6 +184,7 @@ impl ControlPlane {
                 kind: cove_api_types::EventType::SandboxCreated,
                 operation_id: Some(op.id.clone()),
                 reason: None,
+                destination: None,
             };
             if let Err(e) = self.record_event(&sandbox.id, created).await {
                 warn!(sandbox_id = %sandbox.id, error = %e, "cannot record the created event");
@@ -176,6 +198,19 @@ impl ControlPlane {
             template: sandbox.template.clone(),
             release: sandbox.release,
             resources: sandbox.resources,
+            network: sandbox.network.clone(),
+            secrets: secrets
+                .into_iter()
+                .map(|(name, s)| {
+                    (
+                        name,
+                        cove_node_api::LaunchSecret {
+                            value: s.value,
+                            hosts: s.hosts,
+                        },
+                    )
+                })
+                .collect(),
         };
         let op_id = op.id.clone();
         let accepted = std::time::Instant::now();
@@ -214,10 +249,12 @@ impl ControlPlane {
             return Err(ServiceError::Cancelled("cancelled by request".into()));
         }
         let abandoned = AbandonedCreate::arm(self, &id, op_id);
+        let policy = launch.network.clone();
         let started = self.node().start_sandbox(launch).await;
         abandoned.disarm();
         match started {
             Ok(()) => {
+                self.resync_network(&id, &policy).await;
                 if cancel.is_cancelled() {
                     self.cancelled_create(&id, op_id).await?;
                     return Err(ServiceError::Cancelled("cancelled by request".into()));

@@ -11,7 +11,7 @@ mod states;
 pub mod validate;
 mod wire;
 
-pub use egress::{EgressPolicy, EgressRule};
+pub use egress::{EgressPolicy, EgressRule, Verdict};
 pub use resources::{Resources, ResourcesRequest};
 pub use states::{CommandState, EventType, OperationKind, OperationState, SandboxState};
 

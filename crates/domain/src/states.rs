@@ -101,5 +101,8 @@ crate::wire_enum! {
         SandboxDeleted = "sandbox.deleted",
         /// Failed (`reason` says why).
         SandboxFailed = "sandbox.failed",
+        /// Its gateway refused a connection or DNS question (`destination` names it; repeats
+        /// toward one destination are recorded at most every few seconds).
+        NetworkDenied = "network.denied",
     }
 }

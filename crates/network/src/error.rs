@@ -19,14 +19,6 @@ pub enum NetworkError {
         /// Which namespace holds the route (`host` or a namespace path).
         namespace: String,
     },
-    /// A policy entry is neither a CIDR, an IP, an exact domain nor `*.domain`.
-    #[error("invalid network policy entry {entry:?}: {reason}")]
-    PolicyEntry {
-        /// The entry as given.
-        entry: String,
-        /// Why it was refused.
-        reason: &'static str,
-    },
     /// `ip` or `nft` failed.
     #[error("command `{command}` failed: {stderr}")]
     Command {

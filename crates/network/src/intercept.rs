@@ -17,7 +17,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::error::{NetworkError, Result};
-use crate::policy::{normalize_name, Rule};
+use crate::policy::{normalize_name, EgressRule};
 
 /// A secret of a sandbox: the real value and the hosts it may be sent to.
 #[derive(Debug, Clone)]
@@ -25,22 +25,54 @@ pub struct Secret {
     /// The real value (never enters the sandbox). No CR, LF or NUL.
     pub value: String,
     /// Exact domains or `*.domain` entries; requests toward them get the value.
-    pub hosts: Vec<Rule>,
+    pub hosts: Vec<EgressRule>,
 }
 
 /// What the sandbox needs for interception: its CA and the placeholders of its secrets.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Interception {
     /// PEM of the sandbox's CA; install it in the sandbox's trust store.
     pub ca_pem: String,
     /// Secret name → the placeholder to put in the sandbox's environment instead of the value.
     pub placeholders: BTreeMap<String, String>,
+    /// PEM of the CA's private key: keep it (privately, on the node) to re-arm interception
+    /// after a node restart with [`Reuse`], so the sandbox's trust store stays valid.
+    pub ca_key_pem: String,
+}
+
+impl std::fmt::Debug for Interception {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Interception")
+            .field("ca_pem", &self.ca_pem)
+            .field("placeholders", &self.placeholders)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a re-armed interception keeps from an earlier one (after a node restart, the sandbox
+/// still trusts the old CA and its commands hold the old placeholders).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Reuse {
+    /// The CA key of the earlier [`Interception::ca_key_pem`]: the CA is made again with the
+    /// same key and name, so certificates it signs chain to the CA the sandbox trusts.
+    pub ca_key_pem: Option<String>,
+    /// Secret name → placeholder of the earlier interception (names missing here get new ones).
+    pub placeholders: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for Reuse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reuse")
+            .field("ca_key", &self.ca_key_pem.is_some())
+            .field("placeholders", &self.placeholders)
+            .finish()
+    }
 }
 
 struct Substitution {
     placeholder: String,
     value: String,
-    hosts: Vec<Rule>,
+    hosts: Vec<EgressRule>,
 }
 
 /// A sandbox's CA, leaf cache and secrets.
@@ -77,6 +109,7 @@ impl SandboxTls {
     pub(crate) fn new(
         sandbox_id: &str,
         secrets: BTreeMap<String, Secret>,
+        reuse: &Reuse,
     ) -> Result<(Self, Interception)> {
         let mut subs = Vec::new();
         let mut placeholders = BTreeMap::new();
@@ -94,16 +127,19 @@ impl SandboxTls {
                     "secret {name}: value must be non-empty without CR, LF or NUL"
                 )));
             }
-            if s.hosts.is_empty() || s.hosts.iter().any(|h| matches!(h, Rule::Net(_))) {
+            if s.hosts.is_empty() || s.hosts.iter().any(|h| matches!(h, EgressRule::Net(_))) {
                 return Err(NetworkError::Config(format!(
                     "secret {name}: hosts must be domains or *.domain"
                 )));
             }
-            let placeholder = format!(
-                "cove-placeholder-{}-{}",
-                name.to_ascii_lowercase(),
-                random_hex(12)?
-            );
+            let placeholder = match reuse.placeholders.get(&name) {
+                Some(p) => p.clone(),
+                None => format!(
+                    "cove-placeholder-{}-{}",
+                    name.to_ascii_lowercase(),
+                    random_hex(12)?
+                ),
+            };
             placeholders.insert(name, placeholder.clone());
             subs.push(Substitution {
                 placeholder,
@@ -122,7 +158,11 @@ impl SandboxTls {
             rcgen::KeyUsagePurpose::KeyCertSign,
             rcgen::KeyUsagePurpose::CrlSign,
         ];
-        let key = rcgen::KeyPair::generate().map_err(|e| tls_err("CA key", e))?;
+        let key = match &reuse.ca_key_pem {
+            Some(pem) => rcgen::KeyPair::from_pem(pem).map_err(|e| tls_err("CA key", e))?,
+            None => rcgen::KeyPair::generate().map_err(|e| tls_err("CA key", e))?,
+        };
+        let ca_key_pem = key.serialize_pem();
         let cert = params.self_signed(&key).map_err(|e| tls_err("CA", e))?;
         let ca_pem = cert.pem();
         let ca_der = cert.der().clone();
@@ -139,6 +179,7 @@ impl SandboxTls {
             Interception {
                 ca_pem,
                 placeholders,
+                ca_key_pem,
             },
         ))
     }

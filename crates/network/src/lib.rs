@@ -13,7 +13,7 @@
 //! to the in-process transparent proxy, accepts UDP only for the gateway's DNS on port 53, drops
 //! everything else (port 53 elsewhere included) and drops packets whose source address is not
 //! the sandbox's own. The proxy reads the original destination, refuses the floor, judges the
-//! connection with the sandbox's [`NetworkPolicy`] (reading TLS SNI or HTTP `Host` when a domain
+//! connection with the sandbox's [`EgressPolicy`] (reading TLS SNI or HTTP `Host` when a domain
 //! rule needs it), and connects from the upstream namespace ([`Upstream`]: the host in
 //! production; tests point it at a fake internet). The DNS server answers only names the policy
 //! allows, forwarding them to the upstream resolver; otherwise REFUSED with no upstream query.
@@ -38,8 +38,9 @@
 //!   connection follows it. [`Network::policy`] for GET.
 //! * **Counters / events**: [`Network::counters`], [`Network::denied_events`] (the
 //!   `network_denied` event: [`DeniedEvent`]).
-//! * **Node shutdown**: [`Network::shutdown`] removes everything; dropping the handle instead
-//!   stops serving and leaves the namespaces for the next start's recovery.
+//! * **Node shutdown**: [`Network::shutdown`] (or [`Network::close`] on a shared handle)
+//!   removes everything; dropping the handle instead stops serving and leaves the namespaces
+//!   for the next start's recovery ([`Network::attached`] tells whether any sandbox needs that).
 //!
 //! * **Secrets** (on create, after attach): [`Network::intercept`]`(id, secrets)` →
 //!   [`Interception`]: install `ca_pem` in the sandbox's trust store and set each secret's
@@ -75,7 +76,7 @@ pub use cmd::run_in_netns;
 pub use config::{Floor, NetworkConfig, Upstream};
 pub use counters::{DeniedEvent, DeniedReason, NetworkCounters};
 pub use error::{NetworkError, Result};
-pub use intercept::{Interception, Secret};
+pub use intercept::{Interception, Reuse, Secret};
 pub use network::{Adopt, Attachment, Network, Recovery, MAX_CONNECTIONS};
 pub use plumbing::{inventory, Inventory};
-pub use policy::{NetworkPolicy, Rule, Verdict};
+pub use policy::{EgressPolicy, EgressRule, Verdict};

@@ -17,9 +17,9 @@ use crate::config::{Floor, NetworkConfig};
 use crate::counters::{Counters, DeniedEvent, DeniedReason, NetworkCounters};
 use crate::dns::{self, NameCache};
 use crate::error::{NetworkError, Result};
-use crate::intercept::{self, Interception, SandboxTls, Secret};
+use crate::intercept::{self, Interception, Reuse, SandboxTls, Secret};
 use crate::plumbing;
-use crate::policy::NetworkPolicy;
+use crate::policy::EgressPolicy;
 use crate::sockets::SocketMaker;
 
 /// What a sandbox gets: a named network namespace to run in, and its addresses.
@@ -55,7 +55,7 @@ pub struct Adopt {
     /// The namespace name from its [`Attachment`].
     pub netns: String,
     /// Its current policy.
-    pub policy: NetworkPolicy,
+    pub policy: EgressPolicy,
 }
 
 /// What [`Network::start`] found from a previous run.
@@ -71,7 +71,7 @@ pub struct Recovery {
 
 pub(crate) struct SandboxEntry {
     pub id: String,
-    policy: RwLock<Arc<NetworkPolicy>>,
+    policy: RwLock<Arc<EgressPolicy>>,
     tls: RwLock<Option<Arc<SandboxTls>>>,
     pub counters: Counters,
     /// Open proxied connections allowed at once ([`MAX_CONNECTIONS`]).
@@ -86,7 +86,7 @@ impl SandboxEntry {
         self.tls.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    pub(crate) fn policy(&self) -> Arc<NetworkPolicy> {
+    pub(crate) fn policy(&self) -> Arc<EgressPolicy> {
         self.policy
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -122,6 +122,8 @@ pub(crate) struct Shared {
     pub config: NetworkConfig,
     pub floor: Floor,
     pub upstream: SocketMaker,
+    /// Sockets in the gateway namespace (inbound connections to sandboxes' ports).
+    gateway_sockets: SocketMaker,
     pub names: NameCache,
     sandboxes: RwLock<HashMap<Ipv4Addr, Arc<SandboxEntry>>>,
     events: broadcast::Sender<DeniedEvent>,
@@ -203,7 +205,7 @@ impl Shared {
         }
     }
 
-    fn register(&self, id: &str, slot: u32, policy: NetworkPolicy) {
+    fn register(&self, id: &str, slot: u32, policy: EgressPolicy) {
         let entry = Arc::new(SandboxEntry {
             id: id.to_string(),
             policy: RwLock::new(Arc::new(policy)),
@@ -330,6 +332,7 @@ impl Network {
             config,
             floor,
             upstream,
+            gateway_sockets: gw_maker,
             names: NameCache::default(),
             sandboxes: RwLock::new(HashMap::new()),
             events,
@@ -393,7 +396,7 @@ impl Network {
     /// Gives `sandbox_id` a network with `policy`: takes a prepared namespace (microseconds) or,
     /// when none is ready, prepares one now (~15 ms). Errors: [`NetworkError::AlreadyAttached`],
     /// [`NetworkError::PoolExhausted`], `ip`/`nft` failures.
-    pub async fn attach(&self, sandbox_id: &str, policy: NetworkPolicy) -> Result<Attachment> {
+    pub async fn attach(&self, sandbox_id: &str, policy: EgressPolicy) -> Result<Attachment> {
         let (slot, ready) = {
             let mut pool = self.shared.pool();
             if pool.attached.contains_key(sandbox_id) {
@@ -452,7 +455,7 @@ impl Network {
 
     /// Replaces the sandbox's policy; the next connection and DNS question follow it (open
     /// connections keep going). Errors: [`NetworkError::NotAttached`].
-    pub fn set_policy(&self, sandbox_id: &str, policy: NetworkPolicy) -> Result<()> {
+    pub fn set_policy(&self, sandbox_id: &str, policy: EgressPolicy) -> Result<()> {
         let entry = self.shared.entry_of(sandbox_id)?;
         *entry.policy.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(policy);
         Ok(())
@@ -470,8 +473,21 @@ impl Network {
         sandbox_id: &str,
         secrets: BTreeMap<String, Secret>,
     ) -> Result<Interception> {
+        self.intercept_with(sandbox_id, secrets, &Reuse::default())
+    }
+
+    /// [`Network::intercept`] keeping the CA key and placeholders of an earlier interception
+    /// (`reuse`): after a node restart, a sandbox adopted with its namespace still trusts the
+    /// old CA and its commands hold the old placeholders. Errors as for `intercept`, and
+    /// [`NetworkError::Io`] for a CA key that does not parse.
+    pub fn intercept_with(
+        &self,
+        sandbox_id: &str,
+        secrets: BTreeMap<String, Secret>,
+        reuse: &Reuse,
+    ) -> Result<Interception> {
         let entry = self.shared.entry_of(sandbox_id)?;
-        let (tls, interception) = SandboxTls::new(sandbox_id, secrets)?;
+        let (tls, interception) = SandboxTls::new(sandbox_id, secrets, reuse)?;
         *entry.tls.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(tls));
         Ok(interception)
     }
@@ -486,7 +502,7 @@ impl Network {
     }
 
     /// The sandbox's current policy. Errors: [`NetworkError::NotAttached`].
-    pub fn policy(&self, sandbox_id: &str) -> Result<NetworkPolicy> {
+    pub fn policy(&self, sandbox_id: &str) -> Result<EgressPolicy> {
         Ok((*self.shared.entry_of(sandbox_id)?.policy()).clone())
     }
 
@@ -537,14 +553,22 @@ impl Network {
 
     /// Stops the gateway and removes everything it made: every sandbox namespace with the prefix
     /// (attached ones included), every veth, rule and address, and the gateway namespace.
-    pub async fn shutdown(mut self) -> Result<()> {
+    pub async fn shutdown(self) -> Result<()> {
+        self.close().await
+    }
+
+    /// [`Network::shutdown`] through a shared handle: after it the handle serves nothing (every
+    /// later attach fails). Waits for a namespace being prepared to be done first, so nothing
+    /// is made after the removal.
+    pub async fn close(&self) -> Result<()> {
         let _ = self.stop.send(true);
         self.refill.notify_one();
-        if let Some(task) = self.refill_task.take() {
-            let _ = task.await;
-        }
         for s in &self.servers {
             s.abort();
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while self.shared.pool().preparing > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let prefix = self.shared.config.prefix.clone();
         let cfg = self.shared.config.clone();
@@ -564,14 +588,47 @@ impl Network {
         info!(prefix = %self.shared.config.prefix, "sandbox network gateway shut down");
         Ok(())
     }
+
+    /// Connects to TCP `port` of the sandbox from the gateway (the sandbox sees the gateway's
+    /// address as the peer): the way in for a sandbox's ports. Errors:
+    /// [`NetworkError::NotAttached`], [`NetworkError::Io`] when nothing listens there
+    /// (connection refused) or it does not answer within the connect timeout.
+    pub async fn connect_sandbox(
+        &self,
+        sandbox_id: &str,
+        port: u16,
+    ) -> Result<tokio::net::TcpStream> {
+        let addr = self.attachment(sandbox_id)?.address;
+        let connect = self
+            .shared
+            .gateway_sockets
+            .connect(SocketAddrV4::new(addr, port));
+        match tokio::time::timeout(self.shared.config.connect_timeout, connect).await {
+            Ok(Ok(s)) => Ok(s),
+            Ok(Err(e)) => Err(NetworkError::io(format!("connecting to port {port}"), e)),
+            Err(_) => Err(NetworkError::io(
+                format!("connecting to port {port}"),
+                std::io::Error::from(std::io::ErrorKind::TimedOut),
+            )),
+        }
+    }
+
+    /// How many sandboxes are attached now.
+    pub fn attached(&self) -> usize {
+        self.shared.pool().attached.len()
+    }
 }
 
 impl Drop for Network {
     fn drop(&mut self) {
         let _ = self.stop.send(true);
+        self.refill.notify_one();
         for s in &self.servers {
             s.abort();
         }
+        // The refill loop ends at the stop; a namespace it is preparing now is left, like the
+        // others, for the next start's recovery.
+        drop(self.refill_task.take());
     }
 }
 
@@ -582,6 +639,11 @@ async fn refill_loop(shared: Arc<Shared>, wake: Arc<Notify>, mut stop: watch::Re
         }
         let slot = {
             let mut pool = shared.pool();
+            // Checked under the pool's lock: `close` sets `stop` before it reads `preparing`
+            // under that lock, so it either sees this preparation or this loop sees the stop.
+            if *stop.borrow() {
+                return;
+            }
             if pool.prepared.len() + pool.preparing >= shared.config.prepared {
                 None
             } else {

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use cove_network::lab::{DNS_ADDR, HOST_SERVICE_PORT, METADATA, UP_ADDR, WEB_A, WEB_B};
-use cove_network::{DeniedReason, NetworkPolicy};
+use cove_network::{DeniedReason, EgressPolicy};
 use hickory_proto::op::ResponseCode;
 use support::{dns, http, https, policy, Fixture};
 
@@ -16,7 +16,7 @@ use support::{dns, http, https, policy, Fixture};
 async fn internet_on_then_off() {
     let fx = Fixture::new("eon").await;
     let gw = fx.net().config().gateway();
-    let sbx = fx.sandbox("on", NetworkPolicy::default()).await;
+    let sbx = fx.sandbox("on", EgressPolicy::default()).await;
     let mut events = fx.net().denied_events();
 
     let body = http(&sbx, WEB_A, 80, "allowed.test")
@@ -31,7 +31,7 @@ async fn internet_on_then_off() {
     assert_eq!((a.code, a.ips), (ResponseCode::NoError, vec![WEB_B]));
 
     fx.net()
-        .set_policy("on", NetworkPolicy::offline())
+        .set_policy("on", EgressPolicy::offline())
         .expect("set policy");
     let before = fx.lab().dns_queries.load(Ordering::Relaxed);
     assert!(
@@ -315,7 +315,7 @@ async fn floor_stays_closed_whatever_the_policy() {
 async fn live_policy_change_applies_to_the_next_connection() {
     let fx = Fixture::new("elive").await;
     let gw = fx.net().config().gateway();
-    let sbx = fx.sandbox("live", NetworkPolicy::default()).await;
+    let sbx = fx.sandbox("live", EgressPolicy::default()).await;
     assert!(http(&sbx, WEB_A, 80, "a").await.is_ok());
     fx.net()
         .set_policy("live", policy(true, &[], &["203.0.113.10"]))
@@ -346,7 +346,7 @@ async fn live_policy_change_applies_to_the_next_connection() {
     assert_eq!(dns(&sbx, gw, "b.test").await.expect("dns").ips, vec![WEB_B]);
     assert!(http(&sbx, WEB_B, 80, "b.test").await.is_ok());
     fx.net()
-        .set_policy("live", NetworkPolicy::default())
+        .set_policy("live", EgressPolicy::default())
         .expect("set");
     assert!(http(&sbx, WEB_A, 80, "a").await.is_ok(), "open again");
     fx.finish().await;

@@ -6,7 +6,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use cove_network::lab::WEB_A;
-use cove_network::{inventory, Adopt, Network, NetworkPolicy};
+use cove_network::{inventory, Adopt, EgressPolicy, Network};
 use support::{http, Fixture};
 
 /// Create/release cycles in the leak test.
@@ -33,7 +33,7 @@ async fn many_cycles_leave_no_links_rules_or_addresses() {
         let id = format!("c{i}");
         let t = Instant::now();
         let att = net
-            .attach(&id, NetworkPolicy::default())
+            .attach(&id, EgressPolicy::default())
             .await
             .expect("attach");
         attach_us.push(t.elapsed().as_micros());
@@ -87,12 +87,12 @@ async fn restart_adopts_claimed_namespaces_and_removes_the_rest() {
     let prefix = fx.node_prefix.clone();
     let keep = fx
         .net()
-        .attach("keep", NetworkPolicy::default())
+        .attach("keep", EgressPolicy::default())
         .await
         .expect("attach keep");
     let lose = fx
         .net()
-        .attach("lose", NetworkPolicy::default())
+        .attach("lose", EgressPolicy::default())
         .await
         .expect("attach lose");
     assert!(fx.net().wait_prepared(Duration::from_secs(30)).await);
@@ -114,12 +114,12 @@ async fn restart_adopts_claimed_namespaces_and_removes_the_rest() {
         Adopt {
             sandbox_id: "keep".into(),
             netns: keep.netns.clone(),
-            policy: NetworkPolicy::default(),
+            policy: EgressPolicy::default(),
         },
         Adopt {
             sandbox_id: "gone".into(),
             netns: format!("{prefix}-s999"),
-            policy: NetworkPolicy::default(),
+            policy: EgressPolicy::default(),
         },
     ];
     let (net, recovery) = Network::start(fx.lab().network_config(&prefix), adopt)

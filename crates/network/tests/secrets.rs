@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddrV4;
 
 use cove_network::lab::{https_get_with, WEB_A};
-use cove_network::{NetworkPolicy, Secret};
+use cove_network::{EgressPolicy, Secret};
 use support::{Fixture, TIMEOUT};
 
 async fn get(ns: &str, sni: &str, ca: &str, auth: &str) -> cove_network::lab::Reply {
@@ -27,7 +27,7 @@ async fn get(ns: &str, sni: &str, ca: &str, auth: &str) -> cove_network::lab::Re
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn secret_reaches_only_its_host_and_never_the_sandbox() {
     let fx = Fixture::new("ssec").await;
-    let sbx = fx.sandbox("sec", NetworkPolicy::default()).await;
+    let sbx = fx.sandbox("sec", EgressPolicy::default()).await;
     let value = "s3cret-value-0123";
     let secrets = BTreeMap::from([(
         "API_KEY".to_string(),
@@ -98,5 +98,41 @@ async fn secret_reaches_only_its_host_and_never_the_sandbox() {
     assert!(fx.net().intercept("sec", bad).is_err(), "a value with CRLF");
     let c = fx.net().counters("sec").expect("counters");
     assert_eq!(c.connections_allowed, 3, "{c:?}");
+
+    // Re-armed after a (simulated) node restart with the same CA key and placeholders: the
+    // sandbox's old trust store and its old placeholder still work.
+    let reuse = cove_network::Reuse {
+        ca_key_pem: Some(ic.ca_key_pem.clone()),
+        placeholders: ic.placeholders.clone(),
+    };
+    let again = BTreeMap::from([(
+        "API_KEY".to_string(),
+        Secret {
+            value: value.to_string(),
+            hosts: vec!["allowed.test".parse().expect("rule")],
+        },
+    )]);
+    let ic2 = fx
+        .net()
+        .intercept_with("sec", again, &reuse)
+        .expect("re-arm");
+    assert_eq!(ic2.placeholders, ic.placeholders);
+    assert_eq!(ic2.ca_key_pem, ic.ca_key_pem);
+    let body = get(
+        &sbx,
+        "allowed.test",
+        &ic.ca_pem,
+        &format!("Bearer {placeholder}"),
+    )
+    .await
+    .expect("the old CA still verifies the re-armed gateway");
+    assert_eq!(
+        body,
+        format!("site=tls-allowed.test host=allowed.test auth=Bearer {value}")
+    );
+    assert!(
+        !format!("{ic2:?}").contains("PRIVATE KEY"),
+        "Debug hides the key"
+    );
     fx.finish().await;
 }

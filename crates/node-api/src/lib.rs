@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::io;
 
 use bytes::Bytes;
-use cove_domain::Resources;
+use cove_domain::{EgressPolicy, Resources};
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 
@@ -19,12 +19,17 @@ mod commands;
 mod files;
 mod lifecycle;
 mod metrics;
+mod network;
 mod releases;
 
 pub use commands::NodeCommands;
 pub use files::NodeFiles;
 pub use lifecycle::{NodeCapabilities, NodeLifecycle, SuspendInfo, WakeInfo};
 pub use metrics::{MetricsSample, NodeCapacity, NodeMetrics, SandboxMetrics, HISTORY_SAMPLES};
+pub use network::{
+    LaunchSecret, NetworkCounters, NetworkDenied, NodeNetwork, PortRequest, PortResponse,
+    SandboxNetworkInfo,
+};
 pub use releases::NodeReleases;
 
 pub mod types;
@@ -45,6 +50,13 @@ pub struct SandboxLaunch {
     pub release: u32,
     /// Limits, as validated by the control plane; the runtime maps them as they are.
     pub resources: Resources,
+    /// Its egress policy (enforced by the node's gateway when the node has a sandbox network).
+    #[serde(default)]
+    pub network: EgressPolicy,
+    /// Secrets substituted by the gateway (name → value and hosts); the sandbox sees only
+    /// placeholders. Never logged (see [`LaunchSecret`]'s `Debug`).
+    #[serde(default)]
+    pub secrets: BTreeMap<String, LaunchSecret>,
 }
 
 /// A sandbox as the node sees it.
@@ -191,6 +203,14 @@ pub enum NodeError {
     /// The work was cancelled.
     #[error("cancelled")]
     Cancelled,
+    /// Nothing answers HTTP on that port of the sandbox (connection refused, closed, or not
+    /// HTTP).
+    #[error("{0}")]
+    PortClosed(String),
+    /// The node cannot do this (its runtime or configuration lacks the feature: a sandbox
+    /// network on the qemu runtime, a network policy with networking off).
+    #[error("{0}")]
+    Unsupported(String),
     /// Anything else on the node (details for the log, not for clients).
     #[error("node: {0}")]
     Internal(String),
@@ -202,6 +222,12 @@ pub type ByteStream = BoxStream<'static, Result<Bytes, io::Error>>;
 /// The node agent as the control plane sees it: every part of the contract. Every method is
 /// safe to call concurrently; lifecycle calls for one sandbox are serialised by the caller (one
 /// operation at a time).
-pub trait NodeApi: NodeReleases + NodeLifecycle + NodeCommands + NodeFiles + NodeMetrics {}
+pub trait NodeApi:
+    NodeReleases + NodeLifecycle + NodeCommands + NodeFiles + NodeMetrics + NodeNetwork
+{
+}
 
-impl<T: NodeReleases + NodeLifecycle + NodeCommands + NodeFiles + NodeMetrics> NodeApi for T {}
+impl<T> NodeApi for T where
+    T: NodeReleases + NodeLifecycle + NodeCommands + NodeFiles + NodeMetrics + NodeNetwork
+{
+}

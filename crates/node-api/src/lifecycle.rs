@@ -18,6 +18,10 @@ pub struct NodeCapabilities {
     pub suspend_memory: bool,
     /// Kind of snapshot store (`file` or `s3`).
     pub snapshot_store: String,
+    /// Sandboxes get a network behind the node's egress gateway (false: loopback only, and
+    /// only the default egress policy is accepted).
+    #[serde(default)]
+    pub network: bool,
 }
 
 /// The result of a suspend.

@@ -54,6 +54,32 @@ pub struct Capabilities {
     pub pause: bool,
     /// Suspend can save process memory (false for runc here: CRIU does not work on this kernel).
     pub suspend_memory: bool,
+    /// The sandbox can join a network namespace made by the node ([`SandboxSpec::network`]);
+    /// without it the sandbox has loopback only.
+    pub network: bool,
+}
+
+/// The network a sandbox joins: a namespace prepared by the node (its egress gateway behind it)
+/// and the files that go with it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SandboxNetwork {
+    /// The network namespace file to join (`/run/netns/<name>`; runc:
+    /// `linux.namespaces[type=network].path`).
+    pub netns_path: PathBuf,
+    /// Content of the sandbox's `/etc/resolv.conf` (the gateway as its only resolver).
+    pub resolv_conf: String,
+    /// PEM of a CA to trust besides the release's own (the gateway's interception CA, for secret
+    /// substitution); added to the sandbox's system trust store.
+    pub extra_ca_pem: Option<String>,
+}
+
+impl std::fmt::Debug for SandboxNetwork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SandboxNetwork")
+            .field("netns_path", &self.netns_path)
+            .field("extra_ca", &self.extra_ca_pem.is_some())
+            .finish()
+    }
 }
 
 /// Everything a runtime needs to start one sandbox.
@@ -76,6 +102,9 @@ pub struct SandboxSpec {
     /// Limits (vCPUs → CPU quota or VM vCPUs, memory, processes, own disk), as validated by the
     /// control plane.
     pub resources: Resources,
+    /// The network namespace to join (`None`: a namespace of its own with loopback only).
+    /// Only for runtimes whose [`Capabilities::network`] is true.
+    pub network: Option<SandboxNetwork>,
 }
 
 /// A bidirectional byte stream to a sandbox's guest agent.

@@ -151,6 +151,7 @@ async fn boots_runs_pauses_suspends_and_restores() {
             pids_max: 256,
             disk_mib: Some(1024),
         },
+        network: None,
     };
     let t = Instant::now();
     let started = rt.start(&spec).await.expect("start");

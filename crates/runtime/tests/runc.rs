@@ -132,6 +132,7 @@ impl Harness {
                 pids_max: 64,
                 disk_mib: None,
             },
+            network: None,
         };
         Harness { runtime, dir, spec }
     }

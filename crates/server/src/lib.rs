@@ -61,6 +61,134 @@ pub struct Config {
     pub command_output: OutputLimits,
     /// The E2B compatibility listener (REST and envd on one port); `None` = not served.
     pub e2b: Option<E2bSettings>,
+    /// Sandbox networks (the egress gateway).
+    pub network: NetworkSettings,
+}
+
+/// Whether sandboxes get a network behind the node's egress gateway (`--network`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum NetworkMode {
+    /// On when the server runs as root with `ip` and `nft` on `PATH` and a runtime that can
+    /// join a namespace (runc); off otherwise (logged).
+    #[default]
+    Auto,
+    /// On; the server does not start when the gateway cannot.
+    On,
+    /// Off: sandboxes have loopback only and only the default egress policy is accepted.
+    Off,
+}
+
+impl std::str::FromStr for NetworkMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "auto" => Ok(NetworkMode::Auto),
+            "on" => Ok(NetworkMode::On),
+            "off" => Ok(NetworkMode::Off),
+            other => Err(format!("unknown network mode {other:?} (on, off or auto)")),
+        }
+    }
+}
+
+/// Settings of sandbox networks. Every unset field takes its default.
+#[derive(Debug, Clone, Default)]
+pub struct NetworkSettings {
+    /// On, off, or decided from the host (default).
+    pub mode: NetworkMode,
+    /// Name prefix of the node's namespaces and links (1-8 of `[a-z0-9]`); default `cv` + six
+    /// hex digits of a hash of the data dir, so servers on different data dirs never touch
+    /// each other's namespaces and a restart on the same data dir adopts its own.
+    pub prefix: Option<String>,
+    /// Sandbox addresses (a /16 to /29; the first address is the gateway); default
+    /// [`DEFAULT_NETWORK_POOL`]. Refused when it overlaps a host route.
+    pub pool: Option<ipnet::Ipv4Net>,
+    /// Test hook: the gateway's upstream (a namespace and a resolver, e.g.
+    /// `cove_network::lab::FakeInternet`) instead of the host's namespace and resolver.
+    pub upstream: Option<cove_network::Upstream>,
+}
+
+/// The default sandbox address pool.
+pub const DEFAULT_NETWORK_POOL: &str = "10.239.0.0/16";
+
+/// The default network prefix of a data dir: `cv` + six hex digits of a hash of its path.
+pub fn network_prefix_for(data_dir: &Path) -> String {
+    // FNV-1a: stable across builds and platforms (unlike std's hasher).
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in data_dir.as_os_str().as_encoded_bytes() {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("cv{:06x}", h & 0xff_ffff)
+}
+
+fn on_path(binary: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(binary).is_file()))
+}
+
+/// Why sandbox networks cannot run on this host (`None`: they can).
+fn network_unavailable(runtime: &dyn Runtime) -> Option<String> {
+    // The effective uid, read from /proc.
+    let root = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|rest| rest.split_whitespace().nth(1).map(|e| e == "0"))
+        })
+        .unwrap_or(false);
+    if !root {
+        return Some("not running as root".into());
+    }
+    for tool in ["ip", "nft"] {
+        if !on_path(tool) {
+            return Some(format!("`{tool}` is not on PATH"));
+        }
+    }
+    if !runtime.capabilities().network {
+        return Some(format!(
+            "the {} runtime has no sandbox network yet",
+            runtime.kind().as_str()
+        ));
+    }
+    None
+}
+
+/// The gateway's configuration for this server: `extra_floor` holds every address the server
+/// listens on (all of the host's for an unspecified address), so no sandbox reaches the control
+/// plane whatever its policy.
+fn network_config(
+    settings: &NetworkSettings,
+    data_dir: &Path,
+    listening: &[SocketAddr],
+) -> anyhow::Result<cove_network::NetworkConfig> {
+    let upstream = match &settings.upstream {
+        Some(u) => u.clone(),
+        None => cove_network::Upstream::host().context("the host's resolver")?,
+    };
+    let pool = match settings.pool {
+        Some(p) => p,
+        None => DEFAULT_NETWORK_POOL.parse().context("default pool")?,
+    };
+    let mut cfg = cove_network::NetworkConfig::new(pool, upstream);
+    cfg.prefix = settings
+        .prefix
+        .clone()
+        .unwrap_or_else(|| network_prefix_for(data_dir));
+    for addr in listening {
+        match addr.ip() {
+            std::net::IpAddr::V4(ip) if ip.is_unspecified() => {
+                let host = cove_network::cmd::addresses(None).context("the host's addresses")?;
+                cfg.extra_floor
+                    .extend(host.into_iter().map(ipnet::Ipv4Net::from));
+            }
+            std::net::IpAddr::V4(ip) => cfg.extra_floor.push(ipnet::Ipv4Net::from(ip)),
+            // The gateway forwards IPv4 only.
+            std::net::IpAddr::V6(_) => {}
+        }
+    }
+    Ok(cfg)
 }
 
 /// Settings of the E2B compatibility listener.
@@ -161,10 +289,13 @@ pub struct Running {
     e2b_reaper: Option<cove_e2b_compat::reaper::Reaper>,
     shutdown: tokio::sync::watch::Sender<bool>,
     controller: Controller,
+    node: Arc<NodeAgent>,
 }
 
 impl Running {
-    /// Stops accepting, lets in-flight requests finish (SSE streams are cut after 5 s), returns.
+    /// Stops accepting, lets in-flight requests finish (SSE streams are cut after 5 s), and
+    /// removes the sandbox network gateway when no sandbox uses it (else leaves it for the next
+    /// start to adopt), returns.
     pub async fn shutdown(self) {
         if let Some(r) = self.e2b_reaper {
             r.stop();
@@ -174,6 +305,7 @@ impl Running {
         for t in self.tasks {
             let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
         }
+        self.node.close_network().await;
     }
 }
 
@@ -239,17 +371,6 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         .unwrap_or_else(|| data_dir.join("cache"));
     let runtime = make_runtime(&cfg, &data_dir, &cache_dir)?;
     let runtime_name = runtime.kind().as_str();
-    let node = Arc::new(NodeAgent::new(
-        NodeConfig {
-            data_dir: data_dir.clone(),
-            guest_agent,
-            cache_dir: Some(cache_dir),
-            mirror: None,
-            snapshots: snapshot_store(&cfg.lifecycle, &data_dir)?,
-            command_output: cfg.command_output,
-        },
-        runtime,
-    ));
 
     let api_listener = TcpListener::bind(cfg.listen)
         .await
@@ -265,6 +386,44 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         ),
         None => None,
     };
+    let mut listening = vec![api_listener.local_addr()?, dp_listener.local_addr()?];
+    if let Some(l) = &e2b_listener {
+        listening.push(l.local_addr()?);
+    }
+
+    let network = match (cfg.network.mode, network_unavailable(runtime.as_ref())) {
+        (NetworkMode::Off, _) => {
+            info!("sandbox networks off (--network off): sandboxes have loopback only");
+            None
+        }
+        (NetworkMode::Auto, Some(why)) => {
+            info!(reason = %why, "sandbox networks off: sandboxes have loopback only");
+            None
+        }
+        (NetworkMode::On, Some(why)) => bail!("--network on, but {why}"),
+        (_, None) => Some(network_config(&cfg.network, &data_dir, &listening)?),
+    };
+    let mut node = NodeAgent::new(
+        NodeConfig {
+            data_dir: data_dir.clone(),
+            guest_agent,
+            cache_dir: Some(cache_dir),
+            mirror: None,
+            snapshots: snapshot_store(&cfg.lifecycle, &data_dir)?,
+            command_output: cfg.command_output,
+        },
+        runtime,
+    );
+    if let Some(net_cfg) = network {
+        let prefix = net_cfg.prefix.clone();
+        let pool = net_cfg.pool;
+        node = node
+            .with_network(net_cfg)
+            .await
+            .context("start the sandbox network gateway")?;
+        info!(%prefix, %pool, "sandbox networks on");
+    }
+
     let api_addr = api_listener.local_addr()?;
     let data_plane_addr = dp_listener.local_addr()?;
 
@@ -281,6 +440,8 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     cp_cfg.reconcile_interval = life.reconcile_interval.unwrap_or(cp_cfg.reconcile_interval);
     cp_cfg.retention = life.retention.unwrap_or(cp_cfg.retention);
     cp_cfg.metrics = metrics::recorder();
+    cp_cfg.secrets_key = Some(secrets_key(&data_dir)?);
+    let node = Arc::new(node);
     let cp = ControlPlane::new(store, node.clone(), cp_cfg);
     let new_admin_token = cp.bootstrap_admin_token().await?;
     if let Some(token) = &new_admin_token {
@@ -293,11 +454,13 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     let (shutdown, rx) = tokio::sync::watch::channel(false);
     let mut tasks = Vec::new();
     let mut stop = rx.clone();
+    let sampled = node.clone();
     tasks.push(tokio::spawn(async move {
-        node.sample_metrics(async move {
-            let _ = stop.wait_for(|stop| *stop).await;
-        })
-        .await;
+        sampled
+            .sample_metrics(async move {
+                let _ = stop.wait_for(|stop| *stop).await;
+            })
+            .await;
         Ok(())
     }));
     let mut listeners = vec![
@@ -341,7 +504,42 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         e2b_reaper,
         shutdown,
         controller,
+        node,
     })
+}
+
+/// Name of the file in the data dir holding the key that seals secret values in the store.
+pub const SECRETS_KEY_FILE: &str = "secrets.key";
+
+/// The key secret values are sealed with: `<data-dir>/secrets.key` (mode 0600, 32 random bytes
+/// as hex), created on first use. Losing it makes stored secrets unreadable (their sandboxes
+/// fail to wake).
+fn secrets_key(data_dir: &Path) -> anyhow::Result<cove_control_plane::network::SecretsKey> {
+    let path = data_dir.join(SECRETS_KEY_FILE);
+    let hex = match std::fs::read_to_string(&path) {
+        Ok(s) => s.trim().to_string(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut bytes = [0u8; 32];
+            std::fs::File::open("/dev/urandom")
+                .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes))
+                .context("read /dev/urandom")?;
+            let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+            write_secret_file(data_dir, SECRETS_KEY_FILE, &hex)?;
+            hex
+        }
+        Err(e) => return Err(e).with_context(|| format!("read {}", path.display())),
+    };
+    let bytes: Option<Vec<u8>> = (0..hex.len())
+        .step_by(2)
+        .map(|i| {
+            hex.get(i..i + 2)
+                .and_then(|b| u8::from_str_radix(b, 16).ok())
+        })
+        .collect();
+    let bytes = bytes
+        .filter(|b| b.len() == 32)
+        .with_context(|| format!("{} must hold 64 hex digits", path.display()))?;
+    cove_control_plane::network::SecretsKey::new(&bytes).map_err(anyhow::Error::msg)
 }
 
 /// The secret E2B access tokens derive from: `<data-dir>/e2b.secret` (mode 0600), created
@@ -369,8 +567,7 @@ pub const LXCFS_DIR: &str = "/var/lib/lxcfs";
 
 /// Whether an `lxcfs` binary is on `PATH` (sandboxes then see their own limits in `/proc`).
 fn lxcfs_on_path() -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("lxcfs").is_file()))
+    on_path("lxcfs")
 }
 
 fn snapshot_store(life: &LifecycleSettings, data_dir: &Path) -> anyhow::Result<SnapshotStore> {

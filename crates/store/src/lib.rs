@@ -104,6 +104,30 @@ pub(crate) fn map_json(
     serde_json::to_string(m).map_err(|e| StoreError::Corrupt(e.to_string()))
 }
 
+/// The `network` column (an egress policy as JSON) back to the policy.
+pub(crate) fn json_policy(s: &str) -> Result<cove_api_types::EgressPolicy, StoreError> {
+    serde_json::from_str(s).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+/// An egress policy as the `network` column.
+pub(crate) fn policy_json(p: &cove_api_types::EgressPolicy) -> Result<String, StoreError> {
+    serde_json::to_string(p).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+/// The `secrets` column (`{NAME: {hosts}}`) back to the map.
+pub(crate) fn json_secrets(
+    s: &str,
+) -> Result<std::collections::BTreeMap<String, cove_api_types::SandboxSecret>, StoreError> {
+    serde_json::from_str(s).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+/// The secrets' public part as the `secrets` column.
+pub(crate) fn secrets_json(
+    m: &std::collections::BTreeMap<String, cove_api_types::SandboxSecret>,
+) -> Result<String, StoreError> {
+    serde_json::to_string(m).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
 /// An operation error code's wire string back to the code.
 pub(crate) fn error_code_parse(s: &str) -> Option<cove_api_types::ErrorCode> {
     serde_json::from_value(serde_json::Value::String(s.to_string())).ok()

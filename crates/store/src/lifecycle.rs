@@ -16,6 +16,8 @@ pub struct NewEvent {
     pub operation_id: Option<String>,
     /// Detail (why it failed, `idle`, ...).
     pub reason: Option<String>,
+    /// What a sandbox's gateway refused (`network.denied` events only).
+    pub destination: Option<String>,
 }
 
 /// Lifecycle writes on sandbox rows and the event log.

@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use cove_api_types::{Sandbox, SandboxState};
+use cove_api_types::{EgressPolicy, Sandbox, SandboxState};
 
 use crate::StoreError;
 
@@ -49,4 +49,19 @@ pub trait SandboxStore: Send + Sync {
 
     /// Every sandbox in one of `states` (for reconciliation), in no particular order.
     async fn sandboxes_in(&self, states: &[SandboxState]) -> Result<Vec<Sandbox>, StoreError>;
+
+    /// Replaces a sandbox's egress policy (`network`); returns whether the sandbox exists.
+    async fn set_sandbox_network(
+        &self,
+        id: &str,
+        policy: &EgressPolicy,
+    ) -> Result<bool, StoreError>;
+
+    /// Stores the sealed values of a sandbox's secrets (an opaque string made by the control
+    /// plane; never a value in clear). Returns whether the sandbox exists.
+    async fn set_sealed_secrets(&self, id: &str, sealed: &str) -> Result<bool, StoreError>;
+
+    /// The sealed values of a sandbox's secrets (`None`: none stored);
+    /// [`StoreError::NotFound`] for an unknown sandbox.
+    async fn sealed_secrets(&self, id: &str) -> Result<Option<String>, StoreError>;
 }

@@ -21,6 +21,7 @@ mod faults;
 mod files;
 mod lifecycle;
 mod metrics;
+mod network;
 
 pub use commands::{End, Script};
 pub use faults::{Action, Call, CallRecord, Fault, Stage};
@@ -44,6 +45,8 @@ struct Shared {
     changed: watch::Sender<u64>,
     capabilities: NodeCapabilities,
     recipes: Vec<RecipeInfo>,
+    /// `network_denials` subscribers ([`FakeNode::deny`] sends).
+    denials: tokio::sync::broadcast::Sender<cove_node_api::NetworkDenied>,
 }
 
 /// A sandbox on the fake node.
@@ -124,6 +127,7 @@ impl FakeNode {
             pause: true,
             suspend_memory: false,
             snapshot_store: "file".into(),
+            network: true,
         })
     }
 
@@ -149,6 +153,7 @@ impl FakeNode {
                     recipe("base", "user", "/home/user"),
                     recipe("tiny", "root", "/root"),
                 ],
+                denials: tokio::sync::broadcast::channel(64).0,
             }),
         }
     }
@@ -299,6 +304,8 @@ impl FakeNode {
             template: "base".into(),
             release: 1,
             resources: cove_domain::Resources::default(),
+            network: Default::default(),
+            secrets: Default::default(),
         };
         let sb = lifecycle::new_sandbox(launch, "/home/user");
         self.lock().sandboxes.insert(id.to_string(), sb);

@@ -34,6 +34,7 @@ pub mod density;
 pub mod exec;
 pub mod files;
 pub mod lifecycle;
+pub mod network;
 pub mod pools;
 pub mod store;
 pub mod stream;

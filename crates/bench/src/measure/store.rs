@@ -127,12 +127,15 @@ async fn one_create(store: &dyn Store, i: usize) -> anyhow::Result<()> {
             ttl_s: None,
             last_activity_at: None,
             memory_restored: None,
+            network: Default::default(),
+            secrets: Default::default(),
         })
         .await?;
     let event = |kind| NewEvent {
         kind,
         operation_id: Some(op.clone()),
         reason: None,
+        destination: None,
     };
     store
         .record_event(&sb, &event(EventType::SandboxCreated))

@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use anyhow::bail;
 use clap::Args;
-use cove_api_types::{CreateSandboxRequest, OperationState, ResourcesRequest, Sandbox};
+use cove_api_types::{
+    CreateSandboxRequest, EgressPolicy, EgressRule, OperationState, ResourcesRequest, Sandbox,
+};
 use cove_client::Client;
 
 use super::exec::parse_key_value;
@@ -24,6 +26,9 @@ pub struct CreateArgs {
     /// Resource limits.
     #[command(flatten)]
     pub resources: ResourceArgs,
+    /// Egress policy.
+    #[command(flatten)]
+    pub network: NetworkArgs,
     /// Environment of every command in the sandbox (repeatable).
     #[arg(short, long = "env", value_name = "K=V", value_parser = parse_key_value)]
     pub env: Vec<(String, String)>,
@@ -63,8 +68,45 @@ impl CreateArgs {
             user: self.user.clone(),
             idle_timeout_s: self.idle_timeout,
             ttl_s: self.ttl,
+            network: self.network.policy(),
+            secrets: Default::default(),
         }
     }
+}
+
+/// The egress flags of `cove create`, `cove run` and `cove network`, one definition for all.
+#[derive(Debug, Clone, Default, Args)]
+pub struct NetworkArgs {
+    /// Reach only what `--allow` names (the internet is closed; DNS answers only allowed names).
+    #[arg(long, help_heading = "Network")]
+    pub no_internet: bool,
+    /// Open a destination: an IPv4 CIDR or address, a domain, or `*.domain` (repeatable).
+    #[arg(long, value_name = "DEST", value_parser = parse_rule, help_heading = "Network")]
+    pub allow: Vec<EgressRule>,
+    /// Close a destination, whatever else allows it (repeatable).
+    #[arg(long, value_name = "DEST", value_parser = parse_rule, help_heading = "Network")]
+    pub deny: Vec<EgressRule>,
+}
+
+impl NetworkArgs {
+    /// Whether any flag was given.
+    pub fn any(&self) -> bool {
+        self.no_internet || !self.allow.is_empty() || !self.deny.is_empty()
+    }
+
+    /// The policy these flags describe (`None` without any: the server's default).
+    pub fn policy(&self) -> Option<EgressPolicy> {
+        self.any().then(|| EgressPolicy {
+            internet: !self.no_internet,
+            allow: self.allow.clone(),
+            deny: self.deny.clone(),
+        })
+    }
+}
+
+/// Parses one `--allow`/`--deny` entry.
+pub(crate) fn parse_rule(s: &str) -> Result<EgressRule, String> {
+    s.parse()
 }
 
 /// The resource flags of `cove create` and `cove run`, one definition for both.
@@ -187,6 +229,38 @@ mod tests {
         assert_eq!(request.env["B"], "x=y");
         assert_eq!(request.cwd.as_deref(), Some("/srv"));
         assert_eq!(request.user.as_deref(), Some("root"));
+        assert_eq!(request.network, None);
+    }
+
+    #[test]
+    fn network_flags_become_a_policy() {
+        let cli = Cli::try_parse_from([
+            "cove",
+            "create",
+            "--no-internet",
+            "--allow",
+            "pypi.org",
+            "--allow",
+            "*.pythonhosted.org",
+            "--deny",
+            "10.0.0.0/8",
+        ])
+        .expect("parses");
+        let Verb::Create(args) = cli.verb else {
+            panic!("expected create")
+        };
+        let policy = args.request().network.expect("a policy");
+        assert!(!policy.internet);
+        assert_eq!(
+            policy
+                .allow
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            ["pypi.org", "*.pythonhosted.org"]
+        );
+        assert_eq!(policy.deny[0].to_string(), "10.0.0.0/8");
+        assert!(Cli::try_parse_from(["cove", "create", "--allow", "10.0.0.0/33"]).is_err());
     }
 
     #[test]

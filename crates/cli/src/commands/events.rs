@@ -1,4 +1,5 @@
-//! `cove events [--after SEQ]`: follows the lifecycle event stream until interrupted.
+//! `cove events [--after SEQ]`: follows the lifecycle event stream (and the gateways'
+//! `network.denied` refusals) until interrupted.
 
 use clap::Args;
 use cove_api_types::Event;
@@ -16,7 +17,8 @@ pub struct EventsArgs {
     pub json: bool,
 }
 
-/// Runs `cove events`: prints `SEQ TIME TYPE SANDBOX [OPERATION] [REASON]` per event.
+/// Runs `cove events`: prints `SEQ TIME TYPE SANDBOX [OPERATION] [-> DESTINATION] [(REASON)]`
+/// per event.
 pub async fn run(client: &Client, args: EventsArgs) -> anyhow::Result<()> {
     let mut events = std::pin::pin!(client.events(args.after));
     let mut closed = std::pin::pin!(crate::output::stdout_closed());
@@ -47,6 +49,9 @@ fn line(e: &Event) -> String {
     if let Some(op) = &e.operation_id {
         out.push(' ');
         out.push_str(op);
+    }
+    if let Some(dest) = &e.destination {
+        out.push_str(&format!(" -> {dest}"));
     }
     if let Some(reason) = &e.reason {
         out.push_str(&format!(" ({reason})"));

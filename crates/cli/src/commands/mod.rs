@@ -12,6 +12,7 @@ pub mod kill;
 pub mod logs;
 pub mod ls;
 pub mod metrics;
+pub mod network;
 pub mod ops;
 pub mod pause;
 pub mod pool;

@@ -8,7 +8,7 @@ use cove_api_types::CreateSandboxRequest;
 use cove_client::Client;
 use tokio::signal::unix::{signal, SignalKind};
 
-use super::create::{wait_created, ResourceArgs};
+use super::create::{wait_created, NetworkArgs, ResourceArgs};
 use super::exec::{execute, finish, Ended, ExecOptions, EXEC_HELP};
 use super::rm::delete_result;
 
@@ -24,6 +24,9 @@ pub struct RunArgs {
     /// Resource limits of the sandbox.
     #[command(flatten)]
     pub resources: ResourceArgs,
+    /// Egress policy of the sandbox.
+    #[command(flatten)]
+    pub network: NetworkArgs,
     /// When the command ends, print `{exit_code, signal, oom_killed, timed_out, suspended}` as
     /// one JSON line on stdout (after its output).
     #[arg(long)]
@@ -39,6 +42,7 @@ impl RunArgs {
         CreateSandboxRequest {
             template: self.template.clone(),
             resources: self.resources.request(),
+            network: self.network.policy(),
             ..Default::default()
         }
     }

@@ -65,6 +65,17 @@ pub struct ServerArgs {
     /// Domain returned to E2B SDKs for `{port}-{id}.{domain}` host names.
     #[arg(long, value_name = "DOMAIN", requires = "e2b_listen")]
     pub e2b_domain: Option<String>,
+    /// Sandbox networks behind the egress gateway: `on`, `off` (loopback only), or `auto` (on
+    /// when running as root with `ip` and `nft` and the runc runtime).
+    #[arg(long, value_name = "MODE", default_value = "auto")]
+    pub network: cove_server::NetworkMode,
+    /// Sandbox address pool (a /16 to /29 no host route overlaps) [default: 10.239.0.0/16].
+    #[arg(long, value_name = "CIDR")]
+    pub network_pool: Option<ipnet::Ipv4Net>,
+    /// Name prefix of the node's network namespaces (1-8 of [a-z0-9]) [default: from the data
+    /// dir].
+    #[arg(long, value_name = "PREFIX")]
+    pub network_prefix: Option<String>,
 }
 
 impl ServerArgs {
@@ -94,6 +105,12 @@ impl ServerArgs {
                 listen,
                 domain: self.e2b_domain.clone(),
             }),
+            network: cove_server::NetworkSettings {
+                mode: self.network,
+                prefix: self.network_prefix.clone(),
+                pool: self.network_pool,
+                upstream: None,
+            },
         }
     }
 }

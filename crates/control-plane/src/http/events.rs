@@ -1,5 +1,6 @@
 //! `GET /v1/events`: lifecycle events as server-sent events (`event: lifecycle`, `id: SEQ`,
-//! data: an [`Event`](cove_api_types::Event) as JSON), oldest first, then live. Resume with
+//! data: an [`Event`](cove_api_types::Event) as JSON), and refusals of sandboxes' gateways
+//! (`event: network_denied`, type `network.denied` with `destination`), oldest first, then live. Resume with
 //! `?after=SEQ` or the `Last-Event-ID` header (the query wins). Keep-alive comments every 15 s.
 
 use std::time::Duration;
@@ -59,8 +60,12 @@ pub(super) async fn stream(
             let drained = page.len() < EVENTS_PAGE as usize;
             for ev in page {
                 after = ev.seq;
+                let name = match ev.kind {
+                    cove_api_types::EventType::NetworkDenied => "network_denied",
+                    _ => "lifecycle",
+                };
                 let sse = SseEvent::default()
-                    .event("lifecycle")
+                    .event(name)
                     .id(ev.seq.to_string())
                     .json_data(&ev)
                     .unwrap_or_else(|_| SseEvent::default().comment("unencodable event"));

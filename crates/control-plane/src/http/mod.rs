@@ -5,7 +5,7 @@ use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
+use axum::routing::{any, get, post, put};
 use axum::Router;
 
 use crate::{ControlPlane, ServiceError};
@@ -21,6 +21,7 @@ mod lifecycle;
 pub mod openapi;
 mod operations;
 mod pools;
+mod ports;
 mod pty;
 mod render;
 mod sandboxes;
@@ -45,6 +46,11 @@ pub fn management_router(cp: ControlPlane) -> Router {
             get(sandboxes::get_one).delete(sandboxes::delete),
         )
         .route("/v1/sandboxes/{id}/metrics", get(sandboxes::metrics))
+        .route(
+            "/v1/sandboxes/{id}/network",
+            get(sandboxes::network).put(sandboxes::set_network),
+        )
+        .route("/v1/sandboxes/{id}/ports", get(ports::access))
         .route(
             "/v1/sandboxes/{id}/commands",
             post(commands::create).get(commands::list),
@@ -86,11 +92,17 @@ pub fn management_router(cp: ControlPlane) -> Router {
         .route("/v1/operations/{id}/cancel", post(operations::cancel))
         .route("/v1/operations/{id}/logs", get(operations::logs))
         .route_layer(middleware::from_fn_with_state(cp.clone(), require_token));
+    // Sandbox ports authorise on their own (admin token or the sandbox's port token).
+    let ports = Router::new()
+        .route("/v1/sandboxes/{id}/ports/{port}", any(ports::proxy))
+        .route("/v1/sandboxes/{id}/ports/{port}/", any(ports::proxy))
+        .route("/v1/sandboxes/{id}/ports/{port}/{*path}", any(ports::proxy));
     let router = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(metrics))
         .route("/v1/openapi.json", get(openapi::openapi_json))
         .merge(v1)
+        .merge(ports)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(cp);

@@ -4,7 +4,7 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
-use cove_api_types::{CreateSandboxRequest, SandboxState};
+use cove_api_types::{CreateSandboxRequest, EgressPolicy, SandboxState};
 use cove_domain::InvalidInput;
 use serde::Deserialize;
 
@@ -139,4 +139,21 @@ pub(super) async fn metrics(
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse, ServiceError> {
     Ok(Json(cp.sandbox_metrics(&id).await?))
+}
+
+/// `GET /v1/sandboxes/{id}/network`: policy and counters.
+pub(super) async fn network(
+    State(cp): State<ControlPlane>,
+    Path(id): Path<String>,
+) -> Result<impl IntoResponse, ServiceError> {
+    Ok(Json(cp.sandbox_network(&id).await?))
+}
+
+/// `PUT /v1/sandboxes/{id}/network` `{internet, allow, deny}`: replaces the policy.
+pub(super) async fn set_network(
+    State(cp): State<ControlPlane>,
+    Path(id): Path<String>,
+    ApiJson(policy): ApiJson<EgressPolicy>,
+) -> Result<impl IntoResponse, ServiceError> {
+    Ok(Json(cp.set_sandbox_network(&id, policy).await?))
 }

@@ -31,8 +31,12 @@ pub(crate) fn claimable(req: &CreateSandboxRequest) -> bool {
         user: _,
         idle_timeout_s: _,
         ttl_s: _,
+        network,
+        secrets,
     } = req;
-    true
+    // A member boots with the default egress policy and no secrets; another policy or any
+    // secret is wired into the sandbox's network before it boots.
+    network.as_ref().is_none_or(|n| *n == Default::default()) && secrets.is_empty()
 }
 
 impl ControlPlane {

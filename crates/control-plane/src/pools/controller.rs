@@ -149,8 +149,13 @@ impl ControlPlane {
             ttl_s: None,
             last_activity_at: Some(now),
             memory_restored: None,
+            // Members boot with the default egress policy: creates asking for another (or for
+            // secrets) are not claimable.
+            network: Default::default(),
+            secrets: Default::default(),
         };
-        self.launch(member, Some(&p.name), None, None).await?;
+        self.launch(member, Some(&p.name), None, None, Default::default())
+            .await?;
         Ok(())
     }
 

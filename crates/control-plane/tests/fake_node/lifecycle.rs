@@ -115,6 +115,7 @@ async fn wake_reports_restored_memory_when_the_runtime_saves_it() {
         pause: true,
         suspend_memory: true,
         snapshot_store: "file".into(),
+        network: false,
     });
     let h = Harness::with(node, |_| {}).await;
     assert!(h.cp.capabilities().suspend_memory);

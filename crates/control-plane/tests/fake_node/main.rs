@@ -15,6 +15,7 @@ mod harness;
 mod idempotency;
 mod lifecycle;
 mod metrics;
+mod network;
 mod ordering;
 mod pools;
 mod reconcile;

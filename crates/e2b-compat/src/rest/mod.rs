@@ -1,8 +1,9 @@
 //! E2B's REST control API (`X-API-Key`) over Cove's sandbox services: create (v1 and v2),
 //! connect (resumes), get, list (metadata, state and template filters, `X-Next-Token`
-//! paging), kill, set_timeout and pause (a Cove suspend). Features Cove does not have yet
-//! (network rules, metrics, snapshots, fork, templates, secrets, volumes) answer `501` or
-//! `400` with a JSON error, which the SDK raises as an exception.
+//! paging), kill, set_timeout and pause (a Cove suspend); `allow_internet_access: false` is
+//! Cove's `network.internet: false`. Features Cove does not have here yet (E2B's network rules,
+//! metrics, snapshots, fork, templates, secrets, volumes) answer `501` or `400` with a JSON
+//! error, which the SDK raises as an exception.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -188,7 +189,7 @@ impl E2b {
             "diskSizeMB": s.resources.disk_mib.unwrap_or(0),
             "state": e2b_state(s.state).unwrap_or("running"),
             "metadata": user_metadata(s),
-            "allowInternetAccess": true,
+            "allowInternetAccess": s.network.internet,
             "domain": self.cfg.domain,
             "lifecycle": { "autoResume": false, "onTimeout": on_timeout },
             "pauseMode": "filesystem",
@@ -250,7 +251,8 @@ struct NewSandbox {
     timeout: Option<u64>,
     auto_pause: Option<bool>,
     auto_resume: Option<Value>,
-    #[serde(rename = "allow_internet_access")]
+    /// `false`: the sandbox reaches nothing outside (Cove's `network.internet: false`).
+    #[serde(rename = "allow_internet_access", alias = "allowInternetAccess")]
     allow_internet_access: Option<bool>,
     network: Option<Value>,
     metadata: Option<BTreeMap<String, String>>,
@@ -279,11 +281,8 @@ fn refuse_unsupported(req: &NewSandbox) -> Result<(), RestError> {
             format!("{what} is not supported by Cove's E2B compatibility layer yet"),
         ))
     };
-    if req.allow_internet_access == Some(false) {
-        return bad("allow_internet_access=false (network policy)");
-    }
     if req.network.as_ref().is_some_and(|n| !n.is_null()) {
-        return bad("the network configuration");
+        return bad("the network configuration (allowOut/denyOut rules)");
     }
     if req.mcp.as_ref().is_some_and(|n| !n.is_null()) {
         return bad("the MCP gateway");
@@ -328,6 +327,8 @@ async fn create(
         metadata,
         // E2B's own timeout governs the sandbox's life; Cove's idle suspend stays off.
         idle_timeout_s: Some(0),
+        network: (req.allow_internet_access == Some(false))
+            .then(cove_api_types::EgressPolicy::offline),
         ..Default::default()
     };
     let key = headers

@@ -10,7 +10,7 @@ use super::{check_route, FakeInternet, WEB_A};
 use crate::cmd;
 use crate::error::{NetworkError, Result};
 use crate::network::Network;
-use crate::policy::NetworkPolicy;
+use crate::policy::EgressPolicy;
 
 /// Downloads per path (alternating direct and gateway); the median is reported.
 const DOWNLOADS: usize = 5;
@@ -30,6 +30,10 @@ pub struct BenchReport {
     pub direct_request_p90_us: f64,
     /// Gateway path, p90 (µs).
     pub gateway_request_p90_us: f64,
+    /// Direct path, p99 (µs; the maximum with fewer than 100 rounds).
+    pub direct_request_p99_us: f64,
+    /// Gateway path, p99 (µs; the maximum with fewer than 100 rounds).
+    pub gateway_request_p99_us: f64,
     /// Download of `download_bytes`, direct path, median of 5 (MiB/s).
     pub direct_mib_s: f64,
     /// The same through the gateway, median of 5 (MiB/s).
@@ -140,7 +144,7 @@ async fn run(lab: &FakeInternet, prefix: &str, rounds: usize, bytes: u64) -> Res
         let mut attach = Vec::new();
         for i in 0..3 {
             let t = Instant::now();
-            net.attach(&format!("bench-{i}"), NetworkPolicy::default())
+            net.attach(&format!("bench-{i}"), EgressPolicy::default())
                 .await?;
             attach.push(t.elapsed().as_secs_f64() * 1e6);
         }
@@ -158,6 +162,8 @@ async fn run(lab: &FakeInternet, prefix: &str, rounds: usize, bytes: u64) -> Res
             gateway_request_p50_us: percentile(&gateway, 0.5),
             direct_request_p90_us: percentile(&direct, 0.9),
             gateway_request_p90_us: percentile(&gateway, 0.9),
+            direct_request_p99_us: percentile(&direct, 0.99),
+            gateway_request_p99_us: percentile(&gateway, 0.99),
             direct_mib_s,
             gateway_mib_s,
             attach_p50_us: percentile(&attach, 0.5),

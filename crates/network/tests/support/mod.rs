@@ -7,7 +7,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;
 
 use cove_network::lab::{self, DnsAnswer, FakeInternet};
-use cove_network::{plumbing, Network, NetworkPolicy};
+use cove_network::{plumbing, EgressPolicy, Network};
 
 /// Per-request timeout inside tests.
 pub const TIMEOUT: Duration = Duration::from_secs(3);
@@ -79,7 +79,7 @@ impl Fixture {
     }
 
     /// Attaches a sandbox; returns its namespace name.
-    pub async fn sandbox(&self, id: &str, policy: NetworkPolicy) -> String {
+    pub async fn sandbox(&self, id: &str, policy: EgressPolicy) -> String {
         self.net().attach(id, policy).await.expect("attach").netns
     }
 
@@ -112,8 +112,8 @@ impl Drop for Fixture {
     }
 }
 
-pub fn policy(internet: bool, allow: &[&str], deny: &[&str]) -> NetworkPolicy {
-    NetworkPolicy::parse(internet, allow, deny).expect("policy")
+pub fn policy(internet: bool, allow: &[&str], deny: &[&str]) -> EgressPolicy {
+    EgressPolicy::parse(internet, allow, deny).expect("policy")
 }
 
 pub async fn http(ns: &str, ip: Ipv4Addr, port: u16, host: &str) -> lab::Reply {

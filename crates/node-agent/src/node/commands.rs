@@ -8,8 +8,16 @@ use super::*;
 
 #[async_trait]
 impl NodeCommands for NodeAgent {
-    async fn spawn(&self, sandbox_id: &str, req: SpawnRequest) -> Result<CommandInfo, NodeError> {
+    async fn spawn(
+        &self,
+        sandbox_id: &str,
+        mut req: SpawnRequest,
+    ) -> Result<CommandInfo, NodeError> {
         let g = self.guest(sandbox_id)?;
+        // The placeholders of the sandbox's secrets, unless the request sets those names.
+        for (name, placeholder) in self.placeholders(sandbox_id) {
+            req.env.entry(name).or_insert(placeholder);
+        }
         let id = req.command_id.clone();
         g.spawn(convert::spawn(req))
             .await

@@ -24,6 +24,11 @@ impl NodeLifecycle for NodeAgent {
         let Some(Adopted { state, guest }) = adopted else {
             return Ok(None);
         };
+        if self.network_lost(id) {
+            // Its processes stay in a namespace the gateway no longer serves.
+            warn!(sandbox_id = %id, "not adopting a sandbox whose network is gone");
+            return Ok(Some(NodeSandboxState::Stopped));
+        }
         match state {
             RuntimeState::Running => {
                 let client = GuestClient::new(guest);
@@ -168,7 +173,9 @@ impl NodeLifecycle for NodeAgent {
         self.set_guest(id, None);
         let dir = self.sandbox_dir(id);
         self.runtime.stop(id, &dir).await.map_err(runtime_err)?;
-        Self::remove_tree(&dir).await
+        Self::remove_tree(&dir).await?;
+        // After the processes: nothing runs in the namespace any more.
+        self.detach_network(id).await
     }
 
     async fn destroy_sandbox(&self, id: &str) -> Result<(), NodeError> {
@@ -228,6 +235,7 @@ impl NodeLifecycle for NodeAgent {
             pause: caps.pause,
             suspend_memory: caps.suspend_memory,
             snapshot_store: self.cfg.snapshots.kind().to_string(),
+            network: self.network_enabled(),
         }
     }
 }
@@ -248,6 +256,7 @@ impl NodeAgent {
             )));
         }
         let dir = self.sandbox_dir(&launch.id);
+        let network = self.attach_network(launch).await?;
         let spec = SandboxSpec {
             id: launch.id.clone(),
             rootfs,
@@ -256,11 +265,13 @@ impl NodeAgent {
             guest_agent_args: self.cfg.command_output.agent_args(),
             hostname: launch.id.clone(),
             resources: launch.resources,
+            network,
         };
         let started = match self.runtime.start(&spec).await {
             Ok(s) => s,
             Err(e) => {
                 let _ = Self::remove_tree(&dir).await;
+                let _ = self.detach_network(&launch.id).await;
                 return Err(runtime_err(e));
             }
         };
@@ -269,6 +280,7 @@ impl NodeAgent {
             warn!(sandbox_id = %launch.id, error = %e, "guest agent did not answer");
             let _ = self.runtime.stop(&launch.id, &dir).await;
             let _ = Self::remove_tree(&dir).await;
+            let _ = self.detach_network(&launch.id).await;
             return Err(NodeError::AgentUnavailable(e.to_string()));
         }
         self.set_guest(&launch.id, Some(client));

@@ -50,16 +50,19 @@ pub struct NodeAgent {
     guests: Mutex<HashMap<String, GuestClient>>,
     /// Recent usage samples per sandbox (`metrics.rs`).
     history: Mutex<metrics::History>,
+    /// Sandbox networks (`None`: networking off, sandboxes have loopback only).
+    network: Option<Arc<network::NodeNet>>,
 }
 
 impl NodeAgent {
-    /// A node agent over `runtime`.
+    /// A node agent over `runtime`, without sandbox networks (see [`NodeAgent::with_network`]).
     pub fn new(cfg: NodeConfig, runtime: Arc<dyn Runtime>) -> Self {
         NodeAgent {
             cfg,
             runtime,
             guests: Mutex::new(HashMap::new()),
             history: Mutex::new(HashMap::new()),
+            network: None,
         }
     }
 
@@ -128,4 +131,5 @@ mod convert;
 mod files;
 mod lifecycle;
 mod metrics;
+mod network;
 mod releases;

@@ -319,10 +319,16 @@ impl Runtime for QemuRuntime {
         Capabilities {
             pause: true,
             suspend_memory: true,
+            network: false,
         }
     }
 
     async fn start(&self, spec: &SandboxSpec) -> Result<Started, RuntimeError> {
+        if spec.network.is_some() {
+            return Err(RuntimeError::Unavailable(
+                "the qemu runtime has no sandbox network yet (loopback only)".into(),
+            ));
+        }
         self.start_vm(spec).await
     }
 

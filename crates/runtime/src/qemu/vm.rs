@@ -448,6 +448,7 @@ mod tests {
                 pids_max: 64,
                 disk_mib: Some(2048),
             },
+            network: None,
         }
     }
 

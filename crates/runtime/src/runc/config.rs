@@ -6,7 +6,11 @@
 //!   the kernel refuses to lower a score and runc would fail, so the field is left out),
 //!   `noNewPrivileges: false` so `sudo` works inside;
 //! - Docker's default capability set, in bounding/effective/permitted; inheritable/ambient empty;
-//! - namespaces pid, mount, uts, ipc, cgroup and a new network namespace (loopback only);
+//! - namespaces pid, mount, uts, ipc, cgroup and network: the node's namespace for the sandbox
+//!   when [`SandboxSpec::network`] names one (its `path`; the gateway behind it), else a new one
+//!   with loopback only; with a node network, `/etc/resolv.conf` (the gateway) and, with an
+//!   interception CA, the system trust bundle `/etc/ssl/certs/ca-certificates.crt` (the
+//!   release's bundle + that CA) are bound read-only from the sandbox directory's `net/`;
 //! - resources: memory = memory+swap = `memory_mib` (no swap), `pids_max`, cpu quota =
 //!   `vcpus` × 100 ms per 100 ms and a cpuset of `vcpus` CPUs (so `nproc` agrees), devices
 //!   deny-all (runc adds its default device allow-list);
@@ -34,6 +38,9 @@ use super::layout::Layout;
 use super::seccomp;
 use super::views::HostViews;
 use crate::{RuntimeError, SandboxSpec};
+
+/// The system trust bundle of Debian-like releases (curl, OpenSSL, Python's `ssl` read it).
+pub(crate) const CA_BUNDLE_PATH: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 /// `PATH` of the guest agent.
 const PATH_ENV: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -197,7 +204,9 @@ pub(crate) fn build(
     root.set_readonly(Some(false));
 
     let linux = LinuxBuilder::default()
-        .namespaces(namespaces())
+        .namespaces(namespaces(
+            spec.network.as_ref().map(|n| n.netns_path.clone()),
+        ))
         .resources(
             resources(spec, views.cpuset(&spec.id, spec.resources.vcpus))
                 .map_err(|e| config_error(spec, e))?,
@@ -229,7 +238,7 @@ pub(crate) fn write(config: &Spec, layout: &Layout) -> Result<(), RuntimeError> 
     super::layout::write_file(&layout.config_json(), &json)
 }
 
-fn namespaces() -> Vec<LinuxNamespace> {
+fn namespaces(netns: Option<std::path::PathBuf>) -> Vec<LinuxNamespace> {
     [
         LinuxNamespaceType::Pid,
         LinuxNamespaceType::Mount,
@@ -242,6 +251,9 @@ fn namespaces() -> Vec<LinuxNamespace> {
     .map(|typ| {
         let mut ns = LinuxNamespace::default();
         ns.set_typ(typ);
+        if typ == LinuxNamespaceType::Network {
+            ns.set_path(netns.clone());
+        }
         ns
     })
     .collect()
@@ -359,6 +371,26 @@ fn mounts(
     ];
     // After /proc and /sys: the views are mounted over their files.
     all.extend(views);
+    if let Some(net) = &spec.network {
+        let mut resolv = m(
+            "/etc/resolv.conf",
+            "bind",
+            "",
+            &["bind", "ro", "nosuid", "nodev", "noexec"],
+        );
+        resolv.set_source(Some(absolute(&layout.resolv_conf())?));
+        all.push(resolv);
+        if net.extra_ca_pem.is_some() {
+            let mut bundle = m(
+                CA_BUNDLE_PATH,
+                "bind",
+                "",
+                &["bind", "ro", "nosuid", "nodev", "noexec"],
+            );
+            bundle.set_source(Some(absolute(&layout.ca_bundle())?));
+            all.push(bundle);
+        }
+    }
     Ok(all)
 }
 
@@ -437,7 +469,75 @@ mod tests {
                 pids_max: 256,
                 disk_mib: None,
             },
+            network: None,
         }
+    }
+
+    #[test]
+    fn a_node_network_is_joined_by_path_with_its_files_bound_read_only() {
+        let mut s = spec();
+        s.network = Some(crate::SandboxNetwork {
+            netns_path: "/run/netns/cove-s7".into(),
+            resolv_conf: "nameserver 10.239.0.1\n".into(),
+            extra_ca_pem: Some("-----BEGIN CERTIFICATE-----".into()),
+        });
+        let layout = Layout::new(&s.dir);
+        let json = serde_json::to_value(
+            build(
+                &s,
+                &layout,
+                PRIVILEGED,
+                &HostViews::without_lxcfs(vec![0, 1]),
+            )
+            .expect("build"),
+        )
+        .expect("json");
+        let net = json["linux"]["namespaces"]
+            .as_array()
+            .expect("namespaces")
+            .iter()
+            .find(|n| n["type"] == "network")
+            .expect("network namespace");
+        assert_eq!(net["path"], "/run/netns/cove-s7");
+        let mounts = json["mounts"].as_array().expect("mounts");
+        let bound = |dest: &str| {
+            mounts
+                .iter()
+                .find(|m| m["destination"] == dest)
+                .unwrap_or_else(|| panic!("{dest} mounted"))
+                .clone()
+        };
+        let resolv = bound("/etc/resolv.conf");
+        assert_eq!(resolv["source"], "/data/sandboxes/sbx1/net/resolv.conf");
+        assert!(resolv["options"]
+            .as_array()
+            .expect("options")
+            .contains(&serde_json::json!("ro")));
+        assert_eq!(
+            bound(CA_BUNDLE_PATH)["source"],
+            "/data/sandboxes/sbx1/net/ca-certificates.crt"
+        );
+        // Without a node network: a namespace of its own (no path), no bound files.
+        let plain = serde_json::to_value(
+            build(
+                &spec(),
+                &layout,
+                PRIVILEGED,
+                &HostViews::without_lxcfs(vec![0, 1]),
+            )
+            .expect("build"),
+        )
+        .expect("json");
+        assert!(plain["linux"]["namespaces"]
+            .as_array()
+            .expect("namespaces")
+            .iter()
+            .all(|n| n.get("path").is_none()));
+        assert!(!plain["mounts"]
+            .as_array()
+            .expect("mounts")
+            .iter()
+            .any(|m| m["destination"] == "/etc/resolv.conf"));
     }
 
     #[test]

@@ -24,6 +24,9 @@ pub(crate) struct Layout {
     pub disk_img: PathBuf,
     /// Where that image is mounted.
     pub disk_mnt: PathBuf,
+    /// The sandbox's network files (`resolv.conf`, `ca-certificates.crt`), bound read-only into
+    /// it when it joins a node network.
+    pub net: PathBuf,
 }
 
 impl Layout {
@@ -38,12 +41,23 @@ impl Layout {
             agent_log: dir.join("agent.log"),
             disk_img: dir.join("disk.img"),
             disk_mnt: dir.join(DISK_DIR),
+            net: dir.join("net"),
         }
     }
 
     /// Host path of the guest agent's socket.
     pub(crate) fn agent_socket(&self) -> PathBuf {
         self.run.join(AGENT_SOCKET_NAME)
+    }
+
+    /// The `/etc/resolv.conf` bound into a sandbox with a node network.
+    pub(crate) fn resolv_conf(&self) -> PathBuf {
+        self.net.join("resolv.conf")
+    }
+
+    /// The system trust bundle (release bundle + the gateway's CA) bound into the sandbox.
+    pub(crate) fn ca_bundle(&self) -> PathBuf {
+        self.net.join("ca-certificates.crt")
     }
 
     pub(crate) fn config_json(&self) -> PathBuf {

@@ -174,6 +174,7 @@ impl Runtime for RuncRuntime {
         Capabilities {
             pause: true,
             suspend_memory: false,
+            network: true,
         }
     }
 

@@ -188,6 +188,9 @@ fn prepare(
     };
     write_identity(&upper, &spec.hostname)?;
     mounts::mount_overlay(&spec.rootfs, &upper, &work, &layout.rootfs)?;
+    if let Some(net) = &spec.network {
+        write_network_files(net, layout)?;
+    }
     let config = config::build(spec, layout, host, views)?;
     config::write(&config, layout)?;
 
@@ -201,6 +204,31 @@ fn prepare(
         .map_err(io_err(format!("stat {}", layout.agent_log.display())))?
         .len();
     Ok((log, offset))
+}
+
+/// Writes `net/resolv.conf` and, with an extra CA, `net/ca-certificates.crt`: the sandbox's own
+/// bundle (read through the mounted overlay, so a bundle the sandbox updated counts) followed by
+/// the CA.
+fn write_network_files(net: &crate::SandboxNetwork, layout: &Layout) -> Result<(), RuntimeError> {
+    std::fs::create_dir_all(&layout.net)
+        .map_err(io_err(format!("create {}", layout.net.display())))?;
+    super::layout::write_file(&layout.resolv_conf(), net.resolv_conf.as_bytes())?;
+    if let Some(ca) = &net.extra_ca_pem {
+        let own = layout
+            .rootfs
+            .join(config::CA_BUNDLE_PATH.trim_start_matches('/'));
+        // A symlink in the sandbox's tree is not followed out of it: only a regular file counts.
+        let mut bundle = match std::fs::symlink_metadata(&own) {
+            Ok(m) if m.is_file() => std::fs::read(&own).unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        if !bundle.is_empty() && !bundle.ends_with(b"\n") {
+            bundle.push(b'\n');
+        }
+        bundle.extend_from_slice(ca.as_bytes());
+        super::layout::write_file(&layout.ca_bundle(), &bundle)?;
+    }
+    Ok(())
 }
 
 /// Polls for the agent's socket; fails early when the agent process is gone.

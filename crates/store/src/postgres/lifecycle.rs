@@ -110,8 +110,8 @@ pub(super) async fn insert_event(
             .fetch_one(&mut *conn)
             .await?;
     sqlx::query(
-        "INSERT INTO events (seq, time, type, sandbox_id, operation_id, reason) \
-         VALUES ($1, $2, $3, $4, $5, $6)",
+        "INSERT INTO events (seq, time, type, sandbox_id, operation_id, reason, destination) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
     )
     .bind(seq)
     .bind(at)
@@ -119,6 +119,7 @@ pub(super) async fn insert_event(
     .bind(sandbox_id)
     .bind(&ev.operation_id)
     .bind(&ev.reason)
+    .bind(&ev.destination)
     .execute(&mut *conn)
     .await?;
     from_i64(seq, "seq")

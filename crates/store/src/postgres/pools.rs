@@ -183,6 +183,7 @@ impl PoolStore for PgStore {
             kind: EventType::SandboxCreated,
             operation_id: Some(op.id.clone()),
             reason: Some(format!("served by warm pool {pool}")),
+            destination: None,
         };
         insert_event(&mut tx, &sandbox.id, &created, now).await?;
         tx.commit().await?;

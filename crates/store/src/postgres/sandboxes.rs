@@ -8,7 +8,11 @@ use sqlx::{Postgres, QueryBuilder, Row};
 
 use super::{from_i64, to_i64, PgStore};
 use crate::error::map_unique;
-use crate::{json_map, map_json, parse_enum, SandboxFilter, SandboxStore, StoreError};
+use crate::{
+    json_map, json_policy, json_secrets, map_json, parse_enum, policy_json, secrets_json,
+    SandboxFilter, SandboxStore, StoreError,
+};
+use cove_api_types::EgressPolicy;
 
 /// Wire strings of `states`, for `state = ANY($n)`.
 pub(super) fn state_strings(states: &[SandboxState]) -> Vec<String> {
@@ -45,6 +49,8 @@ pub(super) fn row_to_sandbox(r: &PgRow) -> Result<Sandbox, StoreError> {
         ttl_s: opt_u64("ttl_s")?,
         last_activity_at: r.try_get("last_activity_at")?,
         memory_restored: r.try_get("memory_restored")?,
+        network: json_policy(&r.try_get::<String, _>("network")?)?,
+        secrets: json_secrets(&r.try_get::<String, _>("secrets")?)?,
     })
 }
 
@@ -123,6 +129,37 @@ impl SandboxStore for PgStore {
             .await?;
         rows.iter().map(row_to_sandbox).collect()
     }
+
+    async fn set_sandbox_network(
+        &self,
+        id: &str,
+        policy: &EgressPolicy,
+    ) -> Result<bool, StoreError> {
+        let res = sqlx::query("UPDATE sandboxes SET network = $1 WHERE id = $2")
+            .bind(policy_json(policy)?)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(res.rows_affected() > 0)
+    }
+
+    async fn set_sealed_secrets(&self, id: &str, sealed: &str) -> Result<bool, StoreError> {
+        let res = sqlx::query("UPDATE sandboxes SET secrets_sealed = $1 WHERE id = $2")
+            .bind(sealed)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(res.rows_affected() > 0)
+    }
+
+    async fn sealed_secrets(&self, id: &str) -> Result<Option<String>, StoreError> {
+        let row = sqlx::query("SELECT secrets_sealed FROM sandboxes WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        Ok(row.try_get("secrets_sealed")?)
+    }
 }
 
 /// Inserts `s`, as a member of `pool` when given.
@@ -135,9 +172,9 @@ pub(super) async fn insert(
         "INSERT INTO sandboxes (id, template, release, state, state_reason, runtime, vcpus, \
          memory_mib, pids_max, env, metadata, cwd, user_name, created_at, updated_at, \
          idle_timeout_s, ttl_s, last_activity_at, memory_restored, disk_mib, pool, \
-         release_digest) \
+         release_digest, network, secrets) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
-         $17, $18, $19, $20, $21, $22)",
+         $17, $18, $19, $20, $21, $22, $23, $24)",
     )
     .bind(&s.id)
     .bind(&s.template)
@@ -161,6 +198,8 @@ pub(super) async fn insert(
     .bind(s.resources.disk_mib.map(to_i64).transpose()?)
     .bind(pool)
     .bind(&s.release_digest)
+    .bind(policy_json(&s.network)?)
+    .bind(secrets_json(&s.secrets)?)
     .execute(db)
     .await
     .map_err(map_unique)?;

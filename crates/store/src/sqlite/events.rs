@@ -25,6 +25,7 @@ impl EventStore for SqliteStore {
                     sandbox_id: r.try_get("sandbox_id")?,
                     operation_id: r.try_get("operation_id")?,
                     reason: r.try_get("reason")?,
+                    destination: r.try_get("destination")?,
                 })
             })
             .collect()

@@ -104,14 +104,15 @@ pub(super) async fn insert_event(
     at: DateTime<Utc>,
 ) -> Result<u64, StoreError> {
     let (seq,): (i64,) = sqlx::query_as(
-        "INSERT INTO events (time, type, sandbox_id, operation_id, reason) VALUES (?, ?, ?, ?, ?) \
-         RETURNING seq",
+        "INSERT INTO events (time, type, sandbox_id, operation_id, reason, destination) \
+         VALUES (?, ?, ?, ?, ?, ?) RETURNING seq",
     )
     .bind(at)
     .bind(ev.kind.as_str())
     .bind(sandbox_id)
     .bind(&ev.operation_id)
     .bind(&ev.reason)
+    .bind(&ev.destination)
     .fetch_one(&mut *conn)
     .await?;
     Ok(seq as u64)
@@ -147,6 +148,8 @@ mod tests {
             ttl_s: Some(60),
             last_activity_at: None,
             memory_restored: None,
+            network: Default::default(),
+            secrets: BTreeMap::new(),
         }
     }
 
@@ -164,6 +167,7 @@ mod tests {
             kind,
             operation_id: Some("op-1".into()),
             reason: None,
+            destination: None,
         };
 
         let moved = store

@@ -7,7 +7,11 @@ use sqlx::Row;
 
 use super::SqliteStore;
 use crate::error::map_unique;
-use crate::{json_map, map_json, parse_enum, SandboxFilter, SandboxStore, StoreError};
+use crate::{
+    json_map, json_policy, json_secrets, map_json, parse_enum, policy_json, secrets_json,
+    SandboxFilter, SandboxStore, StoreError,
+};
+use cove_api_types::EgressPolicy;
 
 pub(super) fn row_to_sandbox(r: &sqlx::sqlite::SqliteRow) -> Result<Sandbox, StoreError> {
     Ok(Sandbox {
@@ -34,6 +38,8 @@ pub(super) fn row_to_sandbox(r: &sqlx::sqlite::SqliteRow) -> Result<Sandbox, Sto
         ttl_s: r.try_get::<Option<i64>, _>("ttl_s")?.map(|v| v as u64),
         last_activity_at: r.try_get("last_activity_at")?,
         memory_restored: r.try_get::<Option<bool>, _>("memory_restored")?,
+        network: json_policy(&r.try_get::<String, _>("network")?)?,
+        secrets: json_secrets(&r.try_get::<String, _>("secrets")?)?,
     })
 }
 
@@ -131,6 +137,37 @@ impl SandboxStore for SqliteStore {
         }
         Ok(out)
     }
+
+    async fn set_sandbox_network(
+        &self,
+        id: &str,
+        policy: &EgressPolicy,
+    ) -> Result<bool, StoreError> {
+        let res = sqlx::query("UPDATE sandboxes SET network = ? WHERE id = ?")
+            .bind(policy_json(policy)?)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(res.rows_affected() > 0)
+    }
+
+    async fn set_sealed_secrets(&self, id: &str, sealed: &str) -> Result<bool, StoreError> {
+        let res = sqlx::query("UPDATE sandboxes SET secrets_sealed = ? WHERE id = ?")
+            .bind(sealed)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(res.rows_affected() > 0)
+    }
+
+    async fn sealed_secrets(&self, id: &str) -> Result<Option<String>, StoreError> {
+        let row = sqlx::query("SELECT secrets_sealed FROM sandboxes WHERE id = ?")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StoreError::NotFound)?;
+        Ok(row.try_get("secrets_sealed")?)
+    }
 }
 
 /// Inserts `s`, as a member of `pool` when given.
@@ -145,8 +182,8 @@ pub(super) async fn insert(
         "INSERT INTO sandboxes (id, template, release, state, state_reason, runtime, vcpus, \
          memory_mib, pids_max, env, metadata, cwd, user_name, created_at, updated_at, \
          idle_timeout_s, ttl_s, last_activity_at, memory_restored, disk_mib, pool, \
-         release_digest) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         release_digest, network, secrets) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(&s.id)
     .bind(&s.template)
@@ -170,6 +207,8 @@ pub(super) async fn insert(
     .bind(s.resources.disk_mib.map(|v| v as i64))
     .bind(pool)
     .bind(&s.release_digest)
+    .bind(policy_json(&s.network)?)
+    .bind(secrets_json(&s.secrets)?)
     .execute(db)
     .await
     .map_err(map_unique)?;

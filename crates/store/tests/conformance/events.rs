@@ -127,6 +127,7 @@ pub async fn events_after_pages_by_seq(store: Arc<dyn Store>) {
             kind: EventType::SandboxRunning,
             operation_id: None,
             reason: Some(format!("r{i}")),
+            destination: None,
         };
         seqs.push(store.record_event("sb-1", &ev).await.expect("record"));
     }
@@ -218,4 +219,23 @@ pub async fn purge_keeps_unfinished_operations_and_newer_rows(store: Arc<dyn Sto
     );
     let events = store.events_after(0, 10).await.expect("events");
     assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), [late_seq]);
+}
+
+pub async fn network_denials_carry_their_destination(store: Arc<dyn Store>) {
+    let ev = cove_store::NewEvent {
+        kind: EventType::NetworkDenied,
+        operation_id: None,
+        reason: Some("not_allowed".into()),
+        destination: Some("b.test (203.0.113.20:80)".into()),
+    };
+    let seq = store.record_event("sb-1", &ev).await.expect("record");
+    let got = store.events_after(seq - 1, 10).await.expect("events");
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].kind, EventType::NetworkDenied);
+    assert_eq!(got[0].sandbox_id, "sb-1");
+    assert_eq!(got[0].reason.as_deref(), Some("not_allowed"));
+    assert_eq!(
+        got[0].destination.as_deref(),
+        Some("b.test (203.0.113.20:80)")
+    );
 }

@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, SubsecRound, Utc};
-use cove_api_types::{OperationKind, Resources, Sandbox, SandboxState};
+use cove_api_types::{
+    EgressPolicy, OperationKind, Resources, Sandbox, SandboxSecret, SandboxState,
+};
 use cove_store::NewOperation;
 
 /// Now, to the microsecond: the finest time every backend keeps (PostgreSQL's).
@@ -38,6 +40,18 @@ pub fn sandbox(id: &str) -> Sandbox {
         ttl_s: Some(60),
         last_activity_at: Some(t),
         memory_restored: Some(true),
+        network: EgressPolicy::parse(
+            false,
+            &["pypi.org", "*.pythonhosted.org", "203.0.113.0/24"],
+            &["203.0.113.7"],
+        )
+        .expect("policy"),
+        secrets: BTreeMap::from([(
+            "API_KEY".into(),
+            SandboxSecret {
+                hosts: vec!["api.example.com".parse().expect("host")],
+            },
+        )]),
     }
 }
 
@@ -54,6 +68,8 @@ pub fn bare_sandbox(id: &str) -> Sandbox {
         ttl_s: None,
         last_activity_at: None,
         memory_restored: None,
+        network: EgressPolicy::default(),
+        secrets: BTreeMap::new(),
         ..sandbox(id)
     }
 }

@@ -13,6 +13,7 @@ pub fn event(kind: EventType) -> NewEvent {
         kind,
         operation_id: Some("op-1".into()),
         reason: None,
+        destination: None,
     }
 }
 

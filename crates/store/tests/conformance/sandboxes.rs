@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use chrono::Duration;
-use cove_api_types::{Sandbox, SandboxState};
+use cove_api_types::{EgressPolicy, Sandbox, SandboxState};
 use cove_store::{SandboxFilter, Store, StoreError};
 
 use crate::fixtures::{bare_sandbox, now, sandbox, tick};
@@ -246,4 +246,56 @@ pub async fn sandboxes_in_returns_the_asked_states(store: Arc<dyn Store>) {
     assert_eq!(got, ["sb-2", "sb-3"]);
     assert!(store.sandboxes_in(&[Paused]).await.expect("in").is_empty());
     assert!(store.sandboxes_in(&[]).await.expect("in").is_empty());
+}
+
+pub async fn network_policy_is_replaced_and_secrets_stay_sealed(store: Arc<dyn Store>) {
+    let s = sandbox("sb-1");
+    store.insert_sandbox(&s).await.expect("insert");
+    assert_eq!(store.sealed_secrets("sb-1").await.expect("sealed"), None);
+    let open = EgressPolicy::parse(true, &[] as &[&str], &["10.0.0.0/8"]).expect("policy");
+    assert!(store.set_sandbox_network("sb-1", &open).await.expect("set"));
+    assert!(!store
+        .set_sandbox_network("sb-none", &open)
+        .await
+        .expect("set unknown"));
+    let got = store.get_sandbox("sb-1").await.expect("get");
+    assert_eq!(got.network, open);
+    assert_eq!(
+        Sandbox {
+            network: s.network.clone(),
+            ..got
+        },
+        s,
+        "only the policy changed"
+    );
+    assert!(store
+        .set_sealed_secrets("sb-1", "v1:opaque")
+        .await
+        .expect("seal"));
+    assert_eq!(
+        store
+            .sealed_secrets("sb-1")
+            .await
+            .expect("sealed")
+            .as_deref(),
+        Some("v1:opaque")
+    );
+    assert!(!store
+        .set_sealed_secrets("sb-none", "v1:x")
+        .await
+        .expect("unknown"));
+    assert!(matches!(
+        store.sealed_secrets("sb-none").await,
+        Err(StoreError::NotFound)
+    ));
+    // The sealed column is not part of the sandbox as listed.
+    let listed = store
+        .list_sandboxes(&SandboxFilter {
+            limit: 10,
+            ..Default::default()
+        })
+        .await
+        .expect("list");
+    let json = serde_json::to_string(&listed).expect("json");
+    assert!(!json.contains("opaque"), "{json}");
 }

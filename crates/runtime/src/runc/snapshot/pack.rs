@@ -15,6 +15,10 @@ use tar::{Builder, EntryType, Header};
 
 /// PAX record prefix of an extended attribute (the GNU tar / libarchive convention).
 pub(crate) const XATTR_PAX_PREFIX: &str = "SCHILY.xattr.";
+/// PAX record prefix of an extended attribute whose value holds a newline, written as hex: the
+/// `tar` crate reads PAX records line by line, so a raw newline (as in overlayfs's binary
+/// `trusted.overlay.origin` file handles, at random) would make the archive unreadable.
+pub(crate) const XATTR_HEX_PAX_PREFIX: &str = "COVE.xattr-hex.";
 
 /// Writes every entry under `root` (not `root` itself) as a tar stream into `out`; returns the
 /// number of file content bytes written.
@@ -105,7 +109,12 @@ fn append_xattrs<W: Write>(builder: &mut Builder<W>, path: &Path) -> io::Result<
     for name in names {
         let Some(name) = name.to_str() else { continue };
         if let Some(value) = xattr::get(path, name)? {
-            records.push((format!("{XATTR_PAX_PREFIX}{name}"), value));
+            if value.contains(&b'\n') {
+                let hex: String = value.iter().map(|b| format!("{b:02x}")).collect();
+                records.push((format!("{XATTR_HEX_PAX_PREFIX}{name}"), hex.into_bytes()));
+            } else {
+                records.push((format!("{XATTR_PAX_PREFIX}{name}"), value));
+            }
         }
     }
     if records.is_empty() {

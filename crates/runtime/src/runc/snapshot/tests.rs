@@ -42,6 +42,9 @@ fn upper_dir_round_trips_with_whiteouts_opaque_dirs_links_and_owners() {
     .expect("mknod");
     std::fs::create_dir(upper.join("opaque")).expect("mkdir");
     xattr::set(upper.join("opaque"), "trusted.overlay.opaque", b"y").expect("xattr");
+    // A binary value with newlines (as overlayfs's file handles have, at random).
+    let handle = b"\x00\xfb\n\x01\n\n\x7f=x y\n";
+    xattr::set(upper.join("opaque"), "trusted.overlay.origin", handle).expect("xattr");
 
     let mut archive = Vec::new();
     let saved = pack(&upper, &mut archive).expect("pack");
@@ -75,6 +78,11 @@ fn upper_dir_round_trips_with_whiteouts_opaque_dirs_links_and_owners() {
     assert_eq!(
         xattr::get(restored.join("opaque"), "trusted.overlay.opaque").expect("get"),
         Some(b"y".to_vec())
+    );
+    assert_eq!(
+        xattr::get(restored.join("opaque"), "trusted.overlay.origin").expect("get"),
+        Some(handle.to_vec()),
+        "a value with newlines survives"
     );
 }
 

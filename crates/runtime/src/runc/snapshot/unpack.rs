@@ -15,7 +15,7 @@ use nix::sys::stat::{makedev, mknod, Mode, SFlag};
 use tar::{Archive, EntryType};
 use tracing::debug;
 
-use super::pack::XATTR_PAX_PREFIX;
+use super::pack::{XATTR_HEX_PAX_PREFIX, XATTR_PAX_PREFIX};
 
 /// Buffer of file content copies (1 MiB).
 const COPY_BUF_BYTES: usize = 1 << 20;
@@ -127,6 +127,18 @@ fn pax_xattrs<R: Read>(entry: &mut tar::Entry<'_, R>) -> io::Result<HashMap<Stri
             let Ok(key) = ext.key() else { continue };
             if let Some(name) = key.strip_prefix(XATTR_PAX_PREFIX) {
                 out.insert(name.to_string(), ext.value_bytes().to_vec());
+            } else if let Some(name) = key.strip_prefix(XATTR_HEX_PAX_PREFIX) {
+                let hex = ext.value_bytes();
+                let value: Option<Vec<u8>> = (0..hex.len())
+                    .step_by(2)
+                    .map(|i| {
+                        hex.get(i..i + 2)
+                            .and_then(|h| std::str::from_utf8(h).ok())
+                            .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    })
+                    .collect();
+                let value = value.ok_or_else(|| invalid("malformed hex xattr in snapshot"))?;
+                out.insert(name.to_string(), value);
             }
         }
     }
