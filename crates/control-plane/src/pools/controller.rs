@@ -108,8 +108,15 @@ impl ControlPlane {
             .min_ready
             .saturating_sub(have)
             .min(p.max.saturating_sub(have));
-        for _ in 0..start {
-            self.start_member(p, release).await?;
+        if start > 0 {
+            // One lookup for every member this pass boots: they share the release's digest.
+            let digest = self
+                .pick_release(&p.template, &crate::release_pins::Pin::Number(release))
+                .await?
+                .digest;
+            for _ in 0..start {
+                self.start_member(p, release, digest.clone()).await?;
+            }
         }
         if start > 0 {
             info!(pool = %p.name, ready, starting, started = start, "pool refilling");
@@ -117,7 +124,12 @@ impl ControlPlane {
         Ok(())
     }
 
-    async fn start_member(&self, p: &PoolRecord, release: u32) -> Result<(), ServiceError> {
+    async fn start_member(
+        &self,
+        p: &PoolRecord,
+        release: u32,
+        release_digest: Option<String>,
+    ) -> Result<(), ServiceError> {
         let recipe = self
             .node()
             .recipes()
@@ -125,10 +137,6 @@ impl ControlPlane {
             .find(|r| r.name == p.template)
             .ok_or_else(|| ServiceError::TemplateNotFound(p.template.clone()))?;
         let now = Utc::now();
-        let release_digest = self
-            .pick_release(&p.template, &crate::release_pins::Pin::Number(release))
-            .await?
-            .digest;
         let member = Sandbox {
             id: ids::new_sandbox_id(),
             template: p.template.clone(),
