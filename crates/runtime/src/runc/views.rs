@@ -129,18 +129,19 @@ fn ensure_lxcfs(dir: &Path) -> std::io::Result<()> {
     if serving(dir) {
         return Ok(());
     }
-    std::fs::create_dir_all(dir)?;
-    // A dead lxcfs leaves a mount that answers ENOTCONN; lazily unmount it (not mounted: no-op).
+    // A dead lxcfs leaves a mount that answers ENOTCONN (even to `mkdir`): lazily unmount it
+    // first (not mounted: no-op), then make sure the directory exists.
     let _ = Command::new("umount")
         .arg("-l")
         .arg(dir)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status();
+    std::fs::create_dir_all(dir)?;
     let pidfile = dir.with_extension("pid");
     // lxcfs 5 stays in the foreground: it runs in a process group of its own and outlives this
-    // process, so sandboxes keep their views across a node-agent restart. Not waited for: its
-    // exit is noticed by the next `serving` check.
+    // process, so sandboxes keep their views across a node-agent restart. Its exit is noticed
+    // by the next `serving` check; a thread only reaps it.
     let child = Command::new("lxcfs")
         .arg("--enable-cfs")
         .arg("-p")
@@ -152,6 +153,10 @@ fn ensure_lxcfs(dir: &Path) -> std::io::Result<()> {
         .process_group(0)
         .spawn()?;
     let pid = child.id();
+    std::thread::spawn(move || {
+        let mut child = child;
+        let _ = child.wait();
+    });
     let began = Instant::now();
     while !serving(dir) {
         if began.elapsed() > LXCFS_START_TIMEOUT {
@@ -206,5 +211,60 @@ mod tests {
         assert_eq!(v.cpuset("sb-a", 16), None);
         assert_eq!(v.cpuset("sb-a", 1), Some(one), "stable per id");
         assert!(v.lxcfs_mounts().is_empty());
+    }
+
+    /// A killed lxcfs leaves a mount answering ENOTCONN; the next check must replace it (CI
+    /// once started every sandbox without views because `mkdir` on that mount failed first).
+    #[test]
+    fn a_dead_lxcfs_mount_is_replaced() {
+        let lxcfs_here = Command::new("sh")
+            .args(["-c", "command -v lxcfs"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !lxcfs_here || !nix::unistd::Uid::effective().is_root() {
+            eprintln!("skipped: needs root and lxcfs (scripts/install-deps.sh)");
+            return;
+        }
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("lxcfs");
+        ensure_lxcfs(&dir).expect("first start");
+        let pid: i32 = std::fs::read_to_string(dir.with_extension("pid"))
+            .expect("pidfile")
+            .trim()
+            .parse()
+            .expect("pid");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL)
+            .expect("kill lxcfs");
+        let began = Instant::now();
+        while serving(&dir) && began.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(!serving(&dir), "a killed lxcfs stops serving");
+        let views = HostViews {
+            lxcfs: Some(dir.clone()),
+            cpus: vec![0],
+        };
+        let mounts = views.lxcfs_mounts();
+        assert!(
+            mounts
+                .iter()
+                .any(|(_, dst)| dst == "/sys/devices/system/cpu/online"),
+            "views are served again: {mounts:?}"
+        );
+        let pid: i32 = std::fs::read_to_string(dir.with_extension("pid"))
+            .expect("pidfile")
+            .trim()
+            .parse()
+            .expect("pid");
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGTERM);
+        let began = Instant::now();
+        while serving(&dir) && began.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(&dir)
+            .stderr(Stdio::null())
+            .status();
     }
 }
