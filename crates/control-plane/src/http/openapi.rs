@@ -9,7 +9,8 @@ use utoipa::openapi::{ContentBuilder, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
 use super::{
-    commands, events, files, files_upload, lifecycle, operations, pools, sandboxes, templates,
+    commands, events, files, files_upload, lifecycle, operations, pools, ports, sandboxes,
+    templates,
 };
 
 /// The document.
@@ -30,7 +31,7 @@ use super::{
     ),
     paths(
         sandboxes::create, sandboxes::list, sandboxes::get_one, sandboxes::delete,
-        sandboxes::metrics,
+        sandboxes::metrics, sandboxes::network, sandboxes::set_network, ports::access,
         lifecycle::pause, lifecycle::resume, lifecycle::suspend, lifecycle::wake,
         lifecycle::capabilities,
         templates::list, templates::get_one, templates::build,

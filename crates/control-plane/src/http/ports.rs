@@ -19,6 +19,14 @@ use crate::network::{passes, PORT_TOKEN_HEADER, PORT_TOKEN_QUERY};
 use crate::{ControlPlane, ServiceError};
 
 /// `GET /v1/sandboxes/{id}/ports` (admin token).
+#[utoipa::path(
+    get,
+    path = "/v1/sandboxes/{id}/ports",
+    tag = "sandboxes",
+    description = "How to reach the sandbox's ports: any method on `{path}{port}/{rest}` is proxied to that port inside the sandbox. Ports are private: send the admin token, or the port token as header `x-cove-port-token` or query `cove_port_token`. Nothing listening answers `502 bad_gateway`.",
+    params(("id" = String, Path, description = "Sandbox id")),
+    responses((status = 200, body = cove_api_types::SandboxPorts, description = "Its port path and token")),
+)]
 pub(super) async fn access(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,

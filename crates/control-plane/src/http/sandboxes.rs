@@ -142,6 +142,14 @@ pub(super) async fn metrics(
 }
 
 /// `GET /v1/sandboxes/{id}/network`: policy and counters.
+#[utoipa::path(
+    get,
+    path = "/v1/sandboxes/{id}/network",
+    tag = "sandboxes",
+    description = "The sandbox's egress policy, whether its node's gateway enforces it now, its address and the gateway's traffic counters.",
+    params(("id" = String, Path, description = "Sandbox id")),
+    responses((status = 200, body = cove_api_types::SandboxNetwork, description = "Its network")),
+)]
 pub(super) async fn network(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
@@ -150,6 +158,15 @@ pub(super) async fn network(
 }
 
 /// `PUT /v1/sandboxes/{id}/network` `{internet, allow, deny}`: replaces the policy.
+#[utoipa::path(
+    put,
+    path = "/v1/sandboxes/{id}/network",
+    tag = "sandboxes",
+    description = "Replace the sandbox's egress policy; the next connection follows it (a suspended sandbox gets it when it wakes).",
+    params(("id" = String, Path, description = "Sandbox id")),
+    request_body = cove_api_types::EgressPolicy,
+    responses((status = 200, body = cove_api_types::SandboxNetwork, description = "Its network with the new policy")),
+)]
 pub(super) async fn set_network(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
