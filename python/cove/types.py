@@ -438,6 +438,9 @@ class Capabilities:
     boundary: str = ""
     #: Sandboxes get a network behind an egress gateway (policies and secrets work).
     network: bool = False
+    #: Seconds each class of record is kept (``operations_s``, ``events_s``, ``commands_s``,
+    #: ``snapshots_s``); ``None``: kept until its owner goes.
+    retention: Dict[str, Optional[int]] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, data: Dict[str, Any]) -> "Capabilities":

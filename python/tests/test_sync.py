@@ -342,3 +342,14 @@ def test_network_policy_on_create_get_and_put(client):
         assert "10.0.0.0/33" in err.value.message
     finally:
         client.delete_sandbox(sb)
+
+
+def test_capabilities_state_the_retention(client):
+    caps = client.capabilities()
+    # The server under test runs with the defaults: 7 days, 7 days, 1 day, kept.
+    assert caps.retention == {
+        "operations_s": 7 * 86400,
+        "events_s": 7 * 86400,
+        "commands_s": 86400,
+        "snapshots_s": None,
+    }

@@ -76,4 +76,23 @@ pub struct RuntimeCapabilities {
     /// false they have loopback only and only the default policy is accepted.
     #[serde(default)]
     pub network: bool,
+    /// How long this server keeps each class of record. Older servers omit it.
+    #[serde(default)]
+    pub retention: RetentionInfo,
+}
+
+/// Retention per class of record, in seconds; `null`: kept until its owner goes (set with
+/// `cove server --retention-*-s`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct RetentionInfo {
+    /// Finished operations and their log lines, counted from their last change.
+    pub operations_s: Option<u64>,
+    /// Lifecycle and network events (`GET /v1/events`), counted from their time.
+    pub events_s: Option<u64>,
+    /// Ended commands of running sandboxes (their output and id, as `DELETE` of the command
+    /// does), counted from their end.
+    pub commands_s: Option<u64>,
+    /// Suspended sandboxes: one suspended and unchanged this long is deleted with its
+    /// snapshot. `null` (the default): kept until deleted.
+    pub snapshots_s: Option<u64>,
 }

@@ -1,6 +1,7 @@
 //! The controller: a background loop started by the server and stopped at shutdown. Every
 //! `controller_interval` it flushes activity times to the store, suspends idle sandboxes,
-//! deletes sandboxes whose TTL has passed, and (every minute) purges old operations and events;
+//! deletes sandboxes whose TTL has passed, and (every minute) enforces the retention of operations,
+//! events, ended commands and suspended sandboxes (`retention.rs`);
 //! every `reconcile_interval` it re-checks desired against actual state
 //! (`ControlPlane::reconcile_running`).
 //!
@@ -20,7 +21,7 @@ use tracing::{info, warn, Instrument};
 use crate::lifecycle::LifecycleVerb;
 use crate::{ControlPlane, ServiceError};
 
-/// How often old operations and events are purged.
+/// How often records past their retention are purged (`retention.rs`).
 const PURGE_EVERY: Duration = Duration::from_secs(60);
 /// How long the idle check waits for a guest to list its commands.
 const COMMANDS_TIMEOUT: Duration = Duration::from_secs(2);
@@ -86,7 +87,7 @@ impl ControlPlane {
             }
             if last_purge.is_none_or(|t| t.elapsed() >= PURGE_EVERY) {
                 last_purge = Some(Instant::now());
-                if let Err(e) = self.purge().await {
+                if let Err(e) = self.enforce_retention().await {
                     warn!(error = %e, "purge failed");
                 }
             }
@@ -179,24 +180,6 @@ impl ControlPlane {
                 }
                 Err(e) => warn!(sandbox_id = %s.id, error = %e, "cannot delete an expired sandbox"),
             }
-        }
-        Ok(())
-    }
-
-    /// Removes finished operations and events older than the retention.
-    async fn purge(&self) -> Result<(), ServiceError> {
-        let keep = chrono::Duration::from_std(self.inner.cfg.retention)
-            .unwrap_or(chrono::Duration::days(7));
-        let purged = self
-            .store()
-            .purge_before(self.inner.cfg.clock.now() - keep)
-            .await?;
-        if purged.operations > 0 || purged.events > 0 {
-            info!(
-                operations = purged.operations,
-                events = purged.events,
-                "purged old records"
-            );
         }
         Ok(())
     }

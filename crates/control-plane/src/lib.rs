@@ -29,6 +29,7 @@ pub mod operations;
 mod pools;
 mod reconcile;
 mod release_pins;
+mod retention;
 mod sandbox_metrics;
 mod sandboxes;
 mod templates;
@@ -39,6 +40,7 @@ pub use error::ServiceError;
 pub use files::{ListQuery, PathQuery, ReadFileQuery, WatchQuery, WriteFileQuery};
 pub use lifecycle::LifecycleVerb;
 pub use operations::Operations;
+pub use retention::Retention;
 
 /// Settings of the control plane.
 #[derive(Debug, Clone)]
@@ -54,8 +56,9 @@ pub struct ControlPlaneConfig {
     pub controller_interval: Duration,
     /// How often the running server re-checks desired against actual state (default 30 s).
     pub reconcile_interval: Duration,
-    /// How long finished operations, their logs, and events are kept (default 7 days).
-    pub retention: Duration,
+    /// How long each class of record is kept ([`Retention`]: operations and events 7 days,
+    /// ended commands 1 day, suspended sandboxes until deleted).
+    pub retention: Retention,
     /// The time of day activity is recorded with and idle, TTL and retention are decided by
     /// (default: [`SystemClock`]).
     pub clock: Arc<dyn Clock>,
@@ -69,7 +72,7 @@ pub struct ControlPlaneConfig {
 
 impl ControlPlaneConfig {
     /// Defaults for everything but the data-plane URL: 1 h attachment tokens, `runc`, the
-    /// controller every 5 s, reconciliation every 30 s, 7 days of retention, the system clock,
+    /// controller every 5 s, reconciliation every 30 s, [`Retention::default`], the system clock,
     /// no metrics.
     pub fn new(data_plane_url: impl Into<String>) -> Self {
         ControlPlaneConfig {
@@ -78,7 +81,7 @@ impl ControlPlaneConfig {
             runtime: "runc".into(),
             controller_interval: Duration::from_secs(5),
             reconcile_interval: Duration::from_secs(30),
-            retention: operations::DEFAULT_RETENTION,
+            retention: Retention::default(),
             clock: Arc::new(SystemClock),
             metrics: None,
             secrets_key: None,

@@ -24,10 +24,6 @@ pub const MAX_WAIT: Duration = Duration::from_secs(60);
 /// Longest deadline a request may ask for (`deadline_s`, 24 h).
 pub const MAX_DEADLINE: Duration = Duration::from_secs(24 * 3600);
 
-/// How long finished operations (and their logs) and lifecycle events are kept before the
-/// controller purges them (7 days), unless the server is configured otherwise.
-pub const DEFAULT_RETENTION: Duration = Duration::from_secs(7 * 24 * 3600);
-
 /// How long cooperative work has, after its deadline passed and it was told to stop, to reach a
 /// point where it can stop cleanly (30 s); then it is dropped.
 const DEADLINE_GRACE: Duration = Duration::from_secs(30);

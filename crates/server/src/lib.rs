@@ -12,6 +12,7 @@ use cove_control_plane::{http, ControlPlane, ControlPlaneConfig, Controller};
 use cove_node_agent::snapshot::SnapshotStore;
 use cove_node_agent::{NodeAgent, NodeConfig};
 
+pub use cove_control_plane::Retention;
 pub use cove_node_agent::guest::OutputLimits;
 use cove_runtime::qemu::{QemuConfig, QemuRuntime};
 use cove_runtime::runc::{RuncConfig, RuncRuntime};
@@ -271,8 +272,8 @@ pub struct LifecycleSettings {
     pub controller_interval: Option<Duration>,
     /// How often the running server reconciles desired and actual state; default 30 s.
     pub reconcile_interval: Option<Duration>,
-    /// How long finished operations, their logs and events are kept; default 7 days.
-    pub retention: Option<Duration>,
+    /// How long each class of record is kept; default [`cove_control_plane::Retention::default`].
+    pub retention: Option<cove_control_plane::Retention>,
 }
 
 /// A started server.

@@ -30,7 +30,7 @@ mod tokens;
 
 pub use commands::{CommandRecord, CommandStore};
 pub use error::StoreError;
-pub use events::{EventStore, Purged};
+pub use events::EventStore;
 pub use lifecycle::{LifecycleStore, NewEvent};
 pub use operations::{NewOperation, OperationStore, OperationUpdate};
 pub use pools::{PoolClaim, PoolMember, PoolRecord, PoolStore};

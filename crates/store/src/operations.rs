@@ -89,4 +89,9 @@ pub trait OperationStore: Send + Sync {
         after: u64,
         limit: u32,
     ) -> Result<Vec<(u64, String)>, StoreError>;
+
+    /// Deletes finished operations (with their log lines) last changed before `before`, in one
+    /// transaction; returns how many operations. Unfinished operations are kept whatever their
+    /// age.
+    async fn purge_operations_before(&self, before: DateTime<Utc>) -> Result<u64, StoreError>;
 }

@@ -150,6 +150,17 @@ impl FakeNode {
         self.bump();
     }
 
+    /// Ends a running command with exit `code` at `ended_at_ms` (Unix milliseconds), for
+    /// retention tests that need a real end time.
+    pub fn finish_command_at(&self, sandbox_id: &str, cid: &str, code: i32, ended_at_ms: u64) {
+        let mut st = self.lock();
+        if let Ok(c) = command_mut(&mut st, sandbox_id, cid) {
+            c.exit(ended_at_ms, Some(code), None);
+        }
+        drop(st);
+        self.bump();
+    }
+
     /// Everything written to a command's stdin so far.
     pub fn stdin_of(&self, sandbox_id: &str, cid: &str) -> Vec<u8> {
         let mut st = self.lock();

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
+use cove_server::Retention;
 
 use crate::GlobalArgs;
 
@@ -47,6 +48,20 @@ pub struct ServerArgs {
     /// milliseconds [default: 5000].
     #[arg(long, value_name = "MS")]
     pub controller_interval_ms: Option<u64>,
+    /// Seconds finished operations and their logs are kept (0: forever).
+    #[arg(long, value_name = "S", default_value_t = secs(Retention::default().operations))]
+    pub retention_operations_s: u64,
+    /// Seconds events (`GET /v1/events`) are kept (0: forever).
+    #[arg(long, value_name = "S", default_value_t = secs(Retention::default().events))]
+    pub retention_events_s: u64,
+    /// Seconds an ended command's output and id are kept in a running sandbox (0: until it is
+    /// forgotten or its sandbox deleted).
+    #[arg(long, value_name = "S", default_value_t = secs(Retention::default().commands))]
+    pub retention_commands_s: u64,
+    /// Seconds a sandbox may stay suspended (unchanged) before it is deleted with its snapshot
+    /// (0: kept until deleted).
+    #[arg(long, value_name = "S", default_value_t = secs(Retention::default().snapshots))]
+    pub retention_snapshots_s: u64,
     /// Bytes of each command's output its sandbox's agent keeps in memory before spilling to
     /// the node's disk.
     #[arg(long, value_name = "BYTES", default_value_t = cove_server::OutputLimits::default().memory_bytes)]
@@ -79,6 +94,17 @@ pub struct ServerArgs {
 }
 
 impl ServerArgs {
+    /// The retention flags (0: kept until the owner goes).
+    fn retention(&self) -> Retention {
+        let keep = |s: u64| (s > 0).then(|| Duration::from_secs(s));
+        Retention {
+            operations: keep(self.retention_operations_s),
+            events: keep(self.retention_events_s),
+            commands: keep(self.retention_commands_s),
+            snapshots: keep(self.retention_snapshots_s),
+        }
+    }
+
     /// The server's configuration.
     pub fn config(&self, global: &GlobalArgs) -> cove_server::Config {
         cove_server::Config {
@@ -94,6 +120,7 @@ impl ServerArgs {
             lifecycle: cove_server::LifecycleSettings {
                 snapshot_store: self.snapshot_store.clone(),
                 controller_interval: self.controller_interval_ms.map(Duration::from_millis),
+                retention: Some(self.retention()),
                 ..Default::default()
             },
             command_output: cove_server::OutputLimits {
@@ -121,6 +148,11 @@ pub async fn run(global: &GlobalArgs, args: ServerArgs) -> anyhow::Result<()> {
     cove_server::run(args.config(global)).await
 }
 
+/// A retention as its flag's seconds (0: kept until the owner goes).
+fn secs(d: Option<Duration>) -> u64 {
+    d.map_or(0, |d| d.as_secs())
+}
+
 #[cfg(test)]
 mod tests {
     use clap::Parser;
@@ -136,6 +168,7 @@ mod tests {
         assert_eq!(args.listen.to_string(), "127.0.0.1:7700");
         assert_eq!(args.data_plane_listen.to_string(), "127.0.0.1:7701");
         assert_eq!(cli.global.data_dir.to_str(), Some("/tmp/d"));
+        assert_eq!(args.retention(), super::Retention::default());
 
         let cli = Cli::try_parse_from([
             "cove",
@@ -161,6 +194,29 @@ mod tests {
             Some("/bin/ga")
         );
         assert!(Cli::try_parse_from(["cove", "server", "--listen", "nope"]).is_err());
+    }
+
+    #[test]
+    fn retention_flags_take_seconds_and_zero_keeps() {
+        let cli = Cli::try_parse_from([
+            "cove",
+            "server",
+            "--retention-operations-s",
+            "0",
+            "--retention-commands-s",
+            "60",
+            "--retention-snapshots-s",
+            "3600",
+        ])
+        .expect("parses");
+        let Verb::Server(args) = cli.verb else {
+            panic!("expected server")
+        };
+        let r = args.retention();
+        assert_eq!(r.operations, None, "0 keeps them");
+        assert_eq!(r.events, super::Retention::default().events);
+        assert_eq!(r.commands, Some(std::time::Duration::from_secs(60)));
+        assert_eq!(r.snapshots, Some(std::time::Duration::from_secs(3600)));
     }
 
     #[test]

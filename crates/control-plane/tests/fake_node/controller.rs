@@ -7,7 +7,7 @@ use cove_api_types::{
     CreateCommandRequest, CreateSandboxRequest, ErrorCode, EventType, LifecycleRequest,
     OperationKind, OperationState, SandboxState,
 };
-use cove_control_plane::{LifecycleVerb::*, PathQuery};
+use cove_control_plane::{LifecycleVerb::*, PathQuery, Retention};
 use cove_test_support::{Call, FakeNode, Fault, Script};
 
 use crate::harness::{code, Harness};
@@ -17,7 +17,12 @@ const SECOND: Duration = Duration::from_secs(1);
 async fn harness() -> Harness {
     Harness::with(FakeNode::new(), |cfg| {
         cfg.controller_interval = SECOND;
-        cfg.retention = Duration::from_secs(3600);
+        cfg.retention = Retention {
+            operations: Some(Duration::from_secs(3600)),
+            events: Some(Duration::from_secs(3600)),
+            commands: Some(Duration::from_secs(600)),
+            snapshots: Some(Duration::from_secs(7200)),
+        };
     })
     .await
 }
@@ -174,4 +179,102 @@ async fn finished_operations_and_events_older_than_the_retention_are_purged() {
     assert_eq!(h.state(&id).await, SandboxState::Running);
     h.node.release(Call::Pause);
     h.settle(&unfinished.id).await;
+}
+
+#[tokio::test]
+async fn ended_commands_past_their_retention_are_forgotten() {
+    let h = harness().await;
+    let id = h.running().await;
+    h.node.script("sleep 1000", Script::running());
+    let start = |line: &str| {
+        let req = CreateCommandRequest {
+            shell: Some(line.into()),
+            ..Default::default()
+        };
+        let cp = h.cp.clone();
+        let id = id.clone();
+        async move {
+            cp.create_command(&id, req)
+                .await
+                .expect("command")
+                .command
+                .id
+        }
+    };
+    let old = start("sleep 1000").await;
+    let recent = start("sleep 1000").await;
+    let running = start("sleep 1000").await;
+    let ms = |ago_s: i64| {
+        (h.cfg.clock.now() - chrono::Duration::seconds(ago_s)).timestamp_millis() as u64
+    };
+    // Retention of commands is 600 s in this harness.
+    h.node.finish_command_at(&id, &old, 0, ms(601));
+    h.node.finish_command_at(&id, &recent, 0, ms(590));
+
+    h.controller_pass().await;
+    let left: Vec<String> =
+        h.cp.list_commands(&id, None)
+            .await
+            .expect("list")
+            .commands
+            .into_iter()
+            .map(|c| c.id)
+            .collect();
+    assert_eq!(left.len(), 2, "{left:?}");
+    assert!(
+        left.contains(&recent) && left.contains(&running),
+        "{left:?}"
+    );
+    assert_eq!(
+        code(h.cp.get_command(&id, &old, None).await),
+        ErrorCode::CommandNotFound,
+        "the old command is forgotten, its row too"
+    );
+    h.cp.get_command(&id, &recent, None).await.expect("kept");
+}
+
+#[tokio::test]
+async fn suspended_sandboxes_past_the_snapshot_retention_are_deleted() {
+    let h = harness().await;
+    let suspended = h.running().await;
+    h.apply(&suspended, Suspend).await;
+    let paused = h.running().await;
+    h.apply(&paused, Pause).await;
+    let running = h.running().await;
+
+    // Snapshot retention is 7200 s in this harness.
+    h.advance(Duration::from_secs(7100)).await;
+    h.controller_pass().await;
+    assert!(h
+        .ops_of(&suspended, OperationKind::DeleteSandbox)
+        .await
+        .is_empty());
+
+    h.advance(Duration::from_secs(120)).await;
+    h.controller_pass().await;
+    let del = h.ops_of(&suspended, OperationKind::DeleteSandbox).await;
+    assert_eq!(del.len(), 1);
+    h.succeeds(&del[0]).await;
+    // Only suspended sandboxes are judged by it.
+    for id in [&paused, &running] {
+        assert!(h.ops_of(id, OperationKind::DeleteSandbox).await.is_empty());
+    }
+    assert_eq!(h.state(&paused).await, SandboxState::Paused);
+    assert_eq!(h.state(&running).await, SandboxState::Running);
+}
+
+#[tokio::test]
+async fn capabilities_state_the_retention() {
+    let h = harness().await;
+    let r = h.cp.capabilities().retention;
+    assert_eq!(
+        (r.operations_s, r.events_s, r.commands_s, r.snapshots_s),
+        (Some(3600), Some(3600), Some(600), Some(7200))
+    );
+    let defaults = Retention::default().info();
+    assert_eq!(
+        defaults.snapshots_s, None,
+        "suspended sandboxes are kept by default"
+    );
+    assert_eq!(defaults.commands_s, Some(86_400));
 }

@@ -64,7 +64,7 @@ pub struct Harness {
     /// The node they drive.
     pub node: FakeNode,
     store: Arc<dyn Store>,
-    cfg: ControlPlaneConfig,
+    pub cfg: ControlPlaneConfig,
     _dir: tempfile::TempDir,
     _frozen: Frozen,
 }

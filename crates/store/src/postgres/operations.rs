@@ -1,7 +1,7 @@
 //! Operations and their log lines (PostgreSQL).
 
 use async_trait::async_trait;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use cove_api_types::{Operation, OperationError, OperationKind, OperationState};
 use sqlx::postgres::PgRow;
 use sqlx::Row;
@@ -187,5 +187,25 @@ impl OperationStore for PgStore {
         rows.iter()
             .map(|r| Ok((from_i64(r.try_get("seq")?, "seq")?, r.try_get("line")?)))
             .collect()
+    }
+
+    async fn purge_operations_before(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "DELETE FROM operation_logs WHERE operation_id IN (SELECT id FROM operations WHERE \
+             updated_at < $1 AND state IN ('succeeded', 'failed', 'cancelled'))",
+        )
+        .bind(before)
+        .execute(&mut *tx)
+        .await?;
+        let ops = sqlx::query(
+            "DELETE FROM operations WHERE updated_at < $1 \
+             AND state IN ('succeeded', 'failed', 'cancelled')",
+        )
+        .bind(before)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(ops.rows_affected())
     }
 }

@@ -6,7 +6,7 @@ use cove_api_types::{Event, EventType};
 use sqlx::Row;
 
 use super::SqliteStore;
-use crate::{parse_enum, EventStore, Purged, StoreError};
+use crate::{parse_enum, EventStore, StoreError};
 
 #[async_trait]
 impl EventStore for SqliteStore {
@@ -31,30 +31,11 @@ impl EventStore for SqliteStore {
             .collect()
     }
 
-    async fn purge_before(&self, before: DateTime<Utc>) -> Result<Purged, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query(
-            "DELETE FROM operation_logs WHERE operation_id IN (SELECT id FROM operations WHERE \
-             updated_at < ? AND state IN ('succeeded', 'failed', 'cancelled'))",
-        )
-        .bind(before)
-        .execute(&mut *tx)
-        .await?;
-        let ops = sqlx::query(
-            "DELETE FROM operations WHERE updated_at < ? \
-             AND state IN ('succeeded', 'failed', 'cancelled')",
-        )
-        .bind(before)
-        .execute(&mut *tx)
-        .await?;
+    async fn purge_events_before(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
         let events = sqlx::query("DELETE FROM events WHERE time < ?")
             .bind(before)
-            .execute(&mut *tx)
+            .execute(&self.pool)
             .await?;
-        tx.commit().await?;
-        Ok(Purged {
-            operations: ops.rows_affected(),
-            events: events.rows_affected(),
-        })
+        Ok(events.rows_affected())
     }
 }

@@ -259,10 +259,10 @@ mod tests {
         assert_eq!(s.last_activity_at, Some(t1));
 
         let purged = store
-            .purge_before(Utc::now() + chrono::Duration::seconds(1))
+            .purge_events_before(Utc::now() + chrono::Duration::seconds(1))
             .await
             .expect("purge");
-        assert_eq!(purged.events, 2);
+        assert_eq!(purged, 2);
         assert!(store.events_after(0, 10).await.expect("events").is_empty());
         // Seqs are never reused after a purge.
         let seq = store

@@ -1,7 +1,7 @@
 //! Operations and their log lines (SQLite).
 
 use async_trait::async_trait;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use cove_api_types::{Operation, OperationError, OperationKind, OperationState};
 use sqlx::Row;
 
@@ -185,12 +185,31 @@ impl OperationStore for SqliteStore {
             .map(|r| Ok((r.try_get::<i64, _>("seq")? as u64, r.try_get("line")?)))
             .collect()
     }
+
+    async fn purge_operations_before(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query(
+            "DELETE FROM operation_logs WHERE operation_id IN (SELECT id FROM operations WHERE \
+             updated_at < ? AND state IN ('succeeded', 'failed', 'cancelled'))",
+        )
+        .bind(before)
+        .execute(&mut *tx)
+        .await?;
+        let ops = sqlx::query(
+            "DELETE FROM operations WHERE updated_at < ? \
+             AND state IN ('succeeded', 'failed', 'cancelled')",
+        )
+        .bind(before)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(ops.rows_affected())
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::EventStore;
 
     #[tokio::test]
     async fn final_states_do_not_change_and_keys_are_unique() {
@@ -290,10 +309,10 @@ mod tests {
             .await
             .expect("log");
         let purged = store
-            .purge_before(Utc::now() + chrono::Duration::seconds(1))
+            .purge_operations_before(Utc::now() + chrono::Duration::seconds(1))
             .await
             .expect("purge");
-        assert_eq!(purged.operations, 1, "only the finished one");
+        assert_eq!(purged, 1, "only the finished one");
         assert!(matches!(
             store.get_operation("op-a").await,
             Err(StoreError::NotFound)

@@ -33,10 +33,10 @@ pub async fn event_seqs_are_gap_free_and_never_reused(store: Arc<dyn Store>) {
     assert_eq!(listed, seqs);
 
     let purged = store
-        .purge_before(Utc::now() + Duration::seconds(1))
+        .purge_events_before(Utc::now() + Duration::seconds(1))
         .await
         .expect("purge");
-    assert_eq!(purged.events, 5);
+    assert_eq!(purged, 5);
     assert!(store.events_after(0, 100).await.expect("events").is_empty());
     let next = store
         .record_event("sb-1", &event(EventType::SandboxDeleted))
@@ -171,11 +171,15 @@ pub async fn purge_keeps_unfinished_operations_and_newer_rows(store: Arc<dyn Sto
         .expect("event");
 
     // A cut-off before everything removes nothing.
-    let early = store
-        .purge_before(Utc::now() - Duration::hours(1))
-        .await
-        .expect("purge");
-    assert_eq!((early.operations, early.events), (0, 0));
+    let hour_ago = Utc::now() - Duration::hours(1);
+    let early = (
+        store
+            .purge_operations_before(hour_ago)
+            .await
+            .expect("purge"),
+        store.purge_events_before(hour_ago).await.expect("purge"),
+    );
+    assert_eq!(early, (0, 0));
 
     tick().await;
     let cut = Utc::now();
@@ -193,8 +197,15 @@ pub async fn purge_keeps_unfinished_operations_and_newer_rows(store: Arc<dyn Sto
         .await
         .expect("event");
 
-    let purged = store.purge_before(cut).await.expect("purge");
-    assert_eq!((purged.operations, purged.events), (2, 1));
+    // Each class has its own cut-off: events first, with one before everything.
+    assert_eq!(store.purge_events_before(hour_ago).await.expect("purge"), 0);
+    assert_eq!(store.purge_operations_before(cut).await.expect("purge"), 2);
+    assert_eq!(
+        store.events_after(0, 10).await.expect("events").len(),
+        2,
+        "an operations purge leaves events"
+    );
+    assert_eq!(store.purge_events_before(cut).await.expect("purge"), 1);
     for gone in ["op-done", "op-failed"] {
         assert!(matches!(
             store.get_operation(gone).await,

@@ -1,0 +1,170 @@
+//! Retention: how long each kind of record is kept, enforced by the controller (every minute)
+//! and stated in `GET /v1/capabilities`.
+//!
+//! | class | what goes | default |
+//! |---|---|---|
+//! | operations | finished operations and their log lines, by last change | 7 days |
+//! | events | lifecycle and network events, by time | 7 days |
+//! | commands | ended commands of running sandboxes (output and record, as `forget` does), by end time | 1 day |
+//! | snapshots | suspended sandboxes unchanged this long, deleted with their snapshot | kept until deleted |
+//!
+//! Unfinished operations, running commands, and sandboxes in any other state are never
+//! purged. Commands of paused or suspended sandboxes are judged once they run again (their
+//! agent is not reachable before). The rows kept as idempotency markers after a wake without
+//! memory go with their sandbox.
+
+use std::time::Duration;
+
+use cove_api_types::{RetentionInfo, SandboxState};
+use cove_domain::CommandState;
+use cove_node_api::NodeError;
+use tracing::{info, warn};
+
+use crate::{ControlPlane, ServiceError};
+
+/// How long a guest has to list its commands for the commands purge.
+const LIST_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long each class of record is kept; `None`: until its owner goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// Finished operations and their log lines (default 7 days).
+    pub operations: Option<Duration>,
+    /// Events (default 7 days).
+    pub events: Option<Duration>,
+    /// Ended commands' output and records (default 1 day).
+    pub commands: Option<Duration>,
+    /// Suspended sandboxes and their snapshots (default `None`: kept until deleted).
+    pub snapshots: Option<Duration>,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        const DAY: Duration = Duration::from_secs(24 * 3600);
+        Retention {
+            operations: Some(7 * DAY),
+            events: Some(7 * DAY),
+            commands: Some(DAY),
+            snapshots: None,
+        }
+    }
+}
+
+impl Retention {
+    /// As `GET /v1/capabilities` states it (seconds; `null`: kept until the owner goes).
+    pub fn info(&self) -> RetentionInfo {
+        let s = |d: Option<Duration>| d.map(|d| d.as_secs());
+        RetentionInfo {
+            operations_s: s(self.operations),
+            events_s: s(self.events),
+            commands_s: s(self.commands),
+            snapshots_s: s(self.snapshots),
+        }
+    }
+}
+
+/// What one pass removed.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct Purged {
+    operations: u64,
+    events: u64,
+    commands: u64,
+    suspended: u64,
+}
+
+impl ControlPlane {
+    /// One retention pass over every class; a class that fails is logged and the others still
+    /// run.
+    pub(crate) async fn enforce_retention(&self) -> Result<(), ServiceError> {
+        let r = self.inner.cfg.retention;
+        let now = self.inner.cfg.clock.now();
+        let cut =
+            |d: Duration| now - chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
+        let mut purged = Purged::default();
+        if let Some(d) = r.operations {
+            purged.operations = self.store().purge_operations_before(cut(d)).await?;
+        }
+        if let Some(d) = r.events {
+            purged.events = self.store().purge_events_before(cut(d)).await?;
+        }
+        if let Some(d) = r.commands {
+            purged.commands = self.purge_commands(cut(d)).await?;
+        }
+        if let Some(d) = r.snapshots {
+            purged.suspended = self.delete_long_suspended(cut(d)).await?;
+        }
+        if purged != Purged::default() {
+            info!(
+                operations = purged.operations,
+                events = purged.events,
+                commands = purged.commands,
+                suspended_sandboxes = purged.suspended,
+                "retention: purged old records"
+            );
+        }
+        Ok(())
+    }
+
+    /// Forgets the ended commands of running sandboxes that ended before `before`.
+    async fn purge_commands(
+        &self,
+        before: chrono::DateTime<chrono::Utc>,
+    ) -> Result<u64, ServiceError> {
+        let mut n = 0;
+        for s in self.store().sandboxes_in(&[SandboxState::Running]).await? {
+            let listed = tokio::time::timeout(LIST_TIMEOUT, self.node().commands(&s.id)).await;
+            let Ok(Ok(commands)) = listed else {
+                continue; // An agent that does not answer now is judged on the next pass.
+            };
+            for c in commands {
+                let ended = c
+                    .ended_at_ms
+                    .and_then(|ms| chrono::DateTime::from_timestamp_millis(ms as i64));
+                if c.state == CommandState::Running || ended.is_none_or(|t| t >= before) {
+                    continue;
+                }
+                match self.node().forget(&s.id, &c.command_id).await {
+                    Ok(()) | Err(NodeError::CommandNotFound(_)) => {}
+                    Err(e) => {
+                        warn!(sandbox_id = %s.id, command_id = %c.command_id, error = %e,
+                            "retention: cannot forget an ended command");
+                        continue;
+                    }
+                }
+                match self.store().delete_command(&c.command_id).await {
+                    Ok(()) | Err(cove_store::StoreError::NotFound) => n += 1,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// Starts the delete of every sandbox suspended (and unchanged) since before `before`.
+    async fn delete_long_suspended(
+        &self,
+        before: chrono::DateTime<chrono::Utc>,
+    ) -> Result<u64, ServiceError> {
+        let mut n = 0;
+        for s in self
+            .store()
+            .sandboxes_in(&[SandboxState::Suspended])
+            .await?
+        {
+            if s.updated_at >= before || self.store().has_unfinished_operation(&s.id).await? {
+                continue;
+            }
+            match self.delete_sandbox(&s.id, None).await {
+                Ok(op) => {
+                    n += 1;
+                    info!(sandbox_id = %s.id, op_id = %op.id,
+                        "retention: deleting a sandbox suspended past the snapshot retention");
+                }
+                Err(e) => {
+                    warn!(sandbox_id = %s.id, error = %e, "retention: cannot delete a suspended sandbox")
+                }
+            }
+        }
+        Ok(n)
+    }
+}
