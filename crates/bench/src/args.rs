@@ -48,6 +48,12 @@ pub struct Args {
     #[arg(long)]
     pub verbose: bool,
 
+    /// The runtime measured: `runc` (every group below) or `qemu` (the VM runtime's boot,
+    /// base-snapshot create, exec, pause, suspend and wake beside raw `qemu-system-x86_64`;
+    /// `--only` does not apply).
+    #[arg(long, value_name = "RUNTIME", default_value = "runc", value_parser = ["runc", "qemu"])]
+    pub runtime: String,
+
     /// Measure only these groups (comma-separated): cold_start, exec, stream, files,
     /// lifecycle, density, concurrency, store, pools. Default: all.
     #[arg(long, value_name = "GROUPS", value_delimiter = ',', value_parser = GROUPS)]
@@ -142,6 +148,8 @@ pub struct Scale {
     pub gateway_bytes: u64,
     /// Create → delete cycles of the network leak check.
     pub network_leak_cycles: usize,
+    /// Timed runs of each qemu measurement (VMs under TCG take seconds each).
+    pub qemu_runs: usize,
 }
 
 impl Scale {
@@ -166,6 +174,7 @@ impl Scale {
         gateway_rounds: 500,
         gateway_bytes: 100 * MIB,
         network_leak_cycles: 1000,
+        qemu_runs: 5,
     };
 
     /// A smoke run: every metric, tiny.
@@ -189,5 +198,6 @@ impl Scale {
         gateway_rounds: 20,
         gateway_bytes: 4 * MIB,
         network_leak_cycles: 12,
+        qemu_runs: 2,
     };
 }

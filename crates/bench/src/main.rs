@@ -19,6 +19,7 @@ use clap::Parser;
 mod args;
 mod host;
 mod measure;
+mod qemu;
 mod raw;
 mod report;
 mod server;
@@ -40,7 +41,13 @@ fn main() -> ExitCode {
     };
     let result = rt.block_on(async {
         tokio::select! {
-            report = suite::run(&args) => report,
+            report = async {
+                if args.runtime == "qemu" {
+                    qemu::run(&args).await
+                } else {
+                    suite::run(&args).await
+                }
+            } => report,
             _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
         }
     });

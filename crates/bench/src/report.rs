@@ -160,6 +160,9 @@ pub struct Machine {
     pub kernel: String,
     /// First line of `runc --version`.
     pub runc: String,
+    /// First line of `qemu-system-x86_64 --version` (runs of `--runtime qemu`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qemu: Option<String>,
 }
 
 /// Everything one run measured.
@@ -310,6 +313,7 @@ mod tests {
                 mem_total_gib: 24.0,
                 kernel: "6.18".into(),
                 runc: "runc version 1.1.5".into(),
+                qemu: None,
             },
             template: "tiny",
             started_at: "2025-01-01T00:00:00Z".into(),

@@ -30,6 +30,8 @@ pub struct ServerSettings {
     pub verbose: bool,
     /// Sandbox networks (`auto`: on when the host allows).
     pub network: cove_server::NetworkMode,
+    /// The runtime sandboxes run on.
+    pub runtime: cove_server::RuntimeChoice,
 }
 
 /// A running in-process Cove server.
@@ -68,7 +70,7 @@ impl CoveServer {
             guest_agent: Some(settings.guest_agent.clone()),
             cache_dir: Some(settings.cache_dir.clone()),
             runc: Some(settings.runc.clone()),
-            runtime: Default::default(),
+            runtime: settings.runtime,
             public_data_plane_url: None,
             lifecycle: Default::default(),
             command_output: Default::default(),
@@ -111,6 +113,11 @@ impl CoveServer {
     /// Prefix of the server's network namespaces and links.
     pub fn network_prefix(&self) -> &str {
         &self.net_prefix
+    }
+
+    /// The server's data directory.
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
     }
 
     /// runc's state root of the server's sandboxes.

@@ -30,6 +30,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         runc: args.runc.clone(),
         verbose: args.verbose,
         network: cove_server::NetworkMode::Auto,
+        runtime: cove_server::RuntimeChoice::Runc,
     };
     let server = CoveServer::start(settings.clone()).await?;
     let client = server.client()?;
@@ -115,5 +116,6 @@ fn machine(args: &Args) -> anyhow::Result<Machine> {
         mem_total_gib: host::mem_total()? as f64 / (1024.0 * MIB as f64),
         kernel: host::kernel_release(),
         runc,
+        qemu: None,
     })
 }

@@ -197,3 +197,60 @@ fn bench_dirs() -> std::collections::BTreeSet<String> {
         .filter(|n| n.starts_with("cove-bench-"))
         .collect()
 }
+
+/// `cove-bench --runtime qemu --quick`: every VM metric measured, each beside its raw QEMU
+/// baseline but exec (which has none). Skipped (passes with a message) without QEMU.
+#[test]
+fn quick_qemu_run_reports_every_vm_metric() {
+    let have_qemu = Command::new("qemu-system-x86_64")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have_qemu {
+        eprintln!("skipped: no qemu-system-x86_64 (scripts/install-deps.sh installs it)");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("temp dir");
+    let json_path = dir.path().join("out.json");
+    let before = bench_dirs();
+    let out = Command::new(env!("CARGO_BIN_EXE_cove-bench"))
+        .args(["--runtime", "qemu", "--quick", "--json"])
+        .arg(&json_path)
+        .arg("--guest-agent")
+        .arg(guest_agent())
+        .output()
+        .expect("run cove-bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "cove-bench failed\nstdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(&json_path).expect("read the JSON")).expect("JSON");
+    assert!(report["machine"]["qemu"]
+        .as_str()
+        .is_some_and(|q| q.contains("QEMU")));
+    let metrics = report["metrics"].as_array().expect("metrics");
+    for key in [
+        "qemu_first_create",
+        "qemu_create_from_base",
+        "qemu_exec",
+        "qemu_pause_resume",
+        "qemu_suspend",
+        "qemu_wake",
+    ] {
+        let m = metrics
+            .iter()
+            .find(|m| m["key"] == key)
+            .unwrap_or_else(|| panic!("{key} missing:\n{stdout}"));
+        assert_numbers(key, key, m);
+        let baselines = m["baselines"].as_array().expect("baselines");
+        assert_eq!(baselines.is_empty(), key == "qemu_exec", "{key}: {m}");
+        for b in baselines {
+            assert_numbers(key, &format!("{key} baseline"), b);
+        }
+    }
+    let leftovers: Vec<String> = bench_dirs().difference(&before).cloned().collect();
+    assert!(leftovers.is_empty(), "left behind: {leftovers:?}");
+}
