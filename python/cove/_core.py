@@ -210,6 +210,7 @@ def create_sandbox(
     template: Optional[str] = None,
     *,
     release: Optional[int] = None,
+    runtime: Optional[str] = None,
     resources: Union[Resources, Mapping[str, int], None] = None,
     env: Optional[Mapping[str, str]] = None,
     metadata: Optional[Mapping[str, str]] = None,
@@ -227,7 +228,8 @@ def create_sandbox(
     :class:`OperationFailed`), else at once in state ``creating``. ``network`` is its egress
     policy (:class:`NetworkPolicy` or ``{"internet": bool, "allow": [...], "deny": [...]}``);
     ``secrets`` maps a name to ``{"value": ..., "hosts": [...]}``: commands get a placeholder in
-    that variable, and the gateway puts the value in its place in HTTPS requests to ``hosts``."""
+    that variable, and the gateway puts the value in its place in HTTPS requests to ``hosts``.
+    ``runtime`` (``runc``, ``qemu``) must be the server's (:meth:`capabilities`) when given."""
     if isinstance(resources, Resources):
         resources = drop_none(**vars(resources))
     if isinstance(network, NetworkPolicy):
@@ -235,6 +237,7 @@ def create_sandbox(
     body = drop_none(
         template=template,
         release=release,
+        runtime=runtime,
         resources=dict(resources) if resources else None,
         env=dict(env) if env else None,
         metadata=dict(metadata) if metadata else None,

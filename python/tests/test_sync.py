@@ -353,3 +353,15 @@ def test_capabilities_state_the_retention(client):
         "commands_s": 86400,
         "snapshots_s": None,
     }
+
+
+def test_a_create_names_the_servers_runtime_or_is_refused(client):
+    runtime = client.capabilities().runtime
+    sb = client.create_sandbox("tiny", runtime=runtime)
+    try:
+        assert sb.runtime == runtime
+    finally:
+        client.delete_sandbox(sb)
+    with pytest.raises(cove.InvalidArgument) as err:
+        client.create_sandbox("tiny", runtime="no-such-runtime")
+    assert err.value.code == "invalid_argument"

@@ -17,6 +17,10 @@ pub struct CreateSandboxRequest {
     /// Release number of the template (default: its latest ready release).
     #[serde(default)]
     pub release: Option<u32>,
+    /// The runtime to run on (`runc`, `qemu`; `GET /v1/capabilities` names the server's).
+    /// Default: the server's. One the server does not offer is `400 invalid_argument`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
     /// Resource limits.
     #[serde(default)]
     pub resources: Option<ResourcesRequest>,

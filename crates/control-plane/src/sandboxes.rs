@@ -51,6 +51,18 @@ impl ControlPlane {
             .find(|r| r.name == template)
             .ok_or_else(|| ServiceError::TemplateNotFound(template.clone()))?;
         let resources = resources::resolve(req.resources.as_ref())?;
+        if let Some(runtime) = &req.runtime {
+            let offered = self.node().capabilities().runtime;
+            if *runtime != offered {
+                return Err(InvalidInput::new(
+                    "runtime",
+                    format!(
+                        "this server runs sandboxes on `{offered}` only (asked for `{runtime}`)"
+                    ),
+                )
+                .into());
+            }
+        }
         validate::env("env", &req.env)?;
         validate::metadata(&req.metadata)?;
         if let Some(cwd) = &req.cwd {

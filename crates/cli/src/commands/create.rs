@@ -23,6 +23,10 @@ pub struct CreateArgs {
     /// Release of the template (default: its latest ready release).
     #[arg(long)]
     pub release: Option<u32>,
+    /// Runtime to run on (`runc`, `qemu`; default: the server's). One the server does not
+    /// offer is refused.
+    #[arg(long)]
+    pub runtime: Option<String>,
     /// Resource limits.
     #[command(flatten)]
     pub resources: ResourceArgs,
@@ -61,6 +65,7 @@ impl CreateArgs {
         CreateSandboxRequest {
             template: self.template.clone(),
             release: self.release,
+            runtime: self.runtime.clone(),
             resources: self.resources.request(),
             env: self.env.iter().cloned().collect(),
             metadata: self.metadata.iter().cloned().collect(),

@@ -24,6 +24,8 @@ pub(crate) fn claimable(req: &CreateSandboxRequest) -> bool {
     let CreateSandboxRequest {
         template: _,
         release: _,
+        // Checked against the server's before a pool is looked at: every member is on it.
+        runtime: _,
         resources: _,
         env: _,
         metadata: _,

@@ -122,3 +122,24 @@ async fn a_release_missing_on_the_node_fails_the_create_with_release_not_found()
         .await;
     assert_eq!(h.state(&s.id).await, SandboxState::Failed);
 }
+
+#[tokio::test]
+async fn a_create_may_name_the_servers_runtime_and_no_other() {
+    let h = Harness::new().await;
+    let other = CreateSandboxRequest {
+        runtime: Some("firecracker".into()),
+        ..Default::default()
+    };
+    assert_eq!(
+        code(h.cp.create_sandbox(other, None).await),
+        ErrorCode::InvalidArgument
+    );
+    assert!(h.node.sandbox_ids().is_empty(), "nothing started");
+    let own = CreateSandboxRequest {
+        runtime: Some(h.cp.capabilities().runtime),
+        ..Default::default()
+    };
+    let (s, op) = h.create_with(own).await;
+    h.succeeds(&op).await;
+    assert_eq!(h.state(&s.id).await, SandboxState::Running);
+}
