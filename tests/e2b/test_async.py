@@ -89,8 +89,7 @@ async def test_files_and_watch():
         await sbx.files.remove("/home/user/w/c.txt")
         with pytest.raises(FileNotFoundException):
             await sbx.files.read("/home/user/w/c.txt")
-        with pytest.raises(SandboxException):
-            await sbx.get_metrics()
+        assert (await sbx.get_metrics())[-1].cpu_count >= 1
     finally:
         await sbx.kill()
 

@@ -1,5 +1,6 @@
 """E2B sync SDK: sandbox lifecycle (create, connect, get, list, kill, timeouts, pause)."""
 
+import datetime
 import time
 import uuid
 
@@ -140,10 +141,30 @@ def test_unsupported_features_raise():
     sbx = Sandbox.create()
     try:
         with pytest.raises(SandboxException, match="not supported"):
-            sbx.get_metrics()
-        with pytest.raises(SandboxException, match="not supported"):
             sbx.create_snapshot()
         with pytest.raises(SandboxException, match="not supported"):
             sbx.fork()
+    finally:
+        sbx.kill()
+
+
+def test_metrics_come_from_the_sandboxs_usage():
+    sbx = Sandbox.create()
+    try:
+        sbx.commands.run("head -c 20000000 /dev/zero > /tmp/fill")
+        metrics = sbx.get_metrics()
+        assert metrics, "at least the current reading"
+        last = metrics[-1]
+        info = sbx.get_info()
+        assert last.cpu_count == info.cpu_count
+        assert last.mem_total == info.memory_mb * 1024 * 1024
+        assert 0 < last.mem_used <= last.mem_total
+        assert last.disk_used >= 20_000_000, last
+        assert 0 <= last.cpu_used_pct <= 100
+        stamps = [m.timestamp for m in metrics]
+        assert stamps == sorted(stamps)
+        # A window after the last sample holds nothing.
+        later = stamps[-1] + datetime.timedelta(hours=1)
+        assert sbx.get_metrics(start=later) == []
     finally:
         sbx.kill()

@@ -1,8 +1,8 @@
 //! E2B's REST control API (`X-API-Key`) over Cove's sandbox services: create (v1 and v2),
 //! connect (resumes), get, list (metadata, state and template filters, `X-Next-Token`
 //! paging), kill, set_timeout and pause (a Cove suspend); `allow_internet_access: false` is
-//! Cove's `network.internet: false`. Features Cove does not have here yet (E2B's network rules,
-//! metrics, snapshots, fork, templates, secrets, volumes) answer `501` or `400` with a JSON
+//! Cove's `network.internet: false`; metrics come from Cove's per-sandbox usage. Features Cove
+//! does not have here yet (E2B's network rules, snapshots, fork, templates, secrets, volumes) answer `501` or `400` with a JSON
 //! error, which the SDK raises as an exception.
 
 use std::collections::BTreeMap;
@@ -26,6 +26,7 @@ use serde_json::{json, Value};
 use crate::error::RestError;
 
 pub(crate) mod list;
+mod metrics;
 use crate::{e2b_id, E2b, SandboxTtl, DEFAULT_TIMEOUT_S, ENVD_VERSION};
 
 /// Metadata key Cove adds to sandboxes created through E2B (hidden from E2B clients); the
@@ -50,8 +51,11 @@ pub fn router(e2b: E2b) -> Router {
         .route("/v2/sandboxes/{id}/connect", post(connect))
         .route("/sandboxes/{id}/connect", post(connect))
         .route("/sandboxes/{id}/resume", post(connect))
-        .route("/sandboxes/{id}/metrics", unsupported("sandbox metrics"))
-        .route("/sandboxes/metrics", unsupported("sandbox metrics"))
+        .route("/sandboxes/{id}/metrics", get(metrics::sandbox_metrics))
+        .route(
+            "/sandboxes/metrics",
+            unsupported("metrics of several sandboxes at once"),
+        )
         .route(
             "/sandboxes/{id}/network",
             unsupported("updating the network policy"),

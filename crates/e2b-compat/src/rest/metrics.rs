@@ -1,0 +1,77 @@
+//! `GET /sandboxes/{id}/metrics?start=&end=` (E2B's `SandboxMetric` list) from Cove's
+//! per-sandbox usage (`GET /v1/sandboxes/{id}/metrics`): the kept history (one sample every
+//! few seconds, the last 10 minutes) and the current reading, oldest first, within
+//! `[start, end]` (Unix seconds, both optional).
+//!
+//! Field mapping: `cpuUsedPct` = CPUs busy since the previous sample ÷ `cpuCount` × 100
+//! (0 for the first sample); `memUsed` = the memory charged to the sandbox (page cache
+//! included, bytes), `memCache` = 0 (not split out), `memTotal` = its limit; `diskUsed` = its
+//! writable layer or own disk, `diskTotal` = its disk's size (0 without one of its own). A
+//! sandbox that is not running (suspended) has no samples: an empty list, as E2B answers.
+
+use axum::extract::{Path, Query, State};
+use axum::Json;
+use cove_api_types::{MetricsSample, Sandbox};
+use cove_control_plane::ServiceError;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{e2b_sandbox, rfc3339};
+use crate::error::RestError;
+use crate::E2b;
+
+/// One MiB in bytes.
+const MIB: u64 = 1024 * 1024;
+
+/// `?start=&end=`, Unix seconds.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct Window {
+    start: Option<i64>,
+    end: Option<i64>,
+}
+
+/// The handler.
+pub(crate) async fn sandbox_metrics(
+    State(e2b): State<E2b>,
+    Path(id): Path<String>,
+    Query(window): Query<Window>,
+) -> Result<Json<Value>, RestError> {
+    let s = e2b_sandbox(&e2b, &id).await?;
+    let m = match e2b.cp.sandbox_metrics(&s.id).await {
+        Ok(m) => m,
+        Err(ServiceError::SandboxNotRunning { .. }) => return Ok(Json(json!([]))),
+        Err(e) => return Err(e.into()),
+    };
+    let samples: Vec<Value> = m
+        .history
+        .iter()
+        .chain(std::iter::once(&m.current))
+        .filter(|x| window.start.is_none_or(|t| x.at.timestamp() >= t))
+        .filter(|x| window.end.is_none_or(|t| x.at.timestamp() <= t))
+        .map(|x| metric(&s, x))
+        .collect();
+    Ok(Json(Value::Array(samples)))
+}
+
+/// One `SandboxMetric`.
+fn metric(s: &Sandbox, x: &MetricsSample) -> Value {
+    let cpus = s.resources.vcpus.max(1);
+    let pct = x.cpu.rate.map_or(0.0, |r| r / f64::from(cpus) * 100.0);
+    let mem_total = x.memory.limit_bytes.unwrap_or(s.resources.memory_mib * MIB);
+    let disk_total = x
+        .disk
+        .limit_bytes
+        .or(s.resources.disk_mib.map(|d| d * MIB))
+        .unwrap_or(0);
+    json!({
+        "timestamp": rfc3339(x.at),
+        "timestampUnix": x.at.timestamp(),
+        "cpuCount": cpus,
+        "cpuUsedPct": (pct * 100.0).round() / 100.0,
+        "memUsed": x.memory.bytes,
+        "memTotal": mem_total,
+        "memCache": 0,
+        "diskUsed": x.disk.used_bytes.unwrap_or(0),
+        "diskTotal": disk_total,
+    })
+}
