@@ -77,6 +77,18 @@ impl NodeReleases for NodeAgent {
         }
     }
 
+    async fn build_file_release(
+        &self,
+        template: &str,
+        number: u32,
+        build: cove_node_api::FileBuild,
+        events: tokio::sync::mpsc::Sender<BuildEvent>,
+        cancel: CancellationToken,
+    ) -> Result<cove_node_api::BuiltFileRelease, NodeError> {
+        self.file_build(template, number, build, events, cancel)
+            .await
+    }
+
     async fn remove_release(&self, template: &str, number: u32) -> Result<(), NodeError> {
         Self::remove_tree(&self.release_dir(template, number)).await
     }

@@ -27,13 +27,17 @@ use tracing::info;
 mod base;
 mod cache;
 mod command;
+mod context;
 mod digest;
 mod files;
+mod layer;
 mod recipe;
 mod staging;
+mod steps;
 mod tiny;
 
 pub use recipe::{Recipe, TemplateDefaults};
+pub use steps::{hash_sources, publish_release, step_key, unpack_context, LayerCache, StepTree};
 
 use command::Events;
 use staging::Staging;
