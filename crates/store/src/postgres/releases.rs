@@ -21,6 +21,7 @@ fn row_to_release(r: &PgRow) -> Result<Release, StoreError> {
             .transpose()?,
         recipe_hash: r.try_get("recipe_hash")?,
         digest: r.try_get("digest")?,
+        defaults: crate::json_defaults(r.try_get("defaults")?)?,
         created_at: r.try_get("created_at")?,
     })
 }
@@ -86,6 +87,21 @@ impl ReleaseStore for PgStore {
     ) -> Result<(), StoreError> {
         sqlx::query("UPDATE releases SET digest = $1 WHERE template = $2 AND number = $3")
             .bind(digest)
+            .bind(template)
+            .bind(i64::from(number))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn set_release_defaults(
+        &self,
+        template: &str,
+        number: u32,
+        defaults: &cove_api_types::TemplateDefaults,
+    ) -> Result<(), StoreError> {
+        sqlx::query("UPDATE releases SET defaults = $1 WHERE template = $2 AND number = $3")
+            .bind(crate::defaults_json(defaults)?)
             .bind(template)
             .bind(i64::from(number))
             .execute(&self.pool)
