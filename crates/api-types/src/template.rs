@@ -141,6 +141,7 @@ pub struct BuildReleaseResponse {
 /// Query of `POST /v1/templates` (the body is the build context, a tar archive holding the
 /// template file).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct CreateTemplateQuery {
     /// Template name: `[a-z0-9][a-z0-9_-]*`, at most 63 bytes, not a built-in recipe's.
