@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use cove_api_types::{
     CreateSandboxRequest, CreateTemplateQuery, OperationLogEvent, OperationState, ReleaseState,
 };
-use cove_client::{ClientError, Client};
+use cove_client::{Client, ClientError};
 use cove_e2e::{client, delete, ensure_template, sh};
 use futures::StreamExt;
 
@@ -20,7 +20,8 @@ fn context(files: &[(&str, &str)]) -> Vec<u8> {
         h.set_size(content.len() as u64);
         h.set_mode(0o644);
         h.set_cksum();
-        b.append_data(&mut h, path, content.as_bytes()).expect("append");
+        b.append_data(&mut h, path, content.as_bytes())
+            .expect("append");
     }
     b.into_inner().expect("tar")
 }
@@ -95,9 +96,15 @@ async fn a_file_template_builds_caches_runs_and_deletes() {
     assert_eq!(state, OperationState::Succeeded, "{log:#?}");
     let t = c.template("web").await.expect("template");
     assert_eq!(t.latest_release, Some(1));
-    assert_eq!((t.defaults.user.as_str(), t.defaults.workdir.as_str()), ("user", "/srv/app"));
+    assert_eq!(
+        (t.defaults.user.as_str(), t.defaults.workdir.as_str()),
+        ("user", "/srv/app")
+    );
     let r1 = &t.releases[0];
-    assert!(r1.size_bytes.unwrap_or(0) > 0 && r1.digest.is_some(), "{r1:?}");
+    assert!(
+        r1.size_bytes.unwrap_or(0) > 0 && r1.digest.is_some(),
+        "{r1:?}"
+    );
 
     let resp = c
         .create_sandbox(
@@ -168,7 +175,10 @@ async fn a_file_template_builds_caches_runs_and_deletes() {
     // Numbers are never reused: a new template of that name continues at 4.
     let (state, log, _) = build(&c, "web", "FROM tiny\nENV A=1\n", &[]).await;
     assert_eq!(state, OperationState::Succeeded, "{log:#?}");
-    assert_eq!(c.template("web").await.expect("template").latest_release, Some(4));
+    assert_eq!(
+        c.template("web").await.expect("template").latest_release,
+        Some(4)
+    );
     c.delete_template("web").await.expect("delete template");
 }
 
@@ -179,11 +189,22 @@ async fn a_failing_run_leaves_no_release_and_logs_its_stderr() {
     let file = "FROM tiny\nRUN echo made > /tmp/x\nRUN echo this-went-wrong >&2; exit 3\n";
     let (state, log, _) = build(&c, "broken", file, &[]).await;
     assert_eq!(state, OperationState::Failed);
-    assert!(log.iter().any(|l| l == "stderr: this-went-wrong"), "{log:#?}");
-    assert!(log.iter().any(|l| l.contains("line 3") && l.contains("code 3")), "{log:#?}");
+    assert!(
+        log.iter().any(|l| l == "stderr: this-went-wrong"),
+        "{log:#?}"
+    );
+    assert!(
+        log.iter()
+            .any(|l| l.contains("line 3") && l.contains("code 3")),
+        "{log:#?}"
+    );
     let t = c.template("broken").await.expect("template");
     assert_eq!(t.latest_release, None);
-    assert!(t.releases.iter().all(|r| r.state == ReleaseState::Failed), "{:?}", t.releases);
+    assert!(
+        t.releases.iter().all(|r| r.state == ReleaseState::Failed),
+        "{:?}",
+        t.releases
+    );
     let s = cove_e2e::server();
     assert!(!s.data_dir.join("releases/broken/1").exists());
     c.delete_template("broken").await.expect("delete");
@@ -218,7 +239,10 @@ async fn bad_files_are_400_naming_the_line() {
                 .expect("ends");
             assert_eq!(op.state, OperationState::Failed);
             let msg = op.error.map(|e| e.message).unwrap_or_default();
-            assert!(msg.contains("line 2") && msg.contains("missing.txt"), "{msg}");
+            assert!(
+                msg.contains("line 2") && msg.contains("missing.txt"),
+                "{msg}"
+            );
             continue;
         }
         match res {
