@@ -257,3 +257,144 @@ async fn bad_files_are_400_naming_the_line() {
     let err = c.delete_template("tiny").await.expect_err("built-in");
     assert!(matches!(err, ClientError::Api { status: 409, .. }), "{err}");
 }
+
+/// A tar of `(path, kind, data)` entries: `f` file, `d` directory, `l` symlink to `data`.
+fn layer(entries: &[(&str, char, &[u8])]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for (path, kind, data) in entries {
+        let mut h = tar::Header::new_gnu();
+        match kind {
+            'd' => {
+                h.set_entry_type(tar::EntryType::Directory);
+                h.set_mode(0o755);
+                h.set_size(0);
+                h.set_cksum();
+                b.append_data(&mut h, path, &[][..]).expect("dir");
+            }
+            'l' => {
+                h.set_entry_type(tar::EntryType::Symlink);
+                h.set_size(0);
+                let target = String::from_utf8_lossy(data).into_owned();
+                b.append_link(&mut h, path, target).expect("symlink");
+            }
+            _ => {
+                h.set_mode(0o755);
+                h.set_size(data.len() as u64);
+                h.set_cksum();
+                b.append_data(&mut h, path, *data).expect("file");
+            }
+        }
+    }
+    b.into_inner().expect("tar")
+}
+
+/// An OCI image layout tarball: busybox and accounts in layer 1, a whiteout in layer 2.
+fn oci_archive() -> Vec<u8> {
+    use sha2::Digest as _;
+    let busybox = std::fs::read("/bin/busybox").expect("the host's static busybox");
+    let mut l1: Vec<(&str, char, &[u8])> = vec![
+        ("bin", 'd', b""),
+        ("bin/busybox", 'f', &busybox),
+        ("etc", 'd', b""),
+        (
+            "etc/passwd",
+            'f',
+            b"root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n",
+        ),
+        ("etc/group", 'f', b"root:x:0:\nuser:x:1000:\n"),
+        ("etc/old", 'f', b"old\n"),
+        ("tmp", 'd', b""),
+        ("root", 'd', b""),
+        ("home", 'd', b""),
+        ("work", 'd', b""),
+    ];
+    for applet in ["sh", "cat", "ls", "id", "pwd", "echo", "test", "chown"] {
+        l1.push((
+            Box::leak(format!("bin/{applet}").into_boxed_str()),
+            'l',
+            b"busybox",
+        ));
+    }
+    let l1 = layer(&l1);
+    let l2 = layer(&[("etc/.wh.old", 'f', b""), ("etc/new", 'f', b"new\n")]);
+    let hex = |b: &[u8]| format!("{:x}", sha2::Sha256::digest(b));
+    let config = br#"{"architecture":"amd64","os":"linux","config":{"Env":["PATH=/bin","IMG=oci"],"WorkingDir":"/work","User":"root"},"rootfs":{"type":"layers","diff_ids":[]}}"#.to_vec();
+    let desc = |media: &str, b: &[u8]| {
+        format!(
+            r#"{{"mediaType":"{media}","digest":"sha256:{}","size":{}}}"#,
+            hex(b),
+            b.len()
+        )
+    };
+    let manifest = format!(
+        r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{},"layers":[{},{}]}}"#,
+        desc("application/vnd.oci.image.config.v1+json", &config),
+        desc("application/vnd.oci.image.layer.v1.tar", &l1),
+        desc("application/vnd.oci.image.layer.v1.tar", &l2),
+    )
+    .into_bytes();
+    let index = format!(
+        r#"{{"schemaVersion":2,"manifests":[{}]}}"#,
+        desc("application/vnd.oci.image.manifest.v1+json", &manifest)
+    )
+    .into_bytes();
+    let blob = |b: &[u8]| format!("blobs/sha256/{}", hex(b));
+    let (p1, p2, pc, pm) = (blob(&l1), blob(&l2), blob(&config), blob(&manifest));
+    layer(&[
+        ("oci-layout", 'f', br#"{"imageLayoutVersion":"1.0.0"}"#),
+        ("index.json", 'f', &index),
+        (&pm, 'f', &manifest),
+        (&pc, 'f', &config),
+        (&p1, 'f', &l1),
+        (&p2, 'f', &l2),
+    ])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oci_archive_imports_with_whiteouts_and_image_defaults() {
+    let c = client();
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("image.tar");
+    std::fs::write(&path, oci_archive()).expect("write archive");
+    let file = format!(
+        "FROM oci-archive:{}\nRUN echo built > /work/built\n",
+        path.display()
+    );
+    let (state, log, _) = build(&c, "imported", &file, &[]).await;
+    assert_eq!(state, OperationState::Succeeded, "{log:#?}");
+    let t = c.template("imported").await.expect("template");
+    assert_eq!(
+        (t.defaults.user.as_str(), t.defaults.workdir.as_str()),
+        ("root", "/work")
+    );
+    let resp = c
+        .create_sandbox(
+            &CreateSandboxRequest {
+                template: Some("imported".into()),
+                ..Default::default()
+            },
+            None,
+        )
+        .await
+        .expect("create");
+    let op = c
+        .wait_operation(&resp.operation.id, Duration::from_secs(120))
+        .await
+        .expect("create ends");
+    assert_eq!(op.state, OperationState::Succeeded, "{:?}", op.error);
+    let id = resp.sandbox.id;
+    let out = sh(
+        &c,
+        &id,
+        "echo $IMG; pwd; id -un; cat /etc/new built; test -e /etc/old && echo old-is-there",
+    )
+    .await;
+    assert_eq!(
+        out.stdout_text(),
+        "oci\n/work\nroot\nnew\nbuilt\n",
+        "stderr: {}",
+        out.stderr_text()
+    );
+    delete(&c, &id).await;
+    c.delete_template("imported").await.expect("delete");
+}

@@ -79,10 +79,31 @@ impl NodeAgent {
                     defaults.clone(),
                 )
             }
-            BuildParent::OciArchive { .. } => {
-                return Err(NodeError::Unsupported(
-                    "FROM oci-archive: is not supported by this node yet".into(),
-                ))
+            BuildParent::OciArchive { path } => {
+                let layers = LayerCache::new(self.cfg.data_dir.join("layers"));
+                let _ = events
+                    .send(BuildEvent::Progress {
+                        percent: 2,
+                        phase: format!("importing {path}"),
+                    })
+                    .await;
+                let (tree, d, key) = layers
+                    .import_oci(PathBuf::from(path), build.no_cache)
+                    .await
+                    .map_err(|e| match e {
+                        template::BuildError::Io { .. } => {
+                            NodeError::Build(format!("cannot read the image archive {path}"))
+                        }
+                        other => build_err(other),
+                    })?;
+                let defaults = ReleaseDefaults {
+                    user: d.user,
+                    workdir: d.workdir,
+                    env: d.env,
+                    start: None,
+                    ready: None,
+                };
+                (tree, format!("{STEP_KEY_VERSION}\n{key}"), defaults)
             }
         };
         let dir = self.release_dir(template, number);

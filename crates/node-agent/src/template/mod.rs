@@ -31,6 +31,7 @@ mod context;
 mod digest;
 mod files;
 mod layer;
+mod oci;
 mod recipe;
 mod staging;
 mod steps;

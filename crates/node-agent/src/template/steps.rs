@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::command::Events;
 use super::staging::{self, Staging};
-use super::{cache, context, digest, files, layer, BuildError, BuildEvent, TemplateDefaults};
+use super::{cache, context, digest, files, layer, oci, BuildError, BuildEvent, TemplateDefaults};
 
 /// The cache key of a step: hex SHA-256 of `parent_key`, the step's canonical text and what it
 /// reads (the context hash of a `COPY`; empty otherwise).
@@ -105,6 +105,88 @@ impl LayerCache {
         staging.publish(&entry, true).await?;
         Ok(entry.join("rootfs"))
     }
+}
+
+impl LayerCache {
+    /// The tree and defaults of the OCI image archive `archive` (see `oci.rs`), imported once
+    /// per archive content: the key is the hex SHA-256 of the archive's bytes.
+    ///
+    /// # Errors
+    /// [`BuildError::Failed`] for an archive that is not an image; `Io`.
+    pub async fn import_oci(
+        &self,
+        archive: PathBuf,
+        no_cache: bool,
+    ) -> Result<(PathBuf, TemplateDefaults, String), BuildError> {
+        std::fs::create_dir_all(&self.dir).map_err(files::io(&self.dir, "create"))?;
+        let dir = self.dir.clone();
+        let join = |e: tokio::task::JoinError| BuildError::Failed {
+            step: "oci import".into(),
+            detail: e.to_string(),
+        };
+        let key = {
+            let archive = archive.clone();
+            tokio::task::spawn_blocking(move || file_sha256(&archive))
+                .await
+                .map_err(join)??
+        };
+        let key = format!("oci-{key}");
+        let entry = dir.join(&key);
+        let read_defaults = |entry: &Path| -> Option<TemplateDefaults> {
+            let bytes = std::fs::read(oci::defaults_path(entry)).ok()?;
+            let (user, workdir, env) = serde_json::from_slice(&bytes).ok()?;
+            Some(TemplateDefaults { user, workdir, env })
+        };
+        if !no_cache {
+            if let (true, Some(d)) = (entry.join("rootfs").is_dir(), read_defaults(&entry)) {
+                return Ok((entry.join("rootfs"), d, key));
+            }
+        }
+        let staging = Staging::beside(&entry, "import")?;
+        let rootfs = staging.rootfs();
+        let whole = rootfs.parent().map(Path::to_path_buf).unwrap_or_default();
+        let imported = tokio::task::spawn_blocking(move || {
+            let d = oci::import(&archive, &rootfs)?;
+            let json = serde_json::to_vec(&(&d.user, &d.workdir, &d.env)).map_err(|e| {
+                BuildError::Failed {
+                    step: "oci import".into(),
+                    detail: e.to_string(),
+                }
+            })?;
+            let path = oci::defaults_path(&whole);
+            std::fs::write(&path, json).map_err(files::io(&path, "write"))?;
+            Ok::<_, BuildError>(d)
+        })
+        .await
+        .map_err(join)?;
+        let d = match imported {
+            Ok(d) => d,
+            Err(e) => {
+                staging.discard().await;
+                return Err(e);
+            }
+        };
+        if entry.exists() {
+            staging::remove_tree(&entry);
+        }
+        staging.publish(&entry, true).await?;
+        Ok((entry.join("rootfs"), d, key))
+    }
+}
+
+fn file_sha256(path: &Path) -> Result<String, BuildError> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).map_err(files::io(path, "open"))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        let n = f.read(&mut buf).map_err(files::io(path, "read"))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(format!("{:x}", h.finalize()))
 }
 
 fn apply(root: &Path, change: StepTree) -> Result<(), BuildError> {
