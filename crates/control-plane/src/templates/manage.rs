@@ -62,6 +62,9 @@ impl ControlPlane {
                         format!("line {from_line}: FROM names the template itself"),
                     ));
                 }
+                if !self.template_exists(&template).await? {
+                    return Err(ServiceError::TemplateNotFound(template));
+                }
                 let release = self.pick_release(&template, &pin).await?;
                 let d = self.release_defaults(&template, &release)?;
                 BuildParent::Release {
