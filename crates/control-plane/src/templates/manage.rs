@@ -51,6 +51,7 @@ impl ControlPlane {
         let path = q.file.clone().unwrap_or_else(|| DEFAULT_FILE.to_string());
         let text = file_in_context(&context, &path)?;
         let parsed = file::parse(&text).map_err(|e| invalid("file", e.to_string()))?;
+        check_sources(&context, &parsed.steps)?;
         let parent = match &parsed.from {
             FromRef::Template(pin) => {
                 let from_line = from_line(&text);
@@ -332,6 +333,47 @@ fn check_name(name: &str) -> Result<(), ServiceError> {
             "must be 1 to 63 of [a-z0-9_-], starting with a letter or digit",
         ))
     }
+}
+
+/// `invalid_argument` naming the line of a `COPY` whose source is not in the context tar
+/// (unless the context has symlinks, which a source may go through; the build checks those).
+fn check_sources(context: &[u8], steps: &[cove_node_api::FileStep]) -> Result<(), ServiceError> {
+    let mut names = Vec::new();
+    let mut ar = tar::Archive::new(context);
+    if let Ok(entries) = ar.entries() {
+        for entry in entries.flatten() {
+            if entry.header().entry_type().is_symlink() {
+                return Ok(());
+            }
+            if let Ok(p) = entry.path() {
+                let p = p.to_string_lossy();
+                names.push(p.trim_start_matches("./").trim_end_matches('/').to_string());
+            }
+        }
+    }
+    for step in steps {
+        let cove_node_api::BuildStep::Copy { sources, .. } = &step.step else {
+            continue;
+        };
+        for src in sources {
+            let found = src == "."
+                || names.iter().any(|n| {
+                    n == src
+                        || n.strip_prefix(src.as_str())
+                            .is_some_and(|r| r.starts_with('/'))
+                });
+            if !found {
+                return Err(invalid(
+                    "file",
+                    format!(
+                        "line {}: COPY source {src} is not in the build context",
+                        step.line
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The template file at `path` in the context tar.

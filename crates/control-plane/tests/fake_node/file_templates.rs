@@ -91,6 +91,7 @@ async fn bad_files_and_parents_record_nothing() {
         ("FROM base\nEXPOSE 80\n", ErrorCode::InvalidArgument),
         ("ENV A=1\n", ErrorCode::InvalidArgument),
         ("FROM base\nCOPY ../x /y\n", ErrorCode::InvalidArgument),
+        ("FROM base\nCOPY missing /y\n", ErrorCode::InvalidArgument),
         ("FROM nothing\n", ErrorCode::TemplateNotFound),
         ("FROM base:9\n", ErrorCode::ReleaseNotFound),
     ] {
