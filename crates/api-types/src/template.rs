@@ -91,6 +91,9 @@ pub struct Release {
     /// recipe use the template's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub defaults: Option<TemplateDefaults>,
+    /// The operation that built it: its log (`GET /v1/operations/{id}/logs`) is the build log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_operation_id: Option<String>,
     /// Creation time.
     pub created_at: DateTime<Utc>,
 }

@@ -42,6 +42,14 @@ pub trait ReleaseStore: Send + Sync {
         defaults: &TemplateDefaults,
     ) -> Result<(), StoreError>;
 
+    /// Records the operation that builds a release. An unknown release is a no-op.
+    async fn set_release_operation(
+        &self,
+        template: &str,
+        number: u32,
+        operation_id: &str,
+    ) -> Result<(), StoreError>;
+
     /// Releases of a template, newest first.
     async fn list_releases(&self, template: &str) -> Result<Vec<Release>, StoreError>;
 

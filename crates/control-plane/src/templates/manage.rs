@@ -99,6 +99,11 @@ impl ControlPlane {
         let Begun::New(op) = self.operations().begin(new_op).await? else {
             return Err(ServiceError::Internal("build replayed".into()));
         };
+        self.store()
+            .set_release_operation(&q.name, release.number, &op.id)
+            .await?;
+        let mut release = release;
+        release.build_operation_id = Some(op.id.clone());
         let build = FileBuild {
             parent,
             steps: parsed.steps,

@@ -170,6 +170,11 @@ impl ControlPlane {
         let Begun::New(op) = self.operations().begin(new_op).await? else {
             return Err(ServiceError::Internal("build replayed".into()));
         };
+        self.store()
+            .set_release_operation(name, release.number, &op.id)
+            .await?;
+        let mut release = release;
+        release.build_operation_id = Some(op.id.clone());
         let this = self.clone();
         let (template, number, op_id) = (name.to_string(), release.number, op.id.clone());
         self.operations().run(&op, async move {

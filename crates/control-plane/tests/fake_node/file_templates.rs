@@ -35,8 +35,16 @@ async fn a_file_release_gives_creates_its_defaults_and_is_kept_while_used() {
         h.settle(&built.operation.id).await.state,
         OperationState::Succeeded
     );
+    assert_eq!(
+        built.release.build_operation_id.as_deref(),
+        Some(built.operation.id.as_str())
+    );
     let t = h.cp.get_template("web").await.expect("template");
     assert_eq!(t.file.as_deref(), Some(file));
+    assert_eq!(
+        t.releases[0].build_operation_id.as_deref(),
+        Some(built.operation.id.as_str())
+    );
     assert_eq!(
         (t.defaults.user.as_str(), t.defaults.workdir.as_str()),
         ("app", "/srv")

@@ -7,3 +7,5 @@ CREATE TABLE file_templates (
     updated_at TEXT NOT NULL
 );
 ALTER TABLE releases ADD COLUMN defaults TEXT;
+-- The operation that built a release (its log is the build log).
+ALTER TABLE releases ADD COLUMN build_operation_id TEXT;

@@ -22,6 +22,7 @@ fn row_to_release(r: &PgRow) -> Result<Release, StoreError> {
         recipe_hash: r.try_get("recipe_hash")?,
         digest: r.try_get("digest")?,
         defaults: crate::json_defaults(r.try_get("defaults")?)?,
+        build_operation_id: r.try_get("build_operation_id")?,
         created_at: r.try_get("created_at")?,
     })
 }
@@ -106,6 +107,23 @@ impl ReleaseStore for PgStore {
             .bind(i64::from(number))
             .execute(&self.pool)
             .await?;
+        Ok(())
+    }
+
+    async fn set_release_operation(
+        &self,
+        template: &str,
+        number: u32,
+        operation_id: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE releases SET build_operation_id = $1 WHERE template = $2 AND number = $3",
+        )
+        .bind(operation_id)
+        .bind(template)
+        .bind(i64::from(number))
+        .execute(&self.pool)
+        .await?;
         Ok(())
     }
 

@@ -65,12 +65,17 @@ pub async fn release_defaults_round_trip_and_deleted_numbers_are_not_reused(stor
         .await
         .expect("defaults");
     store
+        .set_release_operation("web", r.number, "op-build")
+        .await
+        .expect("operation");
+    store
         .set_release_state("web", r.number, ReleaseState::Deleted, None)
         .await
         .expect("delete");
     let listed = store.list_releases("web").await.expect("list");
     assert_eq!(listed[0].defaults.as_ref(), Some(&defaults));
     assert_eq!(listed[0].state, ReleaseState::Deleted);
+    assert_eq!(listed[0].build_operation_id.as_deref(), Some("op-build"));
     let next = store.insert_next_release("web", "file").await.expect("r2");
     assert_eq!(next.number, 2);
 }
