@@ -7,7 +7,7 @@ use super::*;
 #[async_trait]
 impl NodeReleases for NodeAgent {
     fn recipes(&self) -> Vec<RecipeInfo> {
-        [Recipe::Base, Recipe::Tiny]
+        [Recipe::Base, Recipe::Tiny, Recipe::Full]
             .into_iter()
             .map(recipe_info)
             .collect()
