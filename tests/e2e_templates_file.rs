@@ -152,6 +152,26 @@ async fn a_file_template_builds_caches_runs_and_deletes() {
     assert!(ran.is_empty(), "steps ran again: {ran:?}");
     eprintln!("fresh build {fresh:?}, cache hit {cached:?}");
 
+    // no_cache reruns every step (beside the cached trees, which stay in use).
+    let mut files = vec![("Dockerfile", APP_FILE)];
+    files.extend_from_slice(APP_CONTEXT);
+    let resp = c
+        .create_template(
+            &CreateTemplateQuery {
+                name: "web".into(),
+                no_cache: true,
+                ..Default::default()
+            },
+            context(&files),
+        )
+        .await
+        .expect("no_cache build");
+    let op = c
+        .wait_operation(&resp.operation.id, Duration::from_secs(600))
+        .await
+        .expect("build ends");
+    assert_eq!(op.state, OperationState::Succeeded, "{:?}", op.error);
+
     // Change the last step only: only it runs.
     let changed = APP_FILE.replace("id -un > /srv/app/who", "id -un > /srv/app/who2");
     let (state, log, _) = build(&c, "web", &changed, APP_CONTEXT).await;
@@ -162,6 +182,8 @@ async fn a_file_template_builds_caches_runs_and_deletes() {
         .collect();
     assert_eq!(ran.len(), 1, "{log:#?}");
     assert!(ran[0].starts_with("line 12: RUN"), "{ran:?}");
+    let latest = c.template("web").await.expect("template").latest_release;
+    assert_eq!(latest, Some(4));
 
     delete(&c, &id).await;
     c.delete_release("web", 1).await.expect("delete release 1");
@@ -172,12 +194,12 @@ async fn a_file_template_builds_caches_runs_and_deletes() {
     c.delete_template("web").await.expect("delete template");
     let err = c.template("web").await.expect_err("gone");
     assert!(matches!(err, ClientError::Api { status: 404, .. }), "{err}");
-    // Numbers are never reused: a new template of that name continues at 4.
+    // Numbers are never reused: a new template of that name continues at 5.
     let (state, log, _) = build(&c, "web", "FROM tiny\nENV A=1\n", &[]).await;
     assert_eq!(state, OperationState::Succeeded, "{log:#?}");
     assert_eq!(
         c.template("web").await.expect("template").latest_release,
-        Some(4)
+        Some(5)
     );
     c.delete_template("web").await.expect("delete template");
 }

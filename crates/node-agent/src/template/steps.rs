@@ -6,7 +6,9 @@
 //! parent's tree with the step's changes applied by create-and-rename (`layer.rs`), so a step
 //! costs the files it changes plus one directory entry per file, and a tree is never written
 //! once published (an overlay lower directory, or the parent of a later copy). Published by
-//! rename, so a reader sees a whole tree or none.
+//! rename, so a reader sees a whole tree or none, and never replaced (a rerun with `no_cache`
+//! publishes beside the old tree). Nothing removes old trees yet (no garbage collection of the
+//! step cache).
 
 use std::path::{Path, PathBuf};
 
@@ -15,7 +17,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::command::Events;
-use super::staging::{self, Staging};
+use super::staging::Staging;
 use super::{cache, context, digest, files, layer, oci, BuildError, BuildEvent, TemplateDefaults};
 
 /// The cache key of a step: hex SHA-256 of `parent_key`, the step's canonical text and what it
@@ -99,11 +101,7 @@ impl LayerCache {
             staging.discard().await;
             return Err(e);
         }
-        if entry.exists() {
-            staging::remove_tree(&entry);
-        }
-        staging.publish(&entry, true).await?;
-        Ok(entry.join("rootfs"))
+        Ok(self.publish(staging, &entry).await?.join("rootfs"))
     }
 }
 
@@ -166,11 +164,33 @@ impl LayerCache {
                 return Err(e);
             }
         };
+        let published = self.publish(staging, &entry).await?;
+        Ok((published.join("rootfs"), d, key))
+    }
+}
+
+impl LayerCache {
+    /// Publishes `staging` as `entry`, never replacing a published entry (a running step may
+    /// have it as its lower directory, a copy may be reading it): a rerun of a cached step
+    /// (`no_cache`) is published beside it under a unique name, and losing a race to another
+    /// build of the same key keeps the other's (equivalent) tree. Returns the entry used.
+    async fn publish(&self, staging: Staging, entry: &Path) -> Result<PathBuf, BuildError> {
         if entry.exists() {
-            staging::remove_tree(&entry);
+            let name = entry
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let beside = self
+                .dir
+                .join(format!("{name}.{:016x}", rand::random::<u64>()));
+            staging.publish(&beside, true).await?;
+            return Ok(beside);
         }
-        staging.publish(&entry, true).await?;
-        Ok((entry.join("rootfs"), d, key))
+        match staging.publish(entry, true).await {
+            Ok(()) => Ok(entry.to_path_buf()),
+            Err(_) if entry.join("rootfs").is_dir() => Ok(entry.to_path_buf()),
+            Err(e) => Err(e),
+        }
     }
 }
 
