@@ -17,6 +17,8 @@ pub enum ReleaseState {
     Ready,
     /// The build failed; nothing of it is kept.
     Failed,
+    /// Deleted: its files are gone and its number is never reused.
+    Deleted,
 }
 
 impl ReleaseState {
@@ -26,6 +28,7 @@ impl ReleaseState {
             ReleaseState::Building => "building",
             ReleaseState::Ready => "ready",
             ReleaseState::Failed => "failed",
+            ReleaseState::Deleted => "deleted",
         }
     }
 
@@ -35,6 +38,7 @@ impl ReleaseState {
             "building" => ReleaseState::Building,
             "ready" => ReleaseState::Ready,
             "failed" => ReleaseState::Failed,
+            "deleted" => ReleaseState::Deleted,
             _ => return None,
         })
     }
@@ -49,6 +53,21 @@ pub struct TemplateDefaults {
     pub workdir: String,
     /// Environment of every command.
     pub env: BTreeMap<String, String>,
+    /// A shell command started when a sandbox starts (a template file's `START`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<String>,
+    /// A check that must pass before a sandbox counts as running (a template file's `READY`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<ReadyCheck>,
+}
+
+/// A readiness check: a shell command run until it exits 0, at most `timeout_s` seconds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ReadyCheck {
+    /// Shell command (`/bin/sh -c`).
+    pub command: String,
+    /// Seconds a sandbox may take to pass it; the create fails after that.
+    pub timeout_s: u64,
 }
 
 /// An immutable, numbered build of a template.
@@ -68,6 +87,13 @@ pub struct Release {
     /// when ready). Pin it with `template@sha256:…` on create.
     #[serde(default)]
     pub digest: Option<String>,
+    /// Defaults of its sandboxes, for a release built from a file (releases of a built-in
+    /// recipe use the template's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defaults: Option<TemplateDefaults>,
+    /// The operation that built it: its log (`GET /v1/operations/{id}/logs`) is the build log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_operation_id: Option<String>,
     /// Creation time.
     pub created_at: DateTime<Utc>,
 }
@@ -83,6 +109,9 @@ pub struct Template {
     pub defaults: TemplateDefaults,
     /// Newest ready release.
     pub latest_release: Option<u32>,
+    /// The template file it is built from (`None` for a built-in recipe).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
     /// Every release, newest first.
     pub releases: Vec<Release>,
 }
@@ -110,4 +139,21 @@ pub struct BuildReleaseResponse {
     pub release: Release,
     /// The build operation; its log streams at `GET /v1/operations/{id}/logs`.
     pub operation: Operation,
+}
+
+/// Query of `POST /v1/templates` (the body is the build context, a tar archive holding the
+/// template file).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTemplateQuery {
+    /// Template name: `[a-z0-9][a-z0-9_-]*`, at most 63 bytes, not a built-in recipe's.
+    /// An existing file template gets its next release.
+    pub name: String,
+    /// Path of the template file inside the context (default `Dockerfile`).
+    #[serde(default)]
+    pub file: Option<String>,
+    /// Ignore cached step results.
+    #[serde(default)]
+    pub no_cache: bool,
 }

@@ -1,6 +1,8 @@
 //! Templates and releases: `/v1/templates`.
 
-use cove_api_types::{BuildReleaseRequest, BuildReleaseResponse, Template, TemplateList};
+use cove_api_types::{
+    BuildReleaseRequest, BuildReleaseResponse, CreateTemplateQuery, Template, TemplateList,
+};
 use reqwest::Method;
 
 use crate::{Client, Result};
@@ -28,5 +30,43 @@ impl Client {
         let url = self.url(&["v1", "templates", name, "releases"]);
         self.json(self.request(Method::POST, url).json(request))
             .await
+    }
+
+    /// `POST /v1/templates`: creates (or gives a new release to) the file template
+    /// `query.name` from `context`, a tar archive holding the template file, and starts its
+    /// build; follow it with [`Client::operation_logs`] or [`Client::wait_operation`].
+    pub async fn create_template(
+        &self,
+        query: &CreateTemplateQuery,
+        context: Vec<u8>,
+    ) -> Result<BuildReleaseResponse> {
+        let mut url = self.url(&["v1", "templates"]);
+        {
+            let mut q = url.query_pairs_mut();
+            q.append_pair("name", &query.name);
+            if let Some(file) = &query.file {
+                q.append_pair("file", file);
+            }
+            if query.no_cache {
+                q.append_pair("no_cache", "true");
+            }
+        }
+        let request = self
+            .request(Method::POST, url)
+            .header(reqwest::header::CONTENT_TYPE, "application/x-tar")
+            .body(context);
+        self.json(request).await
+    }
+
+    /// `DELETE /v1/templates/{name}`: deletes a file template and all its releases.
+    pub async fn delete_template(&self, name: &str) -> Result<()> {
+        let url = self.url(&["v1", "templates", name]);
+        self.send(self.request(Method::DELETE, url)).await.map(drop)
+    }
+
+    /// `DELETE /v1/templates/{name}/releases/{number}`.
+    pub async fn delete_release(&self, name: &str, number: u32) -> Result<()> {
+        let url = self.url(&["v1", "templates", name, "releases", &number.to_string()]);
+        self.send(self.request(Method::DELETE, url)).await.map(drop)
     }
 }

@@ -346,6 +346,12 @@ impl ControlPlane {
         match self.node().wake_sandbox(launch, cancel.clone()).await {
             Ok(woken) => {
                 self.resync_network(id, &policy).await;
+                if !woken.memory_restored {
+                    // Its processes restarted: so does the template's START.
+                    if let Err(e) = self.run_startup(id, cancel).await {
+                        warn!(sandbox_id = %id, error = %e, "woken sandbox did not become ready");
+                    }
+                }
                 self.finish_wake(id, Some(op_id), woken.memory_restored)
                     .await?;
                 self.touch(id);

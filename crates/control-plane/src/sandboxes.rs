@@ -44,12 +44,9 @@ impl ControlPlane {
             req.template.as_deref().unwrap_or(DEFAULT_TEMPLATE),
             req.release,
         )?;
-        let recipe = self
-            .node()
-            .recipes()
-            .into_iter()
-            .find(|r| r.name == template)
-            .ok_or_else(|| ServiceError::TemplateNotFound(template.clone()))?;
+        if !self.template_exists(&template).await? {
+            return Err(ServiceError::TemplateNotFound(template.clone()));
+        }
         let resources = resources::resolve(req.resources.as_ref())?;
         if let Some(runtime) = &req.runtime {
             let offered = self.node().capabilities().runtime;
@@ -93,6 +90,7 @@ impl ControlPlane {
             ));
         }
         let picked = self.pick_release(&template, &pin).await?;
+        let recipe = self.release_defaults(&template, &picked)?;
 
         let body = crate::network::hashable_body(&req)?;
         let request_hash = idempotency_key
@@ -267,6 +265,24 @@ impl ControlPlane {
         match started {
             Ok(()) => {
                 self.resync_network(&id, &policy).await;
+                if let Err(e) = self.run_startup(&id, &cancel).await {
+                    warn!(sandbox_id = %id, error = %e, "sandbox did not become ready");
+                    let _ = self.node().destroy_sandbox(&id).await;
+                    if cancel.is_cancelled() {
+                        self.cancelled_create(&id, op_id).await?;
+                        return Err(e);
+                    }
+                    let reason = format!("start failed: {e}");
+                    self.transition(
+                        &id,
+                        SandboxState::Creating,
+                        SandboxState::Failed,
+                        Some(&reason),
+                        Some(op_id),
+                    )
+                    .await?;
+                    return Err(e);
+                }
                 if cancel.is_cancelled() {
                     self.cancelled_create(&id, op_id).await?;
                     return Err(ServiceError::Cancelled("cancelled by request".into()));

@@ -15,6 +15,7 @@ use cove_domain::{EgressPolicy, Resources};
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 
+mod builds;
 mod commands;
 mod files;
 mod lifecycle;
@@ -22,6 +23,10 @@ mod metrics;
 mod network;
 mod releases;
 
+pub use builds::{
+    BuildParent, BuildStep, BuiltFileRelease, FileBuild, FileStep, ReadyCheck, ReleaseDefaults,
+    StepProgram,
+};
 pub use commands::NodeCommands;
 pub use files::NodeFiles;
 pub use lifecycle::{NodeCapabilities, NodeLifecycle, SuspendInfo, WakeInfo};

@@ -1,6 +1,6 @@
 //! Release root filesystems: the built-in recipes and their builds.
 
-use crate::{BuildEvent, BuiltRelease, NodeError, RecipeInfo};
+use crate::{BuildEvent, BuiltFileRelease, BuiltRelease, FileBuild, NodeError, RecipeInfo};
 use async_trait::async_trait;
 
 /// Release root filesystems: the built-in recipes and their builds.
@@ -19,6 +19,26 @@ pub trait NodeReleases: Send + Sync + 'static {
         events: tokio::sync::mpsc::Sender<BuildEvent>,
         cancel: tokio_util::sync::CancellationToken,
     ) -> Result<BuiltRelease, NodeError>;
+
+    /// Builds release `number` of `template` from a template file: each step that changes
+    /// files runs in a sandbox of the node's runtime (`RUN`) or copies from the build context
+    /// (`COPY`), and its result is cached by the hash of its parent, its instruction and the
+    /// context files it reads. Nothing of the release is left behind on failure (the failing
+    /// command's output is in the events); cached steps stay.
+    ///
+    /// # Errors
+    /// [`NodeError::Build`] when a step fails (its message names the line),
+    /// [`NodeError::ReleaseNotFound`] when the parent is not on the node,
+    /// [`NodeError::Unsupported`] when the runtime cannot run build steps,
+    /// [`NodeError::Cancelled`].
+    async fn build_file_release(
+        &self,
+        template: &str,
+        number: u32,
+        build: FileBuild,
+        events: tokio::sync::mpsc::Sender<BuildEvent>,
+        cancel: tokio_util::sync::CancellationToken,
+    ) -> Result<BuiltFileRelease, NodeError>;
 
     /// Removes a release's files (after a failed build, or when retiring it).
     async fn remove_release(&self, template: &str, number: u32) -> Result<(), NodeError>;

@@ -3,7 +3,7 @@
 //!
 //! [`Store`] is the contract the control plane holds as `Arc<dyn Store>`; it is the sum of one
 //! trait per resource ([`SandboxStore`], [`LifecycleStore`], [`EventStore`],
-//! [`OperationStore`], [`PoolStore`], [`CommandStore`], [`ReleaseStore`], [`TokenStore`]). Two backends
+//! [`OperationStore`], [`PoolStore`], [`CommandStore`], [`ReleaseStore`], [`TemplateStore`], [`TokenStore`]). Two backends
 //! implement it: [`SqliteStore`] (the embedded default) and [`PgStore`] (PostgreSQL). Each
 //! keeps its own migrations (`migrations/sqlite/`, `migrations/postgres/`), applied at open.
 //! Every write is one statement or one transaction, so a crash leaves either the old or the
@@ -26,6 +26,7 @@ pub mod postgres;
 mod releases;
 mod sandboxes;
 pub mod sqlite;
+mod templates;
 mod tokens;
 
 pub use commands::{CommandRecord, CommandStore};
@@ -38,6 +39,7 @@ pub use postgres::PgStore;
 pub use releases::ReleaseStore;
 pub use sandboxes::{SandboxFilter, SandboxStore};
 pub use sqlite::SqliteStore;
+pub use templates::{FileTemplate, TemplateStore};
 pub use tokens::TokenStore;
 
 /// The whole store: every resource's methods, behind one object-safe trait. Share it as
@@ -51,6 +53,7 @@ pub trait Store:
     + PoolStore
     + CommandStore
     + ReleaseStore
+    + TemplateStore
     + TokenStore
     + std::fmt::Debug
     + Send
@@ -126,6 +129,19 @@ pub(crate) fn secrets_json(
     m: &std::collections::BTreeMap<String, cove_api_types::SandboxSecret>,
 ) -> Result<String, StoreError> {
     serde_json::to_string(m).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+/// The `defaults` column of a release (JSON) back to the defaults.
+pub(crate) fn json_defaults(
+    s: Option<String>,
+) -> Result<Option<cove_api_types::TemplateDefaults>, StoreError> {
+    s.map(|s| serde_json::from_str(&s).map_err(|e| StoreError::Corrupt(e.to_string())))
+        .transpose()
+}
+
+/// Release defaults as the `defaults` column.
+pub(crate) fn defaults_json(d: &cove_api_types::TemplateDefaults) -> Result<String, StoreError> {
+    serde_json::to_string(d).map_err(|e| StoreError::Corrupt(e.to_string()))
 }
 
 /// An operation error code's wire string back to the code.

@@ -1,7 +1,7 @@
 //! Releases of templates.
 
 use async_trait::async_trait;
-use cove_api_types::{Release, ReleaseState};
+use cove_api_types::{Release, ReleaseState, TemplateDefaults};
 
 use crate::StoreError;
 
@@ -31,6 +31,23 @@ pub trait ReleaseStore: Send + Sync {
         template: &str,
         number: u32,
         digest: &str,
+    ) -> Result<(), StoreError>;
+
+    /// Records the defaults a release built from a file gives its sandboxes. An unknown
+    /// release is a no-op.
+    async fn set_release_defaults(
+        &self,
+        template: &str,
+        number: u32,
+        defaults: &TemplateDefaults,
+    ) -> Result<(), StoreError>;
+
+    /// Records the operation that builds a release. An unknown release is a no-op.
+    async fn set_release_operation(
+        &self,
+        template: &str,
+        number: u32,
+        operation_id: &str,
     ) -> Result<(), StoreError>;
 
     /// Releases of a template, newest first.

@@ -258,6 +258,53 @@ impl NodeReleases for FakeNode {
         Ok(built)
     }
 
+    async fn build_file_release(
+        &self,
+        template: &str,
+        number: u32,
+        build: cove_node_api::FileBuild,
+        events: tokio::sync::mpsc::Sender<BuildEvent>,
+        cancel: CancellationToken,
+    ) -> Result<cove_node_api::BuiltFileRelease, NodeError> {
+        // The fake applies the metadata steps and counts the others; it runs nothing.
+        let mut defaults = match &build.parent {
+            cove_node_api::BuildParent::Release { defaults, .. } => defaults.clone(),
+            cove_node_api::BuildParent::OciArchive { .. } => Default::default(),
+        };
+        let mut steps_run = 0;
+        for s in &build.steps {
+            match &s.step {
+                cove_node_api::BuildStep::Env { vars } => defaults.env.extend(vars.iter().cloned()),
+                cove_node_api::BuildStep::User { user } => defaults.user = user.clone(),
+                cove_node_api::BuildStep::Workdir { path } => defaults.workdir = path.clone(),
+                cove_node_api::BuildStep::Start { command } => {
+                    defaults.start = Some(command.clone())
+                }
+                cove_node_api::BuildStep::Ready(r) => defaults.ready = Some(r.clone()),
+                cove_node_api::BuildStep::Arg { .. } => {}
+                _ => steps_run += 1,
+            }
+        }
+        let built = self
+            .run(Call::BuildRelease, template, Some(&cancel), |st| {
+                st.releases.insert((template.to_string(), number));
+                Ok(cove_node_api::BuiltFileRelease {
+                    size_bytes: 1 << 20,
+                    digest: fake_digest(template),
+                    defaults,
+                    steps_cached: 0,
+                    steps_run,
+                })
+            })
+            .await?;
+        let _ = events
+            .send(BuildEvent::Log(format!(
+                "built {template} {number} from a file"
+            )))
+            .await;
+        Ok(built)
+    }
+
     async fn remove_release(&self, template: &str, number: u32) -> Result<(), NodeError> {
         self.run(Call::RemoveRelease, template, None, |st| {
             st.releases.remove(&(template.to_string(), number));

@@ -1,11 +1,15 @@
-//! `cove template build|ls`.
+//! `cove template build|ls|rm`.
 
 use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use clap::{Args, Subcommand};
-use cove_api_types::{BuildReleaseRequest, Operation, OperationLogEvent, OperationState};
+use cove_api_types::{
+    BuildReleaseRequest, BuildReleaseResponse, CreateTemplateQuery, Operation, OperationLogEvent,
+    OperationState,
+};
 use cove_client::Client;
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -21,9 +25,23 @@ const BUILD_WAIT: Duration = Duration::from_secs(4 * 3600);
 #[derive(Debug, Subcommand)]
 pub enum TemplateVerb {
     /// Build a new release of a template, showing its progress; fails if the build fails.
+    /// With `-f FILE`, builds the template from a template file (a Dockerfile subset) and the
+    /// build context directory `CONTEXT` (default: none).
     Build(BuildArgs),
     /// List templates.
     Ls(TemplateLsArgs),
+    /// Delete a template built from a file (or, with `--release`, one release of any template).
+    Rm(RmArgs),
+}
+
+/// Options of `cove template rm`.
+#[derive(Debug, Args)]
+pub struct RmArgs {
+    /// Template name.
+    pub name: String,
+    /// Delete only this release.
+    #[arg(long)]
+    pub release: Option<u32>,
 }
 
 /// Options of `cove template build`.
@@ -31,6 +49,12 @@ pub enum TemplateVerb {
 pub struct BuildArgs {
     /// Template name.
     pub name: String,
+    /// The template file (a Dockerfile subset: FROM, RUN, COPY/ADD, ENV, WORKDIR, USER, ARG,
+    /// START, READY).
+    #[arg(short = 'f', long = "file")]
+    pub file: Option<PathBuf>,
+    /// The build context directory COPY reads from (only with `-f`).
+    pub context: Option<PathBuf>,
     /// Build from scratch, without the build cache.
     #[arg(long)]
     pub no_cache: bool,
@@ -52,14 +76,90 @@ pub async fn run(client: &Client, verb: TemplateVerb) -> anyhow::Result<()> {
     match verb {
         TemplateVerb::Build(args) => build(client, args).await,
         TemplateVerb::Ls(args) => ls(client, args).await,
+        TemplateVerb::Rm(args) => rm(client, args).await,
     }
 }
 
-async fn build(client: &Client, args: BuildArgs) -> anyhow::Result<()> {
-    let request = BuildReleaseRequest {
-        no_cache: args.no_cache,
+async fn rm(client: &Client, args: RmArgs) -> anyhow::Result<()> {
+    match args.release {
+        Some(n) => {
+            client.delete_release(&args.name, n).await?;
+            eprintln!("deleted release {n} of {}", args.name);
+        }
+        None => {
+            client.delete_template(&args.name).await?;
+            eprintln!("deleted template {}", args.name);
+        }
+    }
+    Ok(())
+}
+
+/// Name the template file gets in the context tar when it lies outside the context.
+const FILE_IN_TAR: &str = ".cove-template-file";
+
+/// The build context tar: `context`'s tree (symlinks kept as symlinks) plus the template
+/// file, and the file's path inside the tar.
+fn pack_context(file: &Path, context: Option<&Path>) -> anyhow::Result<(Vec<u8>, String)> {
+    let mut tar = tar::Builder::new(Vec::new());
+    tar.follow_symlinks(false);
+    let mut inside = None;
+    if let Some(dir) = context {
+        let dir = dir
+            .canonicalize()
+            .with_context(|| format!("context {}", dir.display()))?;
+        tar.append_dir_all(".", &dir)
+            .with_context(|| format!("pack {}", dir.display()))?;
+        let abs = file
+            .canonicalize()
+            .with_context(|| format!("template file {}", file.display()))?;
+        inside = abs
+            .strip_prefix(&dir)
+            .ok()
+            .map(|p| p.to_string_lossy().into_owned());
+    }
+    let path = match inside {
+        Some(p) => p,
+        None => {
+            let text = std::fs::read(file).with_context(|| format!("read {}", file.display()))?;
+            let mut h = tar::Header::new_gnu();
+            h.set_size(text.len() as u64);
+            h.set_mode(0o644);
+            h.set_cksum();
+            tar.append_data(&mut h, FILE_IN_TAR, text.as_slice())
+                .context("pack the template file")?;
+            FILE_IN_TAR.to_owned()
+        }
     };
-    let started = client.build_release(&args.name, &request).await?;
+    Ok((tar.into_inner().context("finish the context tar")?, path))
+}
+
+async fn build(client: &Client, args: BuildArgs) -> anyhow::Result<()> {
+    let started = match &args.file {
+        Some(file) => {
+            let (context, path) = pack_context(file, args.context.as_deref())?;
+            let query = CreateTemplateQuery {
+                name: args.name.clone(),
+                file: Some(path),
+                no_cache: args.no_cache,
+            };
+            client.create_template(&query, context).await?
+        }
+        None if args.context.is_some() => bail!("a build context needs a template file (-f)"),
+        None => {
+            let request = BuildReleaseRequest {
+                no_cache: args.no_cache,
+            };
+            client.build_release(&args.name, &request).await?
+        }
+    };
+    follow(client, started, &args).await
+}
+
+async fn follow(
+    client: &Client,
+    started: BuildReleaseResponse,
+    args: &BuildArgs,
+) -> anyhow::Result<()> {
     let release = started.release.number;
     let bar = ProgressBar::new(100);
     bar.set_style(
@@ -203,6 +303,50 @@ mod tests {
             Verb::Template(TemplateVerb::Ls(TemplateLsArgs { json: true }))
         ));
         assert!(Cli::try_parse_from(["cove", "template", "build"]).is_err());
+
+        let cli =
+            Cli::try_parse_from(["cove", "template", "build", "web", "-f", "Dockerfile", "."])
+                .expect("parses");
+        let Verb::Template(TemplateVerb::Build(args)) = cli.verb else {
+            panic!("expected build")
+        };
+        assert_eq!(args.file.as_deref(), Some(Path::new("Dockerfile")));
+        assert_eq!(args.context.as_deref(), Some(Path::new(".")));
+
+        let cli = Cli::try_parse_from(["cove", "template", "rm", "web", "--release", "2"])
+            .expect("parses");
+        let Verb::Template(TemplateVerb::Rm(args)) = cli.verb else {
+            panic!("expected rm")
+        };
+        assert_eq!((args.name.as_str(), args.release), ("web", Some(2)));
+    }
+
+    #[test]
+    fn the_context_tar_holds_the_file_inside_or_beside_it() {
+        let dir = tempfile::tempdir().expect("tmp");
+        std::fs::create_dir(dir.path().join("ctx")).expect("dir");
+        std::fs::write(dir.path().join("ctx/Dockerfile"), "FROM tiny\n").expect("file");
+        std::fs::write(dir.path().join("ctx/a.txt"), "a").expect("file");
+        std::fs::write(dir.path().join("Other"), "FROM base\n").expect("file");
+        let ctx = dir.path().join("ctx");
+        let (_, path) = pack_context(&ctx.join("Dockerfile"), Some(&ctx)).expect("pack");
+        assert_eq!(path, "Dockerfile");
+        let (tar, path) = pack_context(&dir.path().join("Other"), Some(&ctx)).expect("pack");
+        assert_eq!(path, FILE_IN_TAR);
+        let mut names: Vec<String> = tar::Archive::new(tar.as_slice())
+            .entries()
+            .expect("entries")
+            .map(|e| {
+                e.expect("entry")
+                    .path()
+                    .expect("path")
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        names.sort();
+        assert!(names.iter().any(|n| n.ends_with("a.txt")), "{names:?}");
+        assert!(names.contains(&FILE_IN_TAR.to_owned()), "{names:?}");
     }
 
     #[test]

@@ -34,9 +34,19 @@ pub use extract::parse_wait;
 /// The management API router.
 pub fn management_router(cp: ControlPlane) -> Router {
     let v1 = Router::new()
-        .route("/v1/templates", get(templates::list))
-        .route("/v1/templates/{name}", get(templates::get_one))
+        .route(
+            "/v1/templates",
+            get(templates::list).post(templates::create),
+        )
+        .route(
+            "/v1/templates/{name}",
+            get(templates::get_one).delete(templates::delete),
+        )
         .route("/v1/templates/{name}/releases", post(templates::build))
+        .route(
+            "/v1/templates/{name}/releases/{number}",
+            axum::routing::delete(templates::delete_release),
+        )
         .route(
             "/v1/sandboxes",
             post(sandboxes::create).get(sandboxes::list),

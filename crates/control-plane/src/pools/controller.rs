@@ -110,12 +110,13 @@ impl ControlPlane {
             .min(p.max.saturating_sub(have));
         if start > 0 {
             // One lookup for every member this pass boots: they share the release's digest.
-            let digest = self
+            let picked = self
                 .pick_release(&p.template, &crate::release_pins::Pin::Number(release))
-                .await?
-                .digest;
+                .await?;
+            let defaults = self.release_defaults(&p.template, &picked)?;
             for _ in 0..start {
-                self.start_member(p, release, digest.clone()).await?;
+                self.start_member(p, release, picked.digest.clone(), &defaults)
+                    .await?;
             }
         }
         if start > 0 {
@@ -129,13 +130,9 @@ impl ControlPlane {
         p: &PoolRecord,
         release: u32,
         release_digest: Option<String>,
+        defaults: &cove_api_types::TemplateDefaults,
     ) -> Result<(), ServiceError> {
-        let recipe = self
-            .node()
-            .recipes()
-            .into_iter()
-            .find(|r| r.name == p.template)
-            .ok_or_else(|| ServiceError::TemplateNotFound(p.template.clone()))?;
+        let recipe = defaults.clone();
         let now = Utc::now();
         let member = Sandbox {
             id: ids::new_sandbox_id(),

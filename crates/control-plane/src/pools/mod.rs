@@ -37,7 +37,7 @@ impl ControlPlane {
     /// `release_not_found` (a pinned release that is not ready).
     pub async fn put_pool(&self, name: &str, req: PutPoolRequest) -> Result<Pool, ServiceError> {
         check_name(name)?;
-        if !self.node().recipes().iter().any(|r| r.name == req.template) {
+        if !self.template_exists(&req.template).await? {
             return Err(ServiceError::TemplateNotFound(req.template));
         }
         if let Some(n) = req.release {

@@ -10,6 +10,7 @@ mod controller;
 mod create;
 mod deadlines;
 mod delete;
+mod file_templates;
 mod files;
 mod harness;
 mod idempotency;

@@ -111,6 +111,9 @@ fn recipe_info(r: Recipe) -> RecipeInfo {
     let description = match r {
         Recipe::Base => "Debian bookworm with bash, python3, git, curl, sudo; user `user`",
         Recipe::Tiny => "busybox only; seconds to build, for tests and quick checks",
+        Recipe::Full => {
+            "base plus build-essential, nodejs, npm, ripgrep, vim-tiny; pip installs into a virtualenv of `user`"
+        }
     };
     RecipeInfo {
         name: r.name().to_string(),
@@ -126,6 +129,7 @@ fn runtime_err(e: cove_runtime::RuntimeError) -> NodeError {
     NodeError::Runtime(e.to_string())
 }
 
+mod builds;
 mod commands;
 mod convert;
 mod files;

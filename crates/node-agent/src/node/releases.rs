@@ -7,7 +7,7 @@ use super::*;
 #[async_trait]
 impl NodeReleases for NodeAgent {
     fn recipes(&self) -> Vec<RecipeInfo> {
-        [Recipe::Base, Recipe::Tiny]
+        [Recipe::Base, Recipe::Tiny, Recipe::Full]
             .into_iter()
             .map(recipe_info)
             .collect()
@@ -75,6 +75,18 @@ impl NodeReleases for NodeAgent {
                 })
             }
         }
+    }
+
+    async fn build_file_release(
+        &self,
+        template: &str,
+        number: u32,
+        build: cove_node_api::FileBuild,
+        events: tokio::sync::mpsc::Sender<BuildEvent>,
+        cancel: CancellationToken,
+    ) -> Result<cove_node_api::BuiltFileRelease, NodeError> {
+        self.file_build(template, number, build, events, cancel)
+            .await
     }
 
     async fn remove_release(&self, template: &str, number: u32) -> Result<(), NodeError> {

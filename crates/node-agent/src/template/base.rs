@@ -1,4 +1,4 @@
-//! The `base` recipe: Debian bookworm via `mmdebstrap --variant=minbase`, with the `user`
+//! The `base` (and `full`) recipe: Debian bookworm via `mmdebstrap --variant=minbase`, with the `user`
 //! account created by customize hooks and passwordless sudo written afterwards.
 
 use std::path::Path;
@@ -8,8 +8,8 @@ use tokio::process::Command;
 use super::command::{self, Events, Tool};
 use super::files::write_file;
 use super::recipe::{
-    BASE_CUSTOMIZE_HOOKS, BASE_DPKG_OPTS, BASE_PACKAGES, BASE_SUITE, DEFAULT_MIRROR, SUDOERS,
-    SUDOERS_PATH,
+    BASE_CUSTOMIZE_HOOKS, BASE_DPKG_OPTS, BASE_PACKAGES, BASE_SUITE, DEFAULT_MIRROR,
+    FULL_CUSTOMIZE_HOOKS, FULL_EXTRA_PACKAGES, SUDOERS, SUDOERS_PATH,
 };
 use super::{BuildError, BuildOptions};
 
@@ -35,12 +35,13 @@ const PHASES: &[(&str, u8, &str)] = &[
 ];
 
 /// Builds the base root filesystem into `root` (which must not exist); mmdebstrap's temporary
-/// files go to `scratch`.
+/// files go to `scratch`. With `full`, the `full` recipe's packages and hooks are added.
 pub(crate) async fn build(
     root: &Path,
     scratch: &Path,
     opts: &BuildOptions,
     events: &mut Events,
+    full: bool,
 ) -> Result<(), BuildError> {
     let mirror = opts.mirror.as_deref().unwrap_or(DEFAULT_MIRROR);
     if !["http://", "https://", "file://"]
@@ -53,12 +54,18 @@ pub(crate) async fn build(
         });
     }
     let mut cmd = Command::new(MMDEBSTRAP.name);
+    let mut packages = BASE_PACKAGES.to_vec();
+    let mut hooks = BASE_CUSTOMIZE_HOOKS.to_vec();
+    if full {
+        packages.extend_from_slice(FULL_EXTRA_PACKAGES);
+        hooks.extend_from_slice(FULL_CUSTOMIZE_HOOKS);
+    }
     cmd.arg("--variant=minbase")
-        .arg(format!("--include={}", BASE_PACKAGES.join(",")));
+        .arg(format!("--include={}", packages.join(",")));
     for opt in BASE_DPKG_OPTS {
         cmd.arg(format!("--dpkgopt={opt}"));
     }
-    for hook in BASE_CUSTOMIZE_HOOKS {
+    for hook in hooks {
         cmd.arg(format!("--customize-hook={hook}"));
     }
     cmd.arg(BASE_SUITE)

@@ -3,7 +3,8 @@
 //!
 //! # Manifest (version 1)
 //! The line `cove-release-manifest v1`, the defaults as `user=…`, `workdir=…` and one `env K=V`
-//! per variable (sorted by key), then one record per entry of the tree, depth first with siblings
+//! per variable (sorted by key), for a release built from a file its `start=…` and
+//! `ready=TIMEOUT_S CMD` lines when it has them (newlines escaped), then one record per entry of the tree, depth first with siblings
 //! in byte order of their names, named by its path from the root (`/` for the root itself):
 //! `path NUL kind NUL mode NUL uid NUL gid NUL detail NL`, where kind is `d`, `f`, `l`, `c`,
 //! `b`, `p` or `s`, mode is the permission bits in octal (with setuid/setgid/sticky), and detail
@@ -36,11 +37,29 @@ pub(crate) fn release_digest(
     root: &Path,
     defaults: &TemplateDefaults,
 ) -> Result<String, BuildError> {
+    manifest_digest(root, defaults, &[])
+}
+
+/// [`release_digest`] with more default lines after the environment (a file release's
+/// `start=…` and `ready=…`, each without a newline; absent lines leave the digest as for a
+/// recipe release).
+///
+/// # Errors
+/// [`BuildError::Io`] when an entry cannot be read.
+pub(crate) fn manifest_digest(
+    root: &Path,
+    defaults: &TemplateDefaults,
+    extra: &[String],
+) -> Result<String, BuildError> {
     let mut h = Sha256::new();
     h.update(b"cove-release-manifest v1\n");
     h.update(format!("user={}\nworkdir={}\n", defaults.user, defaults.workdir).as_bytes());
     for (k, v) in &defaults.env {
         h.update(format!("env {k}={v}\n").as_bytes());
+    }
+    for line in extra {
+        h.update(line.replace('\n', "\\n").as_bytes());
+        h.update(b"\n");
     }
     entry(&mut h, root, b"/")?;
     walk(&mut h, root, &mut Vec::new())?;

@@ -38,6 +38,28 @@ pub(crate) const BASE_PACKAGES: &[&str] = &[
     "xz-utils",
 ];
 
+/// Packages the `full` recipe adds to [`BASE_PACKAGES`] (close to E2B's default image).
+pub(crate) const FULL_EXTRA_PACKAGES: &[&str] =
+    &["build-essential", "nodejs", "npm", "ripgrep", "vim-tiny"];
+
+/// The virtualenv of `user` in the `full` recipe, first on `PATH`, so `pip install` works
+/// without root and without `--break-system-packages`.
+pub(crate) const FULL_VENV: &str = "/home/user/.venv";
+
+/// `PATH` of the `full` recipe's sandboxes (the virtualenv first).
+pub(crate) const FULL_PATH: &str =
+    "/home/user/.venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// mmdebstrap `--customize-hook`s the `full` recipe runs after [`BASE_CUSTOMIZE_HOOKS`]: the
+/// virtualenv, owned by `user`, and a profile script putting it first on login shells' `PATH`
+/// (Debian's `/etc/profile` resets `PATH`).
+pub(crate) const FULL_CUSTOMIZE_HOOKS: &[&str] = &[
+    r#"chroot "$1" python3 -m venv /home/user/.venv"#,
+    r#"chroot "$1" chown -R 1000:1000 /home/user/.venv"#,
+    r#"printf '%s\n' 'export VIRTUAL_ENV=/home/user/.venv' 'export PATH="$VIRTUAL_ENV/bin:$PATH"' > "$1"/etc/profile.d/50-cove-venv.sh"#,
+    r#"rm -rf "$1"/var/log/apt/* "$1"/var/log/dpkg.log "$1"/var/cache/debconf/*-old "$1"/var/lib/dpkg/*-old"#,
+];
+
 /// dpkg options of the `base` recipe (kept in the image, so later `apt install`s honour them):
 /// no manuals, info pages, translations or docs except copyright files, like Debian's slim images.
 pub(crate) const BASE_DPKG_OPTS: &[&str] = &[
@@ -121,6 +143,9 @@ pub enum Recipe {
     Base,
     /// The host's static busybox with an applet symlink each; builds in well under a second.
     Tiny,
+    /// `base` plus build-essential, nodejs and npm, ripgrep, vim-tiny and a virtualenv of
+    /// `user` first on `PATH` (a separate recipe, so `base`'s cache key stays as it is).
+    Full,
 }
 
 /// What a sandbox of a template gets unless its create request says otherwise.
@@ -140,6 +165,7 @@ impl Recipe {
         match name {
             "base" => Some(Recipe::Base),
             "tiny" => Some(Recipe::Tiny),
+            "full" => Some(Recipe::Full),
             _ => None,
         }
     }
@@ -149,14 +175,19 @@ impl Recipe {
         match self {
             Recipe::Base => "base",
             Recipe::Tiny => "tiny",
+            Recipe::Full => "full",
         }
     }
 
     /// Defaults of sandboxes of this template.
     pub fn defaults(&self) -> TemplateDefaults {
         let mut env = BTreeMap::new();
-        if *self == Recipe::Base {
+        if matches!(self, Recipe::Base | Recipe::Full) {
             env.insert("LANG".to_string(), "C.UTF-8".to_string());
+        }
+        if *self == Recipe::Full {
+            env.insert("PATH".to_string(), FULL_PATH.to_string());
+            env.insert("VIRTUAL_ENV".to_string(), FULL_VENV.to_string());
         }
         TemplateDefaults {
             user: USER_NAME.to_string(),
@@ -200,6 +231,20 @@ impl Recipe {
                 }
                 line("file", &format!("{SUDOERS_PATH} 0440 {SUDOERS}"));
             }
+            Recipe::Full => {
+                line("suite", BASE_SUITE);
+                line("variant", "minbase");
+                for p in BASE_PACKAGES.iter().chain(FULL_EXTRA_PACKAGES) {
+                    line("package", p);
+                }
+                for o in BASE_DPKG_OPTS {
+                    line("dpkgopt", o);
+                }
+                for h in BASE_CUSTOMIZE_HOOKS.iter().chain(FULL_CUSTOMIZE_HOOKS) {
+                    line("hook", h);
+                }
+                line("file", &format!("{SUDOERS_PATH} 0440 {SUDOERS}"));
+            }
             Recipe::Tiny => {
                 line("busybox", HOST_BUSYBOX);
                 for (dir, mode) in TINY_DIRS {
@@ -224,7 +269,7 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for r in [Recipe::Base, Recipe::Tiny] {
+        for r in [Recipe::Base, Recipe::Tiny, Recipe::Full] {
             assert_eq!(Recipe::for_template(r.name()), Some(r));
         }
         assert_eq!(Recipe::for_template("nope"), None);
@@ -236,6 +281,7 @@ mod tests {
         assert_eq!(base.len(), 64);
         assert_eq!(base, Recipe::Base.recipe_hash());
         assert_ne!(base, Recipe::Tiny.recipe_hash());
+        assert_ne!(base, Recipe::Full.recipe_hash());
     }
 
     #[test]

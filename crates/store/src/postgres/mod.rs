@@ -26,6 +26,7 @@ mod operations;
 mod pools;
 mod releases;
 mod sandboxes;
+mod templates;
 mod tokens;
 
 /// First key of the advisory lock that serialises appends to one operation's log.

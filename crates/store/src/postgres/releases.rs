@@ -21,6 +21,8 @@ fn row_to_release(r: &PgRow) -> Result<Release, StoreError> {
             .transpose()?,
         recipe_hash: r.try_get("recipe_hash")?,
         digest: r.try_get("digest")?,
+        defaults: crate::json_defaults(r.try_get("defaults")?)?,
+        build_operation_id: r.try_get("build_operation_id")?,
         created_at: r.try_get("created_at")?,
     })
 }
@@ -90,6 +92,38 @@ impl ReleaseStore for PgStore {
             .bind(i64::from(number))
             .execute(&self.pool)
             .await?;
+        Ok(())
+    }
+
+    async fn set_release_defaults(
+        &self,
+        template: &str,
+        number: u32,
+        defaults: &cove_api_types::TemplateDefaults,
+    ) -> Result<(), StoreError> {
+        sqlx::query("UPDATE releases SET defaults = $1 WHERE template = $2 AND number = $3")
+            .bind(crate::defaults_json(defaults)?)
+            .bind(template)
+            .bind(i64::from(number))
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn set_release_operation(
+        &self,
+        template: &str,
+        number: u32,
+        operation_id: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE releases SET build_operation_id = $1 WHERE template = $2 AND number = $3",
+        )
+        .bind(operation_id)
+        .bind(template)
+        .bind(i64::from(number))
+        .execute(&self.pool)
+        .await?;
         Ok(())
     }
 

@@ -18,6 +18,7 @@ mod operations;
 mod pools;
 mod releases;
 mod sandboxes;
+mod templates;
 mod tokens;
 
 /// The SQLite store; cheap to clone (a connection pool).

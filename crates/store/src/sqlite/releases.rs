@@ -17,6 +17,8 @@ fn row_to_release(r: &sqlx::sqlite::SqliteRow) -> Result<Release, StoreError> {
         size_bytes: r.try_get::<Option<i64>, _>("size_bytes")?.map(|v| v as u64),
         recipe_hash: r.try_get("recipe_hash")?,
         digest: r.try_get("digest")?,
+        defaults: crate::json_defaults(r.try_get("defaults")?)?,
+        build_operation_id: r.try_get("build_operation_id")?,
         created_at: r.try_get::<DateTime<Utc>, _>("created_at")?,
     })
 }
@@ -50,6 +52,8 @@ impl ReleaseStore for SqliteStore {
             size_bytes: None,
             recipe_hash: recipe_hash.to_string(),
             digest: None,
+            defaults: None,
+            build_operation_id: None,
             created_at: now,
         })
     }
@@ -81,6 +85,36 @@ impl ReleaseStore for SqliteStore {
     ) -> Result<(), StoreError> {
         sqlx::query("UPDATE releases SET digest = ? WHERE template = ? AND number = ?")
             .bind(digest)
+            .bind(template)
+            .bind(number)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn set_release_defaults(
+        &self,
+        template: &str,
+        number: u32,
+        defaults: &cove_api_types::TemplateDefaults,
+    ) -> Result<(), StoreError> {
+        sqlx::query("UPDATE releases SET defaults = ? WHERE template = ? AND number = ?")
+            .bind(crate::defaults_json(defaults)?)
+            .bind(template)
+            .bind(number)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn set_release_operation(
+        &self,
+        template: &str,
+        number: u32,
+        operation_id: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query("UPDATE releases SET build_operation_id = ? WHERE template = ? AND number = ?")
+            .bind(operation_id)
             .bind(template)
             .bind(number)
             .execute(&self.pool)

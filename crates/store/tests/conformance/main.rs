@@ -15,6 +15,7 @@ mod operations;
 mod pools;
 mod releases;
 mod sandboxes;
+mod templates;
 mod tokens;
 
 /// One `#[tokio::test]` per case and backend.
@@ -41,6 +42,8 @@ macro_rules! conformance {
 }
 
 conformance!(
+    templates::file_templates_are_put_replaced_listed_and_deleted,
+    templates::release_defaults_round_trip_and_deleted_numbers_are_not_reused,
     sandboxes::sandboxes_round_trip,
     sandboxes::sandbox_ids_are_unique,
     sandboxes::sandbox_transitions_are_compare_and_set,

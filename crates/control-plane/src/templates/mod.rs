@@ -1,8 +1,10 @@
-//! Templates and release builds.
+//! Templates and release builds: built-in recipes (`base`, `tiny`) and templates built from a
+//! file (`file.rs`, the parser; `manage.rs`, create and delete; `startup.rs`, START and READY
+//! when a sandbox starts).
 
 use chrono::{Duration as ChronoDuration, Utc};
 use cove_api_types::{
-    BuildReleaseRequest, BuildReleaseResponse, OperationKind, ReleaseState, Template,
+    BuildReleaseRequest, BuildReleaseResponse, OperationKind, Release, ReleaseState, Template,
     TemplateDefaults, TemplateList,
 };
 use cove_domain::ids;
@@ -15,23 +17,63 @@ use crate::error::from_node;
 use crate::operations::Begun;
 use crate::{ControlPlane, ServiceError};
 
+pub mod file;
+mod manage;
+mod startup;
+
 /// Deadline of a release build (1 h: a cold `base` build downloads ~100 MB of packages).
 pub const BUILD_DEADLINE_MIN: i64 = 60;
 
 impl ControlPlane {
-    /// Every template with its releases.
+    /// Every template with its releases: the built-in recipes, then file templates by name.
     pub async fn list_templates(&self) -> Result<TemplateList, ServiceError> {
         let mut templates = Vec::new();
         for r in self.node().recipes() {
             templates.push(self.template_of(r).await?);
+        }
+        for t in self.store().file_templates().await? {
+            templates.push(self.file_template_of(t).await?);
         }
         Ok(TemplateList { templates })
     }
 
     /// One template.
     pub async fn get_template(&self, name: &str) -> Result<Template, ServiceError> {
-        let recipe = self.recipe(name)?;
-        self.template_of(recipe).await
+        if let Ok(recipe) = self.recipe(name) {
+            return self.template_of(recipe).await;
+        }
+        match self.store().file_template(name).await? {
+            Some(t) => self.file_template_of(t).await,
+            None => Err(ServiceError::TemplateNotFound(name.to_string())),
+        }
+    }
+
+    /// Whether `name` is a template (a recipe or a file template).
+    pub(crate) async fn template_exists(&self, name: &str) -> Result<bool, ServiceError> {
+        Ok(self.recipe(name).is_ok() || self.store().file_template(name).await?.is_some())
+    }
+
+    /// What sandboxes of `release` of `template` get by default: the release's own defaults
+    /// (built from a file) or its recipe's.
+    ///
+    /// # Errors
+    /// `template_not_found` when it is neither.
+    pub(crate) fn release_defaults(
+        &self,
+        template: &str,
+        release: &Release,
+    ) -> Result<TemplateDefaults, ServiceError> {
+        if let Some(d) = &release.defaults {
+            return Ok(d.clone());
+        }
+        let r = self.recipe(template)?;
+        Ok(TemplateDefaults {
+            user: r.user,
+            workdir: r.workdir,
+            env: r.env,
+            start: None,
+            ready: None,
+        })
     }
 
     fn recipe(&self, name: &str) -> Result<RecipeInfo, ServiceError> {
@@ -43,23 +85,55 @@ impl ControlPlane {
     }
 
     async fn template_of(&self, r: RecipeInfo) -> Result<Template, ServiceError> {
-        let releases = self.store().list_releases(&r.name).await?;
-        let latest_release = releases
-            .iter()
-            .filter(|x| x.state == ReleaseState::Ready)
-            .map(|x| x.number)
-            .max();
+        let releases = self.live_releases(&r.name).await?;
         Ok(Template {
+            latest_release: latest_ready(&releases),
             name: r.name,
             description: r.description,
             defaults: TemplateDefaults {
                 user: r.user,
                 workdir: r.workdir,
                 env: r.env,
+                start: None,
+                ready: None,
             },
-            latest_release,
+            file: None,
             releases,
         })
+    }
+
+    async fn file_template_of(
+        &self,
+        t: cove_store::FileTemplate,
+    ) -> Result<Template, ServiceError> {
+        let releases = self.live_releases(&t.name).await?;
+        let latest = latest_ready(&releases);
+        let defaults = releases
+            .iter()
+            .find(|r| Some(r.number) == latest)
+            .and_then(|r| r.defaults.clone())
+            .unwrap_or_else(|| TemplateDefaults {
+                user: "root".into(),
+                workdir: "/".into(),
+                env: Default::default(),
+                start: None,
+                ready: None,
+            });
+        Ok(Template {
+            name: t.name,
+            description: "built from a template file".into(),
+            defaults,
+            latest_release: latest,
+            file: Some(t.file),
+            releases,
+        })
+    }
+
+    /// Releases of `template` that are not deleted, newest first.
+    async fn live_releases(&self, template: &str) -> Result<Vec<Release>, ServiceError> {
+        let mut releases = self.store().list_releases(template).await?;
+        releases.retain(|r| r.state != ReleaseState::Deleted);
+        Ok(releases)
     }
 
     /// Starts building the next release of a template.
@@ -68,7 +142,17 @@ impl ControlPlane {
         name: &str,
         req: BuildReleaseRequest,
     ) -> Result<BuildReleaseResponse, ServiceError> {
-        let recipe = self.recipe(name)?;
+        let recipe = match self.recipe(name) {
+            Ok(r) => r,
+            Err(e) if self.store().file_template(name).await?.is_some() => {
+                let _ = e;
+                return Err(ServiceError::FailedPrecondition(format!(
+                    "{name} is built from a file: build its next release with POST /v1/templates \
+                     and its context (the context is not kept)"
+                )));
+            }
+            Err(e) => return Err(e),
+        };
         let release = self
             .store()
             .insert_next_release(name, &recipe.recipe_hash)
@@ -86,6 +170,11 @@ impl ControlPlane {
         let Begun::New(op) = self.operations().begin(new_op).await? else {
             return Err(ServiceError::Internal("build replayed".into()));
         };
+        self.store()
+            .set_release_operation(name, release.number, &op.id)
+            .await?;
+        let mut release = release;
+        release.build_operation_id = Some(op.id.clone());
         let this = self.clone();
         let (template, number, op_id) = (name.to_string(), release.number, op.id.clone());
         self.operations().run(&op, async move {
@@ -157,4 +246,12 @@ impl ControlPlane {
             }
         }
     }
+}
+
+fn latest_ready(releases: &[Release]) -> Option<u32> {
+    releases
+        .iter()
+        .filter(|x| x.state == ReleaseState::Ready)
+        .map(|x| x.number)
+        .max()
 }

@@ -1,0 +1,413 @@
+//! Templates built from a file: create (a build operation), delete a template or one release.
+
+use std::io::Read;
+
+use bytes::Bytes;
+use chrono::{Duration as ChronoDuration, Utc};
+use cove_api_types::{
+    BuildReleaseResponse, CreateTemplateQuery, OperationKind, ReleaseState, SandboxState,
+    TemplateDefaults,
+};
+use cove_domain::{ids, InvalidInput};
+use cove_node_api::{BuildEvent, BuildParent, FileBuild, ReleaseDefaults};
+use cove_store::{NewOperation, SandboxFilter};
+use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use super::file::{self, FromRef, MAX_FILE_BYTES};
+use super::BUILD_DEADLINE_MIN;
+use crate::error::from_node;
+use crate::operations::Begun;
+use crate::release_pins;
+use crate::{ControlPlane, ServiceError};
+
+/// Longest template name.
+const MAX_NAME: usize = 63;
+/// Default path of the template file in the context.
+pub const DEFAULT_FILE: &str = "Dockerfile";
+
+fn invalid(field: &str, message: impl Into<String>) -> ServiceError {
+    InvalidInput::new(field, message).into()
+}
+
+impl ControlPlane {
+    /// Starts building the next release of the file template `q.name` (created if new) from
+    /// the build context `context` (a tar archive holding the template file at `q.file`).
+    ///
+    /// # Errors
+    /// `invalid_argument` for a bad name, a context that is not a tar or lacks the file, or a
+    /// bad template file (the message names the line); `release_not_found` when `FROM` names no
+    /// ready release; `not_implemented` for `FROM oci-archive:` on a node that cannot import.
+    pub async fn create_template_from_file(
+        &self,
+        q: CreateTemplateQuery,
+        context: Bytes,
+    ) -> Result<BuildReleaseResponse, ServiceError> {
+        check_name(&q.name)?;
+        if self.recipe(&q.name).is_ok() {
+            return Err(invalid("name", "is a built-in template"));
+        }
+        let path = q.file.clone().unwrap_or_else(|| DEFAULT_FILE.to_string());
+        let text = file_in_context(&context, &path)?;
+        let parsed = file::parse(&text).map_err(|e| invalid("file", e.to_string()))?;
+        check_sources(&context, &parsed.steps)?;
+        let parent = match &parsed.from {
+            FromRef::Template(pin) => {
+                let from_line = from_line(&text);
+                let (template, pin) = release_pins::parse(pin, None)
+                    .map_err(|e| invalid("file", format!("line {from_line}: FROM: {e}")))?;
+                if template == q.name {
+                    return Err(invalid(
+                        "file",
+                        format!("line {from_line}: FROM names the template itself"),
+                    ));
+                }
+                if !self.template_exists(&template).await? {
+                    return Err(ServiceError::TemplateNotFound(template));
+                }
+                let release = self.pick_release(&template, &pin).await?;
+                let d = self.release_defaults(&template, &release)?;
+                BuildParent::Release {
+                    digest: release
+                        .digest
+                        .clone()
+                        .unwrap_or_else(|| format!("{template}:{}", release.number)),
+                    template,
+                    number: release.number,
+                    defaults: node_defaults(d),
+                }
+            }
+            FromRef::OciArchive(path) => BuildParent::OciArchive { path: path.clone() },
+        };
+        let recipe_hash = format!("file:{:x}", Sha256::digest(text.as_bytes()));
+        self.store().put_file_template(&q.name, &text).await?;
+        let release = self
+            .store()
+            .insert_next_release(&q.name, &recipe_hash)
+            .await?;
+        let new_op = NewOperation {
+            id: ids::new_operation_id(),
+            kind: OperationKind::BuildRelease,
+            sandbox_id: None,
+            template: Some(q.name.clone()),
+            release: Some(release.number),
+            idempotency_key: None,
+            request_hash: None,
+            deadline: Utc::now() + ChronoDuration::minutes(BUILD_DEADLINE_MIN),
+        };
+        let Begun::New(op) = self.operations().begin(new_op).await? else {
+            return Err(ServiceError::Internal("build replayed".into()));
+        };
+        self.store()
+            .set_release_operation(&q.name, release.number, &op.id)
+            .await?;
+        let mut release = release;
+        release.build_operation_id = Some(op.id.clone());
+        let build = FileBuild {
+            parent,
+            steps: parsed.steps,
+            context,
+            no_cache: q.no_cache,
+        };
+        let this = self.clone();
+        let (template, number, op_id) = (q.name.clone(), release.number, op.id.clone());
+        self.operations().run(&op, async move {
+            this.run_file_build(&op_id, &template, number, build).await
+        });
+        Ok(BuildReleaseResponse {
+            release,
+            operation: op,
+        })
+    }
+
+    async fn run_file_build(
+        &self,
+        op_id: &str,
+        template: &str,
+        number: u32,
+        build: FileBuild,
+    ) -> Result<(), ServiceError> {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<BuildEvent>(256);
+        let cancel = CancellationToken::new();
+        let _cancel_on_drop = cancel.clone().drop_guard();
+        let ops = self.operations().clone();
+        let op = op_id.to_string();
+        let forward = tokio::spawn(async move {
+            while let Some(ev) = rx.recv().await {
+                match ev {
+                    BuildEvent::Log(line) => ops.log(&op, &line).await,
+                    BuildEvent::Progress { percent, phase } => {
+                        ops.set_progress(&op, percent).await;
+                        ops.log(&op, &format!("[{percent:>3}%] {phase}")).await;
+                    }
+                }
+            }
+        });
+        let result = self
+            .node()
+            .build_file_release(template, number, build, tx, cancel.clone())
+            .await;
+        let _ = forward.await;
+        match result {
+            Ok(built) => {
+                let d = built.defaults;
+                let defaults = TemplateDefaults {
+                    user: d.user,
+                    workdir: d.workdir,
+                    env: d.env,
+                    start: d.start,
+                    ready: d.ready.map(|r| cove_api_types::ReadyCheck {
+                        command: r.command,
+                        timeout_s: r.timeout_s,
+                    }),
+                };
+                let store = self.store();
+                store
+                    .set_release_digest(template, number, &built.digest)
+                    .await?;
+                store
+                    .set_release_defaults(template, number, &defaults)
+                    .await?;
+                store
+                    .set_release_state(
+                        template,
+                        number,
+                        ReleaseState::Ready,
+                        Some(built.size_bytes),
+                    )
+                    .await?;
+                self.operations().set_progress(op_id, 100).await;
+                Ok(())
+            }
+            Err(e) => {
+                warn!(template, number, error = %e, "file release build failed");
+                self.operations().log(op_id, &format!("error: {e}")).await;
+                let _ = self.node().remove_release(template, number).await;
+                self.store()
+                    .set_release_state(template, number, ReleaseState::Failed, None)
+                    .await?;
+                Err(match e {
+                    cove_node_api::NodeError::Build(m) => ServiceError::FailedPrecondition(m),
+                    other => from_node(other, "-"),
+                })
+            }
+        }
+    }
+
+    /// Deletes release `number` of `template`: its files go, its number is never reused.
+    ///
+    /// # Errors
+    /// `template_not_found`/`release_not_found`; `failed_precondition` (409) while a sandbox
+    /// that is not deleted uses it, a warm pool pins it, or it is still building.
+    pub async fn delete_release(&self, template: &str, number: u32) -> Result<(), ServiceError> {
+        if !self.template_exists(template).await? {
+            return Err(ServiceError::TemplateNotFound(template.to_string()));
+        }
+        let release = self
+            .live_releases(template)
+            .await?
+            .into_iter()
+            .find(|r| r.number == number)
+            .ok_or_else(|| {
+                ServiceError::ReleaseNotFound(format!("{template} has no release {number}"))
+            })?;
+        if release.state == ReleaseState::Building {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "release {number} of {template} is still building"
+            )));
+        }
+        self.check_unused(template, Some(number)).await?;
+        self.node()
+            .remove_release(template, number)
+            .await
+            .map_err(|e| from_node(e, "-"))?;
+        self.store()
+            .set_release_state(template, number, ReleaseState::Deleted, None)
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes the file template `name` and every release of it.
+    ///
+    /// # Errors
+    /// `template_not_found`; `failed_precondition` (409) for a built-in template, or while a
+    /// sandbox or warm pool uses one of its releases or one is building.
+    pub async fn delete_template(&self, name: &str) -> Result<(), ServiceError> {
+        if self.recipe(name).is_ok() {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "{name} is a built-in template and cannot be deleted"
+            )));
+        }
+        if self.store().file_template(name).await?.is_none() {
+            return Err(ServiceError::TemplateNotFound(name.to_string()));
+        }
+        let releases = self.live_releases(name).await?;
+        if releases.iter().any(|r| r.state == ReleaseState::Building) {
+            return Err(ServiceError::FailedPrecondition(format!(
+                "{name} has a release building"
+            )));
+        }
+        self.check_unused(name, None).await?;
+        for r in releases {
+            self.node()
+                .remove_release(name, r.number)
+                .await
+                .map_err(|e| from_node(e, "-"))?;
+            self.store()
+                .set_release_state(name, r.number, ReleaseState::Deleted, None)
+                .await?;
+        }
+        self.store().delete_file_template(name).await?;
+        Ok(())
+    }
+
+    /// `failed_precondition` when a sandbox that is not deleted, or a warm pool, uses release
+    /// `number` of `template` (any release when `None`).
+    async fn check_unused(&self, template: &str, number: Option<u32>) -> Result<(), ServiceError> {
+        let mut after = None;
+        // Bounded: every page moves the cursor forward.
+        for _ in 0..10_000 {
+            let page = self
+                .store()
+                .list_sandboxes(&SandboxFilter {
+                    template: Some(template.to_string()),
+                    limit: 500,
+                    after: after.clone(),
+                    ..Default::default()
+                })
+                .await?;
+            if let Some(s) = page
+                .iter()
+                .find(|s| s.state != SandboxState::Deleted && number.is_none_or(|n| s.release == n))
+            {
+                return Err(ServiceError::FailedPrecondition(format!(
+                    "sandbox {} uses release {} of {template}",
+                    s.id, s.release
+                )));
+            }
+            match page.last() {
+                Some(last) if page.len() == 500 => after = Some((last.created_at, last.id.clone())),
+                _ => break,
+            }
+        }
+        for p in self.store().list_pools().await? {
+            if p.template == template && (number.is_none() || p.release == number) {
+                return Err(ServiceError::FailedPrecondition(format!(
+                    "warm pool {} uses {template}",
+                    p.name
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn node_defaults(d: TemplateDefaults) -> ReleaseDefaults {
+    ReleaseDefaults {
+        user: d.user,
+        workdir: d.workdir,
+        env: d.env,
+        start: d.start,
+        ready: d.ready.map(|r| cove_node_api::ReadyCheck {
+            command: r.command,
+            timeout_s: r.timeout_s,
+        }),
+    }
+}
+
+/// The line of the first `FROM` (for messages about it).
+fn from_line(text: &str) -> usize {
+    text.lines()
+        .position(|l| l.trim_start().to_ascii_uppercase().starts_with("FROM"))
+        .map_or(1, |i| i + 1)
+}
+
+fn check_name(name: &str) -> Result<(), ServiceError> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_NAME
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            "name",
+            "must be 1 to 63 of [a-z0-9_-], starting with a letter or digit",
+        ))
+    }
+}
+
+/// `invalid_argument` naming the line of a `COPY` whose source is not in the context tar
+/// (unless the context has symlinks, which a source may go through; the build checks those).
+fn check_sources(context: &[u8], steps: &[cove_node_api::FileStep]) -> Result<(), ServiceError> {
+    let mut names = Vec::new();
+    let mut ar = tar::Archive::new(context);
+    if let Ok(entries) = ar.entries() {
+        for entry in entries.flatten() {
+            if entry.header().entry_type().is_symlink() {
+                return Ok(());
+            }
+            if let Ok(p) = entry.path() {
+                let p = p.to_string_lossy();
+                names.push(p.trim_start_matches("./").trim_end_matches('/').to_string());
+            }
+        }
+    }
+    for step in steps {
+        let cove_node_api::BuildStep::Copy { sources, .. } = &step.step else {
+            continue;
+        };
+        for src in sources {
+            let found = src == "."
+                || names.iter().any(|n| {
+                    n == src
+                        || n.strip_prefix(src.as_str())
+                            .is_some_and(|r| r.starts_with('/'))
+                });
+            if !found {
+                return Err(invalid(
+                    "file",
+                    format!(
+                        "line {}: COPY source {src} is not in the build context",
+                        step.line
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The template file at `path` in the context tar.
+fn file_in_context(context: &[u8], path: &str) -> Result<String, ServiceError> {
+    let want = path.trim_start_matches("./");
+    let mut ar = tar::Archive::new(context);
+    let entries = ar
+        .entries()
+        .map_err(|_| invalid("body", "the build context must be a tar archive"))?;
+    for entry in entries {
+        let mut entry =
+            entry.map_err(|_| invalid("body", "the build context is not a valid tar archive"))?;
+        let name = entry
+            .path()
+            .map(|p| p.to_string_lossy().trim_start_matches("./").to_string())
+            .unwrap_or_default();
+        if name == want {
+            if entry.size() > MAX_FILE_BYTES as u64 {
+                return Err(invalid("file", format!("is over {MAX_FILE_BYTES} bytes")));
+            }
+            let mut text = String::new();
+            entry
+                .read_to_string(&mut text)
+                .map_err(|_| invalid("file", "must be UTF-8 text"))?;
+            return Ok(text);
+        }
+    }
+    Err(invalid(
+        "file",
+        format!("{want} is not in the build context"),
+    ))
+}

@@ -1,0 +1,560 @@
+//! Release builds from a template file: each step after `FROM` in order, `RUN` in a sandbox of
+//! the node's runtime, every file-changing step's tree cached (see `template::steps`).
+//!
+//! A `RUN` sandbox starts on its parent step's tree with no network (loopback only: builds
+//! that download need the build's egress policy, not wired yet), runs `/bin/sh -c CMD` (or the
+//! exec form's argv) as the step's user in its working directory, and its changed files (the
+//! runtime's files artifact, a tar with whiteouts) become the step's layer. Only runtimes whose
+//! files artifact is such a tar (runc) can build.
+
+use std::collections::BTreeMap;
+
+use cove_domain::Resources;
+use cove_node_api::{
+    BuildParent, BuildStep, BuiltFileRelease, FileBuild, FileStep, Program, ReleaseDefaults,
+    StepProgram,
+};
+use cove_runtime::RuntimeKind;
+use tokio::sync::mpsc;
+
+use super::*;
+use crate::template::{LayerCache, StepTree, TemplateDefaults};
+
+/// Output lines of one `RUN` passed to the build log before the rest is cut.
+const MAX_STEP_LOG_LINES: usize = 5000;
+/// Longest log line, in bytes.
+const MAX_LINE_BYTES: usize = 2048;
+/// Version of the step key scheme (bumped when a step's meaning changes).
+const STEP_KEY_VERSION: &str = "cove file build v1";
+
+/// The build state between steps.
+struct State {
+    defaults: ReleaseDefaults,
+    /// The user of `RUN` steps: root until a `USER` instruction.
+    build_user: String,
+    args: BTreeMap<String, String>,
+    key: String,
+    tree: PathBuf,
+}
+
+fn build_err(e: template::BuildError) -> NodeError {
+    match e {
+        template::BuildError::Cancelled => NodeError::Cancelled,
+        other => NodeError::Build(other.to_string()),
+    }
+}
+
+impl NodeAgent {
+    /// See [`cove_node_api::NodeReleases::build_file_release`].
+    pub(super) async fn file_build(
+        &self,
+        template: &str,
+        number: u32,
+        build: FileBuild,
+        events: mpsc::Sender<BuildEvent>,
+        cancel: CancellationToken,
+    ) -> Result<BuiltFileRelease, NodeError> {
+        if self.runtime.kind() != RuntimeKind::Runc {
+            return Err(NodeError::Unsupported(format!(
+                "builds from a file need the runc runtime; this node runs {}",
+                self.runtime.kind().as_str()
+            )));
+        }
+        let (parent_tree, key, defaults) = match &build.parent {
+            BuildParent::Release {
+                template,
+                number,
+                digest,
+                defaults,
+            } => {
+                let tree = self.release_dir(template, *number).join("rootfs");
+                if !tree.is_dir() {
+                    return Err(NodeError::ReleaseNotFound(format!(
+                        "release {number} of {template} is not on this node"
+                    )));
+                }
+                (
+                    tree,
+                    format!("{STEP_KEY_VERSION}\n{digest}"),
+                    defaults.clone(),
+                )
+            }
+            BuildParent::OciArchive { path } => {
+                let layers = LayerCache::new(self.cfg.data_dir.join("layers"));
+                let _ = events
+                    .send(BuildEvent::Progress {
+                        percent: 2,
+                        phase: format!("importing {path}"),
+                    })
+                    .await;
+                let (tree, d, key) = layers
+                    .import_oci(PathBuf::from(path), build.no_cache)
+                    .await
+                    .map_err(|e| match e {
+                        template::BuildError::Io { .. } => {
+                            NodeError::Build(format!("cannot read the image archive {path}"))
+                        }
+                        other => build_err(other),
+                    })?;
+                let defaults = ReleaseDefaults {
+                    user: d.user,
+                    workdir: d.workdir,
+                    env: d.env,
+                    start: None,
+                    ready: None,
+                };
+                (tree, format!("{STEP_KEY_VERSION}\n{key}"), defaults)
+            }
+        };
+        let dir = self.release_dir(template, number);
+        Self::remove_tree(&dir).await?;
+        tokio::fs::create_dir_all(&dir)
+            .await
+            .map_err(|e| NodeError::Internal(format!("create {}: {e}", dir.display())))?;
+        let work = self
+            .cfg
+            .data_dir
+            .join("builds")
+            .join(format!("{template}-{number}-{:08x}", rand::random::<u32>()));
+        let result = self
+            .run_file_build(
+                &work,
+                &dir,
+                parent_tree,
+                key,
+                defaults,
+                build,
+                events,
+                cancel,
+            )
+            .await;
+        let _ = Self::remove_tree(&work).await;
+        if result.is_err() {
+            let _ = Self::remove_tree(&dir).await;
+        }
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn run_file_build(
+        &self,
+        work: &Path,
+        release: &Path,
+        parent_tree: PathBuf,
+        key: String,
+        defaults: ReleaseDefaults,
+        build: FileBuild,
+        events: mpsc::Sender<BuildEvent>,
+        cancel: CancellationToken,
+    ) -> Result<BuiltFileRelease, NodeError> {
+        let (tx, forward) = forward_events(events.clone());
+        let context = work.join("context");
+        template::unpack_context(build.context.clone(), context.clone())
+            .await
+            .map_err(build_err)?;
+        let layers = LayerCache::new(self.cfg.data_dir.join("layers"));
+        let mut st = State {
+            defaults,
+            build_user: "root".into(),
+            args: BTreeMap::new(),
+            key,
+            tree: parent_tree,
+        };
+        let (mut cached, mut ran) = (0u32, 0u32);
+        let total = build.steps.len().max(1);
+        for (i, step) in build.steps.iter().enumerate() {
+            if cancel.is_cancelled() {
+                return Err(NodeError::Cancelled);
+            }
+            let percent = 5 + (85 * i / total) as u8;
+            let _ = events
+                .send(BuildEvent::Progress {
+                    percent,
+                    phase: format!("step {}/{}: {}", i + 1, build.steps.len(), step.text),
+                })
+                .await;
+            let canonical = serde_json::to_string(&(&step.step, &st.build_user, &st.args))
+                .map_err(|e| NodeError::Internal(format!("step key: {e}")))?;
+            let change = match &step.step {
+                BuildStep::Env { vars } => {
+                    st.defaults.env.extend(vars.iter().cloned());
+                    None
+                }
+                BuildStep::Arg { name, value } => {
+                    st.args.insert(name.clone(), value.clone());
+                    None
+                }
+                BuildStep::User { user } => {
+                    st.defaults.user = user.clone();
+                    st.build_user = user.clone();
+                    None
+                }
+                BuildStep::Start { command } => {
+                    st.defaults.start = Some(command.clone());
+                    None
+                }
+                BuildStep::Ready(check) => {
+                    st.defaults.ready = Some(check.clone());
+                    None
+                }
+                BuildStep::Workdir { path } => {
+                    st.defaults.workdir = absolute(&st.defaults.workdir, path);
+                    Some((String::new(), Change::Mkdir(st.defaults.workdir.clone())))
+                }
+                BuildStep::Copy { sources, dest } => {
+                    let reads = template::hash_sources(context.clone(), sources.clone())
+                        .await
+                        .map_err(|e| NodeError::Build(format!("line {}: {e}", step.line)))?;
+                    let dest = absolute_dest(&st.defaults.workdir, dest);
+                    Some((reads, Change::Copy(sources.clone(), dest)))
+                }
+                BuildStep::Run { program } => Some((String::new(), Change::Run(program.clone()))),
+            };
+            st.key = template::step_key(
+                &st.key,
+                &canonical,
+                &change.as_ref().map(|c| c.0.clone()).unwrap_or_default(),
+            );
+            let Some((_, change)) = change else {
+                continue;
+            };
+            if !build.no_cache {
+                if let Some(tree) = layers.lookup(&st.key) {
+                    let _ = events
+                        .send(BuildEvent::Log(format!(
+                            "line {}: {} (cached)",
+                            step.line, step.text
+                        )))
+                        .await;
+                    st.tree = tree;
+                    cached += 1;
+                    continue;
+                }
+            }
+            let _ = events
+                .send(BuildEvent::Log(format!(
+                    "line {}: {}",
+                    step.line, step.text
+                )))
+                .await;
+            let tree_change = match change {
+                Change::Mkdir(d) => StepTree::Mkdir(d),
+                Change::Copy(sources, dest) => StepTree::Copy {
+                    context: context.clone(),
+                    sources,
+                    dest,
+                },
+                Change::Run(program) => {
+                    let layer = work.join(format!("layer-{i}.tar"));
+                    self.run_step(&st, step, &program, &layer, &events, &cancel)
+                        .await?;
+                    StepTree::Layer(layer)
+                }
+            };
+            st.tree = layers
+                .produce(&st.key, &st.tree, tree_change, tx.clone(), cancel.clone())
+                .await
+                .map_err(|e| match e {
+                    template::BuildError::Cancelled => NodeError::Cancelled,
+                    other => NodeError::Build(format!("line {}: {other}", step.line)),
+                })?;
+            ran += 1;
+        }
+        let _ = events
+            .send(BuildEvent::Progress {
+                percent: 92,
+                phase: "publishing the release".into(),
+            })
+            .await;
+        let mut extra = Vec::new();
+        if let Some(start) = &st.defaults.start {
+            extra.push(format!("start={start}"));
+        }
+        if let Some(ready) = &st.defaults.ready {
+            extra.push(format!("ready={} {}", ready.timeout_s, ready.command));
+        }
+        let td = TemplateDefaults {
+            user: st.defaults.user.clone(),
+            workdir: st.defaults.workdir.clone(),
+            env: st.defaults.env.clone(),
+        };
+        let published = template::publish_release(
+            &st.tree,
+            &release.join("rootfs"),
+            td,
+            extra,
+            tx.clone(),
+            cancel.clone(),
+        )
+        .await
+        .map_err(build_err);
+        drop(tx);
+        let _ = forward.await;
+        let (size_bytes, digest) = published?;
+        let _ = events
+            .send(BuildEvent::Progress {
+                percent: 100,
+                phase: format!("done: {ran} steps run, {cached} cached"),
+            })
+            .await;
+        info!(
+            size_bytes,
+            steps_run = ran,
+            steps_cached = cached,
+            "file release built"
+        );
+        Ok(BuiltFileRelease {
+            size_bytes,
+            digest,
+            defaults: st.defaults,
+            steps_cached: cached,
+            steps_run: ran,
+        })
+    }
+
+    /// Runs one `RUN` step in a sandbox on `st.tree` and saves its changed files to `layer`.
+    async fn run_step(
+        &self,
+        st: &State,
+        step: &FileStep,
+        program: &StepProgram,
+        layer: &Path,
+        events: &mpsc::Sender<BuildEvent>,
+        cancel: &CancellationToken,
+    ) -> Result<(), NodeError> {
+        let id = format!("build-{:016x}", rand::random::<u64>());
+        let dir = self.sandbox_dir(&id);
+        tokio::fs::create_dir_all(&dir)
+            .await
+            .map_err(|e| NodeError::Internal(format!("create {}: {e}", dir.display())))?;
+        let spec = SandboxSpec {
+            id: id.clone(),
+            rootfs: st.tree.clone(),
+            dir: dir.clone(),
+            guest_agent: self.cfg.guest_agent.clone(),
+            guest_agent_args: self.cfg.command_output.agent_args(),
+            hostname: "build".into(),
+            resources: Resources::default(),
+            network: None,
+        };
+        let started = match self.runtime.start(&spec).await {
+            Ok(s) => s,
+            Err(e) => {
+                let _ = Self::remove_tree(&dir).await;
+                return Err(runtime_err(e));
+            }
+        };
+        let client = GuestClient::new(started.guest);
+        self.set_guest(&id, Some(client.clone()));
+        let ran = async {
+            client
+                .connect(AGENT_CONNECT_TIMEOUT)
+                .await
+                .map_err(|e| NodeError::AgentUnavailable(e.to_string()))?;
+            self.run_command(&id, st, step, program, events, cancel)
+                .await?;
+            self.runtime.pause(&id).await.map_err(runtime_err)?;
+            let artifact = self
+                .runtime
+                .snapshot_artifacts()
+                .iter()
+                .find(|a| !a.memory)
+                .ok_or_else(|| NodeError::Unsupported("the runtime saves no files".into()))?;
+            let out = std::fs::File::create(layer)
+                .map_err(|e| NodeError::Internal(format!("create {}: {e}", layer.display())))?;
+            self.runtime
+                .save_artifact(
+                    &id,
+                    &dir,
+                    artifact.name,
+                    Box::new(std::io::BufWriter::new(out)),
+                )
+                .await
+                .map_err(runtime_err)
+        }
+        .await;
+        if let Err(e) = self.release_sandbox(&id).await {
+            warn!(sandbox_id = %id, error = %e, "cannot remove a build sandbox");
+        }
+        ran.map(drop)
+    }
+
+    /// Runs the step's command and streams its output into the build log.
+    async fn run_command(
+        &self,
+        id: &str,
+        st: &State,
+        step: &FileStep,
+        program: &StepProgram,
+        events: &mpsc::Sender<BuildEvent>,
+        cancel: &CancellationToken,
+    ) -> Result<(), NodeError> {
+        let mut env = st.defaults.env.clone();
+        for (k, v) in &st.args {
+            env.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        let argv = match program {
+            StepProgram::Shell(cmd) => vec!["/bin/sh".into(), "-c".into(), cmd.clone()],
+            StepProgram::Argv(argv) => argv.clone(),
+        };
+        let command_id = format!("cmd-build-{}", step.line);
+        self.spawn(
+            id,
+            SpawnRequest {
+                command_id: command_id.clone(),
+                program: Program::Argv(argv),
+                env,
+                cwd: Some(SandboxPath::from(st.defaults.workdir.as_str())),
+                user: Some(st.build_user.clone()),
+                stdin: false,
+                timeout_ms: None,
+                pty: None,
+            },
+        )
+        .await
+        .map_err(|e| NodeError::Build(format!("line {}: {e}", step.line)))?;
+        let mut stream = self.attach(id, &command_id, 0, true).await?;
+        let mut lines = LineSplitter::default();
+        let exited = loop {
+            let ev = tokio::select! {
+                _ = cancel.cancelled() => return Err(NodeError::Cancelled),
+                ev = stream.next() => ev,
+            };
+            match ev {
+                Some(Ok(AttachEvent::Output { stream, data, .. })) => {
+                    for line in lines.push(stream, &data) {
+                        let _ = events.send(BuildEvent::Log(line)).await;
+                    }
+                }
+                Some(Ok(AttachEvent::Exited(info))) => break info,
+                Some(Ok(_)) => {}
+                Some(Err(e)) => return Err(e),
+                None => {
+                    return Err(NodeError::Build(format!(
+                        "line {}: the command's output ended early",
+                        step.line
+                    )))
+                }
+            }
+        };
+        for line in lines.finish() {
+            let _ = events.send(BuildEvent::Log(line)).await;
+        }
+        match (exited.exit_code, exited.signal) {
+            (Some(0), _) => Ok(()),
+            (Some(code), _) => Err(NodeError::Build(format!(
+                "line {}: `{}` exited with code {code}",
+                step.line, step.text
+            ))),
+            (None, signal) => Err(NodeError::Build(format!(
+                "line {}: `{}` was killed by signal {}",
+                step.line,
+                step.text,
+                signal.unwrap_or(0)
+            ))),
+        }
+    }
+}
+
+/// What a file-changing step does, before its cache lookup.
+enum Change {
+    Mkdir(String),
+    Copy(Vec<String>, String),
+    Run(StepProgram),
+}
+
+/// `path` against the working directory `cwd`.
+fn absolute(cwd: &str, path: &str) -> String {
+    if path.starts_with('/') {
+        path.to_string()
+    } else {
+        format!("{}/{path}", cwd.trim_end_matches('/'))
+    }
+}
+
+/// A `COPY` destination against `cwd`, keeping a trailing `/` (it means "into this directory").
+fn absolute_dest(cwd: &str, dest: &str) -> String {
+    let abs = absolute(cwd, dest);
+    if dest == "." || dest.ends_with("/.") {
+        format!("{}/", abs.trim_end_matches('.'))
+    } else {
+        abs
+    }
+}
+
+/// Forwards the template builder's events into the node's build events.
+fn forward_events(
+    events: mpsc::Sender<BuildEvent>,
+) -> (
+    mpsc::Sender<template::BuildEvent>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (tx, mut rx) = mpsc::channel(256);
+    let forward = tokio::spawn(async move {
+        while let Some(ev) = rx.recv().await {
+            let ev = match ev {
+                template::BuildEvent::Log(l) => BuildEvent::Log(l),
+                template::BuildEvent::Progress { phase, .. } => BuildEvent::Log(phase),
+            };
+            if events.send(ev).await.is_err() {
+                break;
+            }
+        }
+    });
+    (tx, forward)
+}
+
+/// Splits a command's output into log lines: `stderr` lines prefixed, long lines cut, at most
+/// [`MAX_STEP_LOG_LINES`] lines.
+#[derive(Default)]
+struct LineSplitter {
+    out: Vec<u8>,
+    err: Vec<u8>,
+    emitted: usize,
+}
+
+impl LineSplitter {
+    fn push(&mut self, stream: cove_node_api::OutputStream, data: &[u8]) -> Vec<String> {
+        let is_err = stream == cove_node_api::OutputStream::Stderr;
+        let mut done = Vec::new();
+        for &b in data {
+            let buf = if is_err { &mut self.err } else { &mut self.out };
+            if b == b'\n' {
+                let line = std::mem::take(buf);
+                if let Some(l) = self.line(is_err, &line) {
+                    done.push(l);
+                }
+            } else if buf.len() < MAX_LINE_BYTES {
+                buf.push(b);
+            }
+        }
+        done
+    }
+
+    fn line(&mut self, is_err: bool, bytes: &[u8]) -> Option<String> {
+        self.emitted += 1;
+        match self.emitted.cmp(&(MAX_STEP_LOG_LINES + 1)) {
+            std::cmp::Ordering::Less => {
+                let text = String::from_utf8_lossy(bytes);
+                Some(if is_err {
+                    format!("stderr: {text}")
+                } else {
+                    format!("stdout: {text}")
+                })
+            }
+            std::cmp::Ordering::Equal => Some("(more output cut)".into()),
+            std::cmp::Ordering::Greater => None,
+        }
+    }
+
+    fn finish(&mut self) -> Vec<String> {
+        let (out, err) = (std::mem::take(&mut self.out), std::mem::take(&mut self.err));
+        let mut done = Vec::new();
+        for (is_err, buf) in [(false, out), (true, err)] {
+            if !buf.is_empty() {
+                done.extend(self.line(is_err, &buf));
+            }
+        }
+        done
+    }
+}

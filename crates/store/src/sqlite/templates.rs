@@ -1,0 +1,57 @@
+//! Templates built from a file (SQLite).
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+
+use super::SqliteStore;
+use crate::{FileTemplate, StoreError, TemplateStore};
+
+fn row_to_template(r: &sqlx::sqlite::SqliteRow) -> Result<FileTemplate, StoreError> {
+    Ok(FileTemplate {
+        name: r.try_get("name")?,
+        file: r.try_get("file")?,
+        created_at: r.try_get::<DateTime<Utc>, _>("created_at")?,
+        updated_at: r.try_get::<DateTime<Utc>, _>("updated_at")?,
+    })
+}
+
+#[async_trait]
+impl TemplateStore for SqliteStore {
+    async fn put_file_template(&self, name: &str, file: &str) -> Result<(), StoreError> {
+        let now = Utc::now();
+        sqlx::query(
+            "INSERT INTO file_templates (name, file, created_at, updated_at) VALUES (?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET file = excluded.file, updated_at = excluded.updated_at",
+        )
+        .bind(name)
+        .bind(file)
+        .bind(now)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn file_template(&self, name: &str) -> Result<Option<FileTemplate>, StoreError> {
+        let row = sqlx::query("SELECT * FROM file_templates WHERE name = ?")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(row_to_template).transpose()
+    }
+
+    async fn file_templates(&self) -> Result<Vec<FileTemplate>, StoreError> {
+        let rows = sqlx::query("SELECT * FROM file_templates ORDER BY name")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(row_to_template).collect()
+    }
+
+    async fn delete_file_template(&self, name: &str) -> Result<bool, StoreError> {
+        let done = sqlx::query("DELETE FROM file_templates WHERE name = ?")
+            .bind(name)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+}

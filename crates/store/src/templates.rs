@@ -1,0 +1,37 @@
+//! Templates built from a file (built-in recipes have no row).
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+
+use crate::StoreError;
+
+/// A template built from a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileTemplate {
+    /// Name.
+    pub name: String,
+    /// The template file of its newest build.
+    pub file: String,
+    /// First created.
+    pub created_at: DateTime<Utc>,
+    /// Last given a new file.
+    pub updated_at: DateTime<Utc>,
+}
+
+/// File template rows.
+#[async_trait]
+pub trait TemplateStore: Send + Sync {
+    /// Creates the template `name` with `file`, or replaces the file of an existing one
+    /// (keeping its creation time).
+    async fn put_file_template(&self, name: &str, file: &str) -> Result<(), StoreError>;
+
+    /// The file template `name`, if there is one.
+    async fn file_template(&self, name: &str) -> Result<Option<FileTemplate>, StoreError>;
+
+    /// Every file template, by name.
+    async fn file_templates(&self) -> Result<Vec<FileTemplate>, StoreError>;
+
+    /// Deletes the file template `name`; whether it was there. Its releases' rows stay (their
+    /// numbers are never reused).
+    async fn delete_file_template(&self, name: &str) -> Result<bool, StoreError>;
+}

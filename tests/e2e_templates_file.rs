@@ -1,0 +1,411 @@
+//! Templates from a file on a real node: a file using every instruction builds FROM the cached
+//! `tiny` and its sandboxes see its ENV, WORKDIR, USER, files and START/READY server; a second
+//! build is a cache hit; changing the last step reruns only it; a failing RUN leaves no
+//! release and logs its stderr; bad files are 400 naming the line; a release in use is 409.
+
+use std::time::{Duration, Instant};
+
+use cove_api_types::{
+    CreateSandboxRequest, CreateTemplateQuery, OperationLogEvent, OperationState, ReleaseState,
+};
+use cove_client::{Client, ClientError};
+use cove_e2e::{client, delete, ensure_template, sh};
+use futures::StreamExt;
+
+/// A context tar of `(path, content)` files.
+fn context(files: &[(&str, &str)]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for (path, content) in files {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(content.len() as u64);
+        h.set_mode(0o644);
+        h.set_cksum();
+        b.append_data(&mut h, path, content.as_bytes())
+            .expect("append");
+    }
+    b.into_inner().expect("tar")
+}
+
+/// Builds `file` as template `name` and waits; the final state and the build log.
+async fn build(
+    c: &Client,
+    name: &str,
+    file: &str,
+    extra: &[(&str, &str)],
+) -> (OperationState, Vec<String>, Duration) {
+    let mut files = vec![("Dockerfile", file)];
+    files.extend_from_slice(extra);
+    let t0 = Instant::now();
+    let resp = c
+        .create_template(
+            &CreateTemplateQuery {
+                name: name.into(),
+                ..Default::default()
+            },
+            context(&files),
+        )
+        .await
+        .expect("create template");
+    let op = c
+        .wait_operation(&resp.operation.id, Duration::from_secs(600))
+        .await
+        .expect("build ends");
+    let took = t0.elapsed();
+    let mut lines = Vec::new();
+    let mut logs = std::pin::pin!(c.operation_logs(&resp.operation.id, None));
+    while let Some(ev) = tokio::time::timeout(Duration::from_secs(10), logs.next())
+        .await
+        .expect("log stream answers")
+    {
+        match ev.expect("log event") {
+            OperationLogEvent::Log { line, .. } => lines.push(line),
+            OperationLogEvent::Done { .. } => break,
+            OperationLogEvent::Progress { .. } => {}
+        }
+    }
+    eprintln!("build of {name}: {:?} in {took:?}", op.state);
+    (op.state, lines, took)
+}
+
+const APP_FILE: &str = "\
+FROM tiny
+ARG GREETING=hello
+ENV APP_MODE=test GREETING_COPY=${GREETING}
+COPY app /srv/app/
+ADD notes.txt /srv/
+COPY gone.txt /srv/
+RUN mkdir -p /srv/www && echo \"$GREETING from run\" > /srv/www/index.html && rm /srv/gone.txt && chown -R user /srv
+WORKDIR /srv/app
+USER user
+START httpd -f -p 8080 -h /srv/www
+READY --timeout=20 wget -q -O /dev/null http://127.0.0.1:8080/
+RUN id -un > /srv/app/who && pwd >> /srv/app/who
+";
+
+const APP_CONTEXT: &[(&str, &str)] = &[
+    ("app/hello.txt", "hello file\n"),
+    ("notes.txt", "notes\n"),
+    ("gone.txt", "soon gone\n"),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_template_builds_caches_runs_and_deletes() {
+    let c = client();
+    ensure_template(&c, "tiny").await;
+    let (state, log, fresh) = build(&c, "web", APP_FILE, APP_CONTEXT).await;
+    assert_eq!(state, OperationState::Succeeded, "{log:#?}");
+    let t = c.template("web").await.expect("template");
+    assert_eq!(t.latest_release, Some(1));
+    assert_eq!(
+        (t.defaults.user.as_str(), t.defaults.workdir.as_str()),
+        ("user", "/srv/app")
+    );
+    let r1 = &t.releases[0];
+    assert!(
+        r1.size_bytes.unwrap_or(0) > 0 && r1.digest.is_some(),
+        "{r1:?}"
+    );
+
+    let resp = c
+        .create_sandbox(
+            &CreateSandboxRequest {
+                template: Some("web".into()),
+                ..Default::default()
+            },
+            None,
+        )
+        .await
+        .expect("create");
+    let op = c
+        .wait_operation(&resp.operation.id, Duration::from_secs(120))
+        .await
+        .expect("create ends");
+    assert_eq!(op.state, OperationState::Succeeded, "{:?}", op.error);
+    let id = resp.sandbox.id;
+    let out = sh(
+        &c,
+        &id,
+        "echo $APP_MODE $GREETING_COPY; id -un; pwd; cat hello.txt /srv/notes.txt who; \
+         test -e /srv/gone.txt && echo gone-is-there; wget -q -O- http://127.0.0.1:8080/",
+    )
+    .await;
+    assert_eq!(
+        out.stdout_text(),
+        "test hello\nuser\n/srv/app\nhello file\nnotes\nuser\n/srv/app\nhello from run\n",
+        "stderr: {}",
+        out.stderr_text()
+    );
+
+    // In use: 409; the template as a whole too.
+    let err = c.delete_release("web", 1).await.expect_err("in use");
+    assert!(matches!(err, ClientError::Api { status: 409, .. }), "{err}");
+    let err = c.delete_template("web").await.expect_err("in use");
+    assert!(matches!(err, ClientError::Api { status: 409, .. }), "{err}");
+
+    // The same file and context again: every step from the cache.
+    let (state, log, cached) = build(&c, "web", APP_FILE, APP_CONTEXT).await;
+    assert_eq!(state, OperationState::Succeeded, "{log:#?}");
+    let ran: Vec<&String> = log
+        .iter()
+        .filter(|l| l.starts_with("line ") && !l.ends_with("(cached)"))
+        .collect();
+    assert!(ran.is_empty(), "steps ran again: {ran:?}");
+    eprintln!("fresh build {fresh:?}, cache hit {cached:?}");
+
+    // no_cache reruns every step (beside the cached trees, which stay in use).
+    let mut files = vec![("Dockerfile", APP_FILE)];
+    files.extend_from_slice(APP_CONTEXT);
+    let resp = c
+        .create_template(
+            &CreateTemplateQuery {
+                name: "web".into(),
+                no_cache: true,
+                ..Default::default()
+            },
+            context(&files),
+        )
+        .await
+        .expect("no_cache build");
+    let op = c
+        .wait_operation(&resp.operation.id, Duration::from_secs(600))
+        .await
+        .expect("build ends");
+    assert_eq!(op.state, OperationState::Succeeded, "{:?}", op.error);
+
+    // Change the last step only: only it runs.
+    let changed = APP_FILE.replace("id -un > /srv/app/who", "id -un > /srv/app/who2");
+    let (state, log, _) = build(&c, "web", &changed, APP_CONTEXT).await;
+    assert_eq!(state, OperationState::Succeeded, "{log:#?}");
+    let ran: Vec<&String> = log
+        .iter()
+        .filter(|l| l.starts_with("line ") && !l.ends_with("(cached)"))
+        .collect();
+    assert_eq!(ran.len(), 1, "{log:#?}");
+    assert!(ran[0].starts_with("line 12: RUN"), "{ran:?}");
+    let latest = c.template("web").await.expect("template").latest_release;
+    assert_eq!(latest, Some(4));
+
+    delete(&c, &id).await;
+    c.delete_release("web", 1).await.expect("delete release 1");
+    let t = c.template("web").await.expect("template");
+    assert!(t.releases.iter().all(|r| r.number != 1), "{:?}", t.releases);
+    let err = c.delete_release("web", 1).await.expect_err("gone");
+    assert!(matches!(err, ClientError::Api { status: 404, .. }), "{err}");
+    c.delete_template("web").await.expect("delete template");
+    let err = c.template("web").await.expect_err("gone");
+    assert!(matches!(err, ClientError::Api { status: 404, .. }), "{err}");
+    // Numbers are never reused: a new template of that name continues at 5.
+    let (state, log, _) = build(&c, "web", "FROM tiny\nENV A=1\n", &[]).await;
+    assert_eq!(state, OperationState::Succeeded, "{log:#?}");
+    assert_eq!(
+        c.template("web").await.expect("template").latest_release,
+        Some(5)
+    );
+    c.delete_template("web").await.expect("delete template");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_run_leaves_no_release_and_logs_its_stderr() {
+    let c = client();
+    ensure_template(&c, "tiny").await;
+    let file = "FROM tiny\nRUN echo made > /tmp/x\nRUN echo this-went-wrong >&2; exit 3\n";
+    let (state, log, _) = build(&c, "broken", file, &[]).await;
+    assert_eq!(state, OperationState::Failed);
+    assert!(
+        log.iter().any(|l| l == "stderr: this-went-wrong"),
+        "{log:#?}"
+    );
+    assert!(
+        log.iter()
+            .any(|l| l.contains("line 3") && l.contains("code 3")),
+        "{log:#?}"
+    );
+    let t = c.template("broken").await.expect("template");
+    assert_eq!(t.latest_release, None);
+    assert!(
+        t.releases.iter().all(|r| r.state == ReleaseState::Failed),
+        "{:?}",
+        t.releases
+    );
+    let s = cove_e2e::server();
+    assert!(!s.data_dir.join("releases/broken/1").exists());
+    c.delete_template("broken").await.expect("delete");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_files_are_400_naming_the_line() {
+    let c = client();
+    for (file, extra, line) in [
+        ("FROM tiny\nRUN true\nEXPOSE 80\n", vec![], "line 3"),
+        ("FROM tiny\n\nCOPY ../secret /x\n", vec![], "line 3"),
+        ("RUN true\n", vec![], "line 1"),
+        (
+            "FROM tiny\nCOPY missing.txt /x\n",
+            vec![("other", "x")],
+            "line 2",
+        ),
+    ] {
+        let mut files = vec![("Dockerfile", file)];
+        files.extend(extra);
+        let res = c
+            .create_template(
+                &CreateTemplateQuery {
+                    name: "bad".into(),
+                    ..Default::default()
+                },
+                context(&files),
+            )
+            .await;
+        match res {
+            Err(ClientError::Api { status: 400, body }) => {
+                assert!(body.message.contains(line), "{file}: {}", body.message);
+                assert!(!body.request_id.is_empty());
+            }
+            other => panic!("{file}: {other:?}"),
+        }
+    }
+    let _ = c.delete_template("bad").await;
+    let err = c.delete_template("tiny").await.expect_err("built-in");
+    assert!(matches!(err, ClientError::Api { status: 409, .. }), "{err}");
+}
+
+/// A tar of `(path, kind, data)` entries: `f` file, `d` directory, `l` symlink to `data`.
+fn layer(entries: &[(&str, char, &[u8])]) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    for (path, kind, data) in entries {
+        let mut h = tar::Header::new_gnu();
+        match kind {
+            'd' => {
+                h.set_entry_type(tar::EntryType::Directory);
+                h.set_mode(0o755);
+                h.set_size(0);
+                h.set_cksum();
+                b.append_data(&mut h, path, &[][..]).expect("dir");
+            }
+            'l' => {
+                h.set_entry_type(tar::EntryType::Symlink);
+                h.set_size(0);
+                let target = String::from_utf8_lossy(data).into_owned();
+                b.append_link(&mut h, path, target).expect("symlink");
+            }
+            _ => {
+                h.set_mode(0o755);
+                h.set_size(data.len() as u64);
+                h.set_cksum();
+                b.append_data(&mut h, path, *data).expect("file");
+            }
+        }
+    }
+    b.into_inner().expect("tar")
+}
+
+/// An OCI image layout tarball: busybox and accounts in layer 1, a whiteout in layer 2.
+fn oci_archive() -> Vec<u8> {
+    use sha2::Digest as _;
+    let busybox = std::fs::read("/bin/busybox").expect("the host's static busybox");
+    let mut l1: Vec<(&str, char, &[u8])> = vec![
+        ("bin", 'd', b""),
+        ("bin/busybox", 'f', &busybox),
+        ("etc", 'd', b""),
+        (
+            "etc/passwd",
+            'f',
+            b"root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n",
+        ),
+        ("etc/group", 'f', b"root:x:0:\nuser:x:1000:\n"),
+        ("etc/old", 'f', b"old\n"),
+        ("tmp", 'd', b""),
+        ("root", 'd', b""),
+        ("home", 'd', b""),
+        ("work", 'd', b""),
+    ];
+    for applet in ["sh", "cat", "ls", "id", "pwd", "echo", "test", "chown"] {
+        l1.push((
+            Box::leak(format!("bin/{applet}").into_boxed_str()),
+            'l',
+            b"busybox",
+        ));
+    }
+    let l1 = layer(&l1);
+    let l2 = layer(&[("etc/.wh.old", 'f', b""), ("etc/new", 'f', b"new\n")]);
+    let hex = |b: &[u8]| format!("{:x}", sha2::Sha256::digest(b));
+    let config = br#"{"architecture":"amd64","os":"linux","config":{"Env":["PATH=/bin","IMG=oci"],"WorkingDir":"/work","User":"root"},"rootfs":{"type":"layers","diff_ids":[]}}"#.to_vec();
+    let desc = |media: &str, b: &[u8]| {
+        format!(
+            r#"{{"mediaType":"{media}","digest":"sha256:{}","size":{}}}"#,
+            hex(b),
+            b.len()
+        )
+    };
+    let manifest = format!(
+        r#"{{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{},"layers":[{},{}]}}"#,
+        desc("application/vnd.oci.image.config.v1+json", &config),
+        desc("application/vnd.oci.image.layer.v1.tar", &l1),
+        desc("application/vnd.oci.image.layer.v1.tar", &l2),
+    )
+    .into_bytes();
+    let index = format!(
+        r#"{{"schemaVersion":2,"manifests":[{}]}}"#,
+        desc("application/vnd.oci.image.manifest.v1+json", &manifest)
+    )
+    .into_bytes();
+    let blob = |b: &[u8]| format!("blobs/sha256/{}", hex(b));
+    let (p1, p2, pc, pm) = (blob(&l1), blob(&l2), blob(&config), blob(&manifest));
+    layer(&[
+        ("oci-layout", 'f', br#"{"imageLayoutVersion":"1.0.0"}"#),
+        ("index.json", 'f', &index),
+        (&pm, 'f', &manifest),
+        (&pc, 'f', &config),
+        (&p1, 'f', &l1),
+        (&p2, 'f', &l2),
+    ])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oci_archive_imports_with_whiteouts_and_image_defaults() {
+    let c = client();
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("image.tar");
+    std::fs::write(&path, oci_archive()).expect("write archive");
+    let file = format!(
+        "FROM oci-archive:{}\nRUN echo built > /work/built\n",
+        path.display()
+    );
+    let (state, log, _) = build(&c, "imported", &file, &[]).await;
+    assert_eq!(state, OperationState::Succeeded, "{log:#?}");
+    let t = c.template("imported").await.expect("template");
+    assert_eq!(
+        (t.defaults.user.as_str(), t.defaults.workdir.as_str()),
+        ("root", "/work")
+    );
+    let resp = c
+        .create_sandbox(
+            &CreateSandboxRequest {
+                template: Some("imported".into()),
+                ..Default::default()
+            },
+            None,
+        )
+        .await
+        .expect("create");
+    let op = c
+        .wait_operation(&resp.operation.id, Duration::from_secs(120))
+        .await
+        .expect("create ends");
+    assert_eq!(op.state, OperationState::Succeeded, "{:?}", op.error);
+    let id = resp.sandbox.id;
+    let out = sh(
+        &c,
+        &id,
+        "echo $IMG; pwd; id -un; cat /etc/new built; test -e /etc/old && echo old-is-there",
+    )
+    .await;
+    assert_eq!(
+        out.stdout_text(),
+        "oci\n/work\nroot\nnew\nbuilt\n",
+        "stderr: {}",
+        out.stderr_text()
+    );
+    delete(&c, &id).await;
+    c.delete_template("imported").await.expect("delete");
+}
