@@ -76,6 +76,12 @@ fn dependencies_point_inward() {
     );
     let api: Vec<_> = deps("cove-api-types").iter().collect();
     assert_eq!(api, ["cove-domain"], "api-types builds on domain only");
+    let mcp: Vec<_> = deps("cove-mcp").iter().collect();
+    assert_eq!(
+        mcp,
+        ["cove-api-types", "cove-client"],
+        "the MCP server is a client of the public API, nothing more"
+    );
     for (name, d) in &graph {
         if name != "cove-test-support" {
             continue;
