@@ -30,3 +30,5 @@ scripts/test-openapi.sh
 scripts/test-e2b.sh
 # The MCP server (stdio and streamable HTTP) with the official `mcp` Python SDK as the client.
 scripts/test-mcp.sh
+# The web console in headless Chromium (playwright-core), and its checked-in bundle is current.
+scripts/test-console.sh

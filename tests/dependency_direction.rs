@@ -82,6 +82,12 @@ fn dependencies_point_inward() {
         ["cove-api-types", "cove-client"],
         "the MCP server is a client of the public API, nothing more"
     );
+    let console: Vec<_> = deps("cove-console").iter().collect();
+    assert_eq!(
+        console,
+        ["cove-api-types"],
+        "the web console is assets over the public API"
+    );
     for (name, d) in &graph {
         if name != "cove-test-support" {
             continue;

@@ -513,7 +513,8 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
 }
 
 /// The surfaces served beside the REST API on its listener, each a client of that API: the
-/// MCP server at `/mcp` (streamable HTTP; each request's bearer token scopes its tools).
+/// MCP server at `/mcp` (streamable HTTP; each request's bearer token scopes its tools) and the
+/// web console at `/console/` (static assets; the page signs in to the API with a token).
 fn other_surfaces(api_addr: SocketAddr) -> anyhow::Result<axum::Router> {
     // The API as seen from this host: an unspecified listen address is reached on loopback.
     let mut own = api_addr;
@@ -523,7 +524,8 @@ fn other_surfaces(api_addr: SocketAddr) -> anyhow::Result<axum::Router> {
             std::net::IpAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
         });
     }
-    cove_mcp::http::router(format!("http://{own}")).context("the MCP endpoint")
+    let mcp = cove_mcp::http::router(format!("http://{own}")).context("the MCP endpoint")?;
+    Ok(mcp.merge(cove_console::router()))
 }
 
 /// Name of the file in the data dir holding the key that seals secret values in the store.
