@@ -39,7 +39,13 @@ export class Live {
           this.events.push(event);
           if (this.events.length > MAX_EVENTS) this.events.shift();
           this.emit("event", event);
-          this.refreshSoon(event.sandbox_id);
+          if (event.type === "sandbox.deleted") {
+            // Nothing to fetch: gone (this also keeps a replay of old events cheap).
+            this.sandboxes.delete(event.sandbox_id);
+            this.emit("sandbox", { id: event.sandbox_id, state: "deleted" });
+          } else if (event.type.startsWith("sandbox.")) {
+            this.refreshSoon(event.sandbox_id);
+          }
         }
       } catch (err) {
         if (this.abort.signal.aborted) return;
