@@ -28,3 +28,7 @@ scripts/test-python.sh
 scripts/test-openapi.sh
 # E2B compatibility: the real E2B Python and JavaScript SDKs against a real server.
 scripts/test-e2b.sh
+# The MCP server (stdio and streamable HTTP) with the official `mcp` Python SDK as the client.
+scripts/test-mcp.sh
+# The web console in headless Chromium (playwright-core), and its checked-in bundle is current.
+scripts/test-console.sh

@@ -76,6 +76,18 @@ fn dependencies_point_inward() {
     );
     let api: Vec<_> = deps("cove-api-types").iter().collect();
     assert_eq!(api, ["cove-domain"], "api-types builds on domain only");
+    let mcp: Vec<_> = deps("cove-mcp").iter().collect();
+    assert_eq!(
+        mcp,
+        ["cove-api-types", "cove-client"],
+        "the MCP server is a client of the public API, nothing more"
+    );
+    let console: Vec<_> = deps("cove-console").iter().collect();
+    assert_eq!(
+        console,
+        ["cove-api-types"],
+        "the web console is assets over the public API"
+    );
     for (name, d) in &graph {
         if name != "cove-test-support" {
             continue;

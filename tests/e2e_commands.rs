@@ -527,3 +527,66 @@ async fn pty_sessions_are_terminals_with_resize_and_input() {
     assert_eq!(api_code(&err), Some(ErrorCode::InvalidArgument), "{err}");
     delete(&c, &id).await;
 }
+
+/// A PTY WebSocket opened as a browser must: no `Authorization` header, the attachment token in
+/// a `cove.bearer.<token>` subprotocol beside `cove.pty`, which the server answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pty_tokens_ride_in_a_subprotocol_for_browsers() {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+
+    let c = client();
+    let id = sandbox(&c, "base").await;
+    let started = c
+        .create_command(
+            &id,
+            &CreateCommandRequest {
+                shell: Some("echo from-a-browser".into()),
+                pty: true,
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("start");
+    let url = format!("{}/pty", started.attachment.url.replacen("http", "ws", 1));
+    let request = |token: &str| {
+        let mut request = url.as_str().into_client_request().expect("request");
+        let offered = format!("cove.pty, cove.bearer.{token}");
+        request.headers_mut().insert(
+            "sec-websocket-protocol",
+            offered.parse().expect("header value"),
+        );
+        request
+    };
+
+    match tokio_tungstenite::connect_async(request("wrong")).await {
+        Err(WsError::Http(response)) => assert_eq!(response.status(), 401),
+        other => panic!("a wrong token must be refused: {other:?}"),
+    }
+
+    let (mut socket, response) =
+        tokio_tungstenite::connect_async(request(&started.attachment.token))
+            .await
+            .expect("upgrade with the token in a subprotocol");
+    assert_eq!(response.headers()["sec-websocket-protocol"], "cove.pty");
+    let mut output = Vec::new();
+    let ended = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(message) = socket.next().await {
+            match message.expect("frame") {
+                Message::Binary(data) => output.extend_from_slice(&data),
+                Message::Text(text) if text.contains("\"exit\"") => return true,
+                _ => {}
+            }
+        }
+        false
+    })
+    .await
+    .expect("the session ends in time");
+    assert!(ended, "an exit frame");
+    assert!(
+        String::from_utf8_lossy(&output).contains("from-a-browser"),
+        "{:?}",
+        String::from_utf8_lossy(&output)
+    );
+    delete(&c, &id).await;
+}

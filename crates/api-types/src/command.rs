@@ -216,6 +216,16 @@ pub struct TerminalSize {
     pub rows: u16,
 }
 
+/// WebSocket subprotocol of the PTY WebSocket, for clients that cannot send an
+/// `Authorization` header (browsers): offer it together with
+/// [`PTY_TOKEN_PROTOCOL_PREFIX`]`<attachment token>` in `Sec-WebSocket-Protocol`; the server
+/// takes the token from there and answers with this protocol.
+pub const PTY_PROTOCOL: &str = "cove.pty";
+
+/// Prefix of the subprotocol that carries the attachment token on the PTY WebSocket
+/// (`cove.bearer.<token>`); see [`PTY_PROTOCOL`].
+pub const PTY_TOKEN_PROTOCOL_PREFIX: &str = "cove.bearer.";
+
 /// A JSON text frame on the PTY WebSocket (`GET /v1/attach/{cid}/pty`). Binary frames carry
 /// terminal bytes both ways; text frames carry these messages.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]

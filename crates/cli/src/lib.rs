@@ -149,6 +149,9 @@ pub enum Verb {
     Ops(commands::ops::OpsArgs),
     /// Follow the lifecycle event stream.
     Events(commands::events::EventsArgs),
+    /// Serve the Model Context Protocol on stdin/stdout: sandboxes as tools for an agent
+    /// (register `cove mcp` as a stdio server in the MCP client).
+    Mcp(commands::mcp::McpArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(commands::completions::CompletionsArgs),
 }
@@ -229,6 +232,7 @@ async fn run_verb(client: &Client, verb: Verb) -> anyhow::Result<ExitCode> {
         Verb::Ops(args) => commands::ops::run(client, args).await?,
         Verb::Network(args) => commands::network::run(client, args).await?,
         Verb::Events(args) => commands::events::run(client, args).await?,
+        Verb::Mcp(args) => commands::mcp::run(client, args).await?,
     }
     Ok(ExitCode::SUCCESS)
 }

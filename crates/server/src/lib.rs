@@ -464,8 +464,12 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
             .await;
         Ok(())
     }));
+    let surfaces = other_surfaces(api_addr)?;
     let mut listeners = vec![
-        (api_listener, http::management_router(cp.clone())),
+        (
+            api_listener,
+            http::management_router_with(cp.clone(), surfaces),
+        ),
         (dp_listener, http::data_plane_router(cp.clone())),
     ];
     let (mut e2b_addr, mut e2b_reaper) = (None, None);
@@ -507,6 +511,22 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         controller,
         node,
     })
+}
+
+/// The surfaces served beside the REST API on its listener, each a client of that API: the
+/// MCP server at `/mcp` (streamable HTTP; each request's bearer token scopes its tools) and the
+/// web console at `/console/` (static assets; the page signs in to the API with a token).
+fn other_surfaces(api_addr: SocketAddr) -> anyhow::Result<axum::Router> {
+    // The API as seen from this host: an unspecified listen address is reached on loopback.
+    let mut own = api_addr;
+    if own.ip().is_unspecified() {
+        own.set_ip(match own.ip() {
+            std::net::IpAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            std::net::IpAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    let mcp = cove_mcp::http::router(format!("http://{own}")).context("the MCP endpoint")?;
+    Ok(mcp.merge(cove_console::router()))
 }
 
 /// Name of the file in the data dir holding the key that seals secret values in the store.

@@ -11,6 +11,7 @@ pub mod get;
 pub mod kill;
 pub mod logs;
 pub mod ls;
+pub mod mcp;
 pub mod metrics;
 pub mod network;
 pub mod ops;

@@ -33,6 +33,14 @@ pub use extract::parse_wait;
 
 /// The management API router.
 pub fn management_router(cp: ControlPlane) -> Router {
+    management_router_with(cp, Router::new())
+}
+
+/// The management API router with `extra` routes of other surfaces merged in (the MCP server
+/// at `/mcp`, the web console at `/console`): they share the API's per-request layers (request
+/// id, trace span, header bound, caught panics) and its JSON `404`/`405` fallbacks, and do their
+/// own authorisation. `extra` must not set a fallback, nor repeat a route of the API.
+pub fn management_router_with(cp: ControlPlane, extra: Router) -> Router {
     let v1 = Router::new()
         .route(
             "/v1/templates",
@@ -107,15 +115,17 @@ pub fn management_router(cp: ControlPlane) -> Router {
         .route("/v1/sandboxes/{id}/ports/{port}", any(ports::proxy))
         .route("/v1/sandboxes/{id}/ports/{port}/", any(ports::proxy))
         .route("/v1/sandboxes/{id}/ports/{port}/{*path}", any(ports::proxy));
-    let router = Router::new()
+    let api: Router = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(metrics))
         .route("/v1/openapi.json", get(openapi::openapi_json))
         .merge(v1)
         .merge(ports)
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
         .with_state(cp);
+    let router = api
+        .merge(extra)
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed);
     context::layers(router)
 }
 

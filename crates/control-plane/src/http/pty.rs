@@ -1,7 +1,9 @@
 //! Data plane: `GET /v1/attach/{cid}/pty`, a WebSocket to a command that runs on a pseudo-terminal.
 //!
 //! Authorised like the other data-plane routes (the command's attachment token as
-//! `Authorization: Bearer`). Binary frames carry terminal bytes both ways: from the server, the
+//! `Authorization: Bearer`), or, for browsers, which cannot set that header on a WebSocket, by
+//! the token in a `cove.bearer.<token>` subprotocol offered beside `cove.pty` (the server then
+//! answers `Sec-WebSocket-Protocol: cove.pty`). Binary frames carry terminal bytes both ways: from the server, the
 //! terminal's output from `?offset=N` (default 0, so a reconnecting client can resume where it
 //! stopped); from the client, keystrokes written to the terminal's input. Text frames carry JSON
 //! [`PtyMessage`]s: the client sends `{"resize":{"cols":C,"rows":R}}`; the server sends
@@ -14,7 +16,7 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
-use cove_api_types::{GapEvent, PtyMessage};
+use cove_api_types::{GapEvent, PtyMessage, PTY_PROTOCOL, PTY_TOKEN_PROTOCOL_PREFIX};
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
 use tracing::{debug, warn};
@@ -43,11 +45,36 @@ pub(super) async fn session(
     ApiQuery(q): ApiQuery<PtyQuery>,
     ws: WebSocketUpgrade,
 ) -> Result<Response, ServiceError> {
-    let sandbox_id = authorize(&cp, &headers, &cid).await?;
+    let sandbox_id = match protocol_token(&headers) {
+        Some(token) if super::bearer(&headers).is_none() => {
+            cp.authorize_attachment(&cid, token).await?
+        }
+        _ => authorize(&cp, &headers, &cid).await?,
+    };
     let events = cp
         .open_pty(&sandbox_id, &cid, q.offset.unwrap_or(0))
         .await?;
-    Ok(ws.on_upgrade(move |socket| run(cp, sandbox_id, cid, events, socket)))
+    Ok(ws
+        .protocols([PTY_PROTOCOL])
+        .on_upgrade(move |socket| run(cp, sandbox_id, cid, events, socket)))
+}
+
+/// The attachment token of a `cove.bearer.<token>` subprotocol, offered beside `cove.pty`.
+fn protocol_token(headers: &HeaderMap) -> Option<&str> {
+    let offered: Vec<&str> = headers
+        .get_all(axum::http::header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .collect();
+    if !offered.contains(&PTY_PROTOCOL) {
+        return None;
+    }
+    offered
+        .iter()
+        .find_map(|p| p.strip_prefix(PTY_TOKEN_PROTOCOL_PREFIX))
+        .filter(|t| !t.is_empty())
 }
 
 /// Pumps output to the socket and the socket's frames to the terminal until the command ends or
@@ -129,4 +156,30 @@ fn close(code: u16, reason: &'static str) -> Message {
         code,
         reason: reason.into(),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn offered(value: &str) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            axum::http::header::SEC_WEBSOCKET_PROTOCOL,
+            value.parse().expect("header"),
+        );
+        headers
+    }
+
+    #[test]
+    fn the_token_rides_in_a_subprotocol_beside_cove_pty() {
+        assert_eq!(
+            protocol_token(&offered("cove.pty, cove.bearer.abc-_1")),
+            Some("abc-_1")
+        );
+        assert_eq!(protocol_token(&offered("cove.bearer.abc")), None);
+        assert_eq!(protocol_token(&offered("cove.pty, cove.bearer.")), None);
+        assert_eq!(protocol_token(&offered("cove.pty")), None);
+        assert_eq!(protocol_token(&HeaderMap::new()), None);
+    }
 }
