@@ -10,13 +10,14 @@ use tokio::net::UnixListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::{debug, info, warn};
 
+use crate::command_cgroup::CgroupRoots;
 use crate::commands::CommandTable;
 use crate::config::Config;
 use crate::files::reserved::{Reserved, COVE_DIR};
 use crate::reaper::Reaper;
 use crate::state::Agent;
 use crate::users::UserFiles;
-use crate::{net, process_tree, server};
+use crate::{net, server};
 
 /// Why the agent could not start.
 #[derive(Debug, thiserror::Error)]
@@ -60,7 +61,11 @@ pub async fn run(config: Config) -> Result<(), StartError> {
         commands: CommandTable::default(),
         reaper,
         users: UserFiles::default(),
+        cgroups: CgroupRoots::discover(),
     });
+    if !agent.cgroups.enabled() {
+        info!("no delegated command cgroups: commands are tracked by their session");
+    }
     info!(socket = %agent.config.listen.display(), version = env!("CARGO_PKG_VERSION"), "guest agent listening");
     let mut term = signal(SignalKind::terminate()).map_err(StartError::Reaper)?;
     let mut int = signal(SignalKind::interrupt()).map_err(StartError::Reaper)?;
@@ -89,8 +94,8 @@ fn reserved_paths(config: &Config) -> Reserved {
 /// Kills every command's tree and removes the socket.
 fn shutdown(agent: &Agent) {
     for command in agent.commands.all() {
-        if let Some(sid) = command.live_sid() {
-            process_tree::signal_tree(sid, libc::SIGKILL);
+        if let Some(tree) = command.live_tree() {
+            tree.signal(libc::SIGKILL);
         }
     }
     let _ = fs::remove_file(&agent.config.listen);

@@ -160,6 +160,7 @@ pub(crate) fn build(
     layout: &Layout,
     host: HostPrivileges,
     views: &HostViews,
+    command_cgroups: &[(std::path::PathBuf, String)],
 ) -> Result<Spec, RuntimeError> {
     let mut args = vec![
         GUEST_AGENT_PATH.to_string(),
@@ -223,7 +224,12 @@ pub(crate) fn build(
     config.set_process(Some(process));
     config.set_root(Some(root));
     config.set_hostname(Some(spec.hostname.clone()));
-    config.set_mounts(Some(mounts(spec, layout, &views.lxcfs_mounts())?));
+    config.set_mounts(Some(mounts(
+        spec,
+        layout,
+        &views.lxcfs_mounts(),
+        command_cgroups,
+    )?));
     config.set_annotations(None);
     config.set_linux(Some(linux));
     Ok(config)
@@ -293,6 +299,7 @@ fn mounts(
     spec: &SandboxSpec,
     layout: &Layout,
     lxcfs: &[(std::path::PathBuf, String)],
+    command_cgroups: &[(std::path::PathBuf, String)],
 ) -> Result<Vec<Mount>, RuntimeError> {
     let m = |dest: &str, typ: &str, source: &str, opts: &[&str]| {
         let mut mount = Mount::default();
@@ -371,6 +378,13 @@ fn mounts(
     ];
     // After /proc and /sys: the views are mounted over their files.
     all.extend(views);
+    // After the read-only cgroup mount: the agent's per-command cgroups are bound over their
+    // place in it, read-write (`command_cgroups.rs`).
+    all.extend(command_cgroups.iter().map(|(src, dest)| {
+        let mut delegated = m(dest, "bind", "", &["bind", "nosuid", "nodev", "noexec"]);
+        delegated.set_source(Some(src.clone()));
+        delegated
+    }));
     if let Some(net) = &spec.network {
         let mut resolv = m(
             "/etc/resolv.conf",
@@ -436,6 +450,7 @@ mod tests {
                 &layout,
                 unprivileged,
                 &HostViews::without_lxcfs(vec![0, 1]),
+                &[],
             )
             .expect("build"),
         )
@@ -448,6 +463,7 @@ mod tests {
                 &layout,
                 PRIVILEGED,
                 &HostViews::without_lxcfs(vec![0, 1]),
+                &[],
             )
             .expect("build"),
         )
@@ -488,6 +504,7 @@ mod tests {
                 &layout,
                 PRIVILEGED,
                 &HostViews::without_lxcfs(vec![0, 1]),
+                &[],
             )
             .expect("build"),
         )
@@ -524,6 +541,7 @@ mod tests {
                 &layout,
                 PRIVILEGED,
                 &HostViews::without_lxcfs(vec![0, 1]),
+                &[],
             )
             .expect("build"),
         )
@@ -550,6 +568,7 @@ mod tests {
                 &layout,
                 PRIVILEGED,
                 &HostViews::without_lxcfs(vec![0, 1]),
+                &[],
             )
             .expect("build"),
         )

@@ -18,7 +18,7 @@
 //! Files by verb: `start.rs` (create + start + wait for the agent, undo on failure), `stop.rs`
 //! (kill, delete, unmount; idempotent); by concern: `cli.rs` (invoking runc), `config.rs` (OCI
 //! config), `seccomp.rs` (syscall deny-list), `mounts.rs` (overlay), `cgroups.rs` (cgroup
-//! paths), `layout.rs` (the sandbox directory), `views.rs` (lxcfs and cpusets: honest limits), `snapshot/` (the `fs.tar` artifact: the upper dir packed and unpacked).
+//! paths), `command_cgroups.rs` (the cgroups delegated to the agent for its commands), `layout.rs` (the sandbox directory), `views.rs` (lxcfs and cpusets: honest limits), `snapshot/` (the `fs.tar` artifact: the upper dir packed and unpacked).
 //!
 //! Host requirements and quirks: root; cgroup v1 or v2 (runc decides; paths are read back from
 //! `/proc/<pid>/cgroup`). Without `CAP_SYS_RESOURCE` (as on this project's CI machines) the
@@ -38,6 +38,7 @@ use crate::{
 
 mod cgroups;
 mod cli;
+mod command_cgroups;
 mod config;
 mod disk;
 mod freezer;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use super::config::HostPrivileges;
 use super::layout::{io_err, validate_hostname, validate_id, write_identity, Layout};
 use super::views::HostViews;
-use super::{config, disk, join_error, mounts, stop};
+use super::{command_cgroups, config, disk, join_error, mounts, stop};
 use crate::UnixSocketConnector;
 use crate::{RuntimeError, SandboxSpec, Started};
 
@@ -191,7 +191,8 @@ fn prepare(
     if let Some(net) = &spec.network {
         write_network_files(net, layout)?;
     }
-    let config = config::build(spec, layout, host, views)?;
+    let command_cgroups = command_cgroups::prepare(&spec.id)?;
+    let config = config::build(spec, layout, host, views, &command_cgroups)?;
     config::write(&config, layout)?;
 
     let log = std::fs::OpenOptions::new()
