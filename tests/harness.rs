@@ -220,6 +220,7 @@ pub fn server_with(tweak: fn(&mut cove_server::Config)) -> &'static Server {
             command_output: Default::default(),
             e2b: None,
             network: Default::default(),
+            default_disk_mib: Some(cove_server::DEFAULT_DISK_MIB),
         };
         let mut cfg = cfg;
         tweak(&mut cfg);

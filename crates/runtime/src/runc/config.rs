@@ -16,7 +16,8 @@
 //!   deny-all (runc adds its default device allow-list);
 //! - mounts: runc's standard set (proc, /dev tmpfs, devpts, /dev/shm, mqueue, sysfs ro, cgroup
 //!   ro) plus the guest agent binary (read-only bind) and the run dir
-//!   ([`GUEST_RUN_DIR`]) as a read-write bind with `nosuid,nodev,noexec`: the agent keeps its
+//!   ([`GUEST_RUN_DIR`], on the sandbox's own disk when it has one, so it is bounded by that
+//!   disk's size) as a read-write bind with `nosuid,nodev,noexec`: the agent keeps its
 //!   socket, spilled output and scripts there; scripts are run by an interpreter (`sh FILE`,
 //!   `source FILE`), which needs read, not exec, permission, and a host-backed directory the guest
 //!   can write should not also hold executables; and lxcfs's `/proc` and `/sys` views bound over
@@ -322,7 +323,7 @@ fn mounts(
         "",
         &["bind", "nosuid", "nodev", "noexec"],
     );
-    run.set_source(Some(absolute(&layout.run)?));
+    run.set_source(Some(absolute(&layout.run_dir())?));
     let views = lxcfs.iter().map(|(src, dest)| {
         let mut view = m(dest, "bind", "", &["bind", "nosuid", "nodev", "noexec"]);
         view.set_source(Some(src.clone()));

@@ -178,7 +178,19 @@ fn prepare(
         std::fs::create_dir_all(d).map_err(io_err(format!("create {}", d.display())))?;
     }
     let (upper, work) = match spec.resources.disk_mib {
-        Some(mib) => disk::prepare(layout, mib)?,
+        Some(mib) => {
+            let dirs = disk::prepare(layout, mib)?;
+            // The run dir lives on the disk; it is kept (a full disk has no block for a new
+            // directory) and only the old socket is removed.
+            let run = layout.disk_mnt.join(super::layout::RUN_ON_DISK);
+            std::fs::create_dir_all(&run).map_err(io_err(format!("create {}", run.display())))?;
+            match std::fs::remove_file(layout.agent_socket()) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_err("remove the old agent socket")(e)),
+            }
+            dirs
+        }
         None => {
             for d in [&layout.upper, &layout.work] {
                 std::fs::create_dir_all(d).map_err(io_err(format!("create {}", d.display())))?;
