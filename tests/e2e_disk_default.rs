@@ -57,7 +57,7 @@ async fn sandboxes_get_a_default_disk_that_also_bounds_the_agents_run_dir() {
     let o = root_sh(
         &c,
         &id,
-        "dd if=/dev/zero of=/.cove/run/filler bs=1M count=64 2>/dev/null && sync && echo ok",
+        "dd if=/dev/zero of=/.cove/run/output/filler bs=1M count=64 2>/dev/null && sync && echo ok",
     )
     .await;
     assert_eq!(o.stdout_text(), "ok\n", "{}", o.stderr_text());

@@ -38,12 +38,18 @@ pub enum StartError {
 /// Starts the agent and serves until SIGTERM/SIGINT.
 ///
 /// Start-up: become a child subreaper (orphans are reaped by the agent even when it is not
-/// PID 1), bring `lo` up, prepare the run dir (`output/` 0700 and `scripts/` 0711, emptied; the run
+/// PID 1) and non-dumpable (no ptrace of the agent from inside), bring `lo` up, prepare the run dir (`output/` 0700 and `scripts/` 0711, emptied; the run
 /// dir gets search permission for everyone so a non-root user can read its script), start the
 /// reaper, then listen (socket mode 0600: only the sandbox's root can use it).
 pub async fn run(config: Config) -> Result<(), StartError> {
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
         warn!(error = %e, "cannot become a child subreaper");
+    }
+    // Not dumpable: without `CAP_SYS_PTRACE` nothing in the sandbox, its root included, may
+    // ptrace the agent or read its memory, environment or descriptors through `/proc`.
+    // Commands are dumpable again after their exec.
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        warn!(error = %e, "cannot make the agent non-dumpable");
     }
     if let Err(e) = net::bring_up_loopback() {
         debug!(error = %e, "cannot bring lo up");

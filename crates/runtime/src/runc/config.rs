@@ -5,7 +5,9 @@
 //!   (the agent resets its children to 0) when the node agent has `CAP_SYS_RESOURCE` (without it
 //!   the kernel refuses to lower a score and runc would fail, so the field is left out),
 //!   `noNewPrivileges: false` so `sudo` works inside;
-//! - Docker's default capability set, in bounding/effective/permitted; inheritable/ambient empty;
+//! - Docker's default capability set without `CAP_NET_RAW` (no raw sockets; ICMP echo through
+//!   datagram sockets for every group instead), in bounding/effective/permitted;
+//!   inheritable/ambient empty;
 //! - namespaces pid, mount, uts, ipc, cgroup and network: the node's namespace for the sandbox
 //!   when [`SandboxSpec::network`] names one (its `path`; the gateway behind it), else a new one
 //!   with loopback only; with a node network, `/etc/resolv.conf` (the gateway) and, with an
@@ -17,7 +19,8 @@
 //! - mounts: runc's standard set (proc, /dev tmpfs, devpts, /dev/shm, mqueue, sysfs ro, cgroup
 //!   ro) plus the guest agent binary (read-only bind) and the run dir
 //!   ([`GUEST_RUN_DIR`], on the sandbox's own disk when it has one, so it is bounded by that
-//!   disk's size) as a read-write bind with `nosuid,nodev,noexec`: the agent keeps its
+//!   disk's size; its entries sealed once the agent listens, see `seal.rs`) as a read-write
+//!   bind with `nosuid,nodev,noexec`: the agent keeps its
 //!   socket, spilled output and scripts there; scripts are run by an interpreter (`sh FILE`,
 //!   `source FILE`), which needs read, not exec, permission, and a host-backed directory the guest
 //!   can write should not also hold executables; and lxcfs's `/proc` and `/sys` views bound over
@@ -43,6 +46,10 @@ use crate::{RuntimeError, SandboxSpec};
 /// The system trust bundle of Debian-like releases (curl, OpenSSL, Python's `ssl` read it).
 pub(crate) const CA_BUNDLE_PATH: &str = "/etc/ssl/certs/ca-certificates.crt";
 
+/// `net.ipv4.ping_group_range` of the sandbox's network namespace: every group may open ICMP
+/// datagram sockets (`ping` without `CAP_NET_RAW`).
+const PING_GROUP_RANGE: &str = "0 2147483647";
+
 /// `PATH` of the guest agent.
 const PATH_ENV: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -53,14 +60,14 @@ const CPU_PERIOD_US: u64 = 100_000;
 const NOFILE_SOFT: u64 = 1024;
 const NOFILE_HARD: u64 = 524_288;
 
-/// Docker's default capabilities.
+/// Docker's default capabilities without `CAP_NET_RAW`: no raw or packet sockets (ICMP echo
+/// still works for every user through datagram sockets, [`PING_GROUP_RANGE`]).
 const CAPABILITIES: &[Capability] = &[
     Capability::Chown,
     Capability::DacOverride,
     Capability::Fsetid,
     Capability::Fowner,
     Capability::Mknod,
-    Capability::NetRaw,
     Capability::Setgid,
     Capability::Setuid,
     Capability::Setfcap,
@@ -217,6 +224,10 @@ pub(crate) fn build(
         .masked_paths(strings(MASKED_PATHS))
         .readonly_paths(strings(READONLY_PATHS))
         .seccomp(seccomp::profile().map_err(|e| config_error(spec, e))?)
+        .sysctl(std::collections::HashMap::from([(
+            "net.ipv4.ping_group_range".to_string(),
+            PING_GROUP_RANGE.to_string(),
+        )]))
         .build()
         .map_err(|e| config_error(spec, e))?;
 

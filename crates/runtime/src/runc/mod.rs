@@ -44,6 +44,7 @@ mod disk;
 mod freezer;
 mod layout;
 mod mounts;
+mod seal;
 mod seccomp;
 pub mod snapshot;
 mod start;

@@ -122,6 +122,10 @@ async fn run(
     let pid = read_pid(&spec.id, &pid_file)?;
     runc.start(&spec.id).await?;
     wait_for_agent(spec, layout, pid, log_offset).await?;
+    let run = layout.run_dir();
+    tokio::task::spawn_blocking(move || super::seal::seal(&run))
+        .await
+        .map_err(join_error)?;
     Ok(Started {
         guest: std::sync::Arc::new(UnixSocketConnector::new(layout.agent_socket())),
         init_pid: pid,
@@ -169,6 +173,7 @@ fn prepare(
     // A stale mount from a crashed node agent (runc has no container, checked by the caller).
     mounts::unmount(&layout.rootfs)?;
     // Start from a fresh run dir, so an old socket is not mistaken for the new agent's.
+    super::seal::unseal(&layout.run);
     match std::fs::remove_dir_all(&layout.run) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -184,6 +189,7 @@ fn prepare(
             // directory) and only the old socket is removed.
             let run = layout.disk_mnt.join(super::layout::RUN_ON_DISK);
             std::fs::create_dir_all(&run).map_err(io_err(format!("create {}", run.display())))?;
+            super::seal::unseal(&run);
             match std::fs::remove_file(layout.agent_socket()) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

@@ -70,6 +70,10 @@ pub(crate) async fn teardown(
 /// mount points.
 fn remove_node_resources(layout: &Layout) -> Result<(), RuntimeError> {
     mounts::unmount(&layout.rootfs)?;
+    // Before the disk goes: its run dir is sealed too, and a sealed directory cannot be cleared
+    // at the next start's preparation otherwise (it unseals again anyway).
+    super::seal::unseal(&layout.run_dir());
+    super::seal::unseal(&layout.run);
     disk::unmount(layout)?;
     for dir in [&layout.work, &layout.bundle, &layout.run] {
         match std::fs::remove_dir_all(dir) {
