@@ -601,7 +601,7 @@ mod tests {
         assert_eq!(p["terminal"], false);
         assert_eq!(
             p["capabilities"]["bounding"].as_array().map(Vec::len),
-            Some(14)
+            Some(13)
         );
         assert_eq!(p["capabilities"]["ambient"], serde_json::json!([]));
         assert_eq!(json["root"]["path"], "/data/sandboxes/sbx1/rootfs");
