@@ -9,7 +9,21 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use cove_api_types::{CreateSandboxRequest, ErrorCode, ResourcesRequest};
-use cove_e2e::{client, delete, ensure_template, root_sh, sandbox, sandbox_with, server, sh};
+use cove_e2e::{delete, ensure_template, root_sh, sandbox, sandbox_with, sh};
+
+/// This binary's server gives sandboxes no default disk, so a sandbox without one (its
+/// writable layer measured on the node's disk) can be made.
+fn no_default_disk(cfg: &mut cove_server::Config) {
+    cfg.default_disk_mib = None;
+}
+
+fn server() -> &'static cove_e2e::Server {
+    cove_e2e::server_with(no_default_disk)
+}
+
+fn client() -> cove_client::Client {
+    cove_e2e::client_of(server())
+}
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 

@@ -165,6 +165,11 @@ fn cleanup(dir: &Path) {
     }
     if let Ok(entries) = std::fs::read_dir(dir.join("sandboxes")) {
         for e in entries.flatten() {
+            // The run dir is sealed (immutable) while its sandbox runs.
+            let _ = std::process::Command::new("chattr")
+                .arg("-i")
+                .arg(e.path().join("run"))
+                .output();
             // The overlay first, then a sandbox's own disk (its loop device detaches with it).
             for mount in ["rootfs", "disk"] {
                 let _ = std::process::Command::new("umount")
@@ -220,6 +225,7 @@ pub fn server_with(tweak: fn(&mut cove_server::Config)) -> &'static Server {
             command_output: Default::default(),
             e2b: None,
             network: Default::default(),
+            default_disk_mib: Some(cove_server::DEFAULT_DISK_MIB),
         };
         let mut cfg = cfg;
         tweak(&mut cfg);

@@ -78,7 +78,8 @@ class Unavailable(CoveError):
 
 
 class InternalError(CoveError):
-    """500 ``internal``: a server-side failure (details are in the server's log)."""
+    """500 ``internal``: a server-side failure (details are in the server's log), or
+    ``snapshot_corrupt``: a suspended sandbox's snapshot cannot be read back."""
 
 
 class TransportError(CoveError):
@@ -130,6 +131,7 @@ _BY_CODE: Dict[str, Type[CoveError]] = {
     "not_implemented": Unavailable,
     "unavailable": Unavailable,
     "deadline_exceeded": Unavailable,
+    "snapshot_corrupt": InternalError,
     "internal": InternalError,
 }
 

@@ -88,8 +88,10 @@ pub struct Command {
     pub started_at: DateTime<Utc>,
     /// End time.
     pub ended_at: Option<DateTime<Utc>>,
-    /// The sandbox's memory limit was hit while it ran and the kernel's OOM killer ended it (it
-    /// ended by SIGKILL, or exited 137 as a shell does when its child was SIGKILLed).
+    /// The sandbox's memory limit was hit and the kernel's OOM killer killed a process of this
+    /// command (counted per command, in the command's own cgroup; where the runtime gives
+    /// commands no cgroup: the command ended by SIGKILL, or exited 137 as a shell does when its
+    /// child was SIGKILLed, while the sandbox counted an OOM kill).
     #[serde(default)]
     pub oom_killed: bool,
     /// It runs on a pseudo-terminal.

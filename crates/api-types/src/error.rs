@@ -115,6 +115,9 @@ error_codes! {
     DeadlineExceeded = "deadline_exceeded" => 504,
     /// The operation was cancelled by request (the code of a `cancelled` operation's `error`).
     Cancelled = "cancelled" => 409,
+    /// The sandbox's snapshot is damaged (its manifest or an artifact cannot be read back), so
+    /// it cannot be woken; the sandbox stays as it was and can still be deleted.
+    SnapshotCorrupt = "snapshot_corrupt" => 500,
     /// A server bug or an unexpected failure; details are in the server log under the request id.
     Internal = "internal" => 500,
 }

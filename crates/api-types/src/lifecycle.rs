@@ -76,6 +76,11 @@ pub struct RuntimeCapabilities {
     /// false they have loopback only and only the default policy is accepted.
     #[serde(default)]
     pub network: bool,
+    /// Size in MiB of the own disk a sandbox gets when its create names no
+    /// `resources.disk_mib` (`cove server --default-disk-mib`); absent when that default is
+    /// off and such a sandbox writes to the node's disk without a limit of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_disk_mib: Option<u64>,
     /// How long this server keeps each class of record. Older servers omit it.
     #[serde(default)]
     pub retention: RetentionInfo,

@@ -74,6 +74,7 @@ impl CoveServer {
             public_data_plane_url: None,
             lifecycle: Default::default(),
             command_output: Default::default(),
+            default_disk_mib: Some(cove_server::DEFAULT_DISK_MIB),
             e2b: None,
             network: cove_server::NetworkSettings {
                 mode: settings.network,

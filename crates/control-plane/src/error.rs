@@ -69,6 +69,9 @@ pub enum ServiceError {
     /// Disk full in the sandbox.
     #[error("{0}")]
     NoSpace(String),
+    /// The sandbox's snapshot cannot be read back.
+    #[error("{0}")]
+    SnapshotCorrupt(String),
     /// Too large.
     #[error("{0}")]
     TooLarge(String),
@@ -113,6 +116,7 @@ impl ServiceError {
             AlreadyExists(_) => ErrorCode::AlreadyExists,
             PermissionDenied(_) => ErrorCode::PermissionDenied,
             NoSpace(_) => ErrorCode::NoSpace,
+            SnapshotCorrupt(_) => ErrorCode::SnapshotCorrupt,
             TooLarge(_) => ErrorCode::PayloadTooLarge,
             NotImplemented(_) => ErrorCode::NotImplemented,
             Unauthorized(_) => ErrorCode::Unauthorized,
@@ -157,6 +161,7 @@ pub fn from_node(e: NodeError, sandbox_id: &str) -> ServiceError {
         N::PermissionDenied(m) => ServiceError::PermissionDenied(m),
         N::FailedPrecondition(m) => ServiceError::FailedPrecondition(m),
         N::NoSpace(m) => ServiceError::NoSpace(m),
+        N::SnapshotCorrupt(m) => ServiceError::SnapshotCorrupt(m),
         N::TooLarge(m) => ServiceError::TooLarge(m),
         N::SpawnFailed(m) => ServiceError::Unavailable(format!("could not start the process: {m}")),
         N::AgentUnavailable(m) => {

@@ -68,6 +68,10 @@ pub struct ControlPlaneConfig {
     /// The key that seals secret values in the store (`None`: creates with secrets are
     /// refused).
     pub secrets_key: Option<network::SecretsKey>,
+    /// Own-disk size in MiB of a sandbox (or pool) whose request names none (`None`: such a
+    /// sandbox has no disk of its own; default `None`, the server sets
+    /// [`cove_domain::resources::DEFAULT_DISK_MIB`]).
+    pub default_disk_mib: Option<u64>,
 }
 
 impl ControlPlaneConfig {
@@ -85,6 +89,7 @@ impl ControlPlaneConfig {
             clock: Arc::new(SystemClock),
             metrics: None,
             secrets_key: None,
+            default_disk_mib: None,
         }
     }
 }

@@ -128,6 +128,7 @@ impl ControlPlane {
             snapshot_store: caps.snapshot_store,
             network: caps.network,
             retention: self.inner.cfg.retention.info(),
+            default_disk_mib: self.inner.cfg.default_disk_mib,
         }
     }
 

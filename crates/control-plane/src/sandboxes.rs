@@ -32,6 +32,20 @@ pub const DEFAULT_IDLE_TIMEOUT_S: u64 = 6 * 3600;
 pub const MAX_TIMEOUT_S: u64 = 10 * 365 * 24 * 3600;
 
 impl ControlPlane {
+    /// A request's resources over the defaults, with the server's default own disk
+    /// ([`crate::ControlPlaneConfig::default_disk_mib`]) where the request names no size.
+    /// Errors: `invalid_argument` for a value out of bounds.
+    pub(crate) fn resolve_resources(
+        &self,
+        req: Option<&cove_domain::ResourcesRequest>,
+    ) -> Result<cove_domain::Resources, ServiceError> {
+        let mut resources = resources::resolve(req)?;
+        if resources.disk_mib.is_none() {
+            resources.disk_mib = self.inner.cfg.default_disk_mib;
+        }
+        Ok(resources)
+    }
+
     /// Accepts a create request: validates it, records the sandbox (`creating`) and its operation,
     /// and starts it in the background. The same `idempotency_key` with the same body returns the
     /// first sandbox and operation.
@@ -47,7 +61,7 @@ impl ControlPlane {
         if !self.template_exists(&template).await? {
             return Err(ServiceError::TemplateNotFound(template.clone()));
         }
-        let resources = resources::resolve(req.resources.as_ref())?;
+        let resources = self.resolve_resources(req.resources.as_ref())?;
         if let Some(runtime) = &req.runtime {
             let offered = self.node().capabilities().runtime;
             if *runtime != offered {

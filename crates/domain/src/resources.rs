@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use crate::InvalidInput;
 
 /// Resources of a sandbox. Defaults: 1 vCPU, 512 MiB memory, 1024 processes, no disk of its
-/// own.
+/// own (a server gives one of [`DEFAULT_DISK_MIB`] unless configured otherwise).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Resources {
@@ -18,8 +18,10 @@ pub struct Resources {
     pub pids_max: u64,
     /// Size in MiB of the sandbox's own disk, which holds every file it writes (64–1048576).
     /// When it is full, writes in the sandbox fail with "No space left on device" and file
-    /// uploads with `507 no_space`, while the node and other sandboxes are unaffected. Absent:
-    /// the sandbox writes to the node's disk without a size limit of its own.
+    /// uploads with `507 no_space`, while the node and other sandboxes are unaffected. A create
+    /// that names no size gets the server's default (`cove server --default-disk-mib`,
+    /// [`DEFAULT_DISK_MIB`]). Absent only where the server's default is off (`0`): the sandbox
+    /// then writes to the node's disk without a size limit of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk_mib: Option<u64>,
 }
@@ -59,6 +61,9 @@ pub const MEMORY_MIB: (u64, u64) = (64, 65536);
 pub const PIDS: (u64, u64) = (16, 65536);
 /// Own-disk size bounds in MiB (inclusive): 64 MiB to 1 TiB.
 pub const DISK_MIB: (u64, u64) = (64, 1 << 20);
+/// The own-disk size in MiB a server gives a sandbox whose create names none (10 GiB; the
+/// image is sparse, so it costs the node only what the sandbox writes).
+pub const DEFAULT_DISK_MIB: u64 = 10 * 1024;
 
 /// Applies a request's overrides to the defaults (1 vCPU, 512 MiB, 1024 pids, no own disk) and
 /// checks bounds.

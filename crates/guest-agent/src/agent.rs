@@ -10,13 +10,14 @@ use tokio::net::UnixListener;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::{debug, info, warn};
 
+use crate::command_cgroup::CgroupRoots;
 use crate::commands::CommandTable;
 use crate::config::Config;
 use crate::files::reserved::{Reserved, COVE_DIR};
 use crate::reaper::Reaper;
 use crate::state::Agent;
 use crate::users::UserFiles;
-use crate::{net, process_tree, server};
+use crate::{net, server};
 
 /// Why the agent could not start.
 #[derive(Debug, thiserror::Error)]
@@ -37,12 +38,18 @@ pub enum StartError {
 /// Starts the agent and serves until SIGTERM/SIGINT.
 ///
 /// Start-up: become a child subreaper (orphans are reaped by the agent even when it is not
-/// PID 1), bring `lo` up, prepare the run dir (`output/` 0700 and `scripts/` 0711, emptied; the run
+/// PID 1) and non-dumpable (no ptrace of the agent from inside), bring `lo` up, prepare the run dir (`output/` 0700 and `scripts/` 0711, emptied; the run
 /// dir gets search permission for everyone so a non-root user can read its script), start the
 /// reaper, then listen (socket mode 0600: only the sandbox's root can use it).
 pub async fn run(config: Config) -> Result<(), StartError> {
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
         warn!(error = %e, "cannot become a child subreaper");
+    }
+    // Not dumpable: without `CAP_SYS_PTRACE` nothing in the sandbox, its root included, may
+    // ptrace the agent or read its memory, environment or descriptors through `/proc`.
+    // Commands are dumpable again after their exec.
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        warn!(error = %e, "cannot make the agent non-dumpable");
     }
     if let Err(e) = net::bring_up_loopback() {
         debug!(error = %e, "cannot bring lo up");
@@ -60,7 +67,11 @@ pub async fn run(config: Config) -> Result<(), StartError> {
         commands: CommandTable::default(),
         reaper,
         users: UserFiles::default(),
+        cgroups: CgroupRoots::discover(),
     });
+    if !agent.cgroups.enabled() {
+        info!("no delegated command cgroups: commands are tracked by their session");
+    }
     info!(socket = %agent.config.listen.display(), version = env!("CARGO_PKG_VERSION"), "guest agent listening");
     let mut term = signal(SignalKind::terminate()).map_err(StartError::Reaper)?;
     let mut int = signal(SignalKind::interrupt()).map_err(StartError::Reaper)?;
@@ -89,8 +100,8 @@ fn reserved_paths(config: &Config) -> Reserved {
 /// Kills every command's tree and removes the socket.
 fn shutdown(agent: &Agent) {
     for command in agent.commands.all() {
-        if let Some(sid) = command.live_sid() {
-            process_tree::signal_tree(sid, libc::SIGKILL);
+        if let Some(tree) = command.live_tree() {
+            tree.signal(libc::SIGKILL);
         }
     }
     let _ = fs::remove_file(&agent.config.listen);

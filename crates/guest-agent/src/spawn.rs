@@ -5,7 +5,8 @@
 //! fork and exec the child only makes system calls, which is what a multi-threaded parent allows.
 //!
 //! The child, in order: resets every signal disposition and unblocks all signals, calls `setsid`
-//! (a new session and process group, so the whole tree can be signalled), writes `1000` to
+//! (a new session and process group, so the whole tree can be signalled), joins the command's
+//! cgroups (writes `0` to each `cgroup.procs` it was handed, see [`crate::command_cgroup`]), writes `1000` to
 //! `/proc/self/oom_score_adj` (raising it needs no privilege, so it works where the agent cannot
 //! lower its own: under memory pressure the kernel kills the command's processes, never the
 //! agent, and no command can lower it back without `CAP_SYS_RESOURCE`), makes the pty its
@@ -115,6 +116,8 @@ pub enum Stage {
     Identity,
     /// Changing to the working directory.
     Chdir,
+    /// Joining the command's cgroups.
+    Cgroup,
 }
 
 impl std::fmt::Display for Stage {
@@ -123,6 +126,7 @@ impl std::fmt::Display for Stage {
             Stage::Stdio => "connecting stdio",
             Stage::Identity => "switching user",
             Stage::Chdir => "changing directory",
+            Stage::Cgroup => "joining the command's cgroup",
         })
     }
 }
@@ -130,6 +134,7 @@ impl std::fmt::Display for Stage {
 const STAGE_STDIO: i32 = 1;
 const STAGE_IDENTITY: i32 = 2;
 const STAGE_CHDIR: i32 = 3;
+const STAGE_CGROUP: i32 = 4;
 
 /// Everything the child touches, allocated before the fork.
 struct Prepared {
@@ -223,8 +228,10 @@ impl Prepared {
     }
 }
 
-/// Starts the process. Blocking (fork, then waiting for the exec): call from a blocking thread.
-pub fn spawn(spec: &SpawnSpec, reaper: &Reaper) -> Result<Spawned, SpawnError> {
+/// Starts the process; the child first joins the cgroups whose `cgroup.procs` files are in
+/// `join` (opened for writing). Blocking (fork, then waiting for the exec): call from a blocking
+/// thread.
+pub fn spawn(spec: &SpawnSpec, reaper: &Reaper, join: &[OwnedFd]) -> Result<Spawned, SpawnError> {
     let prepared = Prepared::new(spec)?;
     let cloexec = OFlag::O_CLOEXEC;
     let pipe = || pipe2(cloexec).map_err(|e| SpawnError::Prepare(e.into()));
@@ -267,6 +274,7 @@ pub fn spawn(spec: &SpawnSpec, reaper: &Reaper) -> Result<Spawned, SpawnError> {
         }
     };
     let (report_r, report_w) = pipe2(cloexec).map_err(|e| SpawnError::Prepare(e.into()))?;
+    let join: Vec<i32> = join.iter().map(|f| f.as_raw_fd()).collect();
 
     // SAFETY: sigset_t is plain data; sigfillset initialises it before use.
     let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
@@ -289,6 +297,7 @@ pub fn spawn(spec: &SpawnSpec, reaper: &Reaper) -> Result<Spawned, SpawnError> {
             stdout_w.as_raw_fd(),
             stderr_w.as_raw_fd(),
             report_w.as_raw_fd(),
+            &join,
         );
     }
     let fork_err = io::Error::last_os_error();
@@ -311,6 +320,7 @@ pub fn spawn(spec: &SpawnSpec, reaper: &Reaper) -> Result<Spawned, SpawnError> {
         let stage = match stage {
             STAGE_STDIO => Stage::Stdio,
             STAGE_IDENTITY => Stage::Identity,
+            STAGE_CGROUP => Stage::Cgroup,
             _ => Stage::Chdir,
         };
         return Err(SpawnError::Setup {
@@ -326,7 +336,7 @@ pub fn spawn(spec: &SpawnSpec, reaper: &Reaper) -> Result<Spawned, SpawnError> {
 }
 
 /// The child between fork and exec. Only system calls on prepared memory.
-fn child(p: &Prepared, stdin: i32, stdout: i32, stderr: i32, report: i32) -> ! {
+fn child(p: &Prepared, stdin: i32, stdout: i32, stderr: i32, report: i32, join: &[i32]) -> ! {
     // SAFETY (whole function): every call is an async-signal-safe system call wrapper operating
     // on file descriptors we own and on memory prepared before the fork, which stays valid in the
     // child's copy of the address space; the function ends in execve or _exit.
@@ -340,6 +350,11 @@ fn child(p: &Prepared, stdin: i32, stdout: i32, stderr: i32, report: i32) -> ! {
         libc::sigemptyset(&mut empty);
         libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
         libc::setsid();
+        for &fd in join {
+            if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                fail(report, STAGE_CGROUP);
+            }
+        }
 
         let oom = libc::open(p.oom_path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
         if oom >= 0 {

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use crate::command_cgroup::CgroupRoots;
 use crate::commands::CommandTable;
 use crate::config::Config;
 use crate::files::reserved::Reserved;
@@ -21,6 +22,8 @@ pub struct Agent {
     pub users: UserFiles,
     /// Cove's own paths, out of the file API's reach.
     pub reserved: Reserved,
+    /// Where commands get their own cgroups (none outside a runc sandbox on cgroup v1).
+    pub cgroups: CgroupRoots,
 }
 
 impl Agent {

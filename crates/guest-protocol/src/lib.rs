@@ -64,6 +64,13 @@ pub const GUEST_RUN_DIR: &str = "/.cove/run";
 /// Path of the guest agent binary inside a sandbox (mounted read-only).
 pub const GUEST_AGENT_PATH: &str = "/.cove/bin/cove-guest-agent";
 
+/// Name of the cgroup the node delegates to the guest agent inside each cgroup v1 hierarchy it
+/// delegates (`/sys/fs/cgroup/freezer/cove-commands`, `/sys/fs/cgroup/memory/cove-commands`):
+/// writable while the sandbox's own cgroup above it (which holds the limits) is read-only. The
+/// agent makes one cgroup per command below it; where it is missing (cgroup v2, a VM) commands
+/// are tracked by their session.
+pub const COMMAND_CGROUP_DIR: &str = "cove-commands";
+
 /// A frame from the host to the guest.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct HostFrame {

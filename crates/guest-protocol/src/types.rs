@@ -400,8 +400,9 @@ pub struct CommandInfo {
     pub truncated: bool,
     /// The command was started with a stdin pipe that is still open.
     pub stdin_open: bool,
-    /// The sandbox's memory cgroup recorded an OOM kill while the command ran, and the command
-    /// ended by SIGKILL (or exited 137, a shell reporting a SIGKILLed child).
+    /// The OOM killer killed a process of this command: its own memory cgroup counted the kill
+    /// (without a command cgroup: the sandbox's cgroup counted one while the command ran, and
+    /// the command ended by SIGKILL or exited 137, a shell reporting a SIGKILLed child).
     pub oom_killed: bool,
     /// The command runs on a pseudo-terminal.
     pub pty: bool,

@@ -216,6 +216,9 @@ pub enum NodeError {
     /// network on the qemu runtime, a network policy with networking off).
     #[error("{0}")]
     Unsupported(String),
+    /// The sandbox's snapshot is damaged: its manifest or an artifact cannot be read back.
+    #[error("{0}")]
+    SnapshotCorrupt(String),
     /// Anything else on the node (details for the log, not for clients).
     #[error("node: {0}")]
     Internal(String),

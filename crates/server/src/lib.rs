@@ -64,7 +64,13 @@ pub struct Config {
     pub e2b: Option<E2bSettings>,
     /// Sandbox networks (the egress gateway).
     pub network: NetworkSettings,
+    /// Own-disk size in MiB of a sandbox whose create names no `resources.disk_mib`
+    /// (`--default-disk-mib`, [`DEFAULT_DISK_MIB`]; `None`: such sandboxes write to the node's
+    /// disk without a limit). Shown in `GET /v1/capabilities`.
+    pub default_disk_mib: Option<u64>,
 }
+
+pub use cove_domain::resources::DEFAULT_DISK_MIB;
 
 /// Whether sandboxes get a network behind the node's egress gateway (`--network`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -442,6 +448,13 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     cp_cfg.retention = life.retention.unwrap_or(cp_cfg.retention);
     cp_cfg.metrics = metrics::recorder();
     cp_cfg.secrets_key = Some(secrets_key(&data_dir)?);
+    if let Some(mib) = cfg.default_disk_mib {
+        let (lo, hi) = cove_domain::resources::DISK_MIB;
+        if !(lo..=hi).contains(&mib) {
+            bail!("the default disk size {mib} MiB is not between {lo} and {hi} MiB");
+        }
+    }
+    cp_cfg.default_disk_mib = cfg.default_disk_mib;
     let node = Arc::new(node);
     let cp = ControlPlane::new(store, node.clone(), cp_cfg);
     let new_admin_token = cp.bootstrap_admin_token().await?;

@@ -91,6 +91,11 @@ pub struct ServerArgs {
     /// dir].
     #[arg(long, value_name = "PREFIX")]
     pub network_prefix: Option<String>,
+    /// Size in MiB of the own disk (a sparse ext4 image; `df` in the sandbox shows it) of every
+    /// sandbox whose create names no `resources.disk_mib`; 0: no default, such sandboxes write
+    /// to the node's disk without a limit.
+    #[arg(long, value_name = "MIB", default_value_t = cove_server::DEFAULT_DISK_MIB)]
+    pub default_disk_mib: u64,
 }
 
 impl ServerArgs {
@@ -138,6 +143,7 @@ impl ServerArgs {
                 pool: self.network_pool,
                 upstream: None,
             },
+            default_disk_mib: (self.default_disk_mib > 0).then_some(self.default_disk_mib),
         }
     }
 }

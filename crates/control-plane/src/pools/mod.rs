@@ -17,7 +17,7 @@
 
 use chrono::Utc;
 use cove_api_types::{Pool, PoolList, PutPoolRequest, SandboxState, MAX_POOL_SIZE};
-use cove_domain::{resources, InvalidInput};
+use cove_domain::InvalidInput;
 use cove_store::{PoolMember, PoolRecord, StoreError};
 
 use crate::release_pins::Pin;
@@ -43,7 +43,7 @@ impl ControlPlane {
         if let Some(n) = req.release {
             self.pick_release(&req.template, &Pin::Number(n)).await?;
         }
-        let resources = resources::resolve(req.resources.as_ref())?;
+        let resources = self.resolve_resources(req.resources.as_ref())?;
         if req.max == 0 || req.max > MAX_POOL_SIZE {
             return Err(InvalidInput::new("max", format!("must be 1 to {MAX_POOL_SIZE}")).into());
         }

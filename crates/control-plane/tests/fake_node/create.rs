@@ -143,3 +143,39 @@ async fn a_create_may_name_the_servers_runtime_and_no_other() {
     h.succeeds(&op).await;
     assert_eq!(h.state(&s.id).await, SandboxState::Running);
 }
+
+/// Issue 12: the server's default own disk goes to every create (and pool) that names no size,
+/// is shown in the capabilities, and a size in the request wins.
+#[tokio::test]
+async fn creates_without_a_disk_size_get_the_default_disk() {
+    let h = Harness::with(cove_test_support::FakeNode::new(), |cfg| {
+        cfg.default_disk_mib = Some(10240)
+    })
+    .await;
+    assert_eq!(h.cp.capabilities().default_disk_mib, Some(10240));
+    let (s, op) = h.create_with(CreateSandboxRequest::default()).await;
+    h.succeeds(&op).await;
+    assert_eq!(s.resources.disk_mib, Some(10240));
+    let launch = h.node.launch_of(&s.id).expect("launched");
+    assert_eq!(launch.resources.disk_mib, Some(10240));
+
+    let req = CreateSandboxRequest {
+        resources: Some(ResourcesRequest {
+            disk_mib: Some(256),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let (s, op) = h.create_with(req).await;
+    h.succeeds(&op).await;
+    assert_eq!(s.resources.disk_mib, Some(256));
+}
+
+/// Without a default (the library's default), a create without a size has no own disk.
+#[tokio::test]
+async fn without_a_default_disk_creates_have_none() {
+    let off = Harness::new().await;
+    assert_eq!(off.cp.capabilities().default_disk_mib, None);
+    let (s, _) = off.create_with(CreateSandboxRequest::default()).await;
+    assert_eq!(s.resources.disk_mib, None);
+}

@@ -1,7 +1,8 @@
 //! `Kill` and `Signal`: ending or signalling a command's whole process tree.
 //!
-//! The tree is the command's session: its process group plus every process that moved to another
-//! group of the session. `Kill` sends SIGTERM, waits up to the grace period for the tree to die,
+//! The tree is the command's cgroup (where it has one: everything it started, however it
+//! daemonised) and its session: its process group plus every process that moved to another group
+//! of the session. `Kill` sends SIGTERM, waits up to the grace period for the tree to die,
 //! then sends SIGKILL until no process of the session remains, and only then answers.
 
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use std::time::{Duration, Instant};
 use cove_guest_protocol::{CommandInfo, ErrorCode};
 use tracing::warn;
 
+use super::tree::Tree;
 use crate::error::AgentError;
 use crate::process_tree::{self, MAX_SIGNAL};
 use crate::state::Agent;
@@ -22,27 +24,31 @@ const KILL_LIMIT: Duration = Duration::from_secs(20);
 /// Longest grace period honoured.
 const MAX_GRACE: Duration = Duration::from_secs(3600);
 
-async fn alive(sid: i32) -> bool {
-    tokio::task::spawn_blocking(move || process_tree::alive(sid))
+async fn alive(tree: &Tree) -> bool {
+    let tree = tree.clone();
+    tokio::task::spawn_blocking(move || tree.alive())
         .await
         .unwrap_or(false)
 }
 
-async fn signal_tree(sid: i32, signal: i32) {
-    let _ = tokio::task::spawn_blocking(move || process_tree::signal_tree(sid, signal)).await;
+async fn signal_tree(tree: &Tree, signal: i32) {
+    let tree = tree.clone();
+    let _ = tokio::task::spawn_blocking(move || tree.signal(signal)).await;
 }
 
-/// Sends SIGKILL to the tree until none of it remains (bounded by `KILL_LIMIT`).
-pub async fn kill_tree_now(sid: i32) {
+/// Sends SIGKILL to the tree (its cgroup frozen meanwhile) until none of it remains (bounded by
+/// `KILL_LIMIT`).
+pub async fn kill_tree_now(tree: Tree) {
     let deadline = Instant::now() + KILL_LIMIT;
     loop {
-        signal_tree(sid, libc::SIGKILL).await;
+        let t = tree.clone();
+        let _ = tokio::task::spawn_blocking(move || t.kill()).await;
         tokio::time::sleep(POLL).await;
-        if !alive(sid).await {
+        if !alive(&tree).await {
             return;
         }
         if Instant::now() >= deadline {
-            warn!(sid, "processes survive SIGKILL");
+            warn!(?tree, "processes survive SIGKILL");
             return;
         }
     }
@@ -59,16 +65,16 @@ pub async fn kill(
     if !command.exited() {
         command.mark_killing();
     }
-    if let Some(sid) = command.live_sid() {
-        if alive(sid).await {
-            signal_tree(sid, libc::SIGTERM).await;
+    if let Some(tree) = command.live_tree() {
+        if alive(&tree).await {
+            signal_tree(&tree, libc::SIGTERM).await;
             let deadline = Instant::now() + Duration::from_millis(grace_ms).min(MAX_GRACE);
-            while Instant::now() < deadline && alive(sid).await {
+            while Instant::now() < deadline && alive(&tree).await {
                 tokio::time::sleep(POLL.min(deadline.saturating_duration_since(Instant::now())))
                     .await;
             }
-            if alive(sid).await {
-                kill_tree_now(sid).await;
+            if alive(&tree).await {
+                kill_tree_now(tree).await;
             }
         }
     }
@@ -79,8 +85,8 @@ pub async fn kill(
             "command did not finish after its tree was killed"
         );
     }
-    if let Some(sid) = command.live_sid() {
-        if !alive(sid).await {
+    if let Some(tree) = command.live_tree() {
+        if !alive(&tree).await {
             command.mark_tree_gone();
         }
     }

@@ -46,6 +46,8 @@ pub fn forget(agent: &Arc<Agent>, command_id: &str) -> Result<(), AgentError> {
     }
     if let Some(command) = agent.commands.remove(command_id) {
         lock(&command.log).remove_spill_file();
+        // Gone unless processes the command left behind still run in it.
+        command.tree().remove_cgroup();
     }
     Ok(())
 }

@@ -17,6 +17,7 @@ pub mod resize;
 pub mod start;
 pub mod stdin;
 mod supervise;
+pub mod tree;
 pub mod write_stdin;
 
 use std::collections::{HashMap, HashSet};
@@ -84,8 +85,10 @@ pub struct Command {
     script: Option<PathBuf>,
     /// The master side of the command's terminal, when it runs on one.
     pty: Option<Arc<crate::pty::PtyMaster>>,
-    /// The sandbox's OOM-kill counter when the command started.
+    /// The sandbox's OOM-kill counter when the command started (used without a cgroup).
     oom_kills_at_start: Option<u64>,
+    /// The command's own cgroups, where the sandbox delegates them.
+    cgroup: Option<Arc<crate::command_cgroup::CommandCgroup>>,
 }
 
 impl Command {
@@ -99,15 +102,23 @@ impl Command {
         self.killing.store(true, Ordering::SeqCst);
     }
 
-    /// The session id to signal, or `None` once the command and its whole tree are gone.
-    pub fn live_sid(&self) -> Option<i32> {
-        (!self.tree_gone.load(Ordering::SeqCst)).then_some(self.pid)
+    /// Everything the command started.
+    pub fn tree(&self) -> tree::Tree {
+        tree::Tree::new(self.pid, self.cgroup.clone())
     }
 
-    /// Records that the command exited and its session is empty.
+    /// The tree to signal, or `None` once the command and its whole tree are gone.
+    pub fn live_tree(&self) -> Option<tree::Tree> {
+        (!self.tree_gone.load(Ordering::SeqCst)).then(|| self.tree())
+    }
+
+    /// Records that the command exited and its tree is empty, and removes its cgroup.
     fn mark_tree_gone(&self) {
         if self.exited() {
             self.tree_gone.store(true, Ordering::SeqCst);
+            if let Some(c) = &self.cgroup {
+                c.remove();
+            }
         }
     }
 

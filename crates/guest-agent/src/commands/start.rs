@@ -22,6 +22,7 @@ use tokio::sync::watch;
 
 use super::supervise::Source;
 use super::{now_ms, supervise, Command, Status, Stdin, StdinWriter};
+use crate::command_cgroup::CommandCgroup;
 use crate::error::AgentError;
 use crate::files::path::{display, resolve};
 use crate::output_log::{LogLimits, OutputLog};
@@ -46,6 +47,7 @@ struct Started {
     spec: SpawnSpec,
     user: String,
     script: Option<PathBuf>,
+    cgroup: Option<CommandCgroup>,
 }
 
 /// Starts a command; returns the leader's pid.
@@ -64,7 +66,9 @@ pub async fn start(agent: &Arc<Agent>, req: SpawnRequest) -> Result<u32, AgentEr
         spec,
         user,
         script,
+        cgroup,
     } = started;
+    let cgroup = cgroup.map(Arc::new);
 
     let limits = LogLimits {
         memory_bytes: agent.config.output_memory_bytes,
@@ -105,6 +109,9 @@ pub async fn start(agent: &Arc<Agent>, req: SpawnRequest) -> Result<u32, AgentEr
         Err(e) => {
             // Nothing could supervise the process: end it rather than leave it unmanaged.
             crate::process_tree::signal_tree(pid, libc::SIGKILL);
+            if let Some(cg) = &cgroup {
+                cg.kill_frozen();
+            }
             if let Some(s) = &script {
                 let _ = fs::remove_file(s);
             }
@@ -130,6 +137,7 @@ pub async fn start(agent: &Arc<Agent>, req: SpawnRequest) -> Result<u32, AgentEr
         script,
         pty,
         oom_kills_at_start,
+        cgroup,
     });
     reservation.commit(command.clone());
     tokio::spawn(supervise::supervise(
@@ -185,17 +193,44 @@ fn prepare_and_spawn(agent: &Agent, req: SpawnRequest) -> Result<Started, AgentE
         stdin_pipe: req.stdin,
         pty: req.pty,
     };
-    match spawn(&spec, &agent.reaper) {
+    let cleanup = |cgroup: Option<&CommandCgroup>| {
+        if let Some(s) = &script {
+            let _ = fs::remove_file(s);
+        }
+        if let Some(cg) = cgroup {
+            cg.remove();
+        }
+    };
+    let cgroup = match agent.cgroups.create(&req.command_id) {
+        Ok(cg) => cg,
+        Err(e) => {
+            cleanup(None);
+            return Err(AgentError::new(
+                ErrorCode::SpawnFailed,
+                format!("creating the command's cgroup: {e}"),
+            ));
+        }
+    };
+    let join = match cgroup.as_ref().map(CommandCgroup::join_files).transpose() {
+        Ok(files) => files.unwrap_or_default(),
+        Err(e) => {
+            cleanup(cgroup.as_ref());
+            return Err(AgentError::new(
+                ErrorCode::SpawnFailed,
+                format!("opening the command's cgroup: {e}"),
+            ));
+        }
+    };
+    match spawn(&spec, &agent.reaper, &join) {
         Ok(spawned) => Ok(Started {
             spawned,
             spec,
             user: user.name,
             script,
+            cgroup,
         }),
         Err(e) => {
-            if let Some(s) = &script {
-                let _ = fs::remove_file(s);
-            }
+            cleanup(cgroup.as_ref());
             Err(spawn_error(e, &user, &spec.cwd))
         }
     }

@@ -62,8 +62,8 @@ pub async fn supervise(
                     info!(command_id = %command.id, "command timed out; killing its process tree");
                     lock(&command.status).timed_out = true;
                     command.mark_killing();
-                    let sid = command.sid();
-                    tokio::spawn(async move { kill::kill_tree_now(sid).await });
+                    let tree = command.tree();
+                    tokio::spawn(async move { kill::kill_tree_now(tree).await });
                     (&mut exit).await
                 }
             }
@@ -84,20 +84,21 @@ pub async fn supervise(
         debug!(command_id = %command.id, "output still open after the leader exited; finishing");
     }
     finish(&command, status.ok());
-    let sid = command.sid();
-    if let Ok(false) = tokio::task::spawn_blocking(move || crate::process_tree::alive(sid)).await {
+    let tree = command.tree();
+    if let Ok(false) = tokio::task::spawn_blocking(move || tree.alive()).await {
         command.mark_tree_gone();
         return;
     }
-    // The leader is gone but processes it left in its session still run: the timeout bounds
-    // them too.
+    // The leader is gone but processes it left (in its session or its cgroup) still run: the
+    // timeout bounds them too.
     if let Some(deadline) = deadline {
         tokio::time::sleep_until(deadline).await;
-        if let Some(sid) = command.live_sid() {
-            let alive = tokio::task::spawn_blocking(move || crate::process_tree::alive(sid)).await;
+        if let Some(tree) = command.live_tree() {
+            let t = tree.clone();
+            let alive = tokio::task::spawn_blocking(move || t.alive()).await;
             if let Ok(true) = alive {
                 info!(command_id = %command.id, "timeout: killing processes left by the command");
-                kill::kill_tree_now(sid).await;
+                kill::kill_tree_now(tree).await;
             }
             command.mark_tree_gone();
         }
@@ -136,12 +137,16 @@ fn finish(command: &Command, status: Option<ExitStatus>) {
             }
         }
         if !command.killing.load(Ordering::SeqCst) {
-            st.oom_killed = crate::oom::was_oom_kill(
-                command.oom_kills_at_start,
-                crate::oom::kills(),
-                st.exit_code,
-                st.signal,
-            );
+            st.oom_killed = match &command.cgroup {
+                // Counted for this command's processes alone.
+                Some(cg) => cg.oom_kills().is_some_and(|n| n > 0),
+                None => crate::oom::was_oom_kill(
+                    command.oom_kills_at_start,
+                    crate::oom::kills(),
+                    st.exit_code,
+                    st.signal,
+                ),
+            };
             if st.oom_killed {
                 info!(command_id = %command.id, "command was killed by the OOM killer");
             }

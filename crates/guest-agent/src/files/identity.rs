@@ -10,8 +10,8 @@
 //! ...) from the thread's effective set; changing it back to 0 restores them.
 //!
 //! The kernel makes a process non-dumpable whenever a thread's filesystem ids change; the agent's
-//! own dumpable flag (as found at the first switch) is put back with its identity, so the
-//! sandbox's root sees the agent in `/proc` as before.
+//! own dumpable flag (as found at the first switch; the agent makes itself non-dumpable at
+//! start-up) is put back with its identity, so the agent's `/proc` entries stay as they were.
 //!
 //! Root (uid 0) keeps the agent's own identity, and so does everything when the agent itself
 //! does not run as root (tests on a host).

@@ -370,7 +370,13 @@ impl NodeAgent {
                     runtime
                         .load_artifact(dir, name, Box::new(input))
                         .await
-                        .map_err(std::io::Error::other)
+                        .map_err(|e| match e {
+                            // Keep the kind: bad data is a damaged snapshot, not a node fault.
+                            cove_runtime::RuntimeError::Io { context, source } => {
+                                std::io::Error::new(source.kind(), format!("{context}: {source}"))
+                            }
+                            other => std::io::Error::other(other),
+                        })
                 })
                 .await?;
             let memory = self
@@ -392,6 +398,17 @@ impl NodeAgent {
 fn snapshot_err(e: SnapshotError) -> NodeError {
     match e {
         SnapshotError::Cancelled => NodeError::Cancelled,
+        e @ SnapshotError::Corrupt { .. } => NodeError::SnapshotCorrupt(e.to_string()),
+        // An artifact the runtime could not read back (bad tar framing, a refused entry, a
+        // truncated stream).
+        SnapshotError::Io(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::InvalidData | std::io::ErrorKind::UnexpectedEof
+            ) =>
+        {
+            NodeError::SnapshotCorrupt(format!("snapshot files cannot be read back: {e}"))
+        }
         other => NodeError::Internal(other.to_string()),
     }
 }

@@ -27,6 +27,29 @@ pub(crate) fn paths_of_pid(pid: u32) -> Result<Vec<(String, PathBuf)>, RuntimeEr
     Ok(resolve(&cgroups, &hierarchy_mounts(&mountinfo)))
 }
 
+/// `(controller, host path, hierarchy mount point)` of every cgroup v1 controller of this
+/// process (where runc makes a relative `cgroupsPath`). Empty on a pure cgroup v2 host.
+pub(crate) fn own_paths() -> Result<Vec<(String, PathBuf, PathBuf)>, RuntimeError> {
+    let cgroups =
+        std::fs::read_to_string("/proc/self/cgroup").map_err(|source| RuntimeError::Io {
+            context: "read /proc/self/cgroup".to_string(),
+            source,
+        })?;
+    let mountinfo =
+        std::fs::read_to_string("/proc/self/mountinfo").map_err(|source| RuntimeError::Io {
+            context: "read /proc/self/mountinfo".to_string(),
+            source,
+        })?;
+    let mounts = hierarchy_mounts(&mountinfo);
+    Ok(resolve(&cgroups, &mounts)
+        .into_iter()
+        .filter_map(|(controller, path)| {
+            let mount_point = mounts.get(&controller)?.clone();
+            Some((controller, path, mount_point))
+        })
+        .collect())
+}
+
 /// Mount points of the cgroup hierarchies, keyed by controller (`""` for the v2 hierarchy).
 fn hierarchy_mounts(mountinfo: &str) -> BTreeMap<String, PathBuf> {
     let mut out = BTreeMap::new();

@@ -5,7 +5,9 @@
 //!   (the agent resets its children to 0) when the node agent has `CAP_SYS_RESOURCE` (without it
 //!   the kernel refuses to lower a score and runc would fail, so the field is left out),
 //!   `noNewPrivileges: false` so `sudo` works inside;
-//! - Docker's default capability set, in bounding/effective/permitted; inheritable/ambient empty;
+//! - Docker's default capability set without `CAP_NET_RAW` (no raw sockets; ICMP echo through
+//!   datagram sockets for every group instead), in bounding/effective/permitted;
+//!   inheritable/ambient empty;
 //! - namespaces pid, mount, uts, ipc, cgroup and network: the node's namespace for the sandbox
 //!   when [`SandboxSpec::network`] names one (its `path`; the gateway behind it), else a new one
 //!   with loopback only; with a node network, `/etc/resolv.conf` (the gateway) and, with an
@@ -16,7 +18,9 @@
 //!   deny-all (runc adds its default device allow-list);
 //! - mounts: runc's standard set (proc, /dev tmpfs, devpts, /dev/shm, mqueue, sysfs ro, cgroup
 //!   ro) plus the guest agent binary (read-only bind) and the run dir
-//!   ([`GUEST_RUN_DIR`]) as a read-write bind with `nosuid,nodev,noexec`: the agent keeps its
+//!   ([`GUEST_RUN_DIR`], on the sandbox's own disk when it has one, so it is bounded by that
+//!   disk's size; its entries sealed once the agent listens, see `seal.rs`) as a read-write
+//!   bind with `nosuid,nodev,noexec`: the agent keeps its
 //!   socket, spilled output and scripts there; scripts are run by an interpreter (`sh FILE`,
 //!   `source FILE`), which needs read, not exec, permission, and a host-backed directory the guest
 //!   can write should not also hold executables; and lxcfs's `/proc` and `/sys` views bound over
@@ -42,6 +46,10 @@ use crate::{RuntimeError, SandboxSpec};
 /// The system trust bundle of Debian-like releases (curl, OpenSSL, Python's `ssl` read it).
 pub(crate) const CA_BUNDLE_PATH: &str = "/etc/ssl/certs/ca-certificates.crt";
 
+/// `net.ipv4.ping_group_range` of the sandbox's network namespace: every group may open ICMP
+/// datagram sockets (`ping` without `CAP_NET_RAW`).
+const PING_GROUP_RANGE: &str = "0 2147483647";
+
 /// `PATH` of the guest agent.
 const PATH_ENV: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -52,14 +60,14 @@ const CPU_PERIOD_US: u64 = 100_000;
 const NOFILE_SOFT: u64 = 1024;
 const NOFILE_HARD: u64 = 524_288;
 
-/// Docker's default capabilities.
+/// Docker's default capabilities without `CAP_NET_RAW`: no raw or packet sockets (ICMP echo
+/// still works for every user through datagram sockets, [`PING_GROUP_RANGE`]).
 const CAPABILITIES: &[Capability] = &[
     Capability::Chown,
     Capability::DacOverride,
     Capability::Fsetid,
     Capability::Fowner,
     Capability::Mknod,
-    Capability::NetRaw,
     Capability::Setgid,
     Capability::Setuid,
     Capability::Setfcap,
@@ -160,6 +168,7 @@ pub(crate) fn build(
     layout: &Layout,
     host: HostPrivileges,
     views: &HostViews,
+    command_cgroups: &[(std::path::PathBuf, String)],
 ) -> Result<Spec, RuntimeError> {
     let mut args = vec![
         GUEST_AGENT_PATH.to_string(),
@@ -215,6 +224,10 @@ pub(crate) fn build(
         .masked_paths(strings(MASKED_PATHS))
         .readonly_paths(strings(READONLY_PATHS))
         .seccomp(seccomp::profile().map_err(|e| config_error(spec, e))?)
+        .sysctl(std::collections::HashMap::from([(
+            "net.ipv4.ping_group_range".to_string(),
+            PING_GROUP_RANGE.to_string(),
+        )]))
         .build()
         .map_err(|e| config_error(spec, e))?;
 
@@ -223,7 +236,12 @@ pub(crate) fn build(
     config.set_process(Some(process));
     config.set_root(Some(root));
     config.set_hostname(Some(spec.hostname.clone()));
-    config.set_mounts(Some(mounts(spec, layout, &views.lxcfs_mounts())?));
+    config.set_mounts(Some(mounts(
+        spec,
+        layout,
+        &views.lxcfs_mounts(),
+        command_cgroups,
+    )?));
     config.set_annotations(None);
     config.set_linux(Some(linux));
     Ok(config)
@@ -293,6 +311,7 @@ fn mounts(
     spec: &SandboxSpec,
     layout: &Layout,
     lxcfs: &[(std::path::PathBuf, String)],
+    command_cgroups: &[(std::path::PathBuf, String)],
 ) -> Result<Vec<Mount>, RuntimeError> {
     let m = |dest: &str, typ: &str, source: &str, opts: &[&str]| {
         let mut mount = Mount::default();
@@ -315,7 +334,7 @@ fn mounts(
         "",
         &["bind", "nosuid", "nodev", "noexec"],
     );
-    run.set_source(Some(absolute(&layout.run)?));
+    run.set_source(Some(absolute(&layout.run_dir())?));
     let views = lxcfs.iter().map(|(src, dest)| {
         let mut view = m(dest, "bind", "", &["bind", "nosuid", "nodev", "noexec"]);
         view.set_source(Some(src.clone()));
@@ -371,6 +390,13 @@ fn mounts(
     ];
     // After /proc and /sys: the views are mounted over their files.
     all.extend(views);
+    // After the read-only cgroup mount: the agent's per-command cgroups are bound over their
+    // place in it, read-write (`command_cgroups.rs`).
+    all.extend(command_cgroups.iter().map(|(src, dest)| {
+        let mut delegated = m(dest, "bind", "", &["bind", "nosuid", "nodev", "noexec"]);
+        delegated.set_source(Some(src.clone()));
+        delegated
+    }));
     if let Some(net) = &spec.network {
         let mut resolv = m(
             "/etc/resolv.conf",
@@ -436,6 +462,7 @@ mod tests {
                 &layout,
                 unprivileged,
                 &HostViews::without_lxcfs(vec![0, 1]),
+                &[],
             )
             .expect("build"),
         )
@@ -448,6 +475,7 @@ mod tests {
                 &layout,
                 PRIVILEGED,
                 &HostViews::without_lxcfs(vec![0, 1]),
+                &[],
             )
             .expect("build"),
         )
@@ -488,6 +516,7 @@ mod tests {
                 &layout,
                 PRIVILEGED,
                 &HostViews::without_lxcfs(vec![0, 1]),
+                &[],
             )
             .expect("build"),
         )
@@ -524,6 +553,7 @@ mod tests {
                 &layout,
                 PRIVILEGED,
                 &HostViews::without_lxcfs(vec![0, 1]),
+                &[],
             )
             .expect("build"),
         )
@@ -550,6 +580,7 @@ mod tests {
                 &layout,
                 PRIVILEGED,
                 &HostViews::without_lxcfs(vec![0, 1]),
+                &[],
             )
             .expect("build"),
         )
@@ -570,7 +601,7 @@ mod tests {
         assert_eq!(p["terminal"], false);
         assert_eq!(
             p["capabilities"]["bounding"].as_array().map(Vec::len),
-            Some(14)
+            Some(13)
         );
         assert_eq!(p["capabilities"]["ambient"], serde_json::json!([]));
         assert_eq!(json["root"]["path"], "/data/sandboxes/sbx1/rootfs");

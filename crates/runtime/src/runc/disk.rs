@@ -9,6 +9,8 @@
 //!   `upper/` directory found at start (files restored from a snapshot) is copied into the image
 //!   (`cp -a`, which keeps owners, modes, links and extended attributes such as overlayfs's
 //!   whiteout markers) and replaced by the symlink.
+//! - `disk/run` is the guest agent's run dir (socket, spilled output, scripts), so what the agent
+//!   keeps for the sandbox is bounded by the disk too, not by the node's free space.
 //! - Mounting uses `mount -o loop`, whose loop device is set up with autoclear: unmounting the
 //!   image (on stop) also detaches the loop device.
 //!
@@ -25,6 +27,11 @@ use crate::RuntimeError;
 const UPPER: &str = "upper";
 /// Name of the overlay work dir inside the disk.
 const WORK: &str = "work";
+/// `mkfs.ext4 -E`: root owns the root directory; the inode tables and the journal are not
+/// zeroed, by mkfs or later by the kernel (mounted with `noinit_itable`): the image is a fresh
+/// sparse file whose unwritten blocks read as zeros anyway, so a 10 GiB image costs ~4 MiB on
+/// the node instead of ~70 MiB.
+const MKFS_EXTENDED: &str = "root_owner=0:0,lazy_itable_init=1,lazy_journal_init=1,nodiscard";
 
 /// Makes (first time), mounts and prepares the disk; returns the overlay's `(upper, work)`.
 pub(crate) fn prepare(
@@ -39,7 +46,7 @@ pub(crate) fn prepare(
     if !mounts::is_mounted(&layout.disk_mnt)? {
         run(
             Command::new("mount")
-                .args(["-t", "ext4", "-o", "loop,nodev"])
+                .args(["-t", "ext4", "-o", "loop,nodev,noinit_itable"])
                 .arg(&layout.disk_img)
                 .arg(&layout.disk_mnt),
             "mount the sandbox disk",
@@ -76,7 +83,7 @@ fn make_image(img: &Path, size_mib: u64) -> Result<(), RuntimeError> {
     drop(file);
     let made = run(
         Command::new("mkfs.ext4")
-            .args(["-q", "-F", "-m", "0", "-E", "root_owner=0:0"])
+            .args(["-q", "-F", "-m", "0", "-E", MKFS_EXTENDED])
             .arg(img),
         "make the sandbox disk",
     );

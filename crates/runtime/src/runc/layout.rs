@@ -9,6 +9,8 @@ use crate::RuntimeError;
 const AGENT_SOCKET_NAME: &str = "agent.sock";
 /// Mount point of a sandbox's own disk inside its directory (`disk.rs`).
 pub(crate) const DISK_DIR: &str = "disk";
+/// The run dir's name on a sandbox's own disk.
+pub(crate) const RUN_ON_DISK: &str = "run";
 
 /// Paths inside one sandbox directory.
 #[derive(Debug, Clone)]
@@ -45,9 +47,21 @@ impl Layout {
         }
     }
 
+    /// Host directory bound at the sandbox's run dir: `disk/run` on the sandbox's own disk
+    /// when it has one (so what the agent keeps there counts against the disk's size), else
+    /// `run/` on the node's disk.
+    pub(crate) fn run_dir(&self) -> PathBuf {
+        let on_disk = self.disk_mnt.join(RUN_ON_DISK);
+        if on_disk.is_dir() {
+            on_disk
+        } else {
+            self.run.clone()
+        }
+    }
+
     /// Host path of the guest agent's socket.
     pub(crate) fn agent_socket(&self) -> PathBuf {
-        self.run.join(AGENT_SOCKET_NAME)
+        self.run_dir().join(AGENT_SOCKET_NAME)
     }
 
     /// The `/etc/resolv.conf` bound into a sandbox with a node network.

@@ -13,12 +13,12 @@
 //! | `run/` | bind-mounted at [`cove_guest_protocol::GUEST_RUN_DIR`]; the agent's socket is `run/agent.sock` |
 //! | `bundle/config.json` | OCI config (`config.rs`) |
 //! | `agent.log` | stdout/stderr of the guest agent (and of `runc create`) |
-//! | `disk.img`, `disk/` | with `disk_mib`: the sandbox's own ext4 image and its mount point, holding `upper/` and `work/`; `upper` is then a symlink to `disk/upper` (`disk.rs`) |
+//! | `disk.img`, `disk/` | with `disk_mib`: the sandbox's own ext4 image and its mount point, holding `upper/`, `work/` and the run dir (`disk/run`, then used instead of `run/`); `upper` is then a symlink to `disk/upper` (`disk.rs`) |
 //!
 //! Files by verb: `start.rs` (create + start + wait for the agent, undo on failure), `stop.rs`
 //! (kill, delete, unmount; idempotent); by concern: `cli.rs` (invoking runc), `config.rs` (OCI
 //! config), `seccomp.rs` (syscall deny-list), `mounts.rs` (overlay), `cgroups.rs` (cgroup
-//! paths), `layout.rs` (the sandbox directory), `views.rs` (lxcfs and cpusets: honest limits), `snapshot/` (the `fs.tar` artifact: the upper dir packed and unpacked).
+//! paths), `command_cgroups.rs` (the cgroups delegated to the agent for its commands), `layout.rs` (the sandbox directory), `views.rs` (lxcfs and cpusets: honest limits), `snapshot/` (the `fs.tar` artifact: the upper dir packed and unpacked).
 //!
 //! Host requirements and quirks: root; cgroup v1 or v2 (runc decides; paths are read back from
 //! `/proc/<pid>/cgroup`). Without `CAP_SYS_RESOURCE` (as on this project's CI machines) the
@@ -38,11 +38,13 @@ use crate::{
 
 mod cgroups;
 mod cli;
+mod command_cgroups;
 mod config;
 mod disk;
 mod freezer;
 mod layout;
 mod mounts;
+mod seal;
 mod seccomp;
 pub mod snapshot;
 mod start;

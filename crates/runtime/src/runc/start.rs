@@ -13,7 +13,7 @@ use std::sync::Arc;
 use super::config::HostPrivileges;
 use super::layout::{io_err, validate_hostname, validate_id, write_identity, Layout};
 use super::views::HostViews;
-use super::{config, disk, join_error, mounts, stop};
+use super::{command_cgroups, config, disk, join_error, mounts, stop};
 use crate::UnixSocketConnector;
 use crate::{RuntimeError, SandboxSpec, Started};
 
@@ -122,6 +122,10 @@ async fn run(
     let pid = read_pid(&spec.id, &pid_file)?;
     runc.start(&spec.id).await?;
     wait_for_agent(spec, layout, pid, log_offset).await?;
+    let run = layout.run_dir();
+    tokio::task::spawn_blocking(move || super::seal::seal(&run))
+        .await
+        .map_err(join_error)?;
     Ok(Started {
         guest: std::sync::Arc::new(UnixSocketConnector::new(layout.agent_socket())),
         init_pid: pid,
@@ -169,6 +173,7 @@ fn prepare(
     // A stale mount from a crashed node agent (runc has no container, checked by the caller).
     mounts::unmount(&layout.rootfs)?;
     // Start from a fresh run dir, so an old socket is not mistaken for the new agent's.
+    super::seal::unseal(&layout.run);
     match std::fs::remove_dir_all(&layout.run) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -178,7 +183,20 @@ fn prepare(
         std::fs::create_dir_all(d).map_err(io_err(format!("create {}", d.display())))?;
     }
     let (upper, work) = match spec.resources.disk_mib {
-        Some(mib) => disk::prepare(layout, mib)?,
+        Some(mib) => {
+            let dirs = disk::prepare(layout, mib)?;
+            // The run dir lives on the disk; it is kept (a full disk has no block for a new
+            // directory) and only the old socket is removed.
+            let run = layout.disk_mnt.join(super::layout::RUN_ON_DISK);
+            std::fs::create_dir_all(&run).map_err(io_err(format!("create {}", run.display())))?;
+            super::seal::unseal(&run);
+            match std::fs::remove_file(layout.agent_socket()) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io_err("remove the old agent socket")(e)),
+            }
+            dirs
+        }
         None => {
             for d in [&layout.upper, &layout.work] {
                 std::fs::create_dir_all(d).map_err(io_err(format!("create {}", d.display())))?;
@@ -191,7 +209,8 @@ fn prepare(
     if let Some(net) = &spec.network {
         write_network_files(net, layout)?;
     }
-    let config = config::build(spec, layout, host, views)?;
+    let command_cgroups = command_cgroups::prepare(&spec.id)?;
+    let config = config::build(spec, layout, host, views, &command_cgroups)?;
     config::write(&config, layout)?;
 
     let log = std::fs::OpenOptions::new()

@@ -1,7 +1,8 @@
 //! `stop`: kill the container, delete runc's state (and with it the cgroups), unmount the
 //! overlay (and the sandbox's own disk, detaching its loop device) and remove everything of the
 //! sandbox directory except `upper/` (the sandbox's files; with an own disk, `disk.img` and the
-//! `upper` symlink into it) and `agent.log`. Idempotent, and works when runc has no such
+//! `upper` symlink into it) and `agent.log`, and remove the per-command cgroups delegated to the
+//! agent (`command_cgroups.rs`). Idempotent, and works when runc has no such
 //! container.
 
 use std::path::Path;
@@ -56,15 +57,23 @@ pub(crate) async fn teardown(
         }
     }
     let layout = layout.clone();
-    tokio::task::spawn_blocking(move || remove_node_resources(&layout))
-        .await
-        .map_err(join_error)?
+    let id = id.to_string();
+    tokio::task::spawn_blocking(move || {
+        super::command_cgroups::remove(&id);
+        remove_node_resources(&layout)
+    })
+    .await
+    .map_err(join_error)?
 }
 
 /// Unmounts the overlay and the own disk, and removes `work/`, `bundle/`, `run/` and the empty
 /// mount points.
 fn remove_node_resources(layout: &Layout) -> Result<(), RuntimeError> {
     mounts::unmount(&layout.rootfs)?;
+    // Before the disk goes: its run dir is sealed too, and a sealed directory cannot be cleared
+    // at the next start's preparation otherwise (it unseals again anyway).
+    super::seal::unseal(&layout.run_dir());
+    super::seal::unseal(&layout.run);
     disk::unmount(layout)?;
     for dir in [&layout.work, &layout.bundle, &layout.run] {
         match std::fs::remove_dir_all(dir) {

@@ -10,6 +10,7 @@ use super::join_error;
 use super::layout::Layout;
 use crate::{ArtifactReader, ArtifactSpec, ArtifactWriter, RuntimeError};
 
+mod guard;
 mod pack;
 mod unpack;
 

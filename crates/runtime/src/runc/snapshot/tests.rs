@@ -104,3 +104,139 @@ fn unsafe_paths_are_refused() {
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
     assert!(!tmp.path().parent().expect("parent").join("escape").exists());
 }
+
+/// A tar with one entry whose name is written raw into the header (the builder refuses unsafe
+/// names), of type `kind`, with `link` as its link target and `data` as its content.
+fn raw_entry(
+    b: &mut tar::Builder<Vec<u8>>,
+    name: &[u8],
+    kind: tar::EntryType,
+    link: &[u8],
+    data: &[u8],
+) {
+    let mut h = tar::Header::new_gnu();
+    h.set_size(data.len() as u64);
+    h.set_entry_type(kind);
+    h.set_mode(0o644);
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(0);
+    h.as_old_mut().name[..name.len()].copy_from_slice(name);
+    h.as_old_mut().linkname[..link.len()].copy_from_slice(link);
+    h.set_cksum();
+    b.append(&h, data).expect("append");
+}
+
+/// Issue 12, hostile archives: absolute paths, symlinks out and writes through them, hard
+/// links out, device nodes, and a huge long-name header are refused or contained; nothing is
+/// ever written outside the target.
+#[test]
+fn hostile_snapshots_are_refused_or_contained() {
+    let outside = tempfile::tempdir().expect("tempdir");
+    let victim = outside.path().join("victim");
+    std::fs::write(&victim, "untouched").expect("victim");
+    let victim_bytes = victim.to_string_lossy().into_owned().into_bytes();
+    let fresh = || tempfile::tempdir().expect("tempdir");
+    let refused = |bytes: Vec<u8>, what: &str| {
+        let root = fresh();
+        let err = unpack(&bytes[..], root.path()).expect_err(what);
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{what}: {err}");
+        assert_eq!(
+            std::fs::read_to_string(&victim).expect("victim"),
+            "untouched",
+            "{what}"
+        );
+    };
+
+    // An absolute path.
+    let mut b = tar::Builder::new(Vec::new());
+    raw_entry(
+        &mut b,
+        &victim_bytes,
+        tar::EntryType::Regular,
+        b"",
+        b"owned",
+    );
+    refused(b.into_inner().expect("tar"), "absolute path");
+
+    // A symlink out, then a file written through it.
+    let mut b = tar::Builder::new(Vec::new());
+    let dir = outside.path().to_string_lossy().into_owned();
+    raw_entry(&mut b, b"out", tar::EntryType::Symlink, dir.as_bytes(), b"");
+    raw_entry(
+        &mut b,
+        b"out/victim",
+        tar::EntryType::Regular,
+        b"",
+        b"owned",
+    );
+    refused(b.into_inner().expect("tar"), "write through a symlink");
+
+    // Hard links out: absolute, `..`, and through a symlink.
+    for target in [
+        victim_bytes.clone(),
+        b"../victim".to_vec(),
+        b"out/victim".to_vec(),
+    ] {
+        let mut b = tar::Builder::new(Vec::new());
+        raw_entry(&mut b, b"out", tar::EntryType::Symlink, dir.as_bytes(), b"");
+        raw_entry(&mut b, b"link", tar::EntryType::Link, &target, b"");
+        let bytes = b.into_inner().expect("tar");
+        let root = fresh();
+        let err = unpack(&bytes[..], root.path()).expect_err("hard link out");
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
+        assert_eq!(std::fs::metadata(&victim).expect("victim").nlink(), 1);
+    }
+
+    // A symlink pointing out is kept as a link (the sandbox resolves it in its own root), and
+    // the file it points to is not touched.
+    let mut b = tar::Builder::new(Vec::new());
+    raw_entry(
+        &mut b,
+        b"dangling",
+        tar::EntryType::Symlink,
+        &victim_bytes,
+        b"",
+    );
+    let bytes = b.into_inner().expect("tar");
+    let root = fresh();
+    unpack(&bytes[..], root.path()).expect("a symlink is data");
+    assert!(std::fs::symlink_metadata(root.path().join("dangling"))
+        .expect("link")
+        .file_type()
+        .is_symlink());
+
+    // A device node is made inside the target only (the sandbox's device cgroup denies its
+    // use; the own disk is mounted nodev).
+    if is_root() {
+        let mut b = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Char);
+        h.set_mode(0o666);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(0);
+        h.set_device_major(1).expect("major");
+        h.set_device_minor(1).expect("minor");
+        h.set_size(0);
+        h.as_old_mut().name[..3].copy_from_slice(b"mem");
+        h.set_cksum();
+        b.append(&h, &b""[..]).expect("append");
+        let bytes = b.into_inner().expect("tar");
+        let root = fresh();
+        unpack(&bytes[..], root.path()).expect("a device node is contained");
+        assert!(root.path().join("mem").exists());
+    }
+
+    // A GNU long name declaring 4 GiB is refused at its header, before anything reads it.
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(tar::EntryType::GNULongName);
+    header.set_size(4 << 30);
+    header.as_old_mut().name[..13].copy_from_slice(b"././@LongLink");
+    header.set_cksum();
+    let stream = std::io::Read::chain(&header.as_bytes()[..], std::io::repeat(b'a'));
+    let root = fresh();
+    let err = unpack(stream, root.path()).expect_err("huge header");
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
+    assert!(err.to_string().contains("exceeds"), "{err}");
+}

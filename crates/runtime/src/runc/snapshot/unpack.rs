@@ -3,7 +3,9 @@
 //! The inverse of `pack.rs`: directories, files, symlinks, hard links, character/block devices
 //! (overlayfs whiteouts) and FIFOs, with owner, mode, file mtimes and extended attributes.
 //! Entry paths must be relative and stay below the target: `..`, absolute paths, and paths
-//! through a symlink are refused, so a tampered snapshot cannot write outside the sandbox.
+//! through a symlink are refused, so a tampered snapshot cannot write outside the sandbox; hard
+//! links must name a target inside it, and metadata entries (long names, PAX headers) larger
+//! than 1 MiB are refused before they are read into memory (`guard.rs`).
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -23,7 +25,7 @@ const COPY_BUF_BYTES: usize = 1 << 20;
 /// Unpacks the tar stream `input` into `root` (which must exist); returns the number of file
 /// content bytes written.
 pub fn unpack<R: Read>(input: R, root: &Path) -> io::Result<u64> {
-    let mut archive = Archive::new(input);
+    let mut archive = Archive::new(super::guard::HeaderGuard::new(input));
     let mut bytes = 0u64;
     let mut buf = vec![0u8; COPY_BUF_BYTES];
     for entry in archive.entries()? {
