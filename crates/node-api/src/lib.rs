@@ -15,6 +15,7 @@ use cove_domain::{EgressPolicy, Resources};
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 
+mod checkpoints;
 mod commands;
 mod files;
 mod lifecycle;
@@ -22,6 +23,7 @@ mod metrics;
 mod network;
 mod releases;
 
+pub use checkpoints::{CheckpointInfo, NodeCheckpoints};
 pub use commands::NodeCommands;
 pub use files::NodeFiles;
 pub use lifecycle::{NodeCapabilities, NodeLifecycle, SuspendInfo, WakeInfo};
@@ -223,11 +225,23 @@ pub type ByteStream = BoxStream<'static, Result<Bytes, io::Error>>;
 /// safe to call concurrently; lifecycle calls for one sandbox are serialised by the caller (one
 /// operation at a time).
 pub trait NodeApi:
-    NodeReleases + NodeLifecycle + NodeCommands + NodeFiles + NodeMetrics + NodeNetwork
+    NodeReleases
+    + NodeLifecycle
+    + NodeCheckpoints
+    + NodeCommands
+    + NodeFiles
+    + NodeMetrics
+    + NodeNetwork
 {
 }
 
 impl<T> NodeApi for T where
-    T: NodeReleases + NodeLifecycle + NodeCommands + NodeFiles + NodeMetrics + NodeNetwork
+    T: NodeReleases
+        + NodeLifecycle
+        + NodeCheckpoints
+        + NodeCommands
+        + NodeFiles
+        + NodeMetrics
+        + NodeNetwork
 {
 }

@@ -1,0 +1,51 @@
+//! Checkpoints on the node: a running sandbox's state saved to the snapshot store under a
+//! checkpoint id while the sandbox keeps running, and restored into a sandbox (its own, for a
+//! rollback, or a new one, for a fork or a create from the checkpoint).
+
+use async_trait::async_trait;
+use tokio_util::sync::CancellationToken;
+
+use crate::{NodeError, SandboxLaunch, WakeInfo};
+
+/// The result of a checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CheckpointInfo {
+    /// Bytes of file content saved.
+    pub file_bytes: u64,
+    /// Whether process memory was saved.
+    pub memory: bool,
+    /// How long the sandbox's processes were frozen, in milliseconds.
+    pub pause_ms: u64,
+}
+
+/// Checkpoints of sandboxes on the node.
+#[async_trait]
+pub trait NodeCheckpoints: Send + Sync + 'static {
+    /// Saves the state of sandbox `id` (running or paused) as checkpoint `checkpoint_id`: its
+    /// processes are frozen while the runtime's artifacts are written, then thawed (a paused
+    /// sandbox stays paused). On failure or cancellation nothing of the checkpoint is kept and
+    /// the sandbox runs on. Errors: `SandboxNotFound`, `Cancelled`, `Runtime`/`Internal`.
+    async fn checkpoint_sandbox(
+        &self,
+        id: &str,
+        checkpoint_id: &str,
+        cancel: CancellationToken,
+    ) -> Result<CheckpointInfo, NodeError>;
+
+    /// Replaces whatever the node has of sandbox `launch.id` (its processes, files, network)
+    /// with checkpoint `checkpoint_id` and starts it: a rollback when the id is the
+    /// checkpoint's sandbox, a fork or create otherwise. On failure nothing of the sandbox is
+    /// left on the node (a rolled-back sandbox is then gone from the node too); the checkpoint
+    /// is kept. Errors: `InvalidArgument` of field `checkpoint` when the snapshot store has no
+    /// complete checkpoint of that id (or one of another runtime), `ReleaseNotFound`,
+    /// `Cancelled`, `Runtime`/`Internal`.
+    async fn restore_checkpoint(
+        &self,
+        launch: SandboxLaunch,
+        checkpoint_id: &str,
+        cancel: CancellationToken,
+    ) -> Result<WakeInfo, NodeError>;
+
+    /// Removes checkpoint `checkpoint_id` from the snapshot store; a missing one is fine.
+    async fn delete_checkpoint(&self, checkpoint_id: &str) -> Result<(), NodeError>;
+}
