@@ -42,6 +42,8 @@ pub struct Checkpoint {
     /// How long the sandbox's processes were frozen while the checkpoint was saved, in
     /// milliseconds (`None` until `ready`).
     pub pause_ms: Option<u64>,
+    /// The operation that saves it (`checkpoint_sandbox`).
+    pub operation_id: String,
     /// Creation time.
     pub created_at: DateTime<Utc>,
 }

@@ -14,12 +14,14 @@ use cove_store::Store;
 mod activity;
 pub mod attach;
 pub mod auth;
+mod checkpoints;
 mod clock;
 mod command_output;
 mod commands;
 mod controller;
 pub mod error;
 mod events;
+pub mod features;
 mod files;
 pub mod http;
 mod lifecycle;
@@ -36,6 +38,7 @@ mod templates;
 pub use clock::{Clock, SystemClock};
 pub use controller::Controller;
 pub use error::ServiceError;
+pub use features::{Feature, Features};
 pub use files::{ListQuery, PathQuery, ReadFileQuery, WatchQuery, WriteFileQuery};
 pub use lifecycle::LifecycleVerb;
 pub use operations::Operations;
@@ -65,6 +68,8 @@ pub struct ControlPlaneConfig {
     /// The key that seals secret values in the store (`None`: creates with secrets are
     /// refused).
     pub secrets_key: Option<network::SecretsKey>,
+    /// Features turned off (default: every feature on).
+    pub features: features::Features,
 }
 
 impl ControlPlaneConfig {
@@ -82,6 +87,7 @@ impl ControlPlaneConfig {
             clock: Arc::new(SystemClock),
             metrics: None,
             secrets_key: None,
+            features: features::Features::all(),
         }
     }
 }

@@ -41,6 +41,12 @@ pub enum Call {
     ListSnapshots,
     /// `NodeLifecycle::sweep_snapshots`.
     SweepSnapshots,
+    /// `NodeCheckpoints::checkpoint_sandbox`.
+    Checkpoint,
+    /// `NodeCheckpoints::restore_checkpoint`.
+    RestoreCheckpoint,
+    /// `NodeCheckpoints::delete_checkpoint`.
+    DeleteCheckpoint,
     /// `NodeCommands::spawn`.
     Spawn,
     /// `NodeCommands::command`.

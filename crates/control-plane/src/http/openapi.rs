@@ -9,7 +9,8 @@ use utoipa::openapi::{ContentBuilder, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
 use super::{
-    commands, events, files, files_upload, lifecycle, operations, pools, sandboxes, templates,
+    checkpoints, commands, events, files, files_upload, lifecycle, operations, pools, sandboxes,
+    templates,
 };
 
 /// The document.
@@ -33,6 +34,8 @@ use super::{
         sandboxes::metrics,
         lifecycle::pause, lifecycle::resume, lifecycle::suspend, lifecycle::wake,
         lifecycle::capabilities,
+        checkpoints::create, checkpoints::list_of_sandbox, checkpoints::list,
+        checkpoints::get_one, checkpoints::delete, checkpoints::rollback, checkpoints::fork,
         templates::list, templates::get_one, templates::build,
         pools::list, pools::get_one, pools::put, pools::delete,
         commands::create, commands::list, commands::get_one, commands::forget, commands::output,

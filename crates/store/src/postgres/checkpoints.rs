@@ -37,6 +37,7 @@ fn row_to_checkpoint(r: &sqlx::postgres::PgRow) -> Result<Checkpoint, StoreError
             .try_get::<Option<i64>, _>("pause_ms")?
             .map(|v| from_i64(v, "pause_ms"))
             .transpose()?,
+        operation_id: r.try_get("operation_id")?,
         created_at: r.try_get("created_at")?,
     })
 }
@@ -47,8 +48,8 @@ impl CheckpointStore for PgStore {
         sqlx::query(
             "INSERT INTO checkpoints (id, sandbox_id, name, state, state_reason, template, \
              release, vcpus, memory_mib, pids_max, disk_mib, env, cwd, user_name, runtime, \
-             memory, file_bytes, pause_ms, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)",
+             memory, file_bytes, pause_ms, operation_id, created_at) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)",
         )
         .bind(&c.id)
         .bind(&c.sandbox_id)
@@ -68,6 +69,7 @@ impl CheckpointStore for PgStore {
         .bind(c.memory)
         .bind(to_i64(c.file_bytes)?)
         .bind(c.pause_ms.map(to_i64).transpose()?)
+        .bind(&c.operation_id)
         .bind(c.created_at)
         .execute(&self.pool)
         .await

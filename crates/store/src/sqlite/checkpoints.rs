@@ -30,6 +30,7 @@ fn row_to_checkpoint(r: &sqlx::sqlite::SqliteRow) -> Result<Checkpoint, StoreErr
         memory: r.try_get("memory")?,
         file_bytes: r.try_get::<i64, _>("file_bytes")? as u64,
         pause_ms: r.try_get::<Option<i64>, _>("pause_ms")?.map(|v| v as u64),
+        operation_id: r.try_get("operation_id")?,
         created_at: r.try_get("created_at")?,
     })
 }
@@ -40,8 +41,8 @@ impl CheckpointStore for SqliteStore {
         sqlx::query(
             "INSERT INTO checkpoints (id, sandbox_id, name, state, state_reason, template, \
              release, vcpus, memory_mib, pids_max, disk_mib, env, cwd, user_name, runtime, \
-             memory, file_bytes, pause_ms, created_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             memory, file_bytes, pause_ms, operation_id, created_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&c.id)
         .bind(&c.sandbox_id)
@@ -61,6 +62,7 @@ impl CheckpointStore for SqliteStore {
         .bind(c.memory)
         .bind(c.file_bytes as i64)
         .bind(c.pause_ms.map(|v| v as i64))
+        .bind(&c.operation_id)
         .bind(c.created_at)
         .execute(&self.pool)
         .await
