@@ -12,6 +12,7 @@ use cove_control_plane::{http, ControlPlane, ControlPlaneConfig, Controller};
 use cove_node_agent::snapshot::SnapshotStore;
 use cove_node_agent::{NodeAgent, NodeConfig};
 
+pub use cove_control_plane::{Feature, Features};
 pub use cove_node_agent::guest::OutputLimits;
 use cove_runtime::qemu::{QemuConfig, QemuRuntime};
 use cove_runtime::runc::{RuncConfig, RuncRuntime};
@@ -273,6 +274,8 @@ pub struct LifecycleSettings {
     pub reconcile_interval: Option<Duration>,
     /// How long finished operations, their logs and events are kept; default 7 days.
     pub retention: Option<Duration>,
+    /// Snapshot features turned off (`--disable-feature`); default: every feature on.
+    pub features: Features,
 }
 
 /// A started server.
@@ -441,6 +444,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     cp_cfg.retention = life.retention.unwrap_or(cp_cfg.retention);
     cp_cfg.metrics = metrics::recorder();
     cp_cfg.secrets_key = Some(secrets_key(&data_dir)?);
+    cp_cfg.features = life.features.clone();
     let node = Arc::new(node);
     let cp = ControlPlane::new(store, node.clone(), cp_cfg);
     let new_admin_token = cp.bootstrap_admin_token().await?;
