@@ -13,7 +13,7 @@ use crate::{CheckpointState, CreateSandboxResponse, Operation, Resources};
 pub struct Checkpoint {
     /// Id (`ck-` + 16 lowercase letters/digits).
     pub id: String,
-    /// The sandbox it was taken of.
+    /// The sandbox it was taken of (for an imported one: on the server that exported it).
     pub sandbox_id: String,
     /// Optional label given at creation (at most 128 bytes).
     pub name: Option<String>,
@@ -42,8 +42,8 @@ pub struct Checkpoint {
     /// How long the sandbox's processes were frozen while the checkpoint was saved, in
     /// milliseconds (`None` until `ready`).
     pub pause_ms: Option<u64>,
-    /// The operation that saves it (`checkpoint_sandbox`).
-    pub operation_id: String,
+    /// The operation that saved it (`checkpoint_sandbox`; `None` for an imported one).
+    pub operation_id: Option<String>,
     /// Creation time.
     pub created_at: DateTime<Utc>,
 }
@@ -106,3 +106,21 @@ pub struct ForkResponse {
     /// checkpoint.
     pub sandboxes: Vec<CreateSandboxResponse>,
 }
+
+/// The header entry (`cove-checkpoint.json`) of a checkpoint archive
+/// (`GET /v1/checkpoints/{cid}/archive`): an uncompressed tar of this header, `snapshot.json`
+/// (the snapshot's manifest) and `artifacts/<name>` per runtime artifact (runc: `fs.tar`, the
+/// sandbox's own files), in that order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointArchiveHeader {
+    /// Always `cove-checkpoint`.
+    pub format: String,
+    /// Format version (1).
+    pub version: u32,
+    /// The checkpoint as the exporting server had it.
+    pub checkpoint: Checkpoint,
+}
+
+/// Value of [`CheckpointArchiveHeader::format`].
+pub const CHECKPOINT_ARCHIVE_FORMAT: &str = "cove-checkpoint";

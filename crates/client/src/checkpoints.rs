@@ -1,13 +1,16 @@
 //! Checkpoints, rollback and fork: `/v1/sandboxes/{id}/checkpoints`, `/v1/checkpoints`,
 //! `/v1/sandboxes/{id}/rollback`, `/v1/sandboxes/{id}/fork`.
 
+use bytes::Bytes;
 use cove_api_types::{
     Checkpoint, CheckpointList, CreateCheckpointRequest, CreateCheckpointResponse, ForkRequest,
     ForkResponse, Operation, RollbackRequest, IDEMPOTENCY_KEY_HEADER,
 };
-use reqwest::Method;
+use futures::{Stream, TryStreamExt};
+use reqwest::header::{HeaderValue, CONTENT_TYPE};
+use reqwest::{Body, Method};
 
-use crate::{Client, Result};
+use crate::{Client, ClientError, Result};
 
 impl Client {
     /// `POST /v1/sandboxes/{id}/checkpoints`: starts saving a checkpoint of a running or
@@ -73,5 +76,35 @@ impl Client {
         let url = self.url(&["v1", "sandboxes", sandbox_id, "fork"]);
         self.json(self.request(Method::POST, url).json(request))
             .await
+    }
+
+    /// `GET /v1/checkpoints/{cid}/archive`: the checkpoint's archive (a tar) as a stream.
+    /// Errors found before the first byte are returned here; the stream yields transport
+    /// errors only (a failure on the server mid-stream cuts the stream short).
+    pub async fn checkpoint_archive(
+        &self,
+        checkpoint_id: &str,
+    ) -> Result<impl Stream<Item = Result<Bytes>> + Send + 'static> {
+        let url = self.url(&["v1", "checkpoints", checkpoint_id, "archive"]);
+        let response = self.send(self.request(Method::GET, url)).await?;
+        Ok(response.bytes_stream().map_err(ClientError::Transport))
+    }
+
+    /// `POST /v1/checkpoints/import[?name=]`: uploads a checkpoint archive (pass a
+    /// `tokio::fs::File` or `Body::wrap_stream(..)` for large ones); returns the new `ready`
+    /// checkpoint.
+    pub async fn import_checkpoint(
+        &self,
+        archive: impl Into<Body>,
+        name: Option<&str>,
+    ) -> Result<Checkpoint> {
+        let mut request = self
+            .request(Method::POST, self.url(&["v1", "checkpoints", "import"]))
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/x-tar"))
+            .body(archive);
+        if let Some(name) = name {
+            request = request.query(&[("name", name)]);
+        }
+        self.json(request).await
     }
 }

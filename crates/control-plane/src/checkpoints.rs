@@ -145,7 +145,7 @@ impl ControlPlane {
         if c.state == CheckpointState::Creating {
             return Err(ServiceError::FailedPrecondition(format!(
                 "checkpoint {id} is still being saved (operation {})",
-                c.operation_id
+                c.operation_id.as_deref().unwrap_or("unknown")
             )));
         }
         self.node()
@@ -304,7 +304,7 @@ impl ControlPlane {
             CheckpointState::Ready => Ok(c),
             CheckpointState::Creating => Err(ServiceError::FailedPrecondition(format!(
                 "checkpoint {id} is still being saved (operation {})",
-                c.operation_id
+                c.operation_id.as_deref().unwrap_or("unknown")
             ))),
             CheckpointState::Failed => Err(ServiceError::FailedPrecondition(format!(
                 "checkpoint {id} failed: {}",
@@ -378,7 +378,7 @@ impl ControlPlane {
                     .list_checkpoints(Some(&s.id))
                     .await?
                     .into_iter()
-                    .find(|c| c.operation_id == op.id)
+                    .find(|c| c.operation_id.as_deref() == Some(op.id.as_str()))
                     .ok_or_else(|| {
                         ServiceError::Internal(format!("operation {} has no checkpoint", op.id))
                     })?;
@@ -402,7 +402,7 @@ impl ControlPlane {
             memory: false,
             file_bytes: 0,
             pause_ms: None,
-            operation_id: op.id.clone(),
+            operation_id: Some(op.id.clone()),
             created_at: Utc::now(),
         };
         if let Err(e) = self.store().insert_checkpoint(&checkpoint).await {

@@ -13,17 +13,20 @@ pub enum Feature {
     Checkpoints,
     /// Forks of a running sandbox.
     Fork,
+    /// Checkpoint archives: export (download) and import (upload).
+    Export,
 }
 
 impl Feature {
     /// Every feature.
-    pub const ALL: &'static [Feature] = &[Feature::Checkpoints, Feature::Fork];
+    pub const ALL: &'static [Feature] = &[Feature::Checkpoints, Feature::Fork, Feature::Export];
 
     /// Its name (as `--disable-feature` takes it and `feature_disabled` names it).
     pub fn as_str(self) -> &'static str {
         match self {
             Feature::Checkpoints => "checkpoints",
             Feature::Fork => "fork",
+            Feature::Export => "export",
         }
     }
 

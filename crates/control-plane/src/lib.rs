@@ -12,6 +12,7 @@ use cove_node_api::NodeApi;
 use cove_store::Store;
 
 mod activity;
+mod archives;
 pub mod attach;
 pub mod auth;
 mod checkpoints;

@@ -23,7 +23,10 @@ mod metrics;
 mod network;
 mod releases;
 
-pub use checkpoints::{CheckpointInfo, NodeCheckpoints};
+pub use checkpoints::{
+    CheckpointInfo, ImportedCheckpoint, NodeCheckpoints, ARCHIVE_HEADER, ARCHIVE_HEADER_MAX_BYTES,
+    ARCHIVE_VERSION,
+};
 pub use commands::NodeCommands;
 pub use files::NodeFiles;
 pub use lifecycle::{NodeCapabilities, NodeLifecycle, SuspendInfo, WakeInfo};

@@ -45,6 +45,10 @@ pub enum Call {
     Checkpoint,
     /// `NodeCheckpoints::restore_checkpoint`.
     RestoreCheckpoint,
+    /// `NodeCheckpoints::export_checkpoint`.
+    ExportCheckpoint,
+    /// `NodeCheckpoints::import_checkpoint`.
+    ImportCheckpoint,
     /// `NodeCheckpoints::delete_checkpoint`.
     DeleteCheckpoint,
     /// `NodeCommands::spawn`.

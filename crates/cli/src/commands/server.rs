@@ -77,7 +77,8 @@ pub struct ServerArgs {
     #[arg(long, value_name = "PREFIX")]
     pub network_prefix: Option<String>,
     /// Turn off snapshot features, comma-separated: `checkpoints` (checkpoints, rollback,
-    /// creates from a checkpoint), `fork`. Calls to a disabled feature answer 403
+    /// creates from a checkpoint), `fork`, `export` (checkpoint archives). Calls to a disabled
+    /// feature answer 403
     /// `feature_disabled`.
     #[arg(long, value_name = "LIST", value_parser = cove_server::Features::disabling)]
     pub disable_feature: Option<cove_server::Features>,

@@ -2,13 +2,16 @@
 //! `DELETE /v1/checkpoints/{cid}`, `POST /v1/sandboxes/{id}/rollback`,
 //! `POST /v1/sandboxes/{id}/fork`.
 
+use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
 use cove_api_types::{CreateCheckpointRequest, ForkRequest, RollbackRequest};
+use futures::{StreamExt, TryStreamExt};
+use serde::Deserialize;
 
-use super::extract::{idempotency_key, ApiJson};
+use super::extract::{idempotency_key, ApiJson, ApiQuery};
 use crate::{ControlPlane, ServiceError};
 
 #[utoipa::path(
@@ -130,4 +133,67 @@ pub(super) async fn fork(
 ) -> Result<impl IntoResponse, ServiceError> {
     let resp = cp.fork(&id, req).await?;
     Ok((StatusCode::ACCEPTED, Json(resp)))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/checkpoints/{cid}/archive",
+    tag = "checkpoints",
+    description = "Download a `ready` checkpoint as one archive (an uncompressed tar, format \
+        version 1: `cove-checkpoint.json` (`CheckpointArchiveHeader`), `snapshot.json`, \
+        `artifacts/<name>`). 403 `feature_disabled` when export is off.",
+    params(("cid" = String, Path, description = "Checkpoint id")),
+    responses((status = 200, content_type = "application/x-tar", description = "The archive")),
+)]
+pub(super) async fn archive(
+    State(cp): State<ControlPlane>,
+    Path(cid): Path<String>,
+) -> Result<impl IntoResponse, ServiceError> {
+    let (c, body) = cp.export_checkpoint(&cid).await?;
+    let mut resp = Body::from_stream(body).into_response();
+    let headers = resp.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-tar"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&format!("attachment; filename=\"{}.tar\"", c.id)) {
+        headers.insert(header::CONTENT_DISPOSITION, v);
+    }
+    Ok(resp)
+}
+
+/// `POST /v1/checkpoints/import?name=` query.
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(super) struct ImportQuery {
+    /// Name of the new checkpoint (default: the exported one's).
+    #[serde(default)]
+    name: Option<String>,
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/checkpoints/import",
+    tag = "checkpoints",
+    description = "Upload a checkpoint archive (as `GET /v1/checkpoints/{cid}/archive` makes \
+        them); it becomes a new `ready` checkpoint to create sandboxes from. The archive is \
+        checked whole before anything is kept: 400 `invalid_argument` (field `archive`) for \
+        another format or version, an entry out of the sandbox (`..`, absolute, through or to \
+        a symlink or hard link out), a device, or another runtime's checkpoint.",
+    params(ImportQuery),
+    request_body(content = Vec<u8>, content_type = "application/x-tar", description = "The archive"),
+    responses((status = 201, body = cove_api_types::Checkpoint, description = "The new checkpoint")),
+)]
+pub(super) async fn import(
+    State(cp): State<ControlPlane>,
+    ApiQuery(q): ApiQuery<ImportQuery>,
+    body: Body,
+) -> Result<impl IntoResponse, ServiceError> {
+    let stream = body
+        .into_data_stream()
+        .map_err(std::io::Error::other)
+        .boxed();
+    let c = cp.import_checkpoint(stream, q.name).await?;
+    Ok((StatusCode::CREATED, Json(c)))
 }

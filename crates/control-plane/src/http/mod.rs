@@ -85,6 +85,11 @@ pub fn management_router(cp: ControlPlane) -> Router {
         .route("/v1/sandboxes/{id}/fork", post(checkpoints::fork))
         .route("/v1/checkpoints", get(checkpoints::list))
         .route(
+            "/v1/checkpoints/import",
+            post(checkpoints::import).layer(axum::extract::DefaultBodyLimit::disable()),
+        )
+        .route("/v1/checkpoints/{cid}/archive", get(checkpoints::archive))
+        .route(
             "/v1/checkpoints/{cid}",
             get(checkpoints::get_one).delete(checkpoints::delete),
         )

@@ -36,6 +36,7 @@ use super::{
         lifecycle::capabilities,
         checkpoints::create, checkpoints::list_of_sandbox, checkpoints::list,
         checkpoints::get_one, checkpoints::delete, checkpoints::rollback, checkpoints::fork,
+        checkpoints::archive, checkpoints::import,
         templates::list, templates::get_one, templates::build,
         pools::list, pools::get_one, pools::put, pools::delete,
         commands::create, commands::list, commands::get_one, commands::forget, commands::output,
@@ -49,6 +50,7 @@ use super::{
     components(schemas(
         cove_api_types::ErrorBody, cove_api_types::ErrorCode, cove_api_types::OutputEvent,
         cove_api_types::GapEvent, cove_api_types::PtyMessage, cove_api_types::TerminalSize,
+        cove_api_types::CheckpointArchiveHeader,
     )),
     modifiers(&Common),
 )]

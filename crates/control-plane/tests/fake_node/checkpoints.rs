@@ -357,3 +357,66 @@ async fn disabled_checkpoints_answer_feature_disabled() {
         .await;
     assert_eq!(code(rb), ErrorCode::FeatureDisabled);
 }
+
+#[tokio::test]
+async fn archives_round_trip_and_a_disabled_export_answers_feature_disabled() {
+    let h = Harness::with(FakeNode::new(), |cfg| {
+        cfg.features = Features::disabling("export").expect("features");
+    })
+    .await;
+    let id = h.running().await;
+    let ck = checkpoint(&h, &id).await;
+    assert_eq!(
+        code(h.cp.export_checkpoint(&ck).await.map(|(c, _)| c)),
+        ErrorCode::FeatureDisabled
+    );
+    let body = futures::stream::iter([Ok(Bytes::from_static(b"x"))]).boxed();
+    assert_eq!(
+        code(h.cp.import_checkpoint(body, None).await),
+        ErrorCode::FeatureDisabled
+    );
+}
+
+#[tokio::test]
+async fn an_imported_checkpoint_creates_sandboxes_and_bad_headers_are_refused() {
+    let h = Harness::new().await;
+    let id = h.running().await;
+    write(&h, &id, "/home/user/a", b"archived").await;
+    let ck = checkpoint(&h, &id).await;
+    let (_, body) = h.cp.export_checkpoint(&ck).await.expect("export");
+    let imported =
+        h.cp.import_checkpoint(body, Some("copy".into()))
+            .await
+            .expect("import");
+    assert_eq!(imported.state, CheckpointState::Ready);
+    assert_eq!(imported.operation_id, None);
+    assert_eq!(imported.name.as_deref(), Some("copy"));
+    let new = h
+        .running_with(CreateSandboxRequest {
+            checkpoint: Some(imported.id.clone()),
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(
+        read(&h, &new, "/home/user/a").await.as_deref(),
+        Some(&b"archived"[..])
+    );
+
+    // A header whose resources are out of bounds is refused, and nothing is kept.
+    let (_, body) = h.cp.export_checkpoint(&ck).await.expect("export");
+    let mut all = Vec::new();
+    let mut body = body;
+    while let Some(chunk) = body.next().await {
+        all.extend_from_slice(&chunk.expect("chunk"));
+    }
+    let text = String::from_utf8(all).expect("fake archives are text");
+    let bad = text.replacen("\"vcpus\": 1", "\"vcpus\": 4096", 1);
+    assert_ne!(bad, text, "the header names vcpus");
+    let before = h.node.checkpoint_ids().len();
+    let body = futures::stream::iter([Ok(Bytes::from(bad))]).boxed();
+    assert_eq!(
+        code(h.cp.import_checkpoint(body, None).await),
+        ErrorCode::InvalidArgument
+    );
+    assert_eq!(h.node.checkpoint_ids().len(), before);
+}

@@ -101,6 +101,25 @@ impl NodeCheckpoints for NodeAgent {
         }
     }
 
+    async fn export_checkpoint(
+        &self,
+        checkpoint_id: &str,
+        header: bytes::Bytes,
+    ) -> Result<cove_node_api::ByteStream, NodeError> {
+        self.export_archive(checkpoint_id, header).await
+    }
+
+    async fn import_checkpoint(
+        &self,
+        checkpoint_id: &str,
+        body: cove_node_api::ByteStream,
+        max_bytes: u64,
+        cancel: CancellationToken,
+    ) -> Result<cove_node_api::ImportedCheckpoint, NodeError> {
+        self.import_archive(checkpoint_id, body, max_bytes, &cancel)
+            .await
+    }
+
     async fn delete_checkpoint(&self, checkpoint_id: &str) -> Result<(), NodeError> {
         self.cfg
             .snapshots

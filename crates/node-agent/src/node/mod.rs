@@ -126,6 +126,7 @@ fn runtime_err(e: cove_runtime::RuntimeError) -> NodeError {
     NodeError::Runtime(e.to_string())
 }
 
+mod archive;
 mod checkpoints;
 mod commands;
 mod convert;

@@ -290,6 +290,34 @@ impl SnapshotStore {
         Ok(content_bytes)
     }
 
+    /// Artifact `name` of snapshot `key` as it is stored: its size in bytes and its bytes.
+    /// [`SnapshotError::Missing`] when there is none.
+    pub async fn artifact_bytes(
+        &self,
+        key: &str,
+        name: &str,
+    ) -> Result<
+        (
+            u64,
+            futures::stream::BoxStream<'static, std::io::Result<Bytes>>,
+        ),
+        SnapshotError,
+    > {
+        let got = match self.store.get(&self.key(key, name)).await {
+            Ok(g) => g,
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(SnapshotError::Missing(key.to_string()))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let size = got.meta.size;
+        let body = got
+            .into_stream()
+            .map(|c| c.map_err(|e| std::io::Error::other(e.to_string())))
+            .boxed();
+        Ok((size, body))
+    }
+
     /// Writes the manifest, which completes the snapshot.
     pub async fn commit(&self, sandbox_id: &str, manifest: &Manifest) -> Result<(), SnapshotError> {
         let body = serde_json::to_vec(manifest).map_err(|e| SnapshotError::Io(e.into()))?;

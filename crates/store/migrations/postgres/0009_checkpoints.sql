@@ -17,7 +17,7 @@ CREATE TABLE checkpoints (
     runtime      TEXT NOT NULL,
     memory       BOOLEAN NOT NULL DEFAULT FALSE,
     file_bytes   BIGINT NOT NULL DEFAULT 0,
-    operation_id TEXT NOT NULL,
+    operation_id TEXT,
     pause_ms     BIGINT,
     created_at   TIMESTAMPTZ NOT NULL
 );

@@ -17,7 +17,7 @@ CREATE TABLE checkpoints (
     runtime      TEXT NOT NULL,
     memory       INTEGER NOT NULL DEFAULT 0,
     file_bytes   INTEGER NOT NULL DEFAULT 0,
-    operation_id TEXT NOT NULL,
+    operation_id TEXT,
     pause_ms     INTEGER,
     created_at   TEXT NOT NULL
 );

@@ -28,7 +28,7 @@ fn checkpoint(id: &str, sandbox_id: &str, age_s: i64) -> Checkpoint {
         memory: false,
         file_bytes: 0,
         pause_ms: None,
-        operation_id: format!("op-of-{id}"),
+        operation_id: Some(format!("op-of-{id}")),
         created_at: now() - Duration::seconds(age_s),
     }
 }
