@@ -55,12 +55,13 @@ pub struct Args {
 }
 
 /// The measurement groups `--only` selects from, in the order a run measures them.
-pub const GROUPS: [&str; 10] = [
+pub const GROUPS: [&str; 11] = [
     "cold_start",
     "exec",
     "stream",
     "files",
     "lifecycle",
+    "checkpoints",
     "density",
     "concurrency",
     "store",

@@ -30,6 +30,10 @@ const METRICS: &[&str] = &[
     "gateway_request",
     "gateway_download",
     "network_leak",
+    "checkpoint_pause",
+    "checkpoint",
+    "rollback",
+    "fork_3",
 ];
 
 /// Metrics a server may lack (`not available in this build`): the lifecycle round trips.

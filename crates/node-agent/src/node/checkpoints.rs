@@ -44,7 +44,8 @@ impl NodeCheckpoints for NodeAgent {
             }
         }
         let pause_ms = if was_running {
-            frozen.elapsed().as_millis() as u64
+            // Rounded up: the sandbox was frozen at most this long.
+            frozen.elapsed().as_micros().div_ceil(1000) as u64
         } else {
             0
         };
