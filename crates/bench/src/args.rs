@@ -49,7 +49,7 @@ pub struct Args {
     pub verbose: bool,
 
     /// Measure only these groups (comma-separated): cold_start, exec, stream, files,
-    /// lifecycle, density, concurrency, store, pools. Default: all.
+    /// lifecycle, checkpoints, density, concurrency, store, pools, network. Default: all.
     #[arg(long, value_name = "GROUPS", value_delimiter = ',', value_parser = GROUPS)]
     pub only: Vec<String>,
 }
