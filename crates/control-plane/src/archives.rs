@@ -71,9 +71,9 @@ impl ControlPlane {
             .import_checkpoint(&id, body, MAX_ARCHIVE_BYTES, CancellationToken::new())
             .await
             .map_err(|e| from_node(e, ""))?;
-        let checked = checked_header(&imported.header).and_then(|h| {
+        let checked = checked_header(&imported.header).map(|h| {
             let c = h.checkpoint;
-            Ok(Checkpoint {
+            Checkpoint {
                 id: id.clone(),
                 sandbox_id: c.sandbox_id,
                 name: name.or(c.name),
@@ -91,7 +91,7 @@ impl ControlPlane {
                 pause_ms: None,
                 operation_id: None,
                 created_at: Utc::now(),
-            })
+            }
         });
         let stored = match checked {
             Ok(c) => self
