@@ -106,3 +106,95 @@ fn refused(why: &str, rel: &Path) -> io::Error {
         format!("archive entry {} {why}", rel.display()),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tar entry with a raw name and link (no checks, so `..` and `/` can be written).
+    fn raw(out: &mut Vec<u8>, name: &str, kind: EntryType, link: &str, dev: (u32, u32)) {
+        let mut h = tar::Header::new_ustar();
+        {
+            let old = h.as_old_mut();
+            old.name[..name.len()].copy_from_slice(name.as_bytes());
+            old.linkname[..link.len()].copy_from_slice(link.as_bytes());
+        }
+        h.set_entry_type(kind);
+        let data: &[u8] = if kind == EntryType::Regular {
+            b"data"
+        } else {
+            b""
+        };
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        h.set_device_major(dev.0).expect("major");
+        h.set_device_minor(dev.1).expect("minor");
+        h.set_cksum();
+        out.extend_from_slice(h.as_bytes());
+        out.extend_from_slice(data);
+        out.resize(out.len().div_ceil(512) * 512, 0);
+    }
+
+    fn tar_of(entries: &[(&str, EntryType, &str, (u32, u32))]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for (name, kind, link, dev) in entries {
+            raw(&mut out, name, *kind, link, *dev);
+        }
+        out.extend_from_slice(&[0u8; 1024]);
+        out
+    }
+
+    const R: EntryType = EntryType::Regular;
+    const NO: (u32, u32) = (0, 0);
+
+    #[test]
+    fn ordinary_upper_dirs_pass() {
+        let ok = tar_of(&[
+            ("home/", EntryType::Directory, "", NO),
+            ("home/f", R, "", NO),
+            ("home/h", EntryType::Link, "home/f", NO),
+            ("home/abs", EntryType::Symlink, "/usr/bin/python3", NO),
+            ("home/rel", EntryType::Symlink, "../etc/hosts", NO),
+            ("home/wh", EntryType::Char, "", NO),
+            ("home/fifo", EntryType::Fifo, "", NO),
+        ]);
+        assert_eq!(check(ok.as_slice()).expect("accepted"), 4);
+    }
+
+    #[test]
+    fn hostile_entries_are_refused() {
+        let cases: &[(&str, &[(&str, EntryType, &str, (u32, u32))])] = &[
+            ("dot-dot", &[("../x", R, "", NO)]),
+            ("absolute", &[("/etc/x", R, "", NO)]),
+            ("symlink out", &[("a/l", EntryType::Symlink, "../../x", NO)]),
+            (
+                "through a symlink",
+                &[("l", EntryType::Symlink, "/", NO), ("l/x", R, "", NO)],
+            ),
+            (
+                "hard link out",
+                &[("h", EntryType::Link, "../etc/passwd", NO)],
+            ),
+            (
+                "hard link to nothing",
+                &[("h", EntryType::Link, "missing", NO)],
+            ),
+            ("block device", &[("sda", EntryType::Block, "", (8, 0))]),
+            ("char device", &[("mem", EntryType::Char, "", (1, 1))]),
+        ];
+        for (what, entries) in cases {
+            let e = check(tar_of(entries).as_slice()).expect_err(what);
+            assert_eq!(e.kind(), io::ErrorKind::InvalidData, "{what}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_symlink_replaced_by_a_directory_no_longer_blocks() {
+        let ok = tar_of(&[
+            ("d", EntryType::Symlink, "/", NO),
+            ("d", EntryType::Directory, "", NO),
+            ("d/x", R, "", NO),
+        ]);
+        assert!(check(ok.as_slice()).is_ok());
+    }
+}
