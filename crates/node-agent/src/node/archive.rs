@@ -18,6 +18,8 @@ use crate::snapshot::{Manifest, SnapshotError, MANIFEST_VERSION};
 const MANIFEST_ENTRY: &str = "snapshot.json";
 /// Folder of the artifact entries of an archive.
 const ARTIFACTS_DIR: &str = "artifacts/";
+/// Folder of the data dir where uploads are staged.
+const IMPORTS_DIR: &str = "imports";
 /// Tar block size.
 const BLOCK: u64 = 512;
 
@@ -61,6 +63,24 @@ impl NodeAgent {
         Ok(futures::stream::iter(parts).flatten().boxed())
     }
 
+    /// Removes the staged uploads of imports a restart interrupted; returns how many. Call
+    /// only while no import runs (at start-up, with the snapshot sweep).
+    pub(super) async fn sweep_imports(&self) -> Result<u64, NodeError> {
+        let dir = self.cfg.data_dir.join(IMPORTS_DIR);
+        let io = |e: std::io::Error| NodeError::Internal(format!("sweep {}: {e}", dir.display()));
+        let mut entries = match tokio::fs::read_dir(&dir).await {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(io(e)),
+        };
+        let mut removed = 0;
+        while let Some(entry) = entries.next_entry().await.map_err(io)? {
+            tokio::fs::remove_file(entry.path()).await.map_err(io)?;
+            removed += 1;
+        }
+        Ok(removed)
+    }
+
     /// See [`cove_node_api::NodeCheckpoints::import_checkpoint`].
     pub(super) async fn import_archive(
         &self,
@@ -69,7 +89,7 @@ impl NodeAgent {
         max_bytes: u64,
         cancel: &CancellationToken,
     ) -> Result<ImportedCheckpoint, NodeError> {
-        let dir = self.cfg.data_dir.join("imports");
+        let dir = self.cfg.data_dir.join(IMPORTS_DIR);
         tokio::fs::create_dir_all(&dir)
             .await
             .map_err(|e| NodeError::Internal(format!("create {}: {e}", dir.display())))?;

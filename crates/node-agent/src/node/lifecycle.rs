@@ -202,7 +202,8 @@ impl NodeLifecycle for NodeAgent {
             self.cfg.snapshots.sweep_staging(),
             checkpoints.sweep_staging()
         );
-        Ok(a.map_err(snapshot_err)? + b.map_err(snapshot_err)?)
+        let imports = self.sweep_imports().await?;
+        Ok(a.map_err(snapshot_err)? + b.map_err(snapshot_err)? + imports)
     }
 
     fn capabilities(&self) -> NodeCapabilities {
