@@ -135,7 +135,10 @@ mod tests {
         out.resize(out.len().div_ceil(512) * 512, 0);
     }
 
-    fn tar_of(entries: &[(&str, EntryType, &str, (u32, u32))]) -> Vec<u8> {
+    /// One entry: name, type, link target, device numbers.
+    type Entry<'a> = (&'a str, EntryType, &'a str, (u32, u32));
+
+    fn tar_of(entries: &[Entry<'_>]) -> Vec<u8> {
         let mut out = Vec::new();
         for (name, kind, link, dev) in entries {
             raw(&mut out, name, *kind, link, *dev);
@@ -163,7 +166,7 @@ mod tests {
 
     #[test]
     fn hostile_entries_are_refused() {
-        let cases: &[(&str, &[(&str, EntryType, &str, (u32, u32))])] = &[
+        let cases: &[(&str, &[Entry<'_>])] = &[
             ("dot-dot", &[("../x", R, "", NO)]),
             ("absolute", &[("/etc/x", R, "", NO)]),
             ("symlink out", &[("a/l", EntryType::Symlink, "../../x", NO)]),
