@@ -66,6 +66,8 @@ error_codes! {
     Forbidden = "forbidden" => 403,
     /// The sandbox's user may not access this file.
     PermissionDenied = "permission_denied" => 403,
+    /// The feature is turned off on this server (`--disable-feature`); the message names it.
+    FeatureDisabled = "feature_disabled" => 403,
     /// No such route or resource.
     NotFound = "not_found" => 404,
     /// No such sandbox (or it was deleted).
@@ -82,6 +84,8 @@ error_codes! {
     FileNotFound = "file_not_found" => 404,
     /// No such warm pool.
     PoolNotFound = "pool_not_found" => 404,
+    /// No such checkpoint.
+    CheckpointNotFound = "checkpoint_not_found" => 404,
     /// The HTTP method is not allowed on this route.
     MethodNotAllowed = "method_not_allowed" => 405,
     /// The transition is not allowed from the sandbox's current state.

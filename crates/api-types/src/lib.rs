@@ -5,6 +5,7 @@
 //! Every request type rejects unknown fields (`deny_unknown_fields`), so a typo is a 400, not a
 //! silently ignored option.
 
+mod checkpoint;
 mod command;
 mod error;
 mod file;
@@ -15,6 +16,7 @@ mod pool;
 mod sandbox;
 mod template;
 
+pub use checkpoint::*;
 pub use command::*;
 pub use error::*;
 pub use file::*;
@@ -27,8 +29,8 @@ pub use template::*;
 
 // States, kinds and resources are the domain's; the API speaks them as they are.
 pub use cove_domain::{
-    CommandState, EgressPolicy, EgressRule, EventType, OperationKind, OperationState, Resources,
-    ResourcesRequest, SandboxState,
+    CheckpointState, CommandState, EgressPolicy, EgressRule, EventType, OperationKind,
+    OperationState, Resources, ResourcesRequest, SandboxState,
 };
 
 /// Header carrying the request id on every response (and accepted on requests).

@@ -54,6 +54,12 @@ pub struct CreateSandboxRequest {
     /// value in place of the placeholder. Values are never shown, logged or stored in clear.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub secrets: BTreeMap<String, SecretRequest>,
+    /// Start from this `ready` checkpoint (`ck-…`) instead of the template's root filesystem:
+    /// its files (and memory, on runtimes that saved it) are restored. The template, release
+    /// and resources are the checkpoint's, so `template`, `release` and `resources` must be
+    /// absent; `env`, `cwd` and `user` default to the checkpoint's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<String>,
 }
 
 /// One secret of a create request.

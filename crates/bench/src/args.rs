@@ -55,18 +55,19 @@ pub struct Args {
     pub runtime: String,
 
     /// Measure only these groups (comma-separated): cold_start, exec, stream, files,
-    /// lifecycle, density, concurrency, store, pools. Default: all.
+    /// lifecycle, checkpoints, density, concurrency, store, pools, network. Default: all.
     #[arg(long, value_name = "GROUPS", value_delimiter = ',', value_parser = GROUPS)]
     pub only: Vec<String>,
 }
 
 /// The measurement groups `--only` selects from, in the order a run measures them.
-pub const GROUPS: [&str; 10] = [
+pub const GROUPS: [&str; 11] = [
     "cold_start",
     "exec",
     "stream",
     "files",
     "lifecycle",
+    "checkpoints",
     "density",
     "concurrency",
     "store",

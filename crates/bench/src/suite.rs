@@ -62,6 +62,11 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         metrics.extend(lifecycle.metrics);
         unavailable.extend(lifecycle.unavailable);
     }
+    if args.wants("checkpoints") {
+        let checkpoints = measure::checkpoints::measure(&ctx).await?;
+        metrics.extend(checkpoints.metrics);
+        unavailable.extend(checkpoints.unavailable);
+    }
     if args.wants("pools") {
         metrics.extend(measure::pools::measure(&ctx).await?);
     }

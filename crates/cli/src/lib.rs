@@ -101,6 +101,13 @@ pub enum Verb {
     /// Warm pools: booted sandboxes kept ready so matching creates skip the boot.
     #[command(subcommand)]
     Pool(commands::pool::PoolVerb),
+    /// Checkpoints: saved states of running sandboxes (create, ls, get, rm, export, import).
+    #[command(subcommand)]
+    Checkpoint(commands::checkpoint::CheckpointVerb),
+    /// Return a sandbox to one of its checkpoints; prints its final state.
+    Rollback(commands::rollback::RollbackArgs),
+    /// Create sandboxes from a fresh checkpoint of a running one; prints their ids.
+    Fork(commands::fork::ForkArgs),
     /// Create a sandbox, wait until it runs, and print its id.
     Create(commands::create::CreateArgs),
     /// List sandboxes (with their metadata; filter with -m KEY=VALUE).
@@ -172,6 +179,8 @@ impl Verb {
             Verb::Cp(a) => a.sandbox_id().map(|s| (s, None)),
             Verb::Files(a) => Some((a.verb.sandbox().to_owned(), None)),
             Verb::Network(a) => Some((a.id.clone(), None)),
+            Verb::Rollback(a) => id(&a.sandbox),
+            Verb::Fork(a) => id(&a.sandbox),
             Verb::Pause(a) => Some((a.id.clone(), Some("pause"))),
             Verb::Resume(a) => Some((a.id.clone(), Some("resume"))),
             Verb::Suspend(a) => Some((a.id.clone(), Some("suspend"))),
@@ -212,6 +221,9 @@ async fn run_verb(client: &Client, verb: Verb) -> anyhow::Result<ExitCode> {
         Verb::Server(_) | Verb::Completions(_) => bail!("not a client verb"),
         Verb::Template(verb) => commands::template::run(client, verb).await?,
         Verb::Pool(verb) => commands::pool::run(client, verb).await?,
+        Verb::Checkpoint(verb) => commands::checkpoint::run(client, verb).await?,
+        Verb::Rollback(args) => commands::rollback::run(client, args).await?,
+        Verb::Fork(args) => commands::fork::run(client, args).await?,
         Verb::Create(args) => commands::create::run(client, args).await?,
         Verb::Ls(args) => commands::ls::run(client, args).await?,
         Verb::Get(args) => commands::get::run(client, args).await?,

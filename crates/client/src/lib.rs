@@ -38,6 +38,7 @@
 //! - [`error`]: [`ClientError`], API errors apart from transport errors.
 
 pub mod attach;
+pub mod checkpoints;
 pub mod commands;
 pub mod error;
 pub mod events;

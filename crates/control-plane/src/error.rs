@@ -27,6 +27,12 @@ pub enum ServiceError {
     /// Unknown warm pool.
     #[error("pool {0} not found")]
     PoolNotFound(String),
+    /// Unknown checkpoint.
+    #[error("checkpoint {0} not found")]
+    CheckpointNotFound(String),
+    /// The feature is turned off on this server.
+    #[error("feature {} is disabled on this server", .0.as_str())]
+    FeatureDisabled(crate::features::Feature),
     /// Unknown operation.
     #[error("operation {0} not found")]
     OperationNotFound(String),
@@ -107,6 +113,8 @@ impl ServiceError {
             CommandNotFound(_) => ErrorCode::CommandNotFound,
             OperationNotFound(_) => ErrorCode::OperationNotFound,
             PoolNotFound(_) => ErrorCode::PoolNotFound,
+            CheckpointNotFound(_) => ErrorCode::CheckpointNotFound,
+            FeatureDisabled(_) => ErrorCode::FeatureDisabled,
             FileNotFound(_) => ErrorCode::FileNotFound,
             SandboxNotRunning { .. } => ErrorCode::SandboxNotRunning,
             InvalidState { .. } => ErrorCode::InvalidState,

@@ -12,14 +12,17 @@ use cove_node_api::NodeApi;
 use cove_store::Store;
 
 mod activity;
+mod archives;
 pub mod attach;
 pub mod auth;
+mod checkpoints;
 mod clock;
 mod command_output;
 mod commands;
 mod controller;
 pub mod error;
 mod events;
+pub mod features;
 mod files;
 pub mod http;
 mod lifecycle;
@@ -37,6 +40,7 @@ mod templates;
 pub use clock::{Clock, SystemClock};
 pub use controller::Controller;
 pub use error::ServiceError;
+pub use features::{Feature, Features};
 pub use files::{ListQuery, PathQuery, ReadFileQuery, WatchQuery, WriteFileQuery};
 pub use lifecycle::LifecycleVerb;
 pub use operations::Operations;
@@ -72,6 +76,8 @@ pub struct ControlPlaneConfig {
     /// sandbox has no disk of its own; default `None`, the server sets
     /// [`cove_domain::resources::DEFAULT_DISK_MIB`]).
     pub default_disk_mib: Option<u64>,
+    /// Features turned off (default: every feature on).
+    pub features: features::Features,
 }
 
 impl ControlPlaneConfig {
@@ -90,6 +96,7 @@ impl ControlPlaneConfig {
             metrics: None,
             secrets_key: None,
             default_disk_mib: None,
+            features: features::Features::all(),
         }
     }
 }

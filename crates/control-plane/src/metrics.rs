@@ -19,6 +19,8 @@ pub const OPERATIONS_TOTAL: &str = "cove_operations_total";
 pub const OPERATION_DURATION: &str = "cove_operation_duration_seconds";
 /// Seconds from an accepted create to the sandbox running (histogram).
 pub const CREATE_TO_RUNNING: &str = "cove_sandbox_create_to_running_seconds";
+/// Seconds a sandbox's processes were frozen while a checkpoint of it was saved (histogram).
+pub const CHECKPOINT_PAUSE: &str = "cove_checkpoint_pause_seconds";
 /// Commands started (counter).
 pub const COMMANDS_TOTAL: &str = "cove_commands_total";
 /// Bytes through the data plane (counter, label `stream`: `stdout` and `stderr` sent to
@@ -59,6 +61,11 @@ pub(crate) fn operation_finished(kind: OperationKind, state: OperationState, too
 /// Records the time from an accepted create to a running sandbox.
 pub(crate) fn create_to_running(took: Duration) {
     metrics::histogram!(CREATE_TO_RUNNING).record(took.as_secs_f64());
+}
+
+/// Records how long a checkpoint froze its sandbox.
+pub(crate) fn checkpoint_pause(took: Duration) {
+    metrics::histogram!(CHECKPOINT_PAUSE).record(took.as_secs_f64());
 }
 
 /// Counts a started command.

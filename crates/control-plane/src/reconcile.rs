@@ -70,7 +70,21 @@ impl ControlPlane {
             }
         }
         self.remove_unwanted(&keep_on_node, false).await?;
+        self.fail_interrupted_checkpoints().await?;
         self.end_interrupted_operations().await
+    }
+
+    /// Fails the checkpoints a restart interrupted while they were saved, and drops what the
+    /// snapshot store has of them.
+    async fn fail_interrupted_checkpoints(&self) -> Result<(), ServiceError> {
+        let why = "the server restarted while the checkpoint was saved";
+        for id in self.store().fail_unfinished_checkpoints(why).await? {
+            if let Err(e) = self.node().delete_checkpoint(&id).await {
+                warn!(checkpoint_id = %id, error = %e, "cannot remove an interrupted checkpoint");
+            }
+            info!(checkpoint_id = %id, "interrupted checkpoint failed");
+        }
+        Ok(())
     }
 
     /// Settles one sandbox found in `state` at start-up; returns whether its node resources

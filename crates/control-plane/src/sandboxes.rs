@@ -54,6 +54,9 @@ impl ControlPlane {
         req: CreateSandboxRequest,
         idempotency_key: Option<String>,
     ) -> Result<CreateSandboxResponse, ServiceError> {
+        if req.checkpoint.is_some() {
+            return self.create_from_checkpoint(req, idempotency_key).await;
+        }
         let (template, pin) = crate::release_pins::parse(
             req.template.as_deref().unwrap_or(DEFAULT_TEMPLATE),
             req.release,
@@ -144,13 +147,123 @@ impl ControlPlane {
                 return Ok(served);
             }
         }
-        self.launch(sandbox, None, idempotency_key, request_hash, req.secrets)
-            .await
+        self.launch(
+            sandbox,
+            None,
+            idempotency_key,
+            request_hash,
+            req.secrets,
+            None,
+        )
+        .await
+    }
+
+    /// A create with `checkpoint`: the checkpoint's template, release and resources, the
+    /// request's other settings over the checkpoint's defaults; started by restoring the
+    /// checkpoint.
+    async fn create_from_checkpoint(
+        &self,
+        req: CreateSandboxRequest,
+        idempotency_key: Option<String>,
+    ) -> Result<CreateSandboxResponse, ServiceError> {
+        self.inner
+            .cfg
+            .features
+            .require(crate::features::Feature::Checkpoints)?;
+        for (field, given) in [
+            ("template", req.template.is_some()),
+            ("release", req.release.is_some()),
+            ("resources", req.resources.is_some()),
+        ] {
+            if given {
+                return Err(InvalidInput::new(
+                    field,
+                    "must be absent with `checkpoint` (the checkpoint's is used)",
+                )
+                .into());
+            }
+        }
+        let ck_id = req.checkpoint.clone().unwrap_or_default();
+        let c = self.ready_checkpoint(&ck_id).await?;
+        validate::env("env", &req.env)?;
+        validate::metadata(&req.metadata)?;
+        if let Some(cwd) = &req.cwd {
+            validate::path("cwd", cwd.as_bytes())?;
+            if !cwd.starts_with('/') {
+                return Err(InvalidInput::new("cwd", "must be an absolute path").into());
+            }
+        }
+        if let Some(user) = &req.user {
+            validate::user("user", user)?;
+        }
+        let idle_timeout_s = req.idle_timeout_s.unwrap_or(DEFAULT_IDLE_TIMEOUT_S);
+        if idle_timeout_s > MAX_TIMEOUT_S {
+            return Err(InvalidInput::new("idle_timeout_s", "must be at most 315360000").into());
+        }
+        if let Some(ttl) = req.ttl_s {
+            if ttl == 0 || ttl > MAX_TIMEOUT_S {
+                return Err(InvalidInput::new("ttl_s", "must be 1 to 315360000").into());
+            }
+        }
+        let network = req.network.clone().unwrap_or_default();
+        network.validate()?;
+        crate::network::validate_secrets(&req.secrets, &req.env)?;
+        self.check_network_supported(&network, !req.secrets.is_empty())?;
+        if !req.secrets.is_empty() && self.inner.cfg.secrets_key.is_none() {
+            return Err(ServiceError::NotImplemented(
+                "this server has no secrets key".into(),
+            ));
+        }
+        let picked = self
+            .pick_release(&c.template, &crate::release_pins::Pin::Number(c.release))
+            .await?;
+        let body = crate::network::hashable_body(&req)?;
+        let request_hash = idempotency_key
+            .as_ref()
+            .map(|_| request_hash(OperationKind::CreateSandbox, &body));
+        let mut env = c.env.clone();
+        env.extend(req.env.clone());
+        let now = Utc::now();
+        let sandbox = Sandbox {
+            id: ids::new_sandbox_id(),
+            template: c.template.clone(),
+            release: c.release,
+            release_digest: picked.digest,
+            state: SandboxState::Creating,
+            state_reason: None,
+            runtime: self.inner.cfg.runtime.clone(),
+            resources: c.resources,
+            env,
+            metadata: req.metadata.clone(),
+            cwd: req.cwd.clone().unwrap_or_else(|| c.cwd.clone()),
+            user: req.user.clone().unwrap_or_else(|| c.user.clone()),
+            created_at: now,
+            updated_at: now,
+            idle_timeout_s,
+            ttl_s: req.ttl_s,
+            last_activity_at: Some(now),
+            memory_restored: None,
+            network,
+            secrets: crate::network::public_secrets(&req.secrets),
+        };
+        let restore = crate::checkpoints::Restore {
+            checkpoint_id: c.id,
+            after_op: None,
+        };
+        self.launch(
+            sandbox,
+            None,
+            idempotency_key,
+            request_hash,
+            req.secrets,
+            Some(restore),
+        )
+        .await
     }
 
     /// Records `sandbox` (`creating`; a member of `pool` when given) and its create operation,
-    /// and starts it in the background. With an idempotency key already used for the same
-    /// request, answers the first create instead.
+    /// and starts it in the background (from checkpoint `restore` when given). With an
+    /// idempotency key already used for the same request, answers the first create instead.
     pub(crate) async fn launch(
         &self,
         sandbox: Sandbox,
@@ -158,6 +271,7 @@ impl ControlPlane {
         idempotency_key: Option<String>,
         request_hash: Option<String>,
         secrets: BTreeMap<String, cove_api_types::SecretRequest>,
+        restore: Option<crate::checkpoints::Restore>,
     ) -> Result<CreateSandboxResponse, ServiceError> {
         let new_op = NewOperation {
             id: ids::new_operation_id(),
@@ -240,7 +354,7 @@ impl ControlPlane {
         let accepted = std::time::Instant::now();
         self.operations()
             .run_cancellable(&op, move |cancel| async move {
-                this.start_sandbox(launch, ticket, &op_id, cancel, accepted)
+                this.start_sandbox(launch, restore, ticket, &op_id, cancel, accepted)
                     .await
             });
         Ok(CreateSandboxResponse {
@@ -255,6 +369,7 @@ impl ControlPlane {
     async fn start_sandbox(
         &self,
         launch: SandboxLaunch,
+        restore: Option<crate::checkpoints::Restore>,
         ticket: crate::lifecycle::Ticket,
         op_id: &str,
         cancel: CancellationToken,
@@ -272,9 +387,38 @@ impl ControlPlane {
             self.cancelled_create(&id, op_id).await?;
             return Err(ServiceError::Cancelled("cancelled by request".into()));
         }
+        if let Some(r) = &restore {
+            if let Err(e) = self.await_checkpoint(r, &cancel).await {
+                let reason = format!("start failed: {e}");
+                self.transition(
+                    &id,
+                    SandboxState::Creating,
+                    SandboxState::Failed,
+                    Some(&reason),
+                    Some(op_id),
+                )
+                .await?;
+                return Err(e);
+            }
+        }
         let abandoned = AbandonedCreate::arm(self, &id, op_id);
         let policy = launch.network.clone();
-        let started = self.node().start_sandbox(launch).await;
+        let started = match &restore {
+            None => self.node().start_sandbox(launch).await,
+            Some(r) => match self
+                .node()
+                .restore_checkpoint(launch, &r.checkpoint_id, cancel.clone())
+                .await
+            {
+                Ok(woken) => {
+                    self.store()
+                        .set_memory_restored(&id, woken.memory_restored)
+                        .await?;
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            },
+        };
         abandoned.disarm();
         match started {
             Ok(()) => {

@@ -32,6 +32,11 @@ pub fn new_operation_id() -> String {
     new_id("op")
 }
 
+/// A new checkpoint id (`ck-…`).
+pub fn new_checkpoint_id() -> String {
+    new_id("ck")
+}
+
 /// A new request id (`req-…`).
 pub fn new_request_id() -> String {
     new_id("req")

@@ -42,6 +42,23 @@ crate::wire_enum! {
         SuspendSandbox = "suspend_sandbox",
         /// Restore a suspended sandbox and start it.
         WakeSandbox = "wake_sandbox",
+        /// Save a running sandbox's state as a checkpoint while it keeps running.
+        CheckpointSandbox = "checkpoint_sandbox",
+        /// Return a sandbox to one of its checkpoints.
+        RollbackSandbox = "rollback_sandbox",
+    }
+}
+
+crate::wire_enum! {
+    /// State of a checkpoint: `creating` while its operation saves it, then `ready` or
+    /// `failed`.
+    pub enum CheckpointState {
+        /// Being saved.
+        Creating = "creating",
+        /// Complete in the snapshot store; usable for rollback, fork and create.
+        Ready = "ready",
+        /// Saving failed (`state_reason` says why); nothing of it is kept.
+        Failed = "failed",
     }
 }
 

@@ -16,6 +16,7 @@ use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 
 mod builds;
+mod checkpoints;
 mod commands;
 mod files;
 mod lifecycle;
@@ -26,6 +27,10 @@ mod releases;
 pub use builds::{
     BuildParent, BuildStep, BuiltFileRelease, FileBuild, FileStep, ReadyCheck, ReleaseDefaults,
     StepProgram,
+};
+pub use checkpoints::{
+    CheckpointInfo, ImportedCheckpoint, NodeCheckpoints, ARCHIVE_HEADER, ARCHIVE_HEADER_MAX_BYTES,
+    ARCHIVE_VERSION,
 };
 pub use commands::NodeCommands;
 pub use files::NodeFiles;
@@ -231,11 +236,23 @@ pub type ByteStream = BoxStream<'static, Result<Bytes, io::Error>>;
 /// safe to call concurrently; lifecycle calls for one sandbox are serialised by the caller (one
 /// operation at a time).
 pub trait NodeApi:
-    NodeReleases + NodeLifecycle + NodeCommands + NodeFiles + NodeMetrics + NodeNetwork
+    NodeReleases
+    + NodeLifecycle
+    + NodeCheckpoints
+    + NodeCommands
+    + NodeFiles
+    + NodeMetrics
+    + NodeNetwork
 {
 }
 
 impl<T> NodeApi for T where
-    T: NodeReleases + NodeLifecycle + NodeCommands + NodeFiles + NodeMetrics + NodeNetwork
+    T: NodeReleases
+        + NodeLifecycle
+        + NodeCheckpoints
+        + NodeCommands
+        + NodeFiles
+        + NodeMetrics
+        + NodeNetwork
 {
 }

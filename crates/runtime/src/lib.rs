@@ -277,6 +277,12 @@ pub trait Runtime: Send + Sync + 'static {
         input: ArtifactReader,
     ) -> Result<u64, RuntimeError>;
 
+    /// Reads artifact `name` that came from outside the node (an imported checkpoint archive)
+    /// to the end and refuses it unless restoring it would stay inside the sandbox (no path
+    /// out of its directory, no devices but whiteouts); returns its content bytes.
+    /// Errors: `Io` with kind `InvalidData` naming the first refused entry.
+    async fn check_artifact(&self, name: &str, input: ArtifactReader) -> Result<u64, RuntimeError>;
+
     /// Stops the sandbox and releases every node resource it holds (processes, container state,
     /// cgroups, mounts). Its files stay in `dir`, so a later `start` on the same directory
     /// continues from them; the node agent removes the directory when it is done with it.

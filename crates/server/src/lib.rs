@@ -13,6 +13,7 @@ use cove_node_agent::snapshot::SnapshotStore;
 use cove_node_agent::{NodeAgent, NodeConfig};
 
 pub use cove_control_plane::Retention;
+pub use cove_control_plane::{Feature, Features};
 pub use cove_node_agent::guest::OutputLimits;
 use cove_runtime::qemu::{QemuConfig, QemuRuntime};
 use cove_runtime::runc::{RuncConfig, RuncRuntime};
@@ -280,6 +281,8 @@ pub struct LifecycleSettings {
     pub reconcile_interval: Option<Duration>,
     /// How long each class of record is kept; default [`cove_control_plane::Retention::default`].
     pub retention: Option<cove_control_plane::Retention>,
+    /// Snapshot features turned off (`--disable-feature`); default: every feature on.
+    pub features: Features,
 }
 
 /// A started server.
@@ -455,6 +458,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         }
     }
     cp_cfg.default_disk_mib = cfg.default_disk_mib;
+    cp_cfg.features = life.features.clone();
     let node = Arc::new(node);
     let cp = ControlPlane::new(store, node.clone(), cp_cfg);
     let new_admin_token = cp.bootstrap_admin_token().await?;

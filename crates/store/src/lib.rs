@@ -1,9 +1,10 @@
 //! Cove's SQL store: tokens, releases, sandboxes, warm pools, operations and their logs,
-//! commands, events.
+//! commands, events, checkpoints.
 //!
 //! [`Store`] is the contract the control plane holds as `Arc<dyn Store>`; it is the sum of one
 //! trait per resource ([`SandboxStore`], [`LifecycleStore`], [`EventStore`],
-//! [`OperationStore`], [`PoolStore`], [`CommandStore`], [`ReleaseStore`], [`TemplateStore`], [`TokenStore`]). Two backends
+//! [`OperationStore`], [`PoolStore`], [`CommandStore`], [`ReleaseStore`], [`TemplateStore`],
+//! [`TokenStore`], [`CheckpointStore`]). Two backends
 //! implement it: [`SqliteStore`] (the embedded default) and [`PgStore`] (PostgreSQL). Each
 //! keeps its own migrations (`migrations/sqlite/`, `migrations/postgres/`), applied at open.
 //! Every write is one statement or one transaction, so a crash leaves either the old or the
@@ -16,6 +17,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+mod checkpoints;
 mod commands;
 mod error;
 mod events;
@@ -29,6 +31,7 @@ pub mod sqlite;
 mod templates;
 mod tokens;
 
+pub use checkpoints::CheckpointStore;
 pub use commands::{CommandRecord, CommandStore};
 pub use error::StoreError;
 pub use events::EventStore;
@@ -55,6 +58,7 @@ pub trait Store:
     + ReleaseStore
     + TemplateStore
     + TokenStore
+    + CheckpointStore
     + std::fmt::Debug
     + Send
     + Sync

@@ -41,6 +41,16 @@ pub enum Call {
     ListSnapshots,
     /// `NodeLifecycle::sweep_snapshots`.
     SweepSnapshots,
+    /// `NodeCheckpoints::checkpoint_sandbox`.
+    Checkpoint,
+    /// `NodeCheckpoints::restore_checkpoint`.
+    RestoreCheckpoint,
+    /// `NodeCheckpoints::export_checkpoint`.
+    ExportCheckpoint,
+    /// `NodeCheckpoints::import_checkpoint`.
+    ImportCheckpoint,
+    /// `NodeCheckpoints::delete_checkpoint`.
+    DeleteCheckpoint,
     /// `NodeCommands::spawn`.
     Spawn,
     /// `NodeCommands::command`.

@@ -16,6 +16,7 @@ use cove_node_api::{NodeCapabilities, NodeError, NodeSandboxState, RecipeInfo, S
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+mod checkpoints;
 mod commands;
 mod faults;
 mod files;
@@ -68,6 +69,8 @@ pub(crate) struct Snapshot {
 pub(crate) struct State {
     pub(crate) sandboxes: BTreeMap<String, FakeSandbox>,
     pub(crate) snapshots: BTreeMap<String, Snapshot>,
+    /// Checkpoints by checkpoint id.
+    pub(crate) checkpoints: BTreeMap<String, Snapshot>,
     pub(crate) releases: BTreeSet<(String, u32)>,
     /// Pieces of interrupted snapshot uploads, removed by `sweep_snapshots`.
     pub(crate) partial_uploads: u64,

@@ -25,7 +25,7 @@ pub(crate) fn new_sandbox(launch: SandboxLaunch, workdir: &str) -> FakeSandbox {
 }
 
 impl FakeNode {
-    fn workdir_of(&self, template: &str) -> String {
+    pub(crate) fn workdir_of(&self, template: &str) -> String {
         self.recipe_list()
             .into_iter()
             .find(|r| r.name == template)

@@ -168,7 +168,7 @@ async fn round_trips(
 }
 
 /// `runc pause` + `runc resume` of a raw `sleep` container.
-fn raw_pause_resume(raw: &RawRunc, runs: usize) -> anyhow::Result<Vec<Duration>> {
+pub(super) fn raw_pause_resume(raw: &RawRunc, runs: usize) -> anyhow::Result<Vec<Duration>> {
     let bundle = super::blocking(|| raw.bundle(&["sleep", "86400"]))?;
     let id = raw.new_name();
     super::blocking(|| raw.run_detached(&bundle, &id))?;
@@ -178,7 +178,7 @@ fn raw_pause_resume(raw: &RawRunc, runs: usize) -> anyhow::Result<Vec<Duration>>
 }
 
 /// Stop and start again with the upper dir kept: kill + delete, remount, `runc run -d`.
-fn raw_stop_start(raw: &RawRunc, runs: usize) -> anyhow::Result<Vec<Duration>> {
+pub(super) fn raw_stop_start(raw: &RawRunc, runs: usize) -> anyhow::Result<Vec<Duration>> {
     let bundle = super::blocking(|| raw.bundle(&["sleep", "86400"]))?;
     let mut id = raw.new_name();
     super::blocking(|| raw.run_detached(&bundle, &id))?;

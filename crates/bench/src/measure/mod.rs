@@ -7,6 +7,7 @@
 //! | `stream.rs` | `head -c N /dev/zero` read through the data plane | `head \| cat` on the host |
 //! | `files.rs` | upload and download of a file | `cp` |
 //! | `lifecycle.rs` | pause+resume, suspend+wake | `runc pause`+`resume`; kill+delete, `runc run` |
+//! | `checkpoints.rs` | checkpoint pause, checkpoint, rollback, fork of 3 | `runc pause`+`resume`; kill+delete, `runc run` |
 //! | `density.rs` | idle sandboxes a node holds, memory per sandbox | raw `sleep` containers |
 //! | `concurrency.rs` | clients creating and deleting sandboxes at once | raw `runc run -d` + `delete` |
 //! | `pools.rs` | create served by a warm pool → running; a burst of creates on a full pool | cold create → running |
@@ -28,6 +29,7 @@ use crate::report::Stats;
 use crate::server::CoveServer;
 use crate::stats::Summary;
 
+pub mod checkpoints;
 pub mod cold_start;
 pub mod concurrency;
 pub mod density;

@@ -51,6 +51,10 @@ pub struct CreateArgs {
     /// Delete the sandbox this many seconds after its creation (default: never).
     #[arg(long, value_name = "SECONDS")]
     pub ttl: Option<u64>,
+    /// Start from this checkpoint (`ck-…`, see `cove checkpoint`): its files, template,
+    /// release and size (then --template, --release and the resource flags must be absent).
+    #[arg(long, value_name = "CHECKPOINT")]
+    pub checkpoint: Option<String>,
     /// Idempotency key: repeating a create with the same key returns the same sandbox.
     #[arg(long, value_name = "KEY")]
     pub idempotency_key: Option<String>,
@@ -75,6 +79,7 @@ impl CreateArgs {
             ttl_s: self.ttl,
             network: self.network.policy(),
             secrets: Default::default(),
+            checkpoint: self.checkpoint.clone(),
         }
     }
 }

@@ -1,12 +1,14 @@
 //! One module per verb. Each has its clap arguments and a `run` function.
 
 pub mod attach;
+pub mod checkpoint;
 pub mod completions;
 pub mod cp;
 pub mod create;
 pub mod events;
 pub mod exec;
 pub mod files;
+pub mod fork;
 pub mod get;
 pub mod kill;
 pub mod logs;
@@ -20,6 +22,7 @@ pub mod pool;
 pub mod ps;
 pub mod resume;
 pub mod rm;
+pub mod rollback;
 pub mod run;
 pub mod server;
 pub mod suspend;

@@ -96,6 +96,12 @@ pub struct ServerArgs {
     /// to the node's disk without a limit.
     #[arg(long, value_name = "MIB", default_value_t = cove_server::DEFAULT_DISK_MIB)]
     pub default_disk_mib: u64,
+    /// Turn off snapshot features, comma-separated: `checkpoints` (checkpoints, rollback,
+    /// creates from a checkpoint), `fork`, `export` (checkpoint archives). Calls to a disabled
+    /// feature answer 403
+    /// `feature_disabled`.
+    #[arg(long, value_name = "LIST", value_parser = cove_server::Features::disabling)]
+    pub disable_feature: Option<cove_server::Features>,
 }
 
 impl ServerArgs {
@@ -126,6 +132,7 @@ impl ServerArgs {
                 snapshot_store: self.snapshot_store.clone(),
                 controller_interval: self.controller_interval_ms.map(Duration::from_millis),
                 retention: Some(self.retention()),
+                features: self.disable_feature.clone().unwrap_or_default(),
                 ..Default::default()
             },
             command_output: cove_server::OutputLimits {
@@ -200,6 +207,16 @@ mod tests {
             Some("/bin/ga")
         );
         assert!(Cli::try_parse_from(["cove", "server", "--listen", "nope"]).is_err());
+
+        let cli =
+            Cli::try_parse_from(["cove", "server", "--disable-feature", "fork"]).expect("parses");
+        let Verb::Server(args) = cli.verb else {
+            panic!("expected server")
+        };
+        let features = args.config(&cli.global).lifecycle.features;
+        assert!(!features.enabled(cove_server::Feature::Fork));
+        assert!(features.enabled(cove_server::Feature::Checkpoints));
+        assert!(Cli::try_parse_from(["cove", "server", "--disable-feature", "nope"]).is_err());
     }
 
     #[test]

@@ -10,6 +10,7 @@ use axum::Router;
 
 use crate::{ControlPlane, ServiceError};
 
+mod checkpoints;
 mod commands;
 mod context;
 mod data_plane;
@@ -94,6 +95,22 @@ pub fn management_router_with(cp: ControlPlane, extra: Router) -> Router {
             post(commands::attachment),
         )
         .merge(files::routes())
+        .route(
+            "/v1/sandboxes/{id}/checkpoints",
+            post(checkpoints::create).get(checkpoints::list_of_sandbox),
+        )
+        .route("/v1/sandboxes/{id}/rollback", post(checkpoints::rollback))
+        .route("/v1/sandboxes/{id}/fork", post(checkpoints::fork))
+        .route("/v1/checkpoints", get(checkpoints::list))
+        .route(
+            "/v1/checkpoints/import",
+            post(checkpoints::import).layer(axum::extract::DefaultBodyLimit::disable()),
+        )
+        .route("/v1/checkpoints/{cid}/archive", get(checkpoints::archive))
+        .route(
+            "/v1/checkpoints/{cid}",
+            get(checkpoints::get_one).delete(checkpoints::delete),
+        )
         .route("/v1/sandboxes/{id}/pause", post(lifecycle::pause))
         .route("/v1/sandboxes/{id}/resume", post(lifecycle::resume))
         .route("/v1/sandboxes/{id}/suspend", post(lifecycle::suspend))

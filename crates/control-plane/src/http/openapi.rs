@@ -9,7 +9,8 @@ use utoipa::openapi::{ContentBuilder, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
 use super::{
-    commands, events, files, files_upload, lifecycle, operations, pools, ports, sandboxes,
+    checkpoints, commands, events, files, files_upload, lifecycle, operations, pools, ports,
+    sandboxes,
     templates,
 };
 
@@ -34,6 +35,9 @@ use super::{
         sandboxes::metrics, sandboxes::network, sandboxes::set_network, ports::access,
         lifecycle::pause, lifecycle::resume, lifecycle::suspend, lifecycle::wake,
         lifecycle::capabilities,
+        checkpoints::create, checkpoints::list_of_sandbox, checkpoints::list,
+        checkpoints::get_one, checkpoints::delete, checkpoints::rollback, checkpoints::fork,
+        checkpoints::archive, checkpoints::import,
         templates::list, templates::get_one, templates::build, templates::create,
         templates::delete, templates::delete_release,
         pools::list, pools::get_one, pools::put, pools::delete,
@@ -48,6 +52,7 @@ use super::{
     components(schemas(
         cove_api_types::ErrorBody, cove_api_types::ErrorCode, cove_api_types::OutputEvent,
         cove_api_types::GapEvent, cove_api_types::PtyMessage, cove_api_types::TerminalSize,
+        cove_api_types::CheckpointArchiveHeader,
     )),
     modifiers(&Common),
 )]

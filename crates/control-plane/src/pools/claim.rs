@@ -35,10 +35,14 @@ pub(crate) fn claimable(req: &CreateSandboxRequest) -> bool {
         ttl_s: _,
         network,
         secrets,
+        checkpoint,
     } = req;
     // A member boots with the default egress policy and no secrets; another policy or any
     // secret is wired into the sandbox's network before it boots.
-    network.as_ref().is_none_or(|n| *n == Default::default()) && secrets.is_empty()
+    // A create from a checkpoint restores the checkpoint's files, which no member has.
+    network.as_ref().is_none_or(|n| *n == Default::default())
+        && secrets.is_empty()
+        && checkpoint.is_none()
 }
 
 impl ControlPlane {

@@ -159,7 +159,7 @@ impl ControlPlane {
             network: Default::default(),
             secrets: Default::default(),
         };
-        self.launch(member, Some(&p.name), None, None, Default::default())
+        self.launch(member, Some(&p.name), None, None, Default::default(), None)
             .await?;
         Ok(())
     }

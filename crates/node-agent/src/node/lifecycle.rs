@@ -7,7 +7,7 @@ use cove_node_api::{NodeCapabilities, SuspendInfo, WakeInfo};
 use super::*;
 use cove_runtime::Adopted;
 
-use crate::snapshot::{Manifest, ManifestArtifact, SnapshotError, MANIFEST_VERSION};
+use crate::snapshot::{Manifest, ManifestArtifact, SnapshotError, SnapshotStore, MANIFEST_VERSION};
 
 #[async_trait]
 impl NodeLifecycle for NodeAgent {
@@ -111,7 +111,10 @@ impl NodeLifecycle for NodeAgent {
         if was_running {
             self.runtime.pause(id).await.map_err(runtime_err)?;
         }
-        match self.save_snapshot(id, &cancel).await {
+        match self
+            .save_snapshot(&self.cfg.snapshots, id, id, &cancel)
+            .await
+        {
             Ok(file_bytes) => {
                 self.release_sandbox(id).await?;
                 info!(sandbox_id = %id, file_bytes, "sandbox suspended");
@@ -134,36 +137,10 @@ impl NodeLifecycle for NodeAgent {
         launch: SandboxLaunch,
         cancel: CancellationToken,
     ) -> Result<WakeInfo, NodeError> {
-        // Leftovers of an interrupted wake go first; the snapshot is the source of truth.
-        self.release_sandbox(&launch.id).await?;
-        let dir = self.sandbox_dir(&launch.id);
-        tokio::fs::create_dir_all(&dir)
-            .await
-            .map_err(|e| NodeError::Internal(format!("create {}: {e}", dir.display())))?;
-        let restored = match self.restore_snapshot(&launch.id, &cancel).await {
-            Ok(r) => r,
-            Err(e) => {
-                let _ = Self::remove_tree(&dir).await;
-                return Err(snapshot_err(e));
-            }
-        };
-        if cancel.is_cancelled() {
-            let _ = Self::remove_tree(&dir).await;
-            return Err(NodeError::Cancelled);
-        }
-        let memory_restored = match self.launch(&launch).await {
-            Ok(m) => m,
-            Err(e) => {
-                let _ = Self::remove_tree(&dir).await;
-                return Err(e);
-            }
-        };
-        // The snapshot may hold memory while the runtime still had to boot afresh (a failed
-        // restore falls back to a cold boot): report what happened.
-        let woken = WakeInfo {
-            memory_restored,
-            file_bytes: restored.file_bytes,
-        };
+        let store = self.cfg.snapshots.clone();
+        let woken = self
+            .restore_and_launch(&store, &launch.id, &launch, &cancel)
+            .await?;
         info!(sandbox_id = %launch.id, file_bytes = woken.file_bytes,
             memory_restored = woken.memory_restored, "sandbox woken");
         Ok(woken)
@@ -220,11 +197,13 @@ impl NodeLifecycle for NodeAgent {
     }
 
     async fn sweep_snapshots(&self) -> Result<u64, NodeError> {
-        self.cfg
-            .snapshots
-            .sweep_staging()
-            .await
-            .map_err(snapshot_err)
+        let checkpoints = self.cfg.snapshots.checkpoints();
+        let (a, b) = futures::join!(
+            self.cfg.snapshots.sweep_staging(),
+            checkpoints.sweep_staging()
+        );
+        let imports = self.sweep_imports().await?;
+        Ok(a.map_err(snapshot_err)? + b.map_err(snapshot_err)? + imports)
     }
 
     fn capabilities(&self) -> NodeCapabilities {
@@ -291,15 +270,58 @@ impl NodeAgent {
 }
 
 impl NodeAgent {
-    /// Saves every artifact of the (frozen) sandbox, then the manifest; returns the file bytes
-    /// saved. On failure nothing of the snapshot is kept.
-    async fn save_snapshot(
+    /// Replaces whatever the node has of sandbox `launch.id` with snapshot `key` of `store`
+    /// and starts it. On failure or cancellation nothing of the sandbox is left on the node.
+    pub(super) async fn restore_and_launch(
         &self,
+        store: &SnapshotStore,
+        key: &str,
+        launch: &SandboxLaunch,
+        cancel: &CancellationToken,
+    ) -> Result<WakeInfo, NodeError> {
+        // Leftovers of an interrupted wake go first; the snapshot is the source of truth.
+        self.release_sandbox(&launch.id).await?;
+        let dir = self.sandbox_dir(&launch.id);
+        tokio::fs::create_dir_all(&dir)
+            .await
+            .map_err(|e| NodeError::Internal(format!("create {}: {e}", dir.display())))?;
+        let restored = match self.restore_snapshot(store, key, &launch.id, cancel).await {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = Self::remove_tree(&dir).await;
+                return Err(snapshot_err(e));
+            }
+        };
+        if cancel.is_cancelled() {
+            let _ = Self::remove_tree(&dir).await;
+            return Err(NodeError::Cancelled);
+        }
+        let memory_restored = match self.launch(launch).await {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = Self::remove_tree(&dir).await;
+                return Err(e);
+            }
+        };
+        // The snapshot may hold memory while the runtime still had to boot afresh (a failed
+        // restore falls back to a cold boot): report what happened.
+        Ok(WakeInfo {
+            memory_restored,
+            file_bytes: restored.file_bytes,
+        })
+    }
+
+    /// Saves every artifact of the (frozen) sandbox `id` into `store` under `key` (the sandbox
+    /// id for a suspend, a checkpoint id in the checkpoints' store), then the manifest; returns
+    /// the file bytes saved. On failure nothing of the snapshot is kept.
+    pub(super) async fn save_snapshot(
+        &self,
+        store: &SnapshotStore,
+        key: &str,
         id: &str,
         cancel: &CancellationToken,
     ) -> Result<u64, SnapshotError> {
-        let store = &self.cfg.snapshots;
-        store.delete(id).await?;
+        store.delete(key).await?;
         let dir = self.sandbox_dir(id);
         let mut manifest = Manifest {
             version: MANIFEST_VERSION,
@@ -313,7 +335,7 @@ impl NodeAgent {
                 let runtime = &self.runtime;
                 let dir = &dir;
                 let content_bytes = store
-                    .save_artifact(id, artifact.name, cancel, |out| async move {
+                    .save_artifact(key, artifact.name, cancel, |out| async move {
                         runtime
                             .save_artifact(id, dir, artifact.name, Box::new(out))
                             .await
@@ -329,11 +351,11 @@ impl NodeAgent {
                     content_bytes,
                 });
             }
-            store.commit(id, &manifest).await
+            store.commit(key, &manifest).await
         }
         .await;
         if let Err(e) = saved {
-            if let Err(cleanup) = store.delete(id).await {
+            if let Err(cleanup) = store.delete(key).await {
                 warn!(sandbox_id = %id, error = %cleanup, "cannot remove a partial snapshot");
             }
             return Err(e);
@@ -341,18 +363,20 @@ impl NodeAgent {
         Ok(file_bytes)
     }
 
-    /// Loads every artifact of the sandbox's snapshot into its (empty) directory.
-    async fn restore_snapshot(
+    /// Loads every artifact of the snapshot `key` of `store` into the (empty) directory of
+    /// sandbox `id`.
+    pub(super) async fn restore_snapshot(
         &self,
+        store: &SnapshotStore,
+        key: &str,
         id: &str,
         cancel: &CancellationToken,
     ) -> Result<WakeInfo, SnapshotError> {
-        let store = &self.cfg.snapshots;
-        let manifest = store.manifest(id).await?;
+        let manifest = store.manifest(key).await?;
         let kind = self.runtime.kind().as_str();
         if manifest.runtime != kind {
             return Err(SnapshotError::Corrupt {
-                id: id.to_string(),
+                id: key.to_string(),
                 reason: format!(
                     "taken by runtime {}, this node runs {kind}",
                     manifest.runtime
@@ -366,7 +390,7 @@ impl NodeAgent {
             let dir = &dir;
             let name = artifact.name.as_str();
             let restored = store
-                .restore_artifact(id, name, cancel, |input| async move {
+                .restore_artifact(key, name, cancel, |input| async move {
                     runtime
                         .load_artifact(dir, name, Box::new(input))
                         .await
@@ -395,7 +419,7 @@ impl NodeAgent {
     }
 }
 
-fn snapshot_err(e: SnapshotError) -> NodeError {
+pub(super) fn snapshot_err(e: SnapshotError) -> NodeError {
     match e {
         SnapshotError::Cancelled => NodeError::Cancelled,
         e @ SnapshotError::Corrupt { .. } => NodeError::SnapshotCorrupt(e.to_string()),

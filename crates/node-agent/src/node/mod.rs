@@ -130,6 +130,8 @@ fn runtime_err(e: cove_runtime::RuntimeError) -> NodeError {
 }
 
 mod builds;
+mod archive;
+mod checkpoints;
 mod commands;
 mod convert;
 mod files;

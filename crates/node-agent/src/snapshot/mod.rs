@@ -1,4 +1,6 @@
-//! The snapshot store: where suspended sandboxes keep their state.
+//! The snapshot store: where suspended sandboxes keep their state, and where checkpoints are
+//! kept (the same layout under `checkpoints/<checkpoint id>/`, see
+//! [`SnapshotStore::checkpoints`]).
 //!
 //! An object store (the `object_store` crate): a local directory by default
 //! (`<data-dir>/snapshots`), or S3-compatible storage (`s3://bucket/prefix`). A snapshot is the
@@ -32,6 +34,10 @@ const UPLOAD_CONCURRENCY: usize = 4;
 const DOWNLOAD_CONCURRENCY: usize = 2;
 /// Name of the manifest object of one sandbox under `sandboxes/<id>/`.
 const MANIFEST_NAME: &str = "snapshot.json";
+/// Folder of suspended sandboxes' snapshots.
+const SANDBOXES: &str = "sandboxes";
+/// Folder of checkpoints.
+const CHECKPOINTS: &str = "checkpoints";
 /// Version of [`Manifest`]'s format.
 pub const MANIFEST_VERSION: u32 = 1;
 
@@ -98,6 +104,9 @@ pub struct SnapshotStore {
     /// The directory of a local store (for [`SnapshotStore::sweep_staging`]).
     local_root: Option<PathBuf>,
     kind: &'static str,
+    /// The folder of its snapshots under the prefix: `sandboxes` (suspends, keyed by sandbox
+    /// id) or `checkpoints` (keyed by checkpoint id).
+    scope: &'static str,
 }
 
 impl SnapshotStore {
@@ -110,6 +119,7 @@ impl SnapshotStore {
             prefix: ObjectPath::default(),
             local_root: Some(dir.to_path_buf()),
             kind: "file",
+            scope: SANDBOXES,
         })
     }
 
@@ -140,11 +150,21 @@ impl SnapshotStore {
                     prefix,
                     local_root: None,
                     kind: "s3",
+                    scope: SANDBOXES,
                 })
             }
             other => Err(bad(format!(
                 "unsupported scheme {other:?} (use file:// or s3://)"
             ))),
+        }
+    }
+
+    /// The same store seen from its checkpoints' folder (`<prefix>/checkpoints/<checkpoint
+    /// id>/...`): every method then takes a checkpoint id where it names a sandbox id.
+    pub fn checkpoints(&self) -> SnapshotStore {
+        SnapshotStore {
+            scope: CHECKPOINTS,
+            ..self.clone()
         }
     }
 
@@ -154,7 +174,7 @@ impl SnapshotStore {
     }
 
     fn dir_key(&self, sandbox_id: &str) -> ObjectPath {
-        self.prefix.clone().join("sandboxes").join(sandbox_id)
+        self.prefix.clone().join(self.scope).join(sandbox_id)
     }
 
     fn key(&self, sandbox_id: &str, name: &str) -> ObjectPath {
@@ -270,6 +290,34 @@ impl SnapshotStore {
         Ok(content_bytes)
     }
 
+    /// Artifact `name` of snapshot `key` as it is stored: its size in bytes and its bytes.
+    /// [`SnapshotError::Missing`] when there is none.
+    pub async fn artifact_bytes(
+        &self,
+        key: &str,
+        name: &str,
+    ) -> Result<
+        (
+            u64,
+            futures::stream::BoxStream<'static, std::io::Result<Bytes>>,
+        ),
+        SnapshotError,
+    > {
+        let got = match self.store.get(&self.key(key, name)).await {
+            Ok(g) => g,
+            Err(object_store::Error::NotFound { .. }) => {
+                return Err(SnapshotError::Missing(key.to_string()))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let size = got.meta.size;
+        let body = got
+            .into_stream()
+            .map(|c| c.map_err(|e| std::io::Error::other(e.to_string())))
+            .boxed();
+        Ok((size, body))
+    }
+
     /// Writes the manifest, which completes the snapshot.
     pub async fn commit(&self, sandbox_id: &str, manifest: &Manifest) -> Result<(), SnapshotError> {
         let body = serde_json::to_vec(manifest).map_err(|e| SnapshotError::Io(e.into()))?;
@@ -334,7 +382,7 @@ impl SnapshotStore {
         if let Some(root) = &self.local_root {
             // A local store keeps the object's directory; drop it once empty (an upload in
             // flight for the same sandbox keeps it).
-            let dir = root.join("sandboxes").join(sandbox_id);
+            let dir = root.join(self.scope).join(sandbox_id);
             match tokio::fs::remove_dir(&dir).await {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -347,7 +395,7 @@ impl SnapshotStore {
 
     /// Ids of the sandboxes that have a snapshot.
     pub async fn list(&self) -> Result<Vec<String>, SnapshotError> {
-        let base = self.prefix.clone().join("sandboxes");
+        let base = self.prefix.clone().join(self.scope);
         let mut objects = self.store.list(Some(&base));
         let mut ids = Vec::new();
         while let Some(meta) = objects.next().await {
@@ -373,7 +421,8 @@ impl SnapshotStore {
         let Some(root) = self.local_root.clone() else {
             return Ok(0);
         };
-        let removed = tokio::task::spawn_blocking(move || sweep_dir(&root.join("sandboxes")))
+        let scope = self.scope;
+        let removed = tokio::task::spawn_blocking(move || sweep_dir(&root.join(scope)))
             .await
             .map_err(|e| SnapshotError::Io(std::io::Error::other(e)))??;
         if removed > 0 {

@@ -410,6 +410,19 @@ impl Runtime for QemuRuntime {
             .map_err(io_err("pack the VM state"))
     }
 
+    async fn check_artifact(&self, name: &str, input: ArtifactReader) -> Result<u64, RuntimeError> {
+        if name != VM_ARTIFACT {
+            return Err(RuntimeError::Unavailable(format!(
+                "qemu snapshots have no artifact {name:?}"
+            )));
+        }
+        // The VM's state is its upper dir packed like runc's: the same rules apply.
+        tokio::task::spawn_blocking(move || crate::runc::snapshot::check(input))
+            .await
+            .map_err(|e| io_err("check the VM state")(std::io::Error::other(e)))?
+            .map_err(io_err("check the VM state"))
+    }
+
     async fn load_artifact(
         &self,
         dir: &Path,

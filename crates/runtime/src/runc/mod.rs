@@ -250,6 +250,10 @@ impl Runtime for RuncRuntime {
         snapshot::load(dir, name, input).await
     }
 
+    async fn check_artifact(&self, name: &str, input: ArtifactReader) -> Result<u64, RuntimeError> {
+        snapshot::check_artifact(name, input).await
+    }
+
     async fn stop(&self, id: &str, dir: &Path) -> Result<(), RuntimeError> {
         let freezer = self.lock_freezers().get(id).map(|t| t.freezer.clone());
         stop::stop(&self.runc, id, dir, freezer.as_ref()).await?;

@@ -19,6 +19,7 @@ use sqlx::PgPool;
 
 use crate::{Store, StoreError};
 
+mod checkpoints;
 mod commands;
 mod events;
 mod lifecycle;

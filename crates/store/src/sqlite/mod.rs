@@ -11,6 +11,7 @@ use sqlx::SqlitePool;
 
 use crate::{Store, StoreError};
 
+mod checkpoints;
 mod commands;
 mod events;
 mod lifecycle;

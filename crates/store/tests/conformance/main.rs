@@ -7,6 +7,7 @@
 //! fail under CI (`CI` set) and are skipped with a printed reason elsewhere.
 
 mod backends;
+mod checkpoints;
 mod commands;
 mod events;
 mod fixtures;
@@ -82,6 +83,9 @@ conformance!(
     pools::concurrent_claims_never_share_a_member,
     pools::retiring_is_compare_and_set_against_claims,
     pools::a_claim_with_a_taken_idempotency_key_claims_nothing,
+    checkpoints::checkpoints_round_trip_and_move_from_creating_only,
+    checkpoints::checkpoints_are_listed_per_sandbox_newest_first,
+    checkpoints::unfinished_checkpoints_are_failed,
 );
 
 /// `open` picks the backend from the URL.

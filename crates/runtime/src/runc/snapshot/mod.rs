@@ -11,9 +11,11 @@ use super::layout::Layout;
 use crate::{ArtifactReader, ArtifactSpec, ArtifactWriter, RuntimeError};
 
 mod guard;
+mod check;
 mod pack;
 mod unpack;
 
+pub use check::check;
 pub use pack::pack;
 pub use unpack::unpack;
 
@@ -41,6 +43,20 @@ pub(crate) async fn save(dir: &Path, name: &str, out: ArtifactWriter) -> Result<
         .map_err(join_error)?
         .map_err(|source| RuntimeError::Io {
             context: "pack the sandbox's files".into(),
+            source,
+        })
+}
+
+/// Checks artifact `name` that came from outside (see [`check`]); returns its file bytes.
+pub(crate) async fn check_artifact(name: &str, input: ArtifactReader) -> Result<u64, RuntimeError> {
+    if name != FILES_ARTIFACT {
+        return Err(unknown(name));
+    }
+    tokio::task::spawn_blocking(move || check(input))
+        .await
+        .map_err(join_error)?
+        .map_err(|source| RuntimeError::Io {
+            context: "check an imported snapshot".into(),
             source,
         })
 }

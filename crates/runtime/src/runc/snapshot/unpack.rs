@@ -148,7 +148,7 @@ fn pax_xattrs<R: Read>(entry: &mut tar::Entry<'_, R>) -> io::Result<HashMap<Stri
 }
 
 /// `path` as a plain relative path: `.` components dropped; `..`, roots and prefixes refused.
-fn safe_relative(path: &Path) -> io::Result<PathBuf> {
+pub(super) fn safe_relative(path: &Path) -> io::Result<PathBuf> {
     let mut out = PathBuf::new();
     for c in path.components() {
         match c {
