@@ -165,6 +165,10 @@ pub fn from_node(e: NodeError, sandbox_id: &str) -> ServiceError {
         N::Cancelled => ServiceError::Cancelled("cancelled".into()),
         N::Unsupported(m) => ServiceError::NotImplemented(m),
         N::PortClosed(m) => ServiceError::BadGateway(m),
+        N::NodeUnreachable(m) => ServiceError::Unavailable(format!(
+            "the node of sandbox {sandbox_id} is unreachable: {m}"
+        )),
+        N::NoNodeAvailable(m) => ServiceError::Unavailable(format!("no node available: {m}")),
         e @ (N::Runtime(_) | N::Build(_) | N::Internal(_)) => ServiceError::Internal(e.to_string()),
     }
 }

@@ -13,7 +13,7 @@ mod wire;
 
 pub use egress::{EgressPolicy, EgressRule, Verdict};
 pub use resources::{Resources, ResourcesRequest};
-pub use states::{CommandState, EventType, OperationKind, OperationState, SandboxState};
+pub use states::{CommandState, EventType, NodeState, OperationKind, OperationState, SandboxState};
 
 /// A request that breaks a domain rule; `field` names the offending input.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
