@@ -2,6 +2,8 @@
 //! through `RemoteNode` — unary calls, typed errors, every kind of stream (attach output, file
 //! read and write, watch, builds, port bodies) and membership.
 
+#![allow(clippy::unwrap_used)]
+
 use std::sync::Arc;
 
 use bytes::Bytes;
