@@ -27,6 +27,9 @@ pub enum ServiceError {
     /// Unknown warm pool.
     #[error("pool {0} not found")]
     PoolNotFound(String),
+    /// Unknown node.
+    #[error("node {0} not found")]
+    NodeNotFound(String),
     /// Unknown operation.
     #[error("operation {0} not found")]
     OperationNotFound(String),
@@ -104,6 +107,7 @@ impl ServiceError {
             CommandNotFound(_) => ErrorCode::CommandNotFound,
             OperationNotFound(_) => ErrorCode::OperationNotFound,
             PoolNotFound(_) => ErrorCode::PoolNotFound,
+            NodeNotFound(_) => ErrorCode::NodeNotFound,
             FileNotFound(_) => ErrorCode::FileNotFound,
             SandboxNotRunning { .. } => ErrorCode::SandboxNotRunning,
             InvalidState { .. } => ErrorCode::InvalidState,

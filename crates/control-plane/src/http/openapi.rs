@@ -9,7 +9,8 @@ use utoipa::openapi::{ContentBuilder, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
 use super::{
-    commands, events, files, files_upload, lifecycle, operations, pools, sandboxes, templates,
+    commands, events, files, files_upload, lifecycle, nodes, operations, pools, sandboxes,
+    templates,
 };
 
 /// The document.
@@ -35,6 +36,7 @@ use super::{
         lifecycle::capabilities,
         templates::list, templates::get_one, templates::build,
         pools::list, pools::get_one, pools::put, pools::delete,
+        nodes::list, nodes::drain, nodes::ready,
         commands::create, commands::list, commands::get_one, commands::forget, commands::output,
         commands::signal, commands::kill, commands::attachment,
         operations::get_one, operations::list, operations::cancel, operations::logs,
