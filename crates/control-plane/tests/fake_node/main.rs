@@ -4,6 +4,7 @@
 //! tokio's paused clock, moved only by the tests.
 
 mod cancel;
+mod cluster;
 mod command_retries;
 mod commands;
 mod controller;
