@@ -220,6 +220,7 @@ pub fn server_with(tweak: fn(&mut cove_server::Config)) -> &'static Server {
             command_output: Default::default(),
             e2b: None,
             network: Default::default(),
+            cluster: None,
         };
         let mut cfg = cfg;
         tweak(&mut cfg);

@@ -80,6 +80,7 @@ fn main() -> ExitCode {
         command_output: Default::default(),
         e2b: None,
         network: network_from_env(),
+        cluster: None,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

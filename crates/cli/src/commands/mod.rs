@@ -13,6 +13,7 @@ pub mod logs;
 pub mod ls;
 pub mod metrics;
 pub mod network;
+pub mod node;
 pub mod ops;
 pub mod pause;
 pub mod pool;

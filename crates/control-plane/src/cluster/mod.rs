@@ -467,6 +467,22 @@ impl Cluster {
         }
     }
 
+    /// Records that `nodes` hold a release now (before their next heartbeat says so).
+    fn note_release(&self, nodes: &[&str], template: &str, number: u32) {
+        let mut st = self.lock();
+        let release = ReleaseRef {
+            template: template.to_string(),
+            number,
+        };
+        for name in nodes {
+            if let Some(m) = st.nodes.get_mut(*name) {
+                if !m.report.releases.contains(&release) {
+                    m.report.releases.push(release.clone());
+                }
+            }
+        }
+    }
+
     /// Forgets where a sandbox was placed (it was released or destroyed).
     fn unplace(&self, id: &str) {
         let mut st = self.lock();

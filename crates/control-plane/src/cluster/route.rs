@@ -73,7 +73,10 @@ impl NodeReleases for Cluster {
             }
             return Err(e);
         }
-        first.ok_or_else(|| NodeError::Internal("no node built the release".into()))
+        let built = first.ok_or_else(|| NodeError::Internal("no node built the release".into()))?;
+        let names: Vec<&str> = nodes.iter().map(|(n, _)| n.as_str()).collect();
+        self.note_release(&names, template, number);
+        Ok(built)
     }
 
     async fn cached_releases(&self) -> Result<Vec<ReleaseRef>, NodeError> {
