@@ -49,13 +49,13 @@ pub struct Args {
     pub verbose: bool,
 
     /// Measure only these groups (comma-separated): cold_start, exec, stream, files,
-    /// lifecycle, density, concurrency, store, pools. Default: all.
+    /// lifecycle, density, concurrency, store, pools, network, scheduler. Default: all.
     #[arg(long, value_name = "GROUPS", value_delimiter = ',', value_parser = GROUPS)]
     pub only: Vec<String>,
 }
 
 /// The measurement groups `--only` selects from, in the order a run measures them.
-pub const GROUPS: [&str; 10] = [
+pub const GROUPS: [&str; 11] = [
     "cold_start",
     "exec",
     "stream",
@@ -66,6 +66,7 @@ pub const GROUPS: [&str; 10] = [
     "store",
     "pools",
     "network",
+    "scheduler",
 ];
 
 impl Args {
@@ -142,6 +143,8 @@ pub struct Scale {
     pub gateway_bytes: u64,
     /// Create → delete cycles of the network leak check.
     pub network_leak_cycles: usize,
+    /// Timed scheduler decisions over 1,000 simulated nodes.
+    pub scheduler_runs: usize,
 }
 
 impl Scale {
@@ -166,6 +169,7 @@ impl Scale {
         gateway_rounds: 500,
         gateway_bytes: 100 * MIB,
         network_leak_cycles: 1000,
+        scheduler_runs: 5000,
     };
 
     /// A smoke run: every metric, tiny.
@@ -189,5 +193,6 @@ impl Scale {
         gateway_rounds: 20,
         gateway_bytes: 4 * MIB,
         network_leak_cycles: 12,
+        scheduler_runs: 200,
     };
 }
