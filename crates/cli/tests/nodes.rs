@@ -35,6 +35,7 @@ struct Cluster {
     nodes: Vec<(String, tokio::process::Child)>,
     client: Client,
     token: String,
+    node_url: String,
 }
 
 impl Drop for Cluster {
@@ -178,6 +179,7 @@ async fn start() -> Cluster {
         nodes,
         client,
         token,
+        node_url,
     };
     until("three ready nodes", Duration::from_secs(60), || async {
         cluster.client.nodes().await.is_ok_and(|l| {
@@ -220,7 +222,7 @@ impl Cluster {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_node_agents_place_spread_wake_elsewhere_and_survive_a_lost_node() {
-    let c = start().await;
+    let mut c = start().await;
     let ids = [
         sandbox(&c.client, "tiny").await,
         sandbox(&c.client, "tiny").await,
@@ -311,4 +313,27 @@ async fn three_node_agents_place_spread_wake_elsewhere_and_survive_a_lost_node()
     c.wait_op(c.client.wake_sandbox(&suspended).await.unwrap())
         .await;
     assert_ne!(c.node_of(&suspended), Some(victim));
+
+    // The node comes back on its data dir: it is ready again, and the sandbox that failed
+    // meanwhile (its runc container still ran there) is removed from it.
+    let leftover = c.root.join(victim).join("sandboxes").join(running);
+    assert!(
+        leftover.is_dir(),
+        "the killed node's sandbox is still on disk"
+    );
+    let node_url = c.node_url.clone();
+    c.nodes
+        .push((victim.to_string(), node_process(&c.root, victim, &node_url)));
+    until(
+        "the returning node to reconcile",
+        Duration::from_secs(30),
+        || async { !leftover.exists() },
+    )
+    .await;
+    let back = c.client.nodes().await.unwrap().nodes;
+    assert_eq!(
+        back.iter().find(|n| n.name == victim).unwrap().state,
+        cove_api_types::NodeState::Ready
+    );
+    assert!(runc_containers(&c.root.join(victim)).is_empty());
 }

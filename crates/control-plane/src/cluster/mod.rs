@@ -109,8 +109,9 @@ struct State {
 pub struct Cluster {
     cfg: ClusterConfig,
     state: Mutex<State>,
-    /// Set when a node is lost; the controller reconciles at once and clears it.
-    lost_pending: AtomicBool,
+    /// Set when a node is lost or comes back holding sandboxes placed nowhere; the controller
+    /// reconciles at once and clears it.
+    changed: AtomicBool,
     denials: tokio::sync::broadcast::Sender<NetworkDenied>,
     /// Capabilities and recipes answered before any node joined.
     fallback: NodeCapabilities,
@@ -130,7 +131,7 @@ impl Cluster {
         Arc::new(Cluster {
             cfg,
             state: Mutex::new(State::default()),
-            lost_pending: AtomicBool::new(false),
+            changed: AtomicBool::new(false),
             denials: tokio::sync::broadcast::channel(256).0,
             fallback,
         })
@@ -185,7 +186,9 @@ impl Cluster {
             },
         );
         info!(node = name, address, %state, "node joined");
-        let stale = Self::adopt_reported(&mut st, name, &report.sandboxes);
+        // What it holds is settled at the controller's next pass.
+        self.changed.store(true, Ordering::SeqCst);
+        let stale = self.adopt_reported(&mut st, name, &report.sandboxes);
         drop(st);
         self.release_stale(name, stale);
     }
@@ -203,21 +206,24 @@ impl Cluster {
         if member.state == NodeState::Lost {
             member.state = NodeState::Ready;
             member.reason = None;
+            self.changed.store(true, Ordering::SeqCst);
             info!(node = name, "lost node is back");
         }
         let state = member.state;
-        let stale = Self::adopt_reported(&mut st, name, &report.sandboxes);
+        let stale = self.adopt_reported(&mut st, name, &report.sandboxes);
         drop(st);
         self.release_stale(name, stale);
         Some(state)
     }
 
-    /// Records reported sandboxes placed nowhere on `name`; returns those placed elsewhere.
-    fn adopt_reported(st: &mut State, name: &str, reported: &[String]) -> Vec<String> {
+    /// Records reported sandboxes placed nowhere on `name` (flagging a change, so they are
+    /// reconciled at once); returns those placed elsewhere.
+    fn adopt_reported(&self, st: &mut State, name: &str, reported: &[String]) -> Vec<String> {
         let mut stale = Vec::new();
         for id in reported {
             match st.placement.get(id) {
                 None => {
+                    self.changed.store(true, Ordering::SeqCst);
                     st.placement.insert(
                         id.clone(),
                         Placed {
@@ -279,14 +285,15 @@ impl Cluster {
             }
         }
         if !lost.is_empty() {
-            self.lost_pending.store(true, Ordering::SeqCst);
+            self.changed.store(true, Ordering::SeqCst);
         }
         lost
     }
 
-    /// Whether a node was lost since the last call (the controller then reconciles at once).
-    pub fn take_lost(&self) -> bool {
-        self.lost_pending.swap(false, Ordering::SeqCst)
+    /// Whether a node was lost, or came back with sandboxes placed nowhere, since the last
+    /// call (the controller then reconciles at once).
+    pub fn take_changed(&self) -> bool {
+        self.changed.swap(false, Ordering::SeqCst)
     }
 
     /// Every node, by name.
