@@ -15,7 +15,9 @@ pub const NODES: usize = 1000;
 
 /// Times `runs` decisions (after 100 untimed ones).
 pub fn measure(runs: usize) -> anyhow::Result<Metric> {
-    progress(&format!("scheduler: placement over {NODES} simulated nodes"));
+    progress(&format!(
+        "scheduler: placement over {NODES} simulated nodes"
+    ));
     let names: Vec<String> = (0..NODES).map(|i| format!("node-{i:04}")).collect();
     // A small linear congruential generator: reproducible without a dependency.
     let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
