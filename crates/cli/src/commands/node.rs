@@ -68,7 +68,7 @@ pub struct AgentArgs {
     /// Where this node serves the control plane (gRPC).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7710")]
     pub node_listen: SocketAddr,
-    /// The URL the control plane calls this node at [default: http://<node-listen>].
+    /// The URL the control plane calls this node at [default: http://NODE_LISTEN].
     #[arg(long, value_name = "URL")]
     pub advertise: Option<String>,
     /// Static guest agent binary (default: `cove-guest-agent` beside this executable).
