@@ -206,3 +206,90 @@ fn print(nodes: &[Node]) {
         &rows,
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::{Cli, Verb};
+
+    fn parse(args: &[&str]) -> (GlobalArgs, NodeArgs) {
+        let cli = Cli::try_parse_from(args).expect("parses");
+        let Verb::Node(node) = cli.verb else {
+            panic!("expected node")
+        };
+        (cli.global, node)
+    }
+
+    fn node_args(args: &[&str]) -> NodeArgs {
+        parse(args).1
+    }
+
+    #[test]
+    fn an_agent_and_the_management_verbs_parse() {
+        let (global, n) = parse(&[
+            "cove",
+            "node",
+            "--control-plane",
+            "http://127.0.0.1:7702",
+            "--join-token",
+            "t",
+            "--name",
+            "n1",
+            "--node-listen",
+            "127.0.0.1:7711",
+            "--network",
+            "off",
+            "--snapshot-store",
+            "file:///shared",
+        ]);
+        assert!(n.verb.is_none());
+        assert_eq!(n.agent.name.as_deref(), Some("n1"));
+        assert_eq!(n.agent.node_listen.port(), 7711);
+        let cfg = n.agent.config(&global);
+        assert_eq!(
+            cfg.lifecycle.snapshot_store.as_deref(),
+            Some("file:///shared")
+        );
+        assert!(matches!(
+            node_args(&["cove", "node", "ls", "--json"]).verb,
+            Some(NodeVerb::Ls(LsArgs { json: true }))
+        ));
+        assert!(matches!(
+            node_args(&["cove", "node", "drain", "n2"]).verb,
+            Some(NodeVerb::Drain(NameArgs { name })) if name == "n2"
+        ));
+        assert!(Cli::try_parse_from(["cove", "node", "ls", "--join-token", "t"]).is_err());
+    }
+
+    #[test]
+    fn server_cluster_flags_need_a_join_token() {
+        let cli = Cli::try_parse_from([
+            "cove",
+            "server",
+            "--join-token",
+            "t",
+            "--no-local-node",
+            "--heartbeat-timeout-ms",
+            "3000",
+        ])
+        .expect("parses");
+        let Verb::Server(args) = cli.verb else {
+            panic!("expected server")
+        };
+        let cluster = args.config(&cli.global).cluster.expect("cluster settings");
+        assert!(!cluster.local_node);
+        assert_eq!(cluster.heartbeat_timeout.as_millis(), 3000);
+        assert_eq!(cluster.node_listen.port(), 7702);
+        assert!(Cli::try_parse_from(["cove", "server", "--no-local-node"]).is_err());
+        let cli = Cli::try_parse_from(["cove", "server"]).expect("parses");
+        let Verb::Server(args) = cli.verb else {
+            panic!("expected server")
+        };
+        assert!(
+            args.config(&cli.global).cluster.is_none(),
+            "one machine by default"
+        );
+    }
+}
