@@ -30,6 +30,7 @@ const METRICS: &[&str] = &[
     "gateway_request",
     "gateway_download",
     "network_leak",
+    "scheduler_decision",
 ];
 
 /// Metrics a server may lack (`not available in this build`): the lifecycle round trips.
