@@ -62,6 +62,18 @@ pub fn measure(runs: usize) -> anyhow::Result<Metric> {
         samples.push(t0.elapsed());
         placed += usize::from(chosen.is_ok());
     }
+    // Baseline: the least any decision does, one pass over the nodes for the fewest sandboxes.
+    let mut scan: Vec<Duration> = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let t0 = Instant::now();
+        let fewest = std::hint::black_box(&nodes)
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, n)| n.sandboxes)
+            .map(|(i, _)| i);
+        std::hint::black_box(fewest);
+        scan.push(t0.elapsed());
+    }
     let stats = dist_ms(&samples)?;
     Ok(Metric::new(
         "scheduler_decision",
@@ -69,6 +81,7 @@ pub fn measure(runs: usize) -> anyhow::Result<Metric> {
         Unit::Ms,
         stats,
     )
+    .baseline("one pass for the fewest sandboxes", dist_ms(&scan)?)
     .extra("nodes", NODES as u64)
     .extra("placed", placed as u64)
     .note(format!("{placed} of {} decisions found a node", runs + 100)))
