@@ -7,7 +7,8 @@
 # guest kernel), e2fsprogs (`mkfs.ext4 -d` for VM disks), apt (downloads the guest kernel .deb),
 # postgresql (the server the store's conformance suite runs its PostgreSQL half on), chromium
 # (the web console's browser test drives it headless through playwright-core from npm, which
-# scripts/test-console.sh installs with `npm ci` in console/).
+# scripts/test-console.sh installs with `npm ci` in console/), protobuf-compiler (`protoc`,
+# which builds the node gRPC code of crates/node-rpc).
 # Safe to run again: it installs only what is missing.
 set -euo pipefail
 
@@ -33,6 +34,7 @@ command -v python3 >/dev/null || need+=(python3 python3-venv)
 command -v npm >/dev/null || need+=(nodejs npm)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v chromium >/dev/null || need+=(chromium)
+command -v protoc >/dev/null || need+=(protobuf-compiler)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" != 0 ]; then
     echo "install-deps: need root to install: ${need[*]}" >&2
@@ -49,7 +51,7 @@ if ! command -v qemu-img >/dev/null && [ "$(id -u)" = 0 ]; then
   echo "install-deps: installing qemu-utils (matching qemu-system-x86)" >&2
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-utils >/dev/null
 fi
-for tool in qemu-system-x86_64 qemu-img nft runc mmdebstrap chromium; do
+for tool in qemu-system-x86_64 qemu-img nft runc mmdebstrap chromium protoc; do
   command -v "$tool" >/dev/null || { echo "install-deps: $tool is still missing" >&2; exit 1; }
 done
 command -v cargo >/dev/null || { echo "install-deps: cargo (Rust stable) is required" >&2; exit 1; }

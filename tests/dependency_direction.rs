@@ -68,6 +68,16 @@ fn dependencies_point_inward() {
             "control-plane must reach nodes only through node-api, not {forbidden}"
         );
     }
+    assert!(
+        !deps("cove-control-plane").contains("cove-node-rpc"),
+        "the cluster is transport-agnostic: control-plane reaches nodes through node-api only"
+    );
+    let rpc: Vec<_> = deps("cove-node-rpc").iter().collect();
+    assert_eq!(
+        rpc,
+        ["cove-domain", "cove-node-api"],
+        "node-rpc carries the node contract, nothing else"
+    );
     let guest: Vec<_> = deps("cove-guest-agent").iter().collect();
     assert_eq!(
         guest,

@@ -226,6 +226,7 @@ pub fn server_with(tweak: fn(&mut cove_server::Config)) -> &'static Server {
             e2b: None,
             network: Default::default(),
             default_disk_mib: Some(cove_server::DEFAULT_DISK_MIB),
+            cluster: None,
         };
         let mut cfg = cfg;
         tweak(&mut cfg);

@@ -117,6 +117,7 @@ _BY_CODE: Dict[str, Type[CoveError]] = {
     "operation_not_found": NotFound,
     "file_not_found": NotFound,
     "pool_not_found": NotFound,
+    "node_not_found": NotFound,
     "method_not_allowed": InvalidArgument,
     "invalid_state": Conflict,
     "sandbox_not_running": SandboxNotRunning,

@@ -81,6 +81,7 @@ fn main() -> ExitCode {
         e2b: None,
         network: network_from_env(),
         default_disk_mib: Some(cove_server::DEFAULT_DISK_MIB),
+        cluster: None,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

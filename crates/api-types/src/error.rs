@@ -86,6 +86,8 @@ error_codes! {
     PoolNotFound = "pool_not_found" => 404,
     /// No such checkpoint.
     CheckpointNotFound = "checkpoint_not_found" => 404,
+    /// No such node.
+    NodeNotFound = "node_not_found" => 404,
     /// The HTTP method is not allowed on this route.
     MethodNotAllowed = "method_not_allowed" => 405,
     /// The transition is not allowed from the sandbox's current state.

@@ -55,13 +55,14 @@ pub struct Args {
     pub runtime: String,
 
     /// Measure only these groups (comma-separated): cold_start, exec, stream, files,
-    /// lifecycle, checkpoints, density, concurrency, store, pools, network. Default: all.
+    /// lifecycle, checkpoints, density, concurrency, store, pools, network, scheduler. Default:
+    /// all.
     #[arg(long, value_name = "GROUPS", value_delimiter = ',', value_parser = GROUPS)]
     pub only: Vec<String>,
 }
 
 /// The measurement groups `--only` selects from, in the order a run measures them.
-pub const GROUPS: [&str; 11] = [
+pub const GROUPS: [&str; 12] = [
     "cold_start",
     "exec",
     "stream",
@@ -73,6 +74,7 @@ pub const GROUPS: [&str; 11] = [
     "store",
     "pools",
     "network",
+    "scheduler",
 ];
 
 impl Args {
@@ -151,6 +153,8 @@ pub struct Scale {
     pub network_leak_cycles: usize,
     /// Timed runs of each qemu measurement (VMs under TCG take seconds each).
     pub qemu_runs: usize,
+    /// Timed scheduler decisions over 1,000 simulated nodes.
+    pub scheduler_runs: usize,
 }
 
 impl Scale {
@@ -176,6 +180,7 @@ impl Scale {
         gateway_bytes: 100 * MIB,
         network_leak_cycles: 1000,
         qemu_runs: 5,
+        scheduler_runs: 5000,
     };
 
     /// A smoke run: every metric, tiny.
@@ -200,5 +205,6 @@ impl Scale {
         gateway_bytes: 4 * MIB,
         network_leak_cycles: 12,
         qemu_runs: 2,
+        scheduler_runs: 200,
     };
 }

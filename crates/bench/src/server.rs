@@ -81,6 +81,7 @@ impl CoveServer {
                 prefix: Some(net_prefix.clone()),
                 ..Default::default()
             },
+            cluster: None,
         };
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

@@ -87,6 +87,9 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
             Err(missing) => unavailable.push(missing),
         }
     }
+    if args.wants("scheduler") {
+        metrics.push(measure::scheduler::measure(scale.scheduler_runs)?);
+    }
 
     drop(ctx);
     drop(raw);

@@ -34,6 +34,7 @@ const METRICS: &[&str] = &[
     "checkpoint",
     "rollback",
     "fork_3",
+    "scheduler_decision",
 ];
 
 /// Metrics a server may lack (`not available in this build`): the lifecycle round trips.

@@ -95,6 +95,9 @@ impl GlobalArgs {
 pub enum Verb {
     /// Run the Cove server (control plane, node agent and data plane) in the foreground.
     Server(commands::server::ServerArgs),
+    /// Run a node agent that joins a control plane (`--control-plane URL --join-token T`), or
+    /// list, drain and ready the nodes of one (`ls`, `drain NAME`, `ready NAME`).
+    Node(commands::node::NodeArgs),
     /// Build and list templates.
     #[command(subcommand)]
     Template(commands::template::TemplateVerb),
@@ -203,6 +206,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             commands::completions::run(args)?;
             return Ok(ExitCode::SUCCESS);
         }
+        Verb::Node(commands::node::NodeArgs { verb: None, agent }) => {
+            commands::node::run_agent(global, agent).await?;
+            return Ok(ExitCode::SUCCESS);
+        }
         _ => {}
     }
     init_client_logging();
@@ -218,7 +225,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// Runs a verb that talks to the server through `client`.
 async fn run_verb(client: &Client, verb: Verb) -> anyhow::Result<ExitCode> {
     match verb {
-        Verb::Server(_) | Verb::Completions(_) => bail!("not a client verb"),
+        Verb::Server(_)
+        | Verb::Completions(_)
+        | Verb::Node(commands::node::NodeArgs { verb: None, .. }) => bail!("not a client verb"),
+        Verb::Node(commands::node::NodeArgs {
+            verb: Some(verb), ..
+        }) => commands::node::run(client, verb).await?,
         Verb::Template(verb) => commands::template::run(client, verb).await?,
         Verb::Pool(verb) => commands::pool::run(client, verb).await?,
         Verb::Checkpoint(verb) => commands::checkpoint::run(client, verb).await?,

@@ -44,6 +44,7 @@ pub mod error;
 pub mod events;
 pub mod files;
 pub mod lifecycle;
+pub mod nodes;
 pub mod operations;
 pub mod pools;
 pub mod pty;

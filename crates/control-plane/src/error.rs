@@ -33,6 +33,9 @@ pub enum ServiceError {
     /// The feature is turned off on this server.
     #[error("feature {} is disabled on this server", .0.as_str())]
     FeatureDisabled(crate::features::Feature),
+    /// Unknown node.
+    #[error("node {0} not found")]
+    NodeNotFound(String),
     /// Unknown operation.
     #[error("operation {0} not found")]
     OperationNotFound(String),
@@ -115,6 +118,7 @@ impl ServiceError {
             PoolNotFound(_) => ErrorCode::PoolNotFound,
             CheckpointNotFound(_) => ErrorCode::CheckpointNotFound,
             FeatureDisabled(_) => ErrorCode::FeatureDisabled,
+            NodeNotFound(_) => ErrorCode::NodeNotFound,
             FileNotFound(_) => ErrorCode::FileNotFound,
             SandboxNotRunning { .. } => ErrorCode::SandboxNotRunning,
             InvalidState { .. } => ErrorCode::InvalidState,
@@ -178,6 +182,10 @@ pub fn from_node(e: NodeError, sandbox_id: &str) -> ServiceError {
         N::Cancelled => ServiceError::Cancelled("cancelled".into()),
         N::Unsupported(m) => ServiceError::NotImplemented(m),
         N::PortClosed(m) => ServiceError::BadGateway(m),
+        N::NodeUnreachable(m) => ServiceError::Unavailable(format!(
+            "the node of sandbox {sandbox_id} is unreachable: {m}"
+        )),
+        N::NoNodeAvailable(m) => ServiceError::Unavailable(format!("no node available: {m}")),
         e @ (N::Runtime(_) | N::Build(_) | N::Internal(_)) => ServiceError::Internal(e.to_string()),
     }
 }

@@ -17,6 +17,7 @@ pub mod attach;
 pub mod auth;
 mod checkpoints;
 mod clock;
+pub mod cluster;
 mod command_output;
 mod commands;
 mod controller;
@@ -28,6 +29,7 @@ pub mod http;
 mod lifecycle;
 pub mod metrics;
 pub mod network;
+mod nodes;
 pub mod operations;
 mod pools;
 mod reconcile;
@@ -110,6 +112,8 @@ pub struct ControlPlane {
 struct Inner {
     store: Arc<dyn Store>,
     node: Arc<dyn NodeApi>,
+    /// The nodes behind `node` when it is a cluster of several (`None`: one in-process node).
+    cluster: Option<Arc<cluster::Cluster>>,
     ops: Operations,
     cfg: ControlPlaneConfig,
     /// One lifecycle lock per sandbox: its operations run one at a time.
@@ -127,12 +131,31 @@ struct Inner {
 impl ControlPlane {
     /// Builds the services.
     pub fn new(store: Arc<dyn Store>, node: Arc<dyn NodeApi>, cfg: ControlPlaneConfig) -> Self {
+        Self::build(store, node, None, cfg)
+    }
+
+    /// Builds the services over several nodes: `cluster` places and routes every node call.
+    pub fn with_cluster(
+        store: Arc<dyn Store>,
+        cluster: Arc<cluster::Cluster>,
+        cfg: ControlPlaneConfig,
+    ) -> Self {
+        Self::build(store, cluster.clone(), Some(cluster), cfg)
+    }
+
+    fn build(
+        store: Arc<dyn Store>,
+        node: Arc<dyn NodeApi>,
+        cluster: Option<Arc<cluster::Cluster>>,
+        cfg: ControlPlaneConfig,
+    ) -> Self {
         let ops = Operations::new(store.clone());
         ControlPlane {
             inner: Arc::new(Inner {
                 events: events::Events::new(store.clone()),
                 store,
                 node,
+                cluster,
                 ops,
                 cfg,
                 locks: Mutex::new(HashMap::new()),

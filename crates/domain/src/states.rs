@@ -123,3 +123,18 @@ crate::wire_enum! {
         NetworkDenied = "network.denied",
     }
 }
+
+crate::wire_enum! {
+    /// State of a node as the control plane sees it (placement goes only to `ready` nodes).
+    pub enum NodeState {
+        /// Heartbeats arrive; new sandboxes may be placed on it.
+        Ready = "ready",
+        /// An operator stopped placement on it (`cove node drain`); its sandboxes keep running.
+        Draining = "draining",
+        /// Several creates failed on it in a row; no placement until an operator makes it
+        /// ready again.
+        Quarantined = "quarantined",
+        /// No heartbeat within the timeout: its running sandboxes are `failed (node_lost)`.
+        Lost = "lost",
+    }
+}

@@ -23,6 +23,7 @@ mod lifecycle;
 mod metrics;
 mod network;
 mod releases;
+mod report;
 
 pub use builds::{
     BuildParent, BuildStep, BuiltFileRelease, FileBuild, FileStep, ReadyCheck, ReleaseDefaults,
@@ -40,7 +41,8 @@ pub use network::{
     LaunchSecret, NetworkCounters, NetworkDenied, NodeNetwork, PortRequest, PortResponse,
     SandboxNetworkInfo,
 };
-pub use releases::NodeReleases;
+pub use releases::{NodeReleases, ReleaseRef};
+pub use report::NodeReport;
 
 pub mod types;
 
@@ -227,6 +229,14 @@ pub enum NodeError {
     /// Anything else on the node (details for the log, not for clients).
     #[error("node: {0}")]
     Internal(String),
+    /// The node itself cannot be reached (a remote node agent that does not answer, or one
+    /// the control plane has marked lost).
+    #[error("node unreachable: {0}")]
+    NodeUnreachable(String),
+    /// No node can take the sandbox now (none ready, none with room, the runtime or the
+    /// release).
+    #[error("no node available: {0}")]
+    NoNodeAvailable(String),
 }
 
 /// A byte stream of file or request data.

@@ -2,6 +2,16 @@
 
 use crate::{BuildEvent, BuiltFileRelease, BuiltRelease, FileBuild, NodeError, RecipeInfo};
 use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+/// A release by template name and number (`base` 1).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ReleaseRef {
+    /// Template name.
+    pub template: String,
+    /// Release number.
+    pub number: u32,
+}
 
 /// Release root filesystems: the built-in recipes and their builds.
 #[async_trait]
@@ -39,6 +49,13 @@ pub trait NodeReleases: Send + Sync + 'static {
         events: tokio::sync::mpsc::Sender<BuildEvent>,
         cancel: tokio_util::sync::CancellationToken,
     ) -> Result<BuiltFileRelease, NodeError>;
+
+    /// The releases whose root filesystems the node holds now (its release cache, reported in
+    /// heartbeats so placement prefers a node that has the release).
+    ///
+    /// # Errors
+    /// `Internal` when the node's release directory cannot be read.
+    async fn cached_releases(&self) -> Result<Vec<ReleaseRef>, NodeError>;
 
     /// Removes a release's files (after a failed build, or when retiring it).
     async fn remove_release(&self, template: &str, number: u32) -> Result<(), NodeError>;

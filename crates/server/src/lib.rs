@@ -22,7 +22,12 @@ use cove_store::{SqliteStore, Store};
 use tokio::net::TcpListener;
 use tracing::info;
 
+mod cluster;
 pub mod metrics;
+mod node;
+
+pub use cluster::ClusterSettings;
+pub use node::{run_node, start_node, NodeSettings, RunningNode};
 
 /// Default management API address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7700";
@@ -32,6 +37,8 @@ pub const DEFAULT_DATA_PLANE_LISTEN: &str = "127.0.0.1:7701";
 pub const DEFAULT_E2B_LISTEN: &str = cove_e2b_compat::DEFAULT_E2B_LISTEN;
 /// Name of the file in the data dir holding the secret E2B envd access tokens derive from.
 pub const E2B_SECRET_FILE: &str = "e2b.secret";
+/// Name of the server's own node when remote nodes join too.
+pub const LOCAL_NODE_NAME: &str = "local";
 /// Name of the admin token file in the data dir (mode 0600).
 pub const ADMIN_TOKEN_FILE: &str = "admin.token";
 
@@ -69,6 +76,9 @@ pub struct Config {
     /// (`--default-disk-mib`, [`DEFAULT_DISK_MIB`]; `None`: such sandboxes write to the node's
     /// disk without a limit). Shown in `GET /v1/capabilities`.
     pub default_disk_mib: Option<u64>,
+    /// Remote node agents (`None`: the server's one in-process node, the single-machine
+    /// default).
+    pub cluster: Option<ClusterSettings>,
 }
 
 pub use cove_domain::resources::DEFAULT_DISK_MIB;
@@ -220,6 +230,17 @@ pub enum RuntimeChoice {
     Auto,
 }
 
+impl RuntimeChoice {
+    /// The runtime's name as nodes report it (`auto` is reported as `runc`, the runtime it
+    /// picks without KVM).
+    pub fn name(self) -> &'static str {
+        match self {
+            RuntimeChoice::Qemu => "qemu",
+            RuntimeChoice::Runc | RuntimeChoice::Auto => "runc",
+        }
+    }
+}
+
 impl std::str::FromStr for RuntimeChoice {
     type Err = String;
 
@@ -293,13 +314,15 @@ pub struct Running {
     pub data_plane_addr: SocketAddr,
     /// Bound E2B compatibility address, when served.
     pub e2b_addr: Option<SocketAddr>,
+    /// Bound node listener (where remote node agents join), when configured.
+    pub node_addr: Option<SocketAddr>,
     /// The admin token when it was created by this start (also written to the token file).
     pub new_admin_token: Option<String>,
     tasks: Vec<tokio::task::JoinHandle<std::io::Result<()>>>,
     e2b_reaper: Option<cove_e2b_compat::reaper::Reaper>,
     shutdown: tokio::sync::watch::Sender<bool>,
     controller: Controller,
-    node: Arc<NodeAgent>,
+    node: Option<Arc<NodeAgent>>,
 }
 
 impl Running {
@@ -315,7 +338,9 @@ impl Running {
         for t in self.tasks {
             let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
         }
-        self.node.close_network().await;
+        if let Some(node) = self.node {
+            node.close_network().await;
+        }
     }
 }
 
@@ -359,13 +384,58 @@ fn write_secret_file(data_dir: &Path, name: &str, token: &str) -> anyhow::Result
     Ok(())
 }
 
+/// The node agent of this host as `cfg` asks for: its runtime, snapshot store and, when on,
+/// the sandbox network (whose floor holds every address in `listening`).
+pub(crate) async fn build_node_agent(
+    cfg: &Config,
+    data_dir: &Path,
+    cache_dir: &Path,
+    listening: &[SocketAddr],
+) -> anyhow::Result<NodeAgent> {
+    let guest_agent = find_guest_agent(cfg)?;
+    let runtime = make_runtime(cfg, data_dir, cache_dir)?;
+    let network = match (cfg.network.mode, network_unavailable(runtime.as_ref())) {
+        (NetworkMode::Off, _) => {
+            info!("sandbox networks off (--network off): sandboxes have loopback only");
+            None
+        }
+        (NetworkMode::Auto, Some(why)) => {
+            info!(reason = %why, "sandbox networks off: sandboxes have loopback only");
+            None
+        }
+        (NetworkMode::On, Some(why)) => bail!("--network on, but {why}"),
+        (_, None) => Some(network_config(&cfg.network, data_dir, listening)?),
+    };
+    let mut node = NodeAgent::new(
+        NodeConfig {
+            data_dir: data_dir.to_path_buf(),
+            guest_agent,
+            cache_dir: Some(cache_dir.to_path_buf()),
+            mirror: None,
+            snapshots: snapshot_store(&cfg.lifecycle, data_dir)?,
+            command_output: cfg.command_output,
+        },
+        runtime,
+    );
+    if let Some(net_cfg) = network {
+        let prefix = net_cfg.prefix.clone();
+        let pool = net_cfg.pool;
+        node = node
+            .with_network(net_cfg)
+            .await
+            .context("start the sandbox network gateway")?;
+        info!(%prefix, %pool, "sandbox networks on");
+    }
+
+    Ok(node)
+}
+
 /// Starts the server: opens the store, reconciles, binds both listeners, serves until
 /// [`Running::shutdown`].
 pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     std::fs::create_dir_all(&cfg.data_dir)
         .with_context(|| format!("create data dir {}", cfg.data_dir.display()))?;
     let data_dir = cfg.data_dir.canonicalize()?;
-    let guest_agent = find_guest_agent(&cfg)?;
     let store: Arc<dyn Store> = match &cfg.store {
         Some(url) => cove_store::open(url).await,
         None => SqliteStore::open(&data_dir.join("store.db"))
@@ -379,8 +449,6 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         .cache_dir
         .clone()
         .unwrap_or_else(|| data_dir.join("cache"));
-    let runtime = make_runtime(&cfg, &data_dir, &cache_dir)?;
-    let runtime_name = runtime.kind().as_str();
 
     let api_listener = TcpListener::bind(cfg.listen)
         .await
@@ -401,39 +469,25 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         listening.push(l.local_addr()?);
     }
 
-    let network = match (cfg.network.mode, network_unavailable(runtime.as_ref())) {
-        (NetworkMode::Off, _) => {
-            info!("sandbox networks off (--network off): sandboxes have loopback only");
-            None
-        }
-        (NetworkMode::Auto, Some(why)) => {
-            info!(reason = %why, "sandbox networks off: sandboxes have loopback only");
-            None
-        }
-        (NetworkMode::On, Some(why)) => bail!("--network on, but {why}"),
-        (_, None) => Some(network_config(&cfg.network, &data_dir, &listening)?),
+    let node_listener = match &cfg.cluster {
+        Some(c) => Some(
+            TcpListener::bind(c.node_listen)
+                .await
+                .context("bind the node listener")?,
+        ),
+        None => None,
     };
-    let mut node = NodeAgent::new(
-        NodeConfig {
-            data_dir: data_dir.clone(),
-            guest_agent,
-            cache_dir: Some(cache_dir),
-            mirror: None,
-            snapshots: snapshot_store(&cfg.lifecycle, &data_dir)?,
-            command_output: cfg.command_output,
-        },
-        runtime,
-    );
-    if let Some(net_cfg) = network {
-        let prefix = net_cfg.prefix.clone();
-        let pool = net_cfg.pool;
-        node = node
-            .with_network(net_cfg)
-            .await
-            .context("start the sandbox network gateway")?;
-        info!(%prefix, %pool, "sandbox networks on");
+    if let Some(l) = &node_listener {
+        listening.push(l.local_addr()?);
     }
-
+    let local_node = cfg.cluster.as_ref().is_none_or(|c| c.local_node);
+    let node = if local_node {
+        Some(Arc::new(
+            build_node_agent(&cfg, &data_dir, &cache_dir, &listening).await?,
+        ))
+    } else {
+        None
+    };
     let api_addr = api_listener.local_addr()?;
     let data_plane_addr = dp_listener.local_addr()?;
 
@@ -442,7 +496,10 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
             .clone()
             .unwrap_or_else(|| format!("http://{data_plane_addr}")),
     );
-    cp_cfg.runtime = runtime_name.to_string();
+    cp_cfg.runtime = match &node {
+        Some(n) => cove_node_api::NodeLifecycle::capabilities(n.as_ref()).runtime,
+        None => cfg.runtime.name().to_string(),
+    };
     let life = &cfg.lifecycle;
     cp_cfg.controller_interval = life
         .controller_interval
@@ -459,8 +516,17 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     }
     cp_cfg.default_disk_mib = cfg.default_disk_mib;
     cp_cfg.features = life.features.clone();
-    let node = Arc::new(node);
-    let cp = ControlPlane::new(store, node.clone(), cp_cfg);
+    let mut cluster_tasks = None;
+    let cp = match (&cfg.cluster, &node) {
+        (None, Some(node)) => ControlPlane::new(store, node.clone(), cp_cfg),
+        (None, None) => bail!("a server without remote nodes needs its own node"),
+        (Some(settings), node) => {
+            let joined = cluster::start(settings, &cp_cfg.runtime, node.clone()).await?;
+            let cp = ControlPlane::with_cluster(store, joined.cluster.clone(), cp_cfg);
+            cluster_tasks = Some(joined);
+            cp
+        }
+    };
     let new_admin_token = cp.bootstrap_admin_token().await?;
     if let Some(token) = &new_admin_token {
         write_token_file(&data_dir, token)?;
@@ -471,16 +537,25 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
 
     let (shutdown, rx) = tokio::sync::watch::channel(false);
     let mut tasks = Vec::new();
-    let mut stop = rx.clone();
-    let sampled = node.clone();
-    tasks.push(tokio::spawn(async move {
-        sampled
-            .sample_metrics(async move {
-                let _ = stop.wait_for(|stop| *stop).await;
-            })
-            .await;
-        Ok(())
-    }));
+    if let Some(sampled) = node.clone() {
+        let mut stop = rx.clone();
+        tasks.push(tokio::spawn(async move {
+            sampled
+                .sample_metrics(async move {
+                    let _ = stop.wait_for(|stop| *stop).await;
+                })
+                .await;
+            Ok(())
+        }));
+    }
+    let node_addr = match (node_listener, cluster_tasks) {
+        (Some(listener), Some(joined)) => {
+            let addr = listener.local_addr()?;
+            tasks.extend(joined.serve(listener, rx.clone()));
+            Some(addr)
+        }
+        _ => None,
+    };
     let surfaces = other_surfaces(api_addr)?;
     let mut listeners = vec![
         (
@@ -515,12 +590,13 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
                 .await
         }));
     }
-    info!(%api_addr, %data_plane_addr, e2b_addr = ?e2b_addr, data_dir = %data_dir.display(),
-        "cove server listening");
+    info!(%api_addr, %data_plane_addr, e2b_addr = ?e2b_addr, node_addr = ?node_addr,
+        data_dir = %data_dir.display(), "cove server listening");
     Ok(Running {
         api_addr,
         data_plane_addr,
         e2b_addr,
+        node_addr,
         new_admin_token,
         tasks,
         e2b_reaper,

@@ -220,6 +220,18 @@ impl NodeReleases for FakeNode {
         self.recipe_list()
     }
 
+    async fn cached_releases(&self) -> Result<Vec<cove_node_api::ReleaseRef>, NodeError> {
+        Ok(self
+            .lock()
+            .releases
+            .iter()
+            .map(|(template, number)| cove_node_api::ReleaseRef {
+                template: template.clone(),
+                number: *number,
+            })
+            .collect())
+    }
+
     async fn build_release(
         &self,
         template: &str,

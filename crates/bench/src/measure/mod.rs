@@ -38,6 +38,7 @@ pub mod files;
 pub mod lifecycle;
 pub mod network;
 pub mod pools;
+pub mod scheduler;
 pub mod store;
 pub mod stream;
 

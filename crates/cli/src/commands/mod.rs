@@ -16,6 +16,7 @@ pub mod ls;
 pub mod mcp;
 pub mod metrics;
 pub mod network;
+pub mod node;
 pub mod ops;
 pub mod pause;
 pub mod pool;

@@ -102,6 +102,43 @@ pub struct ServerArgs {
     /// `feature_disabled`.
     #[arg(long, value_name = "LIST", value_parser = cove_server::Features::disabling)]
     pub disable_feature: Option<cove_server::Features>,
+    /// Let remote node agents join (`cove node --join-token`) with this secret; without it the
+    /// server runs its one in-process node.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "COVE_JOIN_TOKEN",
+        hide_env_values = true
+    )]
+    pub join_token: Option<String>,
+    /// Where remote node agents join (gRPC).
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1:7702",
+        requires = "join_token"
+    )]
+    pub node_listen: SocketAddr,
+    /// With remote nodes: do not run an in-process node (every sandbox runs on a remote node).
+    #[arg(long, requires = "join_token")]
+    pub no_local_node: bool,
+    /// With remote nodes: a node without a heartbeat for this long is `lost` and its running
+    /// sandboxes `failed (node_lost)`, in milliseconds.
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 10_000,
+        requires = "join_token"
+    )]
+    pub heartbeat_timeout_ms: u64,
+    /// With remote nodes: how often nodes send heartbeats, in milliseconds.
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 2_000,
+        requires = "join_token"
+    )]
+    pub heartbeat_interval_ms: u64,
 }
 
 impl ServerArgs {
@@ -151,6 +188,15 @@ impl ServerArgs {
                 upstream: None,
             },
             default_disk_mib: (self.default_disk_mib > 0).then_some(self.default_disk_mib),
+            cluster: self
+                .join_token
+                .as_ref()
+                .map(|token| cove_server::ClusterSettings {
+                    local_node: !self.no_local_node,
+                    heartbeat_interval: Duration::from_millis(self.heartbeat_interval_ms.max(100)),
+                    heartbeat_timeout: Duration::from_millis(self.heartbeat_timeout_ms.max(200)),
+                    ..cove_server::ClusterSettings::new(token.clone(), self.node_listen)
+                }),
         }
     }
 }

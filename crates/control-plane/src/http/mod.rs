@@ -19,6 +19,7 @@ mod extract;
 mod files;
 mod files_upload;
 mod lifecycle;
+mod nodes;
 pub mod openapi;
 mod operations;
 mod pools;
@@ -120,6 +121,9 @@ pub fn management_router_with(cp: ControlPlane, extra: Router) -> Router {
             "/v1/pools/{name}",
             put(pools::put).get(pools::get_one).delete(pools::delete),
         )
+        .route("/v1/nodes", get(nodes::list))
+        .route("/v1/nodes/{name}/drain", post(nodes::drain))
+        .route("/v1/nodes/{name}/ready", post(nodes::ready))
         .route("/v1/capabilities", get(lifecycle::capabilities))
         .route("/v1/events", get(events::stream))
         .route("/v1/operations", get(operations::list))

@@ -9,9 +9,8 @@ use utoipa::openapi::{ContentBuilder, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
 use super::{
-    checkpoints, commands, events, files, files_upload, lifecycle, operations, pools, ports,
-    sandboxes,
-    templates,
+    checkpoints, commands, events, files, files_upload, lifecycle, nodes, operations, pools, ports,
+    sandboxes, templates,
 };
 
 /// The document.
@@ -41,6 +40,7 @@ use super::{
         templates::list, templates::get_one, templates::build, templates::create,
         templates::delete, templates::delete_release,
         pools::list, pools::get_one, pools::put, pools::delete,
+        nodes::list, nodes::drain, nodes::ready,
         commands::create, commands::list, commands::get_one, commands::forget, commands::output,
         commands::signal, commands::kill, commands::attachment,
         operations::get_one, operations::list, operations::cancel, operations::logs,

@@ -16,6 +16,7 @@ use cove_api_types::{
     CreateSandboxRequest, ErrorCode, EventType, LifecycleRequest, Operation, OperationState,
     Sandbox, SandboxState,
 };
+use cove_control_plane::cluster::Cluster;
 use cove_control_plane::{Clock, ControlPlane, ControlPlaneConfig, LifecycleVerb, ServiceError};
 use cove_store::{SqliteStore, Store};
 use cove_test_support::FakeNode;
@@ -63,6 +64,8 @@ pub struct Harness {
     pub cp: ControlPlane,
     /// The node they drive.
     pub node: FakeNode,
+    /// The cluster the services drive instead of `node`, when the test made one.
+    pub cluster: Option<Arc<Cluster>>,
     store: Arc<dyn Store>,
     pub cfg: ControlPlaneConfig,
     _dir: tempfile::TempDir,
@@ -82,9 +85,13 @@ async fn fresh_store(dir: &std::path::Path) -> Arc<dyn Store> {
 fn control_plane(
     store: &Arc<dyn Store>,
     node: &FakeNode,
+    cluster: Option<&Arc<Cluster>>,
     cfg: &ControlPlaneConfig,
 ) -> ControlPlane {
-    ControlPlane::new(store.clone(), Arc::new(node.clone()), cfg.clone())
+    match cluster {
+        Some(c) => ControlPlane::with_cluster(store.clone(), c.clone(), cfg.clone()),
+        None => ControlPlane::new(store.clone(), Arc::new(node.clone()), cfg.clone()),
+    }
 }
 
 impl Harness {
@@ -95,6 +102,16 @@ impl Harness {
 
     /// `node`, the settings as `tune` leaves them, release 1 of `base` built.
     pub async fn with(node: FakeNode, tune: impl FnOnce(&mut ControlPlaneConfig)) -> Harness {
+        Harness::with_cluster(node, None, tune).await
+    }
+
+    /// Services over `cluster` when given (`node` is then one of its nodes), else over `node`;
+    /// the settings as `tune` leaves them; release 1 of `base` built.
+    pub async fn with_cluster(
+        node: FakeNode,
+        cluster: Option<Arc<Cluster>>,
+        tune: impl FnOnce(&mut ControlPlaneConfig),
+    ) -> Harness {
         tokio::time::pause();
         let frozen = freeze();
         let dir = tempfile::tempdir().expect("tempdir");
@@ -102,10 +119,11 @@ impl Harness {
         let mut cfg = ControlPlaneConfig::new("http://127.0.0.1:9");
         cfg.clock = Arc::new(TokioClock::new());
         tune(&mut cfg);
-        let cp = control_plane(&store, &node, &cfg);
+        let cp = control_plane(&store, &node, cluster.as_ref(), &cfg);
         let h = Harness {
             cp,
             node,
+            cluster,
             store,
             cfg,
             _dir: dir,
@@ -123,7 +141,7 @@ impl Harness {
     /// A new control plane over the same store and node, as after a server restart (the old
     /// one's work is abandoned where it is: hung node calls stay hung).
     pub fn restart(&mut self) {
-        self.cp = control_plane(&self.store, &self.node, &self.cfg);
+        self.cp = control_plane(&self.store, &self.node, self.cluster.as_ref(), &self.cfg);
     }
 
     /// Moves tokio's clock (and so the control plane's) forward by `d`, and 1 ms more:

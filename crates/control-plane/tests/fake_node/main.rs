@@ -5,6 +5,7 @@
 
 mod cancel;
 mod checkpoints;
+mod cluster;
 mod command_retries;
 mod commands;
 mod controller;

@@ -129,8 +129,8 @@ fn runtime_err(e: cove_runtime::RuntimeError) -> NodeError {
     NodeError::Runtime(e.to_string())
 }
 
-mod builds;
 mod archive;
+mod builds;
 mod checkpoints;
 mod commands;
 mod convert;

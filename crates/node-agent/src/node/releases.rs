@@ -2,6 +2,8 @@
 
 use async_trait::async_trait;
 
+use cove_node_api::ReleaseRef;
+
 use super::*;
 
 #[async_trait]
@@ -87,6 +89,36 @@ impl NodeReleases for NodeAgent {
     ) -> Result<cove_node_api::BuiltFileRelease, NodeError> {
         self.file_build(template, number, build, events, cancel)
             .await
+    }
+
+    async fn cached_releases(&self) -> Result<Vec<ReleaseRef>, NodeError> {
+        let root = self.cfg.data_dir.join("releases");
+        tokio::task::spawn_blocking(move || {
+            let mut found = Vec::new();
+            let templates = match std::fs::read_dir(&root) {
+                Ok(t) => t,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(found),
+                Err(e) => return Err(NodeError::Internal(format!("read {}: {e}", root.display()))),
+            };
+            for t in templates.flatten() {
+                let Ok(template) = t.file_name().into_string() else {
+                    continue;
+                };
+                for n in std::fs::read_dir(t.path()).into_iter().flatten().flatten() {
+                    let number = n.file_name().to_str().and_then(|s| s.parse::<u32>().ok());
+                    if let Some(number) = number.filter(|_| n.path().join("rootfs").is_dir()) {
+                        found.push(ReleaseRef {
+                            template: template.clone(),
+                            number,
+                        });
+                    }
+                }
+            }
+            found.sort();
+            Ok(found)
+        })
+        .await
+        .map_err(|e| NodeError::Internal(format!("list releases: {e}")))?
     }
 
     async fn remove_release(&self, template: &str, number: u32) -> Result<(), NodeError> {

@@ -10,8 +10,8 @@ use super::join_error;
 use super::layout::Layout;
 use crate::{ArtifactReader, ArtifactSpec, ArtifactWriter, RuntimeError};
 
-mod guard;
 mod check;
+mod guard;
 mod pack;
 mod unpack;
 

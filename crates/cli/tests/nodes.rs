@@ -1,0 +1,339 @@
+//! Several machines' worth of Cove on this one, as real processes: `cove server --join-token
+//! --no-local-node` and three `cove node` agents (each its own data dir, loopback only,
+//! `--network off`, one shared snapshot directory) over gRPC. Placement spreads; a suspended
+//! sandbox wakes on another node with its files; `cove node ls|drain`; SIGKILL a node → its
+//! running sandboxes end `failed (node_lost)` within the heartbeat timeout, its suspended one
+//! stays suspended, and new creates go elsewhere.
+
+#![allow(clippy::unwrap_used)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use cove_api_types::SandboxState;
+use cove_client::Client;
+use cove_e2e::{guest_agent, runc_containers, sandbox, sh};
+
+const TOKEN: &str = "test-join-token-0123456789";
+const NODES: [&str; 3] = ["n1", "n2", "n3"];
+const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A free loopback port (bound, then released for the process to take).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Cluster {
+    root: PathBuf,
+    server: tokio::process::Child,
+    nodes: Vec<(String, tokio::process::Child)>,
+    client: Client,
+    token: String,
+    node_url: String,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self.server.start_kill();
+        for (_, n) in &mut self.nodes {
+            let _ = n.start_kill();
+        }
+        for name in NODES {
+            let dir = self.root.join(name);
+            for id in runc_containers(&dir) {
+                let _ = std::process::Command::new("runc")
+                    .arg("--root")
+                    .arg(dir.join("runc"))
+                    .args(["delete", "-f", &id])
+                    .output();
+            }
+            if let Ok(entries) = std::fs::read_dir(dir.join("sandboxes")) {
+                for e in entries.flatten() {
+                    let _ = std::process::Command::new("umount")
+                        .arg("-l")
+                        .arg(e.path().join("rootfs"))
+                        .output();
+                }
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+fn cove(data_dir: &Path, args: &[&str]) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_cove"));
+    cmd.arg("--data-dir")
+        .arg(data_dir)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .kill_on_drop(true);
+    cmd
+}
+
+fn node_process(root: &Path, name: &str, node_url: &str) -> tokio::process::Child {
+    let cache = std::env::var("COVE_TEST_CACHE_DIR")
+        .unwrap_or_else(|_| "/var/cache/cove/templates".to_string());
+    let listen = format!("127.0.0.1:{}", free_port());
+    let snapshots = format!("file://{}", root.join("snapshots").display());
+    cove(
+        &root.join(name),
+        &[
+            "node",
+            "--control-plane",
+            node_url,
+            "--join-token",
+            TOKEN,
+            "--name",
+            name,
+            "--node-listen",
+            &listen,
+            "--network",
+            "off",
+            "--snapshot-store",
+            &snapshots,
+            "--cache-dir",
+            &cache,
+        ],
+    )
+    .arg("--guest-agent")
+    .arg(guest_agent())
+    .spawn()
+    .unwrap()
+}
+
+/// Polls `check` every 100 ms until it holds (at most `limit`).
+async fn until<F, Fut>(what: &str, limit: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while !check().await {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn start() -> Cluster {
+    let root = tempfile::Builder::new()
+        .prefix("cove-nodes-")
+        .tempdir()
+        .unwrap()
+        .keep();
+    std::fs::create_dir_all(root.join("snapshots")).unwrap();
+    let (api, dp, node_port) = (free_port(), free_port(), free_port());
+    let node_url = format!("http://127.0.0.1:{node_port}");
+    let snapshots = format!("file://{}", root.join("snapshots").display());
+    let server = cove(
+        &root.join("cp"),
+        &[
+            "server",
+            "--listen",
+            &format!("127.0.0.1:{api}"),
+            "--data-plane-listen",
+            &format!("127.0.0.1:{dp}"),
+            "--join-token",
+            TOKEN,
+            "--node-listen",
+            &format!("127.0.0.1:{node_port}"),
+            "--no-local-node",
+            "--heartbeat-interval-ms",
+            "500",
+            "--heartbeat-timeout-ms",
+            &HEARTBEAT_TIMEOUT.as_millis().to_string(),
+            "--controller-interval-ms",
+            "250",
+            "--network",
+            "off",
+            "--snapshot-store",
+            &snapshots,
+        ],
+    )
+    .spawn()
+    .unwrap();
+    let token_file = root.join("cp").join("admin.token");
+    until("the admin token", Duration::from_secs(30), || async {
+        token_file.is_file()
+    })
+    .await;
+    let token = std::fs::read_to_string(&token_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    let client = Client::new(&format!("http://127.0.0.1:{api}"), token.clone()).unwrap();
+    let nodes = NODES
+        .iter()
+        .map(|n| (n.to_string(), node_process(&root, n, &node_url)))
+        .collect();
+    let cluster = Cluster {
+        root,
+        server,
+        nodes,
+        client,
+        token,
+        node_url,
+    };
+    until("three ready nodes", Duration::from_secs(60), || async {
+        cluster.client.nodes().await.is_ok_and(|l| {
+            l.nodes.len() == 3
+                && l.nodes
+                    .iter()
+                    .all(|n| n.state == cove_api_types::NodeState::Ready)
+        })
+    })
+    .await;
+    cluster
+}
+
+impl Cluster {
+    /// The node whose data dir holds sandbox `id`.
+    fn node_of(&self, id: &str) -> Option<&'static str> {
+        NODES
+            .into_iter()
+            .find(|n| self.root.join(n).join("sandboxes").join(id).is_dir())
+    }
+
+    async fn wait_op(&self, op: cove_api_types::Operation) {
+        let done = self
+            .client
+            .wait_operation(&op.id, Duration::from_secs(120))
+            .await
+            .unwrap();
+        assert_eq!(
+            done.state,
+            cove_api_types::OperationState::Succeeded,
+            "{done:?}"
+        );
+    }
+
+    async fn state(&self, id: &str) -> (SandboxState, Option<String>) {
+        let s = self.client.get_sandbox(id).await.unwrap();
+        (s.state, s.state_reason)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_node_agents_place_spread_wake_elsewhere_and_survive_a_lost_node() {
+    let mut c = start().await;
+    let ids = [
+        sandbox(&c.client, "tiny").await,
+        sandbox(&c.client, "tiny").await,
+        sandbox(&c.client, "tiny").await,
+    ];
+    let mut placed: Vec<_> = ids.iter().map(|id| c.node_of(id).unwrap()).collect();
+    placed.sort();
+    assert_eq!(placed, NODES, "one sandbox per node");
+    // Commands and their output cross the node's gRPC link.
+    let out = sh(&c.client, &ids[0], "echo hello from $(hostname)").await;
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("hello from {}", ids[0])
+    );
+
+    // Suspend on one node, drain it, wake: the sandbox comes back on another node with its
+    // files (the snapshot directory is shared).
+    let moved = &ids[0];
+    let from = c.node_of(moved).unwrap();
+    c.client
+        .upload(
+            moved,
+            "/tmp/keep.txt",
+            "kept across nodes".to_string(),
+            &Default::default(),
+        )
+        .await
+        .unwrap();
+    c.wait_op(c.client.suspend_sandbox(moved).await.unwrap())
+        .await;
+    let drain = cove(&c.root.join("cp"), &["node", "drain", from])
+        .env("COVE_URL", c.client.base_url().as_str())
+        .env("COVE_TOKEN", &c.token)
+        .status()
+        .await
+        .unwrap();
+    assert!(drain.success());
+    c.wait_op(c.client.wake_sandbox(moved).await.unwrap()).await;
+    let to = c.node_of(moved).unwrap();
+    assert_ne!(to, from, "woken on another node");
+    assert_eq!(
+        c.client.read_file(moved, "/tmp/keep.txt").await.unwrap(),
+        b"kept across nodes"
+    );
+
+    // SIGKILL a node that holds a running sandbox and a suspended one (created while `from`
+    // drains, so spread puts it on the third node, the victim).
+    let victim = NODES.into_iter().find(|n| *n != to && *n != from).unwrap();
+    let running = ids.iter().find(|id| c.node_of(id) == Some(victim)).unwrap();
+    let suspended = sandbox(&c.client, "tiny").await;
+    assert_eq!(c.node_of(&suspended), Some(victim));
+    c.client.ready_node(from).await.unwrap();
+    c.wait_op(c.client.suspend_sandbox(&suspended).await.unwrap())
+        .await;
+    let pid = c
+        .nodes
+        .iter()
+        .find(|(n, _)| n == victim)
+        .and_then(|(_, p)| p.id())
+        .unwrap();
+    let killed = Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    until(
+        "the lost node's sandbox to fail",
+        HEARTBEAT_TIMEOUT + Duration::from_secs(10),
+        || async { c.state(running).await.0 == SandboxState::Failed },
+    )
+    .await;
+    let reason = c.state(running).await.1.unwrap_or_default();
+    assert!(reason.starts_with("node_lost"), "{reason}");
+    eprintln!(
+        "node lost → sandbox failed after {:?} (timeout {HEARTBEAT_TIMEOUT:?})",
+        killed.elapsed()
+    );
+    assert_eq!(c.state(&suspended).await.0, SandboxState::Suspended);
+    let listed = c.client.nodes().await.unwrap().nodes;
+    let lost = listed.iter().find(|n| n.name == victim).unwrap();
+    assert_eq!(lost.state, cove_api_types::NodeState::Lost);
+    for _ in 0..2 {
+        let id = sandbox(&c.client, "tiny").await;
+        assert_ne!(c.node_of(&id), Some(victim), "no placement on a lost node");
+    }
+    // The suspended sandbox wakes on a node that is not lost.
+    c.wait_op(c.client.wake_sandbox(&suspended).await.unwrap())
+        .await;
+    assert_ne!(c.node_of(&suspended), Some(victim));
+
+    // The node comes back on its data dir: it is ready again, and the sandbox that failed
+    // meanwhile (its runc container still ran there) is removed from it.
+    let leftover = c.root.join(victim).join("sandboxes").join(running);
+    assert!(
+        leftover.is_dir(),
+        "the killed node's sandbox is still on disk"
+    );
+    let node_url = c.node_url.clone();
+    c.nodes
+        .push((victim.to_string(), node_process(&c.root, victim, &node_url)));
+    until(
+        "the returning node to reconcile",
+        Duration::from_secs(30),
+        || async { !leftover.exists() },
+    )
+    .await;
+    let back = c.client.nodes().await.unwrap().nodes;
+    assert_eq!(
+        back.iter().find(|n| n.name == victim).unwrap().state,
+        cove_api_types::NodeState::Ready
+    );
+    assert!(runc_containers(&c.root.join(victim)).is_empty());
+}

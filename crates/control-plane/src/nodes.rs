@@ -1,0 +1,94 @@
+//! Nodes: list them, stop placement on one (drain), let one take sandboxes again (ready).
+//! A server with one in-process node lists it as `local` and cannot drain it.
+
+use cove_api_types::{Node, NodeList, NodeState};
+
+use crate::cluster::{ClusterError, NodeSummary};
+use crate::{ControlPlane, ServiceError};
+
+/// Name of the server's own node.
+pub const LOCAL_NODE: &str = "local";
+
+fn view(s: NodeSummary) -> Node {
+    Node {
+        name: s.name,
+        address: s.address,
+        state: s.state,
+        reason: s.reason,
+        runtime: s.capabilities.runtime,
+        cpus: s.capacity.cpus,
+        memory_bytes: s.capacity.memory_bytes,
+        memory_available_bytes: s.capacity.memory_available_bytes,
+        sandboxes: s.sandboxes,
+        releases: s
+            .releases
+            .iter()
+            .map(|r| format!("{}/{}", r.template, r.number))
+            .collect(),
+        last_heartbeat_ms: s.last_heartbeat_ms,
+    }
+}
+
+impl ControlPlane {
+    /// Every node, by name.
+    ///
+    /// # Errors
+    /// `Internal` when the single node's capacity cannot be read.
+    pub async fn list_nodes(&self) -> Result<NodeList, ServiceError> {
+        if let Some(cluster) = &self.inner.cluster {
+            return Ok(NodeList {
+                nodes: cluster.nodes().into_iter().map(view).collect(),
+            });
+        }
+        let node = self.node();
+        let capacity = node
+            .capacity()
+            .await
+            .map_err(|e| ServiceError::Internal(e.to_string()))?;
+        let releases = node.cached_releases().await.unwrap_or_default();
+        Ok(NodeList {
+            nodes: vec![view(NodeSummary {
+                name: LOCAL_NODE.into(),
+                address: "in-process".into(),
+                state: NodeState::Ready,
+                reason: None,
+                capabilities: node.capabilities(),
+                capacity,
+                releases,
+                sandboxes: capacity.sandboxes,
+                last_heartbeat_ms: 0,
+            })],
+        })
+    }
+
+    /// Sets a node `draining` (no new placement) or `ready` (placement again, ending a
+    /// quarantine).
+    ///
+    /// # Errors
+    /// `NodeNotFound`; `FailedPrecondition` for a lost node, or on a server with one
+    /// in-process node; `Invalid` for a state other than `draining` or `ready`.
+    pub async fn set_node_state(&self, name: &str, state: NodeState) -> Result<Node, ServiceError> {
+        if !matches!(state, NodeState::Draining | NodeState::Ready) {
+            return Err(ServiceError::Invalid(cove_domain::InvalidInput::new(
+                "state",
+                "a node can be set draining or ready",
+            )));
+        }
+        let Some(cluster) = &self.inner.cluster else {
+            if name != LOCAL_NODE {
+                return Err(ServiceError::NodeNotFound(name.to_string()));
+            }
+            return Err(ServiceError::FailedPrecondition(
+                "this server runs one in-process node; start it with --join-token to manage nodes"
+                    .into(),
+            ));
+        };
+        cluster
+            .set_state(name, state)
+            .map(view)
+            .map_err(|e| match e {
+                ClusterError::NodeNotFound(n) => ServiceError::NodeNotFound(n),
+                e @ ClusterError::NodeLost(_) => ServiceError::FailedPrecondition(e.to_string()),
+            })
+    }
+}

@@ -1,0 +1,203 @@
+//! Several fake nodes behind a `Cluster`: placement spreads, drain and quarantine stop
+//! placement, a lost node's running sandboxes fail `node_lost` while suspended ones stay and
+//! wake elsewhere, and a node that returns has its unwanted sandboxes removed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cove_api_types::{ErrorCode, NodeState, SandboxState};
+use cove_control_plane::cluster::{Cluster, ClusterConfig};
+use cove_control_plane::LifecycleVerb::*;
+use cove_node_api::{NodeError, NodeReport};
+use cove_test_support::{Call, FakeNode, Fault};
+
+use crate::harness::{code, Harness};
+
+const NAMES: [&str; 3] = ["a", "b", "c"];
+
+struct Nodes {
+    h: Harness,
+    cluster: Arc<Cluster>,
+    fakes: Vec<FakeNode>,
+}
+
+impl Nodes {
+    async fn new() -> Nodes {
+        use cove_node_api::NodeLifecycle;
+        let runtime = FakeNode::new().capabilities().runtime;
+        let cluster = Cluster::new(ClusterConfig {
+            runtime,
+            ..ClusterConfig::default()
+        });
+        let mut fakes = Vec::new();
+        for name in NAMES {
+            let fake = FakeNode::new();
+            fake.add_release("base", 1);
+            let report = NodeReport::read(&fake).await.expect("report");
+            cluster.join(name, "fake", Arc::new(fake.clone()), report, false);
+            fakes.push(fake);
+        }
+        let h = Harness::with_cluster(fakes[0].clone(), Some(cluster.clone()), |cfg| {
+            cfg.controller_interval = Duration::from_secs(1);
+            cfg.reconcile_interval = Duration::from_secs(3600);
+        })
+        .await;
+        let nodes = Nodes { h, cluster, fakes };
+        nodes.beat(&NAMES).await;
+        nodes
+    }
+
+    fn fake(&self, name: &str) -> &FakeNode {
+        &self.fakes[NAMES.iter().position(|n| *n == name).expect("a node name")]
+    }
+
+    /// Heartbeats of `names` with their current reports.
+    async fn beat(&self, names: &[&str]) {
+        for name in names {
+            let report = NodeReport::read(self.fake(name)).await.expect("report");
+            self.cluster.heartbeat(name, report);
+        }
+    }
+
+    fn counts(&self) -> Vec<usize> {
+        self.fakes.iter().map(|f| f.sandbox_ids().len()).collect()
+    }
+
+    fn state_of(&self, name: &str) -> NodeState {
+        let nodes = self.cluster.nodes();
+        nodes.iter().find(|n| n.name == name).expect("node").state
+    }
+}
+
+#[tokio::test]
+async fn creates_spread_across_nodes() {
+    let n = Nodes::new().await;
+    for _ in 0..6 {
+        n.h.running().await;
+    }
+    assert_eq!(n.counts(), vec![2, 2, 2]);
+    let listed = n.h.cp.list_nodes().await.expect("nodes").nodes;
+    assert_eq!(listed.len(), 3);
+    assert!(listed
+        .iter()
+        .all(|v| v.sandboxes == 2 && v.state == NodeState::Ready));
+    assert!(listed[0].releases.contains(&"base/1".to_string()));
+}
+
+#[tokio::test]
+async fn a_drained_node_takes_no_creates_until_ready_again() {
+    let n = Nodes::new().await;
+    let kept = n.h.running().await;
+    assert_eq!(n.cluster.node_of(&kept).as_deref(), Some("a"));
+    n.h.cp
+        .set_node_state("a", NodeState::Draining)
+        .await
+        .expect("drain");
+    for _ in 0..4 {
+        n.h.running().await;
+    }
+    assert_eq!(n.counts(), vec![1, 2, 2], "nothing new on a drained node");
+    assert_eq!(n.h.state(&kept).await, SandboxState::Running);
+    n.h.cp
+        .set_node_state("a", NodeState::Ready)
+        .await
+        .expect("ready");
+    n.h.running().await;
+    assert_eq!(n.counts(), vec![2, 2, 2]);
+    assert_eq!(
+        code(n.h.cp.set_node_state("zz", NodeState::Draining).await),
+        ErrorCode::NodeNotFound
+    );
+    assert_eq!(
+        code(n.h.cp.set_node_state("a", NodeState::Lost).await),
+        ErrorCode::InvalidArgument
+    );
+}
+
+#[tokio::test]
+async fn a_node_failing_creates_in_a_row_is_quarantined() {
+    let n = Nodes::new().await;
+    n.fake("a").inject(
+        Call::Start,
+        Fault::fail(NodeError::Runtime("runc broke".into())).always(),
+    );
+    for _ in 0..3 {
+        let (s, op) = n.h.create_with(Default::default()).await;
+        n.h.settle(&op.id).await;
+        assert_eq!(n.h.state(&s.id).await, SandboxState::Failed);
+    }
+    assert_eq!(n.state_of("a"), NodeState::Quarantined);
+    let reason = n.cluster.nodes()[0].reason.clone().expect("a reason");
+    assert!(reason.contains("3 creates failed in a row"), "{reason}");
+    let id = n.h.running().await;
+    assert_ne!(n.cluster.node_of(&id).as_deref(), Some("a"));
+    // An operator ends the quarantine.
+    n.h.cp
+        .set_node_state("a", NodeState::Ready)
+        .await
+        .expect("ready");
+    assert_eq!(n.state_of("a"), NodeState::Ready);
+}
+
+#[tokio::test]
+async fn a_lost_node_fails_its_running_sandboxes_and_a_returning_one_reconciles() {
+    let n = Nodes::new().await;
+    let mut on = std::collections::BTreeMap::new();
+    for _ in 0..6 {
+        let id = n.h.running().await;
+        on.entry(n.cluster.node_of(&id).expect("placed"))
+            .or_insert_with(Vec::new)
+            .push(id);
+    }
+    let (b_running, b_suspended) = (on["b"][0].clone(), on["b"][1].clone());
+    n.h.apply(&b_suspended, Suspend).await;
+    assert!(n.fake("b").snapshot_exists(&b_suspended));
+
+    // b stops sending heartbeats; a and c keep on.
+    for _ in 0..6 {
+        n.h.advance(Duration::from_secs(2)).await;
+        n.beat(&["a", "c"]).await;
+    }
+    n.h.controller_pass().await;
+    assert_eq!(n.state_of("b"), NodeState::Lost);
+    let failed = n.h.sandbox(&b_running).await;
+    assert_eq!(failed.state, SandboxState::Failed);
+    let reason = n.h.event_log(&b_running).await;
+    assert!(
+        reason
+            .iter()
+            .any(|(_, r)| r.as_deref().is_some_and(|r| r.starts_with("node_lost"))),
+        "{reason:?}"
+    );
+    assert_eq!(n.h.state(&b_suspended).await, SandboxState::Suspended);
+    for id in &on["a"] {
+        assert_eq!(n.h.state(id).await, SandboxState::Running);
+    }
+
+    // New creates go elsewhere; the suspended one wakes on another node (the fake nodes do
+    // not share a snapshot store, so give a's the snapshot as a shared store would).
+    let id = n.h.running().await;
+    assert_ne!(n.cluster.node_of(&id).as_deref(), Some("b"));
+    for f in &n.fakes {
+        f.add_snapshot(&b_suspended);
+    }
+    n.h.apply(&b_suspended, Wake).await;
+    assert_ne!(n.cluster.node_of(&b_suspended).as_deref(), Some("b"));
+
+    // b comes back: it is ready again, and what it still holds that the control plane no
+    // longer wants is removed (the failed sandbox), or released where it runs elsewhere now
+    // (the woken one, its snapshot kept).
+    n.beat(&["a", "b", "c"]).await;
+    assert_eq!(n.state_of("b"), NodeState::Ready);
+    n.h.advance(Duration::ZERO).await;
+    n.h.cp.reconcile().await.expect("reconcile");
+    assert!(
+        !n.fake("b").sandbox_ids().contains(&b_running),
+        "the failed sandbox is removed from the returning node"
+    );
+    crate::harness::eventually("the woken sandbox released on b", || async {
+        !n.fake("b").sandbox_ids().contains(&b_suspended)
+    })
+    .await;
+    assert_eq!(n.h.state(&b_suspended).await, SandboxState::Running);
+}

@@ -1,0 +1,597 @@
+//! [`RemoteNode`]: the control plane's side of a remote node agent. It implements every trait
+//! of [`cove_node_api::NodeApi`] over a gRPC channel, so the control plane uses it exactly like
+//! the in-process node.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use cove_domain::EgressPolicy;
+use cove_node_api::{
+    AttachEvent, BuildEvent, BuiltRelease, ByteStream, CommandInfo, FileEvent, FileInfo,
+    LaunchSecret, NetworkDenied, NodeCapabilities, NodeCapacity, NodeCommands, NodeError,
+    NodeFiles, NodeLifecycle, NodeMetrics, NodeNetwork, NodeReleases, NodeSandboxState,
+    PortRequest, PortResponse, PtySize, RecipeInfo, ReleaseRef, SandboxLaunch, SandboxMetrics,
+    SandboxNetworkInfo, SandboxPath, SpawnRequest, SuspendInfo, WakeInfo, WatchRequest,
+    WriteFileRequest,
+};
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::{Channel, Endpoint};
+use tonic::Streaming;
+
+use crate::pb::node_client::NodeClient;
+use crate::pb::{upload, Call, Item, Method, Upload};
+use crate::wire::{decode, encode, unreachable, with_token};
+use crate::{BuildItem, CHUNK_BYTES, MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
+
+/// A node agent reached over gRPC. Cheap to clone.
+#[derive(Clone)]
+pub struct RemoteNode {
+    client: NodeClient<Channel>,
+    token: String,
+    capabilities: NodeCapabilities,
+    recipes: Vec<RecipeInfo>,
+}
+
+impl RemoteNode {
+    /// Connects to the node agent at `address` (`http://host:port`) with the join token and
+    /// reads its capabilities and recipes (both fixed for the node's lifetime).
+    ///
+    /// # Errors
+    /// `NodeUnreachable` when it does not answer or refuses the token; `Internal` when the
+    /// address is malformed.
+    pub async fn connect(address: &str, token: &str) -> Result<RemoteNode, NodeError> {
+        let endpoint = Endpoint::from_shared(address.to_string())
+            .map_err(|e| NodeError::Internal(format!("node address {address:?}: {e}")))?
+            .connect_timeout(std::time::Duration::from_secs(5))
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(std::time::Duration::from_secs(10))
+            .keep_alive_timeout(std::time::Duration::from_secs(10));
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|e| NodeError::NodeUnreachable(format!("connect {address}: {e}")))?;
+        let client = NodeClient::new(channel)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let mut node = RemoteNode {
+            client,
+            token: token.to_string(),
+            capabilities: NodeCapabilities {
+                runtime: String::new(),
+                boundary: String::new(),
+                pause: false,
+                suspend_memory: false,
+                snapshot_store: String::new(),
+                network: false,
+            },
+            recipes: Vec::new(),
+        };
+        node.capabilities = node.call(Method::Capabilities, ()).await?;
+        node.recipes = node.call(Method::Recipes, ()).await?;
+        Ok(node)
+    }
+
+    fn envelope(method: Method, args: impl Serialize) -> Call {
+        Call {
+            version: PROTOCOL_VERSION,
+            method: method as i32,
+            args: encode(&args),
+        }
+    }
+
+    async fn call<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        args: impl Serialize,
+    ) -> Result<T, NodeError> {
+        let req = with_token(Self::envelope(method, args), &self.token);
+        let reply = self
+            .client
+            .clone()
+            .unary(req)
+            .await
+            .map_err(unreachable)?
+            .into_inner();
+        decode::<Result<T, NodeError>>(&reply.result)?
+    }
+
+    async fn stream(
+        &self,
+        method: Method,
+        args: impl Serialize,
+    ) -> Result<Streaming<Item>, NodeError> {
+        let req = with_token(Self::envelope(method, args), &self.token);
+        Ok(self
+            .client
+            .clone()
+            .server_stream(req)
+            .await
+            .map_err(unreachable)?
+            .into_inner())
+    }
+
+    /// Opens a stream whose first item acknowledges the open (`Ok(())` or the error).
+    async fn open(
+        &self,
+        method: Method,
+        args: impl Serialize,
+    ) -> Result<Streaming<Item>, NodeError> {
+        let mut items = self.stream(method, args).await?;
+        let first = next(&mut items).await?;
+        decode::<Result<(), NodeError>>(&first.result)??;
+        Ok(items)
+    }
+}
+
+/// The next item, or `NodeUnreachable` when the stream broke or ended early.
+async fn next(items: &mut Streaming<Item>) -> Result<Item, NodeError> {
+    match items.message().await {
+        Ok(Some(item)) => Ok(item),
+        Ok(None) => Err(NodeError::NodeUnreachable("the stream ended early".into())),
+        Err(s) => Err(unreachable(s)),
+    }
+}
+
+/// Items decoded as `Result<T, NodeError>`; a broken stream ends with a `NodeUnreachable` item.
+fn decoded<T: DeserializeOwned + Send + 'static>(
+    items: Streaming<Item>,
+    fill: fn(&mut T, Vec<u8>),
+) -> BoxStream<'static, Result<T, NodeError>> {
+    Box::pin(items.map(move |m| match m {
+        Ok(item) => {
+            let mut v = decode::<Result<T, NodeError>>(&item.result)??;
+            if !item.data.is_empty() {
+                fill(&mut v, item.data);
+            }
+            Ok(v)
+        }
+        Err(s) => Err(unreachable(s)),
+    }))
+}
+
+/// The request stream of an upload and the body's read error, if one happens.
+type Uploads = (
+    tokio_stream::wrappers::ReceiverStream<Upload>,
+    tokio::sync::oneshot::Receiver<std::io::Error>,
+);
+
+/// Chunks of a byte stream as uploads after `call` (pumped by a task, so the request stream
+/// owns nothing borrowed). A read error of the body is reported on the receiver and the stream
+/// is kept open, never ended cleanly: the caller then drops the call, which resets it, so the
+/// node never mistakes a short body for a whole one.
+fn uploads(call: Call, mut body: ByteStream) -> Uploads {
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let (failed_tx, failed_rx) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let first = Upload {
+            part: Some(upload::Part::Call(call)),
+        };
+        if tx.send(first).await.is_err() {
+            return;
+        }
+        while let Some(b) = body.next().await {
+            let b = match b {
+                Ok(b) => b,
+                Err(e) => {
+                    let _ = failed_tx.send(e);
+                    tx.closed().await;
+                    return;
+                }
+            };
+            for c in b.chunks(CHUNK_BYTES) {
+                let part = Upload {
+                    part: Some(upload::Part::Data(c.to_vec())),
+                };
+                if tx.send(part).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    (tokio_stream::wrappers::ReceiverStream::new(rx), failed_rx)
+}
+
+/// A request body that could not be read.
+fn body_failed(e: std::io::Error) -> NodeError {
+    NodeError::InvalidArgument {
+        field: "body".into(),
+        message: format!("the request body broke off: {e}"),
+    }
+}
+
+/// Raw byte items after the head as a byte stream (an `Err` item ends it with that error).
+fn bytes_after_head(items: Streaming<Item>) -> BoxStream<'static, Result<Bytes, NodeError>> {
+    Box::pin(items.map(|m| match m {
+        Ok(item) if item.result.is_empty() => Ok(Bytes::from(item.data)),
+        Ok(item) => match decode::<Result<(), NodeError>>(&item.result)? {
+            Ok(()) => Ok(Bytes::new()),
+            Err(e) => Err(e),
+        },
+        Err(s) => Err(unreachable(s)),
+    }))
+}
+
+#[async_trait]
+impl NodeReleases for RemoteNode {
+    fn recipes(&self) -> Vec<RecipeInfo> {
+        self.recipes.clone()
+    }
+
+    async fn build_file_release(
+        &self,
+        _template: &str,
+        _number: u32,
+        _build: cove_node_api::FileBuild,
+        _events: tokio::sync::mpsc::Sender<BuildEvent>,
+        _cancel: CancellationToken,
+    ) -> Result<cove_node_api::BuiltFileRelease, NodeError> {
+        Err(crate::unsupported::not_carried(
+            "building from a template file",
+        ))
+    }
+
+    async fn build_release(
+        &self,
+        template: &str,
+        number: u32,
+        no_cache: bool,
+        events: tokio::sync::mpsc::Sender<BuildEvent>,
+        cancel: CancellationToken,
+    ) -> Result<BuiltRelease, NodeError> {
+        let mut items = self
+            .stream(Method::BuildRelease, (template, number, no_cache))
+            .await?;
+        loop {
+            let item = tokio::select! {
+                // Dropping the stream cancels the build on the node.
+                () = cancel.cancelled() => return Err(NodeError::Cancelled),
+                item = next(&mut items) => item?,
+            };
+            match decode::<Result<BuildItem, NodeError>>(&item.result)?? {
+                BuildItem::Event(ev) => {
+                    let _ = events.send(ev).await;
+                }
+                BuildItem::Done(built) => return Ok(built),
+            }
+        }
+    }
+
+    async fn cached_releases(&self) -> Result<Vec<ReleaseRef>, NodeError> {
+        self.call(Method::CachedReleases, ()).await
+    }
+
+    async fn remove_release(&self, template: &str, number: u32) -> Result<(), NodeError> {
+        self.call(Method::RemoveRelease, (template, number)).await
+    }
+}
+
+#[async_trait]
+impl NodeLifecycle for RemoteNode {
+    async fn start_sandbox(&self, launch: SandboxLaunch) -> Result<(), NodeError> {
+        self.call(Method::StartSandbox, (launch,)).await
+    }
+
+    async fn adopt_sandbox(&self, id: &str) -> Result<Option<NodeSandboxState>, NodeError> {
+        self.call(Method::AdoptSandbox, (id,)).await
+    }
+
+    async fn inspect_sandbox(&self, id: &str) -> Result<Option<NodeSandboxState>, NodeError> {
+        self.call(Method::InspectSandbox, (id,)).await
+    }
+
+    async fn failure_reason(&self, id: &str) -> Option<String> {
+        self.call(Method::FailureReason, (id,)).await.ok().flatten()
+    }
+
+    async fn pause_sandbox(&self, id: &str) -> Result<(), NodeError> {
+        self.call(Method::PauseSandbox, (id,)).await
+    }
+
+    async fn resume_sandbox(&self, id: &str) -> Result<(), NodeError> {
+        self.call(Method::ResumeSandbox, (id,)).await
+    }
+
+    async fn suspend_sandbox(
+        &self,
+        id: &str,
+        cancel: CancellationToken,
+    ) -> Result<SuspendInfo, NodeError> {
+        // Dropping the call resets its HTTP/2 stream, which cancels the suspend on the node.
+        tokio::select! {
+            () = cancel.cancelled() => Err(NodeError::Cancelled),
+            r = self.call(Method::SuspendSandbox, (id,)) => r,
+        }
+    }
+
+    async fn wake_sandbox(
+        &self,
+        launch: SandboxLaunch,
+        cancel: CancellationToken,
+    ) -> Result<WakeInfo, NodeError> {
+        tokio::select! {
+            () = cancel.cancelled() => Err(NodeError::Cancelled),
+            r = self.call(Method::WakeSandbox, (launch,)) => r,
+        }
+    }
+
+    async fn release_sandbox(&self, id: &str) -> Result<(), NodeError> {
+        self.call(Method::ReleaseSandbox, (id,)).await
+    }
+
+    async fn destroy_sandbox(&self, id: &str) -> Result<(), NodeError> {
+        self.call(Method::DestroySandbox, (id,)).await
+    }
+
+    async fn list_sandboxes(&self) -> Result<Vec<String>, NodeError> {
+        self.call(Method::ListSandboxes, ()).await
+    }
+
+    async fn has_snapshot(&self, id: &str) -> Result<bool, NodeError> {
+        self.call(Method::HasSnapshot, (id,)).await
+    }
+
+    async fn delete_snapshot(&self, id: &str) -> Result<(), NodeError> {
+        self.call(Method::DeleteSnapshot, (id,)).await
+    }
+
+    async fn list_snapshots(&self) -> Result<Vec<String>, NodeError> {
+        self.call(Method::ListSnapshots, ()).await
+    }
+
+    async fn sweep_snapshots(&self) -> Result<u64, NodeError> {
+        self.call(Method::SweepSnapshots, ()).await
+    }
+
+    fn capabilities(&self) -> NodeCapabilities {
+        self.capabilities.clone()
+    }
+}
+
+fn fill_attach(ev: &mut AttachEvent, bytes: Vec<u8>) {
+    if let AttachEvent::Output { data, .. } = ev {
+        *data = Bytes::from(bytes);
+    }
+}
+
+#[async_trait]
+impl NodeCommands for RemoteNode {
+    async fn spawn(&self, sandbox_id: &str, req: SpawnRequest) -> Result<CommandInfo, NodeError> {
+        self.call(Method::Spawn, (sandbox_id, req)).await
+    }
+
+    async fn command(&self, sandbox_id: &str, command_id: &str) -> Result<CommandInfo, NodeError> {
+        self.call(Method::Command, (sandbox_id, command_id)).await
+    }
+
+    async fn commands(&self, sandbox_id: &str) -> Result<Vec<CommandInfo>, NodeError> {
+        self.call(Method::Commands, (sandbox_id,)).await
+    }
+
+    async fn signal(
+        &self,
+        sandbox_id: &str,
+        command_id: &str,
+        signal: i32,
+    ) -> Result<(), NodeError> {
+        self.call(Method::Signal, (sandbox_id, command_id, signal))
+            .await
+    }
+
+    async fn kill(
+        &self,
+        sandbox_id: &str,
+        command_id: &str,
+        grace_ms: u64,
+    ) -> Result<CommandInfo, NodeError> {
+        self.call(Method::Kill, (sandbox_id, command_id, grace_ms))
+            .await
+    }
+
+    async fn attach(
+        &self,
+        sandbox_id: &str,
+        command_id: &str,
+        offset: u64,
+        follow: bool,
+    ) -> Result<BoxStream<'static, Result<AttachEvent, NodeError>>, NodeError> {
+        let items = self
+            .open(Method::Attach, (sandbox_id, command_id, offset, follow))
+            .await?;
+        Ok(decoded(items, fill_attach))
+    }
+
+    async fn stdin_write(
+        &self,
+        sandbox_id: &str,
+        command_id: &str,
+        data: Bytes,
+    ) -> Result<(), NodeError> {
+        self.call(Method::StdinWrite, (sandbox_id, command_id, data.to_vec()))
+            .await
+    }
+
+    async fn stdin_close(&self, sandbox_id: &str, command_id: &str) -> Result<(), NodeError> {
+        self.call(Method::StdinClose, (sandbox_id, command_id))
+            .await
+    }
+
+    async fn resize(
+        &self,
+        sandbox_id: &str,
+        command_id: &str,
+        size: PtySize,
+    ) -> Result<(), NodeError> {
+        self.call(Method::Resize, (sandbox_id, command_id, size))
+            .await
+    }
+
+    async fn forget(&self, sandbox_id: &str, command_id: &str) -> Result<(), NodeError> {
+        self.call(Method::Forget, (sandbox_id, command_id)).await
+    }
+}
+
+#[async_trait]
+impl NodeFiles for RemoteNode {
+    async fn write_file(
+        &self,
+        sandbox_id: &str,
+        req: WriteFileRequest,
+        body: ByteStream,
+    ) -> Result<FileInfo, NodeError> {
+        let call = Self::envelope(Method::WriteFile, (sandbox_id, req));
+        let (parts, failed) = uploads(call, body);
+        let mut client = self.client.clone();
+        let send = client.client_stream(with_token(parts, &self.token));
+        let reply = tokio::select! {
+            r = send => r.map_err(unreachable)?.into_inner(),
+            Ok(e) = failed => return Err(body_failed(e)),
+        };
+        decode::<Result<FileInfo, NodeError>>(&reply.result)?
+    }
+
+    async fn read_file(
+        &self,
+        sandbox_id: &str,
+        path: SandboxPath,
+        user: Option<String>,
+        offset: u64,
+        length: Option<u64>,
+    ) -> Result<(FileInfo, BoxStream<'static, Result<Bytes, NodeError>>), NodeError> {
+        let mut items = self
+            .stream(Method::ReadFile, (sandbox_id, path, user, offset, length))
+            .await?;
+        let head = next(&mut items).await?;
+        let info = decode::<Result<FileInfo, NodeError>>(&head.result)??;
+        Ok((info, bytes_after_head(items)))
+    }
+
+    async fn stat(
+        &self,
+        sandbox_id: &str,
+        path: SandboxPath,
+        user: Option<String>,
+    ) -> Result<FileInfo, NodeError> {
+        self.call(Method::Stat, (sandbox_id, path, user)).await
+    }
+
+    async fn list_dir(
+        &self,
+        sandbox_id: &str,
+        path: SandboxPath,
+        user: Option<String>,
+        depth: u32,
+    ) -> Result<Vec<FileInfo>, NodeError> {
+        self.call(Method::ListDir, (sandbox_id, path, user, depth))
+            .await
+    }
+
+    async fn make_dir(
+        &self,
+        sandbox_id: &str,
+        path: SandboxPath,
+        user: Option<String>,
+    ) -> Result<FileInfo, NodeError> {
+        self.call(Method::MakeDir, (sandbox_id, path, user)).await
+    }
+
+    async fn remove(
+        &self,
+        sandbox_id: &str,
+        path: SandboxPath,
+        user: Option<String>,
+    ) -> Result<(), NodeError> {
+        self.call(Method::Remove, (sandbox_id, path, user)).await
+    }
+
+    async fn rename(
+        &self,
+        sandbox_id: &str,
+        from: SandboxPath,
+        to: SandboxPath,
+        user: Option<String>,
+    ) -> Result<FileInfo, NodeError> {
+        self.call(Method::Rename, (sandbox_id, from, to, user))
+            .await
+    }
+
+    async fn watch(
+        &self,
+        sandbox_id: &str,
+        req: WatchRequest,
+    ) -> Result<BoxStream<'static, Result<Vec<FileEvent>, NodeError>>, NodeError> {
+        let items = self.open(Method::Watch, (sandbox_id, req)).await?;
+        Ok(decoded(items, |_, _| {}))
+    }
+}
+
+#[async_trait]
+impl NodeMetrics for RemoteNode {
+    async fn capacity(&self) -> Result<NodeCapacity, NodeError> {
+        self.call(Method::Capacity, ()).await
+    }
+
+    async fn sandbox_metrics(&self, id: &str) -> Result<SandboxMetrics, NodeError> {
+        self.call(Method::SandboxMetrics, (id,)).await
+    }
+}
+
+#[async_trait]
+impl NodeNetwork for RemoteNode {
+    async fn sandbox_network(&self, id: &str) -> Result<SandboxNetworkInfo, NodeError> {
+        self.call(Method::SandboxNetwork, (id,)).await
+    }
+
+    async fn set_sandbox_network(&self, id: &str, policy: EgressPolicy) -> Result<(), NodeError> {
+        self.call(Method::SetSandboxNetwork, (id, policy)).await
+    }
+
+    async fn rearm_secrets(
+        &self,
+        id: &str,
+        secrets: BTreeMap<String, LaunchSecret>,
+    ) -> Result<(), NodeError> {
+        self.call(Method::RearmSecrets, (id, secrets)).await
+    }
+
+    async fn forward_http(
+        &self,
+        id: &str,
+        request: PortRequest,
+        body: ByteStream,
+    ) -> Result<(PortResponse, ByteStream), NodeError> {
+        let call = Self::envelope(Method::ForwardHttp, (id, request));
+        let (parts, _failed) = uploads(call, body);
+        let mut items = self
+            .client
+            .clone()
+            .bidi(with_token(parts, &self.token))
+            .await
+            .map_err(unreachable)?
+            .into_inner();
+        let head = next(&mut items).await?;
+        let head = decode::<Result<PortResponse, NodeError>>(&head.result)??;
+        let body: ByteStream = Box::pin(
+            bytes_after_head(items).map(|b| b.map_err(|e| std::io::Error::other(e.to_string()))),
+        );
+        Ok((head, body))
+    }
+
+    fn network_denials(&self) -> BoxStream<'static, NetworkDenied> {
+        let node = self.clone();
+        Box::pin(
+            futures::stream::once(async move { node.stream(Method::NetworkDenials, ()).await })
+                .flat_map(|items| match items {
+                    Ok(items) => decoded::<NetworkDenied>(items, |_, _| {})
+                        .take_while(|d| futures::future::ready(d.is_ok()))
+                        .filter_map(|d| async move { d.ok() })
+                        .boxed(),
+                    Err(_) => futures::stream::empty().boxed(),
+                }),
+        )
+    }
+}

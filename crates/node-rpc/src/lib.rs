@@ -1,0 +1,48 @@
+//! The node contract ([`cove_node_api::NodeApi`]) and node membership over gRPC (tonic/prost,
+//! `proto/node.proto`, [`PROTOCOL_VERSION`]).
+//!
+//! - [`NodeService`] serves any `NodeApi` (a node agent) to a control plane;
+//!   [`RemoteNode`] is the control plane's side: it implements `NodeApi` over a channel, so a
+//!   remote node is used exactly like the in-process one, streams included.
+//! - [`ClusterService`] serves a [`Membership`] (the control plane's node registry) to node
+//!   agents; [`ClusterClient`] is a node agent's side (join, heartbeats).
+//!
+//! Arguments and results are the contract's serde types as JSON inside protobuf envelopes; bulk
+//! bytes travel raw. Every call carries the join token as a bearer.
+
+// tonic's handlers must return `tonic::Status`, which is large; boxing it would fight the API.
+#![allow(clippy::result_large_err)]
+
+mod client;
+mod membership;
+mod server;
+mod unsupported;
+mod wire;
+
+/// Generated protobuf and gRPC code of `proto/node.proto`.
+#[allow(missing_docs, clippy::all)]
+pub mod pb {
+    tonic::include_proto!("cove.node.v1");
+}
+
+pub use client::RemoteNode;
+pub use membership::{ClusterClient, ClusterService, JoinAnswer, Membership, MembershipError};
+pub use server::NodeService;
+
+/// Version of the wire (`proto/node.proto`); a peer speaking another is refused.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Most bytes in one message of a byte stream (file contents, bodies).
+pub const CHUNK_BYTES: usize = 256 * 1024;
+
+/// Largest message either side accepts, bytes (a chunk plus its envelope, or a large listing).
+pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
+
+/// One item of a release build's stream.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub(crate) enum BuildItem {
+    /// A log line or progress.
+    Event(cove_node_api::BuildEvent),
+    /// The build finished.
+    Done(cove_node_api::BuiltRelease),
+}

@@ -1,0 +1,403 @@
+//! [`NodeService`]: serves a node agent's [`NodeApi`] to a control plane.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use cove_domain::EgressPolicy;
+use cove_node_api::{
+    AttachEvent, ByteStream, NodeApi, NodeError, PortRequest, PtySize, SandboxLaunch, SandboxPath,
+    SpawnRequest, WatchRequest, WriteFileRequest,
+};
+use futures::{Stream, StreamExt};
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::pb::node_server::{Node, NodeServer};
+use crate::pb::{upload, Call, Item, Method, Reply, Upload};
+use crate::wire::{args, check_token, check_version, encode};
+use crate::{BuildItem, MAX_MESSAGE_BYTES};
+
+/// A stream of items to the caller.
+type Items = Pin<Box<dyn Stream<Item = Result<Item, Status>> + Send + 'static>>;
+
+/// Serves a node (any [`NodeApi`]) over gRPC; every call must carry `token` as a bearer.
+#[derive(Clone)]
+pub struct NodeService {
+    node: Arc<dyn NodeApi>,
+    token: Arc<str>,
+}
+
+impl NodeService {
+    /// Serves `node` to callers that present `token`.
+    pub fn new(node: Arc<dyn NodeApi>, token: &str) -> Self {
+        NodeService {
+            node,
+            token: token.into(),
+        }
+    }
+
+    /// The tonic service, ready for `tonic::transport::Server::add_service`.
+    pub fn into_server(self) -> NodeServer<NodeService> {
+        NodeServer::new(self)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES)
+    }
+
+    fn open(&self, req: &Request<Call>) -> Result<Method, Status> {
+        check_token(req, &self.token)?;
+        let call = req.get_ref();
+        check_version(call.version)?;
+        Method::try_from(call.method).map_err(|_| Status::unimplemented("unknown method"))
+    }
+}
+
+fn reply<T: serde::Serialize>(result: Result<T, NodeError>) -> Result<Response<Reply>, Status> {
+    Ok(Response::new(Reply {
+        result: encode(&result),
+    }))
+}
+
+/// An item carrying a result and no bytes.
+fn item<T: serde::Serialize>(result: &Result<T, NodeError>) -> Result<Item, Status> {
+    Ok(Item {
+        result: encode(result),
+        data: Vec::new(),
+    })
+}
+
+/// An item carrying only bytes.
+fn data_item(data: Bytes) -> Result<Item, Status> {
+    Ok(Item {
+        result: Vec::new(),
+        data: data.to_vec(),
+    })
+}
+
+/// The items of a stream that opened: an `Ok(())` acknowledgement first, then `rest`.
+fn opened(rest: impl Stream<Item = Result<Item, Status>> + Send + 'static) -> Items {
+    Box::pin(futures::stream::once(async { item(&Ok::<(), NodeError>(())) }).chain(rest))
+}
+
+/// A stream that failed to open: one `Err` item.
+fn failed(e: NodeError) -> Items {
+    Box::pin(futures::stream::once(async move {
+        item(&Err::<(), NodeError>(e))
+    }))
+}
+
+/// Uploaded bytes after the call, as a byte stream for the node.
+fn body(rest: Streaming<Upload>) -> ByteStream {
+    Box::pin(rest.filter_map(|m| async move {
+        match m {
+            Ok(Upload {
+                part: Some(upload::Part::Data(d)),
+            }) => Some(Ok(Bytes::from(d))),
+            Ok(_) => None,
+            Err(s) => Some(Err(std::io::Error::other(s.message().to_string()))),
+        }
+    }))
+}
+
+async fn first_call(stream: &mut Streaming<Upload>) -> Result<Call, Status> {
+    match stream.message().await? {
+        Some(Upload {
+            part: Some(upload::Part::Call(call)),
+        }) => Ok(call),
+        _ => Err(Status::invalid_argument(
+            "the first message must be the call",
+        )),
+    }
+}
+
+#[tonic::async_trait]
+impl Node for NodeService {
+    async fn unary(&self, req: Request<Call>) -> Result<Response<Reply>, Status> {
+        let method = self.open(&req)?;
+        let a = req.into_inner().args;
+        let n = &self.node;
+        match method {
+            Method::Recipes => reply(Ok(n.recipes())),
+            Method::RemoveRelease => {
+                let (t, num): (String, u32) = args(&a)?;
+                reply(n.remove_release(&t, num).await)
+            }
+            Method::StartSandbox => {
+                let (launch,): (SandboxLaunch,) = args(&a)?;
+                reply(n.start_sandbox(launch).await)
+            }
+            Method::AdoptSandbox => {
+                let (id,): (String,) = args(&a)?;
+                reply(n.adopt_sandbox(&id).await)
+            }
+            Method::InspectSandbox => {
+                let (id,): (String,) = args(&a)?;
+                reply(n.inspect_sandbox(&id).await)
+            }
+            Method::FailureReason => {
+                let (id,): (String,) = args(&a)?;
+                reply(Ok(n.failure_reason(&id).await))
+            }
+            Method::PauseSandbox => {
+                let (id,): (String,) = args(&a)?;
+                reply(n.pause_sandbox(&id).await)
+            }
+            Method::ResumeSandbox => {
+                let (id,): (String,) = args(&a)?;
+                reply(n.resume_sandbox(&id).await)
+            }
+            Method::SuspendSandbox => {
+                let (id,): (String,) = args(&a)?;
+                // Cancelled when the caller goes away (the handler is dropped).
+                let cancel = CancellationToken::new();
+                let _guard = cancel.clone().drop_guard();
+                reply(n.suspend_sandbox(&id, cancel).await)
+            }
+            Method::WakeSandbox => {
+                let (launch,): (SandboxLaunch,) = args(&a)?;
+                let cancel = CancellationToken::new();
+                let _guard = cancel.clone().drop_guard();
+                reply(n.wake_sandbox(launch, cancel).await)
+            }
+            Method::ReleaseSandbox => {
+                let (id,): (String,) = args(&a)?;
+                reply(n.release_sandbox(&id).await)
+            }
+            Method::DestroySandbox => {
+                let (id,): (String,) = args(&a)?;
+                reply(n.destroy_sandbox(&id).await)
+            }
+            Method::ListSandboxes => reply(n.list_sandboxes().await),
+            Method::HasSnapshot => {
+                let (id,): (String,) = args(&a)?;
+                reply(n.has_snapshot(&id).await)
+            }
+            Method::DeleteSnapshot => {
+                let (id,): (String,) = args(&a)?;
+                reply(n.delete_snapshot(&id).await)
+            }
+            Method::ListSnapshots => reply(n.list_snapshots().await),
+            Method::SweepSnapshots => reply(n.sweep_snapshots().await),
+            Method::Capabilities => reply(Ok(n.capabilities())),
+            Method::Spawn => {
+                let (sid, spawn): (String, SpawnRequest) = args(&a)?;
+                reply(n.spawn(&sid, spawn).await)
+            }
+            Method::Command => {
+                let (sid, cid): (String, String) = args(&a)?;
+                reply(n.command(&sid, &cid).await)
+            }
+            Method::Commands => {
+                let (sid,): (String,) = args(&a)?;
+                reply(n.commands(&sid).await)
+            }
+            Method::Signal => {
+                let (sid, cid, sig): (String, String, i32) = args(&a)?;
+                reply(n.signal(&sid, &cid, sig).await)
+            }
+            Method::Kill => {
+                let (sid, cid, grace): (String, String, u64) = args(&a)?;
+                reply(n.kill(&sid, &cid, grace).await)
+            }
+            Method::StdinWrite => {
+                let (sid, cid, data): (String, String, Vec<u8>) = args(&a)?;
+                reply(n.stdin_write(&sid, &cid, Bytes::from(data)).await)
+            }
+            Method::StdinClose => {
+                let (sid, cid): (String, String) = args(&a)?;
+                reply(n.stdin_close(&sid, &cid).await)
+            }
+            Method::Resize => {
+                let (sid, cid, size): (String, String, PtySize) = args(&a)?;
+                reply(n.resize(&sid, &cid, size).await)
+            }
+            Method::Forget => {
+                let (sid, cid): (String, String) = args(&a)?;
+                reply(n.forget(&sid, &cid).await)
+            }
+            Method::Stat => {
+                let (sid, path, user): (String, SandboxPath, Option<String>) = args(&a)?;
+                reply(n.stat(&sid, path, user).await)
+            }
+            Method::ListDir => {
+                let (sid, path, user, depth): (String, SandboxPath, Option<String>, u32) =
+                    args(&a)?;
+                reply(n.list_dir(&sid, path, user, depth).await)
+            }
+            Method::MakeDir => {
+                let (sid, path, user): (String, SandboxPath, Option<String>) = args(&a)?;
+                reply(n.make_dir(&sid, path, user).await)
+            }
+            Method::Remove => {
+                let (sid, path, user): (String, SandboxPath, Option<String>) = args(&a)?;
+                reply(n.remove(&sid, path, user).await)
+            }
+            Method::Rename => {
+                let (sid, from, to, user): (String, SandboxPath, SandboxPath, Option<String>) =
+                    args(&a)?;
+                reply(n.rename(&sid, from, to, user).await)
+            }
+            Method::Capacity => reply(n.capacity().await),
+            Method::SandboxMetrics => {
+                let (id,): (String,) = args(&a)?;
+                reply(n.sandbox_metrics(&id).await)
+            }
+            Method::SandboxNetwork => {
+                let (id,): (String,) = args(&a)?;
+                reply(n.sandbox_network(&id).await)
+            }
+            Method::SetSandboxNetwork => {
+                let (id, policy): (String, EgressPolicy) = args(&a)?;
+                reply(n.set_sandbox_network(&id, policy).await)
+            }
+            Method::RearmSecrets => {
+                let (id, secrets): (String, BTreeMap<String, cove_node_api::LaunchSecret>) =
+                    args(&a)?;
+                reply(n.rearm_secrets(&id, secrets).await)
+            }
+            Method::CachedReleases => reply(n.cached_releases().await),
+            _ => Err(Status::unimplemented("not a unary method")),
+        }
+    }
+
+    type ServerStreamStream = Items;
+
+    async fn server_stream(&self, req: Request<Call>) -> Result<Response<Items>, Status> {
+        let method = self.open(&req)?;
+        let a = req.into_inner().args;
+        let n = self.node.clone();
+        let items: Items = match method {
+            Method::BuildRelease => {
+                let (t, num, no_cache): (String, u32, bool) = args(&a)?;
+                build(n, t, num, no_cache)
+            }
+            Method::Attach => {
+                let (sid, cid, offset, follow): (String, String, u64, bool) = args(&a)?;
+                match n.attach(&sid, &cid, offset, follow).await {
+                    Ok(events) => opened(events.map(|ev| match ev {
+                        Ok(AttachEvent::Output {
+                            offset,
+                            stream,
+                            data,
+                        }) => Ok(Item {
+                            result: encode(&Ok::<_, NodeError>(AttachEvent::Output {
+                                offset,
+                                stream,
+                                data: Bytes::new(),
+                            })),
+                            data: data.to_vec(),
+                        }),
+                        other => item(&other),
+                    })),
+                    Err(e) => failed(e),
+                }
+            }
+            Method::ReadFile => {
+                let (sid, path, user, offset, length): (
+                    String,
+                    SandboxPath,
+                    Option<String>,
+                    u64,
+                    Option<u64>,
+                ) = args(&a)?;
+                match n.read_file(&sid, path, user, offset, length).await {
+                    Ok((info, bytes)) => Box::pin(
+                        futures::stream::once(async move { item(&Ok::<_, NodeError>(info)) })
+                            .chain(bytes.map(|b| match b {
+                                Ok(b) => data_item(b),
+                                Err(e) => item(&Err::<(), _>(e)),
+                            })),
+                    ),
+                    Err(e) => failed(e),
+                }
+            }
+            Method::Watch => {
+                let (sid, watch): (String, WatchRequest) = args(&a)?;
+                match n.watch(&sid, watch).await {
+                    Ok(events) => opened(events.map(|batch| item(&batch))),
+                    Err(e) => failed(e),
+                }
+            }
+            Method::NetworkDenials => {
+                Box::pin(n.network_denials().map(|d| item(&Ok::<_, NodeError>(d))))
+            }
+            _ => return Err(Status::unimplemented("not a server-streaming method")),
+        };
+        Ok(Response::new(items))
+    }
+
+    async fn client_stream(
+        &self,
+        req: Request<Streaming<Upload>>,
+    ) -> Result<Response<Reply>, Status> {
+        check_token(&req, &self.token)?;
+        let mut stream = req.into_inner();
+        let call = first_call(&mut stream).await?;
+        check_version(call.version)?;
+        match Method::try_from(call.method) {
+            Ok(Method::WriteFile) => {
+                let (sid, write): (String, WriteFileRequest) = args(&call.args)?;
+                reply(self.node.write_file(&sid, write, body(stream)).await)
+            }
+            _ => Err(Status::unimplemented("not a client-streaming method")),
+        }
+    }
+
+    type BidiStream = Items;
+
+    async fn bidi(&self, req: Request<Streaming<Upload>>) -> Result<Response<Items>, Status> {
+        check_token(&req, &self.token)?;
+        let mut stream = req.into_inner();
+        let call = first_call(&mut stream).await?;
+        check_version(call.version)?;
+        match Method::try_from(call.method) {
+            Ok(Method::ForwardHttp) => {
+                let (id, port_req): (String, PortRequest) = args(&call.args)?;
+                let items: Items = match self.node.forward_http(&id, port_req, body(stream)).await {
+                    Ok((head, bytes)) => Box::pin(
+                        futures::stream::once(async move { item(&Ok::<_, NodeError>(head)) })
+                            .chain(bytes.map(|b| match b {
+                                Ok(b) => data_item(b),
+                                Err(e) => item(&Err::<(), _>(NodeError::Internal(e.to_string()))),
+                            })),
+                    ),
+                    Err(e) => failed(e),
+                };
+                Ok(Response::new(items))
+            }
+            _ => Err(Status::unimplemented("not a bidirectional method")),
+        }
+    }
+}
+
+/// A release build as items: each event, then the result. The build is cancelled when the
+/// caller goes away.
+fn build(n: Arc<dyn NodeApi>, template: String, number: u32, no_cache: bool) -> Items {
+    let (out, rx) = tokio::sync::mpsc::channel::<Result<Item, Status>>(64);
+    tokio::spawn(async move {
+        let cancel = CancellationToken::new();
+        let (events, mut events_rx) = tokio::sync::mpsc::channel(64);
+        let forward_out = out.clone();
+        let forward = tokio::spawn(async move {
+            while let Some(ev) = events_rx.recv().await {
+                let it = item(&Ok::<_, NodeError>(BuildItem::Event(ev)));
+                if forward_out.send(it).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let run = n.build_release(&template, number, no_cache, events, cancel.clone());
+        tokio::pin!(run);
+        let result = tokio::select! {
+            r = &mut run => r,
+            () = out.closed() => {
+                cancel.cancel();
+                run.await
+            }
+        };
+        let _ = forward.await;
+        let _ = out.send(item(&result.map(BuildItem::Done))).await;
+    });
+    Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
+}

@@ -1,0 +1,75 @@
+//! Envelope helpers shared by both sides: JSON of the contract's types, bearer tokens, version
+//! checks, and tonic statuses.
+
+use cove_node_api::NodeError;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tonic::metadata::MetadataValue;
+use tonic::{Request, Status};
+
+use crate::PROTOCOL_VERSION;
+
+/// JSON of a contract value. Serialising the contract's own types cannot fail (no maps with
+/// non-string keys, no foreign serialisers); an error still becomes a value, not a panic.
+pub(crate) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    serde_json::to_vec(value).unwrap_or_else(|e| {
+        serde_json::to_vec(&Err::<(), _>(NodeError::Internal(format!("encode: {e}"))))
+            .unwrap_or_default()
+    })
+}
+
+/// Decodes a peer's JSON; a malformed one is the peer's fault (`Internal` on the client side).
+pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, NodeError> {
+    serde_json::from_slice(bytes).map_err(|e| NodeError::Internal(format!("malformed reply: {e}")))
+}
+
+/// Decodes call arguments on the serving side (`INVALID_ARGUMENT` when malformed).
+pub(crate) fn args<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, Status> {
+    serde_json::from_slice(bytes).map_err(|e| Status::invalid_argument(format!("arguments: {e}")))
+}
+
+/// Attaches the bearer token to a request.
+pub(crate) fn with_token<T>(message: T, token: &str) -> Request<T> {
+    let mut req = Request::new(message);
+    if let Ok(v) = MetadataValue::try_from(format!("Bearer {token}")) {
+        req.metadata_mut().insert("authorization", v);
+    }
+    req
+}
+
+/// Checks a request's bearer token in constant time.
+pub(crate) fn check_token<T>(req: &Request<T>, token: &str) -> Result<(), Status> {
+    let given = req
+        .metadata()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    let same = given.len() == token.len()
+        && given
+            .bytes()
+            .zip(token.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0;
+    if same {
+        Ok(())
+    } else {
+        Err(Status::unauthenticated("missing or wrong join token"))
+    }
+}
+
+/// Refuses another protocol version.
+pub(crate) fn check_version(version: u32) -> Result<(), Status> {
+    if version == PROTOCOL_VERSION {
+        Ok(())
+    } else {
+        Err(Status::failed_precondition(format!(
+            "protocol version {version} is not {PROTOCOL_VERSION}"
+        )))
+    }
+}
+
+/// A transport failure seen by the caller.
+pub(crate) fn unreachable(status: Status) -> NodeError {
+    NodeError::NodeUnreachable(format!("{:?}: {}", status.code(), status.message()))
+}

@@ -1,0 +1,232 @@
+//! The node contract over real gRPC on loopback: a FakeNode served by `NodeService`, called
+//! through `RemoteNode` — unary calls, typed errors, every kind of stream (attach output, file
+//! read and write, watch, builds, port bodies) and membership.
+
+#![allow(clippy::unwrap_used)]
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use cove_domain::{NodeState, Resources};
+use cove_node_api::{
+    AttachEvent, NodeApi, NodeCommands, NodeError, NodeFiles, NodeLifecycle, NodeReleases,
+    NodeReport, Program, SandboxLaunch, SandboxPath, SpawnRequest, WriteFileRequest,
+};
+use cove_node_rpc::{
+    ClusterClient, ClusterService, JoinAnswer, Membership, MembershipError, NodeService, RemoteNode,
+};
+use cove_test_support::{FakeNode, Script};
+use futures::StreamExt;
+
+const TOKEN: &str = "join-token-for-tests";
+
+/// Serves `node` on a loopback port; returns its `http://` address.
+async fn serve(node: Arc<dyn NodeApi>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(NodeService::new(node, TOKEN).into_server())
+            .serve_with_incoming(incoming),
+    );
+    format!("http://{addr}")
+}
+
+fn launch(id: &str) -> SandboxLaunch {
+    SandboxLaunch {
+        id: id.into(),
+        template: "base".into(),
+        release: 1,
+        resources: Resources {
+            vcpus: 1,
+            memory_mib: 256,
+            pids_max: 256,
+            disk_mib: None,
+        },
+        network: Default::default(),
+        secrets: Default::default(),
+    }
+}
+
+#[tokio::test]
+async fn the_contract_round_trips_over_grpc() {
+    let fake = FakeNode::new();
+    fake.add_release("base", 1);
+    let remote = RemoteNode::connect(&serve(Arc::new(fake.clone())).await, TOKEN)
+        .await
+        .unwrap();
+    assert_eq!(remote.capabilities(), fake.capabilities());
+    assert_eq!(remote.recipes(), fake.recipes());
+
+    remote.start_sandbox(launch("sbx-1")).await.unwrap();
+    assert_eq!(
+        remote.list_sandboxes().await.unwrap(),
+        vec!["sbx-1".to_string()]
+    );
+    assert_eq!(
+        remote.pause_sandbox("sbx-nope").await,
+        Err(NodeError::SandboxNotFound("sbx-nope".into())),
+        "typed errors cross the wire as they are"
+    );
+    let releases = remote.cached_releases().await.unwrap();
+    assert_eq!(releases.len(), 1);
+
+    // A command's output, streamed.
+    fake.script("echo", Script::exit(0).stdout("hello\n"));
+    let spawn = SpawnRequest {
+        command_id: "cmd-1".into(),
+        program: Program::Argv(vec!["echo".into()]),
+        env: Default::default(),
+        cwd: None,
+        user: None,
+        stdin: false,
+        timeout_ms: None,
+        pty: None,
+    };
+    remote.spawn("sbx-1", spawn).await.unwrap();
+    let events: Vec<_> = remote
+        .attach("sbx-1", "cmd-1", 0, true)
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    let mut out = Vec::new();
+    for ev in &events {
+        if let Ok(AttachEvent::Output { data, .. }) = ev {
+            out.extend_from_slice(data);
+        }
+    }
+    assert_eq!(out, b"hello\n");
+    assert!(matches!(events.last(), Some(Ok(AttachEvent::Exited(_)))));
+    assert!(matches!(
+        remote.attach("sbx-1", "cmd-none", 0, true).await,
+        Err(NodeError::CommandNotFound(_))
+    ));
+
+    // Files: a streamed write of several chunks, then a streamed read.
+    let big: Vec<u8> = (0..600_000u32).map(|i| (i % 251) as u8).collect();
+    let chunks: Vec<Result<Bytes, std::io::Error>> = big
+        .chunks(100_000)
+        .map(|c| Ok(Bytes::copy_from_slice(c)))
+        .collect();
+    let req = WriteFileRequest {
+        path: SandboxPath::from("/tmp/big"),
+        user: None,
+        mode: None,
+        max_bytes: None,
+    };
+    let info = remote
+        .write_file("sbx-1", req, Box::pin(futures::stream::iter(chunks)))
+        .await
+        .unwrap();
+    assert_eq!(info.size, big.len() as u64);
+    let (info, bytes) = remote
+        .read_file("sbx-1", SandboxPath::from("/tmp/big"), None, 0, None)
+        .await
+        .unwrap();
+    assert_eq!(info.size, big.len() as u64);
+    let read: Vec<u8> = bytes.map(|b| b.unwrap().to_vec()).concat().await;
+    assert_eq!(read, big);
+    assert!(matches!(
+        remote
+            .read_file("sbx-1", SandboxPath::from("/nope"), None, 0, None)
+            .await,
+        Err(NodeError::FileNotFound(_))
+    ));
+
+    // A release build streams its events and its result.
+    let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+    let built = remote
+        .build_release("base", 2, false, tx, Default::default())
+        .await
+        .unwrap();
+    assert!(built.digest.starts_with("sha256:"));
+    assert!(rx.recv().await.is_some(), "build events arrive");
+
+    // Suspend and wake keep their results.
+    remote
+        .suspend_sandbox("sbx-1", Default::default())
+        .await
+        .unwrap();
+    assert!(remote.has_snapshot("sbx-1").await.unwrap());
+    remote.release_sandbox("sbx-1").await.unwrap();
+    remote
+        .wake_sandbox(launch("sbx-1"), Default::default())
+        .await
+        .unwrap();
+    remote.destroy_sandbox("sbx-1").await.unwrap();
+    assert!(remote.list_sandboxes().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_wrong_token_is_refused() {
+    let addr = serve(Arc::new(FakeNode::new())).await;
+    match RemoteNode::connect(&addr, "wrong").await {
+        Err(NodeError::NodeUnreachable(m)) => assert!(m.contains("Unauthenticated"), "{m}"),
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => panic!("a wrong token was accepted"),
+    }
+}
+
+struct Registry;
+
+#[async_trait::async_trait]
+impl Membership for Registry {
+    async fn join(
+        &self,
+        name: String,
+        _address: String,
+        report: NodeReport,
+    ) -> Result<JoinAnswer, MembershipError> {
+        if name == "refused" {
+            return Err(MembershipError::Refused("no".into()));
+        }
+        assert_eq!(report.capacity.cpus, cove_test_support::FAKE_CPUS);
+        Ok(JoinAnswer {
+            heartbeat_interval: std::time::Duration::from_secs(2),
+        })
+    }
+
+    async fn heartbeat(
+        &self,
+        name: &str,
+        _report: NodeReport,
+    ) -> Result<Option<NodeState>, MembershipError> {
+        Ok((name == "known").then_some(NodeState::Ready))
+    }
+}
+
+#[tokio::test]
+async fn nodes_join_and_heartbeat() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(ClusterService::new(Arc::new(Registry), TOKEN).into_server())
+            .serve_with_incoming(incoming),
+    );
+    let fake = FakeNode::new();
+    let report = NodeReport::read(&fake).await.unwrap();
+    let client = ClusterClient::new(&format!("http://{addr}"), TOKEN).unwrap();
+    let answer = client
+        .join("known", "http://127.0.0.1:1", &report)
+        .await
+        .unwrap();
+    assert_eq!(answer.heartbeat_interval.as_secs(), 2);
+    assert_eq!(
+        client.heartbeat("known", &report).await.unwrap(),
+        Some(NodeState::Ready)
+    );
+    assert_eq!(client.heartbeat("other", &report).await.unwrap(), None);
+    assert!(matches!(
+        client.join("refused", "http://127.0.0.1:1", &report).await,
+        Err(MembershipError::Refused(_))
+    ));
+    let wrong = ClusterClient::new(&format!("http://{addr}"), "wrong").unwrap();
+    assert!(matches!(
+        wrong.join("known", "x", &report).await,
+        Err(MembershipError::Refused(_))
+    ));
+}

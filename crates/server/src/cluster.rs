@@ -1,0 +1,170 @@
+//! The control plane's side of remote nodes: the node listener where node agents join over
+//! gRPC ([`cove_node_rpc::ClusterService`]), the registry they join ([`Cluster`]), and the
+//! server's own node as one member of it when it keeps one.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use async_trait::async_trait;
+use cove_control_plane::cluster::{Cluster, ClusterConfig};
+use cove_domain::NodeState;
+use cove_node_agent::NodeAgent;
+use cove_node_api::{NodeApi, NodeReport};
+use cove_node_rpc::{ClusterService, JoinAnswer, Membership, MembershipError, RemoteNode};
+use tokio::net::TcpListener;
+use tracing::{info, warn};
+
+/// Settings of a server that remote node agents join.
+#[derive(Debug, Clone)]
+pub struct ClusterSettings {
+    /// The secret node agents present to join, and that the server presents to them.
+    pub join_token: String,
+    /// Where node agents join (gRPC; port 0 picks a free port).
+    pub node_listen: SocketAddr,
+    /// Whether the server also runs its own in-process node (named `local`).
+    pub local_node: bool,
+    /// How often nodes send heartbeats.
+    pub heartbeat_interval: Duration,
+    /// A node without a heartbeat for this long is `lost`.
+    pub heartbeat_timeout: Duration,
+}
+
+impl ClusterSettings {
+    /// Defaults: the in-process node kept, heartbeats every 2 s, lost after 10 s.
+    pub fn new(join_token: impl Into<String>, node_listen: SocketAddr) -> Self {
+        ClusterSettings {
+            join_token: join_token.into(),
+            node_listen,
+            local_node: true,
+            heartbeat_interval: Duration::from_secs(2),
+            heartbeat_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// The registry as node agents reach it: a join connects back to the node's address.
+struct Registry {
+    cluster: Arc<Cluster>,
+    token: String,
+}
+
+#[async_trait]
+impl Membership for Registry {
+    async fn join(
+        &self,
+        name: String,
+        address: String,
+        report: NodeReport,
+    ) -> Result<JoinAnswer, MembershipError> {
+        if name.is_empty() || name == crate::LOCAL_NODE_NAME {
+            return Err(MembershipError::Refused(format!(
+                "node name {name:?} is reserved"
+            )));
+        }
+        let remote = RemoteNode::connect(&address, &self.token)
+            .await
+            .map_err(|e| MembershipError::Refused(format!("cannot call the node back: {e}")))?;
+        self.cluster
+            .join(&name, &address, Arc::new(remote), report, false);
+        Ok(JoinAnswer {
+            heartbeat_interval: self.cluster.config().heartbeat_interval,
+        })
+    }
+
+    async fn heartbeat(
+        &self,
+        name: &str,
+        report: NodeReport,
+    ) -> Result<Option<NodeState>, MembershipError> {
+        Ok(self.cluster.heartbeat(name, report))
+    }
+}
+
+/// A started registry, before its listener serves.
+pub(crate) struct Joined {
+    pub(crate) cluster: Arc<Cluster>,
+    token: String,
+    local: Option<Arc<NodeAgent>>,
+}
+
+/// Makes the registry; the server's own node, when it keeps one, joins it as `local`.
+pub(crate) async fn start(
+    settings: &ClusterSettings,
+    runtime: &str,
+    local: Option<Arc<NodeAgent>>,
+) -> anyhow::Result<Joined> {
+    let cluster = Cluster::new(ClusterConfig {
+        heartbeat_interval: settings.heartbeat_interval,
+        heartbeat_timeout: settings.heartbeat_timeout,
+        runtime: runtime.to_string(),
+        ..ClusterConfig::default()
+    });
+    if let Some(node) = &local {
+        let report = NodeReport::read(node.as_ref())
+            .await
+            .context("read the local node's report")?;
+        cluster.join(
+            crate::LOCAL_NODE_NAME,
+            "in-process",
+            node.clone() as Arc<dyn NodeApi>,
+            report,
+            true,
+        );
+    }
+    Ok(Joined {
+        cluster,
+        token: settings.join_token.clone(),
+        local,
+    })
+}
+
+impl Joined {
+    /// Serves the node listener and refreshes the local node's report, until `stop`.
+    pub(crate) fn serve(
+        self,
+        listener: TcpListener,
+        stop: tokio::sync::watch::Receiver<bool>,
+    ) -> Vec<tokio::task::JoinHandle<std::io::Result<()>>> {
+        let mut tasks = Vec::new();
+        let registry = Arc::new(Registry {
+            cluster: self.cluster.clone(),
+            token: self.token.clone(),
+        });
+        let service = ClusterService::new(registry, &self.token).into_server();
+        let mut rx = stop.clone();
+        tasks.push(tokio::spawn(async move {
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming_shutdown(incoming, async move {
+                    let _ = rx.wait_for(|s| *s).await;
+                })
+                .await
+                .map_err(std::io::Error::other)
+        }));
+        if let Some(node) = self.local {
+            let cluster = self.cluster.clone();
+            let mut rx = stop;
+            let every = cluster.config().heartbeat_interval;
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = rx.wait_for(|s| *s) => break,
+                        () = tokio::time::sleep(every) => {}
+                    }
+                    match NodeReport::read(node.as_ref()).await {
+                        Ok(report) => {
+                            cluster.heartbeat(crate::LOCAL_NODE_NAME, report);
+                        }
+                        Err(e) => warn!(error = %e, "cannot read the local node's report"),
+                    }
+                }
+                Ok(())
+            }));
+        }
+        info!("node listener serving");
+        tasks
+    }
+}
