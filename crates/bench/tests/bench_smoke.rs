@@ -50,6 +50,10 @@ const MUST_BE_ZERO: &[&str] = &["network_leak"];
 /// sandboxes (under 1 MiB each) is below what other processes on a shared machine move it by.
 const MAY_BE_NOISE: &[&str] = &["density_mem_available_per_sandbox"];
 
+/// The two runs take turns: each checks that it left no `cove-bench-*` entry in the temp dir,
+/// which the other's live entries would fail.
+static ONE_RUN_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
@@ -97,6 +101,9 @@ fn assert_numbers(key: &str, what: &str, v: &Value) {
 
 #[test]
 fn quick_run_reports_every_metric() {
+    let _turn = ONE_RUN_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let dir = tempfile::tempdir().expect("temp dir");
     let json_path = dir.path().join("out.json");
     let before = bench_dirs();
@@ -219,6 +226,9 @@ fn quick_qemu_run_reports_every_vm_metric() {
         eprintln!("skipped: no qemu-system-x86_64 (scripts/install-deps.sh installs it)");
         return;
     }
+    let _turn = ONE_RUN_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let dir = tempfile::tempdir().expect("temp dir");
     let json_path = dir.path().join("out.json");
     let before = bench_dirs();
