@@ -524,6 +524,19 @@ fn missing_runc_is_unavailable() {
 }
 
 /// Loop devices backed by `image` (`losetup -a` lines naming it).
+/// Whether no loop device is attached to `image` within 5 s: the kernel frees an autoclear
+/// loop device once its last user is gone, which can trail the unmount on a busy host.
+async fn detached(image: &Path) -> bool {
+    let began = Instant::now();
+    while !loop_devices_of(image).is_empty() {
+        if began.elapsed() > Duration::from_secs(5) {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    true
+}
+
 fn loop_devices_of(image: &Path) -> Vec<String> {
     let out = Command::new("losetup").arg("-a").output().expect("losetup");
     let image = image.to_string_lossy().into_owned();
@@ -572,10 +585,7 @@ async fn own_disk_holds_the_files_and_survives_stop_and_start() {
     rt.stop(&spec.id, &spec.dir).await.expect("stop");
     assert!(!mounted(&spec.dir.join("rootfs")));
     assert!(!mounted(&spec.dir.join("disk")));
-    assert!(
-        loop_devices_of(&image).is_empty(),
-        "stop detached the loop device"
-    );
+    assert!(detached(&image).await, "stop detached the loop device");
     assert!(
         image.exists(),
         "the image (the sandbox's files) survives stop"
@@ -588,6 +598,6 @@ async fn own_disk_holds_the_files_and_survives_stop_and_start() {
         "kept"
     );
     rt.stop(&spec.id, &spec.dir).await.expect("stop");
-    assert!(loop_devices_of(&image).is_empty());
+    assert!(detached(&image).await, "stop detached the loop device");
     println!("start with a 64 MiB disk: {start_ms} ms");
 }
