@@ -207,7 +207,7 @@ pub(super) async fn exists(
     description = "Make a directory and its parents.",
     params(("id" = String, Path, description = "Sandbox id")),
     request_body = cove_api_types::MakeDirRequest,
-    responses((status = 200, body = cove_api_types::FileInfo, description = "The directory")),
+    responses((status = 201, body = cove_api_types::FileInfo, description = "The directory")),
 )]
 pub(super) async fn mkdir(
     State(cp): State<ControlPlane>,
