@@ -74,7 +74,7 @@ impl RawQemu {
         );
         if self.accel.starts_with("tcg") {
             cmdline.push_str(" mitigations=off");
-            if let Some(khz) = tsc_khz() {
+            if let Some(khz) = cove_runtime::qemu::vm::host_tsc_khz() {
                 cmdline.push_str(&format!(" tsc_early_khz={khz}"));
             }
         }
@@ -270,18 +270,4 @@ impl RawVm {
         let _ = self.child.kill().await;
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-/// The host TSC frequency in kHz (`tsc_early_khz`: untuned TCG boots hang ~6 % of the time).
-fn tsc_khz() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
-    let mhz: f64 = info
-        .lines()
-        .find(|l| l.starts_with("cpu MHz"))?
-        .split(':')
-        .nth(1)?
-        .trim()
-        .parse()
-        .ok()?;
-    Some((mhz * 1000.0) as u64)
 }

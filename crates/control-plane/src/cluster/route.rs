@@ -43,14 +43,7 @@ impl NodeReleases for Cluster {
             return Err(NodeError::NoNodeAvailable("no node is reachable".into()));
         }
         let builds = nodes.iter().enumerate().map(|(i, (_, api))| {
-            let tx = if i == 0 {
-                events.clone()
-            } else {
-                // Other nodes' events are drained and dropped.
-                let (tx, mut rx) = tokio::sync::mpsc::channel(64);
-                tokio::spawn(async move { while rx.recv().await.is_some() {} });
-                tx
-            };
+            let tx = events_of(i, &events);
             api.build_release(template, number, no_cache, tx, cancel.clone())
         });
         let results = futures::future::join_all(builds).await;
@@ -96,13 +89,7 @@ impl NodeReleases for Cluster {
         }
         let mut first = None;
         for (i, (name, api)) in nodes.iter().enumerate() {
-            let tx = if i == 0 {
-                events.clone()
-            } else {
-                let (tx, mut rx) = tokio::sync::mpsc::channel(64);
-                tokio::spawn(async move { while rx.recv().await.is_some() {} });
-                tx
-            };
+            let tx = events_of(i, &events);
             match api
                 .build_file_release(template, number, build.clone(), tx, cancel.clone())
                 .await
@@ -516,4 +503,18 @@ impl NodeNetwork for Cluster {
                 .filter_map(|d| futures::future::ready(d.ok())),
         )
     }
+}
+
+/// The build events sender for the `i`-th node of a build on several: the caller's for the
+/// first, a drained one (events dropped) for the others.
+fn events_of(
+    i: usize,
+    events: &tokio::sync::mpsc::Sender<BuildEvent>,
+) -> tokio::sync::mpsc::Sender<BuildEvent> {
+    if i == 0 {
+        return events.clone();
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+    tokio::spawn(async move { while rx.recv().await.is_some() {} });
+    tx
 }

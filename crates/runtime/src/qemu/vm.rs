@@ -87,7 +87,7 @@ pub fn vm_name(id: &str) -> String {
 }
 
 /// The host TSC frequency in kHz, for `tsc_early_khz` (TCG boots hang ~6 % of the time without).
-fn host_tsc_khz() -> Option<u64> {
+pub fn host_tsc_khz() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
     let mhz: f64 = info
         .lines()
