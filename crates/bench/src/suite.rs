@@ -1,7 +1,6 @@
 //! One whole run: start the server and the raw runtime, measure everything in order, clean up,
 //! and return the report.
 
-use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::Context;
@@ -108,17 +107,12 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
 
 /// What this machine is.
 fn machine(args: &Args) -> anyhow::Result<Machine> {
-    let runc = Command::new(&args.runc)
-        .arg("--version")
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("run {} --version", args.runc.display()))?;
-    let runc = String::from_utf8_lossy(&runc.stdout)
-        .lines()
-        .next()
-        .unwrap_or("runc (unknown version)")
-        .trim()
-        .to_string();
+    let runc = host::version_line(&args.runc.display().to_string())?;
+    let runc = if runc.is_empty() {
+        "runc (unknown version)".to_string()
+    } else {
+        runc
+    };
     Ok(Machine {
         cores: host::cores(),
         mem_total_gib: host::mem_total()? as f64 / (1024.0 * MIB as f64),

@@ -33,12 +33,12 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
     let began = Instant::now();
     let started_at = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let runs = args.scale().qemu_runs;
-    let qemu = version_line("qemu-system-x86_64")?;
+    let qemu = host::version_line("qemu-system-x86_64")?;
     let machine = Machine {
         cores: host::cores(),
         mem_total_gib: host::mem_total()? as f64 / (1024.0 * MIB as f64),
         kernel: host::kernel_release(),
-        runc: version_line(&args.runc.display().to_string()).unwrap_or_default(),
+        runc: host::version_line(&args.runc.display().to_string()).unwrap_or_default(),
         qemu: Some(qemu.clone()),
     };
     let accel = if cove_runtime::qemu::kvm_usable() {
@@ -335,19 +335,4 @@ fn release_image(data_dir: &Path) -> anyhow::Result<PathBuf> {
         }
     }
     bail!("no rootfs.ext4 under {}", dir.display())
-}
-
-/// First line of `<binary> --version`.
-fn version_line(binary: &str) -> anyhow::Result<String> {
-    let out = std::process::Command::new(binary)
-        .arg("--version")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .with_context(|| format!("run {binary} --version"))?;
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_string())
 }
