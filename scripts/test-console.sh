@@ -48,6 +48,7 @@ cleanup() {
     [ -d "$d" ] || continue
     umount -l "$d/rootfs" 2>/dev/null || true
     umount -l "$d/disk" 2>/dev/null || true
+    umount -l "$d/lower" 2>/dev/null || true
   done
   rm -rf "$data_dir"
 }
@@ -56,7 +57,7 @@ trap cleanup EXIT
 # Sandboxes need no network here (loopback only).
 "$COVE_BIN" server --data-dir "$data_dir" --listen "127.0.0.1:$api_port" \
   --data-plane-listen "127.0.0.1:$dp_port" --guest-agent "$AGENT" --network off \
-  --cache-dir "$COVE_TEST_CACHE_DIR" >"$data_dir/server.log" 2>&1 &
+  --proxy-listen off --cache-dir "$COVE_TEST_CACHE_DIR" >"$data_dir/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 1 600); do
   curl -fsS "$url/healthz" >/dev/null 2>&1 && break

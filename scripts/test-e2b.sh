@@ -12,8 +12,12 @@ VENV="${COVE_E2B_VENV:-/var/cache/cove-venv-e2b}"
 NODE_DIR="${COVE_E2B_NODE_DIR:-/var/cache/cove-node-e2b}"
 
 cargo build --locked -q -p cove-cli
+# The network tests' fake internet and the server they point at it (test-only binaries).
+cargo build --locked -q -p cove-e2e --bin cove-e2e-server --bin cove-e2e-lab
 scripts/build-guest-agent.sh >/dev/null
 export COVE_BIN="$CARGO_TARGET_DIR/debug/cove"
+export COVE_E2E_SERVER="$CARGO_TARGET_DIR/debug/cove-e2e-server"
+export COVE_E2E_LAB="$CARGO_TARGET_DIR/debug/cove-e2e-lab"
 export COVE_GUEST_AGENT="$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/debug/cove-guest-agent"
 
 if [ ! -x "$VENV/bin/python" ]; then

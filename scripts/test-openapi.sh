@@ -53,6 +53,7 @@ cleanup() {
     [ -d "$d" ] || continue
     umount -l "$d/rootfs" 2>/dev/null || true
     umount -l "$d/disk" 2>/dev/null || true
+    umount -l "$d/lower" 2>/dev/null || true
   done
   rm -rf "$data_dir" "$report_dir"
 }
@@ -60,7 +61,7 @@ trap cleanup EXIT
 
 "$COVE_BIN" server --data-dir "$data_dir" --listen "127.0.0.1:$api_port" \
   --data-plane-listen "127.0.0.1:$dp_port" --guest-agent "$AGENT" \
-  --cache-dir "$COVE_TEST_CACHE_DIR" >"$data_dir/server.log" 2>&1 &
+  --proxy-listen 127.0.0.1:0 --cache-dir "$COVE_TEST_CACHE_DIR" >"$data_dir/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 1 600); do
   python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \

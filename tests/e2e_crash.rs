@@ -9,8 +9,8 @@
 //!   suspended sandboxes, and no half-written snapshot.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command as Process, Stdio};
+use std::path::Path;
+use std::process::Command as Process;
 use std::time::{Duration, Instant};
 
 use cove_api_types::{
@@ -18,200 +18,17 @@ use cove_api_types::{
     OperationState, SandboxState,
 };
 use cove_client::{Client, ListSandboxes};
+use cove_e2e::server_process::{dir_names, overlay_mounts, signal, ServerProcess};
+
+/// The server binary of this package.
+fn server_process(reconcile_ms: u64) -> ServerProcess {
+    ServerProcess::new(
+        Path::new(env!("CARGO_BIN_EXE_cove-e2e-server")),
+        reconcile_ms,
+    )
+}
 
 const WAIT: Duration = Duration::from_secs(120);
-
-/// A server process on a data dir; killed and the data dir cleaned when dropped.
-struct ServerProcess {
-    data_dir: PathBuf,
-    child: Option<Child>,
-    api_url: String,
-    reconcile_ms: u64,
-    /// Extra environment of the server process.
-    env: Vec<(String, String)>,
-}
-
-fn free_addr() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    l.local_addr().expect("addr").to_string()
-}
-
-impl ServerProcess {
-    fn new(reconcile_ms: u64) -> Self {
-        let data_dir = tempfile::Builder::new()
-            .prefix("cove-crash-")
-            .tempdir()
-            .expect("data dir")
-            .keep();
-        ServerProcess {
-            data_dir,
-            child: None,
-            api_url: String::new(),
-            reconcile_ms,
-            env: Vec::new(),
-        }
-    }
-
-    /// Starts the server and waits until it answers.
-    async fn start(&mut self) -> Client {
-        let api = free_addr();
-        let cache = std::env::var("COVE_TEST_CACHE_DIR")
-            .unwrap_or_else(|_| "/var/cache/cove/templates".to_string());
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.data_dir.join("server.log"))
-            .expect("log");
-        let child = Process::new(env!("CARGO_BIN_EXE_cove-e2e-server"))
-            .arg(&self.data_dir)
-            .arg(&api)
-            .arg(free_addr())
-            .arg(cove_e2e::guest_agent())
-            .arg(cache)
-            .arg("250")
-            .arg(self.reconcile_ms.to_string())
-            .envs(self.env.iter().cloned())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn server");
-        self.child = Some(child);
-        self.api_url = format!("http://{api}");
-        let until = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(token) = std::fs::read_to_string(self.data_dir.join("admin.token")) {
-                let c = Client::new(&self.api_url, token.trim()).expect("client");
-                if c.health().await.is_ok() {
-                    return c;
-                }
-            }
-            if let Some(status) = self
-                .child
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                panic!("server exited with {status}: {}", self.log_tail());
-            }
-            assert!(
-                Instant::now() < until,
-                "server did not come up: {}",
-                self.log_tail()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// SIGKILLs the server. It is stopped first, so it starts no new helper process, and the
-    /// helpers it had (runc invocations) are waited for: a restart by a supervisor also comes
-    /// after the old process's helpers are gone.
-    fn kill9(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        let pid = child.id();
-        signal(pid, "STOP");
-        let helpers = children_of(pid);
-        signal(pid, "KILL");
-        let _ = child.wait();
-        let until = Instant::now() + Duration::from_secs(30);
-        while helpers
-            .iter()
-            .any(|p| Path::new(&format!("/proc/{p}")).exists())
-            && Instant::now() < until
-        {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(self.data_dir.join("server.log")).unwrap_or_default();
-        log.lines()
-            .rev()
-            .take(30)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-}
-
-impl Drop for ServerProcess {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let root = self.data_dir.join("runc");
-        for id in cove_e2e::runc_containers(&self.data_dir) {
-            let _ = Process::new("runc")
-                .arg("--root")
-                .arg(&root)
-                .args(["delete", "-f", &id])
-                .output();
-        }
-        if let Ok(entries) = std::fs::read_dir(self.data_dir.join("sandboxes")) {
-            for e in entries.flatten() {
-                let _ = Process::new("umount")
-                    .arg("-l")
-                    .arg(e.path().join("rootfs"))
-                    .output();
-            }
-        }
-        cove_e2e::remove_network_namespaces(&self.data_dir);
-        let _ = std::fs::remove_dir_all(&self.data_dir);
-    }
-}
-
-/// Pids whose parent is `pid` (and which are not zombies).
-fn children_of(pid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for e in entries.flatten() {
-        let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
-            continue;
-        };
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        if fields.get(1).and_then(|s| s.parse::<u32>().ok()) == Some(pid)
-            && fields.first() != Some(&"Z")
-        {
-            out.push(p);
-        }
-    }
-    out
-}
-
-/// Sandbox ids with an overlay mounted under the data dir.
-fn overlay_mounts(data_dir: &Path) -> BTreeSet<String> {
-    let prefix = format!("{}/sandboxes/", data_dir.display());
-    std::fs::read_to_string("/proc/self/mountinfo")
-        .expect("mountinfo")
-        .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .filter_map(|m| m.strip_prefix(&prefix))
-        .filter_map(|rest| rest.split('/').next())
-        .map(str::to_string)
-        .collect()
-}
-
-fn dir_names(dir: &Path) -> BTreeSet<String> {
-    match std::fs::read_dir(dir) {
-        Ok(entries) => entries
-            .flatten()
-            .filter_map(|e| e.file_name().to_str().map(str::to_string))
-            .collect(),
-        Err(_) => BTreeSet::new(),
-    }
-}
 
 /// Every file below `dir` (relative paths).
 fn files_below(dir: &Path) -> Vec<String> {
@@ -396,18 +213,10 @@ async fn check_network(data_dir: &Path, live: &BTreeSet<String>, round: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_during_lifecycle_operations_then_restart_leaves_nothing_behind() {
-    let mut server = ServerProcess::new(30_000);
+    let mut server = server_process(30_000);
     let data_dir = server.data_dir.clone();
     let mut c = server.start().await;
-    let build = c
-        .build_release("tiny", &BuildReleaseRequest::default())
-        .await
-        .expect("build");
-    let op = c
-        .wait_operation(&build.operation.id, Duration::from_secs(600))
-        .await
-        .expect("build ends");
-    assert_eq!(op.state, OperationState::Succeeded, "{:?}", op.error);
+    cove_e2e::build_template(&c, "tiny").await;
 
     // A sandbox whose command must survive every crash, with output.
     let keeper = created(&c).await;
@@ -534,7 +343,7 @@ async fn kill_9_during_lifecycle_operations_then_restart_leaves_nothing_behind()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_during_creates_leaves_no_orphan_interfaces() {
-    let mut server = ServerProcess::new(30_000);
+    let mut server = server_process(30_000);
     let data_dir = server.data_dir.clone();
     let host_links = cove_network::inventory("none")
         .expect("inventory")
@@ -544,15 +353,7 @@ async fn kill_9_during_creates_leaves_no_orphan_interfaces() {
         eprintln!("skipped: sandbox networks are off on this host");
         return;
     }
-    let build = c
-        .build_release("tiny", &BuildReleaseRequest::default())
-        .await
-        .expect("build");
-    let op = c
-        .wait_operation(&build.operation.id, Duration::from_secs(600))
-        .await
-        .expect("build ends");
-    assert_eq!(op.state, OperationState::Succeeded, "{:?}", op.error);
+    cove_e2e::build_template(&c, "tiny").await;
     let req = CreateSandboxRequest {
         template: Some("tiny".into()),
         ..Default::default()
@@ -614,7 +415,7 @@ async fn a_secret_survives_kill_9_of_the_server() {
     let lab = cove_network::lab::FakeInternet::create(&lab_prefix)
         .await
         .expect("fake internet");
-    let mut server = ServerProcess::new(30_000);
+    let mut server = server_process(30_000);
     let roots = server.data_dir.with_extension("lab-ca.pem");
     std::fs::write(&roots, &lab.ca_pem).expect("lab CA");
     server.env = vec![
@@ -657,6 +458,23 @@ async fn a_secret_survives_kill_9_of_the_server() {
         "{placeholder}"
     );
     assert_eq!(cove_e2e::sh(&c, &id, call).await.stdout_text(), want);
+    // The node records the counters every 5 s: wait (bounded) until the record holds them.
+    let record = server.data_dir.join("network").join(format!("{id}.json"));
+    let mut recorded = serde_json::Value::Null;
+    for _ in 0..100 {
+        recorded = std::fs::read(&record)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .map(|r| r["counters"].clone())
+            .unwrap_or_default();
+        if recorded["connections_allowed"].as_u64().unwrap_or(0) >= 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let recorded_allowed = recorded["connections_allowed"].as_u64().unwrap_or(0);
+    let recorded_in = recorded["bytes_in"].as_u64().unwrap_or(0);
+    assert!(recorded_allowed >= 1, "counters recorded: {recorded}");
 
     server.kill9();
     c = server.start().await;
@@ -664,6 +482,11 @@ async fn a_secret_survives_kill_9_of_the_server() {
         c.get_sandbox(&id).await.expect("get").state,
         SandboxState::Running,
         "adopted"
+    );
+    let counters = c.sandbox_network(&id).await.expect("network").counters;
+    assert!(
+        counters.connections_allowed >= recorded_allowed && counters.bytes_in >= recorded_in,
+        "counters carried over the restart: {counters:?} after {recorded}"
     );
     let after = cove_e2e::sh(&c, &id, "printf %s \"$API_KEY\"")
         .await
@@ -683,33 +506,24 @@ async fn a_secret_survives_kill_9_of_the_server() {
     lab.destroy().expect("destroy the fake internet");
 }
 
-/// Sends signal `name` to `pid` (with kill(1)).
-fn signal(pid: u32, name: &str) {
-    let status = Process::new("kill")
-        .arg(format!("-{name}"))
-        .arg(pid.to_string())
-        .status();
-    assert!(status.is_ok_and(|s| s.success()), "kill -{name} {pid}");
-}
-
-/// While serving, reconciliation every 500 ms: a sandbox whose container vanished ends
-/// `failed`, and leftovers no sandbox wants (a sandbox directory, a snapshot) are removed.
+/// While serving, reconciliation every 500 ms: a sandbox whose container vanished but whose
+/// files are there is repaired on them (`degraded`, then `running`: the repair controller),
+/// and leftovers no sandbox wants (a sandbox directory, a snapshot) are removed. (A sandbox
+/// whose files are gone too ends `failed`: the fake-node tests cover it.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn periodic_reconciliation_fails_vanished_sandboxes_and_removes_orphans() {
-    let mut server = ServerProcess::new(500);
+async fn periodic_reconciliation_repairs_vanished_containers_and_removes_orphans() {
+    let mut server = server_process(500);
     let data_dir = server.data_dir.clone();
     let c = server.start().await;
-    let build = c
-        .build_release("tiny", &BuildReleaseRequest::default())
-        .await
-        .expect("build");
-    let op = c
-        .wait_operation(&build.operation.id, Duration::from_secs(600))
-        .await
-        .expect("build ends");
-    assert_eq!(op.state, OperationState::Succeeded, "{:?}", op.error);
+    cove_e2e::build_template(&c, "tiny").await;
     let kept = created(&c).await;
     let lost = created(&c).await;
+    assert_eq!(
+        cove_e2e::sh(&c, &lost, "echo mine > /home/user/f && echo ok")
+            .await
+            .stdout_text(),
+        "ok\n"
+    );
 
     // The container disappears behind the server's back.
     let root = data_dir.join("runc");
@@ -728,30 +542,35 @@ async fn periodic_reconciliation_fails_vanished_sandboxes_and_removes_orphans() 
     std::fs::create_dir_all(&orphan_snapshot).expect("orphan snapshot dir");
     std::fs::write(orphan_snapshot.join("fs.tar"), b"not a sandbox").expect("orphan snapshot");
 
-    let until = Instant::now() + Duration::from_secs(20);
+    let until = Instant::now() + Duration::from_secs(40);
     loop {
-        let lost_state = c.get_sandbox(&lost).await.expect("lost").state;
+        let lost_now = c.get_sandbox(&lost).await.expect("lost");
+        let repaired = lost_now.state == SandboxState::Running
+            && lost_now
+                .state_reason
+                .as_deref()
+                .is_some_and(|r| r.starts_with("repaired"));
         let dirs = dir_names(&data_dir.join("sandboxes"));
         let snapshots = dir_names(&data_dir.join("snapshots/sandboxes"));
-        if lost_state == SandboxState::Failed
-            && !dirs.contains(orphan)
-            && !dirs.contains(&lost)
-            && snapshots.is_empty()
-        {
+        if repaired && !dirs.contains(orphan) && snapshots.is_empty() {
             break;
         }
         assert!(
+            lost_now.state != SandboxState::Failed,
+            "repaired, not failed: {lost_now:?}"
+        );
+        assert!(
             Instant::now() < until,
-            "not reconciled: lost is {lost_state:?}, dirs {dirs:?}, snapshots {snapshots:?}"
+            "not reconciled: lost is {lost_now:?}, dirs {dirs:?}, snapshots {snapshots:?}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let lost_now = c.get_sandbox(&lost).await.expect("lost");
-    let reason = lost_now.state_reason.unwrap_or_default();
-    assert!(reason.contains("vanished"), "{reason}");
-    assert!(
-        !overlay_mounts(&data_dir).contains(&lost),
-        "its overlay is unmounted"
+    assert_eq!(
+        cove_e2e::sh(&c, &lost, "cat /home/user/f")
+            .await
+            .stdout_text(),
+        "mine\n",
+        "its files are kept"
     );
     assert_eq!(
         c.get_sandbox(&kept).await.expect("kept").state,

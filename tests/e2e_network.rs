@@ -11,7 +11,6 @@
 //! host see the placeholder, the store and the API never hold the value in clear).
 
 use std::net::Ipv4Addr;
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use cove_api_types::{
@@ -19,74 +18,18 @@ use cove_api_types::{
 };
 use cove_client::{Client, ClientError, UploadOptions};
 use cove_e2e::{delete, sandbox_with, server_with, sh};
-use cove_network::lab::{self, DNS_ADDR, HOST_SERVICE_PORT, METADATA, UP_ADDR, WEB_A, WEB_B};
+use cove_network::lab::{DNS_ADDR, HOST_SERVICE_PORT, METADATA, UP_ADDR, WEB_A, WEB_B};
 use futures::StreamExt;
 
-/// The fake internet of this test binary, alive for the whole process.
-struct Lab {
-    prefix: String,
-    upstream_ns: String,
-    ca_pem: String,
-}
-
-static LAB: OnceLock<Lab> = OnceLock::new();
-
-extern "C" fn destroy_lab() {
-    if let Some(l) = LAB.get() {
-        let _ = lab::destroy_namespaces(&l.prefix);
-    }
-}
-
-/// Starts the fake internet on a runtime thread of its own (its servers are tasks there).
-fn fake_internet() -> &'static Lab {
-    LAB.get_or_init(|| {
-        let prefix = format!("l{:x}", std::process::id() % 0xff_ffff);
-        let (tx, rx) = std::sync::mpsc::channel();
-        let p = prefix.clone();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async move {
-                let lab = lab::FakeInternet::create(&p).await.expect("fake internet");
-                tx.send((lab.upstream_ns.clone(), lab.ca_pem.clone()))
-                    .expect("send");
-                std::future::pending::<()>().await;
-                drop(lab);
-            });
-        });
-        let (upstream_ns, ca_pem) = rx.recv().expect("lab up");
-        // SAFETY: registers a plain `extern "C"` function; it only reads a OnceLock and runs
-        // `ip`, which is sound at exit.
-        #[allow(unsafe_code)]
-        unsafe {
-            libc::atexit(destroy_lab);
-        }
-        Lab {
-            prefix,
-            upstream_ns,
-            ca_pem,
-        }
-    })
+fn fake_internet() -> &'static cove_e2e::lab::Lab {
+    cove_e2e::lab::fake_internet()
 }
 
 /// The server of this binary: networking on, upstream the fake internet, listening on every
 /// address (so "the control plane" is every host address, which must stay unreachable).
 fn tweak(cfg: &mut cove_server::Config) {
-    let l = fake_internet();
+    cove_e2e::lab::use_fake_internet(cfg);
     cfg.listen = "0.0.0.0:0".parse().expect("addr");
-    cfg.network = cove_server::NetworkSettings {
-        mode: cove_server::NetworkMode::On,
-        prefix: None,
-        pool: Some(lab::LAB_POOL.parse().expect("pool")),
-        upstream: Some(cove_network::Upstream {
-            netns: Some(l.upstream_ns.clone()),
-            resolver: std::net::SocketAddrV4::new(DNS_ADDR, 53),
-            tls_roots_pem: Some(l.ca_pem.clone()),
-        }),
-    };
 }
 
 fn c() -> Client {
@@ -466,6 +409,7 @@ async fn a_live_put_applies_to_the_next_connection() {
     c.set_sandbox_network(&id, &policy(true, &[], &["203.0.113.20"]))
         .await
         .expect("put");
+    let before = c.sandbox_network(&id).await.expect("network").counters;
     let op = c.suspend_sandbox(&id).await.expect("suspend");
     c.wait_operation(&op.id, Duration::from_secs(120))
         .await
@@ -480,6 +424,9 @@ async fn a_live_put_applies_to_the_next_connection() {
         c.get_sandbox(&id).await.expect("get").state,
         SandboxState::Running
     );
+    // The counters carried on through the suspend and wake (nothing was sent since).
+    let after = c.sandbox_network(&id).await.expect("network").counters;
+    assert_eq!(after, before, "counters survive a wake");
     assert!(
         curl(&c, &id, &web(WEB_B)).await.is_err(),
         "the policy came back"

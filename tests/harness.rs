@@ -13,6 +13,10 @@
 
 #![allow(unsafe_code)]
 
+pub mod lab;
+pub mod load;
+pub mod server_process;
+
 use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -36,6 +40,8 @@ pub struct Server {
     pub token: String,
     /// Data dir.
     pub data_dir: PathBuf,
+    /// The proxy listener of sandbox ports, when the tweak turned it on.
+    pub proxy_addr: Option<std::net::SocketAddr>,
 }
 
 static SERVER: OnceLock<Server> = OnceLock::new();
@@ -145,6 +151,14 @@ pub fn remove_network_namespaces(data_dir: &Path) {
 /// Kills every container under `dir`'s runc root, unmounts sandbox root filesystems and own
 /// disks, removes the server's network namespaces, removes `dir`.
 fn cleanup(dir: &Path) {
+    release_node_resources(dir);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Everything a server on data dir `dir` holds on the host but its files: kills every
+/// container under its runc root (and QEMU VM), unseals run dirs, unmounts sandbox root
+/// filesystems and own disks, removes the server's network namespaces.
+pub fn release_node_resources(dir: &Path) {
     let root = dir.join("runc");
     for id in runc_containers(dir) {
         let _ = std::process::Command::new("runc")
@@ -170,8 +184,9 @@ fn cleanup(dir: &Path) {
                 .arg("-i")
                 .arg(e.path().join("run"))
                 .output();
-            // The overlay first, then a sandbox's own disk (its loop device detaches with it).
-            for mount in ["rootfs", "disk"] {
+            // The overlay first, then the idmapped release under it, then a sandbox's own disk
+            // (its loop device detaches with it).
+            for mount in ["rootfs", "lower", "disk"] {
                 let _ = std::process::Command::new("umount")
                     .arg("-l")
                     .arg(e.path().join(mount))
@@ -179,8 +194,25 @@ fn cleanup(dir: &Path) {
             }
         }
     }
+    release_userns_claims(dir);
     remove_network_namespaces(dir);
-    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Gives back the machine-wide user namespace ranges the sandboxes of data dir `dir` still
+/// claim (a claim holds its sandbox's id).
+fn release_userns_claims(dir: &Path) {
+    // `cove_runtime::runc::USERNS_CLAIMS_DIR`.
+    let claims = Path::new("/run/cove/userns");
+    let Ok(entries) = std::fs::read_dir(claims) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if let Ok(id) = std::fs::read_to_string(e.path()) {
+            if !id.is_empty() && !id.contains('/') && dir.join("sandboxes").join(&id).exists() {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
 }
 
 /// The server of this test binary (started on first call).
@@ -224,9 +256,11 @@ pub fn server_with(tweak: fn(&mut cove_server::Config)) -> &'static Server {
             },
             command_output: Default::default(),
             e2b: None,
+            proxy: None,
             network: Default::default(),
             default_disk_mib: Some(cove_server::DEFAULT_DISK_MIB),
             cluster: None,
+            user_namespaces: Default::default(),
         };
         let mut cfg = cfg;
         tweak(&mut cfg);
@@ -243,17 +277,23 @@ pub fn server_with(tweak: fn(&mut cove_server::Config)) -> &'static Server {
                 }
                 let running = cove_server::start(cfg).await.expect("server starts");
                 let token = running.new_admin_token.clone().expect("fresh admin token");
-                tx.send((running.api_addr, running.data_plane_addr, token))
-                    .expect("send");
+                tx.send((
+                    running.api_addr,
+                    running.data_plane_addr,
+                    token,
+                    running.proxy_addr,
+                ))
+                .expect("send");
                 std::future::pending::<()>().await;
             });
         });
-        let (api, dp, token) = rx.recv().expect("server address");
+        let (api, dp, token, proxy_addr) = rx.recv().expect("server address");
         Server {
             api_url: format!("http://{api}"),
             data_plane_url: format!("http://{dp}"),
             token,
             data_dir,
+            proxy_addr,
         }
     })
 }
@@ -275,6 +315,14 @@ pub async fn ensure_template(client: &Client, template: &str) {
     if built.contains(template) {
         return;
     }
+    build_template(client, template).await;
+    built.insert(template.to_string());
+}
+
+/// Builds a release of `template` on the server of `client` and waits until it is ready (from
+/// the cache: seconds). Unlike [`ensure_template`] it builds every time: for tests that start
+/// servers of their own.
+pub async fn build_template(client: &Client, template: &str) {
     let resp = client
         .build_release(template, &BuildReleaseRequest::default())
         .await
@@ -289,7 +337,6 @@ pub async fn ensure_template(client: &Client, template: &str) {
         "build of {template} failed: {:?}",
         op.error
     );
-    built.insert(template.to_string());
 }
 
 /// Creates a sandbox of `template` (with `req`'s other fields) and waits until it runs.

@@ -26,6 +26,7 @@ from .errors import (
     Unavailable,
 )
 from .types import (
+    SANDBOX_STATES,
     Attachment,
     BuildLog,
     Capabilities,
@@ -47,6 +48,8 @@ from .types import (
     Sandbox,
     SandboxMetrics,
     SandboxNetwork,
+    SandboxPorts,
+    PortLink,
     Template,
 )
 
@@ -89,7 +92,10 @@ __all__ = [
     "Sandbox",
     "SandboxMetrics",
     "SandboxNetwork",
+    "SandboxPorts",
+    "PortLink",
     "SandboxNotRunning",
+    "SANDBOX_STATES",
     "Template",
     "TransportError",
     "Unauthorized",

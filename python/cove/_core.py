@@ -27,10 +27,12 @@ from .types import (
     NetworkPolicy,
     Operation,
     Pool,
+    PortLink,
     Resources,
     Sandbox,
     SandboxMetrics,
     SandboxNetwork,
+    SandboxPorts,
     Template,
     from_json_list,
 )
@@ -220,6 +222,7 @@ def create_sandbox(
     ttl_s: Optional[int] = None,
     network: Union[NetworkPolicy, Mapping[str, Any], None] = None,
     secrets: Optional[Mapping[str, Mapping[str, Any]]] = None,
+    public: bool = False,
     idempotency_key: Optional[str] = None,
     wait: bool = True,
     timeout: float = 600,
@@ -229,7 +232,8 @@ def create_sandbox(
     policy (:class:`NetworkPolicy` or ``{"internet": bool, "allow": [...], "deny": [...]}``);
     ``secrets`` maps a name to ``{"value": ..., "hosts": [...]}``: commands get a placeholder in
     that variable, and the gateway puts the value in its place in HTTPS requests to ``hosts``.
-    ``runtime`` (``runc``, ``qemu``) must be the server's (:meth:`capabilities`) when given."""
+    ``runtime`` (``runc``, ``qemu``) must be the server's (:meth:`capabilities`) when given.
+    ``public`` makes its ports reachable without a credential (:meth:`set_ports` changes it)."""
     if isinstance(resources, Resources):
         resources = drop_none(**vars(resources))
     if isinstance(network, NetworkPolicy):
@@ -247,6 +251,7 @@ def create_sandbox(
         ttl_s=ttl_s,
         network=dict(network) if network is not None else None,
         secrets={k: dict(v) for k, v in secrets.items()} if secrets else None,
+        public=True if public else None,
     )
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
     data = yield Req("POST", "/v1/sandboxes", json=body, headers=headers)
@@ -292,6 +297,26 @@ def set_network(
         body = {"internet": internet, "allow": list(allow), "deny": list(deny)}
     data = yield Req("PUT", sandbox_path(sandbox, "/network"), json=body)
     return SandboxNetwork.from_json(data)
+
+
+def ports(sandbox: Sandboxish) -> Call:
+    """How to reach a sandbox's ports (:class:`SandboxPorts`: proxy host, token, public)."""
+    data = yield Req("GET", sandbox_path(sandbox, "/ports"))
+    return SandboxPorts.from_json(data)
+
+
+def set_ports(sandbox: Sandboxish, public: bool) -> Call:
+    """Makes a sandbox's ports public (no credential) or private again; the next request
+    follows it."""
+    data = yield Req("PUT", sandbox_path(sandbox, "/ports"), json={"public": public})
+    return SandboxPorts.from_json(data)
+
+
+def port_link(sandbox: Sandboxish, port: int, path: Optional[str] = None) -> Call:
+    """A one-time link to ``port`` for a browser (:class:`PortLink`); needs the server's proxy
+    listener."""
+    data = yield Req("POST", sandbox_path(sandbox, "/ports:link"), json=drop_none(port=port, path=path))
+    return PortLink.from_json(data)
 
 
 def list_sandboxes(

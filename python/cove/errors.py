@@ -62,7 +62,8 @@ class Conflict(CoveError):
 
 
 class SandboxNotRunning(Conflict):
-    """409 ``sandbox_not_running``: the sandbox is paused or suspended; resume or wake it."""
+    """409 ``sandbox_not_running``: the sandbox is paused or suspended (resume or wake it), or
+    ``degraded`` while the server repairs its guest agent (retry in a few seconds)."""
 
 
 class PayloadTooLarge(CoveError):

@@ -18,6 +18,22 @@ T = TypeVar("T")
 #: Final operation states.
 FINAL_OPERATION_STATES = ("succeeded", "failed", "cancelled")
 
+#: Every sandbox state. ``degraded``: its guest agent died or stopped answering
+#: (``state_reason`` says why); the server repairs it, keeping its files, and it returns to
+#: ``running`` (or ends ``failed``). Commands and files answer ``sandbox_not_running`` meanwhile.
+SANDBOX_STATES = (
+    "creating",
+    "running",
+    "paused",
+    "degraded",
+    "suspending",
+    "suspended",
+    "waking",
+    "deleting",
+    "deleted",
+    "failed",
+)
+
 
 def _time(value: Optional[str]) -> Optional[datetime]:
     if value is None:
@@ -145,8 +161,49 @@ class SandboxNetwork:
 
 
 @dataclass
+class SandboxPorts:
+    """How to reach a sandbox's ports: ``host`` on the proxy listener with ``{port}`` in place
+    of the port (``None`` without a proxy listener), ``path`` on the API, the port ``token``
+    (header ``x-cove-port-token``), and whether they are ``public`` (no credential needed)."""
+
+    sandbox_id: str
+    token: str
+    path: str
+    public: bool = False
+    host: Optional[str] = None
+
+    def url(self, port: int, path: str = "/") -> Optional[str]:
+        """``http://{port}-{id}.{domain}:{proxy port}{path}``, or ``None`` without a proxy."""
+        if self.host is None:
+            return None
+        return "http://" + self.host.replace("{port}", str(port)) + path
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "SandboxPorts":
+        return cls(**_known(cls, data))
+
+
+@dataclass
+class PortLink:
+    """A one-time link to a port for a browser: the first visit before ``expires_at`` sets a
+    cookie for that port's host and redirects; a second visit is refused."""
+
+    sandbox_id: str
+    port: int
+    url: str
+    expires_at: datetime
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "PortLink":
+        d = _known(cls, data)
+        d["expires_at"] = _time(data["expires_at"])
+        return cls(**d)
+
+
+@dataclass
 class Sandbox:
-    """A sandbox: an instance of a template release."""
+    """A sandbox: an instance of a template release. ``state`` is one of
+    :data:`SANDBOX_STATES`; ``state_reason`` says why it is ``degraded`` or ``failed``."""
 
     id: str
     template: str
@@ -170,6 +227,8 @@ class Sandbox:
     network: NetworkPolicy = field(default_factory=NetworkPolicy)
     #: Secret name -> the hosts its value is sent to (values are never shown).
     secrets: Dict[str, List[str]] = field(default_factory=dict)
+    #: Whether its ports are reachable without a credential.
+    public: bool = False
 
     @classmethod
     def from_json(cls, data: Dict[str, Any]) -> "Sandbox":
@@ -438,6 +497,9 @@ class Capabilities:
     boundary: str = ""
     #: Sandboxes get a network behind an egress gateway (policies and secrets work).
     network: bool = False
+    #: Each sandbox's root is an unprivileged host id range of its own (a user namespace;
+    #: runc). ``False`` on qemu, whose boundary is the VM.
+    user_namespaces: bool = False
     #: Seconds each class of record is kept (``operations_s``, ``events_s``, ``commands_s``,
     #: ``snapshots_s``); ``None``: kept until its owner goes.
     retention: Dict[str, Optional[int]] = field(default_factory=dict)

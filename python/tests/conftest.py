@@ -93,6 +93,8 @@ def server():
             f"127.0.0.1:{api}",
             "--data-plane-listen",
             f"127.0.0.1:{dp}",
+            "--proxy-listen",
+            "127.0.0.1:0",
             "--guest-agent",
             agent,
             "--cache-dir",

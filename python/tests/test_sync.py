@@ -350,6 +350,25 @@ def test_network_policy_on_create_get_and_put(client):
         client.delete_sandbox(sb)
 
 
+def test_ports_public_and_one_time_links(client):
+    sb = client.create_sandbox("tiny", public=True)
+    try:
+        assert sb.public
+        ports = client.ports(sb)
+        assert ports.public and ports.sandbox_id == sb.id and len(ports.token) == 32
+        assert ports.host is not None and ports.host.startswith("{port}-" + sb.id + ".localhost:")
+        assert ports.url(8000, "/x") == "http://" + ports.host.replace("{port}", "8000") + "/x"
+        assert not client.set_ports(sb, public=False).public
+        assert not client.get_sandbox(sb).public
+        link = client.port_link(sb, 8000, path="/app")
+        assert link.port == 8000 and link.sandbox_id == sb.id
+        assert link.url.startswith(ports.url(8000, "/app") + "?cove_link=")
+        with pytest.raises(cove.InvalidArgument):
+            client.port_link(sb, 0)
+    finally:
+        client.delete_sandbox(sb)
+
+
 def test_capabilities_state_the_retention(client):
     caps = client.capabilities()
     # The server under test runs with the defaults: 7 days, 7 days, 1 day, kept.

@@ -3,6 +3,8 @@
 //! agent binary, release cache dir, controller and reconcile intervals in milliseconds. Logs go
 //! to stderr. `COVE_E2E_RUNTIME=qemu` picks the qemu runtime; `COVE_E2E_UPSTREAM_NS` (see
 //! `network_from_env`) points the sandbox network's gateway at a fake internet.
+//! `COVE_E2E_AGENT_CHECK_MS` sets how often guest agents are checked (default 5000);
+//! `COVE_E2E_DEFAULT_DISK_MIB=0` gives sandboxes no own disk (their files on the data dir).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -28,7 +30,7 @@ fn network_from_env() -> cove_server::NetworkSettings {
         .and_then(|p| std::fs::read_to_string(p).ok());
     cove_server::NetworkSettings {
         mode: cove_server::NetworkMode::On,
-        prefix: None,
+        prefix: std::env::var("COVE_E2E_NETWORK_PREFIX").ok(),
         pool: std::env::var("COVE_E2E_POOL")
             .unwrap_or_else(|_| "198.51.100.0/24".into())
             .parse()
@@ -75,13 +77,32 @@ fn main() -> ExitCode {
         lifecycle: cove_server::LifecycleSettings {
             controller_interval: Some(Duration::from_millis(controller_ms)),
             reconcile_interval: Some(Duration::from_millis(reconcile_ms)),
+            agent_check_interval: std::env::var("COVE_E2E_AGENT_CHECK_MS")
+                .ok()
+                .and_then(|ms| ms.parse().ok())
+                .map(Duration::from_millis),
             ..Default::default()
         },
         command_output: Default::default(),
-        e2b: None,
+        e2b: std::env::var("COVE_E2E_E2B_LISTEN")
+            .ok()
+            .and_then(|a| a.parse().ok())
+            .map(|listen| cove_server::E2bSettings {
+                listen,
+                domain: None,
+            }),
+        proxy: None,
         network: network_from_env(),
-        default_disk_mib: Some(cove_server::DEFAULT_DISK_MIB),
+        default_disk_mib: match std::env::var("COVE_E2E_DEFAULT_DISK_MIB")
+            .ok()
+            .and_then(|m| m.parse::<u64>().ok())
+        {
+            Some(0) => None,
+            Some(mib) => Some(mib),
+            None => Some(cove_server::DEFAULT_DISK_MIB),
+        },
         cluster: None,
+        user_namespaces: Default::default(),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

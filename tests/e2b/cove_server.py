@@ -1,7 +1,10 @@
-"""Test-only launcher: a real `cove server` with the E2B listener on free loopback ports.
+"""Test-only launchers: a real `cove server` with the E2B listener on free loopback ports,
+and a fake internet (`cove-e2e-lab`) with a server whose sandboxes' gateway goes out to it.
 
-Used by the E2B SDK tests (conftest.py) and the benchmark. Needs root, runc, the guest agent
-and the `cove` binary (COVE_BIN, COVE_GUEST_AGENT; the template cache COVE_TEST_CACHE_DIR).
+Used by the E2B SDK tests (conftest.py, test_network.py) and the benchmark. Needs root, runc,
+the guest agent and the `cove` binary (COVE_BIN, COVE_GUEST_AGENT; the template cache
+COVE_TEST_CACHE_DIR); the network tests also `cove-e2e-lab` and `cove-e2e-server`
+(COVE_E2E_LAB, COVE_E2E_SERVER; built by scripts/test-e2b.sh).
 """
 
 import json
@@ -30,11 +33,55 @@ def remove_namespaces(prefix):
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
-class CoveServer:
-    """A running server; `stop()` (or the context manager) ends it and removes its data."""
+def _target():
+    return os.environ.get("CARGO_TARGET_DIR", "/var/cache/cove-target")
+
+
+class FakeInternet:
+    """`cove-e2e-lab`: web servers and DNS inside namespaces this process creates (203.0.113.10
+    serves `allowed.test` and `other.test`, 203.0.113.20 serves `b.test`; see
+    crates/network/src/lab). Nothing leaves those namespaces. `stop()` removes them."""
 
     def __init__(self):
-        target = os.environ.get("CARGO_TARGET_DIR", "/var/cache/cove-target")
+        self.bin = os.environ.get("COVE_E2E_LAB", f"{_target()}/debug/cove-e2e-lab")
+        self.dir = tempfile.mkdtemp(prefix="cove-lab-")
+        self.prefix = "lb" + os.urandom(2).hex()
+        self.ca_file = os.path.join(self.dir, "ca.pem")
+        self.log = open(os.path.join(self.dir, "lab.log"), "wb")
+        self.proc = subprocess.Popen(
+            [self.bin, self.prefix, self.ca_file],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+        )
+        line = self.proc.stdout.readline()
+        if not line:
+            self.stop()
+            raise RuntimeError("the fake internet did not start; see its log")
+        info = json.loads(line)
+        self.upstream_ns, self.resolver, self.pool = (
+            info["upstream_ns"], info["resolver"], info["pool"],
+        )
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class CoveServer:
+    """A running server; `stop()` (or the context manager) ends it and removes its data.
+
+    `extra_args` go to `cove server` (e.g. `--disable-feature`). With `upstream` (a
+    `FakeInternet`) the server is `cove-e2e-server` instead, its sandboxes' gateway going out
+    to that fake internet only."""
+
+    def __init__(self, extra_args=(), upstream=None):
+        target = _target()
         self.bin = os.environ.get("COVE_BIN", f"{target}/debug/cove")
         self.agent = os.environ.get(
             "COVE_GUEST_AGENT", f"{target}/x86_64-unknown-linux-gnu/debug/cove-guest-agent"
@@ -47,18 +94,34 @@ class CoveServer:
         self.log = open(os.path.join(self.data_dir, "server.log"), "wb")
         # A prefix of its own for the sandbox network's namespaces, removed at stop.
         self.net_prefix = "e2b" + os.urandom(2).hex()
-        self.proc = subprocess.Popen(
-            [
+        if upstream is None:
+            argv = [
                 self.bin, "server", "--data-dir", self.data_dir,
                 "--network-prefix", self.net_prefix,
                 "--listen", f"127.0.0.1:{self.api_port}",
                 "--data-plane-listen", f"127.0.0.1:{self.dp_port}",
                 "--e2b-listen", f"127.0.0.1:{self.e2b_port}",
+                "--proxy-listen", "127.0.0.1:0",
                 "--guest-agent", self.agent, "--cache-dir", self.cache,
-                "--controller-interval-ms", "250",
-            ],
-            stdout=self.log, stderr=self.log,
-        )
+                "--controller-interval-ms", "250", *extra_args,
+            ]
+            env = None
+        else:
+            server = os.environ.get("COVE_E2E_SERVER", f"{target}/debug/cove-e2e-server")
+            argv = [
+                server, self.data_dir, f"127.0.0.1:{self.api_port}",
+                f"127.0.0.1:{self.dp_port}", self.agent, self.cache, "250", "1000",
+            ]
+            env = dict(
+                os.environ,
+                COVE_E2E_UPSTREAM_NS=upstream.upstream_ns,
+                COVE_E2E_RESOLVER=upstream.resolver,
+                COVE_E2E_TLS_ROOTS=upstream.ca_file,
+                COVE_E2E_POOL=upstream.pool,
+                COVE_E2E_NETWORK_PREFIX=self.net_prefix,
+                COVE_E2E_E2B_LISTEN=f"127.0.0.1:{self.e2b_port}",
+            )
+        self.proc = subprocess.Popen(argv, stdout=self.log, stderr=self.log, env=env)
         deadline = time.time() + 60
         while True:
             try:

@@ -1,11 +1,13 @@
-// E2B JavaScript SDK (npm `e2b`) against Cove: create, run, files, kill. Run by
-// run-e2b-tests.sh with node's test runner; the server address comes from E2B_* variables.
+// E2B JavaScript SDK (npm `e2b`) against Cove: create, run, files, kill; file metadata, the
+// network rules and their update (as the sandbox info reads them back; traffic is tested from
+// Python against a fake internet), snapshots and fork. Run by scripts/test-e2b.sh through
+// node_runner.py with node's test runner; the server address comes from E2B_* variables.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { createRequire } from 'node:module'
 
 const require = createRequire(process.env.E2B_NODE_MODULES + '/')
-const { Sandbox, CommandExitError, NotFoundError } = require('e2b')
+const { Sandbox, CommandExitError, NotFoundError, ALL_TRAFFIC } = require('e2b')
 
 test('create, run, files, kill', async () => {
   const sbx = await Sandbox.create({ metadata: { sdk: 'js' }, envs: { FROM: 'js' } })
@@ -33,4 +35,41 @@ test('create, run, files, kill', async () => {
   }
   assert.equal(await Sandbox.kill(sbx.sandboxId), false)
   await assert.rejects(Sandbox.getInfo(sbx.sandboxId), (e) => e instanceof NotFoundError || /not found/i.test(String(e)))
+})
+
+test('file metadata, network rules, snapshots and fork', async () => {
+  const sbx = await Sandbox.create({ network: { denyOut: [ALL_TRAFFIC], allowOut: ['allowed.test'] } })
+  try {
+    let info = await sbx.getInfo()
+    assert.deepEqual(info.network.allowOut, ['allowed.test'])
+    assert.deepEqual(info.network.denyOut, [ALL_TRAFFIC])
+    await sbx.updateNetwork({ denyOut: ['203.0.113.0/24'] })
+    info = await sbx.getInfo()
+    assert.deepEqual(info.network.denyOut, ['203.0.113.0/24'])
+
+    const written = await sbx.files.write('/home/user/meta.txt', 'm', { metadata: { Kind: 'note' } })
+    assert.deepEqual(written.metadata, { kind: 'note' })
+    assert.deepEqual((await sbx.files.getInfo('/home/user/meta.txt')).metadata, { kind: 'note' })
+
+    const snap = await sbx.createSnapshot({ name: 'js-snap' })
+    assert.ok(snap.snapshotId.startsWith('ck-'))
+    assert.deepEqual(snap.names, ['js-snap'])
+    const child = await Sandbox.create(snap.snapshotId)
+    try {
+      assert.equal(await child.files.read('/home/user/meta.txt'), 'm')
+    } finally {
+      await child.kill()
+    }
+    const [fork] = await sbx.fork()
+    try {
+      assert.ok(fork instanceof Sandbox)
+      assert.equal(await fork.files.read('/home/user/meta.txt'), 'm')
+    } finally {
+      await fork.kill()
+    }
+    assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true)
+    assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), false)
+  } finally {
+    await sbx.kill()
+  }
 })

@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 from e2b import FileType, Sandbox
-from e2b.exceptions import FileNotFoundException, InvalidArgumentException, SandboxException
+from e2b.exceptions import FileNotFoundException
 
 
 @pytest.fixture(scope="module")
@@ -118,9 +118,11 @@ def test_signed_urls(sbx):
     assert e.value.code == 401
 
 
-def test_metadata_is_refused(sbx):
-    with pytest.raises((InvalidArgumentException, SandboxException), match="not supported"):
-        sbx.files.write("/tmp/m.txt", "x", metadata={"owner": "me"})
+def test_metadata_in_a_root_owned_place(sbx):
+    # /tmp is everybody's: the user's file there keeps its metadata like any other.
+    info = sbx.files.write("/tmp/m.txt", "x", metadata={"owner": "me"})
+    assert info.metadata == {"owner": "me"}
+    assert sbx.files.get_info("/tmp/m.txt").metadata == {"owner": "me"}
 
 
 def test_large_files_stream_both_ways(sbx):

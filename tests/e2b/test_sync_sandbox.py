@@ -1,6 +1,7 @@
 """E2B sync SDK: sandbox lifecycle (create, connect, get, list, kill, timeouts, pause)."""
 
 import datetime
+import json
 import time
 import uuid
 
@@ -137,15 +138,9 @@ def test_no_internet_access_closes_the_network():
 
 def test_unsupported_features_raise():
     with pytest.raises(SandboxException, match="not supported"):
-        Sandbox.create(network={"allow_out": ["1.1.1.1"]})
-    sbx = Sandbox.create()
-    try:
-        with pytest.raises(SandboxException, match="not supported"):
-            sbx.create_snapshot()
-        with pytest.raises(SandboxException, match="not supported"):
-            sbx.fork()
-    finally:
-        sbx.kill()
+        Sandbox.create(iam={"tokens": {"aws": {"audience": "a", "token_type": "JWT-SVID"}}})
+    with pytest.raises(SandboxException, match="not supported"):
+        Sandbox.create(network={"rules": {"api.example.com": [{"transform": {"headers": {"A": "b"}}}]}})
 
 
 def test_metrics_come_from_the_sandboxs_usage():
@@ -166,5 +161,50 @@ def test_metrics_come_from_the_sandboxs_usage():
         # A window after the last sample holds nothing.
         later = stamps[-1] + datetime.timedelta(hours=1)
         assert sbx.get_metrics(start=later) == []
+    finally:
+        sbx.kill()
+
+
+def test_get_host_reaches_a_server_in_the_sandbox():
+    """`sandbox.get_host(port)` names `{port}-{id}.{domain}`; a request with that host on the
+    E2B listener reaches the port (sandboxes made through E2B are public, as on E2B)."""
+    import os
+    import urllib.error
+    import urllib.request
+
+    sbx = Sandbox.create()
+    try:
+        sbx.commands.run(
+            "mkdir -p /tmp/www && echo hello-from-8000 > /tmp/www/index.html && "
+            "cd /tmp/www && exec python3 -m http.server 8000",
+            background=True,
+        )
+        host = sbx.get_host(8000)
+        assert host.startswith(f"8000-{sbx.sandbox_id}."), host
+        base = os.environ["E2B_SANDBOX_URL"]
+        body, status = None, None
+        for _ in range(100):
+            req = urllib.request.Request(base + "/index.html", headers={"Host": host})
+            try:
+                with urllib.request.urlopen(req, timeout=5) as r:
+                    status, body = r.status, r.read().decode()
+                break
+            except urllib.error.HTTPError as e:
+                status = e.code
+                if e.code != 502:
+                    raise
+                time.sleep(0.1)
+        assert (status, body) == (200, "hello-from-8000\n")
+        # Nothing listening: the proxy's 502 in E2B's words.
+        req = urllib.request.Request(base + "/", headers={"Host": sbx.get_host(8001)})
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(req, timeout=5)
+        assert err.value.code == 502
+        assert json.loads(err.value.read()) == {
+            "sandboxId": sbx.sandbox_id,
+            "message": "The sandbox is running but port is not open",
+            "port": 8001,
+            "code": 502,
+        }
     finally:
         sbx.kill()

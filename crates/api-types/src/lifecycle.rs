@@ -76,6 +76,12 @@ pub struct RuntimeCapabilities {
     /// false they have loopback only and only the default policy is accepted.
     #[serde(default)]
     pub network: bool,
+    /// Each sandbox runs in a user namespace of its own: its root (and every other user in it)
+    /// is an unprivileged host id range no other sandbox shares (runc with
+    /// `--user-namespaces on`, the default). False on `qemu`, whose boundary is the VM, and on
+    /// older servers.
+    #[serde(default)]
+    pub user_namespaces: bool,
     /// Size in MiB of the own disk a sandbox gets when its create names no
     /// `resources.disk_mib` (`cove server --default-disk-mib`); absent when that default is
     /// off and such a sandbox writes to the node's disk without a limit of its own.

@@ -60,6 +60,15 @@ pub struct CreateSandboxRequest {
     /// absent; `env`, `cwd` and `user` default to the checkpoint's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<String>,
+    /// Whether the sandbox's ports are reachable without a credential (default `false`: the
+    /// admin token, the port token or a port cookie is needed). `PUT
+    /// /v1/sandboxes/{id}/ports` changes it live.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub public: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// One secret of a create request.
@@ -179,6 +188,10 @@ pub struct Sandbox {
     /// Its secrets: names and hosts (values are never shown).
     #[serde(default)]
     pub secrets: BTreeMap<String, SandboxSecret>,
+    /// Whether its ports are reachable without a credential (see `GET
+    /// /v1/sandboxes/{id}/ports`).
+    #[serde(default)]
+    pub public: bool,
 }
 
 /// `202` answer of `POST /v1/sandboxes`.
@@ -199,10 +212,15 @@ pub struct SandboxList {
     pub next_cursor: Option<String>,
 }
 
-/// `GET /v1/sandboxes/{id}/ports`: how to reach the sandbox's ports without the admin token.
-/// `{path}{port}/...` (on the management API's address) is proxied to that port; send the token
-/// as header `x-cove-port-token` or query `cove_port_token`. Without either, the admin bearer
-/// token is needed (ports are private by default).
+/// `GET`/`PUT /v1/sandboxes/{id}/ports`: how to reach the sandbox's ports. Two ways in, the
+/// same access rules:
+/// * the path proxy on the management API: `{path}{port}/{rest}`;
+/// * the proxy listener (`cove server --proxy-listen`), by host name: `host` with `{port}` in
+///   place of the port (`8000-sb-….localhost:7704`), the form a browser needs.
+///
+/// Unless `public`, a request needs the admin bearer token (path proxy only), the port token
+/// (header `x-cove-port-token` or query `cove_port_token`), or the cookie a one-time link
+/// (`POST /v1/sandboxes/{id}/ports:link`) sets.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct SandboxPorts {
     /// The sandbox.
@@ -211,4 +229,48 @@ pub struct SandboxPorts {
     pub token: String,
     /// The path prefix of its ports: `/v1/sandboxes/{id}/ports/`.
     pub path: String,
+    /// Whether its ports are reachable without a credential.
+    #[serde(default)]
+    pub public: bool,
+    /// Host (and port) of its ports on the proxy listener with `{port}` in place of the
+    /// sandbox port, e.g. `{port}-sb-0123456789abcdef.localhost:7704`; absent when the server
+    /// has no proxy listener.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+}
+
+/// `PUT /v1/sandboxes/{id}/ports` body.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetPortsRequest {
+    /// Whether the sandbox's ports are reachable without a credential; the next request
+    /// follows it (open connections, such as a WebSocket, keep going).
+    pub public: bool,
+}
+
+/// `POST /v1/sandboxes/{id}/ports:link` body.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PortLinkRequest {
+    /// The sandbox port (1-65535).
+    pub port: u16,
+    /// Where the link lands after it set its cookie (default `/`); a path, optionally with a
+    /// query, starting with `/`.
+    #[serde(default)]
+    pub path: Option<String>,
+}
+
+/// `201` answer of `POST /v1/sandboxes/{id}/ports:link`: a one-time link to a port on the proxy
+/// listener. The first visit before `expires_at` sets an `HttpOnly` cookie for that host (the
+/// sandbox and port) and redirects (`303`) to `path`; a second visit is refused (`401`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PortLink {
+    /// The sandbox.
+    pub sandbox_id: String,
+    /// The sandbox port.
+    pub port: u16,
+    /// The link (`http://{port}-{id}.{domain}:{proxy port}{path}?cove_link=…`).
+    pub url: String,
+    /// After this the link is refused (5 minutes after it was made).
+    pub expires_at: DateTime<Utc>,
 }

@@ -55,14 +55,14 @@ pub struct Args {
     pub runtime: String,
 
     /// Measure only these groups (comma-separated): cold_start, exec, stream, files,
-    /// lifecycle, checkpoints, density, concurrency, store, pools, network, scheduler. Default:
-    /// all.
+    /// lifecycle, checkpoints, density, concurrency, store, pools, network, userns, scheduler.
+    /// Default: all.
     #[arg(long, value_name = "GROUPS", value_delimiter = ',', value_parser = GROUPS)]
     pub only: Vec<String>,
 }
 
 /// The measurement groups `--only` selects from, in the order a run measures them.
-pub const GROUPS: [&str; 12] = [
+pub const GROUPS: [&str; 13] = [
     "cold_start",
     "exec",
     "stream",
@@ -74,6 +74,7 @@ pub const GROUPS: [&str; 12] = [
     "store",
     "pools",
     "network",
+    "userns",
     "scheduler",
 ];
 

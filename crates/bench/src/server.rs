@@ -32,12 +32,16 @@ pub struct ServerSettings {
     pub network: cove_server::NetworkMode,
     /// The runtime sandboxes run on.
     pub runtime: cove_server::RuntimeChoice,
+    /// A user namespace per runc sandbox (`--user-namespaces`).
+    pub user_namespaces: bool,
 }
 
 /// A running in-process Cove server.
 pub struct CoveServer {
     api_url: String,
     token: String,
+    /// The proxy listener of sandbox ports (`{port}-{id}.localhost`).
+    proxy_addr: Option<std::net::SocketAddr>,
     data_dir: PathBuf,
     /// Prefix of the server's network namespaces (removed by the cleanup).
     net_prefix: String,
@@ -76,12 +80,20 @@ impl CoveServer {
             command_output: Default::default(),
             default_disk_mib: Some(cove_server::DEFAULT_DISK_MIB),
             e2b: None,
+            proxy: Some(cove_server::ProxySettings {
+                listen: "127.0.0.1:0".parse().context("proxy address")?,
+                domain: cove_server::DEFAULT_PROXY_DOMAIN.to_string(),
+            }),
             network: cove_server::NetworkSettings {
                 mode: settings.network,
                 prefix: Some(net_prefix.clone()),
                 ..Default::default()
             },
             cluster: None,
+            user_namespaces: cove_server::UserNamespaceSettings {
+                enabled: settings.user_namespaces,
+                ..Default::default()
+            },
         };
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -93,23 +105,30 @@ impl CoveServer {
         let mut server = CoveServer {
             api_url: String::new(),
             token: String::new(),
+            proxy_addr: None,
             data_dir,
             net_prefix,
             runc: settings.runc,
             stop_tx: Some(stop_tx),
             thread: Some(thread),
         };
-        let (api, token) = ready_rx
+        let (api, token, proxy) = ready_rx
             .await
             .context("the server thread ended before listening")??;
         server.api_url = format!("http://{api}");
         server.token = token;
+        server.proxy_addr = proxy;
         Ok(server)
     }
 
     /// A new client of the server (each with its own connection pool).
     pub fn client(&self) -> anyhow::Result<Client> {
         Client::new(&self.api_url, self.token.clone()).context("create a client")
+    }
+
+    /// The proxy listener of sandbox ports.
+    pub fn proxy_addr(&self) -> Option<std::net::SocketAddr> {
+        self.proxy_addr
     }
 
     /// Prefix of the server's network namespaces and links.
@@ -183,11 +202,14 @@ impl Drop for CoveServer {
     }
 }
 
+/// What the server thread reports once it listens: API address, admin token, proxy address.
+type Ready = anyhow::Result<(std::net::SocketAddr, String, Option<std::net::SocketAddr>)>;
+
 /// The server thread: its own runtime, serving until told to stop.
 fn serve(
     cfg: cove_server::Config,
     verbose: bool,
-    ready: tokio::sync::oneshot::Sender<anyhow::Result<(std::net::SocketAddr, String)>>,
+    ready: tokio::sync::oneshot::Sender<Ready>,
     stop: tokio::sync::oneshot::Receiver<()>,
 ) {
     let rt = match tokio::runtime::Builder::new_multi_thread()
@@ -217,7 +239,7 @@ fn serve(
             let _ = ready.send(Err(anyhow::anyhow!("a fresh data dir gave no admin token")));
             return;
         };
-        let _ = ready.send(Ok((running.api_addr, token)));
+        let _ = ready.send(Ok((running.api_addr, token, running.proxy_addr)));
         let _ = stop.await;
         running.shutdown().await;
     });

@@ -30,6 +30,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         verbose: args.verbose,
         network: cove_server::NetworkMode::Auto,
         runtime: cove_server::RuntimeChoice::Runc,
+        user_namespaces: true,
     };
     let server = CoveServer::start(settings.clone()).await?;
     let client = server.client()?;
@@ -79,6 +80,12 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         let network = measure::network::measure(&ctx, &settings).await?;
         metrics.extend(network.metrics);
         unavailable.extend(network.unavailable);
+    }
+    if args.wants("userns") {
+        match measure::userns::measure(&ctx, &settings).await? {
+            Ok(metric) => metrics.push(metric),
+            Err(missing) => unavailable.push(missing),
+        }
     }
     if args.wants("store") {
         match measure::store::measure(args.postgres_url.as_deref(), scale.store_runs).await? {

@@ -89,6 +89,10 @@ fn hint(sandbox: &str, state: SandboxState, verb: Option<&str>) -> Option<String
             "sandbox {sandbox} is {}; run 'cove wake {sandbox}' (or pass --wake)",
             state.as_str()
         ),
+        (None, SandboxState::Degraded) => format!(
+            "sandbox {sandbox} is degraded: its guest agent failed and the node is repairing it \
+             (its files are kept); retry in a few seconds ('cove get {sandbox}' shows why)"
+        ),
         (None, SandboxState::Waking) => {
             format!("sandbox {sandbox} is waking; wait for 'cove wake {sandbox}' to finish")
         }
@@ -105,6 +109,7 @@ mod tests {
         let h = |state, verb| hint("sb-1", state, verb).unwrap_or_default();
         assert!(h(SandboxState::Suspended, None).contains("run 'cove wake sb-1'"));
         assert!(h(SandboxState::Paused, None).contains("run 'cove resume sb-1'"));
+        assert!(h(SandboxState::Degraded, None).contains("repairing it"));
         assert!(h(SandboxState::Suspended, Some("resume")).contains("run 'cove wake sb-1'"));
         assert!(h(SandboxState::Suspended, Some("resume")).contains("resume thaws a paused"));
         assert_eq!(

@@ -94,7 +94,8 @@ impl GlobalArgs {
 #[derive(Debug, Subcommand)]
 pub enum Verb {
     /// Run the Cove server (control plane, node agent and data plane) in the foreground.
-    Server(commands::server::ServerArgs),
+    /// (Boxed: its many flags would make every other verb as large.)
+    Server(Box<commands::server::ServerArgs>),
     /// Run a node agent that joins a control plane (`--control-plane URL --join-token T`), or
     /// list, drain and ready the nodes of one (`ls`, `drain NAME`, `ready NAME`).
     Node(commands::node::NodeArgs),
@@ -155,6 +156,10 @@ pub enum Verb {
     /// Show a sandbox's egress policy and traffic counters; with --no-internet/--allow/--deny,
     /// replace the policy (live: the next connection follows it).
     Network(commands::network::NetworkVerbArgs),
+    /// Show how to reach a sandbox's ports (proxy host, path, token, public or private);
+    /// --public/--private change who may reach them, --link PORT prints a one-time browser
+    /// link.
+    Ports(commands::ports::PortsArgs),
     /// List recent operations (of one sandbox with a sandbox id), or show one operation.
     Ops(commands::ops::OpsArgs),
     /// Follow the lifecycle event stream.
@@ -182,6 +187,7 @@ impl Verb {
             Verb::Cp(a) => a.sandbox_id().map(|s| (s, None)),
             Verb::Files(a) => Some((a.verb.sandbox().to_owned(), None)),
             Verb::Network(a) => Some((a.id.clone(), None)),
+            Verb::Ports(a) => Some((a.id.clone(), None)),
             Verb::Rollback(a) => id(&a.sandbox),
             Verb::Fork(a) => id(&a.sandbox),
             Verb::Pause(a) => Some((a.id.clone(), Some("pause"))),
@@ -199,7 +205,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let global = &cli.global;
     match cli.verb {
         Verb::Server(args) => {
-            commands::server::run(global, args).await?;
+            commands::server::run(global, *args).await?;
             return Ok(ExitCode::SUCCESS);
         }
         Verb::Completions(args) => {
@@ -255,6 +261,7 @@ async fn run_verb(client: &Client, verb: Verb) -> anyhow::Result<ExitCode> {
         Verb::Wake(args) => commands::wake::run(client, args).await?,
         Verb::Ops(args) => commands::ops::run(client, args).await?,
         Verb::Network(args) => commands::network::run(client, args).await?,
+        Verb::Ports(args) => commands::ports::run(client, args).await?,
         Verb::Events(args) => commands::events::run(client, args).await?,
         Verb::Mcp(args) => commands::mcp::run(client, args).await?,
     }

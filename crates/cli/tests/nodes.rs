@@ -55,10 +55,22 @@ impl Drop for Cluster {
             }
             if let Ok(entries) = std::fs::read_dir(dir.join("sandboxes")) {
                 for e in entries.flatten() {
-                    let _ = std::process::Command::new("umount")
-                        .arg("-l")
-                        .arg(e.path().join("rootfs"))
-                        .output();
+                    // The overlay, the idmapped release under it, the sandbox's own disk.
+                    for mount in ["rootfs", "lower", "disk"] {
+                        let _ = std::process::Command::new("umount")
+                            .arg("-l")
+                            .arg(e.path().join(mount))
+                            .output();
+                    }
+                    // Its user namespace range (claims are machine-wide, holding the id).
+                    let id = e.file_name().to_string_lossy().into_owned();
+                    if let Ok(claims) = std::fs::read_dir("/run/cove/userns") {
+                        for c in claims.flatten() {
+                            if std::fs::read_to_string(c.path()).is_ok_and(|owner| owner == id) {
+                                let _ = std::fs::remove_file(c.path());
+                            }
+                        }
+                    }
                 }
             }
         }
@@ -140,6 +152,8 @@ async fn start() -> Cluster {
             &format!("127.0.0.1:{api}"),
             "--data-plane-listen",
             &format!("127.0.0.1:{dp}"),
+            "--proxy-listen",
+            "127.0.0.1:0",
             "--join-token",
             TOKEN,
             "--node-listen",

@@ -98,7 +98,7 @@ cove() {{
   if [ "$1" = server ]; then
     shift
     exec "$COVE_BIN" server --listen 127.0.0.1:{api} --data-plane-listen 127.0.0.1:{dp} \
-      --guest-agent '{agent}' --cache-dir '{cache}' "$@" >"$COVE_DATA_DIR/server.log" 2>&1
+      --proxy-listen 127.0.0.1:0 --guest-agent '{agent}' --cache-dir '{cache}' "$@" >"$COVE_DATA_DIR/server.log" 2>&1
   fi
   up && "$COVE_BIN" "$@"
 }}

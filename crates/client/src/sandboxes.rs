@@ -1,8 +1,9 @@
 //! Sandboxes: `/v1/sandboxes`.
 
 use cove_api_types::{
-    CreateSandboxRequest, CreateSandboxResponse, EgressPolicy, Operation, Sandbox, SandboxList,
-    SandboxNetwork, SandboxPorts, SandboxState, IDEMPOTENCY_KEY_HEADER,
+    CreateSandboxRequest, CreateSandboxResponse, EgressPolicy, Operation, PortLink,
+    PortLinkRequest, Sandbox, SandboxList, SandboxNetwork, SandboxPorts, SandboxState,
+    SetPortsRequest, IDEMPOTENCY_KEY_HEADER,
 };
 use reqwest::Method;
 
@@ -96,11 +97,35 @@ impl Client {
         self.json(request).await
     }
 
-    /// `GET /v1/sandboxes/{id}/ports`: the port token and path prefix of the sandbox's ports
-    /// (`{path}{port}/...` is proxied to that port of the sandbox).
+    /// `GET /v1/sandboxes/{id}/ports`: the port token, path prefix, proxy host and access of
+    /// the sandbox's ports (`{path}{port}/...` is proxied to that port of the sandbox).
     pub async fn sandbox_ports(&self, id: &str) -> Result<SandboxPorts> {
         self.json(self.request(Method::GET, self.url(&["v1", "sandboxes", id, "ports"])))
             .await
+    }
+
+    /// `PUT /v1/sandboxes/{id}/ports {public}`: makes the sandbox's ports public (no credential
+    /// needed) or private again.
+    pub async fn set_sandbox_ports(&self, id: &str, public: bool) -> Result<SandboxPorts> {
+        let request = self
+            .request(Method::PUT, self.url(&["v1", "sandboxes", id, "ports"]))
+            .json(&SetPortsRequest { public });
+        self.json(request).await
+    }
+
+    /// `POST /v1/sandboxes/{id}/ports:link`: a one-time link to `port` on the proxy listener
+    /// that sets a cookie for that host and lands on `path` (default `/`).
+    pub async fn port_link(&self, id: &str, port: u16, path: Option<&str>) -> Result<PortLink> {
+        let request = self
+            .request(
+                Method::POST,
+                self.url(&["v1", "sandboxes", id, "ports:link"]),
+            )
+            .json(&PortLinkRequest {
+                port,
+                path: path.map(str::to_string),
+            });
+        self.json(request).await
     }
 
     /// `GET /v1/sandboxes`: one page, newest first; follow `next_cursor` for the rest.

@@ -76,35 +76,63 @@ impl ControlPlane {
             .await
             .map_err(|e| from_node(e, sandbox_id))?;
         let sid = sandbox_id.to_string();
+        let cp = self.clone();
         Ok(events
-            .map(move |ev| {
-                use cove_node_api::AttachEvent as A;
-                match ev {
-                    Ok(A::Output {
-                        offset,
-                        stream,
-                        data,
-                    }) => {
-                        let (source, name) = match stream {
-                            cove_node_api::OutputStream::Stdout => (OutputSource::Stdout, "stdout"),
-                            cove_node_api::OutputStream::Stderr => (OutputSource::Stderr, "stderr"),
-                        };
-                        crate::metrics::data_plane_bytes(name, data.len());
-                        Ok(OutputEvent::Output {
+            .then(move |ev| {
+                let (cp, sid) = (cp.clone(), sid.clone());
+                async move {
+                    use cove_node_api::AttachEvent as A;
+                    match ev {
+                        Ok(A::Output {
                             offset,
-                            source,
+                            stream,
                             data,
-                        })
+                        }) => {
+                            let (source, name) = match stream {
+                                cove_node_api::OutputStream::Stdout => {
+                                    (OutputSource::Stdout, "stdout")
+                                }
+                                cove_node_api::OutputStream::Stderr => {
+                                    (OutputSource::Stderr, "stderr")
+                                }
+                            };
+                            crate::metrics::data_plane_bytes(name, data.len());
+                            Ok(OutputEvent::Output {
+                                offset,
+                                source,
+                                data,
+                            })
+                        }
+                        Ok(A::Gap { offset, len }) => Ok(OutputEvent::Gap { offset, len }),
+                        Ok(A::Exited(info)) => Ok(OutputEvent::Exited(Box::new(
+                            crate::commands::to_api(&sid, info),
+                        ))),
+                        Ok(A::End) => Ok(OutputEvent::End),
+                        Err(e @ cove_node_api::NodeError::AgentUnavailable(_)) => {
+                            Err(cp.agent_gone(&sid, e).await)
+                        }
+                        Err(e) => Err(from_node(e, &sid)),
                     }
-                    Ok(A::Gap { offset, len }) => Ok(OutputEvent::Gap { offset, len }),
-                    Ok(A::Exited(info)) => Ok(OutputEvent::Exited(Box::new(
-                        crate::commands::to_api(&sid, info),
-                    ))),
-                    Ok(A::End) => Ok(OutputEvent::End),
-                    Err(e) => Err(from_node(e, &sid)),
                 }
             })
             .boxed())
+    }
+
+    /// The error that ends an output stream whose guest agent connection broke: when the agent
+    /// is found dead or hung, `guest_restarted` with the reason (the command ended with it; the
+    /// repair controller restarts the sandbox on its files), else the node's error as it is.
+    async fn agent_gone(&self, sandbox_id: &str, e: cove_node_api::NodeError) -> ServiceError {
+        const CHECK: std::time::Duration = std::time::Duration::from_secs(2);
+        match self.node().check_agent(sandbox_id, CHECK).await {
+            Ok(health @ cove_node_api::AgentHealth::Dead { .. }) => {
+                let reason = health.reason().unwrap_or_default();
+                ServiceError::GuestRestarted(format!(
+                    "the sandbox's guest agent failed ({reason}): this command ended with it; \
+                     the node repairs the sandbox and keeps its files"
+                ))
+            }
+            _ => from_node(e, sandbox_id),
+        }
     }
 
     /// Writes `data` to the stdin of command `cid` of a running sandbox.

@@ -291,6 +291,7 @@ impl ControlPlane {
             memory_restored: None,
             network: like.network.clone(),
             secrets: BTreeMap::new(),
+            public: like.public,
         }
     }
 

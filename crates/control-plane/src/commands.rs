@@ -266,14 +266,29 @@ impl ControlPlane {
         sandbox_id: &str,
         cid: &str,
     ) -> Result<CommandRecord, ServiceError> {
-        match self.store().get_command(cid).await {
-            // A guest-restarted row is only a marker for its idempotency key.
-            Ok(r) if r.sandbox_id == sandbox_id && !r.guest_restarted => Ok(r),
-            Ok(_) | Err(StoreError::NotFound) => {
-                Err(ServiceError::CommandNotFound(cid.to_string()))
+        let found = self.store().get_command(cid).await;
+        let ended = match &found {
+            Ok(r) if r.sandbox_id == sandbox_id && !r.guest_restarted => {
+                return found.map_err(Into::into)
             }
-            Err(e) => Err(e.into()),
+            // A guest-restarted row is only a marker for its idempotency key.
+            Ok(r) => r.sandbox_id == sandbox_id,
+            Err(StoreError::NotFound) => false,
+            Err(_) => return found.map_err(Into::into),
+        };
+        // The sandbox's processes restarted in a repair: say so rather than "not found" (a
+        // command whose row was already removed by the restart cannot be told from a mistyped
+        // id, so both get the repair's reason).
+        if let Some(why) = self.inner.repairs.restarted(sandbox_id) {
+            if ended || found.is_err() {
+                return Err(ServiceError::GuestRestarted(format!(
+                    "command {cid} is not running in sandbox {sandbox_id}: its guest agent \
+                     failed ({why}) and the node restarted the sandbox's processes on its files; \
+                     commands that ran then ended"
+                )));
+            }
         }
+        Err(ServiceError::CommandNotFound(cid.to_string()))
     }
 
     /// A command's state; with `wait`, returns once it exits or `wait` (≤ 60 s) elapses.

@@ -3,7 +3,9 @@
 //! deletes sandboxes whose TTL has passed, and (every minute) enforces the retention of operations,
 //! events, ended commands and suspended sandboxes (`retention.rs`);
 //! every `reconcile_interval` it re-checks desired against actual state
-//! (`ControlPlane::reconcile_running`).
+//! (`ControlPlane::reconcile_running`). Beside it run the pool loop and the repair loop
+//! (`repair.rs`: guest agents checked every `agent_repair.interval`, degraded sandboxes
+//! repaired).
 //!
 //! Idle means: no API or data-plane access, no state change and no command running in the
 //! guest for the sandbox's `idle_timeout_s` (0 = never). A running sandbox with a running command is
@@ -32,6 +34,7 @@ pub struct Controller {
     stop: CancellationToken,
     task: JoinHandle<()>,
     pools: JoinHandle<()>,
+    repair: JoinHandle<()>,
 }
 
 impl Controller {
@@ -41,6 +44,7 @@ impl Controller {
         let token = stop.clone();
         let span = tracing::info_span!("controller");
         let pools_cp = cp.clone();
+        let repair_cp = cp.clone();
         let denials = (cp.clone(), stop.clone());
         tokio::spawn(
             async move { denials.0.record_denials(denials.1).await }
@@ -50,7 +54,16 @@ impl Controller {
         let token = stop.clone();
         let span = tracing::info_span!("pool_controller");
         let pools = tokio::spawn(async move { pools_cp.pool_loop(token).await }.instrument(span));
-        Controller { stop, task, pools }
+        let token = stop.clone();
+        let span = tracing::info_span!("repair_controller");
+        let repair =
+            tokio::spawn(async move { repair_cp.repair_loop(token).await }.instrument(span));
+        Controller {
+            stop,
+            task,
+            pools,
+            repair,
+        }
     }
 
     /// Stops the loop and waits (at most 10 s) for its current pass to end. Operations it
@@ -59,6 +72,7 @@ impl Controller {
         self.stop.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
         let _ = tokio::time::timeout(Duration::from_secs(10), self.pools).await;
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.repair).await;
     }
 }
 

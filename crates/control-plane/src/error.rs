@@ -152,6 +152,10 @@ impl ServiceError {
 
 impl From<StoreError> for ServiceError {
     fn from(e: StoreError) -> Self {
+        if e.is_storage_full() {
+            tracing::warn!(error = %e, "the store's disk is full");
+            return ServiceError::NoSpace("the server's disk is full".into());
+        }
         ServiceError::Internal(format!("store: {e}"))
     }
 }

@@ -32,8 +32,10 @@ pub mod network;
 mod nodes;
 pub mod operations;
 mod pools;
+pub mod ports;
 mod reconcile;
 mod release_pins;
+mod repair;
 mod retention;
 mod sandbox_metrics;
 mod sandboxes;
@@ -46,6 +48,7 @@ pub use features::{Feature, Features};
 pub use files::{ListQuery, PathQuery, ReadFileQuery, WatchQuery, WriteFileQuery};
 pub use lifecycle::LifecycleVerb;
 pub use operations::Operations;
+pub use repair::AgentRepair;
 pub use retention::Retention;
 
 /// Settings of the control plane.
@@ -62,6 +65,9 @@ pub struct ControlPlaneConfig {
     pub controller_interval: Duration,
     /// How often the running server re-checks desired against actual state (default 30 s).
     pub reconcile_interval: Duration,
+    /// How running sandboxes' guest agents are checked and repaired ([`AgentRepair`]: every
+    /// 5 s, 3 s to answer, 3 repairs before `failed`).
+    pub agent_repair: AgentRepair,
     /// How long each class of record is kept ([`Retention`]: operations and events 7 days,
     /// ended commands 1 day, suspended sandboxes until deleted).
     pub retention: Retention,
@@ -80,6 +86,9 @@ pub struct ControlPlaneConfig {
     pub default_disk_mib: Option<u64>,
     /// Features turned off (default: every feature on).
     pub features: features::Features,
+    /// Where the proxy listener of sandbox ports is reached (`None`: no proxy listener, so no
+    /// host names nor one-time links are handed out).
+    pub ports_proxy: Option<ports::PortsProxy>,
 }
 
 impl ControlPlaneConfig {
@@ -93,12 +102,14 @@ impl ControlPlaneConfig {
             runtime: "runc".into(),
             controller_interval: Duration::from_secs(5),
             reconcile_interval: Duration::from_secs(30),
+            agent_repair: AgentRepair::default(),
             retention: Retention::default(),
             clock: Arc::new(SystemClock),
             metrics: None,
             secrets_key: None,
             default_disk_mib: None,
             features: features::Features::all(),
+            ports_proxy: None,
         }
     }
 }
@@ -126,6 +137,10 @@ struct Inner {
     pools_wake: tokio::sync::Notify,
     /// Held by a pool pass: passes run one at a time.
     pools_pass: tokio::sync::Mutex<()>,
+    /// One-time links to sandbox ports waiting for their visit.
+    port_links: ports::PortLinks,
+    /// Failed repairs in a row per degraded sandbox (`repair.rs`).
+    repairs: repair::Attempts,
 }
 
 impl ControlPlane {
@@ -162,6 +177,8 @@ impl ControlPlane {
                 activity: activity::Activity::default(),
                 pools_wake: tokio::sync::Notify::new(),
                 pools_pass: tokio::sync::Mutex::new(()),
+                port_links: ports::PortLinks::default(),
+                repairs: repair::Attempts::default(),
             }),
         }
     }

@@ -127,6 +127,7 @@ impl ControlPlane {
             suspend_memory: caps.suspend_memory,
             snapshot_store: caps.snapshot_store,
             network: caps.network,
+            user_namespaces: caps.user_namespaces,
             retention: self.inner.cfg.retention.info(),
             default_disk_mib: self.inner.cfg.default_disk_mib,
         }

@@ -66,8 +66,13 @@ impl SecretsKey {
     }
 
     /// The port token of a sandbox: 32 hex digits of an HMAC of its id.
-    fn port_token(&self, sandbox_id: &str) -> String {
-        let tag = ring::hmac::sign(&self.1, sandbox_id.as_bytes());
+    pub(crate) fn port_token(&self, sandbox_id: &str) -> String {
+        self.port_mac(sandbox_id.as_bytes())
+    }
+
+    /// 32 hex digits of an HMAC of `message` under the port key (port tokens, port cookies).
+    pub(crate) fn port_mac(&self, message: &[u8]) -> String {
+        let tag = ring::hmac::sign(&self.1, message);
         tag.as_ref()[..16]
             .iter()
             .map(|b| format!("{b:02x}"))
@@ -193,31 +198,6 @@ pub(crate) fn hashable_body(
     serde_json::to_value(&redacted).map_err(|e| ServiceError::Internal(e.to_string()))
 }
 
-/// Request headers not passed to a sandbox's port: hop-by-hop ones (RFC 9110 §7.6.1), and
-/// the port token.
-const HOP_BY_HOP: &[&str] = &[
-    "connection",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "transfer-encoding",
-    "upgrade",
-    PORT_TOKEN_HEADER,
-];
-
-/// Header carrying a sandbox's port token (`GET /v1/sandboxes/{id}/ports`).
-pub const PORT_TOKEN_HEADER: &str = "x-cove-port-token";
-/// Query parameter carrying a sandbox's port token (removed before the request is passed on).
-pub const PORT_TOKEN_QUERY: &str = "cove_port_token";
-
-/// Whether a header is passed to or from a sandbox's port.
-pub(crate) fn passes(name: &str) -> bool {
-    !HOP_BY_HOP.contains(&name.to_ascii_lowercase().as_str())
-}
-
 /// Whether a sandbox in `state` holds a network on the node.
 fn has_node_network(state: SandboxState) -> bool {
     matches!(state, SandboxState::Running | SandboxState::Paused)
@@ -328,59 +308,6 @@ impl ControlPlane {
                 warn!(sandbox_id = %id, error = %e, "cannot apply a policy changed during start");
             }
         }
-    }
-
-    /// The port token of sandbox `id`: with it (header `x-cove-port-token` or query
-    /// `cove_port_token`), `/v1/sandboxes/{id}/ports/{port}/..` is reachable without the admin
-    /// token. `not_implemented` without a server key.
-    pub async fn port_token(&self, id: &str) -> Result<String, ServiceError> {
-        let s = self.get_sandbox(id).await?;
-        let key = self.inner.cfg.secrets_key.as_ref().ok_or_else(|| {
-            ServiceError::NotImplemented("this server has no key for port tokens".into())
-        })?;
-        Ok(key.port_token(&s.id))
-    }
-
-    /// Whether `token` is the port token of sandbox `id` (compared in constant time).
-    pub fn is_port_token(&self, id: &str, token: &str) -> bool {
-        let Some(key) = self.inner.cfg.secrets_key.as_ref() else {
-            return false;
-        };
-        let want = key.port_token(id);
-        want.len() == token.len()
-            && want
-                .bytes()
-                .zip(token.bytes())
-                .fold(0u8, |acc, (a, b)| acc | (a ^ b))
-                == 0
-    }
-
-    /// Passes an HTTP request to `port` of a running sandbox (`/v1/sandboxes/{id}/ports/..`):
-    /// `bad_gateway` when nothing answers there, `sandbox_not_running` unless it runs.
-    pub async fn forward_port(
-        &self,
-        id: &str,
-        request: cove_node_api::PortRequest,
-        body: cove_node_api::ByteStream,
-    ) -> Result<(cove_node_api::PortResponse, cove_node_api::ByteStream), ServiceError> {
-        if request.port == 0 {
-            return Err(InvalidInput::new("port", "must be 1-65535").into());
-        }
-        let s = self.running_sandbox(id).await?;
-        if !self.node().capabilities().network {
-            return Err(ServiceError::NotImplemented(
-                "sandboxes on this server have no network, so no ports".into(),
-            ));
-        }
-        self.node()
-            .forward_http(&s.id, request, body)
-            .await
-            .map_err(|e| match e {
-                NodeError::SandboxNotFound(_) => {
-                    ServiceError::BadGateway(format!("sandbox {} has no network on its node", s.id))
-                }
-                other => crate::error::from_node(other, &s.id),
-            })
     }
 
     /// After a server restart: hands an adopted sandbox's secrets to its node again (the node

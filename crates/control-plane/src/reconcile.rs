@@ -9,13 +9,16 @@
 //!   the state before (the sandbox was only frozen) or, with no sandbox left, `failed`;
 //! - `waking`: finished (→ `running`) when the node runs it, else back to `suspended` with the
 //!   snapshot (wake again), or `failed` without one;
+//! - `degraded`: back to `running` when the node runs it and its agent answers, else kept
+//!   `degraded` with its files for the repair controller (`repair.rs`);
 //! - `deleting`: finished (→ `deleted`);
 //! - whatever the node or the snapshot store holds that no sandbox wants is removed;
 //! - every unfinished operation ends: `succeeded` when its sandbox reached the state it asked
 //!   for, else `failed` (`unavailable`) with the state the sandbox is in.
 //!
 //! While serving ([`ControlPlane::reconcile_running`], every `reconcile_interval`): sandboxes
-//! that vanished from the node end `failed`; node leftovers and snapshots of sandboxes that no
+//! that vanished from the node end `failed` (a running one whose init stopped but whose files
+//! are there is left to the repair controller); node leftovers and snapshots of sandboxes that no
 //! longer want them are removed. Sandboxes with a lifecycle call in flight are skipped.
 
 use std::collections::HashSet;
@@ -29,9 +32,10 @@ use tracing::{info, warn};
 use crate::{ControlPlane, ServiceError};
 
 /// Every state a sandbox can be in before it is deleted.
-const LIVE: [SandboxState; 8] = [
+const LIVE: [SandboxState; 9] = [
     SandboxState::Creating,
     SandboxState::Running,
+    SandboxState::Degraded,
     SandboxState::Paused,
     SandboxState::Suspending,
     SandboxState::Suspended,
@@ -141,6 +145,15 @@ impl ControlPlane {
                         Ok(false)
                     }
                 }
+            }
+            Degraded => {
+                if let Some(NodeSandboxState::Running) = self.adopt(id).await {
+                    let why = "its guest agent answers again after a server restart";
+                    self.transition(id, Degraded, Running, Some(why), None)
+                        .await?;
+                }
+                // Else the repair controller repairs it from its files.
+                Ok(true)
             }
             Suspending => {
                 if has_snapshot == Some(true) {
@@ -387,6 +400,12 @@ impl ControlPlane {
                 keep.insert(s.id);
                 continue;
             }
+            // Its init (the guest agent) died or its container went, but its files are there:
+            // the repair controller marks it degraded and restarts it on them.
+            if s.state == SandboxState::Running && self.repairable(&s.id).await {
+                keep.insert(s.id);
+                continue;
+            }
             // Re-read under the lock: a call may have moved it meanwhile.
             let Ok(now) = self.store().get_sandbox(&s.id).await else {
                 continue;
@@ -403,6 +422,18 @@ impl ControlPlane {
                 .await?;
         }
         self.remove_unwanted(&keep, true).await
+    }
+}
+
+impl ControlPlane {
+    /// Whether the node still has what a repair needs of a sandbox whose container stopped or
+    /// went (its files): the agent check answers rather than `SandboxNotFound`.
+    async fn repairable(&self, id: &str) -> bool {
+        let timeout = self.inner.cfg.agent_repair.timeout;
+        matches!(
+            self.node().check_agent(id, timeout).await,
+            Ok(cove_node_api::AgentHealth::Dead { .. })
+        )
     }
 }
 

@@ -31,6 +31,10 @@ pub const DEFAULT_IDLE_TIMEOUT_S: u64 = 6 * 3600;
 /// Longest idle timeout or TTL a create may ask for (10 years, in seconds).
 pub const MAX_TIMEOUT_S: u64 = 10 * 365 * 24 * 3600;
 
+/// Free bytes a node's data dir needs for a new sandbox to be accepted (its directories,
+/// runtime files and first writes).
+const MIN_DISK_FREE_BYTES: u64 = 8 << 20;
+
 impl ControlPlane {
     /// A request's resources over the defaults, with the server's default own disk
     /// ([`crate::ControlPlaneConfig::default_disk_mib`]) where the request names no size.
@@ -137,6 +141,7 @@ impl ControlPlane {
             memory_restored: None,
             network,
             secrets: crate::network::public_secrets(&req.secrets),
+            public: req.public,
         };
         if crate::pools::claimable(&req) {
             let key = idempotency_key.as_deref();
@@ -147,6 +152,7 @@ impl ControlPlane {
                 return Ok(served);
             }
         }
+        self.check_disk_room().await?;
         self.launch(
             sandbox,
             None,
@@ -156,6 +162,26 @@ impl ControlPlane {
             None,
         )
         .await
+    }
+
+    /// Refuses a new sandbox with `no_space` (507) when its node's data dir is (nearly) full,
+    /// before anything of it is recorded. A node that cannot tell is not refused.
+    async fn check_disk_room(&self) -> Result<(), ServiceError> {
+        let free = match self.node().capacity().await {
+            Ok(c) => c.disk_available_bytes,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the node's capacity");
+                None
+            }
+        };
+        match free {
+            Some(free) if free < MIN_DISK_FREE_BYTES => Err(ServiceError::NoSpace(format!(
+                "the node's disk is full ({} MiB free, a new sandbox needs {} MiB)",
+                free >> 20,
+                MIN_DISK_FREE_BYTES >> 20
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// A create with `checkpoint`: the checkpoint's template, release and resources, the
@@ -245,6 +271,7 @@ impl ControlPlane {
             memory_restored: None,
             network,
             secrets: crate::network::public_secrets(&req.secrets),
+            public: req.public,
         };
         let restore = crate::checkpoints::Restore {
             checkpoint_id: c.id,
@@ -648,6 +675,7 @@ impl ControlPlane {
         .await?;
         drop(turn);
         self.forget_lock(id);
+        self.inner.repairs.forget(id);
         info!(sandbox_id = %id, "sandbox deleted");
         Ok(())
     }

@@ -5,6 +5,10 @@
 //! suspend that failed or was cancelled before its snapshot was complete) and
 //! `waking → suspended` (a wake that failed; the snapshot is kept). A create cancelled before
 //! it finished goes `creating → deleted`.
+//!
+//! A running sandbox whose guest agent dies or stops answering goes `running → degraded`; the
+//! node's repair returns it `degraded → running`, or it ends `degraded → failed` (or is
+//! deleted meanwhile, `degraded → deleting`).
 
 use crate::EventType;
 use crate::SandboxState::{self, *};
@@ -15,6 +19,7 @@ pub fn can_transition(from: SandboxState, to: SandboxState) -> bool {
         (Creating, Running) => true,
         (Creating, Deleted) => true,
         (Running, Paused) | (Paused, Running) => true,
+        (Running, Degraded) | (Degraded, Running) => true,
         (Running | Paused, Suspending) => true,
         (Suspending, Suspended) => true,
         (Suspending, Running | Paused) => true,
@@ -36,6 +41,8 @@ pub fn event_for(from: SandboxState, to: SandboxState) -> Option<EventType> {
     Some(match (from, to) {
         (Paused, Running) => EventType::SandboxResumed,
         (Waking, Running) => EventType::SandboxWoken,
+        (Degraded, Running) => EventType::SandboxRepaired,
+        (_, Degraded) => EventType::SandboxDegraded,
         (_, Running) => EventType::SandboxRunning,
         (_, Paused) => EventType::SandboxPaused,
         (_, Suspended) => EventType::SandboxSuspended,
@@ -86,6 +93,30 @@ mod tests {
         assert!(can_transition(Suspended, Deleting));
         assert!(!can_transition(Suspending, Waking));
         assert!(!can_transition(Waking, Paused));
+    }
+
+    #[test]
+    fn degraded_moves() {
+        assert!(can_transition(Running, Degraded));
+        assert!(can_transition(Degraded, Running));
+        assert!(can_transition(Degraded, Failed));
+        assert!(can_transition(Degraded, Deleting));
+        assert!(!can_transition(Paused, Degraded));
+        assert!(!can_transition(Suspended, Degraded));
+        assert!(!can_transition(Creating, Degraded));
+        assert!(!can_transition(Degraded, Paused));
+        assert!(!can_transition(Degraded, Suspending));
+        assert!(!can_transition(Degraded, Degraded));
+        assert!(!serves_commands(Degraded));
+        assert_eq!(
+            event_for(Running, Degraded),
+            Some(EventType::SandboxDegraded)
+        );
+        assert_eq!(
+            event_for(Degraded, Running),
+            Some(EventType::SandboxRepaired)
+        );
+        assert_eq!(event_for(Degraded, Failed), Some(EventType::SandboxFailed));
     }
 
     #[test]

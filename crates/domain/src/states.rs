@@ -10,6 +10,9 @@ crate::wire_enum! {
         Running = "running",
         /// Processes frozen, memory resident on the node.
         Paused = "paused",
+        /// Its guest agent died or stopped answering; `state_reason` says why. The node
+        /// repairs it (its files are kept) and it returns to `running`, or ends `failed`.
+        Degraded = "degraded",
         /// Being saved to the snapshot store.
         Suspending = "suspending",
         /// Saved; no node resources held.
@@ -118,6 +121,11 @@ crate::wire_enum! {
         SandboxDeleted = "sandbox.deleted",
         /// Failed (`reason` says why).
         SandboxFailed = "sandbox.failed",
+        /// Its guest agent died or stopped answering (`reason` says why); being repaired.
+        SandboxDegraded = "sandbox.degraded",
+        /// Repaired after `sandbox.degraded`: its guest agent answers again (`reason` says
+        /// how: processes restarted on its own files).
+        SandboxRepaired = "sandbox.repaired",
         /// Its gateway refused a connection or DNS question (`destination` names it; repeats
         /// toward one destination are recorded at most every few seconds).
         NetworkDenied = "network.denied",

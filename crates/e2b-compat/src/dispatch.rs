@@ -10,8 +10,13 @@
 //! 4. Anything else: the REST control API.
 //!
 //! envd traffic for a sandbox that is not running answers the proxy's `502` "The sandbox was
-//! not found"; for a port other than envd's, a `502` "port is not open" (Cove does not forward
-//! sandbox ports here yet).
+//! not found" (a paused one created with `autoResume` is woken first: E2B's auto-resume). A
+//! port other than envd's (E2B's `sandbox.get_host(port)`) goes to Cove's port proxy
+//! ([`cove_control_plane::http::serve_port`]) with its rules: a sandbox created through E2B is
+//! public unless its create said `network.allowPublicTraffic: false`, and then E2B's
+//! `e2b-traffic-access-token` header (the sandbox's port token) lets a request in; nothing
+//! listening answers the proxy's `502` "The sandbox is running but port is not open" (with
+//! `sandboxId` and `port`, as E2B's proxy words it).
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -69,10 +74,15 @@ async fn dispatch(e2b: E2b, envd: Router, rest: Router, mut req: Request) -> Res
     };
     let sandbox = match e2b.cp.get_sandbox(&cove_id).await {
         Ok(s) if s.state == SandboxState::Running => s,
-        _ => return sandbox_not_found(&id),
+        // A paused sandbox created with `autoResume` wakes for the request.
+        Ok(s) => match crate::rest::lifecycle::resume_for_traffic(&e2b, s).await {
+            Some(s) => s,
+            None => return sandbox_not_found(&id),
+        },
+        Err(_) => return sandbox_not_found(&id),
     };
     if port != ENVD_PORT {
-        return port_not_open(&id, port);
+        return sandbox_port(&e2b, &cove_id, port, req).await;
     }
     if !signed {
         if let Err(resp) = crate::envd::check_access_token(&e2b, &cove_id, &req) {
@@ -86,6 +96,38 @@ async fn dispatch(e2b: E2b, envd: Router, rest: Router, mut req: Request) -> Res
         signed,
     });
     serve(envd, req).await
+}
+
+/// E2B traffic header carrying the sandbox's port token (E2B's `trafficAccessToken`).
+const TRAFFIC_TOKEN_HEADER: &str = "e2b-traffic-access-token";
+
+/// A request for `port` (not envd's) of a running sandbox: Cove's port proxy, E2B's traffic
+/// token taken as the port token.
+async fn sandbox_port(e2b: &E2b, cove_id: &str, port: u16, mut req: Request) -> Response {
+    let headers = req.headers_mut();
+    for name in ["e2b-sandbox-id", "e2b-sandbox-port"] {
+        headers.remove(name);
+    }
+    if let Some(token) = headers.remove(TRAFFIC_TOKEN_HEADER) {
+        headers.insert(cove_control_plane::ports::PORT_TOKEN_HEADER, token);
+    }
+    let path = req.uri().path().to_string();
+    let e2b_id = e2b_id(cove_id);
+    let resp = cove_control_plane::http::serve_port(
+        &e2b.cp,
+        cove_control_plane::http::PortSurface::Host,
+        cove_id,
+        port,
+        &path,
+        req,
+    )
+    .await;
+    // Cove's port proxy answers 502 only when nothing answers on the port (or the sandbox has
+    // no network there); the E2B SDKs and their users know the proxy's own wording for it.
+    if resp.status() == StatusCode::BAD_GATEWAY {
+        return port_not_open(e2b_id, port);
+    }
+    resp
 }
 
 async fn serve(router: Router, req: Request<Body>) -> Response {

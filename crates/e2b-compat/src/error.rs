@@ -49,7 +49,9 @@ impl From<ServiceError> for RestError {
             ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
             ErrorCode::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ErrorCode::NotImplemented => StatusCode::NOT_IMPLEMENTED,
-            _ => StatusCode::INTERNAL_SERVER_ERROR,
+            // `feature_disabled` is a 403, `checkpoint_not_found` a 404, and so on.
+            other => StatusCode::from_u16(other.http_status())
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
         };
         if status == StatusCode::INTERNAL_SERVER_ERROR {
             tracing::error!(error = %e, "e2b request failed");
@@ -62,7 +64,10 @@ impl IntoResponse for RestError {
     fn into_response(self) -> Response {
         let body = json!({ "code": self.status.as_u16(), "message": self.message });
         let mut resp = (self.status, axum::Json(body)).into_response();
-        if self.status == StatusCode::CONFLICT || self.status == StatusCode::NOT_IMPLEMENTED {
+        if matches!(
+            self.status,
+            StatusCode::CONFLICT | StatusCode::NOT_IMPLEMENTED | StatusCode::FORBIDDEN
+        ) {
             // A retry would not change the answer.
             resp.headers_mut()
                 .insert("should-retry", HeaderValue::from_static("false"));
@@ -238,12 +243,11 @@ pub fn sandbox_not_found(e2b_id: &str) -> Response {
     }))
 }
 
-/// The proxy's `502` for a port of a running sandbox that Cove cannot reach.
+/// The proxy's `502` for a port of a running sandbox where nothing answers.
 pub fn port_not_open(e2b_id: &str, port: u16) -> Response {
     proxy_502(json!({
         "sandboxId": e2b_id,
-        "message": "The sandbox is running but port is not open (Cove's E2B layer does not \
-                    forward sandbox ports yet)",
+        "message": "The sandbox is running but port is not open",
         "port": port,
         "code": 502,
     }))

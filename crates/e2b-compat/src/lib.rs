@@ -136,6 +136,13 @@ impl E2b {
             .insert(cove_id.to_string(), ttl);
     }
 
+    pub(crate) fn clear_ttl(&self, cove_id: &str) {
+        self.ttls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(cove_id);
+    }
+
     pub(crate) fn forget(&self, cove_id: &str) {
         self.ttls
             .lock()

@@ -1,7 +1,8 @@
 //! Ends sandboxes at their E2B timeout: about once a second, every tracked sandbox whose end
 //! of life has passed is deleted, or suspended when it was created with `autoPause`. At start
 //! it adopts the sandboxes created through E2B before a restart (they get the default timeout
-//! from then on, since the end of life is kept in memory only).
+//! from then on, since the end of life is kept in memory only; whether it pauses or kills is
+//! read from the sandbox's marker).
 
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use cove_control_plane::LifecycleVerb;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+use crate::rest::lifecycle::Lifecycle;
 use crate::rest::E2B_MARKER_KEY;
 use crate::{E2b, SandboxTtl, DEFAULT_TIMEOUT_S};
 
@@ -66,7 +68,7 @@ async fn adopt(e2b: &E2b) {
                 &s.id,
                 SandboxTtl {
                     end_at: Utc::now() + chrono::Duration::seconds(DEFAULT_TIMEOUT_S as i64),
-                    auto_pause: false,
+                    auto_pause: Lifecycle::of(&s).auto_pause(),
                 },
             );
         }
@@ -107,10 +109,7 @@ async fn reap(e2b: &E2b) {
                 }
             }
             // Paused sandboxes do not expire; a connect sets a new end of life.
-            e2b.ttls
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&id);
+            e2b.clear_ttl(&id);
             continue;
         }
         match e2b.cp.delete_sandbox(&id, None).await {

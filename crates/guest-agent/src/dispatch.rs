@@ -83,6 +83,16 @@ pub async fn dispatch(agent: &Arc<Agent>, request: Request, r: &Responder) {
         })
         .await
         .map(Response::FileInfo),
+        Request::SetXattrs(req) => {
+            files::blocking(agent, move |a| files::xattrs::set_xattrs(a, req))
+                .await
+                .map(ok)
+        }
+        Request::GetXattrs(req) => {
+            files::blocking(agent, move |a| files::xattrs::get_xattrs(a, req))
+                .await
+                .map(Response::Xattrs)
+        }
         // The read loop routes these itself.
         Request::Hello { .. } | Request::WriteFile(_) | Request::Data { .. } | Request::DataEnd => {
             Err(AgentError::new(ErrorCode::Protocol, "unexpected frame"))

@@ -73,6 +73,7 @@ pub mod spawn;
 pub mod state;
 pub mod stdio;
 pub mod users;
+pub mod vm_net;
 pub mod vport;
 
 pub use agent::run;

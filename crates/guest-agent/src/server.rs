@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use cove_guest_protocol::{
     encode_frame, read_frame, ErrorCode, FrameError, GuestFrame, HostFrame, Request, Response,
-    PROTOCOL_VERSION,
+    MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::UnixListener;
@@ -81,14 +81,20 @@ async fn handshake(rd: &mut (impl AsyncRead + Unpin), tx: &mpsc::Sender<GuestFra
         }
     };
     let response = match frame.request {
-        Request::Hello { version } if version == PROTOCOL_VERSION => Response::Hello {
-            version: PROTOCOL_VERSION,
-            agent_version: env!("CARGO_PKG_VERSION").to_string(),
-        },
+        // The connection speaks the host's version when this agent knows it.
+        Request::Hello { version }
+            if (MIN_PROTOCOL_VERSION..=PROTOCOL_VERSION).contains(&version) =>
+        {
+            Response::Hello {
+                version,
+                agent_version: env!("CARGO_PKG_VERSION").to_string(),
+            }
+        }
         Request::Hello { version } => Response::Error {
             code: ErrorCode::UnsupportedVersion,
             message: format!(
-                "protocol version {version} is not supported; this agent speaks {PROTOCOL_VERSION}"
+                "protocol version {version} is not supported; this agent speaks \
+                 {MIN_PROTOCOL_VERSION} to {PROTOCOL_VERSION}"
             ),
         },
         _ => Response::Error {

@@ -6,8 +6,8 @@
 //! the port and joins every stream the host opens to a fresh connection to the agent's own unix
 //! socket, so each stream gets the agent's ordinary per-connection handling unchanged.
 //!
-//! It also does the transport's own requests ([`Control`]): set the wall clock, add entropy and
-//! set the hostname (after a snapshot restore or a clone of a base snapshot), and, once at start, grows the root ext4 filesystem online to the
+//! It also does the transport's own requests ([`Control`]): set the wall clock, add entropy,
+//! set the hostname, configure the network ([`crate::vm_net`]) (after a snapshot restore or a clone of a base snapshot), and, once at start, grows the root ext4 filesystem online to the
 //! size of its disk (the host sizes the copy-on-write disk by `disk_mib`).
 //!
 //! When the host side is not connected the port reads end of file; the transport then retries
@@ -122,6 +122,12 @@ fn control(c: Control) -> Result<(), String> {
         Control::SetHostname { name } => {
             nix::unistd::sethostname(&name).map_err(|e| format!("sethostname: {e}"))
         }
+        Control::SetNetwork {
+            address,
+            gateway,
+            resolv_conf,
+            ca_pem,
+        } => crate::vm_net::configure(address, gateway, &resolv_conf, ca_pem.as_deref()),
     }
 }
 

@@ -7,9 +7,10 @@
 //! [`MAX_FRAME_BYTES`]; a longer length prefix is a protocol error and the reader drops the
 //! connection without allocating it.
 //!
-//! The first frame on every connection is [`Request::Hello`] from the host; the guest answers
-//! [`Response::Hello`] with the version it speaks, or [`Response::Error`] with
-//! [`ErrorCode::UnsupportedVersion`] and closes.
+//! The first frame on every connection is [`Request::Hello`] from the host, offering its newest
+//! version; the guest answers [`Response::Hello`] with the version the connection speaks (see
+//! [`PROTOCOL_VERSION`]), or [`Response::Error`] with [`ErrorCode::UnsupportedVersion`] and
+//! closes.
 //!
 //! # Multiplexing
 //! Every frame carries a request id chosen by the host. The guest serves the requests of one
@@ -43,8 +44,31 @@ mod types;
 pub use codec::{decode_body, encode_frame, read_frame, write_frame, FrameError};
 pub use types::*;
 
-/// The protocol version this crate speaks. Bumped on any incompatible change of the messages.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// The newest protocol version this crate speaks. Bumped when messages are added or changed.
+///
+/// - 1: everything but extended attributes.
+/// - 2: adds [`Request::SetXattrs`], [`Request::GetXattrs`] and [`Response::Xattrs`]
+///   (appended, so every version 1 frame still decodes the same).
+///
+/// The host offers its newest version in `Hello`; a guest answers with the version both will
+/// speak (the host's, when it speaks it) or `UnsupportedVersion`. A host that meets a guest
+/// too old for its offer (one that answers `UnsupportedVersion`) reconnects offering
+/// [`MIN_PROTOCOL_VERSION`] and leaves out what that version lacks.
+pub const PROTOCOL_VERSION: u32 = 2;
+
+/// The oldest protocol version this crate still speaks.
+pub const MIN_PROTOCOL_VERSION: u32 = 1;
+
+/// The first version with extended attributes ([`Request::SetXattrs`], [`Request::GetXattrs`]).
+pub const XATTRS_VERSION: u32 = 2;
+
+/// Most paths in one [`Request::GetXattrs`].
+pub const MAX_XATTR_PATHS: usize = 64;
+
+/// Most bytes of extended attributes (names with their namespace, and values) set by one
+/// [`Request::SetXattrs`] or returned for one path by [`Request::GetXattrs`]: 8 KiB, so a full
+/// `GetXattrs` answer fits a frame.
+pub const MAX_XATTR_BYTES: usize = 8192;
 
 /// Largest frame body in bytes (1 MiB + headroom for the envelope). Chunks of output and file data
 /// are at most [`MAX_CHUNK_BYTES`], so every legal frame fits.

@@ -151,7 +151,47 @@ pub enum Request {
         /// The new size.
         size: PtySize,
     },
+    /// Protocol v2. Replace the extended attributes of a path under one namespace: every
+    /// attribute named `namespace` + key is set to its value and every other attribute under
+    /// `namespace` is removed; attributes outside it are untouched. A final symlink is not
+    /// followed. Answered with `Ok`. `namespace` starts with `user.` (`InvalidArgument`
+    /// otherwise); the kernel checks the user's rights as for `setxattr`; a filesystem without
+    /// extended attributes is `FailedPrecondition`.
+    SetXattrs(SetXattrsRequest),
+    /// Protocol v2. Read the extended attributes under `namespace` of several paths (at most
+    /// [`crate::MAX_XATTR_PATHS`]). Answered with [`Response::Xattrs`], one map per path in
+    /// the request's order; a path that is gone, unreadable or a symlink has an empty map.
+    GetXattrs(GetXattrsRequest),
 }
+
+/// What [`Request::SetXattrs`] writes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetXattrsRequest {
+    /// The path (not followed when it is a symlink).
+    pub path: GuestPath,
+    /// User whose rights apply and whose home resolves a relative path.
+    pub user: Option<String>,
+    /// Attribute name prefix, `user.` or longer (`user.e2b.`).
+    pub namespace: String,
+    /// Keys (after the namespace) and values; together at most [`crate::MAX_XATTR_BYTES`]
+    /// bytes counting the namespace once per key.
+    pub entries: BTreeMap<String, XattrValue>,
+}
+
+/// What [`Request::GetXattrs`] reads.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GetXattrsRequest {
+    /// The paths (not followed when they are symlinks).
+    pub paths: Vec<GuestPath>,
+    /// User whose rights apply and whose home resolves relative paths.
+    pub user: Option<String>,
+    /// Attribute name prefix, `user.` or longer.
+    pub namespace: String,
+}
+
+/// An extended attribute's value, as raw bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct XattrValue(#[serde(with = "serde_bytes")] pub Vec<u8>);
 
 /// The size of a command's pseudo-terminal, in character cells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -327,6 +367,10 @@ pub enum Response {
         /// Number of dropped bytes.
         len: u64,
     },
+    /// Protocol v2. The answer to [`Request::GetXattrs`]: per path, its attributes under the
+    /// namespace (keys without the namespace). Each map holds at most
+    /// [`crate::MAX_XATTR_BYTES`] bytes of keys and values; attributes past that are left out.
+    Xattrs(Vec<BTreeMap<String, XattrValue>>),
 }
 
 /// Stable error codes of the guest.

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Live counters of one sandbox (relaxed atomics).
@@ -20,8 +20,9 @@ pub(crate) struct Counters {
     pub dns_refused: AtomicU64,
 }
 
-/// A snapshot of a sandbox's counters since it was attached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+/// A snapshot of a sandbox's counters since it was attached (plus what
+/// [`crate::Network::add_counters`] carried over).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct NetworkCounters {
     /// Bytes the sandbox sent through the gateway (payload, not headers).
     pub bytes_out: u64,
@@ -48,6 +49,16 @@ impl Counters {
             dns_answered: g(&self.dns_answered),
             dns_refused: g(&self.dns_refused),
         }
+    }
+
+    /// Adds `base` to every counter (counts carried over from an earlier attachment).
+    pub(crate) fn add_all(&self, base: &NetworkCounters) {
+        Self::add(&self.bytes_out, base.bytes_out);
+        Self::add(&self.bytes_in, base.bytes_in);
+        Self::add(&self.connections_allowed, base.connections_allowed);
+        Self::add(&self.connections_denied, base.connections_denied);
+        Self::add(&self.dns_answered, base.dns_answered);
+        Self::add(&self.dns_refused, base.dns_refused);
     }
 
     pub(crate) fn add(counter: &AtomicU64, n: u64) {

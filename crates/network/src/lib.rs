@@ -69,6 +69,7 @@ mod network;
 pub mod plumbing;
 pub mod policy;
 mod proxy;
+mod relay;
 pub mod sniff;
 mod sockets;
 

@@ -511,6 +511,29 @@ impl Network {
         Ok(self.shared.entry_of(sandbox_id)?.counters.snapshot())
     }
 
+    /// Gives an attached sandbox a tap device for a VM's NIC, bridged to its link to the
+    /// gateway ([`plumbing::bridge_tap`]); returns the tap's name. Call it again after an
+    /// adoption. Errors: [`NetworkError::NotAttached`], `ip` failures.
+    pub async fn add_tap(&self, sandbox_id: &str) -> Result<String> {
+        let slot = *self
+            .shared
+            .pool()
+            .attached
+            .get(sandbox_id)
+            .ok_or_else(|| NetworkError::NotAttached(sandbox_id.to_string()))?;
+        let cfg = self.shared.config.clone();
+        blocking(move || plumbing::bridge_tap(&cfg, slot)).await?;
+        Ok(plumbing::TAP.to_string())
+    }
+
+    /// Adds `base` to the sandbox's counters: what an earlier attachment of the same sandbox
+    /// counted (before a suspend, a rollback or a node restart), so they count from its
+    /// creation. Errors: [`NetworkError::NotAttached`].
+    pub fn add_counters(&self, sandbox_id: &str, base: &NetworkCounters) -> Result<()> {
+        self.shared.entry_of(sandbox_id)?.counters.add_all(base);
+        Ok(())
+    }
+
     /// The sandbox's attachment. Errors: [`NetworkError::NotAttached`].
     pub fn attachment(&self, sandbox_id: &str) -> Result<Attachment> {
         let slot = *self

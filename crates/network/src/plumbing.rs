@@ -133,6 +133,23 @@ pub fn plumb(config: &NetworkConfig, slot: u32, reuse: bool) -> Result<()> {
         cmd::run("ip", &["netns", "add", &sbx], None)?;
     }
     let steps = || -> Result<()> {
+        // Set from here, in the node's user namespace, which owns this network namespace: a
+        // sandbox in a user namespace of its own can neither write them nor bind a port below
+        // 1024 without them. Every group may ping through ICMP datagram sockets (no raw
+        // sockets in a sandbox), and every port may be bound (as Docker does).
+        cmd::run(
+            "ip",
+            &[
+                "netns",
+                "exec",
+                &sbx,
+                "sysctl",
+                "-qw",
+                "net.ipv4.ping_group_range=0 2147483647",
+                "net.ipv4.ip_unprivileged_port_start=0",
+            ],
+            None,
+        )?;
         cmd::ip_batch(
             Some(&sbx),
             &format!(
@@ -156,6 +173,41 @@ pub fn plumb(config: &NetworkConfig, slot: u32, reuse: bool) -> Result<()> {
     steps().inspect_err(|_| {
         let _ = unplumb(config, slot);
     })
+}
+
+/// The tap device [`bridge_tap`] makes in a sandbox namespace.
+pub const TAP: &str = "tap0";
+
+/// Gives the sandbox namespace of `slot` a tap device for a VM: `tap0` and `eth0` (the link to
+/// the gateway) in a bridge `br0`, and the slot's address taken off `eth0` (the VM holds it), so
+/// the VM's only peer is the gateway. Idempotent: after an adoption replaced `eth0`, the new one
+/// joins the bridge.
+pub fn bridge_tap(config: &NetworkConfig, slot: u32) -> Result<()> {
+    let sbx = sandbox_ns(&config.prefix, slot);
+    let links = cmd::links(Some(&sbx))?;
+    let mut script = String::new();
+    if !links.iter().any(|l| l == TAP) {
+        script.push_str(&format!(
+            "tuntap add dev {TAP} mode tap
+"
+        ));
+    }
+    if !links.iter().any(|l| l == "br0") {
+        script.push_str(
+            "link add br0 type bridge
+",
+        );
+    }
+    script.push_str(&format!(
+        "addr flush dev eth0
+         link set eth0 master br0
+         link set {TAP} master br0
+         link set br0 up
+         link set {TAP} up
+         link set eth0 up
+"
+    ));
+    cmd::ip_batch(Some(&sbx), &script)
 }
 
 /// Removes the nft element, the veth pair (and with it the gateway's route) and the sandbox

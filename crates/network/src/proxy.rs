@@ -16,10 +16,6 @@ use crate::network::{SandboxEntry, Shared};
 use crate::policy::Verdict;
 use crate::sniff::{sniff, Sniffed, MAX_SNIFF};
 
-/// Copy buffer size per direction (two per connection; with [`crate::MAX_CONNECTIONS`] this bounds
-/// a sandbox's buffer memory in the node to 64 MiB).
-const COPY_BUF: usize = 128 * 1024;
-
 /// Accepts sandbox connections until the task is aborted.
 pub(crate) async fn serve(shared: Arc<Shared>, listener: TcpListener) {
     loop {
@@ -176,13 +172,9 @@ async fn splice(
         }
         Counters::add(&entry.counters.bytes_out, head.len() as u64);
     }
-    let mut sandbox = Counted {
-        inner: stream,
-        counters: entry,
-    };
-    let _ =
-        tokio::io::copy_bidirectional_with_sizes(&mut sandbox, &mut upstream, COPY_BUF, COPY_BUF)
-            .await;
+    if let Err(e) = crate::relay::relay(&stream, &upstream, &entry).await {
+        debug!(sandbox_id = %entry.id, error = %e, "relayed connection ended");
+    }
 }
 
 fn forbidden_response() -> String {

@@ -351,3 +351,34 @@ async fn live_policy_change_applies_to_the_next_connection() {
     assert!(http(&sbx, WEB_A, 80, "a").await.is_ok(), "open again");
     fx.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_download_arrives_whole_and_is_counted() {
+    let fx = Fixture::new("ebig").await;
+    let sbx = fx.sandbox("big", EgressPolicy::default()).await;
+    let n: usize = 12 * 1024 * 1024 + 7;
+    let (ns, path) = (sbx.clone(), format!("/bytes/{n}"));
+    let got = tokio::task::spawn_blocking(move || {
+        cove_network::lab::http_download(
+            &ns,
+            SocketAddrV4::new(WEB_A, 80),
+            "big.test",
+            &path,
+            Duration::from_secs(60),
+        )
+    })
+    .await
+    .expect("join")
+    .expect("route")
+    .expect("download through the gateway");
+    assert_eq!(got.bytes, n as u64);
+    assert_eq!(got.nonzero, 0);
+    // The response head and the request are the only bytes besides the body.
+    let c = fx.net().counters("big").expect("counters");
+    assert!(
+        c.bytes_in >= n as u64 && c.bytes_in < n as u64 + 512,
+        "{c:?}"
+    );
+    assert!(c.bytes_out > 20 && c.bytes_out < 512, "{c:?}");
+    fx.finish().await;
+}

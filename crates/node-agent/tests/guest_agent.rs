@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cove_guest_protocol::{
-    CommandInfo, CommandState, ErrorCode, FileType, GuestPath, Program, SpawnRequest, Stream,
-    WriteFileRequest,
+    CommandInfo, CommandState, ErrorCode, FileType, GuestPath, Program, SetXattrsRequest,
+    SpawnRequest, Stream, WriteFileRequest, XattrValue, MAX_XATTR_BYTES,
 };
 use cove_node_agent::guest::{AttachEvent, GuestClient, GuestError};
 use futures::StreamExt;
@@ -116,10 +116,16 @@ impl Drop for Agent {
 }
 
 fn req(id: &str, program: Program) -> SpawnRequest {
+    // These agents run on the host as root, so `bash -l` would read root's own profile. Where
+    // that runs `pyenv init` (this CI machine's does), each shell takes pyenv's rehash lock, and
+    // a shell a test kills while it holds the lock leaves it behind: every later login shell
+    // then waits 60 s and complains on stderr. A home without a profile keeps the host's
+    // dotfiles out of the output these tests compare byte for byte.
+    let env = BTreeMap::from([("HOME".to_string(), "/nonexistent".to_string())]);
     SpawnRequest {
         command_id: id.to_string(),
         program,
-        env: BTreeMap::new(),
+        env,
         cwd: None,
         user: None,
         stdin: false,
@@ -962,6 +968,80 @@ async fn c10_files_round_trip_exactly() {
     assert_eq!(
         code(write(c, &up, b"x").await.expect_err("dir")),
         ErrorCode::WrongType
+    );
+}
+
+#[tokio::test]
+async fn xattrs_are_replaced_under_a_namespace_and_read_in_batches() {
+    let a = Agent::start().await;
+    let c = &a.client;
+    let dir = a.scratch().join("x");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let f = dir.join("f");
+    std::fs::write(&f, b"x").expect("file");
+    xattr::set(&f, "user.other", b"kept").expect("other namespace");
+    let set = |entries: &[(&str, &str)]| SetXattrsRequest {
+        path: gpath(&f),
+        user: None,
+        namespace: "user.e2b.".into(),
+        entries: entries
+            .iter()
+            .map(|(k, v)| (k.to_string(), XattrValue(v.as_bytes().to_vec())))
+            .collect(),
+    };
+    c.set_xattrs(set(&[("a", "1"), ("b", "2")]))
+        .await
+        .expect("set");
+    assert_eq!(
+        xattr::get(&f, "user.e2b.a").expect("get"),
+        Some(b"1".to_vec())
+    );
+    // Replacing drops what is not given, and leaves other namespaces alone.
+    c.set_xattrs(set(&[("b", "3")])).await.expect("replace");
+    let paths = vec![gpath(&f), gpath(dir.join("missing")), gpath(&dir)];
+    let maps = c
+        .get_xattrs(paths, None, "user.e2b.".into())
+        .await
+        .expect("get");
+    assert_eq!(maps.len(), 3);
+    let b: BTreeMap<String, XattrValue> =
+        BTreeMap::from([("b".to_string(), XattrValue(b"3".to_vec()))]);
+    assert_eq!(maps[0], b);
+    assert!(maps[1].is_empty() && maps[2].is_empty());
+    assert_eq!(
+        xattr::get(&f, "user.other").expect("get"),
+        Some(b"kept".to_vec())
+    );
+
+    // Outside the user class, on a symlink, or too much: refused, nothing changed.
+    let mut bad = set(&[("x", "1")]);
+    bad.namespace = "trusted.".into();
+    assert_eq!(
+        code(c.set_xattrs(bad).await.expect_err("namespace")),
+        ErrorCode::InvalidArgument
+    );
+    let link = dir.join("link");
+    std::os::unix::fs::symlink(&f, &link).expect("symlink");
+    let mut on_link = set(&[("x", "1")]);
+    on_link.path = gpath(&link);
+    assert_eq!(
+        code(c.set_xattrs(on_link).await.expect_err("symlink")),
+        ErrorCode::FailedPrecondition
+    );
+    let big = "v".repeat(MAX_XATTR_BYTES);
+    assert_eq!(
+        code(c.set_xattrs(set(&[("big", &big)])).await.expect_err("big")),
+        ErrorCode::InvalidArgument
+    );
+    let mut missing = set(&[("x", "1")]);
+    missing.path = gpath(dir.join("missing"));
+    assert_eq!(
+        code(c.set_xattrs(missing).await.expect_err("missing")),
+        ErrorCode::NotFound
+    );
+    assert_eq!(
+        xattr::get(&f, "user.e2b.b").expect("get"),
+        Some(b"3".to_vec())
     );
 }
 

@@ -1,12 +1,15 @@
 //! Files in a sandbox. Paths are the sandbox's, as raw bytes; the guest agent resolves them
 //! inside the sandbox's own root (relative ones against `user`'s home).
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::BoxStream;
 
 use crate::{
-    ByteStream, FileEvent, FileInfo, NodeError, SandboxPath, WatchRequest, WriteFileRequest,
+    ByteStream, FileEvent, FileInfo, NodeError, SandboxPath, SetXattrsRequest, WatchRequest,
+    WriteFileRequest, XattrsRequest,
 };
 
 /// Files in a sandbox.
@@ -72,6 +75,25 @@ pub trait NodeFiles: Send + Sync + 'static {
         to: SandboxPath,
         user: Option<String>,
     ) -> Result<FileInfo, NodeError>;
+
+    /// Replaces the extended attributes of `req.path` under `req.namespace` with
+    /// `req.entries`, as `req.user` (the kernel's rights for `setxattr` apply).
+    ///
+    /// Errors: `FileNotFound`; `PermissionDenied`; `InvalidArgument` (a namespace outside
+    /// `user.`, an empty or over-long key, more than 8 KiB of keys and values);
+    /// `FailedPrecondition` (a symlink, a filesystem without extended attributes); `NoSpace`;
+    /// `Unsupported` (an agent or node that predates extended attributes).
+    async fn set_xattrs(&self, sandbox_id: &str, req: SetXattrsRequest) -> Result<(), NodeError>;
+
+    /// The extended attributes under `req.namespace` of each of `req.paths`, in order, keys
+    /// without the namespace (at most 8 KiB per path). A path that is gone, unreadable or a
+    /// symlink has none. Errors: `InvalidArgument` (the namespace, an unknown user),
+    /// `Unsupported` (an agent or node that predates extended attributes).
+    async fn xattrs(
+        &self,
+        sandbox_id: &str,
+        req: XattrsRequest,
+    ) -> Result<Vec<BTreeMap<String, Vec<u8>>>, NodeError>;
 
     /// Watches a directory. Returns once the watch is in place; the stream yields batches of
     /// events until the directory is gone or the watch fails (the last item). Dropping the

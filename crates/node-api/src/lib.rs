@@ -35,7 +35,9 @@ pub use checkpoints::{
 };
 pub use commands::NodeCommands;
 pub use files::NodeFiles;
-pub use lifecycle::{NodeCapabilities, NodeLifecycle, SuspendInfo, WakeInfo};
+pub use lifecycle::{
+    AgentHealth, NodeCapabilities, NodeLifecycle, RepairInfo, SuspendInfo, WakeInfo,
+};
 pub use metrics::{MetricsSample, NodeCapacity, NodeMetrics, SandboxMetrics, HISTORY_SAMPLES};
 pub use network::{
     LaunchSecret, NetworkCounters, NetworkDenied, NodeNetwork, PortRequest, PortResponse,
@@ -48,7 +50,7 @@ pub mod types;
 
 pub use types::{
     CommandInfo, FileEvent, FileEventKind, FileInfo, FileType, OutputStream, Program, PtySize,
-    SandboxPath, SpawnRequest, WatchRequest, WriteFileRequest,
+    SandboxPath, SetXattrsRequest, SpawnRequest, WatchRequest, WriteFileRequest, XattrsRequest,
 };
 
 /// What the node needs to start a sandbox.

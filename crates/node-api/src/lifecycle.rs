@@ -22,6 +22,10 @@ pub struct NodeCapabilities {
     /// only the default egress policy is accepted).
     #[serde(default)]
     pub network: bool,
+    /// Each sandbox's root is an unprivileged host id range of its own (a user namespace);
+    /// false for VMs, whose boundary is the VM.
+    #[serde(default)]
+    pub user_namespaces: bool,
 }
 
 /// The result of a suspend.
@@ -38,6 +42,45 @@ pub struct WakeInfo {
     pub memory_restored: bool,
     /// Bytes of file content restored.
     pub file_bytes: u64,
+}
+
+/// What a guest agent check found ([`NodeLifecycle::check_agent`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum AgentHealth {
+    /// The agent answered a ping in time (or the sandbox is paused: a frozen agent is not
+    /// checked).
+    Ok,
+    /// The agent's process lives but did not answer in time (hung, or very busy): a caller
+    /// decides after a few misses in a row. `reason` names no host path.
+    Unresponsive {
+        /// What was found: the ping timed out.
+        reason: String,
+    },
+    /// The agent is gone: the sandbox's init exited, its container vanished (its files are
+    /// there), or its socket refuses connections. `reason` names no host path.
+    Dead {
+        /// What was found.
+        reason: String,
+    },
+}
+
+impl AgentHealth {
+    /// The reason of an unhealthy answer (`None` for [`AgentHealth::Ok`]).
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            AgentHealth::Ok => None,
+            AgentHealth::Unresponsive { reason } | AgentHealth::Dead { reason } => Some(reason),
+        }
+    }
+}
+
+/// The result of a repair ([`NodeLifecycle::repair_sandbox`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RepairInfo {
+    /// Whether the sandbox's processes were restarted (on runc and qemu the guest agent is
+    /// the sandbox's init, so a repair restarts the sandbox on its own files; commands that
+    /// ran are gone). False when only the agent restarted and other processes kept running.
+    pub processes_restarted: bool,
 }
 
 /// Sandbox lifecycle on the node.
@@ -59,6 +102,26 @@ pub trait NodeLifecycle: Send + Sync + 'static {
     async fn failure_reason(&self, _id: &str) -> Option<String> {
         None
     }
+
+    /// Pings the guest agent of a running sandbox, waiting at most `timeout`. A paused
+    /// sandbox is [`AgentHealth::Ok`] (not checked); one whose init exited, whose container
+    /// vanished or whose agent refuses connections is [`AgentHealth::Dead`]; one whose agent
+    /// does not answer in time is [`AgentHealth::Unresponsive`].
+    /// Errors: `SandboxNotFound` when the node has nothing of it (no container, no directory);
+    /// `FailedPrecondition` when the sandbox itself stopped with a [`Self::failure_reason`]
+    /// (no agent to repair: reconciliation fails it with that reason).
+    async fn check_agent(
+        &self,
+        id: &str,
+        timeout: std::time::Duration,
+    ) -> Result<AgentHealth, NodeError>;
+
+    /// Repairs a sandbox whose guest agent died or hangs, keeping its files: restarts the
+    /// agent inside the still-running sandbox where the runtime can, else stops what is left
+    /// of the sandbox and starts it again from its own disk (its network and counters stay).
+    /// Returns once the agent answers. Errors: `SandboxNotFound` when its files are gone
+    /// (nothing to repair from); any other error leaves the files in place for another try.
+    async fn repair_sandbox(&self, launch: SandboxLaunch) -> Result<RepairInfo, NodeError>;
 
     /// Freezes every process of a running sandbox (commands, files and connections survive).
     /// Pausing a paused sandbox succeeds.

@@ -16,6 +16,10 @@ pub struct NodeCapacity {
     pub memory_available_bytes: u64,
     /// Sandboxes the node holds now (running or paused).
     pub sandboxes: u32,
+    /// Bytes free for new sandboxes on the node's data dir (`None`: unknown). A create is
+    /// refused with `no_space` when it is nearly zero.
+    #[serde(default)]
+    pub disk_available_bytes: Option<u64>,
 }
 
 /// One reading of a sandbox's resource usage. Fields the runtime cannot read are `None`.

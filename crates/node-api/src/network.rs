@@ -49,8 +49,10 @@ impl std::fmt::Debug for LaunchSecret {
     }
 }
 
-/// Traffic of one sandbox through the gateway since its network was attached (a wake or a node
-/// restart starts again from zero).
+/// Traffic of one sandbox through the gateway since it was created: the node carries the counts
+/// across a suspend and wake (in the snapshot), a rollback, and a node restart (in its own
+/// record, written every few seconds and at shutdown, so a `kill -9` loses at most the last
+/// few seconds).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NetworkCounters {
     /// Bytes the sandbox sent (payload).
@@ -72,7 +74,7 @@ pub struct NetworkCounters {
 pub struct SandboxNetworkInfo {
     /// The policy the gateway enforces now.
     pub policy: EgressPolicy,
-    /// Counters since attach.
+    /// Counters since the sandbox was created.
     pub counters: NetworkCounters,
     /// The sandbox's address behind the gateway.
     pub address: Option<String>,
@@ -115,8 +117,11 @@ pub trait NodeNetwork: Send + Sync + 'static {
     ) -> Result<(), NodeError>;
 
     /// Sends an HTTP/1.1 request with `body` to a port of a running sandbox and returns the
-    /// answer's head and body. [`NodeError::PortClosed`] when nothing listens there (or it does
-    /// not speak HTTP); [`NodeError::SandboxNotFound`] without a network for it.
+    /// answer's head and body. A request with an `upgrade` header (a WebSocket) is sent without
+    /// a body; when the sandbox answers `101`, `body` is written to the upgraded connection and
+    /// the returned stream is what the sandbox sends on it, each until its end.
+    /// [`NodeError::PortClosed`] when nothing listens there (or it does not speak HTTP);
+    /// [`NodeError::SandboxNotFound`] without a network for it.
     async fn forward_http(
         &self,
         id: &str,

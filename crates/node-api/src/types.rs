@@ -161,6 +161,33 @@ pub struct WriteFileRequest {
     pub max_bytes: Option<u64>,
 }
 
+/// Extended attributes of one path to replace under a namespace
+/// ([`crate::NodeFiles::set_xattrs`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetXattrsRequest {
+    /// The path (a final symlink is not followed).
+    pub path: SandboxPath,
+    /// User whose rights apply (`None`: root).
+    pub user: Option<String>,
+    /// Attribute name prefix: `user.` or longer (`user.e2b.`).
+    pub namespace: String,
+    /// Keys (after the namespace) and values: after the call these are exactly the path's
+    /// attributes under the namespace.
+    pub entries: BTreeMap<String, Vec<u8>>,
+}
+
+/// Extended attributes of several paths to read under a namespace
+/// ([`crate::NodeFiles::xattrs`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct XattrsRequest {
+    /// The paths (final symlinks are not followed).
+    pub paths: Vec<SandboxPath>,
+    /// User whose rights apply (`None`: root).
+    pub user: Option<String>,
+    /// Attribute name prefix: `user.` or longer.
+    pub namespace: String,
+}
+
 /// A directory to watch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WatchRequest {

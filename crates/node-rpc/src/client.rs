@@ -3,17 +3,18 @@
 //! the in-process node.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use cove_domain::EgressPolicy;
 use cove_node_api::{
-    AttachEvent, BuildEvent, BuiltRelease, ByteStream, CommandInfo, FileEvent, FileInfo,
-    LaunchSecret, NetworkDenied, NodeCapabilities, NodeCapacity, NodeCommands, NodeError,
+    AgentHealth, AttachEvent, BuildEvent, BuiltRelease, ByteStream, CommandInfo, FileEvent,
+    FileInfo, LaunchSecret, NetworkDenied, NodeCapabilities, NodeCapacity, NodeCommands, NodeError,
     NodeFiles, NodeLifecycle, NodeMetrics, NodeNetwork, NodeReleases, NodeSandboxState,
-    PortRequest, PortResponse, PtySize, RecipeInfo, ReleaseRef, SandboxLaunch, SandboxMetrics,
-    SandboxNetworkInfo, SandboxPath, SpawnRequest, SuspendInfo, WakeInfo, WatchRequest,
-    WriteFileRequest,
+    PortRequest, PortResponse, PtySize, RecipeInfo, ReleaseRef, RepairInfo, SandboxLaunch,
+    SandboxMetrics, SandboxNetworkInfo, SandboxPath, SetXattrsRequest, SpawnRequest, SuspendInfo,
+    WakeInfo, WatchRequest, WriteFileRequest, XattrsRequest,
 };
 use futures::stream::BoxStream;
 use futures::StreamExt;
@@ -68,6 +69,7 @@ impl RemoteNode {
                 suspend_memory: false,
                 snapshot_store: String::new(),
                 network: false,
+                user_namespaces: false,
             },
             recipes: Vec::new(),
         };
@@ -286,6 +288,26 @@ impl NodeLifecycle for RemoteNode {
 
     async fn failure_reason(&self, id: &str) -> Option<String> {
         self.call(Method::FailureReason, (id,)).await.ok().flatten()
+    }
+
+    async fn check_agent(&self, id: &str, timeout: Duration) -> Result<AgentHealth, NodeError> {
+        // The node waits at most `timeout`; the call itself a little longer.
+        let ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+        match tokio::time::timeout(
+            timeout + Duration::from_secs(5),
+            self.call(Method::CheckAgent, (id, ms)),
+        )
+        .await
+        {
+            Ok(r) => r,
+            Err(_) => Err(NodeError::NodeUnreachable(format!(
+                "no answer to an agent check of sandbox {id}"
+            ))),
+        }
+    }
+
+    async fn repair_sandbox(&self, launch: SandboxLaunch) -> Result<RepairInfo, NodeError> {
+        self.call(Method::RepairSandbox, (launch,)).await
     }
 
     async fn pause_sandbox(&self, id: &str) -> Result<(), NodeError> {
@@ -526,6 +548,18 @@ impl NodeFiles for RemoteNode {
     ) -> Result<BoxStream<'static, Result<Vec<FileEvent>, NodeError>>, NodeError> {
         let items = self.open(Method::Watch, (sandbox_id, req)).await?;
         Ok(decoded(items, |_, _| {}))
+    }
+
+    async fn set_xattrs(&self, _sandbox_id: &str, _req: SetXattrsRequest) -> Result<(), NodeError> {
+        Err(crate::unsupported::not_carried("file extended attributes"))
+    }
+
+    async fn xattrs(
+        &self,
+        _sandbox_id: &str,
+        _req: XattrsRequest,
+    ) -> Result<Vec<BTreeMap<String, Vec<u8>>>, NodeError> {
+        Err(crate::unsupported::not_carried("file extended attributes"))
     }
 }
 

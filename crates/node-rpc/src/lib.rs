@@ -29,8 +29,9 @@ pub use client::RemoteNode;
 pub use membership::{ClusterClient, ClusterService, JoinAnswer, Membership, MembershipError};
 pub use server::NodeService;
 
-/// Version of the wire (`proto/node.proto`); a peer speaking another is refused.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Version of the wire (`proto/node.proto`); a peer speaking another is refused. Version 2
+/// added the guest agent check and the repair (`CHECK_AGENT`, `REPAIR_SANDBOX`).
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Most bytes in one message of a byte stream (file contents, bodies).
 pub const CHUNK_BYTES: usize = 256 * 1024;

@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use cove_domain::EgressPolicy;
@@ -138,6 +139,14 @@ impl Node for NodeService {
             Method::FailureReason => {
                 let (id,): (String,) = args(&a)?;
                 reply(Ok(n.failure_reason(&id).await))
+            }
+            Method::CheckAgent => {
+                let (id, ms): (String, u64) = args(&a)?;
+                reply(n.check_agent(&id, Duration::from_millis(ms)).await)
+            }
+            Method::RepairSandbox => {
+                let (launch,): (SandboxLaunch,) = args(&a)?;
+                reply(n.repair_sandbox(launch).await)
             }
             Method::PauseSandbox => {
                 let (id,): (String,) = args(&a)?;

@@ -1,5 +1,5 @@
-//! Node calls protocol version 1 does not carry yet: builds from a template file and
-//! checkpoints. A remote node answers them with `NodeError::Unsupported` naming the call, so a
+//! Node calls protocol version 1 does not carry yet: builds from a template file,
+//! checkpoints and file extended attributes. A remote node answers them with `NodeError::Unsupported` naming the call, so a
 //! cluster reports it instead of silently doing nothing (the in-process node does them all).
 
 use async_trait::async_trait;

@@ -72,6 +72,24 @@ async fn the_contract_round_trips_over_grpc() {
     let releases = remote.cached_releases().await.unwrap();
     assert_eq!(releases.len(), 1);
 
+    // The agent check and the repair (protocol version 2).
+    let second = std::time::Duration::from_secs(1);
+    assert_eq!(
+        remote.check_agent("sbx-1", second).await,
+        Ok(cove_node_api::AgentHealth::Ok)
+    );
+    fake.set_state("sbx-1", cove_node_api::NodeSandboxState::Stopped);
+    assert!(matches!(
+        remote.check_agent("sbx-1", second).await,
+        Ok(cove_node_api::AgentHealth::Dead { .. })
+    ));
+    let repaired = remote.repair_sandbox(launch("sbx-1")).await.unwrap();
+    assert!(repaired.processes_restarted);
+    assert_eq!(
+        remote.check_agent("sbx-1", second).await,
+        Ok(cove_node_api::AgentHealth::Ok)
+    );
+
     // A command's output, streamed.
     fake.script("echo", Script::exit(0).stdout("hello\n"));
     let spawn = SpawnRequest {

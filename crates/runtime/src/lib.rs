@@ -57,6 +57,12 @@ pub struct Capabilities {
     /// The sandbox can join a network namespace made by the node ([`SandboxSpec::network`]);
     /// without it the sandbox has loopback only.
     pub network: bool,
+    /// The sandbox reaches that namespace through a tap device there ([`SandboxNetwork::tap`]:
+    /// a VM's NIC) rather than by running in it.
+    pub network_tap: bool,
+    /// Each sandbox's root is an unprivileged host id range of its own (a user namespace; runc
+    /// with `--user-namespaces on`). False for VMs, whose boundary is the VM itself.
+    pub user_namespaces: bool,
 }
 
 /// The network a sandbox joins: a namespace prepared by the node (its egress gateway behind it)
@@ -71,12 +77,21 @@ pub struct SandboxNetwork {
     /// PEM of a CA to trust besides the release's own (the gateway's interception CA, for secret
     /// substitution); added to the sandbox's system trust store.
     pub extra_ca_pem: Option<String>,
+    /// The sandbox's address (a VM configures its own interface with it).
+    pub address: std::net::Ipv4Addr,
+    /// The gateway: the sandbox's only peer, default route and resolver.
+    pub gateway: std::net::Ipv4Addr,
+    /// With [`Capabilities::network_tap`]: the tap device in the namespace, bridged to the link
+    /// to the gateway, for the VM's NIC.
+    pub tap: Option<String>,
 }
 
 impl std::fmt::Debug for SandboxNetwork {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SandboxNetwork")
             .field("netns_path", &self.netns_path)
+            .field("address", &self.address)
+            .field("tap", &self.tap)
             .field("extra_ca", &self.extra_ca_pem.is_some())
             .finish()
     }
@@ -214,6 +229,21 @@ pub enum RuntimeError {
         #[source]
         source: std::io::Error,
     },
+}
+
+impl RuntimeError {
+    /// Whether the node's disk was full: an I/O error `ENOSPC`, or a runtime command (runc,
+    /// mkfs, mount) that said so on stderr.
+    pub fn is_no_space(&self) -> bool {
+        match self {
+            RuntimeError::Io { source, .. } => {
+                source.kind() == std::io::ErrorKind::StorageFull
+                    || source.raw_os_error() == Some(libc::ENOSPC)
+            }
+            RuntimeError::Command { detail, .. } => detail.contains("No space left on device"),
+            _ => false,
+        }
+    }
 }
 
 /// An isolation runtime. Implementations are cheap to share (`Arc<dyn Runtime>`).

@@ -116,6 +116,7 @@ impl Harness {
             runc_binary: PathBuf::from("runc"),
             state_root: dir.path().join("runc"),
             lxcfs_dir: None,
+            user_namespaces: None,
         })
         .expect("runc available");
         let id = unique_id(tag);
@@ -397,6 +398,7 @@ async fn freezer_pause_is_what_runc_sees() {
         runc_binary: PathBuf::from("runc"),
         state_root: h.dir.path().join("runc"),
         lxcfs_dir: None,
+        user_namespaces: None,
     })
     .expect("runc available");
     rt.pause(&spec.id).await.expect("pause");
@@ -518,6 +520,7 @@ fn missing_runc_is_unavailable() {
         runc_binary: PathBuf::from("/nonexistent/runc"),
         state_root: std::env::temp_dir().join("cove-unused-runc-root"),
         lxcfs_dir: None,
+        user_namespaces: None,
     })
     .expect_err("no runc");
     assert!(matches!(err, RuntimeError::Unavailable(_)), "{err:?}");

@@ -33,6 +33,11 @@ pub use node::{run_node, start_node, NodeSettings, RunningNode};
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7700";
 /// Default data-plane address.
 pub const DEFAULT_DATA_PLANE_LISTEN: &str = "127.0.0.1:7701";
+/// Default address of the proxy listener of sandbox ports (`--proxy-listen`).
+pub const DEFAULT_PROXY_LISTEN: &str = "127.0.0.1:7704";
+/// Default domain of the proxy listener's host names (`{port}-{id}.localhost`: browsers
+/// resolve `*.localhost` to loopback).
+pub const DEFAULT_PROXY_DOMAIN: &str = "localhost";
 /// Default address of the E2B compatibility listener (`--e2b-listen`).
 pub const DEFAULT_E2B_LISTEN: &str = cove_e2b_compat::DEFAULT_E2B_LISTEN;
 /// Name of the file in the data dir holding the secret E2B envd access tokens derive from.
@@ -70,6 +75,8 @@ pub struct Config {
     pub command_output: OutputLimits,
     /// The E2B compatibility listener (REST and envd on one port); `None` = not served.
     pub e2b: Option<E2bSettings>,
+    /// The proxy listener of sandbox ports (`{port}-{id}.{domain}`); `None` = not served.
+    pub proxy: Option<ProxySettings>,
     /// Sandbox networks (the egress gateway).
     pub network: NetworkSettings,
     /// Own-disk size in MiB of a sandbox whose create names no `resources.disk_mib`
@@ -79,6 +86,29 @@ pub struct Config {
     /// Remote node agents (`None`: the server's one in-process node, the single-machine
     /// default).
     pub cluster: Option<ClusterSettings>,
+    /// User namespaces for runc sandboxes (`--user-namespaces`, `--userns-base`).
+    pub user_namespaces: UserNamespaceSettings,
+}
+
+/// User namespaces of runc sandboxes: each sandbox's root is an unprivileged host id range of
+/// its own (`--user-namespaces on`, the default). A server that is asked for them and cannot
+/// have them (the kernel cannot idmap the releases' filesystem) does not start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UserNamespaceSettings {
+    /// On (default) or off (sandboxes share the host's ids).
+    pub enabled: bool,
+    /// First host id of the ranges (`--userns-base`); each sandbox takes
+    /// [`cove_runtime::runc::USERNS_RANGE_SIZE`] ids from there on.
+    pub base: u32,
+}
+
+impl Default for UserNamespaceSettings {
+    fn default() -> Self {
+        UserNamespaceSettings {
+            enabled: true,
+            base: cove_runtime::runc::DEFAULT_USERNS_BASE,
+        }
+    }
 }
 
 pub use cove_domain::resources::DEFAULT_DISK_MIB;
@@ -218,6 +248,16 @@ pub struct E2bSettings {
     pub domain: Option<String>,
 }
 
+/// Settings of the proxy listener of sandbox ports.
+#[derive(Debug, Clone)]
+pub struct ProxySettings {
+    /// Address (port 0 picks a free port).
+    pub listen: SocketAddr,
+    /// Domain of the host names: `{port}-{sandbox id}.{domain}` (default
+    /// [`DEFAULT_PROXY_DOMAIN`]). Clients must resolve those names to the listener.
+    pub domain: String,
+}
+
 /// The runtime a node uses.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum RuntimeChoice {
@@ -281,6 +321,13 @@ fn make_runtime(
                 state_root: data_dir.join("runc"),
                 // Debian's lxcfs location; one instance serves every sandbox of the machine.
                 lxcfs_dir: lxcfs_on_path().then(|| PathBuf::from(LXCFS_DIR)),
+                user_namespaces: cfg.user_namespaces.enabled.then(|| {
+                    // Machine-wide, so servers on other data dirs never take the same range.
+                    cove_runtime::runc::UserNamespaces::new(
+                        cfg.user_namespaces.base,
+                        cove_runtime::runc::USERNS_CLAIMS_DIR,
+                    )
+                }),
             })
             .context("runc runtime")?,
         ),
@@ -300,6 +347,9 @@ pub struct LifecycleSettings {
     pub controller_interval: Option<Duration>,
     /// How often the running server reconciles desired and actual state; default 30 s.
     pub reconcile_interval: Option<Duration>,
+    /// How often running sandboxes' guest agents are pinged (a dead or hung one is marked
+    /// `degraded` and repaired); default 5 s.
+    pub agent_check_interval: Option<Duration>,
     /// How long each class of record is kept; default [`cove_control_plane::Retention::default`].
     pub retention: Option<cove_control_plane::Retention>,
     /// Snapshot features turned off (`--disable-feature`); default: every feature on.
@@ -314,6 +364,8 @@ pub struct Running {
     pub data_plane_addr: SocketAddr,
     /// Bound E2B compatibility address, when served.
     pub e2b_addr: Option<SocketAddr>,
+    /// Bound proxy listener of sandbox ports, when served.
+    pub proxy_addr: Option<SocketAddr>,
     /// Bound node listener (where remote node agents join), when configured.
     pub node_addr: Option<SocketAddr>,
     /// The admin token when it was created by this start (also written to the token file).
@@ -393,6 +445,10 @@ pub(crate) async fn build_node_agent(
     listening: &[SocketAddr],
 ) -> anyhow::Result<NodeAgent> {
     let guest_agent = find_guest_agent(cfg)?;
+    // In-process or `cove node`, a runc with user namespaces works below this dir.
+    if cfg.user_namespaces.enabled {
+        searchable_by_all(data_dir)?;
+    }
     let runtime = make_runtime(cfg, data_dir, cache_dir)?;
     let network = match (cfg.network.mode, network_unavailable(runtime.as_ref())) {
         (NetworkMode::Off, _) => {
@@ -430,6 +486,20 @@ pub(crate) async fn build_node_agent(
     Ok(node)
 }
 
+/// Adds search permission (`o+x`, not read) to `dir`: with user namespaces a sandbox's runc
+/// runs as the sandbox's unprivileged host ids and must reach its rootfs below the data dir (a
+/// `mktemp -d` data dir is 0700 otherwise, and every create fails with EACCES).
+fn searchable_by_all(dir: &std::path::Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut perm = std::fs::metadata(dir)?.permissions();
+    if perm.mode() & 0o001 == 0 {
+        perm.set_mode(perm.mode() | 0o001);
+        std::fs::set_permissions(dir, perm)
+            .with_context(|| format!("make data dir {} searchable", dir.display()))?;
+    }
+    Ok(())
+}
+
 /// Starts the server: opens the store, reconciles, binds both listeners, serves until
 /// [`Running::shutdown`].
 pub async fn start(cfg: Config) -> anyhow::Result<Running> {
@@ -464,8 +534,19 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         ),
         None => None,
     };
+    let proxy_listener = match &cfg.proxy {
+        Some(p) => Some(
+            TcpListener::bind(p.listen)
+                .await
+                .context("bind the proxy listener")?,
+        ),
+        None => None,
+    };
     let mut listening = vec![api_listener.local_addr()?, dp_listener.local_addr()?];
     if let Some(l) = &e2b_listener {
+        listening.push(l.local_addr()?);
+    }
+    if let Some(l) = &proxy_listener {
         listening.push(l.local_addr()?);
     }
 
@@ -505,6 +586,9 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         .controller_interval
         .unwrap_or(cp_cfg.controller_interval);
     cp_cfg.reconcile_interval = life.reconcile_interval.unwrap_or(cp_cfg.reconcile_interval);
+    if let Some(every) = life.agent_check_interval {
+        cp_cfg.agent_repair.interval = every;
+    }
     cp_cfg.retention = life.retention.unwrap_or(cp_cfg.retention);
     cp_cfg.metrics = metrics::recorder();
     cp_cfg.secrets_key = Some(secrets_key(&data_dir)?);
@@ -516,6 +600,24 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     }
     cp_cfg.default_disk_mib = cfg.default_disk_mib;
     cp_cfg.features = life.features.clone();
+    let proxy_addr = match &proxy_listener {
+        Some(l) => Some(l.local_addr()?),
+        None => None,
+    };
+    if let (Some(addr), Some(p)) = (proxy_addr, &cfg.proxy) {
+        let domain = p.domain.trim_matches('.').to_ascii_lowercase();
+        if domain.is_empty()
+            || !domain
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+        {
+            bail!("the proxy domain {:?} is not a domain name", p.domain);
+        }
+        cp_cfg.ports_proxy = Some(cove_control_plane::ports::PortsProxy {
+            domain,
+            port: addr.port(),
+        });
+    }
     let mut cluster_tasks = None;
     let cp = match (&cfg.cluster, &node) {
         (None, Some(node)) => ControlPlane::new(store, node.clone(), cp_cfg),
@@ -564,6 +666,9 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         ),
         (dp_listener, http::data_plane_router(cp.clone())),
     ];
+    if let Some(listener) = proxy_listener {
+        listeners.push((listener, http::ports_router(cp.clone())));
+    }
     let (mut e2b_addr, mut e2b_reaper) = (None, None);
     if let (Some(listener), Some(settings)) = (e2b_listener, &cfg.e2b) {
         let e2b_cfg = cove_e2b_compat::E2bConfig {
@@ -590,12 +695,14 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
                 .await
         }));
     }
-    info!(%api_addr, %data_plane_addr, e2b_addr = ?e2b_addr, node_addr = ?node_addr,
+    info!(%api_addr, %data_plane_addr, e2b_addr = ?e2b_addr, proxy_addr = ?proxy_addr,
+        node_addr = ?node_addr,
         data_dir = %data_dir.display(), "cove server listening");
     Ok(Running {
         api_addr,
         data_plane_addr,
         e2b_addr,
+        proxy_addr,
         node_addr,
         new_admin_token,
         tasks,
@@ -707,6 +814,12 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     if let Some(addr) = running.e2b_addr {
         println!("cove server: E2B compatibility http://{addr}");
     }
+    if let Some(addr) = running.proxy_addr {
+        println!(
+            "cove server: sandbox ports http://{{port}}-{{sandbox id}}.<domain>:{}",
+            addr.port()
+        );
+    }
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
@@ -721,8 +834,12 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
 pub fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // A log that cannot be written (stderr on a full disk) loses the line: reporting that
+    // would print to the same stderr, and `eprintln!` panics when it fails, which killed the
+    // request being logged (its client saw the connection drop instead of a 507).
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .log_internal_errors(false)
         .try_init();
 }

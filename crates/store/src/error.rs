@@ -26,6 +26,31 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
 }
 
+impl StoreError {
+    /// Whether the database's disk is full (SQLite `SQLITE_FULL`, PostgreSQL `disk_full`
+    /// 53100, or an I/O error `ENOSPC`): the control plane answers 507 `no_space` then.
+    pub fn is_storage_full(&self) -> bool {
+        match self {
+            StoreError::Db(sqlx::Error::Database(db)) => {
+                // SQLite reports primary code 13 (its extended codes keep it in the low byte).
+                let code = db.code();
+                let sqlite_full = code
+                    .as_deref()
+                    .and_then(|c| c.parse::<u32>().ok())
+                    .is_some_and(|c| c & 0xff == 13);
+                sqlite_full
+                    || code.as_deref() == Some("53100")
+                    || db.message().contains("database or disk is full")
+            }
+            StoreError::Db(sqlx::Error::Io(e)) => {
+                e.kind() == std::io::ErrorKind::StorageFull || e.raw_os_error() == Some(28)
+                // ENOSPC on Linux
+            }
+            _ => false,
+        }
+    }
+}
+
 /// Maps a unique-key violation to [`StoreError::Conflict`] and any other failure to
 /// [`StoreError::Db`] (both backends report violations through sqlx the same way).
 pub(crate) fn map_unique(e: sqlx::Error) -> StoreError {

@@ -57,6 +57,10 @@ pub trait SandboxStore: Send + Sync {
         policy: &EgressPolicy,
     ) -> Result<bool, StoreError>;
 
+    /// Sets whether a sandbox's ports are reachable without a credential; returns whether the
+    /// sandbox exists.
+    async fn set_sandbox_public(&self, id: &str, public: bool) -> Result<bool, StoreError>;
+
     /// Stores the sealed values of a sandbox's secrets (an opaque string made by the control
     /// plane; never a value in clear). Returns whether the sandbox exists.
     async fn set_sealed_secrets(&self, id: &str, sealed: &str) -> Result<bool, StoreError>;

@@ -19,6 +19,10 @@ pub enum Call {
     Adopt,
     /// `NodeLifecycle::inspect_sandbox`.
     Inspect,
+    /// `NodeLifecycle::check_agent`.
+    CheckAgent,
+    /// `NodeLifecycle::repair_sandbox`.
+    Repair,
     /// `NodeLifecycle::pause_sandbox`.
     Pause,
     /// `NodeLifecycle::resume_sandbox`.

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use cove_node_api::{
     ByteStream, FileEvent, FileEventKind, FileInfo, FileType, NodeError, NodeFiles, SandboxPath,
-    WatchRequest, WriteFileRequest,
+    SetXattrsRequest, WatchRequest, WriteFileRequest, XattrsRequest,
 };
 use futures::stream::BoxStream;
 use futures::StreamExt;
@@ -504,6 +504,24 @@ impl NodeFiles for FakeNode {
             Ok(tokio_stream::wrappers::ReceiverStream::new(rx).boxed())
         })
         .await
+    }
+
+    /// The fake keeps no extended attributes: `Unsupported`, as a node without them answers.
+    async fn set_xattrs(&self, _sandbox_id: &str, _req: SetXattrsRequest) -> Result<(), NodeError> {
+        Err(NodeError::Unsupported(
+            "the fake node keeps no extended attributes".into(),
+        ))
+    }
+
+    /// See [`FakeNode::set_xattrs`].
+    async fn xattrs(
+        &self,
+        _sandbox_id: &str,
+        _req: XattrsRequest,
+    ) -> Result<Vec<BTreeMap<String, Vec<u8>>>, NodeError> {
+        Err(NodeError::Unsupported(
+            "the fake node keeps no extended attributes".into(),
+        ))
     }
 }
 

@@ -58,6 +58,9 @@ pub(crate) struct FakeSandbox {
     pub(crate) commands: BTreeMap<String, FakeCommand>,
     /// Command ids in the order they were started.
     pub(crate) order: Vec<String>,
+    /// Its guest agent hangs ([`FakeNode::hang_agent`]): checks find it unresponsive and
+    /// command and file calls fail with `AgentUnavailable` until a repair.
+    pub(crate) agent_hung: bool,
 }
 
 /// A complete snapshot in the fake snapshot store.
@@ -83,6 +86,8 @@ pub(crate) struct State {
     /// Logical clock for timestamps (Unix ms), advanced by 1 per use.
     pub(crate) ticks: u64,
     pub(crate) watchers: Vec<files::Watcher>,
+    /// What `capacity` reports as free disk ([`FakeNode::set_disk_available`]; `None`).
+    pub(crate) disk_available_bytes: Option<u64>,
 }
 
 impl State {
@@ -101,6 +106,11 @@ impl State {
     /// A sandbox whose guest agent answers (running), for command and file calls.
     pub(crate) fn serving(&mut self, id: &str) -> Result<&mut FakeSandbox, NodeError> {
         let sb = self.sandbox(id)?;
+        if sb.agent_hung {
+            return Err(NodeError::AgentUnavailable(format!(
+                "the guest agent of sandbox {id} does not answer"
+            )));
+        }
         match sb.state {
             NodeSandboxState::Running => Ok(sb),
             NodeSandboxState::Paused => Err(NodeError::AgentUnavailable(format!(
@@ -131,6 +141,7 @@ impl FakeNode {
             suspend_memory: false,
             snapshot_store: "file".into(),
             network: true,
+            user_namespaces: false,
         })
     }
 
@@ -240,7 +251,7 @@ impl FakeNode {
             .filter(|c| {
                 matches!(
                     c,
-                    Start | Adopt | Pause | Resume | Suspend | Wake | Release | Destroy
+                    Start | Adopt | Repair | Pause | Resume | Suspend | Wake | Release | Destroy
                 )
             })
             .collect()
@@ -297,6 +308,21 @@ impl FakeNode {
         if let Some(sb) = self.lock().sandboxes.get_mut(id) {
             sb.state = state;
         }
+        self.bump();
+    }
+
+    /// The guest agent of sandbox `id` hangs (its process lives, its socket does not
+    /// answer) until a repair.
+    pub fn hang_agent(&self, id: &str) {
+        if let Some(sb) = self.lock().sandboxes.get_mut(id) {
+            sb.agent_hung = true;
+        }
+        self.bump();
+    }
+
+    /// Sets the free disk `capacity` reports (`None`: unknown, the default).
+    pub fn set_disk_available(&self, bytes: Option<u64>) {
+        self.lock().disk_available_bytes = bytes;
         self.bump();
     }
 

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use cove_node_api::{
-    BuildEvent, BuiltRelease, NodeCapabilities, NodeError, NodeLifecycle, NodeReleases,
-    NodeSandboxState, RecipeInfo, SandboxLaunch, SuspendInfo, WakeInfo,
+    AgentHealth, BuildEvent, BuiltRelease, NodeCapabilities, NodeError, NodeLifecycle,
+    NodeReleases, NodeSandboxState, RecipeInfo, RepairInfo, SandboxLaunch, SuspendInfo, WakeInfo,
 };
 use tokio_util::sync::CancellationToken;
 
@@ -21,6 +21,7 @@ pub(crate) fn new_sandbox(launch: SandboxLaunch, workdir: &str) -> FakeSandbox {
         files: Tree::seeded(workdir),
         commands: BTreeMap::new(),
         order: Vec::new(),
+        agent_hung: false,
     }
 }
 
@@ -71,6 +72,45 @@ impl NodeLifecycle for FakeNode {
     async fn inspect_sandbox(&self, id: &str) -> Result<Option<NodeSandboxState>, NodeError> {
         self.run(Call::Inspect, id, None, |st| {
             Ok(st.sandboxes.get(id).map(|s| s.state))
+        })
+        .await
+    }
+
+    /// `Stopped` (its init died) is dead; a hung agent ([`FakeNode::hang_agent`]) is
+    /// unresponsive.
+    async fn check_agent(
+        &self,
+        id: &str,
+        _timeout: std::time::Duration,
+    ) -> Result<AgentHealth, NodeError> {
+        self.run(Call::CheckAgent, id, None, |st| {
+            let sb = st.sandbox(id)?;
+            Ok(match (sb.state, sb.agent_hung) {
+                (NodeSandboxState::Stopped, _) => AgentHealth::Dead {
+                    reason: "the guest agent (the sandbox's init) exited".into(),
+                },
+                (_, true) => AgentHealth::Unresponsive {
+                    reason: "the guest agent did not answer a ping in time".into(),
+                },
+                _ => AgentHealth::Ok,
+            })
+        })
+        .await
+    }
+
+    /// Restarts the sandbox on its files: running, agent answering, no commands.
+    async fn repair_sandbox(&self, launch: SandboxLaunch) -> Result<RepairInfo, NodeError> {
+        let id = launch.id.clone();
+        self.run(Call::Repair, &id, None, move |st| {
+            let sb = st.sandbox(&launch.id)?;
+            sb.state = NodeSandboxState::Running;
+            sb.agent_hung = false;
+            sb.commands.clear();
+            sb.order.clear();
+            sb.launch = launch;
+            Ok(RepairInfo {
+                processes_restarted: true,
+            })
         })
         .await
     }

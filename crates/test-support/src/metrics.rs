@@ -32,6 +32,7 @@ impl NodeMetrics for FakeNode {
                 memory_bytes: FAKE_MEMORY_BYTES,
                 memory_available_bytes: FAKE_MEMORY_AVAILABLE_BYTES,
                 sandboxes: u32::try_from(held).unwrap_or(u32::MAX),
+                disk_available_bytes: st.disk_available_bytes,
             })
         })
         .await

@@ -11,6 +11,7 @@
 //! | `density.rs` | idle sandboxes a node holds, memory per sandbox | raw `sleep` containers |
 //! | `concurrency.rs` | clients creating and deleting sandboxes at once | raw `runc run -d` + `delete` |
 //! | `pools.rs` | create served by a warm pool → running; a burst of creates on a full pool | cold create → running |
+//! | `userns.rs` | create → first command with user namespaces | the same on a server with them off |
 //! | `store.rs` | the store calls of one create on PostgreSQL | the same calls on SQLite |
 //!
 //! Every Cove sandbox is of the `tiny` template: none of these needs more than busybox.
@@ -41,6 +42,7 @@ pub mod pools;
 pub mod scheduler;
 pub mod store;
 pub mod stream;
+pub mod userns;
 
 /// The template of every sandbox the bench creates.
 pub const TEMPLATE: &str = "tiny";

@@ -129,6 +129,7 @@ async fn one_create(store: &dyn Store, i: usize) -> anyhow::Result<()> {
             memory_restored: None,
             network: Default::default(),
             secrets: Default::default(),
+            public: false,
         })
         .await?;
     let event = |kind| NewEvent {

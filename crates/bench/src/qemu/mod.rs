@@ -58,6 +58,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         verbose: args.verbose,
         network: cove_server::NetworkMode::Off,
         runtime: cove_server::RuntimeChoice::Qemu,
+        user_namespaces: false,
     };
     let server = CoveServer::start(settings.clone()).await?;
     let client = server.client()?;

@@ -55,6 +55,10 @@ pub struct CreateArgs {
     /// release and size (then --template, --release and the resource flags must be absent).
     #[arg(long, value_name = "CHECKPOINT")]
     pub checkpoint: Option<String>,
+    /// Make the sandbox's ports reachable without a credential (`cove ports ID --private`
+    /// closes them again).
+    #[arg(long)]
+    pub public: bool,
     /// Idempotency key: repeating a create with the same key returns the same sandbox.
     #[arg(long, value_name = "KEY")]
     pub idempotency_key: Option<String>,
@@ -80,6 +84,7 @@ impl CreateArgs {
             network: self.network.policy(),
             secrets: Default::default(),
             checkpoint: self.checkpoint.clone(),
+            public: self.public,
         }
     }
 }

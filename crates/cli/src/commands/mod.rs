@@ -20,6 +20,7 @@ pub mod node;
 pub mod ops;
 pub mod pause;
 pub mod pool;
+pub mod ports;
 pub mod ps;
 pub mod resume;
 pub mod rm;

@@ -91,6 +91,14 @@ pub struct AgentArgs {
     /// Sandbox networks: `on`, `off` or `auto`.
     #[arg(long, value_name = "MODE", default_value = "auto")]
     pub network: cove_server::NetworkMode,
+    /// A user namespace per runc sandbox, its root an unprivileged host id range of its own
+    /// (`on`), or sandboxes sharing the host's ids (`off`). With `on` the server refuses to
+    /// start where the kernel cannot idmap the releases (the error says so).
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = crate::commands::server::parse_on_off)]
+    pub user_namespaces: bool,
+    /// First host uid/gid of the sandboxes' ranges (65536 ids each, one per live sandbox).
+    #[arg(long, value_name = "ID", default_value_t = cove_server::UserNamespaceSettings::default().base)]
+    pub userns_base: u32,
     /// Sandbox address pool [default: 10.239.0.0/16].
     #[arg(long, value_name = "CIDR")]
     pub network_pool: Option<ipnet::Ipv4Net>,
@@ -119,6 +127,7 @@ impl AgentArgs {
             },
             command_output: Default::default(),
             e2b: None,
+            proxy: None,
             network: cove_server::NetworkSettings {
                 mode: self.network,
                 prefix: self.network_prefix.clone(),
@@ -126,6 +135,10 @@ impl AgentArgs {
                 upstream: None,
             },
             cluster: None,
+            user_namespaces: cove_server::UserNamespaceSettings {
+                enabled: self.user_namespaces,
+                base: self.userns_base,
+            },
             // The control plane resolves disk sizes before a launch reaches the node.
             default_disk_mib: None,
         }

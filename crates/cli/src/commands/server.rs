@@ -48,6 +48,10 @@ pub struct ServerArgs {
     /// milliseconds [default: 5000].
     #[arg(long, value_name = "MS")]
     pub controller_interval_ms: Option<u64>,
+    /// How often running sandboxes' guest agents are pinged, in milliseconds; a dead or hung
+    /// agent makes its sandbox `degraded` and the node repairs it [default: 5000].
+    #[arg(long, value_name = "MS")]
+    pub agent_check_interval_ms: Option<u64>,
     /// Seconds finished operations and their logs are kept (0: forever).
     #[arg(long, value_name = "S", default_value_t = secs(Retention::default().operations))]
     pub retention_operations_s: u64,
@@ -80,10 +84,26 @@ pub struct ServerArgs {
     /// Domain returned to E2B SDKs for `{port}-{id}.{domain}` host names.
     #[arg(long, value_name = "DOMAIN", requires = "e2b_listen")]
     pub e2b_domain: Option<String>,
+    /// Serve sandbox ports by host name, `{port}-{sandbox id}.{domain}` (a browser on this
+    /// machine reaches `http://8000-sb-….localhost:7704/`); `off`: not served.
+    #[arg(long, value_name = "ADDR|off", default_value = "127.0.0.1:7704", value_parser = parse_proxy_listen)]
+    pub proxy_listen: ProxyListen,
+    /// Domain of the proxy listener's host names (they must resolve to it; browsers resolve
+    /// `*.localhost` to loopback).
+    #[arg(long, value_name = "DOMAIN", default_value = cove_server::DEFAULT_PROXY_DOMAIN)]
+    pub proxy_domain: String,
     /// Sandbox networks behind the egress gateway: `on`, `off` (loopback only), or `auto` (on
     /// when running as root with `ip` and `nft` and the runc runtime).
     #[arg(long, value_name = "MODE", default_value = "auto")]
     pub network: cove_server::NetworkMode,
+    /// A user namespace per runc sandbox, its root an unprivileged host id range of its own
+    /// (`on`), or sandboxes sharing the host's ids (`off`). With `on` the server refuses to
+    /// start where the kernel cannot idmap the releases (the error says so).
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = crate::commands::server::parse_on_off)]
+    pub user_namespaces: bool,
+    /// First host uid/gid of the sandboxes' ranges (65536 ids each, one per live sandbox).
+    #[arg(long, value_name = "ID", default_value_t = cove_server::UserNamespaceSettings::default().base)]
+    pub userns_base: u32,
     /// Sandbox address pool (a /16 to /29 no host route overlaps) [default: 10.239.0.0/16].
     #[arg(long, value_name = "CIDR")]
     pub network_pool: Option<ipnet::Ipv4Net>,
@@ -168,6 +188,7 @@ impl ServerArgs {
             lifecycle: cove_server::LifecycleSettings {
                 snapshot_store: self.snapshot_store.clone(),
                 controller_interval: self.controller_interval_ms.map(Duration::from_millis),
+                agent_check_interval: self.agent_check_interval_ms.map(Duration::from_millis),
                 retention: Some(self.retention()),
                 features: self.disable_feature.clone().unwrap_or_default(),
                 ..Default::default()
@@ -176,6 +197,13 @@ impl ServerArgs {
                 memory_bytes: self.output_memory_bytes,
                 cap_bytes: self.output_cap_bytes,
                 tail_bytes: self.output_tail_bytes,
+            },
+            proxy: match self.proxy_listen {
+                ProxyListen::At(listen) => Some(cove_server::ProxySettings {
+                    listen,
+                    domain: self.proxy_domain.clone(),
+                }),
+                ProxyListen::Off => None,
             },
             e2b: self.e2b_listen.map(|listen| cove_server::E2bSettings {
                 listen,
@@ -188,6 +216,10 @@ impl ServerArgs {
                 upstream: None,
             },
             default_disk_mib: (self.default_disk_mib > 0).then_some(self.default_disk_mib),
+            user_namespaces: cove_server::UserNamespaceSettings {
+                enabled: self.user_namespaces,
+                base: self.userns_base,
+            },
             cluster: self
                 .join_token
                 .as_ref()
@@ -205,6 +237,33 @@ impl ServerArgs {
 pub async fn run(global: &GlobalArgs, args: ServerArgs) -> anyhow::Result<()> {
     cove_server::init_tracing();
     cove_server::run(args.config(global)).await
+}
+
+/// `on` or `off` (`--user-namespaces`).
+pub(crate) fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        other => Err(format!("expected on or off, not {other:?}")),
+    }
+}
+
+/// `--proxy-listen`: an address, or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyListen {
+    /// Served at this address.
+    At(SocketAddr),
+    /// Not served.
+    Off,
+}
+
+fn parse_proxy_listen(s: &str) -> Result<ProxyListen, String> {
+    if s == "off" {
+        return Ok(ProxyListen::Off);
+    }
+    s.parse()
+        .map(ProxyListen::At)
+        .map_err(|e| format!("{s:?}: {e} (an address such as 127.0.0.1:7704, or off)"))
 }
 
 /// A retention as its flag's seconds (0: kept until the owner goes).

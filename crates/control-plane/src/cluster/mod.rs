@@ -128,6 +128,7 @@ impl Cluster {
             suspend_memory: false,
             snapshot_store: "file".into(),
             network: false,
+            user_namespaces: false,
         };
         Arc::new(Cluster {
             cfg,

@@ -12,8 +12,8 @@ use cove_node_api::{
     LaunchSecret, NetworkDenied, NodeCapabilities, NodeCapacity, NodeCommands, NodeError,
     NodeFiles, NodeLifecycle, NodeMetrics, NodeNetwork, NodeReleases, NodeSandboxState,
     PortRequest, PortResponse, PtySize, RecipeInfo, ReleaseRef, SandboxLaunch, SandboxMetrics,
-    SandboxNetworkInfo, SandboxPath, SpawnRequest, SuspendInfo, WakeInfo, WatchRequest,
-    WriteFileRequest,
+    SandboxNetworkInfo, SandboxPath, SetXattrsRequest, SpawnRequest, SuspendInfo, WakeInfo,
+    WatchRequest, WriteFileRequest, XattrsRequest,
 };
 use futures::stream::BoxStream;
 use futures::StreamExt;
@@ -177,6 +177,26 @@ impl NodeLifecycle for Cluster {
             Ok(api) => api.failure_reason(id).await,
             Err(_) => None,
         }
+    }
+
+    /// A sandbox on a lost node is `SandboxNotFound`: reconciliation settles it, not a repair.
+    async fn check_agent(
+        &self,
+        id: &str,
+        timeout: std::time::Duration,
+    ) -> Result<cove_node_api::AgentHealth, NodeError> {
+        if self.on_lost_node(id).is_some() {
+            return Err(NodeError::SandboxNotFound(id.to_string()));
+        }
+        self.api_of(id)?.check_agent(id, timeout).await
+    }
+
+    /// Repaired on the node that holds its files.
+    async fn repair_sandbox(
+        &self,
+        launch: SandboxLaunch,
+    ) -> Result<cove_node_api::RepairInfo, NodeError> {
+        self.api_of(&launch.id)?.repair_sandbox(launch).await
     }
 
     async fn pause_sandbox(&self, id: &str) -> Result<(), NodeError> {
@@ -433,6 +453,18 @@ impl NodeFiles for Cluster {
             .await
     }
 
+    async fn set_xattrs(&self, sandbox_id: &str, req: SetXattrsRequest) -> Result<(), NodeError> {
+        self.api_of(sandbox_id)?.set_xattrs(sandbox_id, req).await
+    }
+
+    async fn xattrs(
+        &self,
+        sandbox_id: &str,
+        req: XattrsRequest,
+    ) -> Result<Vec<BTreeMap<String, Vec<u8>>>, NodeError> {
+        self.api_of(sandbox_id)?.xattrs(sandbox_id, req).await
+    }
+
     async fn watch(
         &self,
         sandbox_id: &str,
@@ -451,6 +483,7 @@ impl NodeMetrics for Cluster {
             memory_bytes: 0,
             memory_available_bytes: 0,
             sandboxes: 0,
+            disk_available_bytes: None,
         };
         for (_, api) in self.reachable() {
             if let Ok(c) = api.capacity().await {
@@ -458,6 +491,10 @@ impl NodeMetrics for Cluster {
                 sum.memory_bytes += c.memory_bytes;
                 sum.memory_available_bytes += c.memory_available_bytes;
                 sum.sandboxes += c.sandboxes;
+                if let Some(free) = c.disk_available_bytes {
+                    let before = sum.disk_available_bytes.unwrap_or(0);
+                    sum.disk_available_bytes = Some(before.saturating_add(free));
+                }
             }
         }
         Ok(sum)

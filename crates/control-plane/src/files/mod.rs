@@ -1,6 +1,6 @@
 //! Files in a sandbox: streamed upload and download ([`transfer`]; a multi-file upload is one
 //! [`ControlPlane::write_file`] per part), stat, exists, list, mkdir, move, remove ([`ops`]),
-//! and watching a directory ([`watch`]).
+//! watching a directory ([`watch`]), and extended attributes ([`xattrs`]).
 //!
 //! Paths travel as bytes: a request names a path as UTF-8 (`path`) or as base64 bytes
 //! (`path_b64`); answers render bytes that are not UTF-8 lossily and add the exact bytes as
@@ -11,6 +11,7 @@
 mod ops;
 mod transfer;
 mod watch;
+mod xattrs;
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;

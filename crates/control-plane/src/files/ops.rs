@@ -41,7 +41,7 @@ pub struct ListQuery {
 
 impl ControlPlane {
     /// The user a file call acts for: the request's, else the sandbox's.
-    async fn file_user(
+    pub(super) async fn file_user(
         &self,
         sandbox_id: &str,
         user: Option<String>,

@@ -36,6 +36,23 @@ pub(crate) fn current_request_id() -> String {
     REQUEST_ID.try_with(|id| id.clone()).unwrap_or_default()
 }
 
+/// Runs `serve` with a request id in scope: the current one, or (outside the per-request
+/// layers, as on the E2B listener) a new one, which the response then carries in
+/// `x-request-id`.
+pub(crate) async fn with_request_id(
+    serve: impl std::future::Future<Output = Response>,
+) -> Response {
+    if REQUEST_ID.try_with(|id| !id.is_empty()).unwrap_or(false) {
+        return serve.await;
+    }
+    let id = cove_domain::ids::new_request_id();
+    let mut resp = REQUEST_ID.scope(id.clone(), serve).await;
+    if let Ok(v) = axum::http::HeaderValue::from_str(&id) {
+        resp.headers_mut().insert(REQUEST_ID_HEADER, v);
+    }
+    resp
+}
+
 /// Wraps a router in the per-request layers, outermost first: drop an unusable client id → set
 /// an id → trace span → echo the id → header bound and id scope → catch panics → routes.
 pub(crate) fn layers(router: Router) -> Router {

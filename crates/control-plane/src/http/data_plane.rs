@@ -73,36 +73,44 @@ pub(super) async fn attach(
     let stream = async_stream(move |tx| async move {
         let mut carry = [Utf8Carry::default(), Utf8Carry::default()];
         while let Some(ev) = events.next().await {
-            let out =
-                match ev {
-                    Ok(OutputEvent::Output {
-                        offset,
-                        source,
-                        data,
-                    }) => output_events(&mut carry, utf8, offset, source, &data),
-                    Ok(OutputEvent::Gap { offset, len }) => {
-                        // With utf8, an incomplete character (at most 3 bytes) held back before a
-                        // gap cannot be completed: it goes with the gap.
-                        for c in &mut carry {
-                            c.pending.clear();
-                        }
-                        vec![Event::default()
-                            .event("gap")
-                            .id((offset + len).to_string())
-                            .json_data(GapEvent { offset, len })]
+            let out = match ev {
+                Ok(OutputEvent::Output {
+                    offset,
+                    source,
+                    data,
+                }) => output_events(&mut carry, utf8, offset, source, &data),
+                Ok(OutputEvent::Gap { offset, len }) => {
+                    // With utf8, an incomplete character (at most 3 bytes) held back before a
+                    // gap cannot be completed: it goes with the gap.
+                    for c in &mut carry {
+                        c.pending.clear();
                     }
-                    Ok(OutputEvent::Exited(cmd)) => {
-                        vec![Event::default().event("exit").json_data(&*cmd)]
-                    }
-                    Ok(OutputEvent::End) => continue,
-                    Err(e) => {
-                        tracing::warn!(command_id = %cid, error = %e, "attach stream failed");
-                        vec![Event::default().event("error").json_data(serde_json::json!({
-                        "code": "unavailable",
-                        "message": "the output stream broke; reconnect with ?offset= to resume",
-                    }))]
-                    }
-                };
+                    vec![Event::default()
+                        .event("gap")
+                        .id((offset + len).to_string())
+                        .json_data(GapEvent { offset, len })]
+                }
+                Ok(OutputEvent::Exited(cmd)) => {
+                    vec![Event::default().event("exit").json_data(&*cmd)]
+                }
+                Ok(OutputEvent::End) => continue,
+                Err(e) => {
+                    tracing::warn!(command_id = %cid, error = %e, "attach stream failed");
+                    // A dead agent ended the command: say so; else the stream only broke.
+                    let body = match &e {
+                        crate::ServiceError::GuestRestarted(_) => serde_json::json!({
+                            "code": e.code().as_str(),
+                            "message": e.public_message(),
+                        }),
+                        _ => serde_json::json!({
+                            "code": "unavailable",
+                            "message":
+                                "the output stream broke; reconnect with ?offset= to resume",
+                        }),
+                    };
+                    vec![Event::default().event("error").json_data(body)]
+                }
+            };
             for ev in out.into_iter().flatten() {
                 if tx.send(ev).await.is_err() {
                     return;

@@ -16,6 +16,7 @@
 //! Every path may be given as `path_b64` instead (base64 bytes). A `path` (or any other) query
 //! value that percent-decodes to bytes that are not UTF-8 is refused, never guessed.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -27,7 +28,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use bytes::Bytes;
 use cove_api_types::{ErrorBody, FileEvent, MakeDirRequest, MoveRequest};
-use futures::{stream, StreamExt, TryStreamExt};
+use futures::{stream, StreamExt};
 
 use super::extract::{ApiJson, ApiQuery};
 use crate::{
@@ -76,11 +77,41 @@ pub(super) async fn write(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    let stream = body
-        .into_data_stream()
-        .map_err(std::io::Error::other)
-        .boxed();
-    Ok(Json(cp.write_file(&id, q, declared, stream).await?))
+    // The service reads the body through `shared`; after an early refusal (a full disk, a bad
+    // path) the rest is drained here: a socket closed with unread bytes is reset, and the reset
+    // can destroy the error answer before the client reads it.
+    let shared = Arc::new(tokio::sync::Mutex::new(body.into_data_stream()));
+    let stream = stream::unfold(shared.clone(), |body| async move {
+        let next = body.lock().await.next().await;
+        next.map(|chunk| (chunk.map_err(std::io::Error::other), body))
+    })
+    .boxed();
+    match cp.write_file(&id, q, declared, stream).await {
+        Ok(info) => Ok(Json(info)),
+        Err(e) => {
+            drain(&shared).await;
+            Err(e)
+        }
+    }
+}
+
+/// Most bytes, and longest time, an upload refused early is drained for.
+const DRAIN_BYTES: usize = 64 << 20;
+const DRAIN_TIME: Duration = Duration::from_secs(10);
+
+/// Reads and drops what is left of a request body, within [`DRAIN_BYTES`] and [`DRAIN_TIME`].
+async fn drain(body: &tokio::sync::Mutex<axum::body::BodyDataStream>) {
+    let _ = tokio::time::timeout(DRAIN_TIME, async {
+        let mut body = body.lock().await;
+        let mut read = 0;
+        while let Some(Ok(chunk)) = body.next().await {
+            read += chunk.len();
+            if read > DRAIN_BYTES {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 #[utoipa::path(

@@ -32,6 +32,7 @@ mod templates;
 pub(crate) use context::current_request_id;
 pub use context::MAX_HEADER_BYTES;
 pub use extract::parse_wait;
+pub use ports::{serve_port, PortSurface};
 
 /// The management API router.
 pub fn management_router(cp: ControlPlane) -> Router {
@@ -70,7 +71,11 @@ pub fn management_router_with(cp: ControlPlane, extra: Router) -> Router {
             "/v1/sandboxes/{id}/network",
             get(sandboxes::network).put(sandboxes::set_network),
         )
-        .route("/v1/sandboxes/{id}/ports", get(ports::access))
+        .route(
+            "/v1/sandboxes/{id}/ports",
+            get(ports::access).put(ports::set_access),
+        )
+        .route("/v1/sandboxes/{id}/ports:link", post(ports::create_link))
         .route(
             "/v1/sandboxes/{id}/commands",
             post(commands::create).get(commands::list),
@@ -165,6 +170,13 @@ pub fn data_plane_router(cp: ControlPlane) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(cp);
     context::layers(router)
+}
+
+/// The proxy listener's router (`cove server --proxy-listen`): every request goes to the sandbox
+/// port its host names, `{port}-{sandbox id}.{domain}` (see [`crate::ports`]); any other host
+/// is `404 not_found`.
+pub fn ports_router(cp: ControlPlane) -> Router {
+    context::layers(Router::new().fallback(ports::by_host).with_state(cp))
 }
 
 /// `GET /metrics`: the Prometheus text format, without authentication (like `/healthz`).

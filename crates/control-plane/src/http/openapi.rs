@@ -32,6 +32,7 @@ use super::{
     paths(
         sandboxes::create, sandboxes::list, sandboxes::get_one, sandboxes::delete,
         sandboxes::metrics, sandboxes::network, sandboxes::set_network, ports::access,
+        ports::set_access, ports::create_link,
         lifecycle::pause, lifecycle::resume, lifecycle::suspend, lifecycle::wake,
         lifecycle::capabilities,
         checkpoints::create, checkpoints::list_of_sandbox, checkpoints::list,

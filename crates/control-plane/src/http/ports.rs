@@ -1,42 +1,101 @@
-//! `/v1/sandboxes/{id}/ports/{port}/{path}`: HTTP to a port of a sandbox, proxied through its
-//! node's gateway namespace. Private by default: the admin bearer token, or the sandbox's port
-//! token (`x-cove-port-token` header or `cove_port_token` query; `GET /v1/sandboxes/{id}/ports`
-//! gives it). With the admin token the `Authorization` header is not passed on; with a port
-//! token it is (it belongs to the application). Nothing listening is `502 bad_gateway` (JSON).
+//! Sandbox ports over HTTP: the access routes of the management API (`GET`/`PUT
+//! /v1/sandboxes/{id}/ports`, `POST .../ports:link`), the path proxy
+//! (`/v1/sandboxes/{id}/ports/{port}/{path}`) and the proxy listener's router, which routes by
+//! host name (`{port}-{id}.{domain}`). Both proxies frame requests with [`serve_port`] (the E2B
+//! listener too); who may pass is [`ControlPlane::authorize_port`]'s decision.
+//!
+//! A request is HTTP/1.1 with its body streamed both ways. A WebSocket (any `Upgrade`) is passed
+//! on with its upgrade headers; when the sandbox answers `101`, the client's upgraded
+//! connection and the sandbox's are spliced until either side closes.
 
 use std::collections::HashMap;
 
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
-use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use cove_api_types::SandboxPorts;
-use cove_domain::InvalidInput;
+use cove_api_types::{PortLinkRequest, SetPortsRequest};
 use futures::StreamExt;
+use tokio::io::AsyncWriteExt;
+use tracing::debug;
 
-use crate::network::{passes, PORT_TOKEN_HEADER, PORT_TOKEN_QUERY};
+use crate::ports::{
+    passes, PortAccess, PortCredentials, PORT_COOKIE, PORT_LINK_QUERY, PORT_TOKEN_HEADER,
+    PORT_TOKEN_QUERY,
+};
 use crate::{ControlPlane, ServiceError};
+
+use super::extract::ApiJson;
+
+/// Marks a response that came from a sandbox's port: it keeps its own body whatever its status
+/// (the API's JSON error bodies are for Cove's own answers).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FromSandboxPort;
+
+/// Which surface a port request came through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PortSurface {
+    /// `/v1/sandboxes/{id}/ports/{port}/..` on the management API: the admin token is accepted
+    /// (and not passed on); `x-forwarded-prefix` tells the application its prefix.
+    Path,
+    /// `{port}-{id}.{domain}` on the proxy listener or the E2B listener.
+    Host,
+}
 
 /// `GET /v1/sandboxes/{id}/ports` (admin token).
 #[utoipa::path(
     get,
     path = "/v1/sandboxes/{id}/ports",
     tag = "sandboxes",
-    description = "How to reach the sandbox's ports: any method on `{path}{port}/{rest}` is proxied to that port inside the sandbox. Ports are private: send the admin token, or the port token as header `x-cove-port-token` or query `cove_port_token`. Nothing listening answers `502 bad_gateway`.",
+    description = "How to reach the sandbox's ports: any method on `{path}{port}/{rest}` (this API) or on `host` with the port in place of `{port}` (the proxy listener) reaches that port inside the sandbox. Unless `public`, send the port token as header `x-cove-port-token` or query `cove_port_token`, the admin token (path proxy only), or visit a one-time link first (`POST .../ports:link`). Nothing listening answers `502 bad_gateway`.",
     params(("id" = String, Path, description = "Sandbox id")),
-    responses((status = 200, body = cove_api_types::SandboxPorts, description = "Its port path and token")),
+    responses((status = 200, body = cove_api_types::SandboxPorts, description = "Its port path, host and token")),
 )]
 pub(super) async fn access(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
 ) -> Result<impl IntoResponse, ServiceError> {
-    let token = cp.port_token(&id).await?;
-    Ok(Json(SandboxPorts {
-        path: format!("/v1/sandboxes/{id}/ports/"),
-        sandbox_id: id,
-        token,
-    }))
+    Ok(Json(cp.sandbox_ports(&id).await?))
+}
+
+/// `PUT /v1/sandboxes/{id}/ports` (admin token).
+#[utoipa::path(
+    put,
+    path = "/v1/sandboxes/{id}/ports",
+    tag = "sandboxes",
+    description = "Makes the sandbox's ports public (reachable without a credential) or private again; the next request follows it.",
+    params(("id" = String, Path, description = "Sandbox id")),
+    request_body = cove_api_types::SetPortsRequest,
+    responses((status = 200, body = cove_api_types::SandboxPorts, description = "Its ports now")),
+)]
+pub(super) async fn set_access(
+    State(cp): State<ControlPlane>,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<SetPortsRequest>,
+) -> Result<impl IntoResponse, ServiceError> {
+    Ok(Json(cp.set_ports_public(&id, req.public).await?))
+}
+
+/// `POST /v1/sandboxes/{id}/ports:link` (admin token).
+#[utoipa::path(
+    post,
+    path = "/v1/sandboxes/{id}/ports:link",
+    tag = "sandboxes",
+    description = "A one-time link to a port on the proxy listener, for a browser: the first visit within 5 minutes sets an HttpOnly cookie for that host (this sandbox and port, 24 h) and redirects to `path`; a second visit is `401 unauthorized`. `501 not_implemented` without a proxy listener.",
+    params(("id" = String, Path, description = "Sandbox id")),
+    request_body = cove_api_types::PortLinkRequest,
+    responses((status = 201, body = cove_api_types::PortLink, description = "The link")),
+)]
+pub(super) async fn create_link(
+    State(cp): State<ControlPlane>,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<PortLinkRequest>,
+) -> Result<impl IntoResponse, ServiceError> {
+    Ok((
+        StatusCode::CREATED,
+        Json(cp.create_port_link(&id, &req).await?),
+    ))
 }
 
 /// Any method on `/v1/sandboxes/{id}/ports/{port}` and `.../{port}/{*path}`.
@@ -45,104 +104,360 @@ pub(super) async fn proxy(
     Path(params): Path<HashMap<String, String>>,
     req: Request,
 ) -> Response {
-    match forward(&cp, params, req).await {
-        Ok(r) => r,
-        Err(e) => e.into_response(),
+    let id = params.get("id").cloned().unwrap_or_default();
+    let Some(port) = params
+        .get("port")
+        .and_then(|p| p.parse::<u16>().ok())
+        .filter(|p| *p > 0)
+    else {
+        return ServiceError::from(cove_domain::InvalidInput::new("port", "must be 1-65535"))
+            .into_response();
+    };
+    // The path as sent (still percent-encoded), after the route's prefix.
+    let prefix = format!(
+        "/v1/sandboxes/{id}/ports/{}",
+        params.get("port").map_or("", |p| p)
+    );
+    let path = match req.uri().path().strip_prefix(&prefix) {
+        Some(rest) if rest.starts_with('/') => rest.to_string(),
+        _ => format!("/{}", params.get("path").cloned().unwrap_or_default()),
+    };
+    serve_port(&cp, PortSurface::Path, &id, port, &path, req).await
+}
+
+/// The proxy listener: every request is for the sandbox port its `Host` names
+/// (`{port}-{id}.{domain}`); any other host is `404 not_found`.
+pub(super) async fn by_host(State(cp): State<ControlPlane>, req: Request) -> Response {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| req.uri().authority().map(|a| a.as_str()))
+        .unwrap_or_default()
+        .to_string();
+    let target = cp
+        .ports_proxy()
+        .and_then(|p| p.target(&host).map(|t| (t, p.domain.clone())));
+    let Some(((id, port), _)) = target else {
+        let domain = cp
+            .ports_proxy()
+            .map_or_else(|| "localhost".to_string(), |p| p.domain.clone());
+        return super::render::error_response(
+            StatusCode::NOT_FOUND,
+            cove_api_types::ErrorCode::NotFound,
+            &format!("not a sandbox port: ask for {{port}}-{{sandbox id}}.{domain}"),
+        );
+    };
+    let path = req.uri().path().to_string();
+    serve_port(&cp, PortSurface::Host, &id, port, &path, req).await
+}
+
+/// Serves one request for `port` of sandbox `id` arriving through `surface`, `path` being the
+/// path to send (the query is the request's own, less Cove's parameters): authorises it, uses
+/// a one-time link (cookie + `303`), passes it on (an upgrade included), and answers the
+/// sandbox's response or a JSON error (`401`, `404`, `409 sandbox_not_running`, `502
+/// bad_gateway` when nothing listens).
+pub async fn serve_port(
+    cp: &ControlPlane,
+    surface: PortSurface,
+    id: &str,
+    port: u16,
+    path: &str,
+    req: Request,
+) -> Response {
+    super::context::with_request_id(async move {
+        match forward(cp, surface, id, port, path, req).await {
+            Ok(r) => r,
+            Err(e) => e.into_response(),
+        }
+    })
+    .await
+}
+
+/// The query without Cove's parameters, and the values of those.
+struct Query {
+    rest: Vec<String>,
+    token: Option<String>,
+    link: Option<String>,
+}
+
+fn split_query(query: Option<&str>) -> Query {
+    let mut q = Query {
+        rest: Vec::new(),
+        token: None,
+        link: None,
+    };
+    for kv in query.unwrap_or("").split('&').filter(|kv| !kv.is_empty()) {
+        if let Some(t) = kv.strip_prefix(&format!("{PORT_TOKEN_QUERY}=")) {
+            q.token = Some(t.to_string());
+        } else if let Some(t) = kv.strip_prefix(&format!("{PORT_LINK_QUERY}=")) {
+            q.link = Some(t.to_string());
+        } else {
+            q.rest.push(kv.to_string());
+        }
     }
+    q
+}
+
+/// Cove's port cookie, and the `Cookie` header without it (`None` when nothing is left).
+fn split_cookies(headers: &HeaderMap) -> (Option<String>, Option<String>) {
+    let mut ours = None;
+    let mut rest = Vec::new();
+    for v in headers.get_all(header::COOKIE) {
+        let Ok(v) = v.to_str() else { continue };
+        for c in v.split(';').map(str::trim).filter(|c| !c.is_empty()) {
+            match c.strip_prefix(&format!("{PORT_COOKIE}=")) {
+                Some(value) => ours = Some(value.to_string()),
+                None => rest.push(c.to_string()),
+            }
+        }
+    }
+    (ours, (!rest.is_empty()).then(|| rest.join("; ")))
+}
+
+/// The protocol an upgrade request asks for (`Connection: upgrade` and `Upgrade: x`).
+fn upgrade_of(headers: &HeaderMap) -> Option<String> {
+    let connection_upgrade = headers.get_all(header::CONNECTION).iter().any(|v| {
+        v.to_str().is_ok_and(|v| {
+            v.split(',')
+                .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
+        })
+    });
+    let protocol = headers.get(header::UPGRADE)?.to_str().ok()?;
+    connection_upgrade.then(|| protocol.to_string())
 }
 
 async fn forward(
     cp: &ControlPlane,
-    params: HashMap<String, String>,
-    req: Request,
+    surface: PortSurface,
+    id: &str,
+    port: u16,
+    path: &str,
+    mut req: Request,
 ) -> Result<Response, ServiceError> {
-    let id = params.get("id").cloned().unwrap_or_default();
-    let port: u16 = params
-        .get("port")
-        .and_then(|p| p.parse().ok())
-        .filter(|p| *p > 0)
-        .ok_or_else(|| InvalidInput::new("port", "must be 1-65535"))?;
-    let path = params.get("path").cloned().unwrap_or_default();
-    let (parts, body) = req.into_parts();
+    let query = split_query(req.uri().query());
+    let mut path_and_query = path.to_string();
+    if !query.rest.is_empty() {
+        path_and_query.push('?');
+        path_and_query.push_str(&query.rest.join("&"));
+    }
+    let (cookie, other_cookies) = split_cookies(req.headers());
 
-    // The query without the port token.
-    let mut query_token = None;
-    let query: Vec<String> = parts
-        .uri
-        .query()
-        .unwrap_or("")
-        .split('&')
-        .filter(|kv| !kv.is_empty())
-        .filter(
-            |kv| match kv.strip_prefix(&format!("{PORT_TOKEN_QUERY}=")) {
-                Some(t) => {
-                    query_token = Some(t.to_string());
-                    false
-                }
-                None => true,
-            },
-        )
-        .map(str::to_string)
-        .collect();
-    let header_token = parts
-        .headers
+    // A one-time link: set the cookie for this host and send the browser on without the ticket.
+    if let Some(ticket) = &query.link {
+        let value = cp.redeem_port_link(id, port, ticket)?;
+        let cookie = format!(
+            "{PORT_COOKIE}={value}; Path=/; Max-Age={}; HttpOnly; SameSite=Lax",
+            crate::ports::COOKIE_TTL.as_secs()
+        );
+        let mut resp = StatusCode::SEE_OTHER.into_response();
+        let headers = resp.headers_mut();
+        headers.insert(
+            header::SET_COOKIE,
+            HeaderValue::from_str(&cookie)
+                .map_err(|_| ServiceError::Internal("port cookie header".into()))?,
+        );
+        headers.insert(
+            header::LOCATION,
+            HeaderValue::from_str(&path_and_query).map_err(|_| {
+                ServiceError::from(cove_domain::InvalidInput::new(
+                    "path",
+                    "not a valid location",
+                ))
+            })?,
+        );
+        headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        return Ok(resp);
+    }
+
+    let header_token = req
+        .headers()
         .get(PORT_TOKEN_HEADER)
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
-    let by_admin = match super::bearer(&parts.headers) {
-        Some(t) if cp.check_token(t).await.is_ok() => true,
-        _ => {
-            let token = header_token.or(query_token).ok_or_else(|| {
-                ServiceError::Unauthorized(
-                    "a sandbox port needs the admin token or its port token".into(),
-                )
-            })?;
-            if !cp.is_port_token(&id, &token) {
-                return Err(ServiceError::Unauthorized("invalid port token".into()));
-            }
-            false
-        }
+    let bearer = match surface {
+        PortSurface::Path => super::bearer(req.headers()).map(str::to_string),
+        PortSurface::Host => None,
     };
+    let creds = PortCredentials {
+        bearer: bearer.as_deref(),
+        token: header_token.as_deref().or(query.token.as_deref()),
+        cookie: cookie.as_deref(),
+    };
+    let access = cp.authorize_port(id, port, creds).await?;
 
-    let mut path_and_query = format!("/{path}");
-    if !query.is_empty() {
-        path_and_query.push('?');
-        path_and_query.push_str(&query.join("&"));
-    }
-    let mut headers: Vec<(String, Vec<u8>)> = parts
-        .headers
+    let upgrade = upgrade_of(req.headers());
+    let mut headers: Vec<(String, Vec<u8>)> = req
+        .headers()
         .iter()
-        .filter(|(k, _)| passes(k.as_str()))
-        .filter(|(k, _)| !(by_admin && *k == axum::http::header::AUTHORIZATION))
+        .filter(|(k, _)| passes(k.as_str()) && *k != header::COOKIE)
+        .filter(|(k, _)| !(access == PortAccess::Admin && *k == header::AUTHORIZATION))
         .map(|(k, v)| (k.as_str().to_string(), v.as_bytes().to_vec()))
         .collect();
-    headers.push((
-        "x-forwarded-prefix".into(),
-        format!("/v1/sandboxes/{id}/ports/{port}").into_bytes(),
-    ));
+    if let Some(c) = other_cookies {
+        headers.push(("cookie".into(), c.into_bytes()));
+    }
+    if let Some(protocol) = &upgrade {
+        headers.push(("connection".into(), b"upgrade".to_vec()));
+        headers.push(("upgrade".into(), protocol.clone().into_bytes()));
+    }
+    if surface == PortSurface::Path {
+        headers.push((
+            "x-forwarded-prefix".into(),
+            format!("/v1/sandboxes/{id}/ports/{port}").into_bytes(),
+        ));
+    }
     let request = cove_node_api::PortRequest {
         port,
-        method: parts.method.as_str().to_string(),
+        method: req.method().as_str().to_string(),
         path_and_query,
         headers,
     };
-    let body = body
-        .into_data_stream()
-        .map(|r| r.map_err(std::io::Error::other))
-        .boxed();
-    let (head, body) = cp.forward_port(&id, request, body).await?;
-    let mut resp = Response::new(Body::from_stream(body));
-    *resp.status_mut() = StatusCode::from_u16(head.status).unwrap_or(StatusCode::BAD_GATEWAY);
-    for (k, v) in head.headers {
-        if !passes(&k) {
+
+    // An upgrade sends the upgraded connection's bytes as the body, once there is one.
+    let (body, upgraded_tx, on_upgrade) = match &upgrade {
+        Some(_) => {
+            let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<bytes::Bytes>>(16);
+            let on = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>();
+            (
+                tokio_stream::wrappers::ReceiverStream::new(rx).boxed(),
+                Some(tx),
+                on,
+            )
+        }
+        None => (
+            std::mem::take(req.body_mut())
+                .into_data_stream()
+                .map(|r| r.map_err(std::io::Error::other))
+                .boxed(),
+            None,
+            None,
+        ),
+    };
+    let (head, body) = cp.forward_port(id, request, body).await?;
+    let status = StatusCode::from_u16(head.status).unwrap_or(StatusCode::BAD_GATEWAY);
+    let switching = status == StatusCode::SWITCHING_PROTOCOLS;
+    let (mut resp, upgraded_body) = if switching {
+        (Response::new(Body::empty()), Some(body))
+    } else {
+        (Response::new(Body::from_stream(body)), None)
+    };
+    *resp.status_mut() = status;
+    for (k, v) in &head.headers {
+        if !passes(k) {
             continue;
         }
         if let (Ok(name), Ok(value)) = (
             HeaderName::from_bytes(k.as_bytes()),
-            HeaderValue::from_bytes(&v),
+            HeaderValue::from_bytes(v),
         ) {
             resp.headers_mut().append(name, value);
         }
     }
+    resp.extensions_mut().insert(FromSandboxPort);
+    if !switching {
+        return Ok(resp);
+    }
+    let (Some(protocol), Some(on_upgrade), Some(tx), Some(body)) = (
+        head.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("upgrade"))
+            .and_then(|(_, v)| String::from_utf8(v.clone()).ok()),
+        on_upgrade,
+        upgraded_tx,
+        upgraded_body,
+    ) else {
+        return Err(ServiceError::BadGateway(format!(
+            "port {port} switched protocols without an upgrade that was asked for"
+        )));
+    };
+    let headers = resp.headers_mut();
+    headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    headers.insert(
+        header::UPGRADE,
+        HeaderValue::from_str(&protocol)
+            .map_err(|_| ServiceError::BadGateway("a bad upgrade header".into()))?,
+    );
+    let sandbox_id = id.to_string();
+    tokio::spawn(async move {
+        let upgraded = match on_upgrade.await {
+            Ok(u) => u,
+            Err(e) => {
+                debug!(sandbox_id = %sandbox_id, port, error = %e, "client upgrade failed");
+                return;
+            }
+        };
+        splice(hyper_util::rt::TokioIo::new(upgraded), tx, body).await;
+        debug!(sandbox_id = %sandbox_id, port, "upgraded port connection closed");
+    });
     Ok(resp)
+}
+
+/// Copies the client's upgraded connection into `to_sandbox` and `from_sandbox` into it, until
+/// both directions ended.
+async fn splice<IO>(
+    client: IO,
+    to_sandbox: tokio::sync::mpsc::Sender<std::io::Result<bytes::Bytes>>,
+    mut from_sandbox: cove_node_api::ByteStream,
+) where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (mut read, mut write) = tokio::io::split(client);
+    let upstream = async move {
+        let mut reader = tokio_util::io::ReaderStream::new(&mut read);
+        while let Some(chunk) = reader.next().await {
+            if to_sandbox.send(chunk).await.is_err() {
+                break;
+            }
+        }
+    };
+    let downstream = async move {
+        while let Some(Ok(chunk)) = from_sandbox.next().await {
+            if write.write_all(&chunk).await.is_err() || write.flush().await.is_err() {
+                break;
+            }
+        }
+        let _ = write.shutdown().await;
+    };
+    tokio::join!(upstream, downstream);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cove_parameters_leave_the_query() {
+        let q = split_query(Some("a=1&cove_port_token=t&b=2&cove_link=l"));
+        assert_eq!(q.rest, vec!["a=1", "b=2"]);
+        assert_eq!(q.token.as_deref(), Some("t"));
+        assert_eq!(q.link.as_deref(), Some("l"));
+    }
+
+    #[test]
+    fn the_port_cookie_leaves_the_cookies() {
+        let mut h = HeaderMap::new();
+        h.append(
+            header::COOKIE,
+            HeaderValue::from_static("a=1; cove_port=123.abc; b=2"),
+        );
+        let (ours, rest) = split_cookies(&h);
+        assert_eq!(ours.as_deref(), Some("123.abc"));
+        assert_eq!(rest.as_deref(), Some("a=1; b=2"));
+        let mut h = HeaderMap::new();
+        h.append(header::COOKIE, HeaderValue::from_static("cove_port=1.x"));
+        assert_eq!(split_cookies(&h).1, None);
+    }
+
+    #[test]
+    fn upgrades_need_connection_upgrade() {
+        let mut h = HeaderMap::new();
+        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        assert_eq!(upgrade_of(&h), None);
+        h.insert(
+            header::CONNECTION,
+            HeaderValue::from_static("keep-alive, Upgrade"),
+        );
+        assert_eq!(upgrade_of(&h).as_deref(), Some("websocket"));
+    }
 }

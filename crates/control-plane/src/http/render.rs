@@ -42,7 +42,12 @@ const MAX_REJECTION_TEXT: usize = 1024;
 /// logged and replaced, since it may name internals.
 pub(crate) async fn json_error_body(resp: Response) -> Response {
     let status = resp.status();
-    if !(status.is_client_error() || status.is_server_error()) {
+    if !(status.is_client_error() || status.is_server_error())
+        || resp
+            .extensions()
+            .get::<super::ports::FromSandboxPort>()
+            .is_some()
+    {
         return resp;
     }
     let is_json = resp

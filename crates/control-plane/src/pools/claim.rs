@@ -36,6 +36,8 @@ pub(crate) fn claimable(req: &CreateSandboxRequest) -> bool {
         network,
         secrets,
         checkpoint,
+        // Set on the claimed member right after the claim.
+        public: _,
     } = req;
     // A member boots with the default egress policy and no secrets; another policy or any
     // secret is wired into the sandbox's network before it boots.
@@ -119,7 +121,11 @@ impl ControlPlane {
             return Ok(None);
         };
         self.inner.events.notify();
-        let sandbox = member.sandbox;
+        let mut sandbox = member.sandbox;
+        if wanted.public {
+            self.store().set_sandbox_public(&sandbox.id, true).await?;
+            sandbox.public = true;
+        }
         self.touch(&sandbox.id);
         info!(sandbox_id = %sandbox.id, op_id = %operation.id, pool = %member.pool, "sandbox served by a warm pool");
         Ok(Some(CreateSandboxResponse { sandbox, operation }))

@@ -158,6 +158,7 @@ impl ControlPlane {
             // secrets) are not claimable.
             network: Default::default(),
             secrets: Default::default(),
+            public: false,
         };
         self.launch(member, Some(&p.name), None, None, Default::default(), None)
             .await?;

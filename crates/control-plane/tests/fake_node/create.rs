@@ -179,3 +179,18 @@ async fn without_a_default_disk_creates_have_none() {
     let (s, _) = off.create_with(CreateSandboxRequest::default()).await;
     assert_eq!(s.resources.disk_mib, None);
 }
+
+#[tokio::test]
+async fn a_create_on_a_full_node_disk_is_no_space_and_records_nothing() {
+    let h = Harness::new().await;
+    h.node.set_disk_available(Some(1 << 20));
+    let before = h.node.count(cove_test_support::Call::Start);
+    let err =
+        h.cp.create_sandbox(Default::default(), None)
+            .await
+            .expect_err("refused");
+    assert_eq!(err.code(), cove_api_types::ErrorCode::NoSpace, "{err:?}");
+    assert_eq!(h.node.count(cove_test_support::Call::Start), before);
+    h.node.set_disk_available(Some(1 << 30));
+    h.running().await;
+}

@@ -116,6 +116,7 @@ async fn wake_reports_restored_memory_when_the_runtime_saves_it() {
         suspend_memory: true,
         snapshot_store: "file".into(),
         network: false,
+        user_namespaces: false,
     });
     let h = Harness::with(node, |_| {}).await;
     assert!(h.cp.capabilities().suspend_memory);

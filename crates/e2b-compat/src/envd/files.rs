@@ -1,10 +1,11 @@
-//! envd's `/files`: download (`GET`) and upload (`POST`, multipart or octet-stream, gzip),
+//! envd's `/files`: download (`GET`) and upload (`POST`, multipart or octet-stream, gzip, with
+//! `X-Metadata-<key>` headers kept as the file's `user.e2b.<key>` extended attributes),
 //! authorised by `X-Access-Token` or by a signature in the query:
 //!
 //! `signature = "v1_" + base64_nopad(sha256("{path}:{op}:{user}:{token}[:{expiration}]"))`,
 //! `op` = `read` or `write`, `path` and `user` as written in the query.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::io::Read;
 
 use axum::body::{Body, Bytes};
@@ -22,6 +23,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
 use super::constant_time_eq;
+use super::filesystem::METADATA_NAMESPACE;
 use super::paths::{base_name, resolve};
 use crate::dispatch::Target;
 use crate::error::EnvdHttpError;
@@ -193,6 +195,8 @@ fn http_error(e: ServiceError, path: &str) -> EnvdHttpError {
         ServiceError::NoSpace(m) => EnvdHttpError::new(StatusCode::INSUFFICIENT_STORAGE, m),
         ServiceError::TooLarge(m) => EnvdHttpError::new(StatusCode::PAYLOAD_TOO_LARGE, m),
         ServiceError::PermissionDenied(m) => EnvdHttpError::new(StatusCode::FORBIDDEN, m),
+        ServiceError::NotImplemented(m) => EnvdHttpError::new(StatusCode::NOT_IMPLEMENTED, m),
+        ServiceError::FailedPrecondition(m) => EnvdHttpError::new(StatusCode::CONFLICT, m),
         other => {
             let status = if matches!(other, ServiceError::Internal(_)) {
                 tracing::error!(error = %other, "envd file request failed");
@@ -291,16 +295,20 @@ pub async fn upload(
     let run = async {
         let q = parse_query(req.uri().query());
         authorize(&e2b, &t, &headers, &Method::POST, &q)?;
-        if headers
-            .keys()
-            .any(|k| k.as_str().starts_with("x-metadata-"))
-        {
-            return Err(EnvdHttpError::new(
-                StatusCode::BAD_REQUEST,
-                "file metadata (X-Metadata-* headers) is not supported by Cove yet",
-            ));
-        }
+        let metadata = upload_metadata(&headers)?;
         let user = user_of(&t, &q);
+        if !metadata.is_empty() {
+            // Fail before writing anything when the sandbox cannot keep metadata at all.
+            e2b.cp
+                .file_xattrs(
+                    &t.cove_id,
+                    vec!["/".to_string()],
+                    Some(user.clone()),
+                    METADATA_NAMESPACE,
+                )
+                .await
+                .map_err(|e| http_error(e, "/"))?;
+        }
         let ctype = headers
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
@@ -372,7 +380,8 @@ pub async fn upload(
                 .boxed();
                 let (written, ()) = tokio::join!(write_one(&e2b, &t, &user, &abs, body), pump);
                 written?;
-                out.push(written_entry(&abs));
+                set_metadata(&e2b, &t, &user, &abs, &metadata).await?;
+                out.push(written_entry(&abs, &metadata));
             }
         } else if ctype.is_empty() || ctype.starts_with("application/octet-stream") {
             let Some(p) = q.path.clone() else {
@@ -399,7 +408,8 @@ pub async fn upload(
                     .boxed()
             };
             write_one(&e2b, &t, &user, &abs, stream).await?;
-            out.push(written_entry(&abs));
+            set_metadata(&e2b, &t, &user, &abs, &metadata).await?;
+            out.push(written_entry(&abs, &metadata));
         } else {
             return Err(EnvdHttpError::new(
                 StatusCode::BAD_REQUEST,
@@ -432,8 +442,95 @@ async fn write_one(
     Ok(())
 }
 
-fn written_entry(abs: &str) -> serde_json::Value {
-    json!({ "path": abs, "name": base_name(abs), "type": "file" })
+fn written_entry(abs: &str, metadata: &BTreeMap<String, String>) -> serde_json::Value {
+    let mut entry = json!({ "path": abs, "name": base_name(abs), "type": "file" });
+    if !metadata.is_empty() {
+        entry["metadata"] = json!(metadata);
+    }
+    entry
+}
+
+/// Prefix of the upload headers that carry file metadata.
+const METADATA_HEADER: &str = "x-metadata-";
+
+/// Longest metadata key, in bytes (the kernel's 255-byte attribute name less `user.e2b.`).
+pub const MAX_METADATA_KEY: usize = 246;
+
+/// Most bytes of one file's metadata: keys with the `user.e2b.` prefix counted per key, and
+/// values (what fits a filesystem's per-inode attribute block).
+pub const MAX_METADATA_BYTES: usize = 4096;
+
+/// The metadata of an upload: every `X-Metadata-<key>: <value>` header, the key lowercased
+/// (the first value when a header repeats). Keys and values are printable US-ASCII; a key is
+/// at most [`MAX_METADATA_KEY`] bytes and the whole at most [`MAX_METADATA_BYTES`]; `400`
+/// otherwise.
+fn upload_metadata(headers: &HeaderMap) -> Result<BTreeMap<String, String>, EnvdHttpError> {
+    let bad = |m: String| EnvdHttpError::new(StatusCode::BAD_REQUEST, m);
+    let printable = |b: &[u8]| b.iter().all(|c| (0x20..=0x7e).contains(c));
+    let mut out = BTreeMap::new();
+    let mut total = 0usize;
+    for name in headers.keys() {
+        let Some(key) = name.as_str().strip_prefix(METADATA_HEADER) else {
+            continue;
+        };
+        let Some(value) = headers.get(name) else {
+            continue;
+        };
+        if key.is_empty() || key.len() > MAX_METADATA_KEY || !printable(key.as_bytes()) {
+            return Err(bad(format!(
+                "metadata key {key:?} must be 1 to {MAX_METADATA_KEY} bytes of printable US-ASCII"
+            )));
+        }
+        if !printable(value.as_bytes()) {
+            return Err(bad(format!(
+                "metadata value of {key:?} must be printable US-ASCII"
+            )));
+        }
+        let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+        total += METADATA_NAMESPACE.len() + key.len() + value.len();
+        out.insert(key.to_string(), value);
+    }
+    if total > MAX_METADATA_BYTES {
+        return Err(bad(format!(
+            "metadata of {total} bytes exceeds the limit of {MAX_METADATA_BYTES}"
+        )));
+    }
+    Ok(out)
+}
+
+/// Sets an uploaded file's metadata (nothing to do without: the upload made a new file, which
+/// has none). An error names the file as written without its metadata.
+async fn set_metadata(
+    e2b: &E2b,
+    t: &Target,
+    user: &str,
+    abs: &str,
+    metadata: &BTreeMap<String, String>,
+) -> Result<(), EnvdHttpError> {
+    if metadata.is_empty() {
+        return Ok(());
+    }
+    let entries = metadata
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone().into_bytes()))
+        .collect();
+    e2b.cp
+        .set_file_xattrs(
+            &t.cove_id,
+            abs.to_string(),
+            Some(user.to_string()),
+            METADATA_NAMESPACE,
+            entries,
+        )
+        .await
+        .map_err(|e| {
+            let mut err = http_error(e, abs);
+            err.message = format!(
+                "{abs} was written but its metadata was not set: {}",
+                err.message
+            );
+            err
+        })
 }
 
 fn gunzip(raw: &[u8]) -> Result<Bytes, EnvdHttpError> {

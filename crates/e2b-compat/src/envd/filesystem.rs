@@ -1,7 +1,11 @@
 //! `filesystem.Filesystem` unary RPCs (stat, make_dir, move, list, remove) over Cove's file
 //! services, with envd's path rules ([`super::paths`]) and `EntryInfo` shapes: permission bits
-//! only in `mode`, an `ls`-style `permissions`, and a symlink described by its target's type
-//! with `symlinkTarget` resolved to an absolute path.
+//! only in `mode`, an `ls`-style `permissions`, a symlink described by its target's type with
+//! `symlinkTarget` resolved to an absolute path, and a file's user metadata (its `user.e2b.*`
+//! extended attributes, set by uploads, see [`super::files`]) in `metadata` for stat, list and
+//! move.
+
+use std::collections::BTreeMap;
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -39,6 +43,9 @@ fn file_error(e: ServiceError, path: &str) -> ConnectError {
         other => other.into(),
     }
 }
+
+/// The extended-attribute namespace that holds E2B's file metadata.
+pub const METADATA_NAMESPACE: &str = "user.e2b.";
 
 /// `lstat` through Cove, as an envd entry (a symlink is described by its target).
 pub(crate) async fn entry(
@@ -116,6 +123,45 @@ pub(crate) async fn to_entry(
             .mtime
             .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
         symlink_target,
+        metadata: BTreeMap::new(),
+    }
+}
+
+/// Fills in the metadata (`user.e2b.*` extended attributes) of regular files among `entries`,
+/// read as `user` in one batch. A sandbox that cannot read them (an agent or node that predates
+/// them) has none to show, since none could have been written.
+pub(crate) async fn add_metadata(e2b: &E2b, t: &Target, user: &str, entries: &mut [EntryInfo]) {
+    let wanted: Vec<usize> = entries
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.file_type == "FILE_TYPE_FILE" && e.symlink_target.is_none())
+        .map(|(i, _)| i)
+        .collect();
+    if wanted.is_empty() {
+        return;
+    }
+    let paths = wanted.iter().map(|&i| entries[i].path.clone()).collect();
+    match e2b
+        .cp
+        .file_xattrs(
+            &t.cove_id,
+            paths,
+            Some(user.to_string()),
+            METADATA_NAMESPACE,
+        )
+        .await
+    {
+        Ok(maps) => {
+            for (i, m) in wanted.into_iter().zip(maps) {
+                entries[i].metadata = m
+                    .into_iter()
+                    .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
+                    .collect();
+            }
+        }
+        Err(e) => {
+            tracing::debug!(sandbox_id = %t.cove_id, error = %e, "no file metadata");
+        }
     }
 }
 
@@ -146,8 +192,9 @@ pub async fn stat(
     let run = async {
         let req: PathRequest = unary_request(&body)?;
         let (user, path) = user_and_path(&t, &headers, &req.path)?;
-        let entry = entry(&e2b, &t, &user, &path).await?;
-        Ok::<_, ConnectError>(unary_response(&json!({ "entry": entry })))
+        let mut entry = [entry(&e2b, &t, &user, &path).await?];
+        add_metadata(&e2b, &t, &user, &mut entry).await;
+        Ok::<_, ConnectError>(unary_response(&json!({ "entry": entry[0] })))
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -221,8 +268,9 @@ pub async fn rename(
             )
             .await
             .map_err(|e| file_error(e, &from))?;
-        let entry = to_entry(&e2b, &t, &user, info, None).await;
-        Ok::<_, ConnectError>(unary_response(&json!({ "entry": entry })))
+        let mut entry = [to_entry(&e2b, &t, &user, info, None).await];
+        add_metadata(&e2b, &t, &user, &mut entry).await;
+        Ok::<_, ConnectError>(unary_response(&json!({ "entry": entry[0] })))
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -262,6 +310,7 @@ pub async fn list_dir(
         for info in list.entries {
             entries.push(to_entry(&e2b, &t, &user, info, None).await);
         }
+        add_metadata(&e2b, &t, &user, &mut entries).await;
         Ok::<_, ConnectError>(unary_response(&json!({ "entries": entries })))
     };
     run.await.unwrap_or_else(IntoResponse::into_response)

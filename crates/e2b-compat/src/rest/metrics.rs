@@ -8,8 +8,13 @@
 //! included, bytes), `memCache` = 0 (not split out), `memTotal` = its limit; `diskUsed` = its
 //! writable layer or own disk, `diskTotal` = its disk's size (0 without one of its own). A
 //! sandbox that is not running (suspended) has no samples: an empty list, as E2B answers.
+//!
+//! `GET /sandboxes/metrics?sandbox_ids=a,b` (several sandboxes at once): the current reading
+//! of each running sandbox named, as `{"sandboxes": {id: SandboxMetric}}`; ids that are
+//! unknown, gone or paused are left out. At most [`MAX_MANY`] ids.
 
 use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
 use axum::Json;
 use cove_api_types::{MetricsSample, Sandbox};
 use cove_control_plane::ServiceError;
@@ -19,6 +24,9 @@ use serde_json::{json, Value};
 use super::{e2b_sandbox, rfc3339};
 use crate::error::RestError;
 use crate::E2b;
+
+/// Most sandboxes one `GET /sandboxes/metrics` names.
+pub const MAX_MANY: usize = 100;
 
 /// One MiB in bytes.
 const MIB: u64 = 1024 * 1024;
@@ -51,6 +59,47 @@ pub(crate) async fn sandbox_metrics(
         .map(|x| metric(&s, x))
         .collect();
     Ok(Json(Value::Array(samples)))
+}
+
+/// `?sandbox_ids=a,b`.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct ManyQuery {
+    sandbox_ids: Option<String>,
+}
+
+/// `GET /sandboxes/metrics`.
+pub(crate) async fn many(
+    State(e2b): State<E2b>,
+    Query(q): Query<ManyQuery>,
+) -> Result<Json<Value>, RestError> {
+    let ids: Vec<&str> = q
+        .sandbox_ids
+        .as_deref()
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    if ids.len() > MAX_MANY {
+        return Err(RestError::new(
+            StatusCode::BAD_REQUEST,
+            format!("at most {MAX_MANY} sandbox ids per call"),
+        ));
+    }
+    let mut out = serde_json::Map::new();
+    for id in ids {
+        let Ok(s) = e2b_sandbox(&e2b, id).await else {
+            continue;
+        };
+        match e2b.cp.sandbox_metrics(&s.id).await {
+            Ok(m) => {
+                out.insert(id.to_string(), metric(&s, &m.current));
+            }
+            Err(ServiceError::SandboxNotRunning { .. } | ServiceError::SandboxNotFound(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(Json(json!({ "sandboxes": out })))
 }
 
 /// One `SandboxMetric`.

@@ -1,33 +1,40 @@
-//! E2B's REST control API (`X-API-Key`) over Cove's sandbox services: create (v1 and v2),
-//! connect (resumes), get, list (metadata, state and template filters, `X-Next-Token`
-//! paging), kill, set_timeout and pause (a Cove suspend); `allow_internet_access: false` is
-//! Cove's `network.internet: false`; metrics come from Cove's per-sandbox usage. Features Cove
-//! does not have here yet (E2B's network rules, snapshots, fork, templates, secrets, volumes) answer `501` or `400` with a JSON
-//! error, which the SDK raises as an exception.
+//! E2B's REST control API (`X-API-Key`) over Cove's sandbox services: create (v1 and v2), connect
+//! (resumes), get, list (metadata, state and template filters, `X-Next-Token` paging), kill,
+//! `set_timeout` and refreshes, pause (a Cove suspend), metrics of one or several sandboxes,
+//! logs, egress rules and their live update, snapshots and fork on Cove's checkpoints, and
+//! auto-resume (one file per resource or verb below). What Cove does not offer here (the
+//! template build API, secrets, volumes) answers `501` with a JSON error, which the SDK raises
+//! as an exception.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{Path, Request, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get, post};
+use axum::routing::{any, get, post, put};
 use axum::Router;
 use chrono::{DateTime, Utc};
-use cove_api_types::{
-    CreateSandboxRequest, LifecycleRequest, OperationState, Sandbox, SandboxState,
-};
+use cove_api_types::{LifecycleRequest, OperationState, Sandbox, SandboxState};
 use cove_control_plane::{LifecycleVerb, ServiceError};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use self::lifecycle::Lifecycle;
 use crate::error::RestError;
 
+mod create;
+mod fork;
+pub(crate) mod lifecycle;
 pub(crate) mod list;
+mod logs;
 mod metrics;
-use crate::{e2b_id, E2b, SandboxTtl, DEFAULT_TIMEOUT_S, ENVD_VERSION};
+pub(crate) mod network;
+pub(crate) mod snapshots;
+mod timeouts;
+use crate::{e2b_id, E2b, DEFAULT_TIMEOUT_S, ENVD_VERSION};
 
 /// Metadata key Cove adds to sandboxes created through E2B (hidden from E2B clients); the
 /// reaper adopts such sandboxes after a restart.
@@ -43,34 +50,25 @@ pub const MAX_LIST_LIMIT: usize = 100;
 pub fn router(e2b: E2b) -> Router {
     let unsupported = |what: &'static str| any(move || async move { RestError::unsupported(what) });
     Router::new()
-        .route("/v2/sandboxes", post(create).get(list::list_v2))
-        .route("/sandboxes", post(create).get(list::list_v1))
+        .route("/v2/sandboxes", post(create::create).get(list::list_v2))
+        .route("/sandboxes", post(create::create).get(list::list_v1))
+        .route("/sandboxes/metrics", get(metrics::many))
         .route("/sandboxes/{id}", get(get_one).delete(kill))
-        .route("/sandboxes/{id}/timeout", post(set_timeout))
+        .route("/sandboxes/{id}/timeout", post(timeouts::set_timeout))
+        .route("/sandboxes/{id}/refreshes", post(timeouts::refresh))
         .route("/sandboxes/{id}/pause", post(pause))
         .route("/v2/sandboxes/{id}/connect", post(connect))
         .route("/sandboxes/{id}/connect", post(connect))
         .route("/sandboxes/{id}/resume", post(connect))
         .route("/sandboxes/{id}/metrics", get(metrics::sandbox_metrics))
-        .route(
-            "/sandboxes/metrics",
-            unsupported("metrics of several sandboxes at once"),
-        )
-        .route(
-            "/sandboxes/{id}/network",
-            unsupported("updating the network policy"),
-        )
-        .route("/sandboxes/{id}/fork", unsupported("forking a sandbox"))
-        .route("/sandboxes/{id}/snapshots", unsupported("snapshots"))
-        .route(
-            "/sandboxes/{id}/refreshes",
-            unsupported("refreshing a sandbox"),
-        )
-        .route("/sandboxes/{id}/logs", unsupported("sandbox logs"))
-        .route("/v2/sandboxes/{id}/logs", unsupported("sandbox logs"))
-        .route("/snapshots", unsupported("snapshots"))
+        .route("/sandboxes/{id}/network", put(network::update))
+        .route("/sandboxes/{id}/fork", post(fork::fork))
+        .route("/sandboxes/{id}/snapshots", post(snapshots::create))
+        .route("/sandboxes/{id}/logs", get(logs::logs_v1))
+        .route("/v2/sandboxes/{id}/logs", get(logs::logs_v2))
+        .route("/snapshots", get(snapshots::list))
         .route("/templates", unsupported("the template build API"))
-        .route("/templates/{*rest}", unsupported("the template build API"))
+        .route("/templates/{*rest}", any(snapshots::templates))
         .route("/v2/templates", unsupported("the template build API"))
         .route(
             "/v2/templates/{*rest}",
@@ -113,7 +111,7 @@ async fn require_api_key(State(e2b): State<E2b>, req: Request, next: Next) -> Re
 }
 
 /// A sandbox as E2B sees it: gone states are not found.
-async fn e2b_sandbox(e2b: &E2b, id: &str) -> Result<Sandbox, RestError> {
+pub(crate) async fn e2b_sandbox(e2b: &E2b, id: &str) -> Result<Sandbox, RestError> {
     let not_found = || RestError::new(StatusCode::NOT_FOUND, format!("sandbox {id} not found"));
     let cove_id = crate::cove_id(id).ok_or_else(not_found)?;
     match e2b.cp.get_sandbox(&cove_id).await {
@@ -123,10 +121,11 @@ async fn e2b_sandbox(e2b: &E2b, id: &str) -> Result<Sandbox, RestError> {
     }
 }
 
-/// E2B's state of a Cove state (`None`: gone for E2B).
+/// E2B's state of a Cove state (`None`: gone for E2B). E2B has no `degraded`: a sandbox being
+/// repaired is `running` (its files are there; calls answer `unavailable` until it is back).
 pub(crate) fn e2b_state(s: SandboxState) -> Option<&'static str> {
     match s {
-        SandboxState::Creating | SandboxState::Running => Some("running"),
+        SandboxState::Creating | SandboxState::Running | SandboxState::Degraded => Some("running"),
         SandboxState::Paused
         | SandboxState::Suspending
         | SandboxState::Suspended
@@ -135,7 +134,8 @@ pub(crate) fn e2b_state(s: SandboxState) -> Option<&'static str> {
     }
 }
 
-fn user_metadata(s: &Sandbox) -> BTreeMap<String, String> {
+/// The metadata an E2B client sees (without Cove's hidden marker).
+pub(crate) fn user_metadata(s: &Sandbox) -> BTreeMap<String, String> {
     s.metadata
         .iter()
         .filter(|(k, _)| !k.starts_with(E2B_MARKER_KEY))
@@ -143,7 +143,7 @@ fn user_metadata(s: &Sandbox) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn rfc3339(t: DateTime<Utc>) -> String {
+pub(crate) fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
 }
 
@@ -159,8 +159,8 @@ impl E2b {
         }
     }
 
-    /// `Sandbox` (create and connect answers).
-    fn sandbox_json(&self, s: &Sandbox) -> Value {
+    /// `Sandbox` (create, connect and fork answers).
+    pub(crate) fn sandbox_json(&self, s: &Sandbox) -> Value {
         json!({
             "templateID": s.template,
             "sandboxID": e2b_id(&s.id),
@@ -168,18 +168,15 @@ impl E2b {
             "clientID": "cove",
             "envdVersion": ENVD_VERSION,
             "envdAccessToken": self.access_token(&s.id),
-            "trafficAccessToken": null,
+            // Set when the sandbox's ports are private: E2B's `e2b-traffic-access-token`.
+            "trafficAccessToken": (!s.public).then(|| self.cp.port_token_for(&s.id)).flatten(),
             "domain": self.cfg.domain,
         })
     }
 
     /// `SandboxDetail` / `ListedSandbox`.
     pub(crate) fn detail_json(&self, s: &Sandbox) -> Value {
-        let on_timeout = match self.ttl_of(&s.id) {
-            Some(t) if t.auto_pause => "pause",
-            _ => "kill",
-        };
-        json!({
+        let mut detail = json!({
             "templateID": s.template,
             "sandboxID": e2b_id(&s.id),
             "alias": s.template,
@@ -195,13 +192,17 @@ impl E2b {
             "metadata": user_metadata(s),
             "allowInternetAccess": s.network.internet,
             "domain": self.cfg.domain,
-            "lifecycle": { "autoResume": false, "onTimeout": on_timeout },
+            "lifecycle": Lifecycle::of(s).to_json(),
             "pauseMode": "filesystem",
-        })
+        });
+        if let Some(n) = network::network_json(&s.network) {
+            detail["network"] = n;
+        }
+        detail
     }
 
     /// Waits for an operation to end; its error as a REST error.
-    async fn finish(&self, op_id: &str) -> Result<(), RestError> {
+    pub(crate) async fn finish(&self, op_id: &str) -> Result<(), RestError> {
         let until = tokio::time::Instant::now() + OPERATION_WAIT;
         loop {
             let op = self
@@ -230,7 +231,7 @@ impl E2b {
     }
 
     /// Waits (bounded) while a sandbox is between states; answers its settled state.
-    async fn settled(&self, id: &str) -> Result<Sandbox, RestError> {
+    pub(crate) async fn settled(&self, id: &str) -> Result<Sandbox, RestError> {
         let until = tokio::time::Instant::now() + OPERATION_WAIT;
         loop {
             let s = e2b_sandbox(self, id).await?;
@@ -246,27 +247,10 @@ impl E2b {
     }
 }
 
-/// `NewSandbox` / `NewSandboxV2`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, rename_all = "camelCase")]
-struct NewSandbox {
-    #[serde(rename = "templateID")]
-    template_id: Option<String>,
-    timeout: Option<u64>,
-    auto_pause: Option<bool>,
-    auto_resume: Option<Value>,
-    /// `false`: the sandbox reaches nothing outside (Cove's `network.internet: false`).
-    #[serde(rename = "allow_internet_access", alias = "allowInternetAccess")]
-    allow_internet_access: Option<bool>,
-    network: Option<Value>,
-    metadata: Option<BTreeMap<String, String>>,
-    env_vars: Option<BTreeMap<String, String>>,
-    mcp: Option<Value>,
-    iam: Option<Value>,
-    volume_mounts: Option<Vec<Value>>,
-}
-
-fn parse_body<T: for<'de> Deserialize<'de> + Default>(body: &Bytes) -> Result<T, RestError> {
+/// Parses a JSON body (empty = the defaults); `400` when it does not parse.
+pub(crate) fn parse_body<T: for<'de> Deserialize<'de> + Default>(
+    body: &Bytes,
+) -> Result<T, RestError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(T::default());
     }
@@ -276,83 +260,6 @@ fn parse_body<T: for<'de> Deserialize<'de> + Default>(body: &Bytes) -> Result<T,
             format!("invalid request body: {e}"),
         )
     })
-}
-
-fn refuse_unsupported(req: &NewSandbox) -> Result<(), RestError> {
-    let bad = |what: &str| {
-        Err(RestError::new(
-            StatusCode::BAD_REQUEST,
-            format!("{what} is not supported by Cove's E2B compatibility layer yet"),
-        ))
-    };
-    if req.network.as_ref().is_some_and(|n| !n.is_null()) {
-        return bad("the network configuration (allowOut/denyOut rules)");
-    }
-    if req.mcp.as_ref().is_some_and(|n| !n.is_null()) {
-        return bad("the MCP gateway");
-    }
-    if req.iam.as_ref().is_some_and(|n| !n.is_null()) {
-        return bad("IAM tokens");
-    }
-    if req.volume_mounts.as_ref().is_some_and(|v| !v.is_empty()) {
-        return bad("volume mounts");
-    }
-    let auto_resume = req
-        .auto_resume
-        .as_ref()
-        .and_then(|v| v.get("enabled"))
-        .and_then(Value::as_bool);
-    if auto_resume == Some(true) {
-        return bad("auto-resume on traffic");
-    }
-    Ok(())
-}
-
-/// `POST /v2/sandboxes` (and v1 `POST /sandboxes`): creates and waits until it runs.
-async fn create(
-    State(e2b): State<E2b>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Result<Response, RestError> {
-    let req: NewSandbox = parse_body(&body)?;
-    refuse_unsupported(&req)?;
-    let timeout = req.timeout.unwrap_or(DEFAULT_TIMEOUT_S);
-    let mut metadata = req.metadata.unwrap_or_default();
-    if metadata.keys().any(|k| k.starts_with(E2B_MARKER_KEY)) {
-        return Err(RestError::new(
-            StatusCode::BAD_REQUEST,
-            format!("metadata keys starting with {E2B_MARKER_KEY} are reserved"),
-        ));
-    }
-    metadata.insert(E2B_MARKER_KEY.to_string(), "1".to_string());
-    let create = CreateSandboxRequest {
-        template: Some(req.template_id.unwrap_or_else(|| "base".to_string())),
-        env: req.env_vars.unwrap_or_default(),
-        metadata,
-        // E2B's own timeout governs the sandbox's life; Cove's idle suspend stays off.
-        idle_timeout_s: Some(0),
-        network: (req.allow_internet_access == Some(false))
-            .then(cove_api_types::EgressPolicy::offline),
-        ..Default::default()
-    };
-    let key = headers
-        .get("idempotency-key")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    let resp = e2b.cp.create_sandbox(create, key).await?;
-    e2b.finish(&resp.operation.id).await?;
-    let s = e2b.cp.get_sandbox(&resp.sandbox.id).await?;
-    if e2b.ttl_of(&s.id).is_none() {
-        e2b.set_ttl(
-            &s.id,
-            SandboxTtl {
-                end_at: Utc::now() + chrono::Duration::seconds(timeout as i64),
-                auto_pause: req.auto_pause.unwrap_or(false),
-            },
-        );
-    }
-    tracing::info!(sandbox_id = %s.id, timeout_s = timeout, "e2b sandbox created");
-    Ok((StatusCode::CREATED, axum::Json(e2b.sandbox_json(&s))).into_response())
 }
 
 /// `GET /sandboxes/{id}`.
@@ -379,34 +286,8 @@ async fn kill(State(e2b): State<E2b>, Path(id): Path<String>) -> Result<Response
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct TimeoutBody {
-    timeout: Option<u64>,
-}
-
-/// `POST /sandboxes/{id}/timeout`: the sandbox ends `timeout` seconds from now (may shorten).
-async fn set_timeout(
-    State(e2b): State<E2b>,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> Result<Response, RestError> {
-    let req: TimeoutBody = parse_body(&body)?;
-    let s = e2b_sandbox(&e2b, &id).await?;
-    let t = req.timeout.unwrap_or(0);
-    let auto_pause = e2b.ttl_of(&s.id).is_some_and(|t| t.auto_pause);
-    e2b.set_ttl(
-        &s.id,
-        SandboxTtl {
-            end_at: Utc::now() + chrono::Duration::seconds(t.min(i64::MAX as u64 / 2) as i64),
-            auto_pause,
-        },
-    );
-    Ok(StatusCode::NO_CONTENT.into_response())
-}
-
 /// `POST /sandboxes/{id}/pause`: a Cove suspend (files kept; memory where the runtime can).
-/// `409` when already paused.
+/// `409` when already paused. A paused sandbox has no end of life until it is resumed.
 async fn pause(State(e2b): State<E2b>, Path(id): Path<String>) -> Result<Response, RestError> {
     let s = e2b.settled(&id).await?;
     if e2b_state(s.state) == Some("paused") {
@@ -425,6 +306,8 @@ async fn pause(State(e2b): State<E2b>, Path(id): Path<String>) -> Result<Respons
         )
         .await?;
     e2b.finish(&op.id).await?;
+    // Paused sandboxes do not expire; a connect (or auto-resume) sets a new end of life.
+    e2b.clear_ttl(&s.id);
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -452,33 +335,14 @@ async fn connect(
             e
         }
     })?;
-    let verb = match s.state {
-        SandboxState::Suspended => Some(LifecycleVerb::Wake),
-        SandboxState::Paused => Some(LifecycleVerb::Resume),
-        _ => None,
+    let resumed = e2b
+        .bring_back(&s, req.timeout.unwrap_or(DEFAULT_TIMEOUT_S))
+        .await?;
+    let status = if resumed {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
     };
-    let status = match verb {
-        Some(verb) => {
-            let op = e2b
-                .cp
-                .lifecycle(&s.id, verb, LifecycleRequest::default(), None)
-                .await?;
-            e2b.finish(&op.id).await?;
-            StatusCode::CREATED
-        }
-        None => StatusCode::OK,
-    };
-    let wanted =
-        Utc::now() + chrono::Duration::seconds(req.timeout.unwrap_or(DEFAULT_TIMEOUT_S) as i64);
-    let current = e2b.ttl_of(&s.id);
-    let end_at = current.as_ref().map_or(wanted, |t| t.end_at.max(wanted));
-    e2b.set_ttl(
-        &s.id,
-        SandboxTtl {
-            end_at,
-            auto_pause: current.is_some_and(|t| t.auto_pause),
-        },
-    );
     let s = e2b.cp.get_sandbox(&s.id).await?;
     Ok((status, axum::Json(e2b.sandbox_json(&s))).into_response())
 }

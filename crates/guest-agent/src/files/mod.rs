@@ -7,7 +7,8 @@
 //! to the user, and root keeps full access. The user also resolves relative paths (against the
 //! home directory). Owner and group names come from the sandbox's `/etc/passwd` and `/etc/group`.
 //! Cove's own paths are out of reach ([`reserved`]); pseudo-filesystems are not written to
-//! ([`pseudo`]). [`watch`] streams changes below a directory (inotify).
+//! ([`pseudo`]). [`watch`] streams changes below a directory (inotify); [`xattrs`] reads and
+//! replaces `user.` extended attributes.
 
 pub mod identity;
 pub mod info;
@@ -22,6 +23,7 @@ pub mod reserved;
 pub mod stat;
 pub mod watch;
 pub mod write;
+pub mod xattrs;
 
 use std::path::PathBuf;
 use std::sync::Arc;

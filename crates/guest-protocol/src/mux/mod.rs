@@ -59,6 +59,20 @@ pub enum Control {
         /// The name, at most 64 bytes.
         name: String,
     },
+    /// Configure the guest's network (a VM behind the node's gateway): `lo` and `eth0` up,
+    /// `address`/32 on `eth0` (replacing any other), a route to `gateway` on `eth0` and the
+    /// default route through it, `/etc/resolv.conf` replaced by `resolv_conf`, and `ca_pem`
+    /// (the gateway's interception CA) appended to the system trust bundle unless it holds it.
+    SetNetwork {
+        /// The guest's IPv4 address.
+        address: [u8; 4],
+        /// The gateway's IPv4 address (the only peer, and the resolver).
+        gateway: [u8; 4],
+        /// Content of `/etc/resolv.conf`, at most 4 KiB.
+        resolv_conf: String,
+        /// A CA to trust besides the release's own (PEM, at most 16 KiB).
+        ca_pem: Option<String>,
+    },
 }
 
 impl Control {

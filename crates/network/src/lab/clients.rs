@@ -88,12 +88,94 @@ pub fn http_get(
     timeout: Duration,
 ) -> Result<Reply> {
     check_route(ns, *dest.ip())?;
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    let req = get_request(host, path);
     cmd::run_in_netns(ns, move || {
-        let mut s = connect(dest, timeout)?;
-        s.write_all(req.as_bytes())
-            .map_err(|e| format!("write: {e}"))?;
+        let mut s = send(dest, &req, timeout)?;
         parse_reply(&read_all(&mut s)?)
+    })
+}
+
+fn get_request(host: &str, path: &str) -> String {
+    format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+}
+
+/// Connects to `dest` and writes `req` (on a thread inside the namespace).
+fn send(
+    dest: SocketAddrV4,
+    req: &str,
+    timeout: Duration,
+) -> std::result::Result<TcpStream, String> {
+    let mut s = connect(dest, timeout)?;
+    s.write_all(req.as_bytes())
+        .map_err(|e| format!("write: {e}"))?;
+    Ok(s)
+}
+
+/// What [`http_download`] received after the response head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Download {
+    /// Body bytes received (bytes).
+    pub bytes: u64,
+    /// Of those, how many were not zero (the lab's `/bytes/N` serves zeros).
+    pub nonzero: u64,
+}
+
+/// `GET path` with `Host: host` to `dest` from inside `ns`, reading the whole body however
+/// large (unlike [`http_get`], which keeps at most 1 MiB); the status must be 200.
+pub fn http_download(
+    ns: &str,
+    dest: SocketAddrV4,
+    host: &str,
+    path: &str,
+    timeout: Duration,
+) -> Result<std::result::Result<Download, String>> {
+    check_route(ns, *dest.ip())?;
+    let req = get_request(host, path);
+    cmd::run_in_netns(ns, move || {
+        let mut s = send(dest, &req, timeout)?;
+        let mut buf = vec![0u8; 256 * 1024];
+        let (mut head, mut got) = (
+            Vec::new(),
+            Download {
+                bytes: 0,
+                nonzero: 0,
+            },
+        );
+        let mut in_body = false;
+        loop {
+            let n = match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) => return Err(format!("read after {} body bytes: {e}", got.bytes)),
+            };
+            let mut chunk = &buf[..n];
+            if !in_body {
+                head.extend_from_slice(chunk);
+                let Some(end) = head.windows(4).position(|w| w == b"\r\n\r\n") else {
+                    if head.len() > 64 * 1024 {
+                        return Err("response head over 64 KiB".into());
+                    }
+                    continue;
+                };
+                let status = String::from_utf8_lossy(&head[..end])
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .to_string();
+                if status.split_whitespace().nth(1) != Some("200") {
+                    return Err(format!("status: {status}"));
+                }
+                in_body = true;
+                let body_start = end + 4 - (head.len() - n);
+                chunk = &chunk[body_start..];
+            }
+            got.bytes += chunk.len() as u64;
+            got.nonzero += chunk.iter().filter(|b| **b != 0).count() as u64;
+        }
+        if !in_body {
+            return Err("closed before the response head ended".into());
+        }
+        Ok(got)
     })
 }
 

@@ -26,7 +26,10 @@ use ipnet::Ipv4Net;
 use tokio::task::JoinHandle;
 
 pub use bench::{bench, BenchReport};
-pub use clients::{check_route, dns_query, http_get, https_get, https_get_with, DnsAnswer, Reply};
+pub use clients::{
+    check_route, dns_query, http_download, http_get, https_get, https_get_with, DnsAnswer,
+    Download, Reply,
+};
 
 use crate::cmd;
 use crate::config::{NetworkConfig, Upstream};

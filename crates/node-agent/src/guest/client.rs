@@ -1,11 +1,14 @@
 //! [`GuestClient`]: unary calls over the shared connection.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use cove_guest_protocol::{
-    CommandInfo, FileInfo, GuestPath, PtySize, Request, Response, SpawnRequest, MAX_CHUNK_BYTES,
+    CommandInfo, FileInfo, GetXattrsRequest, GuestPath, PtySize, Request, Response,
+    SetXattrsRequest, SpawnRequest, XattrValue, MAX_CHUNK_BYTES, MAX_XATTR_BYTES, MAX_XATTR_PATHS,
+    MIN_PROTOCOL_VERSION, XATTRS_VERSION,
 };
 use cove_runtime::GuestConnector;
 
@@ -99,7 +102,27 @@ impl GuestClient {
         timeout: Duration,
         expect: impl FnOnce(Response) -> Result<T, &'static str>,
     ) -> Result<T, GuestError> {
+        self.call_since(MIN_PROTOCOL_VERSION, request, timeout, expect)
+            .await
+    }
+
+    /// [`GuestClient::call`] for a request protocol version `since` added: an agent speaking
+    /// an older version is [`GuestError::TooOld`] without sending anything.
+    async fn call_since<T>(
+        &self,
+        since: u32,
+        request: Request,
+        timeout: Duration,
+        expect: impl FnOnce(Response) -> Result<T, &'static str>,
+    ) -> Result<T, GuestError> {
         let conn = self.connection(CONNECT_TIMEOUT).await?;
+        if conn.version() < since {
+            return Err(GuestError::TooOld(format!(
+                "the sandbox's guest agent speaks protocol version {} and lacks this call \
+                 (version {since}); restart the sandbox to give it the current agent",
+                conn.version()
+            )));
+        }
         let mut call = conn.register()?;
         let response = tokio::time::timeout(timeout, async {
             conn.send(&call, request).await?;
@@ -259,6 +282,46 @@ impl GuestClient {
             .await
     }
 
+    /// Replaces the extended attributes under `namespace` of a path (protocol v2).
+    pub async fn set_xattrs(&self, req: SetXattrsRequest) -> Result<(), GuestError> {
+        self.call_since(XATTRS_VERSION, Request::SetXattrs(req), CALL_TIMEOUT, ok)
+            .await
+    }
+
+    /// The extended attributes under `namespace` of each path, in order (protocol v2). Asks
+    /// in batches of [`MAX_XATTR_PATHS`]; an answer of the wrong length or over the size
+    /// bound breaks the connection.
+    pub async fn get_xattrs(
+        &self,
+        paths: Vec<GuestPath>,
+        user: Option<String>,
+        namespace: String,
+    ) -> Result<Vec<BTreeMap<String, XattrValue>>, GuestError> {
+        let mut out = Vec::with_capacity(paths.len());
+        for batch in paths.chunks(MAX_XATTR_PATHS) {
+            let want = batch.len();
+            let request = Request::GetXattrs(GetXattrsRequest {
+                paths: batch.to_vec(),
+                user: user.clone(),
+                namespace: namespace.clone(),
+            });
+            let maps = self
+                .call_since(XATTRS_VERSION, request, CALL_TIMEOUT, |r| match r {
+                    Response::Xattrs(v)
+                        if v.len() == want
+                            && v.iter().all(|m| xattr_bytes(m) <= MAX_XATTR_BYTES) =>
+                    {
+                        Ok(v)
+                    }
+                    Response::Xattrs(_) => Err("Xattrs of the wrong shape"),
+                    r => Err(kind(&r)),
+                })
+                .await?;
+            out.extend(maps);
+        }
+        Ok(out)
+    }
+
     /// Renames a path; returns the destination's metadata.
     pub async fn rename(
         &self,
@@ -269,6 +332,11 @@ impl GuestClient {
         self.call(Request::Rename { from, to, user }, CALL_TIMEOUT, file_info)
             .await
     }
+}
+
+/// Bytes of keys and values in one path's attribute map (the guest bounds it).
+fn xattr_bytes(m: &BTreeMap<String, XattrValue>) -> usize {
+    m.iter().map(|(k, v)| k.len() + v.0.len()).sum()
 }
 
 fn ok(r: Response) -> Result<(), &'static str> {

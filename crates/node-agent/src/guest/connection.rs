@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use cove_guest_protocol::{
     encode_frame, read_frame, write_frame, CommandInfo, ErrorCode, FileInfo, FrameError,
-    GuestFrame, HostFrame, Request, Response, PROTOCOL_VERSION,
+    GuestFrame, HostFrame, Request, Response, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 use cove_runtime::{GuestConnector, GuestStream};
 use tokio::io::AsyncWriteExt;
@@ -38,20 +38,45 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 static LATE_REPLIES: RateLimit = RateLimit::new(Duration::from_secs(10));
 static BROKEN: RateLimit = RateLimit::new(Duration::from_secs(10));
 
-/// Connects and performs the handshake.
+/// Connects and performs the handshake (see [`open_versioned`]).
 pub async fn open(
     connector: &dyn GuestConnector,
     timeout: Duration,
 ) -> Result<GuestStream, GuestError> {
+    open_versioned(connector, timeout).await.map(|(s, _)| s)
+}
+
+/// Connects and performs the handshake; returns the stream and the protocol version it
+/// speaks. Offers [`PROTOCOL_VERSION`]; an older agent that refuses it gets a second
+/// connection offering [`MIN_PROTOCOL_VERSION`].
+pub async fn open_versioned(
+    connector: &dyn GuestConnector,
+    timeout: Duration,
+) -> Result<(GuestStream, u32), GuestError> {
+    match handshake(connector, timeout, PROTOCOL_VERSION).await {
+        Err(GuestError::Guest {
+            code: ErrorCode::UnsupportedVersion,
+            ..
+        }) if PROTOCOL_VERSION > MIN_PROTOCOL_VERSION => {
+            handshake(connector, timeout, MIN_PROTOCOL_VERSION).await
+        }
+        other => other,
+    }
+}
+
+/// One connection and its `Hello` offering `offer`.
+async fn handshake(
+    connector: &dyn GuestConnector,
+    timeout: Duration,
+    offer: u32,
+) -> Result<(GuestStream, u32), GuestError> {
     let mut stream = tokio::time::timeout(timeout, connector.connect())
         .await
         .map_err(|_| GuestError::Unavailable("connecting to the guest agent timed out".into()))?
         .map_err(|e| GuestError::Unavailable(format!("cannot connect to the guest agent: {e}")))?;
     let hello = HostFrame {
         id: 0,
-        request: Request::Hello {
-            version: PROTOCOL_VERSION,
-        },
+        request: Request::Hello { version: offer },
     };
     let answer = tokio::time::timeout(
         HELLO_TIMEOUT.min(timeout.max(Duration::from_secs(1))),
@@ -70,9 +95,11 @@ pub async fn open(
         )));
     }
     match answer.response {
-        Response::Hello { version, .. } if version == PROTOCOL_VERSION => Ok(stream),
+        Response::Hello { version, .. } if (MIN_PROTOCOL_VERSION..=offer).contains(&version) => {
+            Ok((stream, version))
+        }
         Response::Hello { version, .. } => Err(GuestError::Protocol(format!(
-            "guest speaks protocol version {version}, not {PROTOCOL_VERSION}"
+            "guest speaks protocol version {version}, offered {offer}"
         ))),
         Response::Error { code, message } => Err(GuestError::from_guest(code, message)),
         other => Err(GuestError::Protocol(format!(
@@ -114,6 +141,7 @@ pub fn kind(r: &Response) -> &'static str {
         Response::EntriesPart(_) => "EntriesPart",
         Response::CommandsPart(_) => "CommandsPart",
         Response::Gap { .. } => "Gap",
+        Response::Xattrs(_) => "Xattrs",
         Response::FileEvents(_) => "FileEvents",
     }
 }
@@ -177,6 +205,7 @@ impl Inner {
 pub struct Conn {
     inner: Arc<Inner>,
     tasks: [AbortHandle; 2],
+    version: u32,
 }
 
 impl Drop for Conn {
@@ -220,7 +249,7 @@ impl Conn {
         connector: &dyn GuestConnector,
         timeout: Duration,
     ) -> Result<Conn, GuestError> {
-        let stream = open(connector, timeout).await?;
+        let (stream, version) = open_versioned(connector, timeout).await?;
         let (rd, wr) = tokio::io::split(stream);
         let (tx, rx) = mpsc::channel(WRITE_QUEUE);
         let inner = Arc::new(Inner {
@@ -236,7 +265,13 @@ impl Conn {
         Ok(Conn {
             inner,
             tasks: [reader, writer],
+            version,
         })
+    }
+
+    /// The protocol version the connection speaks.
+    pub fn version(&self) -> u32 {
+        self.version
     }
 
     /// Whether the connection broke.

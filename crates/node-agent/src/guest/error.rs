@@ -26,6 +26,10 @@ pub enum GuestError {
     /// A call got no answer in time.
     #[error("guest agent did not answer in time")]
     Timeout,
+    /// The agent speaks an older protocol version that lacks the call (an agent started before
+    /// the node was upgraded).
+    #[error("{0}")]
+    TooOld(String),
 }
 
 impl GuestError {

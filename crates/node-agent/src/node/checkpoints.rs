@@ -35,7 +35,9 @@ impl NodeCheckpoints for NodeAgent {
         if was_running {
             self.runtime.pause(id).await.map_err(runtime_err)?;
         }
-        let saved = self.save_snapshot(&store, checkpoint_id, id, &cancel).await;
+        let saved = self
+            .save_snapshot(&store, checkpoint_id, id, None, &cancel)
+            .await;
         if was_running {
             if let Err(e) = self.runtime.resume(id).await {
                 warn!(sandbox_id = %id, error = %e, "cannot thaw after a checkpoint");

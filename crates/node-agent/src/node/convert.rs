@@ -6,7 +6,7 @@ use cove_domain::CommandState;
 use cove_guest_protocol as g;
 use cove_node_api::{
     CommandInfo, FileEvent, FileEventKind, FileInfo, FileType, NodeError, OutputStream, Program,
-    PtySize, SandboxPath, SpawnRequest, WatchRequest, WriteFileRequest,
+    PtySize, SandboxPath, SetXattrsRequest, SpawnRequest, WatchRequest, WriteFileRequest,
 };
 
 use crate::guest::GuestError;
@@ -31,6 +31,7 @@ pub(super) fn guest_err(call: Call<'_>, e: GuestError) -> NodeError {
         GuestError::Unavailable(m) => NodeError::AgentUnavailable(m),
         GuestError::Protocol(m) => NodeError::AgentUnavailable(format!("protocol error: {m}")),
         GuestError::Timeout => NodeError::AgentUnavailable("no answer in time".into()),
+        GuestError::TooOld(m) => NodeError::Unsupported(m),
     }
 }
 
@@ -107,6 +108,19 @@ pub(super) fn write(r: WriteFileRequest) -> g::WriteFileRequest {
         user: r.user,
         mode: r.mode,
         max_bytes: r.max_bytes,
+    }
+}
+
+pub(super) fn set_xattrs(r: SetXattrsRequest) -> g::SetXattrsRequest {
+    g::SetXattrsRequest {
+        path: path(r.path),
+        user: r.user,
+        namespace: r.namespace,
+        entries: r
+            .entries
+            .into_iter()
+            .map(|(k, v)| (k, g::XattrValue(v)))
+            .collect(),
     }
 }
 

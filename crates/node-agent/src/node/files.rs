@@ -1,8 +1,10 @@
 //! Files, passed through to the sandbox's guest agent (which resolves every path inside the
 //! sandbox's own root).
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
-use cove_node_api::{FileEvent, WatchRequest};
+use cove_node_api::{FileEvent, SetXattrsRequest, WatchRequest, XattrsRequest};
 
 use super::convert::{self, guest_err, Call};
 use super::*;
@@ -105,6 +107,30 @@ impl NodeFiles for NodeAgent {
             .await
             .map(convert::file)
             .map_err(|e| guest_err(Call::File("from"), e))
+    }
+
+    async fn set_xattrs(&self, sandbox_id: &str, req: SetXattrsRequest) -> Result<(), NodeError> {
+        self.guest(sandbox_id)?
+            .set_xattrs(convert::set_xattrs(req))
+            .await
+            .map_err(|e| guest_err(PATH, e))
+    }
+
+    async fn xattrs(
+        &self,
+        sandbox_id: &str,
+        req: XattrsRequest,
+    ) -> Result<Vec<BTreeMap<String, Vec<u8>>>, NodeError> {
+        let paths = req.paths.into_iter().map(convert::path).collect();
+        let maps = self
+            .guest(sandbox_id)?
+            .get_xattrs(paths, req.user, req.namespace)
+            .await
+            .map_err(|e| guest_err(PATH, e))?;
+        Ok(maps
+            .into_iter()
+            .map(|m| m.into_iter().map(|(k, v)| (k, v.0)).collect())
+            .collect())
     }
 
     async fn watch(

@@ -2,7 +2,7 @@
 //! wake from it, release, destroy.
 
 use async_trait::async_trait;
-use cove_node_api::{NodeCapabilities, SuspendInfo, WakeInfo};
+use cove_node_api::{AgentHealth, NodeCapabilities, RepairInfo, SuspendInfo, WakeInfo};
 
 use super::*;
 use cove_runtime::Adopted;
@@ -12,7 +12,7 @@ use crate::snapshot::{Manifest, ManifestArtifact, SnapshotError, SnapshotStore, 
 #[async_trait]
 impl NodeLifecycle for NodeAgent {
     async fn start_sandbox(&self, launch: SandboxLaunch) -> Result<(), NodeError> {
-        self.launch(&launch).await.map(drop)
+        self.launch(&launch, None, false).await.map(drop)
     }
 
     async fn adopt_sandbox(&self, id: &str) -> Result<Option<NodeSandboxState>, NodeError> {
@@ -60,6 +60,14 @@ impl NodeLifecycle for NodeAgent {
 
     async fn failure_reason(&self, id: &str) -> Option<String> {
         self.runtime.failure(id, &self.sandbox_dir(id)).await
+    }
+
+    async fn check_agent(&self, id: &str, timeout: Duration) -> Result<AgentHealth, NodeError> {
+        self.check_agent_now(id, timeout).await
+    }
+
+    async fn repair_sandbox(&self, launch: SandboxLaunch) -> Result<RepairInfo, NodeError> {
+        self.repair_now(&launch).await
     }
 
     async fn pause_sandbox(&self, id: &str) -> Result<(), NodeError> {
@@ -112,7 +120,7 @@ impl NodeLifecycle for NodeAgent {
             self.runtime.pause(id).await.map_err(runtime_err)?;
         }
         match self
-            .save_snapshot(&self.cfg.snapshots, id, id, &cancel)
+            .save_snapshot(&self.cfg.snapshots, id, id, self.net_counters(id), &cancel)
             .await
         {
             Ok(file_bytes) => {
@@ -215,16 +223,24 @@ impl NodeLifecycle for NodeAgent {
             suspend_memory: caps.suspend_memory,
             snapshot_store: self.cfg.snapshots.kind().to_string(),
             network: self.network_enabled(),
+            user_namespaces: caps.user_namespaces,
         }
     }
 }
 
 impl NodeAgent {
     /// Starts the sandbox of `launch` on its (possibly pre-filled) directory and connects to its
-    /// guest agent. On failure the runtime's resources are released; a directory this call did
-    /// not fill is removed by the runtime, a pre-filled one by the caller. Returns whether the
-    /// runtime restored process memory (a VM woken from its saved state).
-    async fn launch(&self, launch: &SandboxLaunch) -> Result<bool, NodeError> {
+    /// guest agent; its network counters start from `counters` (carried over) when given. On
+    /// failure the runtime's resources are released; a directory this call did not fill is
+    /// removed by the runtime, a pre-filled one by the caller, unless `keep_files` (a repair:
+    /// the directory holds the sandbox's own files and stays for another try). Returns whether
+    /// the runtime restored process memory (a VM woken from its saved state).
+    pub(super) async fn launch(
+        &self,
+        launch: &SandboxLaunch,
+        counters: Option<cove_node_api::NetworkCounters>,
+        keep_files: bool,
+    ) -> Result<bool, NodeError> {
         let rootfs = self
             .release_dir(&launch.template, launch.release)
             .join("rootfs");
@@ -235,7 +251,7 @@ impl NodeAgent {
             )));
         }
         let dir = self.sandbox_dir(&launch.id);
-        let network = self.attach_network(launch).await?;
+        let network = self.attach_network(launch, counters).await?;
         let spec = SandboxSpec {
             id: launch.id.clone(),
             rootfs,
@@ -249,7 +265,9 @@ impl NodeAgent {
         let started = match self.runtime.start(&spec).await {
             Ok(s) => s,
             Err(e) => {
-                let _ = Self::remove_tree(&dir).await;
+                if !keep_files {
+                    let _ = Self::remove_tree(&dir).await;
+                }
                 let _ = self.detach_network(&launch.id).await;
                 return Err(runtime_err(e));
             }
@@ -258,7 +276,9 @@ impl NodeAgent {
         if let Err(e) = client.connect(AGENT_CONNECT_TIMEOUT).await {
             warn!(sandbox_id = %launch.id, error = %e, "guest agent did not answer");
             let _ = self.runtime.stop(&launch.id, &dir).await;
-            let _ = Self::remove_tree(&dir).await;
+            if !keep_files {
+                let _ = Self::remove_tree(&dir).await;
+            }
             let _ = self.detach_network(&launch.id).await;
             return Err(NodeError::AgentUnavailable(e.to_string()));
         }
@@ -279,13 +299,16 @@ impl NodeAgent {
         launch: &SandboxLaunch,
         cancel: &CancellationToken,
     ) -> Result<WakeInfo, NodeError> {
+        // A rollback keeps counting from what the sandbox counted so far.
+        let carried = self.net_counters(&launch.id);
         // Leftovers of an interrupted wake go first; the snapshot is the source of truth.
         self.release_sandbox(&launch.id).await?;
         let dir = self.sandbox_dir(&launch.id);
         tokio::fs::create_dir_all(&dir)
             .await
             .map_err(|e| NodeError::Internal(format!("create {}: {e}", dir.display())))?;
-        let restored = match self.restore_snapshot(store, key, &launch.id, cancel).await {
+        let (restored, counted) = match self.restore_snapshot(store, key, &launch.id, cancel).await
+        {
             Ok(r) => r,
             Err(e) => {
                 let _ = Self::remove_tree(&dir).await;
@@ -296,7 +319,7 @@ impl NodeAgent {
             let _ = Self::remove_tree(&dir).await;
             return Err(NodeError::Cancelled);
         }
-        let memory_restored = match self.launch(launch).await {
+        let memory_restored = match self.launch(launch, carried.or(counted), false).await {
             Ok(m) => m,
             Err(e) => {
                 let _ = Self::remove_tree(&dir).await;
@@ -312,13 +335,15 @@ impl NodeAgent {
     }
 
     /// Saves every artifact of the (frozen) sandbox `id` into `store` under `key` (the sandbox
-    /// id for a suspend, a checkpoint id in the checkpoints' store), then the manifest; returns
-    /// the file bytes saved. On failure nothing of the snapshot is kept.
+    /// id for a suspend, a checkpoint id in the checkpoints' store), then the manifest (with
+    /// `network_counters`, a suspend's); returns the file bytes saved. On failure nothing of
+    /// the snapshot is kept.
     pub(super) async fn save_snapshot(
         &self,
         store: &SnapshotStore,
         key: &str,
         id: &str,
+        network_counters: Option<cove_node_api::NetworkCounters>,
         cancel: &CancellationToken,
     ) -> Result<u64, SnapshotError> {
         store.delete(key).await?;
@@ -328,6 +353,7 @@ impl NodeAgent {
             runtime: self.runtime.kind().as_str().to_string(),
             memory: false,
             artifacts: Vec::new(),
+            network_counters,
         };
         let mut file_bytes = 0;
         let saved: Result<(), SnapshotError> = async {
@@ -364,14 +390,14 @@ impl NodeAgent {
     }
 
     /// Loads every artifact of the snapshot `key` of `store` into the (empty) directory of
-    /// sandbox `id`.
+    /// sandbox `id`; also returns the network counters the snapshot carries.
     pub(super) async fn restore_snapshot(
         &self,
         store: &SnapshotStore,
         key: &str,
         id: &str,
         cancel: &CancellationToken,
-    ) -> Result<WakeInfo, SnapshotError> {
+    ) -> Result<(WakeInfo, Option<cove_node_api::NetworkCounters>), SnapshotError> {
         let manifest = store.manifest(key).await?;
         let kind = self.runtime.kind().as_str();
         if manifest.runtime != kind {
@@ -412,10 +438,13 @@ impl NodeAgent {
                 file_bytes += restored;
             }
         }
-        Ok(WakeInfo {
-            memory_restored: manifest.memory,
-            file_bytes,
-        })
+        Ok((
+            WakeInfo {
+                memory_restored: manifest.memory,
+                file_bytes,
+            },
+            manifest.network_counters,
+        ))
     }
 }
 
@@ -432,6 +461,13 @@ pub(super) fn snapshot_err(e: SnapshotError) -> NodeError {
             ) =>
         {
             NodeError::SnapshotCorrupt(format!("snapshot files cannot be read back: {e}"))
+        }
+        SnapshotError::Io(e)
+            if e.kind() == std::io::ErrorKind::StorageFull
+                || e.raw_os_error() == Some(libc::ENOSPC) =>
+        {
+            warn!(error = %e, "the snapshot store's disk is full");
+            NodeError::NoSpace("the node's disk is full".into())
         }
         other => NodeError::Internal(other.to_string()),
     }

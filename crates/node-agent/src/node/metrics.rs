@@ -43,6 +43,9 @@ impl NodeMetrics for NodeAgent {
             memory_bytes: kib("MemTotal"),
             memory_available_bytes: kib("MemAvailable"),
             sandboxes: u32::try_from(sandboxes).unwrap_or(u32::MAX),
+            disk_available_bytes: nix::sys::statvfs::statvfs(&self.cfg.data_dir)
+                .ok()
+                .map(|st| st.blocks_available().saturating_mul(st.fragment_size())),
         })
     }
 
@@ -83,6 +86,8 @@ impl NodeAgent {
     }
 
     async fn sample_all(&self) {
+        // Network counters are recorded on the same tick, for a restart to carry them on.
+        self.save_network_counters();
         let ids: Vec<String> = self
             .guests
             .lock()

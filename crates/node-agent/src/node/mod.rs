@@ -109,7 +109,7 @@ impl NodeAgent {
 fn recipe_info(r: Recipe) -> RecipeInfo {
     let d = r.defaults();
     let description = match r {
-        Recipe::Base => "Debian bookworm with bash, python3, git, curl, sudo; user `user`",
+        Recipe::Base => "Debian bookworm with bash, python3 and pip, git, curl, sudo; user `user`",
         Recipe::Tiny => "busybox only; seconds to build, for tests and quick checks",
         Recipe::Full => {
             "base plus build-essential, nodejs, npm, ripgrep, vim-tiny; pip installs into a virtualenv of `user`"
@@ -125,7 +125,13 @@ fn recipe_info(r: Recipe) -> RecipeInfo {
     }
 }
 
+/// A runtime error as the contract says it: a full node disk is `NoSpace` (507 `no_space`,
+/// without host detail: that goes to the log), anything else `Runtime`.
 fn runtime_err(e: cove_runtime::RuntimeError) -> NodeError {
+    if e.is_no_space() {
+        warn!(error = %e, "the node's disk is full");
+        return NodeError::NoSpace("the node's disk is full".into());
+    }
     NodeError::Runtime(e.to_string())
 }
 
@@ -139,3 +145,4 @@ mod lifecycle;
 mod metrics;
 mod network;
 mod releases;
+mod repair;

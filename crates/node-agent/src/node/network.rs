@@ -10,6 +10,9 @@
 //!   its resolver; with secrets, interception is turned on and its CA handed to the runtime.
 //! * Release (suspend's end, delete): the runtime stops, then the namespace goes. Pause and
 //!   resume touch nothing.
+//! * Counters count from the sandbox's creation: a suspend writes them into the snapshot's
+//!   manifest and the wake adds them back, a rollback carries them on, and the record holds
+//!   them for a restart (written every metrics tick when they changed, and at shutdown).
 //! * Node shutdown: the handle is dropped, leaving the namespaces for the next start's recovery
 //!   (sandboxes keep running while the server is down).
 
@@ -44,6 +47,10 @@ pub(crate) struct NetRecord {
     /// interception after a restart.
     #[serde(default)]
     pub ca_key_pem: Option<String>,
+    /// Its counters when last recorded (every few seconds and at shutdown), carried on by the
+    /// next start's adoption.
+    #[serde(default)]
+    pub counters: Option<NetworkCounters>,
 }
 
 /// The node's network state: the gateway and what it knows per sandbox.
@@ -150,6 +157,7 @@ impl NodeAgent {
     pub async fn with_network(mut self, config: NetworkConfig) -> Result<Self, NodeError> {
         let mut adopt = Vec::new();
         let mut placeholders = HashMap::new();
+        let mut counted = HashMap::new();
         for (id, rec) in self.read_net_records() {
             let alive = matches!(
                 self.runtime.state(&id).await,
@@ -157,6 +165,9 @@ impl NodeAgent {
             );
             if alive {
                 placeholders.insert(id.clone(), rec.placeholders.clone());
+                if let Some(c) = rec.counters {
+                    counted.insert(id.clone(), c);
+                }
                 adopt.push(Adopt {
                     sandbox_id: id,
                     netns: rec.netns,
@@ -169,6 +180,19 @@ impl NodeAgent {
         let (net, recovery) = Network::start(config, adopt)
             .await
             .map_err(|e| NodeError::Runtime(format!("sandbox network: {e}")))?;
+        for a in &recovery.adopted {
+            // A VM's tap bridge takes in the namespace's new link to the gateway.
+            if self.runtime.capabilities().network_tap {
+                if let Err(e) = net.add_tap(&a.sandbox_id).await {
+                    warn!(sandbox_id = %a.sandbox_id, error = %e, "cannot re-bridge the VM's tap");
+                }
+            }
+            if let Some(c) = counted.get(&a.sandbox_id) {
+                if let Err(e) = net.add_counters(&a.sandbox_id, &gateway_counters(c)) {
+                    warn!(sandbox_id = %a.sandbox_id, error = %e, "cannot carry network counters on");
+                }
+            }
+        }
         for id in &recovery.missing {
             warn!(sandbox_id = %id, "the sandbox's network namespace was gone at start");
             placeholders.remove(id);
@@ -197,6 +221,7 @@ impl NodeAgent {
         };
         let attached = n.net.attached();
         if attached > 0 {
+            self.save_network_counters();
             info!(attached, "leaving the sandbox networks for the next start");
             return;
         }
@@ -234,12 +259,40 @@ impl NodeAgent {
             .unwrap_or_default()
     }
 
+    /// The counters of a sandbox attached here (`None` when it is not).
+    pub(crate) fn net_counters(&self, id: &str) -> Option<NetworkCounters> {
+        let n = self.network.as_ref()?;
+        n.net.counters(id).ok().map(counters)
+    }
+
+    /// Records the counters of every attached sandbox whose counters moved since its record
+    /// was written (for the next start after a restart). Errors are logged.
+    pub fn save_network_counters(&self) {
+        let Some(n) = &self.network else {
+            return;
+        };
+        for (id, mut rec) in self.read_net_records() {
+            let Some(now) = n.net.counters(&id).ok().map(counters) else {
+                continue;
+            };
+            if rec.counters == Some(now) {
+                continue;
+            }
+            rec.counters = Some(now);
+            if let Err(e) = self.write_net_record(&id, &rec) {
+                warn!(sandbox_id = %id, error = %e, "cannot record the network counters");
+            }
+        }
+    }
+
     /// Gives the sandbox of `launch` its network: attach with its policy, interception for its
-    /// secrets. `None` on a node without sandbox networks (only the default policy and no
-    /// secrets are accepted there: [`NodeError::Unsupported`] otherwise).
+    /// secrets, counters starting from `carried`. `None` on a node without sandbox networks
+    /// (only the default policy and no secrets are accepted there: [`NodeError::Unsupported`]
+    /// otherwise).
     pub(crate) async fn attach_network(
         &self,
         launch: &SandboxLaunch,
+        carried: Option<NetworkCounters>,
     ) -> Result<Option<SandboxNetwork>, NodeError> {
         let wants = !launch.network.is_default() || !launch.secrets.is_empty();
         let node_net = match &self.network {
@@ -276,7 +329,17 @@ impl NodeAgent {
         let mut placeholders = BTreeMap::new();
         let mut extra_ca_pem = None;
         let mut ca_key_pem = None;
+        let mut tap = None;
         let setup = async {
+            if self.runtime.capabilities().network_tap {
+                tap = Some(node_net.net.add_tap(id).await.map_err(net_err)?);
+            }
+            if let Some(c) = &carried {
+                node_net
+                    .net
+                    .add_counters(id, &gateway_counters(c))
+                    .map_err(net_err)?;
+            }
             if !launch.secrets.is_empty() {
                 let i = node_net
                     .net
@@ -293,6 +356,7 @@ impl NodeAgent {
                     policy: launch.network.clone(),
                     placeholders: placeholders.clone(),
                     ca_key_pem: ca_key_pem.clone(),
+                    counters: carried,
                 },
             )
         }
@@ -310,6 +374,9 @@ impl NodeAgent {
             netns_path: att.netns_path.clone(),
             resolv_conf: att.resolv_conf(),
             extra_ca_pem,
+            address: att.address,
+            gateway: att.gateway,
+            tap,
         }))
     }
 
@@ -350,6 +417,22 @@ fn gateway_secrets(
         .collect()
 }
 
+/// An upgraded connection to a sandbox port as streams: `input` is written to it (its end shuts
+/// the write side down), the returned stream is what it sends.
+fn splice_upgraded(upgraded: hyper::upgrade::Upgraded, mut input: ByteStream) -> ByteStream {
+    use tokio::io::AsyncWriteExt;
+    let (read, mut write) = tokio::io::split(hyper_util::rt::TokioIo::new(upgraded));
+    tokio::spawn(async move {
+        while let Some(Ok(chunk)) = input.next().await {
+            if write.write_all(&chunk).await.is_err() || write.flush().await.is_err() {
+                return;
+            }
+        }
+        let _ = write.shutdown().await;
+    });
+    tokio_util::io::ReaderStream::new(read).boxed()
+}
+
 /// Why a connection to a sandbox port failed, for people (no host detail).
 fn io_reason(e: &NetworkError) -> String {
     match e {
@@ -364,6 +447,17 @@ fn io_reason(e: &NetworkError) -> String {
 
 fn counters(c: cove_network::NetworkCounters) -> NetworkCounters {
     NetworkCounters {
+        bytes_out: c.bytes_out,
+        bytes_in: c.bytes_in,
+        connections_allowed: c.connections_allowed,
+        connections_denied: c.connections_denied,
+        dns_answered: c.dns_answered,
+        dns_refused: c.dns_refused,
+    }
+}
+
+fn gateway_counters(c: &NetworkCounters) -> cove_network::NetworkCounters {
+    cove_network::NetworkCounters {
         bytes_out: c.bytes_out,
         bytes_in: c.bytes_in,
         connections_allowed: c.connections_allowed,
@@ -420,6 +514,7 @@ impl NodeNetwork for NodeAgent {
             policy: policy.clone(),
             placeholders: self.placeholders(id),
             ca_key_pem,
+            counters: self.net_counters(id),
         };
         // Recorded first: a restart in between adopts the new policy, which is what was asked.
         self.write_net_record(id, &rec)?;
@@ -482,12 +577,16 @@ impl NodeNetwork for NodeAgent {
             Err(NetworkError::NotAttached(id)) => return Err(NodeError::SandboxNotFound(id)),
             Err(e) => return Err(closed(io_reason(&e))),
         };
+        let upgrade = request
+            .headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("upgrade"));
         let (mut sender, conn) =
             hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
                 .await
                 .map_err(|e| closed(e.to_string()))?;
         tokio::spawn(async move {
-            let _ = conn.await;
+            let _ = conn.with_upgrades().await;
         });
         let mut req = http::Request::builder()
             .method(request.method.as_str())
@@ -495,24 +594,40 @@ impl NodeNetwork for NodeAgent {
         for (name, value) in &request.headers {
             req = req.header(name.as_str(), value.as_slice());
         }
-        let frames = body.map(|chunk| chunk.map(hyper::body::Frame::data));
+        // An upgrade request goes without a body: `body` is for the upgraded connection.
+        let (req_body, upgraded_in) = if upgrade {
+            (futures::stream::empty().boxed(), Some(body))
+        } else {
+            (body, None)
+        };
+        let frames = req_body.map(|chunk| chunk.map(hyper::body::Frame::data));
         let req = req
             .body(http_body_util::StreamBody::new(frames))
             .map_err(|e| NodeError::InvalidArgument {
                 field: "request".into(),
                 message: e.to_string(),
             })?;
-        let resp = sender
+        let mut resp = sender
             .send_request(req)
             .await
             .map_err(|e| closed(e.to_string()))?;
-        let (parts, incoming) = resp.into_parts();
-        let headers = parts
-            .headers
+        let status = resp.status();
+        let headers = resp
+            .headers()
             .iter()
             .map(|(k, v)| (k.as_str().to_string(), v.as_bytes().to_vec()))
             .collect();
-        let body = http_body_util::BodyStream::new(incoming)
+        let head = PortResponse {
+            status: status.as_u16(),
+            headers,
+        };
+        if let (http::StatusCode::SWITCHING_PROTOCOLS, Some(input)) = (status, upgraded_in) {
+            let upgraded = hyper::upgrade::on(&mut resp)
+                .await
+                .map_err(|e| closed(format!("upgrade: {e}")))?;
+            return Ok((head, splice_upgraded(upgraded, input)));
+        }
+        let body = http_body_util::BodyStream::new(resp.into_body())
             .filter_map(|frame| async move {
                 match frame {
                     Ok(f) => f.into_data().ok().map(Ok),
@@ -520,13 +635,7 @@ impl NodeNetwork for NodeAgent {
                 }
             })
             .boxed();
-        Ok((
-            PortResponse {
-                status: parts.status.as_u16(),
-                headers,
-            },
-            body,
-        ))
+        Ok((head, body))
     }
 
     fn network_denials(&self) -> BoxStream<'static, NetworkDenied> {

@@ -52,6 +52,10 @@ pub struct Manifest {
     pub memory: bool,
     /// The artifacts, in the order they were saved.
     pub artifacts: Vec<ManifestArtifact>,
+    /// A suspended sandbox's network counters, which its wake carries on (`None` in
+    /// checkpoints and snapshots taken before counters were kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network_counters: Option<cove_node_api::NetworkCounters>,
 }
 
 /// One artifact of a [`Manifest`].

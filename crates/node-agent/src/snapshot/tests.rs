@@ -39,6 +39,7 @@ fn manifest(names: &[&str]) -> Manifest {
                 content_bytes: 0,
             })
             .collect(),
+        network_counters: None,
     }
 }
 

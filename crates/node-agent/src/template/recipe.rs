@@ -46,6 +46,11 @@ pub(crate) const FULL_EXTRA_PACKAGES: &[&str] =
 /// without root and without `--break-system-packages`.
 pub(crate) const FULL_VENV: &str = "/home/user/.venv";
 
+/// `PATH` of the `base` recipe's sandboxes: `user`'s `~/.local/bin` (where `pip install` puts
+/// console scripts) first, as Debian's own `~/.profile` does, then Debian's default.
+pub(crate) const BASE_PATH: &str =
+    "/home/user/.local/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
 /// `PATH` of the `full` recipe's sandboxes (the virtualenv first).
 pub(crate) const FULL_PATH: &str =
     "/home/user/.venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -71,10 +76,13 @@ pub(crate) const BASE_DPKG_OPTS: &[&str] = &[
 ];
 
 /// mmdebstrap `--customize-hook`s of the `base` recipe (`$1` is the root filesystem). They run
-/// while mmdebstrap still has the chroot set up.
+/// while mmdebstrap still has the chroot set up. Debian's `EXTERNALLY-MANAGED` marker (PEP 668)
+/// goes, so `pip install x` works: as `user` pip falls back to a user installation
+/// (`~/.local`, its `bin` on [`BASE_PATH`]), as root into `/usr/local`, as in Python's own images.
 pub(crate) const BASE_CUSTOMIZE_HOOKS: &[&str] = &[
     r#"chroot "$1" groupadd --gid 1000 user"#,
     r#"chroot "$1" useradd --create-home --uid 1000 --gid 1000 --shell /bin/bash user"#,
+    r#"rm -f "$1"/usr/lib/python3*/EXTERNALLY-MANAGED"#,
     r#"rm -rf "$1"/var/log/apt/* "$1"/var/log/dpkg.log "$1"/var/log/alternatives.log "$1"/var/cache/debconf/*-old "$1"/var/lib/dpkg/*-old"#,
 ];
 
@@ -185,6 +193,9 @@ impl Recipe {
         if matches!(self, Recipe::Base | Recipe::Full) {
             env.insert("LANG".to_string(), "C.UTF-8".to_string());
         }
+        if *self == Recipe::Base {
+            env.insert("PATH".to_string(), BASE_PATH.to_string());
+        }
         if *self == Recipe::Full {
             env.insert("PATH".to_string(), FULL_PATH.to_string());
             env.insert("VIRTUAL_ENV".to_string(), FULL_VENV.to_string());
@@ -290,6 +301,7 @@ mod tests {
         assert_eq!(d.user, "user");
         assert_eq!(d.workdir, "/home/user");
         assert_eq!(d.env.get("LANG").map(String::as_str), Some("C.UTF-8"));
+        assert!(d.env["PATH"].starts_with("/home/user/.local/bin:"));
         assert_eq!(Recipe::Tiny.defaults().workdir, "/home/user");
     }
 }

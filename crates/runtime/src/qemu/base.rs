@@ -109,6 +109,8 @@ impl QemuRuntime {
             id: id.clone(),
             dir: work.path().join("sandbox"),
             hostname: "cove-base".to_string(),
+            // The base boots without a network (its NIC has no peer); each clone gets its own.
+            network: None,
             ..spec.clone()
         };
         let bprep = Prepared {

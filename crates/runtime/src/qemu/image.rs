@@ -2,9 +2,9 @@
 //!
 //! | file | what |
 //! |---|---|
-//! | `<cache>/kernel-<version>/vmlinux` | the PVH-bootable ELF kernel, the decompressed payload of the package's bzImage |
-//! | `<cache>/kernel-<version>/modules/*.ko` | the virtio modules the initramfs loads |
-//! | `<cache>/kernel-<version>/initramfs.cpio` | busybox + modules + `/init` (see [`INIT`]) |
+//! | `<cache>/kernel-<package>-v<n>/vmlinux` | the PVH-bootable ELF kernel, the decompressed payload of the package's bzImage |
+//! | `<cache>/kernel-<package>-v<n>/modules/*.ko` | the virtio modules (disk, console, net) the initramfs loads |
+//! | `<cache>/kernel-<package>-v<n>/initramfs.cpio` | busybox + modules + `/init` (see [`INIT`]) |
 //! | `<cache>/agent-<size>-<mtime>.ext4` | a small read-only disk holding the guest agent binary (the newest only) |
 //!
 //! The kernel comes from `apt-get download` of the package `linux-image-cloud-amd64` depends on;
@@ -28,7 +28,13 @@ const MODULES: &[&str] = &[
     "drivers/virtio/virtio_mmio",
     "drivers/block/virtio_blk",
     "drivers/char/virtio_console",
+    "net/core/failover",
+    "drivers/net/net_failover",
+    "drivers/net/virtio_net",
 ];
+/// Version of the boot files' layout: a new one (other modules, another `/init`) is made in a
+/// directory of its own.
+const BOOT_FILES_VERSION: u32 = 2;
 /// Static busybox on the host (Debian `busybox-static`).
 const BUSYBOX: &str = "/bin/busybox";
 
@@ -43,7 +49,7 @@ fail() { echo "cove-init: $*"; $B poweroff -f; }
 $B mount -t proc proc /proc
 $B mount -t sysfs sys /sys
 $B mount -t devtmpfs dev /dev
-for m in virtio_ring virtio virtio_mmio virtio_blk virtio_console; do $B insmod /lib/modules/$m.ko; done
+for m in virtio_ring virtio virtio_mmio virtio_blk virtio_console failover net_failover virtio_net; do $B insmod /lib/modules/$m.ko; done
 root=; agent=; port=; i=0
 while :; do
   for d in /sys/block/vd*; do
@@ -115,7 +121,7 @@ fn run(cmd: &mut Command, what: &str) -> Result<Vec<u8>, RuntimeError> {
 pub fn ensure_boot_files(cache: &Path) -> Result<BootFiles, RuntimeError> {
     std::fs::create_dir_all(cache).map_err(io_err(format!("create {}", cache.display())))?;
     let package = kernel_package()?;
-    let dir = cache.join(format!("kernel-{package}"));
+    let dir = cache.join(format!("kernel-{package}-v{BOOT_FILES_VERSION}"));
     let files = BootFiles {
         kernel: dir.join("vmlinux"),
         initramfs: dir.join("initramfs.cpio"),

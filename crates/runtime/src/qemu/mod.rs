@@ -7,6 +7,10 @@
 //! - Channel: one virtio-serial port; the host side is a unix socket carrying a
 //!   [`cove_guest_protocol::mux`] session, so every guest-protocol connection is one mux stream
 //!   ([`connector::MuxConnector`]).
+//! - Network: every VM has a virtio-net NIC; with a sandbox network its peer is the tap the node
+//!   made in the sandbox's namespace (QEMU runs in that namespace through `nsenter`), and after
+//!   every boot, clone or wake the agent is told the address, gateway, resolver and CA
+//!   (`Control::SetNetwork`).
 //! - Limits: vCPUs → `-smp`, memory → `-m`, disk → the overlay's virtual size; the QEMU process
 //!   runs in cgroups of its own with the sandbox's memory plus [`vm::MEMORY_OVERHEAD_MIB`], its
 //!   vCPUs plus [`vm::CPU_OVERHEAD_PERCENT`] % of a core, and [`vm::PIDS_MAX`] tasks
@@ -319,14 +323,16 @@ impl Runtime for QemuRuntime {
         Capabilities {
             pause: true,
             suspend_memory: true,
-            network: false,
+            network: true,
+            network_tap: true,
+            user_namespaces: false,
         }
     }
 
     async fn start(&self, spec: &SandboxSpec) -> Result<Started, RuntimeError> {
-        if spec.network.is_some() {
+        if spec.network.as_ref().is_some_and(|n| n.tap.is_none()) {
             return Err(RuntimeError::Unavailable(
-                "the qemu runtime has no sandbox network yet (loopback only)".into(),
+                "a VM joins its sandbox network through a tap device, and none was given".into(),
             ));
         }
         self.start_vm(spec).await

@@ -14,6 +14,9 @@ use super::{
 };
 use crate::{GuestConnector, RuntimeError, SandboxSpec, Started};
 
+/// A clock-setting round trip slower than this is repeated (see the wake path of `start`).
+const SET_CLOCK_SLOW: Duration = Duration::from_millis(500);
+
 /// Files a start needs, prepared on first use.
 #[derive(Clone)]
 pub(super) struct Prepared {
@@ -174,7 +177,12 @@ impl QemuRuntime {
         };
         let args = vm::args(spec, &launch, &paths);
         let cgroups = Cgroups::create(spec)?;
-        let mut child = vm::spawn(&self.cfg.qemu_binary, &args, &cgroups, &paths)?;
+        let netns = spec
+            .network
+            .as_ref()
+            .filter(|n| n.tap.is_some())
+            .map(|n| n.netns_path.as_path());
+        let mut child = vm::spawn(&self.cfg.qemu_binary, &args, &cgroups, &paths, netns)?;
         let pid = child.id().unwrap_or(0);
         std::fs::write(paths.pid(), pid.to_string()).map_err(io_err("write the pid file"))?;
         // Reap QEMU when it ends (a restarted node is not its parent; init reaps it then), and
@@ -232,17 +240,26 @@ impl QemuRuntime {
                 .map_err(|e| cmd_err("start", &id, format!("setting the hostname: {e}")))?;
         }
         if incoming.is_some() {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default();
-            let clock = Control::SetClock {
-                secs: now.as_secs() as i64,
-                nanos: now.subsec_nanos(),
-            };
-            connector
-                .control(&clock, connector::SESSION_TIMEOUT)
-                .await
-                .map_err(|e| cmd_err("wake", &id, format!("setting the guest clock: {e}")))?;
+            // A just-restored guest under TCG can take seconds to take the first message, and
+            // the time it sets is then that much behind: set it again while the round trip is
+            // slow (at most three times), so the guest's error stays under SET_CLOCK_SLOW.
+            for _ in 0..3 {
+                let sent = Instant::now();
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default();
+                let clock = Control::SetClock {
+                    secs: now.as_secs() as i64,
+                    nanos: now.subsec_nanos(),
+                };
+                connector
+                    .control(&clock, connector::SESSION_TIMEOUT)
+                    .await
+                    .map_err(|e| cmd_err("wake", &id, format!("setting the guest clock: {e}")))?;
+                if sent.elapsed() < SET_CLOCK_SLOW {
+                    break;
+                }
+            }
         }
         connector
             .control(
@@ -251,6 +268,20 @@ impl QemuRuntime {
             )
             .await
             .map_err(|e| cmd_err("start", &id, format!("seeding the guest RNG: {e}")))?;
+        // The guest's side of the sandbox network (again after a restore: the address may be
+        // another one now).
+        if let Some(net) = spec.network.as_ref().filter(|n| n.tap.is_some()) {
+            let set = Control::SetNetwork {
+                address: net.address.octets(),
+                gateway: net.gateway.octets(),
+                resolv_conf: net.resolv_conf.clone(),
+                ca_pem: net.extra_ca_pem.clone(),
+            };
+            connector
+                .control(&set, connector::SESSION_TIMEOUT)
+                .await
+                .map_err(|e| cmd_err("start", &id, format!("configuring the network: {e}")))?;
+        }
         Ok(Started {
             guest: connector as Arc<dyn GuestConnector>,
             init_pid: pid,

@@ -81,6 +81,9 @@ pub struct Launch<'a> {
     pub incoming: Option<&'a Path>,
 }
 
+/// The MAC address of every VM's NIC (each is alone on its namespace's bridge).
+pub const GUEST_MAC: &str = "52:54:00:c0:0e:01";
+
 /// The `-name` of a sandbox's QEMU, by which its process is recognised.
 pub fn vm_name(id: &str) -> String {
     format!("cove-{id}")
@@ -190,6 +193,21 @@ pub fn args(spec: &SandboxSpec, l: &Launch<'_>, paths: &VmPaths) -> Vec<String> 
         "-device".into(),
         "virtio-blk-device,drive=agent,serial=cove-agent".into(),
     ];
+    // Every VM has the same NIC, so a base snapshot (booted without a network) restores into
+    // a sandbox with one. Its peer is the tap in the sandbox's namespace, without the virtio
+    // header offloads (`vnet_hdr=off`): the device state then matches a NIC without a peer.
+    match spec.network.as_ref().and_then(|n| n.tap.as_deref()) {
+        Some(tap) => a.extend([
+            "-netdev".into(),
+            format!("tap,id=net0,ifname={tap},script=no,downscript=no,vnet_hdr=off"),
+            "-device".into(),
+            format!("virtio-net-device,netdev=net0,mac={GUEST_MAC}"),
+        ]),
+        None => a.extend([
+            "-device".into(),
+            format!("virtio-net-device,mac={GUEST_MAC}"),
+        ]),
+    }
     if l.accel == Accel::Kvm {
         a.extend(["-cpu".into(), "host".into()]);
     }
@@ -323,6 +341,7 @@ pub fn spawn(
     args: &[String],
     cgroups: &Cgroups,
     paths: &VmPaths,
+    netns: Option<&Path>,
 ) -> Result<tokio::process::Child, RuntimeError> {
     let log = std::fs::File::create(paths.log()).map_err(|source| RuntimeError::Io {
         context: format!("create {}", paths.log().display()),
@@ -340,8 +359,13 @@ pub fn spawn(
     let mut cmd = tokio::process::Command::new("/bin/sh");
     cmd.arg("-c")
         .arg(r#"for f in $COVE_CGROUP_PROCS; do echo $$ > "$f" || exit 97; done; unset COVE_CGROUP_PROCS; exec "$@""#)
-        .arg("cove-qemu")
-        .arg(qemu)
+        .arg("cove-qemu");
+    // In the sandbox's network namespace (where its tap is), through util-linux's `nsenter`,
+    // which execs QEMU in place (the pid stays QEMU's).
+    if let Some(ns) = netns {
+        cmd.arg("nsenter").arg(format!("--net={}", ns.display()));
+    }
+    cmd.arg(qemu)
         .args(args)
         .env("COVE_CGROUP_PROCS", procs.join(" "))
         .stdin(std::process::Stdio::null())

@@ -47,6 +47,24 @@ pub(crate) fn prepare(id: &str) -> Result<Vec<(PathBuf, String)>, RuntimeError> 
     Ok(out)
 }
 
+/// Gives the delegated cgroup `dir` (from [`prepare`]) and its control files to host id `root`
+/// (uid and gid), the root of a sandbox in a user namespace, so its agent can make cgroups there
+/// and move its commands into them. Errors: a chown failed.
+pub(crate) fn give_to(dir: &Path, root: u32) -> Result<(), RuntimeError> {
+    let chown = |p: &Path| {
+        std::os::unix::fs::lchown(p, Some(root), Some(root))
+            .map_err(io_err(format!("chown {}", p.display())))
+    };
+    chown(dir)?;
+    for entry in std::fs::read_dir(dir).map_err(io_err(format!("list {}", dir.display())))? {
+        let entry = entry.map_err(io_err(format!("list {}", dir.display())))?;
+        if entry.file_type().is_ok_and(|t| t.is_file()) {
+            chown(&entry.path())?;
+        }
+    }
+    Ok(())
+}
+
 /// Removes the delegated cgroups of sandbox `id` and everything the agent made below them, and
 /// the sandbox's cgroup itself when it is then empty (runc removes it on delete; this covers a
 /// start that failed before runc made it). Best effort: a cgroup that still has processes stays.

@@ -25,21 +25,28 @@
 //!   `source FILE`), which needs read, not exec, permission, and a host-backed directory the guest
 //!   can write should not also hold executables; and lxcfs's `/proc` and `/sys` views bound over
 //!   the sandbox's own (see `views.rs`);
-//! - seccomp: see [`super::seccomp`].
+//! - seccomp: see [`super::seccomp`];
+//! - with an id range (user namespaces, `userns.rs`): a `user` namespace mapping ids
+//!   `0..65536` to the range; `/sys` is then a read-only bind of the host's when the sandbox
+//!   joins a node network (sysfs cannot be mounted in a user namespace that does not own the
+//!   network namespace), and the network namespace's sysctls are the node's to set (the
+//!   sandbox's root may not write them there); the hard `RLIMIT_NOFILE` stays within the node
+//!   agent's own (raising it needs `CAP_SYS_RESOURCE` in the host's user namespace).
 
 use std::collections::HashSet;
 use std::path::Path;
 
 use cove_guest_protocol::{GUEST_AGENT_PATH, GUEST_RUN_DIR, GUEST_SOCKET_PATH};
 use oci_spec::runtime::{
-    Capability, LinuxBuilder, LinuxCapabilities, LinuxCpu, LinuxDeviceCgroup, LinuxMemoryBuilder,
-    LinuxNamespace, LinuxNamespaceType, LinuxPids, LinuxResources, Mount, PosixRlimitBuilder,
-    PosixRlimitType, Process, Root, Spec, User,
+    Capability, LinuxBuilder, LinuxCapabilities, LinuxCpu, LinuxDeviceCgroup, LinuxIdMapping,
+    LinuxIdMappingBuilder, LinuxMemoryBuilder, LinuxNamespace, LinuxNamespaceType, LinuxPids,
+    LinuxResources, Mount, PosixRlimitBuilder, PosixRlimitType, Process, Root, Spec, User,
 };
 use oci_spec::OciSpecError;
 
 use super::layout::Layout;
 use super::seccomp;
+use super::userns::{IdRange, RANGE_SIZE};
 use super::views::HostViews;
 use crate::{RuntimeError, SandboxSpec};
 
@@ -152,8 +159,8 @@ impl HostPrivileges {
         self.sys_resource.then_some(AGENT_OOM_SCORE_ADJ)
     }
 
-    fn nofile(self) -> (u64, u64) {
-        let hard = if self.sys_resource {
+    fn nofile(self, userns: bool) -> (u64, u64) {
+        let hard = if self.sys_resource && !userns {
             NOFILE_HARD
         } else {
             NOFILE_HARD.min(self.nofile_hard)
@@ -162,13 +169,15 @@ impl HostPrivileges {
     }
 }
 
-/// The config of one sandbox whose overlay is (to be) mounted at `layout.rootfs`.
+/// The config of one sandbox whose overlay is (to be) mounted at `layout.rootfs`; `ids`: its
+/// user namespace's host range (`None`: no user namespace).
 pub(crate) fn build(
     spec: &SandboxSpec,
     layout: &Layout,
     host: HostPrivileges,
     views: &HostViews,
     command_cgroups: &[(std::path::PathBuf, String)],
+    ids: Option<IdRange>,
 ) -> Result<Spec, RuntimeError> {
     let mut args = vec![
         GUEST_AGENT_PATH.to_string(),
@@ -185,7 +194,7 @@ pub(crate) fn build(
     capabilities.set_inheritable(Some(HashSet::new()));
     capabilities.set_ambient(Some(HashSet::new()));
 
-    let (nofile_soft, nofile_hard) = host.nofile();
+    let (nofile_soft, nofile_hard) = host.nofile(ids.is_some());
     let nofile = PosixRlimitBuilder::default()
         .typ(PosixRlimitType::RlimitNofile)
         .soft(nofile_soft)
@@ -212,9 +221,31 @@ pub(crate) fn build(
     root.set_path(absolute(&layout.rootfs)?);
     root.set_readonly(Some(false));
 
-    let linux = LinuxBuilder::default()
+    // A node network's namespace belongs to the host's user namespace: with a user namespace
+    // of its own the sandbox cannot write its sysctls (the node sets them, see
+    // `cove_network::plumbing`).
+    let sysctl = if ids.is_some() && spec.network.is_some() {
+        std::collections::HashMap::new()
+    } else {
+        // Written from inside: groups are read in the sandbox's user namespace, where only
+        // its own are valid.
+        let range = match ids {
+            Some(_) => format!("0 {}", RANGE_SIZE - 1),
+            None => PING_GROUP_RANGE.to_string(),
+        };
+        std::collections::HashMap::from([("net.ipv4.ping_group_range".to_string(), range)])
+    };
+    let mut linux = LinuxBuilder::default();
+    if let Some(range) = ids {
+        let mapping = id_mapping(range).map_err(|e| config_error(spec, e))?;
+        linux = linux
+            .uid_mappings(vec![mapping])
+            .gid_mappings(vec![mapping]);
+    }
+    let linux = linux
         .namespaces(namespaces(
             spec.network.as_ref().map(|n| n.netns_path.clone()),
+            ids.is_some(),
         ))
         .resources(
             resources(spec, views.cpuset(&spec.id, spec.resources.vcpus))
@@ -224,10 +255,7 @@ pub(crate) fn build(
         .masked_paths(strings(MASKED_PATHS))
         .readonly_paths(strings(READONLY_PATHS))
         .seccomp(seccomp::profile().map_err(|e| config_error(spec, e))?)
-        .sysctl(std::collections::HashMap::from([(
-            "net.ipv4.ping_group_range".to_string(),
-            PING_GROUP_RANGE.to_string(),
-        )]))
+        .sysctl(sysctl)
         .build()
         .map_err(|e| config_error(spec, e))?;
 
@@ -241,6 +269,7 @@ pub(crate) fn build(
         layout,
         &views.lxcfs_mounts(),
         command_cgroups,
+        ids.is_some(),
     )?));
     config.set_annotations(None);
     config.set_linux(Some(linux));
@@ -256,25 +285,36 @@ pub(crate) fn write(config: &Spec, layout: &Layout) -> Result<(), RuntimeError> 
     super::layout::write_file(&layout.config_json(), &json)
 }
 
-fn namespaces(netns: Option<std::path::PathBuf>) -> Vec<LinuxNamespace> {
-    [
-        LinuxNamespaceType::Pid,
-        LinuxNamespaceType::Mount,
-        LinuxNamespaceType::Uts,
-        LinuxNamespaceType::Ipc,
-        LinuxNamespaceType::Network,
-        LinuxNamespaceType::Cgroup,
-    ]
-    .into_iter()
-    .map(|typ| {
-        let mut ns = LinuxNamespace::default();
-        ns.set_typ(typ);
-        if typ == LinuxNamespaceType::Network {
-            ns.set_path(netns.clone());
-        }
-        ns
-    })
-    .collect()
+/// Container ids `0..RANGE_SIZE` to the host ids of `range`.
+fn id_mapping(range: IdRange) -> Result<LinuxIdMapping, OciSpecError> {
+    LinuxIdMappingBuilder::default()
+        .container_id(0u32)
+        .host_id(range.host())
+        .size(RANGE_SIZE)
+        .build()
+}
+
+fn namespaces(netns: Option<std::path::PathBuf>, userns: bool) -> Vec<LinuxNamespace> {
+    userns
+        .then_some(LinuxNamespaceType::User)
+        .into_iter()
+        .chain([
+            LinuxNamespaceType::Pid,
+            LinuxNamespaceType::Mount,
+            LinuxNamespaceType::Uts,
+            LinuxNamespaceType::Ipc,
+            LinuxNamespaceType::Network,
+            LinuxNamespaceType::Cgroup,
+        ])
+        .map(|typ| {
+            let mut ns = LinuxNamespace::default();
+            ns.set_typ(typ);
+            if typ == LinuxNamespaceType::Network {
+                ns.set_path(netns.clone());
+            }
+            ns
+        })
+        .collect()
 }
 
 fn resources(spec: &SandboxSpec, cpuset: Option<String>) -> Result<LinuxResources, OciSpecError> {
@@ -312,6 +352,7 @@ fn mounts(
     layout: &Layout,
     lxcfs: &[(std::path::PathBuf, String)],
     command_cgroups: &[(std::path::PathBuf, String)],
+    userns: bool,
 ) -> Result<Vec<Mount>, RuntimeError> {
     let m = |dest: &str, typ: &str, source: &str, opts: &[&str]| {
         let mut mount = Mount::default();
@@ -373,12 +414,23 @@ fn mounts(
             "mqueue",
             &["nosuid", "noexec", "nodev"],
         ),
-        m(
-            "/sys",
-            "sysfs",
-            "sysfs",
-            &["nosuid", "noexec", "nodev", "ro"],
-        ),
+        if userns && spec.network.is_some() {
+            // Recursive: a user namespace may not bind a mount without the mounts below it
+            // (the kernel locks them); `rro` makes them all read-only.
+            m(
+                "/sys",
+                "bind",
+                "/sys",
+                &["rbind", "rro", "nosuid", "noexec", "nodev", "ro"],
+            )
+        } else {
+            m(
+                "/sys",
+                "sysfs",
+                "sysfs",
+                &["nosuid", "noexec", "nodev", "ro"],
+            )
+        },
         m(
             "/sys/fs/cgroup",
             "cgroup",
@@ -463,6 +515,7 @@ mod tests {
                 unprivileged,
                 &HostViews::without_lxcfs(vec![0, 1]),
                 &[],
+                None,
             )
             .expect("build"),
         )
@@ -476,6 +529,7 @@ mod tests {
                 PRIVILEGED,
                 &HostViews::without_lxcfs(vec![0, 1]),
                 &[],
+                None,
             )
             .expect("build"),
         )
@@ -508,6 +562,9 @@ mod tests {
             netns_path: "/run/netns/cove-s7".into(),
             resolv_conf: "nameserver 10.239.0.1\n".into(),
             extra_ca_pem: Some("-----BEGIN CERTIFICATE-----".into()),
+            address: std::net::Ipv4Addr::new(10, 239, 0, 7),
+            gateway: std::net::Ipv4Addr::new(10, 239, 0, 1),
+            tap: None,
         });
         let layout = Layout::new(&s.dir);
         let json = serde_json::to_value(
@@ -517,6 +574,7 @@ mod tests {
                 PRIVILEGED,
                 &HostViews::without_lxcfs(vec![0, 1]),
                 &[],
+                None,
             )
             .expect("build"),
         )
@@ -554,6 +612,7 @@ mod tests {
                 PRIVILEGED,
                 &HostViews::without_lxcfs(vec![0, 1]),
                 &[],
+                None,
             )
             .expect("build"),
         )
@@ -571,6 +630,63 @@ mod tests {
     }
 
     #[test]
+    fn a_user_namespace_maps_the_range_and_leaves_a_node_network_to_the_node() {
+        let range = IdRange::at(1 << 30);
+        let mut s = spec();
+        let layout = Layout::new(&s.dir);
+        let views = HostViews::without_lxcfs(vec![0, 1]);
+        let build_json = |s: &SandboxSpec| {
+            serde_json::to_value(
+                build(s, &layout, PRIVILEGED, &views, &[], Some(range)).expect("build"),
+            )
+            .expect("json")
+        };
+        // Own network namespace: sysfs of its own and the ping sysctl set by runc.
+        let json = build_json(&s);
+        let linux = &json["linux"];
+        assert_eq!(linux["namespaces"][0]["type"], "user");
+        let mapping = serde_json::json!([{"containerID": 0, "hostID": 1u32 << 30, "size": 65536}]);
+        assert_eq!(linux["uidMappings"], mapping);
+        assert_eq!(linux["gidMappings"], mapping);
+        // Written from inside the user namespace: only its own groups are valid there.
+        assert_eq!(linux["sysctl"]["net.ipv4.ping_group_range"], "0 65535");
+        let sys = |json: &serde_json::Value| {
+            json["mounts"]
+                .as_array()
+                .expect("mounts")
+                .iter()
+                .find(|m| m["destination"] == "/sys")
+                .expect("/sys")
+                .clone()
+        };
+        assert_eq!(sys(&json)["type"], "sysfs");
+        // Raising the hard RLIMIT_NOFILE needs CAP_SYS_RESOURCE in the host's namespace.
+        assert_eq!(json["process"]["rlimits"][0]["hard"], 1024);
+        // A node network: the host's /sys bound read-only, the sysctls left to the node.
+        s.network = Some(crate::SandboxNetwork {
+            netns_path: "/run/netns/cove-s7".into(),
+            resolv_conf: String::new(),
+            extra_ca_pem: None,
+            address: std::net::Ipv4Addr::new(10, 239, 0, 7),
+            gateway: std::net::Ipv4Addr::new(10, 239, 0, 1),
+            tap: None,
+        });
+        let json = build_json(&s);
+        let sys = sys(&json);
+        assert_eq!(
+            (&sys["type"], &sys["source"]),
+            (&serde_json::json!("bind"), &serde_json::json!("/sys"))
+        );
+        assert!(sys["options"]
+            .as_array()
+            .expect("options")
+            .contains(&serde_json::json!("rro")));
+        assert!(json["linux"]
+            .get("sysctl")
+            .is_none_or(|s| s.as_object().is_none_or(|o| o.is_empty())));
+    }
+
+    #[test]
     fn config_has_the_promised_shape() {
         let s = spec();
         let layout = Layout::new(&s.dir);
@@ -581,6 +697,7 @@ mod tests {
                 PRIVILEGED,
                 &HostViews::without_lxcfs(vec![0, 1]),
                 &[],
+                None,
             )
             .expect("build"),
         )

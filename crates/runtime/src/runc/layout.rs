@@ -18,6 +18,9 @@ pub(crate) struct Layout {
     pub dir: PathBuf,
     pub upper: PathBuf,
     pub work: PathBuf,
+    /// With a user namespace: the release's rootfs idmapped into the sandbox's range, the
+    /// overlay's lower layer (`idmap.rs`).
+    pub lower: PathBuf,
     pub rootfs: PathBuf,
     pub run: PathBuf,
     pub bundle: PathBuf,
@@ -37,6 +40,7 @@ impl Layout {
             dir: dir.to_path_buf(),
             upper: dir.join("upper"),
             work: dir.join("work"),
+            lower: dir.join("lower"),
             rootfs: dir.join("rootfs"),
             run: dir.join("run"),
             bundle: dir.join("bundle"),

@@ -42,16 +42,23 @@ mod command_cgroups;
 mod config;
 mod disk;
 mod freezer;
+mod idmap;
 mod layout;
 mod mounts;
 mod seal;
 mod seccomp;
+mod shift;
 pub mod snapshot;
 mod start;
 mod stop;
+mod userns;
 mod views;
 
 use cli::Runc;
+pub use userns::{
+    UserNamespaces, DEFAULT_BASE as DEFAULT_USERNS_BASE, DEFAULT_CLAIMS_DIR as USERNS_CLAIMS_DIR,
+    RANGE_SIZE as USERNS_RANGE_SIZE,
+};
 
 /// Configuration of the runc driver.
 #[derive(Debug, Clone)]
@@ -63,6 +70,10 @@ pub struct RuncConfig {
     pub state_root: PathBuf,
     /// Where lxcfs serves (or is started) for honest `/proc` views (`views.rs`); `None`: off.
     pub lxcfs_dir: Option<PathBuf>,
+    /// A user namespace per sandbox, its root an unprivileged host id range (`userns.rs`);
+    /// `None`: sandboxes share the host's ids (their root is the host's root, confined by
+    /// capabilities, seccomp and namespaces only).
+    pub user_namespaces: Option<UserNamespaces>,
 }
 
 impl RuncConfig {
@@ -72,6 +83,7 @@ impl RuncConfig {
             runc_binary: PathBuf::from("runc"),
             state_root: state_root.into(),
             lxcfs_dir: None,
+            user_namespaces: None,
         }
     }
 }
@@ -88,12 +100,16 @@ pub struct RuncRuntime {
     host: config::HostPrivileges,
     /// lxcfs and the node's CPUs, for honest limits.
     views: std::sync::Arc<views::HostViews>,
+    /// User namespaces, when on.
+    userns: Option<std::sync::Arc<UserNamespaces>>,
 }
 
 impl RuncRuntime {
-    /// Checks that `runc --version` runs and creates the state root.
+    /// Checks that `runc --version` runs and creates the state root; with user namespaces,
+    /// checks that the kernel can idmap a release for an overlay (`userns::probe`).
     ///
-    /// Returns [`RuntimeError::Unavailable`] when runc cannot be run.
+    /// Returns [`RuntimeError::Unavailable`] when runc cannot be run, or user namespaces are
+    /// asked for and cannot be had (the message names `--user-namespaces off`).
     pub fn new(config: RuncConfig) -> Result<Self, RuntimeError> {
         let runc = Runc::new(config.runc_binary, config.state_root);
         runc.check_version()?;
@@ -109,12 +125,18 @@ impl RuncRuntime {
                  and RLIMIT_NOFILE is capped at this process's hard limit"
             );
         }
+        if let Some(userns) = &config.user_namespaces {
+            userns.check()?;
+            let probe_dir = runc.root().parent().unwrap_or(runc.root());
+            userns::probe(userns, probe_dir)?;
+        }
         let views = std::sync::Arc::new(views::HostViews::probe(config.lxcfs_dir.as_deref()));
         Ok(RuncRuntime {
             runc,
             freezers: Default::default(),
             host,
             views,
+            userns: config.user_namespaces.map(std::sync::Arc::new),
         })
     }
 
@@ -177,11 +199,20 @@ impl Runtime for RuncRuntime {
             pause: true,
             suspend_memory: false,
             network: true,
+            network_tap: false,
+            user_namespaces: self.userns.is_some(),
         }
     }
 
     async fn start(&self, spec: &SandboxSpec) -> Result<Started, RuntimeError> {
-        let started = start::start(&self.runc, spec, self.host, &self.views).await?;
+        let started = start::start(
+            &self.runc,
+            spec,
+            self.host,
+            &self.views,
+            self.userns.as_deref(),
+        )
+        .await?;
         self.learn_freezer(&spec.id, started.init_pid);
         Ok(started)
     }
@@ -256,7 +287,14 @@ impl Runtime for RuncRuntime {
 
     async fn stop(&self, id: &str, dir: &Path) -> Result<(), RuntimeError> {
         let freezer = self.lock_freezers().get(id).map(|t| t.freezer.clone());
-        stop::stop(&self.runc, id, dir, freezer.as_ref()).await?;
+        stop::stop(
+            &self.runc,
+            id,
+            dir,
+            freezer.as_ref(),
+            self.userns.as_deref(),
+        )
+        .await?;
         self.lock_freezers().remove(id);
         Ok(())
     }

@@ -1,17 +1,23 @@
 //! `start`: prepare the sandbox directory, mount the overlay, write the OCI config, `runc create`
 //! + `runc start`, and wait for the guest agent's socket. Any failure undoes every step.
+//!
+//! With user namespaces, preparing also claims the sandbox's id range, shifts its own files into
+//! it (once; `shift.rs`), mounts the release idmapped into it as the overlay's lower layer
+//! (`idmap.rs`), and gives the range's root what the agent writes on the host: its run dir, the
+//! delegated command cgroups, and the network files bound into it.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::cli::Runc;
 use std::sync::Arc;
 
 use super::config::HostPrivileges;
 use super::layout::{io_err, validate_hostname, validate_id, write_identity, Layout};
+use super::userns::{IdRange, Record, UserNamespaces};
 use super::views::HostViews;
 use super::{command_cgroups, config, disk, join_error, mounts, stop};
 use crate::UnixSocketConnector;
@@ -35,6 +41,7 @@ pub(crate) async fn start(
     spec: &SandboxSpec,
     host: HostPrivileges,
     views: &Arc<HostViews>,
+    userns: Option<&UserNamespaces>,
 ) -> Result<Started, RuntimeError> {
     validate_id(&spec.id)?;
     validate_hostname(&spec.id, &spec.hostname)?;
@@ -51,7 +58,8 @@ pub(crate) async fn start(
     let made_upper = std::fs::symlink_metadata(&layout.upper).is_err();
     let made_disk = !layout.disk_img.exists();
     let began = Instant::now();
-    match run(runc, spec, &layout, host, views.clone()).await {
+    let userns_owned = userns.cloned();
+    match run(runc, spec, &layout, host, views.clone(), userns_owned).await {
         Ok(started) => {
             info!(
                 sandbox_id = %spec.id,
@@ -63,7 +71,7 @@ pub(crate) async fn start(
         }
         Err(error) => {
             warn!(sandbox_id = %spec.id, %error, "sandbox start failed, undoing");
-            if let Err(undo) = stop::teardown(runc, &spec.id, &layout, None).await {
+            if let Err(undo) = stop::teardown(runc, &spec.id, &layout, None, userns).await {
                 warn!(sandbox_id = %spec.id, error = %undo, "undo of a failed start failed");
             }
             let dir = layout.clone();
@@ -79,6 +87,7 @@ pub(crate) async fn start(
                         }
                     }
                     let _ = std::fs::remove_file(&dir.agent_log);
+                    let _ = Record::remove(&dir.dir);
                 }
                 if made_disk {
                     let _ = std::fs::remove_file(&dir.disk_img);
@@ -99,11 +108,18 @@ async fn run(
     layout: &Layout,
     host: HostPrivileges,
     views: Arc<HostViews>,
+    userns: Option<UserNamespaces>,
 ) -> Result<Started, RuntimeError> {
     let prepared_spec = spec.clone();
     let prepared_layout = layout.clone();
     let (log, log_offset) = tokio::task::spawn_blocking(move || {
-        prepare(&prepared_spec, &prepared_layout, host, &views)
+        prepare(
+            &prepared_spec,
+            &prepared_layout,
+            host,
+            &views,
+            userns.as_ref(),
+        )
     })
     .await
     .map_err(join_error)??;
@@ -157,6 +173,7 @@ fn prepare(
     layout: &Layout,
     host: HostPrivileges,
     views: &HostViews,
+    userns: Option<&UserNamespaces>,
 ) -> Result<(std::fs::File, u64), RuntimeError> {
     if !spec.rootfs.is_dir() {
         return Err(RuntimeError::Io {
@@ -170,8 +187,9 @@ fn prepare(
             source: std::io::Error::from(std::io::ErrorKind::NotFound),
         });
     }
-    // A stale mount from a crashed node agent (runc has no container, checked by the caller).
+    // Stale mounts from a crashed node agent (runc has no container, checked by the caller).
     mounts::unmount(&layout.rootfs)?;
+    mounts::unmount(&layout.lower)?;
     // Start from a fresh run dir, so an old socket is not mistaken for the new agent's.
     super::seal::unseal(&layout.run);
     match std::fs::remove_dir_all(&layout.run) {
@@ -205,12 +223,46 @@ fn prepare(
         }
     };
     write_identity(&upper, &spec.hostname)?;
-    mounts::mount_overlay(&spec.rootfs, &upper, &work, &layout.rootfs)?;
+    let ids = match userns {
+        Some(userns) => {
+            let began = Instant::now();
+            let range = userns.claim(&spec.id, &layout.dir)?;
+            shift_upper(layout, &upper, range, userns)?;
+            // The run dir on an own disk keeps the agent's files of the last run.
+            let run = layout.run_dir();
+            super::shift::tree(&run, range.host(), userns.base).map_err(io_err(format!(
+                "give {} to the sandbox's root",
+                run.display()
+            )))?;
+            idmap_release(&spec.rootfs, layout, range)?;
+            mounts::mount_overlay(&layout.lower, &upper, &work, &layout.rootfs)?;
+            debug!(
+                sandbox_id = %spec.id,
+                host_root = range.host(),
+                elapsed_us = began.elapsed().as_micros() as u64,
+                "user namespace prepared"
+            );
+            Some(range)
+        }
+        None => {
+            unshift_upper(layout, &upper)?;
+            mounts::mount_overlay(&spec.rootfs, &upper, &work, &layout.rootfs)?;
+            None
+        }
+    };
     if let Some(net) = &spec.network {
         write_network_files(net, layout)?;
+        if let Some(range) = ids {
+            shift_host_paths([layout.resolv_conf().as_path(), &layout.ca_bundle()], range)?;
+        }
     }
     let command_cgroups = command_cgroups::prepare(&spec.id)?;
-    let config = config::build(spec, layout, host, views, &command_cgroups)?;
+    if let Some(range) = ids {
+        for (dir, _) in &command_cgroups {
+            command_cgroups::give_to(dir, range.host())?;
+        }
+    }
+    let config = config::build(spec, layout, host, views, &command_cgroups, ids)?;
     config::write(&config, layout)?;
 
     let log = std::fs::OpenOptions::new()
@@ -223,6 +275,86 @@ fn prepare(
         .map_err(io_err(format!("stat {}", layout.agent_log.display())))?
         .len();
     Ok((log, offset))
+}
+
+/// Shifts the sandbox's own files into `range`: the whole upper dir unless its record says it
+/// is there already, else only what [`write_identity`] may just have written as the host's root.
+fn shift_upper(
+    layout: &Layout,
+    upper: &Path,
+    range: IdRange,
+    userns: &UserNamespaces,
+) -> Result<(), RuntimeError> {
+    let mut record = Record::read(&layout.dir);
+    if record.upper == Some(range.host()) {
+        let identity = ["", "etc", "etc/hostname", "etc/hosts", ".cove", ".cove/bin"]
+            .into_iter()
+            .chain([".cove/bin/cove-guest-agent", ".cove/run"])
+            .map(|p| upper.join(p))
+            .collect::<Vec<_>>();
+        return super::shift::paths(
+            identity.iter().map(|p| p.as_path()),
+            range.host(),
+            userns.base,
+        )
+        .map_err(io_err(format!(
+            "shift {} into the sandbox's ids",
+            upper.display()
+        )));
+    }
+    let began = Instant::now();
+    let changed = super::shift::tree(upper, range.host(), userns.base).map_err(io_err(format!(
+        "shift {} into the sandbox's ids",
+        upper.display()
+    )))?;
+    record.range = Some(range);
+    record.upper = Some(range.host());
+    record.write(&layout.dir)?;
+    info!(
+        dir = %layout.dir.display(),
+        changed,
+        elapsed_ms = began.elapsed().as_millis() as u64,
+        "sandbox files shifted into its id range"
+    );
+    Ok(())
+}
+
+/// Without user namespaces: moves files a sandbox wrote while it had one back to container ids
+/// (a node restarted with `--user-namespaces off`), and forgets its range.
+fn unshift_upper(layout: &Layout, upper: &Path) -> Result<(), RuntimeError> {
+    let record = Record::read(&layout.dir);
+    let Some(range) = record.range else {
+        return Ok(());
+    };
+    if record.upper.is_some() {
+        super::shift::tree(upper, 0, range.host()).map_err(io_err(format!(
+            "shift {} back to host ids",
+            upper.display()
+        )))?;
+    }
+    Record::remove(&layout.dir)
+}
+
+/// Gives host paths the host's root made (run dir, network files) to the range's root.
+fn shift_host_paths<'a>(
+    paths: impl IntoIterator<Item = &'a Path>,
+    range: IdRange,
+) -> Result<(), RuntimeError> {
+    super::shift::paths(paths, range.host(), range.host())
+        .map_err(io_err("give host files to the sandbox's root"))
+}
+
+/// Mounts the release's rootfs at `layout.lower`, idmapped into `range`.
+fn idmap_release(rootfs: &Path, layout: &Layout, range: IdRange) -> Result<(), RuntimeError> {
+    std::fs::create_dir_all(&layout.lower)
+        .map_err(io_err(format!("create {}", layout.lower.display())))?;
+    let ns = super::idmap::userns_fd(range)
+        .map_err(io_err("make a user namespace for the sandbox's ids"))?;
+    super::idmap::mount_idmapped(rootfs, &ns, &layout.lower).map_err(io_err(format!(
+        "mount {} idmapped on {}",
+        rootfs.display(),
+        layout.lower.display()
+    )))
 }
 
 /// Writes `net/resolv.conf` and, with an extra CA, `net/ca-certificates.crt`: the sandbox's own

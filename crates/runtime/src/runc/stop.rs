@@ -2,8 +2,9 @@
 //! overlay (and the sandbox's own disk, detaching its loop device) and remove everything of the
 //! sandbox directory except `upper/` (the sandbox's files; with an own disk, `disk.img` and the
 //! `upper` symlink into it) and `agent.log`, and remove the per-command cgroups delegated to the
-//! agent (`command_cgroups.rs`). Idempotent, and works when runc has no such
-//! container.
+//! agent (`command_cgroups.rs`), unmount the idmapped release (`lower/`) and give back the
+//! sandbox's user namespace range (`userns.rs`; the directory keeps its record, so the next start
+//! asks for the same range). Idempotent, and works when runc has no such container.
 
 use std::path::Path;
 
@@ -12,19 +13,22 @@ use tracing::info;
 use super::cli::Runc;
 use super::freezer::Freezer;
 use super::layout::{validate_id, Layout};
+use super::userns::UserNamespaces;
 use super::{disk, join_error, mounts};
 use crate::{RuntimeError, RuntimeState};
 
 /// Stops sandbox `id` whose directory is `dir`; `freezer` is its cgroup freezer when known
-/// (a paused sandbox is thawed through it, else through `runc resume`).
+/// (a paused sandbox is thawed through it, else through `runc resume`); `userns` the driver's
+/// user namespaces, when on.
 pub(crate) async fn stop(
     runc: &Runc,
     id: &str,
     dir: &Path,
     freezer: Option<&Freezer>,
+    userns: Option<&UserNamespaces>,
 ) -> Result<(), RuntimeError> {
     validate_id(id)?;
-    teardown(runc, id, &Layout::new(dir), freezer).await?;
+    teardown(runc, id, &Layout::new(dir), freezer, userns).await?;
     info!(sandbox_id = %id, "sandbox stopped");
     Ok(())
 }
@@ -35,6 +39,7 @@ pub(crate) async fn teardown(
     id: &str,
     layout: &Layout,
     freezer: Option<&Freezer>,
+    userns: Option<&UserNamespaces>,
 ) -> Result<(), RuntimeError> {
     match runc.state(id).await? {
         None => {}
@@ -58,9 +63,14 @@ pub(crate) async fn teardown(
     }
     let layout = layout.clone();
     let id = id.to_string();
+    let userns = userns.cloned();
     tokio::task::spawn_blocking(move || {
         super::command_cgroups::remove(&id);
-        remove_node_resources(&layout)
+        remove_node_resources(&layout)?;
+        if let Some(userns) = userns {
+            userns.release(&id, &layout.dir);
+        }
+        Ok(())
     })
     .await
     .map_err(join_error)?
@@ -70,6 +80,7 @@ pub(crate) async fn teardown(
 /// mount points.
 fn remove_node_resources(layout: &Layout) -> Result<(), RuntimeError> {
     mounts::unmount(&layout.rootfs)?;
+    mounts::unmount(&layout.lower)?;
     // Before the disk goes: its run dir is sealed too, and a sealed directory cannot be cleared
     // at the next start's preparation otherwise (it unseals again anyway).
     super::seal::unseal(&layout.run_dir());
@@ -87,13 +98,18 @@ fn remove_node_resources(layout: &Layout) -> Result<(), RuntimeError> {
             }
         }
     }
-    // Only an empty directory: never recurse into what might still be a mount.
-    match std::fs::remove_dir(&layout.rootfs) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(source) => Err(RuntimeError::Io {
-            context: format!("remove mount point {}", layout.rootfs.display()),
-            source,
-        }),
+    // Only empty directories: never recurse into what might still be a mount.
+    for mount_point in [&layout.rootfs, &layout.lower] {
+        match std::fs::remove_dir(mount_point) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(source) => {
+                return Err(RuntimeError::Io {
+                    context: format!("remove mount point {}", mount_point.display()),
+                    source,
+                })
+            }
+        }
     }
+    Ok(())
 }

@@ -51,6 +51,7 @@ pub(super) fn row_to_sandbox(r: &PgRow) -> Result<Sandbox, StoreError> {
         memory_restored: r.try_get("memory_restored")?,
         network: json_policy(&r.try_get::<String, _>("network")?)?,
         secrets: json_secrets(&r.try_get::<String, _>("secrets")?)?,
+        public: r.try_get::<bool, _>("public")?,
     })
 }
 
@@ -143,6 +144,15 @@ impl SandboxStore for PgStore {
         Ok(res.rows_affected() > 0)
     }
 
+    async fn set_sandbox_public(&self, id: &str, public: bool) -> Result<bool, StoreError> {
+        let res = sqlx::query("UPDATE sandboxes SET public = $1 WHERE id = $2")
+            .bind(public)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(res.rows_affected() > 0)
+    }
+
     async fn set_sealed_secrets(&self, id: &str, sealed: &str) -> Result<bool, StoreError> {
         let res = sqlx::query("UPDATE sandboxes SET secrets_sealed = $1 WHERE id = $2")
             .bind(sealed)
@@ -172,9 +182,9 @@ pub(super) async fn insert(
         "INSERT INTO sandboxes (id, template, release, state, state_reason, runtime, vcpus, \
          memory_mib, pids_max, env, metadata, cwd, user_name, created_at, updated_at, \
          idle_timeout_s, ttl_s, last_activity_at, memory_restored, disk_mib, pool, \
-         release_digest, network, secrets) \
+         release_digest, network, secrets, public) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
-         $17, $18, $19, $20, $21, $22, $23, $24)",
+         $17, $18, $19, $20, $21, $22, $23, $24, $25)",
     )
     .bind(&s.id)
     .bind(&s.template)
@@ -200,6 +210,7 @@ pub(super) async fn insert(
     .bind(&s.release_digest)
     .bind(policy_json(&s.network)?)
     .bind(secrets_json(&s.secrets)?)
+    .bind(s.public)
     .execute(db)
     .await
     .map_err(map_unique)?;

@@ -150,6 +150,7 @@ mod tests {
             memory_restored: None,
             network: Default::default(),
             secrets: BTreeMap::new(),
+            public: false,
         }
     }
 

@@ -40,6 +40,7 @@ pub(super) fn row_to_sandbox(r: &sqlx::sqlite::SqliteRow) -> Result<Sandbox, Sto
         memory_restored: r.try_get::<Option<bool>, _>("memory_restored")?,
         network: json_policy(&r.try_get::<String, _>("network")?)?,
         secrets: json_secrets(&r.try_get::<String, _>("secrets")?)?,
+        public: r.try_get::<bool, _>("public")?,
     })
 }
 
@@ -151,6 +152,15 @@ impl SandboxStore for SqliteStore {
         Ok(res.rows_affected() > 0)
     }
 
+    async fn set_sandbox_public(&self, id: &str, public: bool) -> Result<bool, StoreError> {
+        let res = sqlx::query("UPDATE sandboxes SET public = ? WHERE id = ?")
+            .bind(public)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(res.rows_affected() > 0)
+    }
+
     async fn set_sealed_secrets(&self, id: &str, sealed: &str) -> Result<bool, StoreError> {
         let res = sqlx::query("UPDATE sandboxes SET secrets_sealed = ? WHERE id = ?")
             .bind(sealed)
@@ -182,8 +192,8 @@ pub(super) async fn insert(
         "INSERT INTO sandboxes (id, template, release, state, state_reason, runtime, vcpus, \
          memory_mib, pids_max, env, metadata, cwd, user_name, created_at, updated_at, \
          idle_timeout_s, ttl_s, last_activity_at, memory_restored, disk_mib, pool, \
-         release_digest, network, secrets) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         release_digest, network, secrets, public) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(&s.id)
     .bind(&s.template)
@@ -209,6 +219,7 @@ pub(super) async fn insert(
     .bind(&s.release_digest)
     .bind(policy_json(&s.network)?)
     .bind(secrets_json(&s.secrets)?)
+    .bind(s.public)
     .execute(db)
     .await
     .map_err(map_unique)?;

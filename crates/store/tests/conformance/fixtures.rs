@@ -52,6 +52,7 @@ pub fn sandbox(id: &str) -> Sandbox {
                 hosts: vec!["api.example.com".parse().expect("host")],
             },
         )]),
+        public: true,
     }
 }
 
@@ -70,6 +71,7 @@ pub fn bare_sandbox(id: &str) -> Sandbox {
         memory_restored: None,
         network: EgressPolicy::default(),
         secrets: BTreeMap::new(),
+        public: false,
         ..sandbox(id)
     }
 }

@@ -268,6 +268,21 @@ pub async fn network_policy_is_replaced_and_secrets_stay_sealed(store: Arc<dyn S
         s,
         "only the policy changed"
     );
+    assert!(got.public, "public round-trips");
+    assert!(store
+        .set_sandbox_public("sb-1", false)
+        .await
+        .expect("private"));
+    assert!(!store.get_sandbox("sb-1").await.expect("get").public);
+    assert!(!store
+        .set_sandbox_public("sb-none", true)
+        .await
+        .expect("public unknown"));
+    assert!(store
+        .set_sandbox_public("sb-1", true)
+        .await
+        .expect("public"));
+    assert!(store.get_sandbox("sb-1").await.expect("get").public);
     assert!(store
         .set_sealed_secrets("sb-1", "v1:opaque")
         .await

@@ -2,6 +2,9 @@
 //! directory (its own files, with overlayfs's whiteouts and opaque directories). runc cannot save
 //! memory here (CRIU does not work on this kernel), so a wake restarts processes.
 //!
+//! Owners are container ids: a sandbox in a user namespace is packed relative to its range, and
+//! a restored upper dir is shifted into whatever range its next start claims.
+//!
 //! [`pack`] and [`unpack`] are blocking; the driver runs them on `spawn_blocking`.
 
 use std::path::Path;
@@ -38,7 +41,8 @@ pub(crate) async fn save(dir: &Path, name: &str, out: ArtifactWriter) -> Result<
         return Err(unknown(name));
     }
     let upper = Layout::new(dir).upper;
-    tokio::task::spawn_blocking(move || pack(&upper, out))
+    let range = super::userns::Record::read(dir).range.map(|r| r.host());
+    tokio::task::spawn_blocking(move || pack::pack_relative(&upper, out, range))
         .await
         .map_err(join_error)?
         .map_err(|source| RuntimeError::Io {
@@ -71,7 +75,7 @@ pub(crate) async fn load(
         return Err(unknown(name));
     }
     let upper = Layout::new(dir).upper;
-    tokio::task::spawn_blocking(move || {
+    let bytes = tokio::task::spawn_blocking(move || {
         std::fs::create_dir_all(&upper)?;
         unpack(input, &upper)
     })
@@ -80,7 +84,13 @@ pub(crate) async fn load(
     .map_err(|source| RuntimeError::Io {
         context: "unpack the sandbox's files".into(),
         source,
-    })
+    })?;
+    // The files now have container ids: the next start shifts them into its range.
+    let dir = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || super::userns::Record::remove(&dir))
+        .await
+        .map_err(join_error)??;
+    Ok(bytes)
 }
 
 #[cfg(test)]

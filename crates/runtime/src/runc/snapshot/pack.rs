@@ -23,6 +23,20 @@ pub(crate) const XATTR_HEX_PAX_PREFIX: &str = "COVE.xattr-hex.";
 /// Writes every entry under `root` (not `root` itself) as a tar stream into `out`; returns the
 /// number of file content bytes written.
 pub fn pack<W: Write>(root: &Path, out: W) -> io::Result<u64> {
+    pack_relative(root, out, None)
+}
+
+/// [`pack`] of a tree whose owners are host ids of the range starting at `range` (a sandbox
+/// in a user namespace): the archive holds container ids (`id - range`), so it restores into
+/// any range or none.
+pub(crate) fn pack_relative<W: Write>(root: &Path, out: W, range: Option<u32>) -> io::Result<u64> {
+    let relative = |id: u64| match range {
+        Some(r) => u32::try_from(id)
+            .ok()
+            .and_then(|id| crate::runc::shift::shifted(id, 0, r))
+            .map_or(id, u64::from),
+        None => id,
+    };
     let mut builder = Builder::new(out);
     let mut links: HashMap<(u64, u64), PathBuf> = HashMap::new();
     let mut bytes = 0u64;
@@ -46,6 +60,8 @@ pub fn pack<W: Write>(root: &Path, out: W) -> io::Result<u64> {
             append_xattrs(&mut builder, &path)?;
             let mut header = Header::new_gnu();
             header.set_metadata_in_mode(&meta, tar::HeaderMode::Complete);
+            header.set_uid(relative(u64::from(meta.uid())));
+            header.set_gid(relative(u64::from(meta.gid())));
             header.set_size(0);
             if ft.is_dir() {
                 header.set_entry_type(EntryType::Directory);

@@ -1,0 +1,171 @@
+//! What E2B's create asked for a sandbox's life (`autoPause`, `autoResume`, `timeout`), kept in
+//! the sandbox's hidden marker (metadata key [`E2B_MARKER_KEY`], never shown to E2B clients) so
+//! it survives pauses and server restarts; and auto-resume: envd traffic to a paused sandbox
+//! whose create asked for `autoResume` wakes it first (a Cove wake, or a resume of a frozen
+//! one), as E2B's proxy does.
+//!
+//! The marker's value is a small JSON object (`{"v":1,"onTimeout":"pause","autoResume":true,
+//! "timeout":300}`); sandboxes created before it existed carry `"1"` and read as the defaults.
+
+use chrono::Utc;
+use cove_api_types::{LifecycleRequest, Sandbox, SandboxState};
+use cove_control_plane::LifecycleVerb;
+use serde::{Deserialize, Serialize};
+
+use super::E2B_MARKER_KEY;
+use crate::error::RestError;
+use crate::{E2b, SandboxTtl, DEFAULT_TIMEOUT_S};
+
+/// A sandbox's E2B lifecycle settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Lifecycle {
+    /// Marker format version (1).
+    v: u32,
+    /// At the end of its timeout: `pause` (a Cove suspend) or `kill`.
+    pub on_timeout: OnTimeout,
+    /// Envd traffic wakes it while paused.
+    pub auto_resume: bool,
+    /// The timeout it was created with, seconds (used again when traffic wakes it).
+    pub timeout: u64,
+}
+
+/// What happens at the end of a sandbox's timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnTimeout {
+    /// Delete it.
+    Kill,
+    /// Suspend it (E2B's pause).
+    Pause,
+}
+
+impl Default for Lifecycle {
+    fn default() -> Self {
+        Lifecycle {
+            v: 1,
+            on_timeout: OnTimeout::Kill,
+            auto_resume: false,
+            timeout: DEFAULT_TIMEOUT_S,
+        }
+    }
+}
+
+impl Lifecycle {
+    /// Settings from a create request.
+    pub fn new(auto_pause: bool, auto_resume: bool, timeout: u64) -> Self {
+        Lifecycle {
+            v: 1,
+            on_timeout: if auto_pause {
+                OnTimeout::Pause
+            } else {
+                OnTimeout::Kill
+            },
+            auto_resume,
+            timeout,
+        }
+    }
+
+    /// The marker value that records them.
+    pub fn marker(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|_| "1".into())
+    }
+
+    /// The settings a sandbox's marker records (defaults for an old or unreadable marker, and
+    /// for a sandbox not created through E2B).
+    pub fn of(s: &Sandbox) -> Lifecycle {
+        s.metadata
+            .get(E2B_MARKER_KEY)
+            .and_then(|m| serde_json::from_str(m).ok())
+            .unwrap_or_default()
+    }
+
+    /// Whether a timeout pauses rather than kills.
+    pub fn auto_pause(&self) -> bool {
+        self.on_timeout == OnTimeout::Pause
+    }
+
+    /// E2B's `lifecycle` object of a sandbox detail.
+    pub fn to_json(self) -> serde_json::Value {
+        serde_json::json!({
+            "autoResume": self.auto_resume,
+            "onTimeout": match self.on_timeout {
+                OnTimeout::Kill => "kill",
+                OnTimeout::Pause => "pause",
+            },
+        })
+    }
+}
+
+impl E2b {
+    /// Brings a paused sandbox back (a Cove wake of a suspended one, a resume of a frozen
+    /// one), waiting for it; `true` when it had to. The E2B timeout then ends `timeout`
+    /// seconds from now, or later when it already did.
+    pub(crate) async fn bring_back(&self, s: &Sandbox, timeout: u64) -> Result<bool, RestError> {
+        let verb = match s.state {
+            SandboxState::Suspended => Some(LifecycleVerb::Wake),
+            SandboxState::Paused => Some(LifecycleVerb::Resume),
+            _ => None,
+        };
+        if let Some(verb) = verb {
+            let op = self
+                .cp
+                .lifecycle(&s.id, verb, LifecycleRequest::default(), None)
+                .await?;
+            self.finish(&op.id).await?;
+        }
+        let wanted =
+            Utc::now() + chrono::Duration::seconds(timeout.min(i64::MAX as u64 / 2) as i64);
+        let current = self.ttl_of(&s.id);
+        let end_at = current.as_ref().map_or(wanted, |t| t.end_at.max(wanted));
+        self.set_ttl(
+            &s.id,
+            SandboxTtl {
+                end_at,
+                auto_pause: Lifecycle::of(s).auto_pause(),
+            },
+        );
+        Ok(verb.is_some())
+    }
+}
+
+/// Auto-resume for envd traffic: a paused (or pausing, or waking) sandbox whose create asked
+/// for `autoResume` is brought back and returned running; `None` for any other sandbox that is
+/// not running (the caller answers the proxy's "not found").
+pub(crate) async fn resume_for_traffic(e2b: &E2b, s: Sandbox) -> Option<Sandbox> {
+    let lifecycle = Lifecycle::of(&s);
+    if !lifecycle.auto_resume || super::e2b_state(s.state) != Some("paused") {
+        return None;
+    }
+    let s = e2b.settled(crate::e2b_id(&s.id)).await.ok()?;
+    match e2b.bring_back(&s, lifecycle.timeout).await {
+        Ok(_) => {
+            tracing::info!(sandbox_id = %s.id, "e2b auto-resume: woken by envd traffic");
+        }
+        Err(e) => {
+            tracing::warn!(sandbox_id = %s.id, error = %e, "e2b auto-resume failed");
+            return None;
+        }
+    }
+    let s = e2b.cp.get_sandbox(&s.id).await.ok()?;
+    (s.state == SandboxState::Running).then_some(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markers_round_trip_and_old_ones_read_as_defaults() {
+        let l = Lifecycle::new(true, true, 120);
+        let back: Lifecycle = serde_json::from_str(&l.marker()).expect("json");
+        assert_eq!(back, l);
+        assert!(back.auto_pause());
+        assert_eq!(
+            l.to_json(),
+            serde_json::json!({"autoResume": true, "onTimeout": "pause"})
+        );
+        assert!(serde_json::from_str::<Lifecycle>("1").is_err());
+        assert_eq!(Lifecycle::default().timeout, DEFAULT_TIMEOUT_S);
+    }
+}

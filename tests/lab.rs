@@ -1,0 +1,75 @@
+//! The fake internet of a test binary (`cove_network::lab::FakeInternet`: namespaces the test
+//! makes, with HTTP and HTTPS servers, DNS, a metadata server and a "host" service), alive for
+//! the whole process and removed at exit, and the server setting that makes it the gateway's
+//! upstream. Test traffic goes only to addresses inside these namespaces or to loopback.
+
+use std::sync::OnceLock;
+
+use cove_network::lab::{self, DNS_ADDR};
+
+/// The fake internet of this test binary.
+pub struct Lab {
+    /// Name prefix of its namespaces.
+    pub prefix: String,
+    /// The namespace the gateway connects out from.
+    pub upstream_ns: String,
+    /// The CA of its HTTPS servers.
+    pub ca_pem: String,
+}
+
+static LAB: OnceLock<Lab> = OnceLock::new();
+
+extern "C" fn destroy_lab() {
+    if let Some(l) = LAB.get() {
+        let _ = lab::destroy_namespaces(&l.prefix);
+    }
+}
+
+/// Starts the fake internet (once) on a runtime thread of its own (its servers are tasks there).
+pub fn fake_internet() -> &'static Lab {
+    LAB.get_or_init(|| {
+        let prefix = format!("l{:x}", std::process::id() % 0xff_ffff);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = prefix.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("runtime");
+            rt.block_on(async move {
+                let lab = lab::FakeInternet::create(&p).await.expect("fake internet");
+                tx.send((lab.upstream_ns.clone(), lab.ca_pem.clone()))
+                    .expect("send");
+                std::future::pending::<()>().await;
+                drop(lab);
+            });
+        });
+        let (upstream_ns, ca_pem) = rx.recv().expect("lab up");
+        // SAFETY: registers a plain `extern "C"` function; it only reads a OnceLock and runs
+        // `ip`, which is sound at exit.
+        unsafe {
+            libc::atexit(destroy_lab);
+        }
+        Lab {
+            prefix,
+            upstream_ns,
+            ca_pem,
+        }
+    })
+}
+
+/// Sandbox networks on, with the fake internet as the gateway's upstream (and its pool).
+pub fn use_fake_internet(cfg: &mut cove_server::Config) {
+    let l = fake_internet();
+    cfg.network = cove_server::NetworkSettings {
+        mode: cove_server::NetworkMode::On,
+        prefix: None,
+        pool: Some(lab::LAB_POOL.parse().expect("pool")),
+        upstream: Some(cove_network::Upstream {
+            netns: Some(l.upstream_ns.clone()),
+            resolver: std::net::SocketAddrV4::new(DNS_ADDR, 53),
+            tls_roots_pem: Some(l.ca_pem.clone()),
+        }),
+    };
+}
