@@ -40,12 +40,22 @@ struct MountAttr {
 /// opened (a kernel without user namespaces, or limits such as `user.max_user_namespaces`).
 pub(crate) fn userns_fd(range: IdRange) -> std::io::Result<OwnedFd> {
     let mut stack = vec![0u8; CHILD_STACK_BYTES];
-    // SAFETY: the child runs on its own copy of the address space (no CLONE_VM) and only calls
-    // `pause`, which is async-signal-safe, until it is killed below.
+    let parent = std::process::id();
+    // SAFETY: the child runs on its own copy of the address space (no CLONE_VM) and only makes
+    // async-signal-safe system calls (prctl, getppid, pause) until it is killed below.
     let pid = unsafe {
         nix::sched::clone(
-            Box::new(|| loop {
-                nix::unistd::pause();
+            Box::new(move || {
+                // A server killed (SIGKILL) between this clone and the kill below must not leave
+                // the child paused forever: the kernel kills it with its parent thread, which
+                // is the thread that kills it below anyway.
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                if nix::unistd::getppid().as_raw() as u32 != parent {
+                    return 0;
+                }
+                loop {
+                    nix::unistd::pause();
+                }
             }),
             &mut stack,
             CloneFlags::CLONE_NEWUSER,
