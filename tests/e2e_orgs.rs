@@ -49,8 +49,8 @@ async fn two_orgs_see_only_their_own_and_quotas_answer_429() {
                 .collect::<Vec<_>>()
         }
     };
-    assert_eq!(ids(&ca).await, [sa.clone()]);
-    assert_eq!(ids(&cb).await, [sb.clone()]);
+    assert_eq!(ids(&ca).await, std::slice::from_ref(&sa));
+    assert_eq!(ids(&cb).await, std::slice::from_ref(&sb));
     let mine = ids(&admin).await;
     assert!(!mine.contains(&sa) && !mine.contains(&sb), "{mine:?}");
 
