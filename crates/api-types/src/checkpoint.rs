@@ -13,6 +13,9 @@ use crate::{CheckpointState, CreateSandboxResponse, Operation, Resources};
 pub struct Checkpoint {
     /// Id (`ck-` + 16 lowercase letters/digits).
     pub id: String,
+    /// The org it belongs to.
+    #[serde(default = "crate::default_org")]
+    pub org: String,
     /// The sandbox it was taken of (for an imported one: on the server that exported it).
     pub sandbox_id: String,
     /// Optional label given at creation (at most 128 bytes).

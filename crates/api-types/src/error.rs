@@ -106,6 +106,9 @@ error_codes! {
     FailedPrecondition = "failed_precondition" => 409,
     /// The request body is larger than allowed.
     PayloadTooLarge = "payload_too_large" => 413,
+    /// An org's quota (running sandboxes, vCPUs, memory, creates per second) would be
+    /// exceeded; the message names it and `Retry-After` says when to try again.
+    QuotaExceeded = "quota_exceeded" => 429,
     /// The request's headers are too large.
     HeadersTooLarge = "headers_too_large" => 431,
     /// The sandbox's disk is full.

@@ -13,6 +13,7 @@ mod lifecycle;
 mod metrics;
 mod node;
 mod operation;
+mod org;
 mod pool;
 mod sandbox;
 mod template;
@@ -25,6 +26,7 @@ pub use lifecycle::*;
 pub use metrics::*;
 pub use node::*;
 pub use operation::*;
+pub use org::*;
 pub use pool::*;
 pub use sandbox::*;
 pub use template::*;
@@ -34,6 +36,11 @@ pub use cove_domain::{
     CheckpointState, CommandState, EgressPolicy, EgressRule, EventType, OperationKind,
     OperationState, Resources, ResourcesRequest, SandboxState,
 };
+
+/// [`DEFAULT_ORG`] as a serde default.
+fn default_org() -> String {
+    DEFAULT_ORG.to_string()
+}
 
 /// Header carrying the request id on every response (and accepted on requests).
 pub const REQUEST_ID_HEADER: &str = "x-request-id";

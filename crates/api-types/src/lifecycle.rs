@@ -106,4 +106,7 @@ pub struct RetentionInfo {
     /// Suspended sandboxes: one suspended and unchanged this long is deleted with its
     /// snapshot. `null` (the default): kept until deleted.
     pub snapshots_s: Option<u64>,
+    /// Audit records (`GET /v1/audit`), counted from their time (default 90 days).
+    #[serde(default)]
+    pub audit_s: Option<u64>,
 }

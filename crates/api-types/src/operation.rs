@@ -20,6 +20,9 @@ pub struct OperationError {
 pub struct Operation {
     /// Id (`op-` + 16 lowercase letters/digits).
     pub id: String,
+    /// The org it belongs to.
+    #[serde(default = "crate::default_org")]
+    pub org: String,
     /// What it does.
     pub kind: OperationKind,
     /// Current state.

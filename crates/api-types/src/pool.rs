@@ -34,6 +34,9 @@ pub struct PutPoolRequest {
 pub struct Pool {
     /// Name (`[a-z0-9-]`, 1 to 63 characters).
     pub name: String,
+    /// The org it belongs to (its members are that org's sandboxes once claimed).
+    #[serde(default = "crate::default_org")]
+    pub org: String,
     /// Template of its members.
     pub template: String,
     /// Pinned release; `None` follows the latest ready release.

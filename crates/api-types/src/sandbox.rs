@@ -140,6 +140,9 @@ pub struct NetworkCounters {
 pub struct Sandbox {
     /// Id (`sb-` + 16 lowercase letters/digits); also its hostname.
     pub id: String,
+    /// The org it belongs to.
+    #[serde(default = "crate::default_org")]
+    pub org: String,
     /// Template name.
     pub template: String,
     /// Release number it runs.

@@ -103,6 +103,10 @@ pub struct Release {
 pub struct Template {
     /// Name (`base`, `tiny`).
     pub name: String,
+    /// The org that owns it; absent for a built-in template (`base`, `tiny`), which every org
+    /// may use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub org: Option<String>,
     /// What it contains.
     pub description: String,
     /// Defaults of its sandboxes.

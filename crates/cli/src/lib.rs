@@ -102,6 +102,14 @@ pub enum Verb {
     /// Build and list templates.
     #[command(subcommand)]
     Template(commands::template::TemplateVerb),
+    /// Orgs and their quotas (the admin token).
+    #[command(subcommand)]
+    Org(commands::org::OrgVerb),
+    /// API keys of an org (the admin token); a key acts as its org.
+    #[command(subcommand)]
+    Key(commands::key::KeyVerb),
+    /// The audit log: who did what, when.
+    Audit(commands::audit::AuditArgs),
     /// Warm pools: booted sandboxes kept ready so matching creates skip the boot.
     #[command(subcommand)]
     Pool(commands::pool::PoolVerb),
@@ -239,6 +247,9 @@ async fn run_verb(client: &Client, verb: Verb) -> anyhow::Result<ExitCode> {
         }) => commands::node::run(client, verb).await?,
         Verb::Template(verb) => commands::template::run(client, verb).await?,
         Verb::Pool(verb) => commands::pool::run(client, verb).await?,
+        Verb::Org(verb) => commands::org::run(client, verb).await?,
+        Verb::Key(verb) => commands::key::run(client, verb).await?,
+        Verb::Audit(args) => commands::audit::run(client, args).await?,
         Verb::Checkpoint(verb) => commands::checkpoint::run(client, verb).await?,
         Verb::Rollback(args) => commands::rollback::run(client, args).await?,
         Verb::Fork(args) => commands::fork::run(client, args).await?,

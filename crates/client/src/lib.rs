@@ -46,6 +46,7 @@ pub mod files;
 pub mod lifecycle;
 pub mod nodes;
 pub mod operations;
+pub mod orgs;
 pub mod pools;
 pub mod pty;
 pub mod sandboxes;

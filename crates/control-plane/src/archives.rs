@@ -75,6 +75,7 @@ impl ControlPlane {
             let c = h.checkpoint;
             Checkpoint {
                 id: id.clone(),
+                org: crate::orgs::scope::acting_org(),
                 sandbox_id: c.sandbox_id,
                 name: name.or(c.name),
                 state: CheckpointState::Ready,

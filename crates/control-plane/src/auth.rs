@@ -37,13 +37,4 @@ impl ControlPlane {
             .await?;
         Ok(Some(token))
     }
-
-    /// Checks a management bearer token (`unauthorized` when unknown).
-    pub async fn check_token(&self, token: &str) -> Result<(), ServiceError> {
-        if self.store().token_exists(&hash_token(token)).await? {
-            Ok(())
-        } else {
-            Err(ServiceError::Unauthorized("invalid token".into()))
-        }
-    }
 }

@@ -28,6 +28,7 @@ use tracing::{info, warn};
 use crate::error::from_node;
 use crate::features::Feature;
 use crate::operations::{deadline_from, request_hash, Begun};
+use crate::orgs::scope;
 use crate::{ControlPlane, ServiceError};
 
 /// Most forks one call makes.
@@ -104,7 +105,8 @@ impl ControlPlane {
             return Err(ServiceError::CheckpointNotFound(id.to_string()));
         }
         match self.store().get_checkpoint(id).await {
-            Ok(c) => Ok(c),
+            Ok(c) if scope::sees(&c.org) => Ok(c),
+            Ok(_) => Err(ServiceError::CheckpointNotFound(id.to_string())),
             Err(StoreError::NotFound) => Err(ServiceError::CheckpointNotFound(id.to_string())),
             Err(e) => Err(e.into()),
         }
@@ -122,14 +124,17 @@ impl ControlPlane {
         self.inner.cfg.features.require(Feature::Checkpoints)?;
         if let Some(id) = sandbox_id {
             match self.store().get_sandbox(id).await {
-                Ok(_) => {}
-                Err(StoreError::NotFound) => {
+                Ok(s) if scope::sees(&s.org) => {}
+                Ok(_) | Err(StoreError::NotFound) => {
                     return Err(ServiceError::SandboxNotFound(id.to_string()))
                 }
                 Err(e) => return Err(e.into()),
             }
         }
-        let checkpoints = self.store().list_checkpoints(sandbox_id).await?;
+        let checkpoints = self
+            .store()
+            .list_checkpoints(scope::listing_org().as_deref(), sandbox_id)
+            .await?;
         Ok(CheckpointList { checkpoints })
     }
 
@@ -191,6 +196,7 @@ impl ControlPlane {
         });
         let new_op = NewOperation {
             id: ids::new_operation_id(),
+            org: s.org.clone(),
             kind: OperationKind::RollbackSandbox,
             sandbox_id: Some(s.id.clone()),
             template: None,
@@ -237,6 +243,9 @@ impl ControlPlane {
         }
         validate::metadata(&req.metadata)?;
         let s = self.checkpointable(sandbox_id).await?;
+        let _quota = self
+            .admit_sandboxes(&s.org, &s.resources, req.count)
+            .await?;
         let (checkpoint, operation) = self
             .begin_checkpoint(&s, Some(format!("fork of {}", s.id)), None, None)
             .await?;
@@ -272,6 +281,7 @@ impl ControlPlane {
         let now = Utc::now();
         Sandbox {
             id: ids::new_sandbox_id(),
+            org: c.org.clone(),
             template: c.template.clone(),
             release: c.release,
             release_digest: like.release_digest.clone(),
@@ -364,6 +374,7 @@ impl ControlPlane {
     ) -> Result<(Checkpoint, Operation), ServiceError> {
         let new_op = NewOperation {
             id: ids::new_operation_id(),
+            org: s.org.clone(),
             kind: OperationKind::CheckpointSandbox,
             sandbox_id: Some(s.id.clone()),
             template: None,
@@ -376,7 +387,7 @@ impl ControlPlane {
             Begun::Replayed(op) => {
                 let found = self
                     .store()
-                    .list_checkpoints(Some(&s.id))
+                    .list_checkpoints(Some(&s.org), Some(&s.id))
                     .await?
                     .into_iter()
                     .find(|c| c.operation_id.as_deref() == Some(op.id.as_str()))
@@ -389,6 +400,7 @@ impl ControlPlane {
         };
         let checkpoint = Checkpoint {
             id: ids::new_checkpoint_id(),
+            org: s.org.clone(),
             sandbox_id: s.id.clone(),
             name,
             state: CheckpointState::Creating,

@@ -61,7 +61,7 @@ impl ControlPlane {
         let this = self.clone();
         let sandbox_id = sandbox_id.to_string();
         let work = async move { this.start_command(&sandbox_id, req, idempotency_key).await };
-        tokio::spawn(work.instrument(tracing::Span::current()))
+        tokio::spawn(crate::orgs::scope::carried(work).instrument(tracing::Span::current()))
             .await
             .map_err(|e| ServiceError::Internal(format!("command create task: {e}")))?
     }

@@ -33,6 +33,20 @@ pub enum ServiceError {
     /// The feature is turned off on this server.
     #[error("feature {} is disabled on this server", .0.as_str())]
     FeatureDisabled(crate::features::Feature),
+    /// Another unknown resource (an org, an API key); the message names it.
+    #[error("{0}")]
+    NotFound(String),
+    /// The caller may not do this (an org's key on an admin route).
+    #[error("{0}")]
+    Forbidden(String),
+    /// An org's quota would be exceeded.
+    #[error("{message}")]
+    QuotaExceeded {
+        /// What is said, naming the quota.
+        message: String,
+        /// Seconds after which a retry may pass (`Retry-After`).
+        retry_after_s: u64,
+    },
     /// Unknown node.
     #[error("node {0} not found")]
     NodeNotFound(String),
@@ -119,6 +133,9 @@ impl ServiceError {
             CheckpointNotFound(_) => ErrorCode::CheckpointNotFound,
             FeatureDisabled(_) => ErrorCode::FeatureDisabled,
             NodeNotFound(_) => ErrorCode::NodeNotFound,
+            NotFound(_) => ErrorCode::NotFound,
+            Forbidden(_) => ErrorCode::Forbidden,
+            QuotaExceeded { .. } => ErrorCode::QuotaExceeded,
             FileNotFound(_) => ErrorCode::FileNotFound,
             SandboxNotRunning { .. } => ErrorCode::SandboxNotRunning,
             InvalidState { .. } => ErrorCode::InvalidState,

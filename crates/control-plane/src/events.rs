@@ -37,8 +37,13 @@ impl Events {
         self.changed.subscribe()
     }
 
-    /// Events after `seq`, oldest first (at most [`EVENTS_PAGE`]).
-    pub(crate) async fn after(&self, seq: u64) -> Result<Vec<Event>, ServiceError> {
-        Ok(self.store.events_after(seq, EVENTS_PAGE).await?)
+    /// Events after `seq`, oldest first (at most [`EVENTS_PAGE`]); only those of `org`'s
+    /// sandboxes when given.
+    pub(crate) async fn after(
+        &self,
+        org: Option<&str>,
+        seq: u64,
+    ) -> Result<Vec<Event>, ServiceError> {
+        Ok(self.store.events_after(org, seq, EVENTS_PAGE).await?)
     }
 }

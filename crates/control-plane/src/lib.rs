@@ -31,6 +31,7 @@ pub mod metrics;
 pub mod network;
 mod nodes;
 pub mod operations;
+pub mod orgs;
 mod pools;
 pub mod ports;
 mod reconcile;
@@ -141,6 +142,9 @@ struct Inner {
     port_links: ports::PortLinks,
     /// Failed repairs in a row per degraded sandbox (`repair.rs`).
     repairs: repair::Attempts,
+    /// Recent creates per org, for `max_creates_per_s`, and the lock that makes one org's
+    /// quota check and insert one step.
+    quotas: orgs::quotas::QuotaState,
 }
 
 impl ControlPlane {
@@ -179,6 +183,7 @@ impl ControlPlane {
                 pools_pass: tokio::sync::Mutex::new(()),
                 port_links: ports::PortLinks::default(),
                 repairs: repair::Attempts::default(),
+                quotas: orgs::quotas::QuotaState::default(),
             }),
         }
     }

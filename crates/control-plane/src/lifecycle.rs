@@ -174,6 +174,7 @@ impl ControlPlane {
         }
         let new_op = NewOperation {
             id: ids::new_operation_id(),
+            org: s.org.clone(),
             kind: verb.kind(),
             sandbox_id: Some(s.id.clone()),
             template: None,

@@ -35,6 +35,7 @@ impl ControlPlane {
     /// # Errors
     /// `Internal` when the single node's capacity cannot be read.
     pub async fn list_nodes(&self) -> Result<NodeList, ServiceError> {
+        crate::orgs::require_admin()?;
         if let Some(cluster) = &self.inner.cluster {
             return Ok(NodeList {
                 nodes: cluster.nodes().into_iter().map(view).collect(),
@@ -68,6 +69,7 @@ impl ControlPlane {
     /// `NodeNotFound`; `FailedPrecondition` for a lost node, or on a server with one
     /// in-process node; `Invalid` for a state other than `draining` or `ready`.
     pub async fn set_node_state(&self, name: &str, state: NodeState) -> Result<Node, ServiceError> {
+        crate::orgs::require_admin()?;
         if !matches!(state, NodeState::Draining | NodeState::Ready) {
             return Err(ServiceError::Invalid(cove_domain::InvalidInput::new(
                 "state",

@@ -103,7 +103,7 @@ impl Operations {
     pub async fn begin(&self, op: NewOperation) -> Result<Begun, ServiceError> {
         if let Some(key) = &op.idempotency_key {
             if let Some(found) = self
-                .replay(op.kind, key, op.request_hash.as_deref())
+                .replay(&op.org, op.kind, key, op.request_hash.as_deref())
                 .await?
             {
                 return Ok(Begun::Replayed(found));
@@ -118,7 +118,7 @@ impl Operations {
             Err(StoreError::Conflict(_)) if op.idempotency_key.is_some() => {
                 let key = op.idempotency_key.as_deref().unwrap_or_default();
                 match self
-                    .replay(op.kind, key, op.request_hash.as_deref())
+                    .replay(&op.org, op.kind, key, op.request_hash.as_deref())
                     .await?
                 {
                     Some(found) => Ok(Begun::Replayed(found)),
@@ -129,15 +129,20 @@ impl Operations {
         }
     }
 
-    /// The earlier operation of the same idempotent request (`kind`, `key`, body `hash`), if
+    /// The earlier operation of the same idempotent request (`org`, `kind`, `key`, body `hash`), if
     /// there is one; the key with another body is `IdempotencyMismatch`.
     pub(crate) async fn replay(
         &self,
+        org: &str,
         kind: OperationKind,
         key: &str,
         hash: Option<&str>,
     ) -> Result<Option<Operation>, ServiceError> {
-        match self.store.operation_by_idempotency_key(kind, key).await? {
+        match self
+            .store
+            .operation_by_idempotency_key(org, kind, key)
+            .await?
+        {
             Some((found, found_hash)) if found_hash.as_deref() == hash => Ok(Some(found)),
             Some(_) => Err(ServiceError::IdempotencyMismatch),
             None => Ok(None),
@@ -290,7 +295,8 @@ impl Operations {
         }
     }
 
-    /// Recent operations, newest first (of one sandbox when `sandbox_id` is given); `limit`
+    /// Recent operations of the caller's org, newest first (of one sandbox when `sandbox_id` is
+    /// given); `limit`
     /// defaults to 50 and is capped at 500.
     pub async fn list(
         &self,
@@ -298,7 +304,11 @@ impl Operations {
         limit: Option<u32>,
     ) -> Result<Vec<Operation>, ServiceError> {
         let limit = limit.unwrap_or(50).clamp(1, 500);
-        Ok(self.store.list_operations(sandbox_id, limit).await?)
+        let org = crate::orgs::scope::listing_org();
+        Ok(self
+            .store
+            .list_operations(org.as_deref(), sandbox_id, limit)
+            .await?)
     }
 
     /// Sets an operation's state (final states are never changed).
@@ -334,10 +344,11 @@ impl Operations {
         self.bump();
     }
 
-    /// The operation now.
+    /// The operation now (another org's is not found).
     pub async fn get(&self, id: &str) -> Result<Operation, ServiceError> {
         match self.store.get_operation(id).await {
-            Ok(op) => Ok(op),
+            Ok(op) if crate::orgs::scope::sees(&op.org) => Ok(op),
+            Ok(_) => Err(ServiceError::OperationNotFound(id.to_string())),
             Err(StoreError::NotFound) => Err(ServiceError::OperationNotFound(id.to_string())),
             Err(e) => Err(e.into()),
         }
@@ -361,6 +372,7 @@ impl Operations {
 
     /// Log lines after `after` (at most 500).
     pub async fn logs(&self, id: &str, after: u64) -> Result<Vec<(u64, String)>, ServiceError> {
+        self.get(id).await?;
         Ok(self.store.operation_logs(id, after, 500).await?)
     }
 
@@ -386,6 +398,7 @@ mod tests {
     async fn begin(ops: &Operations, deadline: DateTime<Utc>) -> Operation {
         let new = NewOperation {
             id: cove_domain::ids::new_operation_id(),
+            org: "default".into(),
             kind: OperationKind::SuspendSandbox,
             sandbox_id: Some("sb-1".into()),
             template: None,
@@ -449,6 +462,7 @@ mod tests {
 
         let new = NewOperation {
             id: cove_domain::ids::new_operation_id(),
+            org: "default".into(),
             kind: OperationKind::DeleteSandbox,
             sandbox_id: Some("sb-2".into()),
             template: None,

@@ -373,12 +373,17 @@ impl ControlPlane {
         creds: PortCredentials<'_>,
     ) -> Result<PortAccess, ServiceError> {
         check_port(port)?;
+        let s = self.get_sandbox(id).await?;
         if let Some(t) = creds.bearer {
-            if self.check_token(t).await.is_ok() {
+            if let Ok(caller) = self.authenticate(t).await {
+                // A management credential reaches its own org's sandboxes only; another
+                // org's sandbox is not there for it.
+                if caller.org != s.org {
+                    return Err(ServiceError::SandboxNotFound(id.to_string()));
+                }
                 return Ok(PortAccess::Admin);
             }
         }
-        let s = self.get_sandbox(id).await?;
         if s.public {
             return Ok(PortAccess::Public);
         }

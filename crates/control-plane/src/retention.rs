@@ -7,6 +7,7 @@
 //! | events | lifecycle and network events, by time | 7 days |
 //! | commands | ended commands of running sandboxes (output and record, as `forget` does), by end time | 1 day |
 //! | snapshots | suspended sandboxes unchanged this long, deleted with their snapshot | kept until deleted |
+//! | audit | audit records (`GET /v1/audit`), by time | 90 days |
 //!
 //! Unfinished operations, running commands, and sandboxes in any other state are never
 //! purged. Commands of paused or suspended sandboxes are judged once they run again (their
@@ -36,6 +37,8 @@ pub struct Retention {
     pub commands: Option<Duration>,
     /// Suspended sandboxes and their snapshots (default `None`: kept until deleted).
     pub snapshots: Option<Duration>,
+    /// Audit records (default 90 days).
+    pub audit: Option<Duration>,
 }
 
 impl Default for Retention {
@@ -46,6 +49,7 @@ impl Default for Retention {
             events: Some(7 * DAY),
             commands: Some(DAY),
             snapshots: None,
+            audit: Some(90 * DAY),
         }
     }
 }
@@ -59,6 +63,7 @@ impl Retention {
             events_s: s(self.events),
             commands_s: s(self.commands),
             snapshots_s: s(self.snapshots),
+            audit_s: s(self.audit),
         }
     }
 }
@@ -70,6 +75,7 @@ struct Purged {
     events: u64,
     commands: u64,
     suspended: u64,
+    audit: u64,
 }
 
 impl ControlPlane {
@@ -93,12 +99,16 @@ impl ControlPlane {
         if let Some(d) = r.snapshots {
             purged.suspended = self.delete_long_suspended(cut(d)).await?;
         }
+        if let Some(d) = r.audit {
+            purged.audit = self.store().purge_audit_before(cut(d)).await?;
+        }
         if purged != Purged::default() {
             info!(
                 operations = purged.operations,
                 events = purged.events,
                 commands = purged.commands,
                 suspended_sandboxes = purged.suspended,
+                audit = purged.audit,
                 "retention: purged old records"
             );
         }

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::operations::{request_hash, Begun, DEFAULT_DEADLINE};
+use crate::orgs::scope;
 use crate::{ControlPlane, ServiceError};
 
 /// Template used when a create request names none.
@@ -122,6 +123,7 @@ impl ControlPlane {
         let now = Utc::now();
         let sandbox = Sandbox {
             id: ids::new_sandbox_id(),
+            org: scope::acting_org(),
             template,
             release: picked.number,
             release_digest: picked.digest,
@@ -143,6 +145,10 @@ impl ControlPlane {
             secrets: crate::network::public_secrets(&req.secrets),
             public: req.public,
         };
+        // Held until the sandbox is recorded, served by a pool or not.
+        let _quota = self
+            .admit_sandboxes(&sandbox.org, &sandbox.resources, 1)
+            .await?;
         if crate::pools::claimable(&req) {
             let key = idempotency_key.as_deref();
             if let Some(served) = self
@@ -252,6 +258,7 @@ impl ControlPlane {
         let now = Utc::now();
         let sandbox = Sandbox {
             id: ids::new_sandbox_id(),
+            org: c.org.clone(),
             template: c.template.clone(),
             release: c.release,
             release_digest: picked.digest,
@@ -277,6 +284,9 @@ impl ControlPlane {
             checkpoint_id: c.id,
             after_op: None,
         };
+        let _quota = self
+            .admit_sandboxes(&sandbox.org, &sandbox.resources, 1)
+            .await?;
         self.launch(
             sandbox,
             None,
@@ -302,6 +312,7 @@ impl ControlPlane {
     ) -> Result<CreateSandboxResponse, ServiceError> {
         let new_op = NewOperation {
             id: ids::new_operation_id(),
+            org: sandbox.org.clone(),
             kind: OperationKind::CreateSandbox,
             sandbox_id: Some(sandbox.id.clone()),
             template: Some(sandbox.template.clone()),
@@ -524,13 +535,13 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// A sandbox that is not deleted.
+    /// A sandbox that is not deleted (another org's is not found).
     pub async fn get_sandbox(&self, id: &str) -> Result<Sandbox, ServiceError> {
         if !ids::is_well_formed("sb", id) {
             return Err(ServiceError::SandboxNotFound(id.to_string()));
         }
         match self.store().get_sandbox(id).await {
-            Ok(s) if !lifecycle::is_gone(s.state) => Ok(s),
+            Ok(s) if !lifecycle::is_gone(s.state) && scope::sees(&s.org) => Ok(s),
             Ok(_) | Err(StoreError::NotFound) => Err(ServiceError::SandboxNotFound(id.to_string())),
             Err(e) => Err(e.into()),
         }
@@ -564,6 +575,7 @@ impl ControlPlane {
         let limit = limit.unwrap_or(100).clamp(1, MAX_PAGE);
         let after = cursor.map(|c| decode_cursor(&c)).transpose()?;
         let filter = SandboxFilter {
+            org: scope::listing_org(),
             state,
             template,
             metadata,
@@ -595,7 +607,7 @@ impl ControlPlane {
         // A lifecycle call running meanwhile may move the sandbox between the read and the
         // compare-and-set; read again then (a delete wins over any other state but `deleting`).
         let mut attempts = 0;
-        loop {
+        let org = loop {
             let s = self.get_sandbox(id).await?;
             if s.state == SandboxState::Deleting || attempts == DELETE_ATTEMPTS {
                 return Err(ServiceError::InvalidState {
@@ -608,22 +620,24 @@ impl ControlPlane {
                 .transition(id, s.state, SandboxState::Deleting, None, None)
                 .await?
             {
-                break;
+                break s.org;
             }
             attempts += 1;
-        }
-        self.run_delete(id, deadline).await
+        };
+        self.run_delete(id, &org, deadline).await
     }
 
-    /// Records the delete operation of sandbox `id` (already moved to `deleting`) and runs it
-    /// when the sandbox's turn comes.
+    /// Records the delete operation of sandbox `id` of `org` (already moved to `deleting`)
+    /// and runs it when the sandbox's turn comes.
     pub(crate) async fn run_delete(
         &self,
         id: &str,
+        org: &str,
         deadline: DateTime<Utc>,
     ) -> Result<Operation, ServiceError> {
         let new_op = NewOperation {
             id: ids::new_operation_id(),
+            org: org.to_string(),
             kind: OperationKind::DeleteSandbox,
             sandbox_id: Some(id.to_string()),
             template: None,

@@ -37,6 +37,19 @@ pub fn new_checkpoint_id() -> String {
     new_id("ck")
 }
 
+/// A new API key id (`key-…`).
+pub fn new_key_id() -> String {
+    new_id("key")
+}
+
+/// Whether `s` can be an org id: 1 to 40 of `[a-z0-9-]`, starting with a letter.
+pub fn is_org_id(s: &str) -> bool {
+    (1..=40).contains(&s.len())
+        && s.as_bytes()[0].is_ascii_lowercase()
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+}
+
 /// A new request id (`req-…`).
 pub fn new_request_id() -> String {
     new_id("req")

@@ -17,6 +17,8 @@ pub struct RestError {
     pub status: StatusCode,
     /// Message shown by the SDK's exception.
     pub message: String,
+    /// Seconds for `Retry-After` (a quota refusal).
+    pub retry_after_s: Option<u64>,
 }
 
 impl RestError {
@@ -25,6 +27,7 @@ impl RestError {
         RestError {
             status,
             message: message.into(),
+            retry_after_s: None,
         }
     }
 
@@ -56,7 +59,14 @@ impl From<ServiceError> for RestError {
         if status == StatusCode::INTERNAL_SERVER_ERROR {
             tracing::error!(error = %e, "e2b request failed");
         }
-        RestError::new(status, e.public_message())
+        let retry_after_s = match &e {
+            ServiceError::QuotaExceeded { retry_after_s, .. } => Some(*retry_after_s),
+            _ => None,
+        };
+        RestError {
+            retry_after_s,
+            ..RestError::new(status, e.public_message())
+        }
     }
 }
 
@@ -64,6 +74,10 @@ impl IntoResponse for RestError {
     fn into_response(self) -> Response {
         let body = json!({ "code": self.status.as_u16(), "message": self.message });
         let mut resp = (self.status, axum::Json(body)).into_response();
+        if let Some(s) = self.retry_after_s {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(s));
+        }
         if matches!(
             self.status,
             StatusCode::CONFLICT | StatusCode::NOT_IMPLEMENTED | StatusCode::FORBIDDEN

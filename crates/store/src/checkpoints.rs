@@ -15,9 +15,11 @@ pub trait CheckpointStore: Send + Sync {
     /// One checkpoint; [`StoreError::NotFound`] when there is none.
     async fn get_checkpoint(&self, id: &str) -> Result<Checkpoint, StoreError>;
 
-    /// The checkpoints of `sandbox_id` (every checkpoint when `None`), newest first.
+    /// The checkpoints of `org` (every org's when `None`) and of `sandbox_id` (every
+    /// sandbox's when `None`), newest first.
     async fn list_checkpoints(
         &self,
+        org: Option<&str>,
         sandbox_id: Option<&str>,
     ) -> Result<Vec<Checkpoint>, StoreError>;
 

@@ -9,8 +9,14 @@ use crate::StoreError;
 /// Reading the event log, and retention.
 #[async_trait]
 pub trait EventStore: Send + Sync {
-    /// Events with `seq > after`, oldest first, at most `limit`.
-    async fn events_after(&self, after: u64, limit: u32) -> Result<Vec<Event>, StoreError>;
+    /// Events with `seq > after`, oldest first, at most `limit`; only those of `org`'s
+    /// sandboxes when given.
+    async fn events_after(
+        &self,
+        org: Option<&str>,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<Event>, StoreError>;
 
     /// Deletes events older than `before`; returns how many. The sequence counter is not
     /// reset.

@@ -1,10 +1,10 @@
-//! Cove's SQL store: tokens, releases, sandboxes, warm pools, operations and their logs,
-//! commands, events, checkpoints.
+//! Cove's SQL store: tokens, orgs and their API keys, releases, sandboxes, warm pools,
+//! operations and their logs, commands, events, checkpoints, the audit log.
 //!
 //! [`Store`] is the contract the control plane holds as `Arc<dyn Store>`; it is the sum of one
 //! trait per resource ([`SandboxStore`], [`LifecycleStore`], [`EventStore`],
 //! [`OperationStore`], [`PoolStore`], [`CommandStore`], [`ReleaseStore`], [`TemplateStore`],
-//! [`TokenStore`], [`CheckpointStore`]). Two backends
+//! [`TokenStore`], [`CheckpointStore`], [`OrgStore`], [`AuditStore`]). Two backends
 //! implement it: [`SqliteStore`] (the embedded default) and [`PgStore`] (PostgreSQL). Each
 //! keeps its own migrations (`migrations/sqlite/`, `migrations/postgres/`), applied at open.
 //! Every write is one statement or one transaction, so a crash leaves either the old or the
@@ -17,12 +17,14 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
+mod audit;
 mod checkpoints;
 mod commands;
 mod error;
 mod events;
 mod lifecycle;
 mod operations;
+mod orgs;
 mod pools;
 pub mod postgres;
 mod releases;
@@ -31,12 +33,14 @@ pub mod sqlite;
 mod templates;
 mod tokens;
 
+pub use audit::AuditStore;
 pub use checkpoints::CheckpointStore;
 pub use commands::{CommandRecord, CommandStore};
 pub use error::StoreError;
 pub use events::EventStore;
 pub use lifecycle::{LifecycleStore, NewEvent};
 pub use operations::{NewOperation, OperationStore, OperationUpdate};
+pub use orgs::{OrgStore, OrgUsage};
 pub use pools::{PoolClaim, PoolMember, PoolRecord, PoolStore};
 pub use postgres::PgStore;
 pub use releases::ReleaseStore;
@@ -59,6 +63,8 @@ pub trait Store:
     + TemplateStore
     + TokenStore
     + CheckpointStore
+    + OrgStore
+    + AuditStore
     + std::fmt::Debug
     + Send
     + Sync

@@ -11,6 +11,8 @@ use crate::StoreError;
 pub struct NewOperation {
     /// Id.
     pub id: String,
+    /// The org it belongs to.
+    pub org: String,
     /// Kind.
     pub kind: OperationKind,
     /// Sandbox it acts on.
@@ -51,6 +53,7 @@ pub trait OperationStore: Send + Sync {
     /// The operation of `kind` created with `key`, and its request hash.
     async fn operation_by_idempotency_key(
         &self,
+        org: &str,
         kind: OperationKind,
         key: &str,
     ) -> Result<Option<(Operation, Option<String>)>, StoreError>;
@@ -71,6 +74,7 @@ pub trait OperationStore: Send + Sync {
     /// of one sandbox when `sandbox_id` is given.
     async fn list_operations(
         &self,
+        org: Option<&str>,
         sandbox_id: Option<&str>,
         limit: u32,
     ) -> Result<Vec<Operation>, StoreError>;

@@ -17,8 +17,10 @@ use crate::StoreError;
 /// A pool's row: its settings and counters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PoolRecord {
-    /// Name (the key).
+    /// Name (the key: one namespace for every org).
     pub name: String,
+    /// The org it belongs to (and its members, once claimed).
+    pub org: String,
     /// Template of its members.
     pub template: String,
     /// Pinned release (`None`: the latest ready one).
@@ -51,6 +53,8 @@ pub struct PoolMember {
 /// What a create asks of a member, and the per-sandbox settings it applies when it claims one.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PoolClaim {
+    /// The org claiming: only its own pools' members match.
+    pub org: String,
     /// Template the member must run.
     pub template: String,
     /// Release the member must run.
@@ -78,7 +82,8 @@ pub struct PoolClaim {
 pub trait PoolStore: Send + Sync {
     /// Creates pool `p.name` or replaces its settings (template, release, resources,
     /// min_ready, max, updated_at); an existing pool keeps its counters and `created_at`.
-    /// Returns the row as stored.
+    /// Returns the row as stored. A name taken by another org's pool is
+    /// [`StoreError::Conflict`] (nothing is written).
     async fn put_pool(&self, p: &PoolRecord) -> Result<PoolRecord, StoreError>;
 
     /// One pool; [`StoreError::NotFound`] when there is none.
@@ -98,7 +103,7 @@ pub trait PoolStore: Send + Sync {
     /// exist), in no particular order.
     async fn pool_members(&self) -> Result<Vec<PoolMember>, StoreError>;
 
-    /// In one transaction: takes one `running` member of any pool whose template, release and
+    /// In one transaction: takes one `running` member of any pool of the claim's org whose template, release and
     /// resources equal the claim's out of its pool, applies the claim's settings to it, adds
     /// one to that pool's `hits`, records `op` for it (its `sandbox_id` is set to the member's)
     /// already `succeeded`, and records its `sandbox.created` event. Returns the claimed

@@ -9,6 +9,8 @@ use crate::StoreError;
 /// Filters of a sandbox listing.
 #[derive(Debug, Clone, Default)]
 pub struct SandboxFilter {
+    /// Only this org's sandboxes (`None`: every org's).
+    pub org: Option<String>,
     /// Only this state.
     pub state: Option<SandboxState>,
     /// Only this template.

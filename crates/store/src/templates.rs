@@ -8,8 +8,10 @@ use crate::StoreError;
 /// A template built from a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileTemplate {
-    /// Name.
+    /// Name (one namespace for every org).
     pub name: String,
+    /// The org that owns it.
+    pub org: String,
     /// The template file of its newest build.
     pub file: String,
     /// First created.
@@ -21,9 +23,10 @@ pub struct FileTemplate {
 /// File template rows.
 #[async_trait]
 pub trait TemplateStore: Send + Sync {
-    /// Creates the template `name` with `file`, or replaces the file of an existing one
-    /// (keeping its creation time).
-    async fn put_file_template(&self, name: &str, file: &str) -> Result<(), StoreError>;
+    /// Creates the template `name` of `org` with `file`, or replaces the file of an existing
+    /// one of the same org (keeping its creation time). A name another org holds is
+    /// [`StoreError::Conflict`] (nothing is written).
+    async fn put_file_template(&self, name: &str, org: &str, file: &str) -> Result<(), StoreError>;
 
     /// The file template `name`, if there is one.
     async fn file_template(&self, name: &str) -> Result<Option<FileTemplate>, StoreError>;

@@ -92,11 +92,12 @@ async fn one_create(store: &dyn Store, i: usize) -> anyhow::Result<()> {
     let key = format!("key-{i}");
     store.list_releases("tiny").await?;
     store
-        .operation_by_idempotency_key(OperationKind::CreateSandbox, &key)
+        .operation_by_idempotency_key("default", OperationKind::CreateSandbox, &key)
         .await?;
     let now = Utc::now();
     store
         .insert_operation(&NewOperation {
+            org: "default".into(),
             id: op.clone(),
             kind: OperationKind::CreateSandbox,
             sandbox_id: Some(sb.clone()),
@@ -109,6 +110,7 @@ async fn one_create(store: &dyn Store, i: usize) -> anyhow::Result<()> {
         .await?;
     store
         .insert_sandbox(&Sandbox {
+            org: cove_api_types::DEFAULT_ORG.into(),
             id: sb.clone(),
             template: "tiny".into(),
             release: 1,

@@ -1,6 +1,7 @@
 //! One module per verb. Each has its clap arguments and a `run` function.
 
 pub mod attach;
+pub mod audit;
 pub mod checkpoint;
 pub mod completions;
 pub mod cp;
@@ -10,6 +11,7 @@ pub mod exec;
 pub mod files;
 pub mod fork;
 pub mod get;
+pub mod key;
 pub mod kill;
 pub mod logs;
 pub mod ls;
@@ -18,6 +20,7 @@ pub mod metrics;
 pub mod network;
 pub mod node;
 pub mod ops;
+pub mod org;
 pub mod pause;
 pub mod pool;
 pub mod ports;

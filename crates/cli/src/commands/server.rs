@@ -66,6 +66,9 @@ pub struct ServerArgs {
     /// (0: kept until deleted).
     #[arg(long, value_name = "S", default_value_t = secs(Retention::default().snapshots))]
     pub retention_snapshots_s: u64,
+    /// Seconds an audit record (`GET /v1/audit`) is kept (0: forever).
+    #[arg(long, value_name = "S", default_value_t = secs(Retention::default().audit))]
+    pub retention_audit_s: u64,
     /// Bytes of each command's output its sandbox's agent keeps in memory before spilling to
     /// the node's disk.
     #[arg(long, value_name = "BYTES", default_value_t = cove_server::OutputLimits::default().memory_bytes)]
@@ -170,6 +173,7 @@ impl ServerArgs {
             events: keep(self.retention_events_s),
             commands: keep(self.retention_commands_s),
             snapshots: keep(self.retention_snapshots_s),
+            audit: keep(self.retention_audit_s),
         }
     }
 

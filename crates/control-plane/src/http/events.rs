@@ -49,12 +49,14 @@ pub(super) async fn stream(
                 .ok_or_else(|| InvalidInput::new("Last-Event-ID", "must be an event seq"))?,
         },
     };
+    // The body is streamed after this handler returns, outside the caller's scope.
+    let org = crate::orgs::scope::listing_org();
     let events = async_stream(move |tx| async move {
         let mut after = after;
         let mut changes = cp.inner.events.subscribe();
         loop {
             changes.borrow_and_update();
-            let Ok(page) = cp.inner.events.after(after).await else {
+            let Ok(page) = cp.inner.events.after(org.as_deref(), after).await else {
                 return;
             };
             let drained = page.len() < EVENTS_PAGE as usize;

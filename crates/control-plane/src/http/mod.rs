@@ -1,13 +1,17 @@
 //! HTTP surfaces: the management API (`/v1`, bearer token) and the data plane (`/v1/attach`,
 //! attachment token), each served on its own listener.
 
-use axum::extract::{Request, State};
+use axum::extract::rejection::RawPathParamsRejection;
+use axum::extract::{MatchedPath, RawPathParams, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post, put};
 use axum::Router;
 
+use cove_api_types::ErrorCode;
+
+use crate::orgs::{audit, scope};
 use crate::{ControlPlane, ServiceError};
 
 mod checkpoints;
@@ -22,6 +26,7 @@ mod lifecycle;
 mod nodes;
 pub mod openapi;
 mod operations;
+mod orgs;
 mod pools;
 mod ports;
 mod pty;
@@ -135,6 +140,18 @@ pub fn management_router_with(cp: ControlPlane, extra: Router) -> Router {
         .route("/v1/operations/{id}", get(operations::get_one))
         .route("/v1/operations/{id}/cancel", post(operations::cancel))
         .route("/v1/operations/{id}/logs", get(operations::logs))
+        .route("/v1/orgs", post(orgs::create).get(orgs::list))
+        .route("/v1/orgs/{org}", get(orgs::get_one))
+        .route("/v1/orgs/{org}/quotas", put(orgs::set_quotas))
+        .route(
+            "/v1/orgs/{org}/keys",
+            post(orgs::create_key).get(orgs::list_keys),
+        )
+        .route(
+            "/v1/orgs/{org}/keys/{key}",
+            axum::routing::delete(orgs::revoke_key),
+        )
+        .route("/v1/audit", get(orgs::audit))
         .route_layer(middleware::from_fn_with_state(cp.clone(), require_token));
     // Sandbox ports authorise on their own (admin token or the sandbox's port token).
     let ports = Router::new()
@@ -225,12 +242,49 @@ pub(crate) fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }
 
-async fn require_token(State(cp): State<ControlPlane>, req: Request, next: Next) -> Response {
+/// Authenticates the bearer token and serves the request as its caller (see
+/// [`crate::orgs::scope`]); a request that may change something is then recorded in the audit
+/// log with the resource its route names (the last path parameter).
+async fn require_token(
+    State(cp): State<ControlPlane>,
+    matched: Option<MatchedPath>,
+    params: Result<RawPathParams, RawPathParamsRejection>,
+    req: Request,
+    next: Next,
+) -> Response {
     let Some(token) = bearer(req.headers()) else {
         return ServiceError::Unauthorized("missing bearer token".into()).into_response();
     };
-    match cp.check_token(token).await {
-        Ok(()) => next.run(req).await,
-        Err(e) => e.into_response(),
+    let caller = match cp.authenticate(token).await {
+        Ok(c) => c,
+        Err(e) => return e.into_response(),
+    };
+    if !audit::audited(req.method()) {
+        return scope::scoped(caller, next.run(req)).await;
     }
+    let action = format!(
+        "{} {}",
+        req.method(),
+        matched.as_ref().map_or(req.uri().path(), |m| m.as_str())
+    );
+    let resource = params
+        .ok()
+        .and_then(|p| p.iter().last().map(|(_, v)| v.to_string()));
+    let request_id = req
+        .headers()
+        .get(cove_api_types::REQUEST_ID_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(String::from);
+    let resp = scope::scoped(caller.clone(), next.run(req)).await;
+    let status = resp.status().as_u16();
+    cp.record_audit(audit::AuditRecord {
+        caller,
+        action,
+        resource,
+        status,
+        outcome: audit::outcome(status, resp.extensions().get::<ErrorCode>().copied()),
+        request_id,
+    })
+    .await;
+    resp
 }

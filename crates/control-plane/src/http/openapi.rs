@@ -9,8 +9,8 @@ use utoipa::openapi::{ContentBuilder, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
 use super::{
-    checkpoints, commands, events, files, files_upload, lifecycle, nodes, operations, pools, ports,
-    sandboxes, templates,
+    checkpoints, commands, events, files, files_upload, lifecycle, nodes, operations, orgs, pools,
+    ports, sandboxes, templates,
 };
 
 /// The document.
@@ -42,6 +42,8 @@ use super::{
         templates::delete, templates::delete_release,
         pools::list, pools::get_one, pools::put, pools::delete,
         nodes::list, nodes::drain, nodes::ready,
+        orgs::create, orgs::list, orgs::get_one, orgs::set_quotas, orgs::create_key,
+        orgs::list_keys, orgs::revoke_key, orgs::audit,
         commands::create, commands::list, commands::get_one, commands::forget, commands::output,
         commands::signal, commands::kill, commands::attachment,
         operations::get_one, operations::list, operations::cancel, operations::logs,

@@ -15,7 +15,10 @@ pub(crate) fn error_response(status: StatusCode, code: ErrorCode, message: &str)
         message: message.to_string(),
         request_id: super::current_request_id(),
     };
-    (status, Json(body)).into_response()
+    let mut resp = (status, Json(body)).into_response();
+    // For the audit layer's outcome.
+    resp.extensions_mut().insert(code);
+    resp
 }
 
 impl IntoResponse for ServiceError {
@@ -28,7 +31,16 @@ impl IntoResponse for ServiceError {
         } else {
             info!(code = code.as_str(), "request refused");
         }
-        error_response(status, code, &self.public_message())
+        let retry_after = match &self {
+            ServiceError::QuotaExceeded { retry_after_s, .. } => Some(*retry_after_s),
+            _ => None,
+        };
+        let mut resp = error_response(status, code, &self.public_message());
+        if let Some(s) = retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, axum::http::HeaderValue::from(s));
+        }
+        resp
     }
 }
 

@@ -61,7 +61,8 @@ impl ControlPlane {
     ) -> Result<Option<CreateSandboxResponse>, ServiceError> {
         let mut matching = Vec::new();
         for p in self.store().list_pools().await? {
-            if p.template == wanted.template
+            if p.org == wanted.org
+                && p.template == wanted.template
                 && p.resources == wanted.resources
                 && self.pool_release(&p).await? == Some(wanted.release)
             {
@@ -73,11 +74,16 @@ impl ControlPlane {
         }
         if let Some(key) = idempotency_key {
             let kind = OperationKind::CreateSandbox;
-            if let Some(op) = self.operations().replay(kind, key, request_hash).await? {
+            if let Some(op) = self
+                .operations()
+                .replay(&wanted.org, kind, key, request_hash)
+                .await?
+            {
                 return Ok(Some(self.replayed(op).await?));
             }
         }
         let claim = PoolClaim {
+            org: wanted.org.clone(),
             template: wanted.template.clone(),
             release: wanted.release,
             resources: wanted.resources,
@@ -91,6 +97,7 @@ impl ControlPlane {
         };
         let new_op = NewOperation {
             id: ids::new_operation_id(),
+            org: wanted.org.clone(),
             kind: OperationKind::CreateSandbox,
             sandbox_id: None,
             template: Some(wanted.template.clone()),
@@ -105,7 +112,11 @@ impl ControlPlane {
             Err(StoreError::Conflict(_)) if idempotency_key.is_some() => {
                 let kind = OperationKind::CreateSandbox;
                 let key = idempotency_key.unwrap_or_default();
-                return match self.operations().replay(kind, key, request_hash).await? {
+                return match self
+                    .operations()
+                    .replay(&wanted.org, kind, key, request_hash)
+                    .await?
+                {
                     Some(op) => Ok(Some(self.replayed(op).await?)),
                     None => Err(ServiceError::Internal("idempotency key conflict".into())),
                 };

@@ -136,6 +136,7 @@ impl ControlPlane {
         let now = Utc::now();
         let member = Sandbox {
             id: ids::new_sandbox_id(),
+            org: p.org.clone(),
             template: p.template.clone(),
             release,
             release_digest,
@@ -171,7 +172,10 @@ impl ControlPlane {
         match self.store().retire_member(id, &m.pool).await {
             Ok(true) => {
                 info!(sandbox_id = %id, pool = %m.pool, reason = why, "retiring a pool member");
-                if let Err(e) = self.run_delete(id, crate::sandboxes::deadline()).await {
+                if let Err(e) = self
+                    .run_delete(id, &m.sandbox.org, crate::sandboxes::deadline())
+                    .await
+                {
                     warn!(sandbox_id = %id, error = %e, "cannot delete a retired member");
                 }
             }

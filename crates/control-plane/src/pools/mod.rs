@@ -20,6 +20,7 @@ use cove_api_types::{Pool, PoolList, PutPoolRequest, SandboxState, MAX_POOL_SIZE
 use cove_domain::InvalidInput;
 use cove_store::{PoolMember, PoolRecord, StoreError};
 
+use crate::orgs::scope;
 use crate::release_pins::Pin;
 use crate::{ControlPlane, ServiceError};
 
@@ -53,6 +54,7 @@ impl ControlPlane {
         let now = Utc::now();
         let record = PoolRecord {
             name: name.to_string(),
+            org: scope::acting_org(),
             template: req.template,
             release: req.release,
             resources,
@@ -63,7 +65,15 @@ impl ControlPlane {
             created_at: now,
             updated_at: now,
         };
-        let stored = self.store().put_pool(&record).await?;
+        let stored = match self.store().put_pool(&record).await {
+            Ok(stored) => stored,
+            Err(StoreError::Conflict(_)) => {
+                return Err(ServiceError::AlreadyExists(format!(
+                    "pool name {name} is taken (pool names are shared by every org)"
+                )))
+            }
+            Err(e) => return Err(e.into()),
+        };
         tracing::info!(pool = %name, min_ready = stored.min_ready, max = stored.max, "pool set");
         self.wake_pools();
         self.pool_view(stored).await
@@ -71,12 +81,17 @@ impl ControlPlane {
 
     /// One pool with its sizes; `pool_not_found` when there is none.
     pub async fn get_pool(&self, name: &str) -> Result<Pool, ServiceError> {
-        let record = match self.store().get_pool(name).await {
-            Ok(r) => r,
-            Err(StoreError::NotFound) => return Err(ServiceError::PoolNotFound(name.to_string())),
-            Err(e) => return Err(e.into()),
-        };
+        let record = self.own_pool(name).await?;
         self.pool_view(record).await
+    }
+
+    /// Pool `name` when the caller's org owns it (another org's is `pool_not_found`).
+    async fn own_pool(&self, name: &str) -> Result<PoolRecord, ServiceError> {
+        match self.store().get_pool(name).await {
+            Ok(r) if scope::sees(&r.org) => Ok(r),
+            Ok(_) | Err(StoreError::NotFound) => Err(ServiceError::PoolNotFound(name.to_string())),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Every pool with its sizes, by name.
@@ -84,6 +99,9 @@ impl ControlPlane {
         let members = self.store().pool_members().await?;
         let mut pools = Vec::new();
         for record in self.store().list_pools().await? {
+            if !scope::sees(&record.org) {
+                continue;
+            }
             let target = self.pool_release(&record).await?;
             pools.push(view(record, target, &members));
         }
@@ -93,6 +111,7 @@ impl ControlPlane {
     /// Removes pool `name` and starts deleting its members (`pool_not_found` when there is
     /// none). Members still booting are deleted by the pool controller once they are up.
     pub async fn delete_pool(&self, name: &str) -> Result<(), ServiceError> {
+        self.own_pool(name).await?;
         if !self.store().delete_pool(name).await? {
             return Err(ServiceError::PoolNotFound(name.to_string()));
         }
@@ -144,6 +163,7 @@ fn view(p: PoolRecord, target: Option<u32>, members: &[PoolMember]) -> Pool {
         }
     }
     Pool {
+        org: p.org.clone(),
         name: p.name,
         template: p.template,
         release: p.release,

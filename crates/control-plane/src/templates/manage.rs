@@ -10,7 +10,7 @@ use cove_api_types::{
 };
 use cove_domain::{ids, InvalidInput};
 use cove_node_api::{BuildEvent, BuildParent, FileBuild, ReleaseDefaults};
-use cove_store::{NewOperation, SandboxFilter};
+use cove_store::{NewOperation, SandboxFilter, StoreError};
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
@@ -19,6 +19,7 @@ use super::file::{self, FromRef, MAX_FILE_BYTES};
 use super::BUILD_DEADLINE_MIN;
 use crate::error::from_node;
 use crate::operations::Begun;
+use crate::orgs::scope;
 use crate::release_pins;
 use crate::{ControlPlane, ServiceError};
 
@@ -81,13 +82,27 @@ impl ControlPlane {
             FromRef::OciArchive(path) => BuildParent::OciArchive { path: path.clone() },
         };
         let recipe_hash = format!("file:{:x}", Sha256::digest(text.as_bytes()));
-        self.store().put_file_template(&q.name, &text).await?;
+        match self
+            .store()
+            .put_file_template(&q.name, &scope::acting_org(), &text)
+            .await
+        {
+            Ok(()) => {}
+            Err(StoreError::Conflict(_)) => {
+                return Err(ServiceError::AlreadyExists(format!(
+                    "template name {} is taken (template names are shared by every org)",
+                    q.name
+                )))
+            }
+            Err(e) => return Err(e.into()),
+        }
         let release = self
             .store()
             .insert_next_release(&q.name, &recipe_hash)
             .await?;
         let new_op = NewOperation {
             id: ids::new_operation_id(),
+            org: scope::acting_org(),
             kind: OperationKind::BuildRelease,
             sandbox_id: None,
             template: Some(q.name.clone()),
@@ -201,6 +216,7 @@ impl ControlPlane {
     /// `template_not_found`/`release_not_found`; `failed_precondition` (409) while a sandbox
     /// that is not deleted uses it, a warm pool pins it, or it is still building.
     pub async fn delete_release(&self, template: &str, number: u32) -> Result<(), ServiceError> {
+        self.require_builtin_admin(template)?;
         if !self.template_exists(template).await? {
             return Err(ServiceError::TemplateNotFound(template.to_string()));
         }
@@ -239,7 +255,7 @@ impl ControlPlane {
                 "{name} is a built-in template and cannot be deleted"
             )));
         }
-        if self.store().file_template(name).await?.is_none() {
+        if self.file_template(name).await?.is_none() {
             return Err(ServiceError::TemplateNotFound(name.to_string()));
         }
         let releases = self.live_releases(name).await?;

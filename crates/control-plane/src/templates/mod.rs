@@ -15,6 +15,7 @@ use tracing::warn;
 
 use crate::error::from_node;
 use crate::operations::Begun;
+use crate::orgs::scope;
 use crate::{ControlPlane, ServiceError};
 
 pub mod file;
@@ -32,6 +33,9 @@ impl ControlPlane {
             templates.push(self.template_of(r).await?);
         }
         for t in self.store().file_templates().await? {
+            if !scope::sees(&t.org) {
+                continue;
+            }
             templates.push(self.file_template_of(t).await?);
         }
         Ok(TemplateList { templates })
@@ -42,15 +46,40 @@ impl ControlPlane {
         if let Ok(recipe) = self.recipe(name) {
             return self.template_of(recipe).await;
         }
-        match self.store().file_template(name).await? {
+        match self.file_template(name).await? {
             Some(t) => self.file_template_of(t).await,
             None => Err(ServiceError::TemplateNotFound(name.to_string())),
         }
     }
 
-    /// Whether `name` is a template (a recipe or a file template).
+    /// Whether `name` is a template the caller may use (a built-in recipe, shared by every
+    /// org, or a file template of the caller's org).
     pub(crate) async fn template_exists(&self, name: &str) -> Result<bool, ServiceError> {
-        Ok(self.recipe(name).is_ok() || self.store().file_template(name).await?.is_some())
+        Ok(self.recipe(name).is_ok() || self.file_template(name).await?.is_some())
+    }
+
+    /// File template `name` when the caller's org owns it.
+    pub(crate) async fn file_template(
+        &self,
+        name: &str,
+    ) -> Result<Option<cove_store::FileTemplate>, ServiceError> {
+        Ok(self
+            .store()
+            .file_template(name)
+            .await?
+            .filter(|t| scope::sees(&t.org)))
+    }
+
+    /// Refuses an org's key where a built-in template's releases would change for every org.
+    pub(crate) fn require_builtin_admin(&self, name: &str) -> Result<(), ServiceError> {
+        match scope::current() {
+            Some(c) if !c.is_admin() && self.recipe(name).is_ok() => {
+                Err(ServiceError::Forbidden(format!(
+                    "{name} is a built-in template shared by every org: only the admin token                      builds or deletes its releases"
+                )))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// What sandboxes of `release` of `template` get by default: the release's own defaults
@@ -88,6 +117,7 @@ impl ControlPlane {
         let releases = self.live_releases(&r.name).await?;
         Ok(Template {
             latest_release: latest_ready(&releases),
+            org: None,
             name: r.name,
             description: r.description,
             defaults: TemplateDefaults {
@@ -120,6 +150,7 @@ impl ControlPlane {
                 ready: None,
             });
         Ok(Template {
+            org: Some(t.org),
             name: t.name,
             description: "built from a template file".into(),
             defaults,
@@ -142,9 +173,10 @@ impl ControlPlane {
         name: &str,
         req: BuildReleaseRequest,
     ) -> Result<BuildReleaseResponse, ServiceError> {
+        self.require_builtin_admin(name)?;
         let recipe = match self.recipe(name) {
             Ok(r) => r,
-            Err(e) if self.store().file_template(name).await?.is_some() => {
+            Err(e) if self.file_template(name).await?.is_some() => {
                 let _ = e;
                 return Err(ServiceError::FailedPrecondition(format!(
                     "{name} is built from a file: build its next release with POST /v1/templates \
@@ -159,6 +191,7 @@ impl ControlPlane {
             .await?;
         let new_op = NewOperation {
             id: ids::new_operation_id(),
+            org: scope::acting_org(),
             kind: OperationKind::BuildRelease,
             sandbox_id: None,
             template: Some(name.to_string()),

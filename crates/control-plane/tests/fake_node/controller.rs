@@ -22,6 +22,7 @@ async fn harness() -> Harness {
             events: Some(Duration::from_secs(3600)),
             commands: Some(Duration::from_secs(600)),
             snapshots: Some(Duration::from_secs(7200)),
+            audit: None,
         };
     })
     .await

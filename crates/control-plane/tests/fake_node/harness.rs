@@ -265,7 +265,7 @@ impl Harness {
     pub async fn event_log(&self, id: &str) -> Vec<(EventType, Option<String>)> {
         self.cp
             .store()
-            .events_after(0, 500)
+            .events_after(None, 0, 500)
             .await
             .expect("events")
             .into_iter()

@@ -247,7 +247,11 @@ async fn denials_become_rate_limited_network_denied_events() {
         .filter(|(k, _)| *k == EventType::NetworkDenied)
         .collect();
     assert_eq!(denied.len(), 2, "one per destination: {log:?}");
-    let events = h.cp.store().events_after(0, 100).await.expect("events");
+    let events =
+        h.cp.store()
+            .events_after(None, 0, 100)
+            .await
+            .expect("events");
     let dest: Vec<_> = events
         .iter()
         .filter(|e| e.kind == EventType::NetworkDenied)

@@ -18,6 +18,7 @@ use axum::routing::{any, get, post, put};
 use axum::Router;
 use chrono::{DateTime, Utc};
 use cove_api_types::{LifecycleRequest, OperationState, Sandbox, SandboxState};
+use cove_control_plane::orgs::{audit, scope};
 use cove_control_plane::{LifecycleVerb, ServiceError};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -90,8 +91,16 @@ pub fn router(e2b: E2b) -> Router {
         .with_state(e2b)
 }
 
-/// `X-API-Key` must be a Cove token (the admin token until orgs exist).
-async fn require_api_key(State(e2b): State<E2b>, req: Request, next: Next) -> Response {
+/// `X-API-Key` must be a Cove token: an org's API key acts in its org (as E2B's team), the
+/// admin token in the default org. The request is served as that caller, and one that may
+/// change something is recorded in the audit log.
+async fn require_api_key(
+    State(e2b): State<E2b>,
+    matched: Option<axum::extract::MatchedPath>,
+    params: Result<axum::extract::RawPathParams, axum::extract::rejection::RawPathParamsRejection>,
+    req: Request,
+    next: Next,
+) -> Response {
     let key = req
         .headers()
         .get("x-api-key")
@@ -101,13 +110,38 @@ async fn require_api_key(State(e2b): State<E2b>, req: Request, next: Next) -> Re
         return RestError::new(StatusCode::UNAUTHORIZED, "missing X-API-Key header")
             .into_response();
     };
-    match e2b.cp.check_token(key).await {
-        Ok(()) => next.run(req).await,
+    let caller = match e2b.cp.authenticate(key).await {
+        Ok(c) => c,
         Err(ServiceError::Unauthorized(_)) => {
-            RestError::new(StatusCode::UNAUTHORIZED, "invalid API key").into_response()
+            return RestError::new(StatusCode::UNAUTHORIZED, "invalid API key").into_response()
         }
-        Err(e) => RestError::from(e).into_response(),
+        Err(e) => return RestError::from(e).into_response(),
+    };
+    if !audit::audited(req.method()) {
+        return scope::scoped(caller, next.run(req)).await;
     }
+    let action = format!(
+        "{} e2b:{}",
+        req.method(),
+        matched.as_ref().map_or(req.uri().path(), |m| m.as_str())
+    );
+    let resp = scope::scoped(caller.clone(), next.run(req)).await;
+    let status = resp.status().as_u16();
+    e2b.cp
+        .record_audit(audit::AuditRecord {
+            caller,
+            action,
+            resource: params.ok().and_then(|p| {
+                p.iter()
+                    .find(|(k, _)| *k == "id")
+                    .map(|(_, v)| v.to_string())
+            }),
+            status,
+            outcome: audit::outcome(status, None),
+            request_id: None,
+        })
+        .await;
+    resp
 }
 
 /// A sandbox as E2B sees it: gone states are not found.

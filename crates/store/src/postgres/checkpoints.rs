@@ -12,6 +12,7 @@ use crate::{json_map, map_json, parse_enum, CheckpointStore, StoreError};
 fn row_to_checkpoint(r: &sqlx::postgres::PgRow) -> Result<Checkpoint, StoreError> {
     Ok(Checkpoint {
         id: r.try_get("id")?,
+        org: r.try_get("org")?,
         sandbox_id: r.try_get("sandbox_id")?,
         name: r.try_get("name")?,
         state: parse_enum(&r.try_get::<String, _>("state")?, CheckpointState::parse)?,
@@ -48,8 +49,8 @@ impl CheckpointStore for PgStore {
         sqlx::query(
             "INSERT INTO checkpoints (id, sandbox_id, name, state, state_reason, template, \
              release, vcpus, memory_mib, pids_max, disk_mib, env, cwd, user_name, runtime, \
-             memory, file_bytes, pause_ms, operation_id, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)",
+             memory, file_bytes, pause_ms, operation_id, created_at, org) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)",
         )
         .bind(&c.id)
         .bind(&c.sandbox_id)
@@ -71,6 +72,7 @@ impl CheckpointStore for PgStore {
         .bind(c.pause_ms.map(to_i64).transpose()?)
         .bind(&c.operation_id)
         .bind(c.created_at)
+        .bind(&c.org)
         .execute(&self.pool)
         .await
         .map_err(map_unique)?;
@@ -88,13 +90,15 @@ impl CheckpointStore for PgStore {
 
     async fn list_checkpoints(
         &self,
+        org: Option<&str>,
         sandbox_id: Option<&str>,
     ) -> Result<Vec<Checkpoint>, StoreError> {
         let rows = sqlx::query(
             "SELECT * FROM checkpoints WHERE ($1::TEXT IS NULL OR sandbox_id = $1) \
-             ORDER BY created_at DESC, id DESC",
+             AND ($2::TEXT IS NULL OR org = $2) ORDER BY created_at DESC, id DESC",
         )
         .bind(sandbox_id)
+        .bind(org)
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(row_to_checkpoint).collect()

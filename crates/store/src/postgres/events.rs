@@ -10,12 +10,21 @@ use crate::{parse_enum, EventStore, StoreError};
 
 #[async_trait]
 impl EventStore for PgStore {
-    async fn events_after(&self, after: u64, limit: u32) -> Result<Vec<Event>, StoreError> {
-        let rows = sqlx::query("SELECT * FROM events WHERE seq > $1 ORDER BY seq LIMIT $2")
-            .bind(to_i64(after)?)
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await?;
+    async fn events_after(
+        &self,
+        org: Option<&str>,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<Event>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT * FROM events WHERE seq > $1 AND ($2::TEXT IS NULL OR sandbox_id IN \
+             (SELECT id FROM sandboxes WHERE org = $2)) ORDER BY seq LIMIT $3",
+        )
+        .bind(to_i64(after)?)
+        .bind(org)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter()
             .map(|r| {
                 Ok(Event {

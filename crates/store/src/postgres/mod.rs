@@ -19,11 +19,13 @@ use sqlx::PgPool;
 
 use crate::{Store, StoreError};
 
+mod audit;
 mod checkpoints;
 mod commands;
 mod events;
 mod lifecycle;
 mod operations;
+mod orgs;
 mod pools;
 mod releases;
 mod sandboxes;

@@ -25,6 +25,7 @@ fn row_to_operation(r: &PgRow) -> Result<Operation, StoreError> {
     };
     Ok(Operation {
         id: r.try_get("id")?,
+        org: r.try_get("org")?,
         kind: parse_enum(&r.try_get::<String, _>("kind")?, OperationKind::parse)?,
         state: parse_enum(&r.try_get::<String, _>("state")?, OperationState::parse)?,
         sandbox_id: r.try_get("sandbox_id")?,
@@ -50,8 +51,8 @@ impl OperationStore for PgStore {
         let now = Utc::now();
         let row = sqlx::query(
             "INSERT INTO operations (id, kind, state, sandbox_id, template, release, \
-             idempotency_key, request_hash, created_at, updated_at, deadline) \
-             VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $8, $9) RETURNING *",
+             idempotency_key, request_hash, created_at, updated_at, deadline, org) \
+             VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $8, $9, $10) RETURNING *",
         )
         .bind(&op.id)
         .bind(op.kind.as_str())
@@ -62,6 +63,7 @@ impl OperationStore for PgStore {
         .bind(&op.request_hash)
         .bind(now)
         .bind(op.deadline)
+        .bind(&op.org)
         .fetch_one(&self.pool)
         .await
         .map_err(map_unique)?;
@@ -79,14 +81,18 @@ impl OperationStore for PgStore {
 
     async fn operation_by_idempotency_key(
         &self,
+        org: &str,
         kind: OperationKind,
         key: &str,
     ) -> Result<Option<(Operation, Option<String>)>, StoreError> {
-        let row = sqlx::query("SELECT * FROM operations WHERE kind = $1 AND idempotency_key = $2")
-            .bind(kind.as_str())
-            .bind(key)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = sqlx::query(
+            "SELECT * FROM operations WHERE org = $1 AND kind = $2 AND idempotency_key = $3",
+        )
+        .bind(org)
+        .bind(kind.as_str())
+        .bind(key)
+        .fetch_optional(&self.pool)
+        .await?;
         match row {
             Some(r) => Ok(Some((row_to_operation(&r)?, r.try_get("request_hash")?))),
             None => Ok(None),
@@ -124,13 +130,15 @@ impl OperationStore for PgStore {
 
     async fn list_operations(
         &self,
+        org: Option<&str>,
         sandbox_id: Option<&str>,
         limit: u32,
     ) -> Result<Vec<Operation>, StoreError> {
         let rows = sqlx::query(
-            "SELECT * FROM operations WHERE ($1::TEXT IS NULL OR sandbox_id = $1) \
-             ORDER BY created_at DESC, id DESC LIMIT $2",
+            "SELECT * FROM operations WHERE ($1::TEXT IS NULL OR org = $1) \
+             AND ($2::TEXT IS NULL OR sandbox_id = $2) ORDER BY created_at DESC, id DESC LIMIT $3",
         )
+        .bind(org)
         .bind(sandbox_id)
         .bind(i64::from(limit))
         .fetch_all(&self.pool)

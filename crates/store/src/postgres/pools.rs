@@ -20,6 +20,7 @@ use crate::{
 fn row_to_pool(r: &sqlx::postgres::PgRow) -> Result<PoolRecord, StoreError> {
     Ok(PoolRecord {
         name: r.try_get("name")?,
+        org: r.try_get("org")?,
         template: r.try_get("template")?,
         release: r
             .try_get::<Option<i64>, _>("release")?
@@ -48,13 +49,14 @@ impl PoolStore for PgStore {
     async fn put_pool(&self, p: &PoolRecord) -> Result<PoolRecord, StoreError> {
         let row = sqlx::query(
             "INSERT INTO pools (name, template, release, vcpus, memory_mib, pids_max, disk_mib, \
-             min_ready, max_members, hits, misses, created_at, updated_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, 0, $10, $11) \
+             min_ready, max_members, hits, misses, created_at, updated_at, org) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, 0, $10, $11, $12) \
              ON CONFLICT (name) DO UPDATE SET template = excluded.template, \
              release = excluded.release, vcpus = excluded.vcpus, \
              memory_mib = excluded.memory_mib, pids_max = excluded.pids_max, \
              disk_mib = excluded.disk_mib, min_ready = excluded.min_ready, \
              max_members = excluded.max_members, updated_at = excluded.updated_at \
+             WHERE pools.org = excluded.org \
              RETURNING *",
         )
         .bind(&p.name)
@@ -68,8 +70,11 @@ impl PoolStore for PgStore {
         .bind(i64::from(p.max))
         .bind(p.created_at)
         .bind(p.updated_at)
-        .fetch_one(&self.pool)
-        .await?;
+        .bind(&p.org)
+        .fetch_optional(&self.pool)
+        .await?
+        // The name is another org's pool.
+        .ok_or_else(|| StoreError::Conflict("pool name taken by another org".into()))?;
         row_to_pool(&row)
     }
 
@@ -132,7 +137,8 @@ impl PoolStore for PgStore {
              updated_at = $7, last_activity_at = $7 \
              WHERE id = (SELECT id FROM sandboxes WHERE pool IS NOT NULL AND state = 'running' \
              AND template = $8 AND release = $9 AND vcpus = $10 AND memory_mib = $11 \
-             AND pids_max = $12 AND disk_mib IS NOT DISTINCT FROM $13 ORDER BY updated_at \
+             AND pids_max = $12 AND disk_mib IS NOT DISTINCT FROM $13 AND org = $14 \
+             ORDER BY updated_at \
              LIMIT 1 FOR UPDATE SKIP LOCKED) \
              RETURNING *",
         )
@@ -149,6 +155,7 @@ impl PoolStore for PgStore {
         .bind(to_i64(c.resources.memory_mib)?)
         .bind(to_i64(c.resources.pids_max)?)
         .bind(c.resources.disk_mib.map(to_i64).transpose()?)
+        .bind(&c.org)
         .fetch_optional(&mut *tx)
         .await?;
         let Some(row) = row else {
@@ -164,8 +171,8 @@ impl PoolStore for PgStore {
         let now = Utc::now();
         sqlx::query(
             "INSERT INTO operations (id, kind, state, sandbox_id, template, release, \
-             idempotency_key, request_hash, created_at, updated_at, deadline) \
-             VALUES ($1, $2, 'succeeded', $3, $4, $5, $6, $7, $8, $8, $9)",
+             idempotency_key, request_hash, created_at, updated_at, deadline, org) \
+             VALUES ($1, $2, 'succeeded', $3, $4, $5, $6, $7, $8, $8, $9, $10)",
         )
         .bind(&op.id)
         .bind(op.kind.as_str())
@@ -176,6 +183,7 @@ impl PoolStore for PgStore {
         .bind(&op.request_hash)
         .bind(now)
         .bind(op.deadline)
+        .bind(&op.org)
         .execute(&mut *tx)
         .await
         .map_err(map_unique)?;

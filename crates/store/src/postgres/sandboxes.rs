@@ -27,6 +27,7 @@ pub(super) fn row_to_sandbox(r: &PgRow) -> Result<Sandbox, StoreError> {
     };
     Ok(Sandbox {
         id: r.try_get("id")?,
+        org: r.try_get("org")?,
         template: r.try_get("template")?,
         release: from_i64(r.try_get("release")?, "release")?,
         release_digest: r.try_get("release_digest")?,
@@ -96,6 +97,9 @@ impl SandboxStore for PgStore {
             QueryBuilder::new("SELECT * FROM sandboxes WHERE pool IS NULL");
         if !f.include_deleted && f.state != Some(SandboxState::Deleted) {
             q.push(" AND state <> 'deleted'");
+        }
+        if let Some(o) = &f.org {
+            q.push(" AND org = ").push_bind(o.as_str());
         }
         if let Some(s) = f.state {
             q.push(" AND state = ").push_bind(s.as_str());
@@ -182,9 +186,9 @@ pub(super) async fn insert(
         "INSERT INTO sandboxes (id, template, release, state, state_reason, runtime, vcpus, \
          memory_mib, pids_max, env, metadata, cwd, user_name, created_at, updated_at, \
          idle_timeout_s, ttl_s, last_activity_at, memory_restored, disk_mib, pool, \
-         release_digest, network, secrets, public) \
+         release_digest, network, secrets, public, org) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
-         $17, $18, $19, $20, $21, $22, $23, $24, $25)",
+         $17, $18, $19, $20, $21, $22, $23, $24, $25, $26)",
     )
     .bind(&s.id)
     .bind(&s.template)
@@ -211,6 +215,7 @@ pub(super) async fn insert(
     .bind(policy_json(&s.network)?)
     .bind(secrets_json(&s.secrets)?)
     .bind(s.public)
+    .bind(&s.org)
     .execute(db)
     .await
     .map_err(map_unique)?;

@@ -11,6 +11,7 @@ use crate::{json_map, map_json, parse_enum, CheckpointStore, StoreError};
 fn row_to_checkpoint(r: &sqlx::sqlite::SqliteRow) -> Result<Checkpoint, StoreError> {
     Ok(Checkpoint {
         id: r.try_get("id")?,
+        org: r.try_get("org")?,
         sandbox_id: r.try_get("sandbox_id")?,
         name: r.try_get("name")?,
         state: parse_enum(&r.try_get::<String, _>("state")?, CheckpointState::parse)?,
@@ -41,8 +42,8 @@ impl CheckpointStore for SqliteStore {
         sqlx::query(
             "INSERT INTO checkpoints (id, sandbox_id, name, state, state_reason, template, \
              release, vcpus, memory_mib, pids_max, disk_mib, env, cwd, user_name, runtime, \
-             memory, file_bytes, pause_ms, operation_id, created_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             memory, file_bytes, pause_ms, operation_id, created_at, org) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&c.id)
         .bind(&c.sandbox_id)
@@ -64,6 +65,7 @@ impl CheckpointStore for SqliteStore {
         .bind(c.pause_ms.map(|v| v as i64))
         .bind(&c.operation_id)
         .bind(c.created_at)
+        .bind(&c.org)
         .execute(&self.pool)
         .await
         .map_err(map_unique)?;
@@ -81,13 +83,15 @@ impl CheckpointStore for SqliteStore {
 
     async fn list_checkpoints(
         &self,
+        org: Option<&str>,
         sandbox_id: Option<&str>,
     ) -> Result<Vec<Checkpoint>, StoreError> {
         let rows = sqlx::query(
             "SELECT * FROM checkpoints WHERE (?1 IS NULL OR sandbox_id = ?1) \
-             ORDER BY created_at DESC, id DESC",
+             AND (?2 IS NULL OR org = ?2) ORDER BY created_at DESC, id DESC",
         )
         .bind(sandbox_id)
+        .bind(org)
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(row_to_checkpoint).collect()

@@ -10,12 +10,21 @@ use crate::{parse_enum, EventStore, StoreError};
 
 #[async_trait]
 impl EventStore for SqliteStore {
-    async fn events_after(&self, after: u64, limit: u32) -> Result<Vec<Event>, StoreError> {
-        let rows = sqlx::query("SELECT * FROM events WHERE seq > ? ORDER BY seq LIMIT ?")
-            .bind(after as i64)
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await?;
+    async fn events_after(
+        &self,
+        org: Option<&str>,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<Event>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT * FROM events WHERE seq > ?1 AND (?2 IS NULL OR sandbox_id IN \
+             (SELECT id FROM sandboxes WHERE org = ?2)) ORDER BY seq LIMIT ?3",
+        )
+        .bind(after as i64)
+        .bind(org)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter()
             .map(|r| {
                 Ok(Event {

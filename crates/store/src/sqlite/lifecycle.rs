@@ -131,6 +131,7 @@ mod tests {
         let now = Utc::now();
         Sandbox {
             id: id.into(),
+            org: "default".into(),
             template: "tiny".into(),
             release: 1,
             release_digest: None,
@@ -225,7 +226,7 @@ mod tests {
         );
         assert_eq!((s.idle_timeout_s, s.ttl_s), (2, Some(60)));
 
-        let events = store.events_after(0, 10).await.expect("events");
+        let events = store.events_after(None, 0, 10).await.expect("events");
         let kinds: Vec<EventType> = events.iter().map(|e| e.kind).collect();
         assert_eq!(
             kinds,
@@ -234,7 +235,7 @@ mod tests {
         assert!(events[0].seq < events[1].seq);
         assert_eq!(
             store
-                .events_after(events[0].seq, 10)
+                .events_after(None, events[0].seq, 10)
                 .await
                 .expect("after")
                 .len(),
@@ -264,7 +265,11 @@ mod tests {
             .await
             .expect("purge");
         assert_eq!(purged, 2);
-        assert!(store.events_after(0, 10).await.expect("events").is_empty());
+        assert!(store
+            .events_after(None, 0, 10)
+            .await
+            .expect("events")
+            .is_empty());
         // Seqs are never reused after a purge.
         let seq = store
             .record_event("sb-1", &ev(EventType::SandboxDeleted))

@@ -11,11 +11,13 @@ use sqlx::SqlitePool;
 
 use crate::{Store, StoreError};
 
+mod audit;
 mod checkpoints;
 mod commands;
 mod events;
 mod lifecycle;
 mod operations;
+mod orgs;
 mod pools;
 mod releases;
 mod sandboxes;

@@ -24,6 +24,7 @@ fn row_to_operation(r: &sqlx::sqlite::SqliteRow) -> Result<Operation, StoreError
     };
     Ok(Operation {
         id: r.try_get("id")?,
+        org: r.try_get("org")?,
         kind: parse_enum(&r.try_get::<String, _>("kind")?, OperationKind::parse)?,
         state: parse_enum(&r.try_get::<String, _>("state")?, OperationState::parse)?,
         sandbox_id: r.try_get("sandbox_id")?,
@@ -43,8 +44,8 @@ impl OperationStore for SqliteStore {
         let now = Utc::now();
         sqlx::query(
             "INSERT INTO operations (id, kind, state, sandbox_id, template, release, \
-             idempotency_key, request_hash, created_at, updated_at, deadline) \
-             VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?)",
+             idempotency_key, request_hash, created_at, updated_at, deadline, org) \
+             VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&op.id)
         .bind(op.kind.as_str())
@@ -56,6 +57,7 @@ impl OperationStore for SqliteStore {
         .bind(now)
         .bind(now)
         .bind(op.deadline)
+        .bind(&op.org)
         .execute(&self.pool)
         .await
         .map_err(map_unique)?;
@@ -73,14 +75,18 @@ impl OperationStore for SqliteStore {
 
     async fn operation_by_idempotency_key(
         &self,
+        org: &str,
         kind: OperationKind,
         key: &str,
     ) -> Result<Option<(Operation, Option<String>)>, StoreError> {
-        let row = sqlx::query("SELECT * FROM operations WHERE kind = ? AND idempotency_key = ?")
-            .bind(kind.as_str())
-            .bind(key)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = sqlx::query(
+            "SELECT * FROM operations WHERE org = ? AND kind = ? AND idempotency_key = ?",
+        )
+        .bind(org)
+        .bind(kind.as_str())
+        .bind(key)
+        .fetch_optional(&self.pool)
+        .await?;
         match row {
             Some(r) => Ok(Some((row_to_operation(&r)?, r.try_get("request_hash")?))),
             None => Ok(None),
@@ -117,27 +123,19 @@ impl OperationStore for SqliteStore {
 
     async fn list_operations(
         &self,
+        org: Option<&str>,
         sandbox_id: Option<&str>,
         limit: u32,
     ) -> Result<Vec<Operation>, StoreError> {
-        let rows = match sandbox_id {
-            Some(id) => {
-                sqlx::query(
-                    "SELECT * FROM operations WHERE sandbox_id = ? \
-                     ORDER BY created_at DESC, id DESC LIMIT ?",
-                )
-                .bind(id)
-                .bind(limit)
-                .fetch_all(&self.pool)
-                .await?
-            }
-            None => {
-                sqlx::query("SELECT * FROM operations ORDER BY created_at DESC, id DESC LIMIT ?")
-                    .bind(limit)
-                    .fetch_all(&self.pool)
-                    .await?
-            }
-        };
+        let rows = sqlx::query(
+            "SELECT * FROM operations WHERE (?1 IS NULL OR org = ?1) \
+             AND (?2 IS NULL OR sandbox_id = ?2) ORDER BY created_at DESC, id DESC LIMIT ?3",
+        )
+        .bind(org)
+        .bind(sandbox_id)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter().map(row_to_operation).collect()
     }
 
@@ -218,6 +216,7 @@ mod tests {
             .await
             .expect("open");
         let new = NewOperation {
+            org: "default".into(),
             id: "op-1".into(),
             kind: OperationKind::CreateSandbox,
             sandbox_id: Some("sb-1".into()),
@@ -229,6 +228,7 @@ mod tests {
         };
         store.insert_operation(&new).await.expect("insert");
         let dup = NewOperation {
+            org: "default".into(),
             id: "op-2".into(),
             ..new.clone()
         };
@@ -248,7 +248,7 @@ mod tests {
         let op = store.update_operation("op-1", &late).await.expect("update");
         assert_eq!(op.state, OperationState::Succeeded);
         let (found, hash) = store
-            .operation_by_idempotency_key(OperationKind::CreateSandbox, "k")
+            .operation_by_idempotency_key("default", OperationKind::CreateSandbox, "k")
             .await
             .expect("lookup")
             .expect("some");
@@ -272,6 +272,7 @@ mod tests {
             .await
             .expect("open");
         let op = |id: &str, sandbox: &str| NewOperation {
+            org: "default".into(),
             id: id.into(),
             kind: OperationKind::PauseSandbox,
             sandbox_id: Some(sandbox.into()),
@@ -287,11 +288,14 @@ mod tests {
         }
         let ids = |ops: Vec<Operation>| ops.into_iter().map(|o| o.id).collect::<Vec<_>>();
         assert_eq!(
-            ids(store.list_operations(Some("sb-1"), 10).await.expect("list")),
+            ids(store
+                .list_operations(None, Some("sb-1"), 10)
+                .await
+                .expect("list")),
             ["op-c", "op-a"]
         );
         assert_eq!(
-            ids(store.list_operations(None, 2).await.expect("list")),
+            ids(store.list_operations(None, None, 2).await.expect("list")),
             ["op-c", "op-b"]
         );
         assert!(store

@@ -19,6 +19,7 @@ use crate::{
 fn row_to_pool(r: &sqlx::sqlite::SqliteRow) -> Result<PoolRecord, StoreError> {
     Ok(PoolRecord {
         name: r.try_get("name")?,
+        org: r.try_get("org")?,
         template: r.try_get("template")?,
         release: r.try_get::<Option<i64>, _>("release")?.map(|v| v as u32),
         resources: Resources {
@@ -41,13 +42,14 @@ impl PoolStore for SqliteStore {
     async fn put_pool(&self, p: &PoolRecord) -> Result<PoolRecord, StoreError> {
         let row = sqlx::query(
             "INSERT INTO pools (name, template, release, vcpus, memory_mib, pids_max, disk_mib, \
-             min_ready, max_members, hits, misses, created_at, updated_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, ?, ?) \
+             min_ready, max_members, hits, misses, created_at, updated_at, org) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, ?, ?, ?) \
              ON CONFLICT (name) DO UPDATE SET template = excluded.template, \
              release = excluded.release, vcpus = excluded.vcpus, \
              memory_mib = excluded.memory_mib, pids_max = excluded.pids_max, \
              disk_mib = excluded.disk_mib, min_ready = excluded.min_ready, \
              max_members = excluded.max_members, updated_at = excluded.updated_at \
+             WHERE pools.org = excluded.org \
              RETURNING *",
         )
         .bind(&p.name)
@@ -61,8 +63,11 @@ impl PoolStore for SqliteStore {
         .bind(p.max)
         .bind(p.created_at)
         .bind(p.updated_at)
-        .fetch_one(&self.pool)
-        .await?;
+        .bind(&p.org)
+        .fetch_optional(&self.pool)
+        .await?
+        // The name is another org's pool.
+        .ok_or_else(|| StoreError::Conflict("pool name taken by another org".into()))?;
         row_to_pool(&row)
     }
 
@@ -125,7 +130,7 @@ impl PoolStore for SqliteStore {
              updated_at = ?, last_activity_at = ? \
              WHERE id = (SELECT id FROM sandboxes WHERE pool IS NOT NULL AND state = 'running' \
              AND template = ? AND release = ? AND vcpus = ? AND memory_mib = ? AND pids_max = ? \
-             AND disk_mib IS ? ORDER BY updated_at LIMIT 1) \
+             AND disk_mib IS ? AND org = ? ORDER BY updated_at LIMIT 1) \
              RETURNING *",
         )
         .bind(map_json(&c.env)?)
@@ -143,6 +148,7 @@ impl PoolStore for SqliteStore {
         .bind(c.resources.memory_mib as i64)
         .bind(c.resources.pids_max as i64)
         .bind(c.resources.disk_mib.map(|v| v as i64))
+        .bind(&c.org)
         .fetch_optional(&mut *tx)
         .await?;
         let Some(row) = row else {
@@ -158,8 +164,8 @@ impl PoolStore for SqliteStore {
         let now = Utc::now();
         sqlx::query(
             "INSERT INTO operations (id, kind, state, sandbox_id, template, release, \
-             idempotency_key, request_hash, created_at, updated_at, deadline) \
-             VALUES (?, ?, 'succeeded', ?, ?, ?, ?, ?, ?, ?, ?)",
+             idempotency_key, request_hash, created_at, updated_at, deadline, org) \
+             VALUES (?, ?, 'succeeded', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&op.id)
         .bind(op.kind.as_str())
@@ -171,6 +177,7 @@ impl PoolStore for SqliteStore {
         .bind(now)
         .bind(now)
         .bind(op.deadline)
+        .bind(&op.org)
         .execute(&mut *tx)
         .await
         .map_err(map_unique)?;

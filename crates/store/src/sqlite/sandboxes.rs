@@ -16,6 +16,7 @@ use cove_api_types::EgressPolicy;
 pub(super) fn row_to_sandbox(r: &sqlx::sqlite::SqliteRow) -> Result<Sandbox, StoreError> {
     Ok(Sandbox {
         id: r.try_get("id")?,
+        org: r.try_get("org")?,
         template: r.try_get("template")?,
         release: r.try_get::<i64, _>("release")? as u32,
         release_digest: r.try_get("release_digest")?,
@@ -92,6 +93,9 @@ impl SandboxStore for SqliteStore {
         if !f.include_deleted && f.state != Some(SandboxState::Deleted) {
             sql.push_str(" AND state != 'deleted'");
         }
+        if f.org.is_some() {
+            sql.push_str(" AND org = ?");
+        }
         if f.state.is_some() {
             sql.push_str(" AND state = ?");
         }
@@ -109,6 +113,9 @@ impl SandboxStore for SqliteStore {
         }
         sql.push_str(" ORDER BY created_at DESC, id DESC LIMIT ?");
         let mut q = sqlx::query(&sql);
+        if let Some(o) = &f.org {
+            q = q.bind(o);
+        }
         if let Some(s) = f.state {
             q = q.bind(s.as_str());
         }
@@ -192,8 +199,8 @@ pub(super) async fn insert(
         "INSERT INTO sandboxes (id, template, release, state, state_reason, runtime, vcpus, \
          memory_mib, pids_max, env, metadata, cwd, user_name, created_at, updated_at, \
          idle_timeout_s, ttl_s, last_activity_at, memory_restored, disk_mib, pool, \
-         release_digest, network, secrets, public) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         release_digest, network, secrets, public, org) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(&s.id)
     .bind(&s.template)
@@ -220,6 +227,7 @@ pub(super) async fn insert(
     .bind(policy_json(&s.network)?)
     .bind(secrets_json(&s.secrets)?)
     .bind(s.public)
+    .bind(&s.org)
     .execute(db)
     .await
     .map_err(map_unique)?;

@@ -10,6 +10,7 @@ use crate::{FileTemplate, StoreError, TemplateStore};
 fn row_to_template(r: &sqlx::sqlite::SqliteRow) -> Result<FileTemplate, StoreError> {
     Ok(FileTemplate {
         name: r.try_get("name")?,
+        org: r.try_get("org")?,
         file: r.try_get("file")?,
         created_at: r.try_get::<DateTime<Utc>, _>("created_at")?,
         updated_at: r.try_get::<DateTime<Utc>, _>("updated_at")?,
@@ -18,17 +19,25 @@ fn row_to_template(r: &sqlx::sqlite::SqliteRow) -> Result<FileTemplate, StoreErr
 
 #[async_trait]
 impl TemplateStore for SqliteStore {
-    async fn put_file_template(&self, name: &str, file: &str) -> Result<(), StoreError> {
+    async fn put_file_template(&self, name: &str, org: &str, file: &str) -> Result<(), StoreError> {
         let now = Utc::now();
-        sqlx::query(
-            "INSERT INTO file_templates (name, file, created_at, updated_at) VALUES (?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET file = excluded.file, updated_at = excluded.updated_at",
+        let done = sqlx::query(
+            "INSERT INTO file_templates (name, file, created_at, updated_at, org) \
+             VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET file = excluded.file, \
+             updated_at = excluded.updated_at WHERE file_templates.org = excluded.org",
         )
         .bind(name)
         .bind(file)
         .bind(now)
         .bind(now)
+        .bind(org)
         .execute(&self.pool)
         .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::Conflict(
+                "template name taken by another org".into(),
+            ));
+        }
         Ok(())
     }
 

@@ -14,6 +14,7 @@ fn checkpoint(id: &str, sandbox_id: &str, age_s: i64) -> Checkpoint {
     let s = sandbox(sandbox_id);
     Checkpoint {
         id: id.into(),
+        org: "default".into(),
         sandbox_id: sandbox_id.into(),
         name: Some(format!("name of {id}")),
         state: CheckpointState::Creating,
@@ -97,15 +98,18 @@ pub async fn checkpoints_are_listed_per_sandbox_newest_first(store: Arc<dyn Stor
     }
     let ids = |v: Vec<Checkpoint>| v.into_iter().map(|c| c.id).collect::<Vec<_>>();
     assert_eq!(
-        ids(store.list_checkpoints(Some("sb-1")).await.expect("list")),
+        ids(store
+            .list_checkpoints(None, Some("sb-1"))
+            .await
+            .expect("list")),
         ["ck-new", "ck-old"]
     );
     assert_eq!(
-        ids(store.list_checkpoints(None).await.expect("list all")),
+        ids(store.list_checkpoints(None, None).await.expect("list all")),
         ["ck-new", "ck-other", "ck-old"]
     );
     assert!(store
-        .list_checkpoints(Some("sb-none"))
+        .list_checkpoints(None, Some("sb-none"))
         .await
         .expect("list")
         .is_empty());

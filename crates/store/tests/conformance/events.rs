@@ -24,7 +24,7 @@ pub async fn event_seqs_are_gap_free_and_never_reused(store: Arc<dyn Store>) {
         assert_eq!(pair[1], pair[0] + 1, "{seqs:?}");
     }
     let listed: Vec<u64> = store
-        .events_after(0, 100)
+        .events_after(None, 0, 100)
         .await
         .expect("events")
         .iter()
@@ -37,7 +37,11 @@ pub async fn event_seqs_are_gap_free_and_never_reused(store: Arc<dyn Store>) {
         .await
         .expect("purge");
     assert_eq!(purged, 5);
-    assert!(store.events_after(0, 100).await.expect("events").is_empty());
+    assert!(store
+        .events_after(None, 0, 100)
+        .await
+        .expect("events")
+        .is_empty());
     let next = store
         .record_event("sb-1", &event(EventType::SandboxDeleted))
         .await
@@ -96,7 +100,7 @@ pub async fn concurrent_writers_never_let_a_reader_skip_an_event(store: Arc<dyn 
             started.elapsed() < StdDuration::from_secs(30),
             "reader saw {seen} of {total} events"
         );
-        let page = store.events_after(last, 7).await.expect("events");
+        let page = store.events_after(None, last, 7).await.expect("events");
         for e in &page {
             assert_eq!(
                 e.seq,
@@ -114,7 +118,7 @@ pub async fn concurrent_writers_never_let_a_reader_skip_an_event(store: Arc<dyn 
         w.await.expect("writer");
     }
     assert!(store
-        .events_after(last, 10)
+        .events_after(None, last, 10)
         .await
         .expect("events")
         .is_empty());
@@ -131,13 +135,13 @@ pub async fn events_after_pages_by_seq(store: Arc<dyn Store>) {
         };
         seqs.push(store.record_event("sb-1", &ev).await.expect("record"));
     }
-    let page = store.events_after(seqs[1], 3).await.expect("page");
+    let page = store.events_after(None, seqs[1], 3).await.expect("page");
     assert_eq!(page.iter().map(|e| e.seq).collect::<Vec<_>>(), &seqs[2..5]);
     assert_eq!(page[0].reason.as_deref(), Some("r2"));
     assert_eq!(page[0].operation_id, None);
     assert_eq!(page[0].kind, EventType::SandboxRunning);
     assert!(store
-        .events_after(seqs[6], 3)
+        .events_after(None, seqs[6], 3)
         .await
         .expect("end")
         .is_empty());
@@ -201,7 +205,7 @@ pub async fn purge_keeps_unfinished_operations_and_newer_rows(store: Arc<dyn Sto
     assert_eq!(store.purge_events_before(hour_ago).await.expect("purge"), 0);
     assert_eq!(store.purge_operations_before(cut).await.expect("purge"), 2);
     assert_eq!(
-        store.events_after(0, 10).await.expect("events").len(),
+        store.events_after(None, 0, 10).await.expect("events").len(),
         2,
         "an operations purge leaves events"
     );
@@ -228,7 +232,7 @@ pub async fn purge_keeps_unfinished_operations_and_newer_rows(store: Arc<dyn Sto
             .len(),
         1
     );
-    let events = store.events_after(0, 10).await.expect("events");
+    let events = store.events_after(None, 0, 10).await.expect("events");
     assert_eq!(events.iter().map(|e| e.seq).collect::<Vec<_>>(), [late_seq]);
 }
 
@@ -240,7 +244,7 @@ pub async fn network_denials_carry_their_destination(store: Arc<dyn Store>) {
         destination: Some("b.test (203.0.113.20:80)".into()),
     };
     let seq = store.record_event("sb-1", &ev).await.expect("record");
-    let got = store.events_after(seq - 1, 10).await.expect("events");
+    let got = store.events_after(None, seq - 1, 10).await.expect("events");
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].kind, EventType::NetworkDenied);
     assert_eq!(got[0].sandbox_id, "sb-1");

@@ -18,6 +18,7 @@ pub fn sandbox(id: &str) -> Sandbox {
     let t = now();
     Sandbox {
         id: id.into(),
+        org: "default".into(),
         template: "tiny".into(),
         release: 3,
         release_digest: Some(format!("sha256:{}", "ab".repeat(32))),
@@ -79,6 +80,7 @@ pub fn bare_sandbox(id: &str) -> Sandbox {
 /// A sandbox op without an idempotency key.
 pub fn operation(id: &str, kind: OperationKind, sandbox: &str) -> NewOperation {
     NewOperation {
+        org: "default".into(),
         id: id.into(),
         kind,
         sandbox_id: Some(sandbox.into()),

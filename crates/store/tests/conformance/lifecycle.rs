@@ -93,7 +93,7 @@ pub async fn transitions_record_events_and_remember_the_state_left(store: Arc<dy
         Some(SandboxState::Suspended)
     );
 
-    let events = store.events_after(0, 10).await.expect("events");
+    let events = store.events_after(None, 0, 10).await.expect("events");
     let got: Vec<(EventType, &str, Option<&str>, Option<&str>)> = events
         .iter()
         .map(|e| {
@@ -149,7 +149,11 @@ pub async fn a_transition_that_does_not_happen_records_nothing(store: Arc<dyn St
     }
     assert_eq!(store.get_sandbox("sb-1").await.expect("get"), before);
     assert_eq!(store.prior_state("sb-1").await.expect("prior"), None);
-    assert!(store.events_after(0, 10).await.expect("events").is_empty());
+    assert!(store
+        .events_after(None, 0, 10)
+        .await
+        .expect("events")
+        .is_empty());
 }
 
 pub async fn activity_only_moves_forward(store: Arc<dyn Store>) {

@@ -13,6 +13,7 @@ mod events;
 mod fixtures;
 mod lifecycle;
 mod operations;
+mod orgs;
 mod pools;
 mod releases;
 mod sandboxes;
@@ -86,6 +87,11 @@ conformance!(
     checkpoints::checkpoints_round_trip_and_move_from_creating_only,
     checkpoints::checkpoints_are_listed_per_sandbox_newest_first,
     checkpoints::unfinished_checkpoints_are_failed,
+    orgs::orgs_round_trip_and_the_default_org_exists,
+    orgs::api_keys_are_found_by_hash_listed_and_revoked,
+    orgs::usage_counts_live_sandboxes_but_not_pool_members,
+    orgs::listings_are_scoped_to_an_org,
+    orgs::audit_records_are_paged_scoped_and_purged,
 );
 
 /// `open` picks the backend from the URL.

@@ -9,6 +9,7 @@ use crate::fixtures::{now, operation, tick};
 
 fn keyed(id: &str, kind: OperationKind, key: &str, hash: &str) -> NewOperation {
     NewOperation {
+        org: "default".into(),
         idempotency_key: Some(key.into()),
         request_hash: Some(hash.into()),
         ..operation(id, kind, "sb-1")
@@ -17,6 +18,7 @@ fn keyed(id: &str, kind: OperationKind, key: &str, hash: &str) -> NewOperation {
 
 pub async fn operations_round_trip(store: Arc<dyn Store>) {
     let new = NewOperation {
+        org: "default".into(),
         template: Some("tiny".into()),
         release: Some(4),
         ..operation("op-1", OperationKind::BuildRelease, "sb-1")
@@ -58,6 +60,7 @@ pub async fn operations_round_trip(store: Arc<dyn Store>) {
         Err(StoreError::Conflict(_))
     ));
     let bare = NewOperation {
+        org: "default".into(),
         sandbox_id: None,
         ..operation("op-2", OperationKind::CreateSandbox, "")
     };
@@ -95,24 +98,24 @@ pub async fn idempotency_keys_are_unique_per_kind(store: Arc<dyn Store>) {
             .expect("no key");
     }
     let (found, hash) = store
-        .operation_by_idempotency_key(OperationKind::CreateSandbox, "k")
+        .operation_by_idempotency_key("default", OperationKind::CreateSandbox, "k")
         .await
         .expect("lookup")
         .expect("some");
     assert_eq!((found.id.as_str(), hash.as_deref()), ("op-1", Some("h")));
     let (found, _) = store
-        .operation_by_idempotency_key(OperationKind::DeleteSandbox, "k")
+        .operation_by_idempotency_key("default", OperationKind::DeleteSandbox, "k")
         .await
         .expect("lookup")
         .expect("some");
     assert_eq!(found.id, "op-3");
     assert!(store
-        .operation_by_idempotency_key(OperationKind::PauseSandbox, "k")
+        .operation_by_idempotency_key("default", OperationKind::PauseSandbox, "k")
         .await
         .expect("lookup")
         .is_none());
     assert!(store
-        .operation_by_idempotency_key(OperationKind::CreateSandbox, "nope")
+        .operation_by_idempotency_key("default", OperationKind::CreateSandbox, "nope")
         .await
         .expect("lookup")
         .is_none());
@@ -237,19 +240,22 @@ pub async fn operations_are_listed_newest_first(store: Arc<dyn Store>) {
         tick().await;
     }
     assert_eq!(
-        ids(store.list_operations(Some("sb-1"), 10).await.expect("list")),
+        ids(store
+            .list_operations(None, Some("sb-1"), 10)
+            .await
+            .expect("list")),
         ["op-c", "op-a"]
     );
     assert_eq!(
-        ids(store.list_operations(None, 2).await.expect("list")),
+        ids(store.list_operations(None, None, 2).await.expect("list")),
         ["op-c", "op-b"]
     );
     assert_eq!(
-        ids(store.list_operations(None, 10).await.expect("list")),
+        ids(store.list_operations(None, None, 10).await.expect("list")),
         ["op-c", "op-b", "op-a"]
     );
     assert!(store
-        .list_operations(Some("sb-x"), 10)
+        .list_operations(None, Some("sb-x"), 10)
         .await
         .expect("list")
         .is_empty());

@@ -11,6 +11,7 @@ use crate::fixtures::{bare_sandbox, now, operation, sandbox};
 fn pool(name: &str) -> PoolRecord {
     let t = now();
     PoolRecord {
+        org: "default".into(),
         name: name.into(),
         template: "tiny".into(),
         release: None,
@@ -27,6 +28,7 @@ fn pool(name: &str) -> PoolRecord {
 fn claim() -> PoolClaim {
     let s = sandbox("x");
     PoolClaim {
+        org: "default".into(),
         template: s.template,
         release: s.release,
         resources: s.resources,
@@ -45,6 +47,7 @@ fn op() -> NewOperation {
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     NewOperation {
+        org: "default".into(),
         sandbox_id: None,
         ..operation(&format!("op-claim-{n}"), OperationKind::CreateSandbox, "")
     }
@@ -70,6 +73,7 @@ pub async fn pools_round_trip_and_put_keeps_counters(store: Arc<dyn Store>) {
         .await
         .expect("miss");
     let changed = PoolRecord {
+        org: "default".into(),
         release: Some(7),
         min_ready: 0,
         max: 1,
@@ -127,14 +131,17 @@ pub async fn members_are_hidden_until_claimed(store: Arc<dyn Store>) {
     // Another size, release or template does not match.
     for c in [
         PoolClaim {
+            org: "default".into(),
             release: 4,
             ..claim()
         },
         PoolClaim {
+            org: "default".into(),
             template: "other".into(),
             ..claim()
         },
         PoolClaim {
+            org: "default".into(),
             resources: bare_sandbox("x").resources,
             ..claim()
         },
@@ -151,7 +158,7 @@ pub async fn members_are_hidden_until_claimed(store: Arc<dyn Store>) {
     assert_eq!(operation.id, claim_op.id);
     assert_eq!(operation.state, OperationState::Succeeded);
     assert_eq!(operation.sandbox_id.as_deref(), Some("sb-member"));
-    let events = store.events_after(0, 10).await.expect("events");
+    let events = store.events_after(None, 0, 10).await.expect("events");
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].kind, EventType::SandboxCreated);
     assert_eq!(
@@ -188,7 +195,7 @@ pub async fn members_are_hidden_until_claimed(store: Arc<dyn Store>) {
         None,
         "taken"
     );
-    let ops = store.list_operations(None, 10).await.expect("ops");
+    let ops = store.list_operations(None, None, 10).await.expect("ops");
     assert_eq!(ops.len(), 1, "a claim that found nothing records nothing");
 }
 
@@ -285,6 +292,7 @@ pub async fn a_claim_with_a_taken_idempotency_key_claims_nothing(store: Arc<dyn 
         .await
         .expect("insert");
     let keyed = NewOperation {
+        org: "default".into(),
         idempotency_key: Some("k1".into()),
         ..op()
     };
@@ -293,6 +301,7 @@ pub async fn a_claim_with_a_taken_idempotency_key_claims_nothing(store: Arc<dyn 
         .await
         .expect("first use of the key");
     let again = NewOperation {
+        org: "default".into(),
         idempotency_key: Some("k1".into()),
         ..op()
     };

@@ -9,11 +9,11 @@ use cove_store::Store;
 pub async fn file_templates_are_put_replaced_listed_and_deleted(store: Arc<dyn Store>) {
     assert_eq!(store.file_template("web").await.expect("get"), None);
     store
-        .put_file_template("web", "FROM base\n")
+        .put_file_template("web", "default", "FROM base\n")
         .await
         .expect("put");
     store
-        .put_file_template("api", "FROM tiny\n")
+        .put_file_template("api", "default", "FROM tiny\n")
         .await
         .expect("put");
     let first = store
@@ -23,7 +23,7 @@ pub async fn file_templates_are_put_replaced_listed_and_deleted(store: Arc<dyn S
         .expect("there");
     assert_eq!(first.file, "FROM base\n");
     store
-        .put_file_template("web", "FROM base\nRUN true\n")
+        .put_file_template("web", "default", "FROM base\nRUN true\n")
         .await
         .expect("replace");
     let second = store

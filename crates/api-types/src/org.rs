@@ -1,0 +1,138 @@
+//! Orgs, their API keys and quotas, and the audit log (`/v1/orgs`, `/v1/audit`).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// The built-in org: the admin token acts in it, and everything made before orgs existed
+/// belongs to it.
+pub const DEFAULT_ORG: &str = "default";
+
+/// An org: the owner of sandboxes, commands, operations, events, checkpoints, pools and file
+/// templates. Another org's resources answer `404` as if they did not exist.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Org {
+    /// Id (1 to 40 of `a-z`, `0-9`, `-`, starting with a letter), chosen at creation.
+    pub id: String,
+    /// Its quotas.
+    pub quotas: Quotas,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+}
+
+/// An org's quotas; an absent limit is unlimited (the default of every limit). Warm pool
+/// members that no create has claimed yet count toward none of them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Quotas {
+    /// Most sandboxes alive at once (every state but `suspended`, `failed` and `deleted`:
+    /// those hold no CPU or memory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_running: Option<u32>,
+    /// Most vCPUs of those sandboxes together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_vcpus: Option<u32>,
+    /// Most memory (MiB) of those sandboxes together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_memory_mib: Option<u64>,
+    /// Most sandbox creates (and wakes) accepted per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_creates_per_s: Option<u32>,
+}
+
+/// Body of `POST /v1/orgs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateOrgRequest {
+    /// The org's id (1 to 40 of `a-z`, `0-9`, `-`, starting with a letter).
+    pub id: String,
+    /// Its quotas (default: unlimited).
+    #[serde(default)]
+    pub quotas: Quotas,
+}
+
+/// Answer of `GET /v1/orgs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct OrgList {
+    /// Every org, by id.
+    pub orgs: Vec<Org>,
+}
+
+/// An API key of an org (never its secret, which is shown once, at creation).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ApiKey {
+    /// Id (`key-` + 16 lowercase letters/digits).
+    pub id: String,
+    /// The org it acts as.
+    pub org: String,
+    /// A name to tell keys apart.
+    pub name: String,
+    /// The secret's first characters (`cove_` + 8), to recognise it.
+    pub prefix: String,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// When it was revoked (a revoked key answers `401`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// Body of `POST /v1/orgs/{org}/keys`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateApiKeyRequest {
+    /// A name to tell keys apart (default: empty).
+    #[serde(default)]
+    pub name: String,
+}
+
+/// `201` answer of `POST /v1/orgs/{org}/keys`: the only time the secret is shown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct CreatedApiKey {
+    /// The key.
+    pub key: ApiKey,
+    /// The secret to send as `Authorization: Bearer` (or E2B's `X-API-Key`). Only its
+    /// SHA-256 hash is stored.
+    pub secret: String,
+}
+
+/// Answer of `GET /v1/orgs/{org}/keys`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ApiKeyList {
+    /// The org's keys, oldest first (revoked ones too).
+    pub keys: Vec<ApiKey>,
+}
+
+/// One audit record: who did what, to what, when, and how it ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct AuditEntry {
+    /// Position in the log (increasing; the cursor of `GET /v1/audit`).
+    pub seq: u64,
+    /// When the request was answered.
+    pub time: DateTime<Utc>,
+    /// The org the caller acted in.
+    pub org: String,
+    /// Who: `admin` (the admin token) or the API key's id.
+    pub actor: String,
+    /// What: the method and route, e.g. `POST /v1/sandboxes/{id}/pause`.
+    pub action: String,
+    /// The resource the route names (sandbox, command, checkpoint, operation, pool, template,
+    /// org or key id), or the one a create made when the answer names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
+    /// The HTTP status answered.
+    pub status: u16,
+    /// `ok` for a 2xx/3xx answer, else the error's code (e.g. `quota_exceeded`).
+    pub outcome: String,
+    /// The request's id (`x-request-id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+}
+
+/// Answer of `GET /v1/audit`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct AuditPage {
+    /// Records after the cursor, oldest first.
+    pub entries: Vec<AuditEntry>,
+    /// Pass as `?after=` for the next page (absent when this page is the last for now).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<u64>,
+}

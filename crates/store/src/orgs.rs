@@ -1,0 +1,58 @@
+//! Orgs, their API keys (SHA-256 hashes only; the secret is never stored) and quotas, and what
+//! an org uses now (for quota checks).
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use cove_api_types::{ApiKey, Org, Quotas};
+
+use crate::StoreError;
+
+/// What an org's sandboxes hold now: those alive (every state but `suspended`, `failed` and
+/// `deleted`) that are not unclaimed warm pool members.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct OrgUsage {
+    /// How many.
+    pub running: u64,
+    /// Their vCPUs together.
+    pub vcpus: u64,
+    /// Their memory (MiB) together.
+    pub memory_mib: u64,
+}
+
+/// Org and API key rows.
+#[async_trait]
+pub trait OrgStore: Send + Sync {
+    /// Inserts an org. A taken id is [`StoreError::Conflict`].
+    async fn insert_org(&self, org: &Org) -> Result<(), StoreError>;
+
+    /// One org; [`StoreError::NotFound`] when there is none.
+    async fn get_org(&self, id: &str) -> Result<Org, StoreError>;
+
+    /// Every org, by id.
+    async fn list_orgs(&self) -> Result<Vec<Org>, StoreError>;
+
+    /// Replaces an org's quotas; returns whether the org exists.
+    async fn set_org_quotas(&self, id: &str, quotas: &Quotas) -> Result<bool, StoreError>;
+
+    /// Stores key `key` with the SHA-256 `hash` of its secret. A taken id or hash is
+    /// [`StoreError::Conflict`]. The caller makes sure the org exists.
+    async fn insert_api_key(&self, key: &ApiKey, hash: &str) -> Result<(), StoreError>;
+
+    /// The key whose secret hashes to `hash` (revoked ones too), if any.
+    async fn api_key_by_hash(&self, hash: &str) -> Result<Option<ApiKey>, StoreError>;
+
+    /// The keys of `org`, oldest first (revoked ones too).
+    async fn list_api_keys(&self, org: &str) -> Result<Vec<ApiKey>, StoreError>;
+
+    /// Marks key `id` of `org` revoked at `at` (a key already revoked keeps its first time).
+    /// Returns whether `org` has such a key.
+    async fn revoke_api_key(
+        &self,
+        org: &str,
+        id: &str,
+        at: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+
+    /// What `org`'s sandboxes hold now ([`OrgUsage`]).
+    async fn org_usage(&self, org: &str) -> Result<OrgUsage, StoreError>;
+}

@@ -1,0 +1,298 @@
+//! Orgs, API key hashes, quotas' usage, the audit log, and org scoping of listings.
+
+use std::sync::Arc;
+
+use chrono::Duration;
+use cove_api_types::{ApiKey, AuditEntry, Org, Quotas, Resources, SandboxState, DEFAULT_ORG};
+use cove_store::{SandboxFilter, Store, StoreError};
+
+use crate::fixtures::{now, operation, sandbox};
+
+fn org(id: &str) -> Org {
+    Org {
+        id: id.into(),
+        quotas: Quotas::default(),
+        created_at: now(),
+    }
+}
+
+fn key(id: &str, org: &str) -> ApiKey {
+    ApiKey {
+        id: id.into(),
+        org: org.into(),
+        name: format!("name of {id}"),
+        prefix: "cove_abcdefgh".into(),
+        created_at: now(),
+        revoked_at: None,
+    }
+}
+
+pub async fn orgs_round_trip_and_the_default_org_exists(store: Arc<dyn Store>) {
+    let default = store.get_org(DEFAULT_ORG).await.expect("default org");
+    assert_eq!(default.quotas, Quotas::default());
+    let acme = Org {
+        quotas: Quotas {
+            max_running: Some(2),
+            max_vcpus: Some(4),
+            max_memory_mib: Some(1 << 40),
+            max_creates_per_s: None,
+        },
+        ..org("acme")
+    };
+    store.insert_org(&acme).await.expect("insert");
+    assert_eq!(store.get_org("acme").await.expect("get"), acme);
+    assert!(matches!(
+        store.insert_org(&org("acme")).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(matches!(
+        store.get_org("nope").await,
+        Err(StoreError::NotFound)
+    ));
+    let ids: Vec<String> = store
+        .list_orgs()
+        .await
+        .expect("list")
+        .into_iter()
+        .map(|o| o.id)
+        .collect();
+    assert_eq!(ids, ["acme", "default"]);
+    let q = Quotas {
+        max_creates_per_s: Some(5),
+        ..Quotas::default()
+    };
+    assert!(store.set_org_quotas("acme", &q).await.expect("set"));
+    assert_eq!(store.get_org("acme").await.expect("get").quotas, q);
+    assert!(!store.set_org_quotas("nope", &q).await.expect("set"));
+}
+
+pub async fn api_keys_are_found_by_hash_listed_and_revoked(store: Arc<dyn Store>) {
+    store.insert_org(&org("acme")).await.expect("org");
+    store.insert_org(&org("other")).await.expect("org");
+    let k1 = key("key-1", "acme");
+    store.insert_api_key(&k1, "hash-1").await.expect("insert");
+    store
+        .insert_api_key(&key("key-2", "acme"), "hash-2")
+        .await
+        .expect("insert");
+    store
+        .insert_api_key(&key("key-3", "other"), "hash-3")
+        .await
+        .expect("insert");
+    assert!(matches!(
+        store.insert_api_key(&key("key-4", "acme"), "hash-1").await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert_eq!(
+        store.api_key_by_hash("hash-1").await.expect("find"),
+        Some(k1)
+    );
+    assert_eq!(store.api_key_by_hash("key-1").await.expect("find"), None);
+    let ids = |keys: Vec<ApiKey>| keys.into_iter().map(|k| k.id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(store.list_api_keys("acme").await.expect("list")),
+        ["key-1", "key-2"]
+    );
+    // Another org's key is not revoked through this org.
+    assert!(!store
+        .revoke_api_key("acme", "key-3", now())
+        .await
+        .expect("revoke"));
+    let at = now();
+    assert!(store
+        .revoke_api_key("acme", "key-1", at)
+        .await
+        .expect("revoke"));
+    assert!(store
+        .revoke_api_key("acme", "key-1", at + Duration::seconds(60))
+        .await
+        .expect("again"));
+    let got = store
+        .api_key_by_hash("hash-1")
+        .await
+        .expect("find")
+        .expect("still there");
+    assert_eq!(got.revoked_at, Some(at), "the first revocation time stays");
+    assert_eq!(
+        store
+            .api_key_by_hash("hash-3")
+            .await
+            .expect("find")
+            .and_then(|k| k.revoked_at),
+        None
+    );
+}
+
+pub async fn usage_counts_live_sandboxes_but_not_pool_members(store: Arc<dyn Store>) {
+    store.insert_org(&org("acme")).await.expect("org");
+    let sized = |id: &str, org: &str, state: SandboxState, vcpus: u32, mib: u64| {
+        let mut s = sandbox(id);
+        s.org = org.into();
+        s.state = state;
+        s.resources = Resources {
+            vcpus,
+            memory_mib: mib,
+            ..s.resources
+        };
+        s
+    };
+    for s in [
+        sized("sb-a1", "acme", SandboxState::Running, 2, 512),
+        sized("sb-a2", "acme", SandboxState::Paused, 1, 256),
+        sized("sb-a3", "acme", SandboxState::Suspended, 8, 8192),
+        sized("sb-a4", "acme", SandboxState::Failed, 8, 8192),
+        sized("sb-a5", "acme", SandboxState::Deleted, 8, 8192),
+        sized("sb-d1", DEFAULT_ORG, SandboxState::Running, 4, 4096),
+    ] {
+        store.insert_sandbox(&s).await.expect("insert");
+    }
+    store
+        .insert_pool_member(&sized("sb-p1", "acme", SandboxState::Running, 4, 4096), "p")
+        .await
+        .expect("member");
+    let u = store.org_usage("acme").await.expect("usage");
+    assert_eq!((u.running, u.vcpus, u.memory_mib), (2, 3, 768));
+    let u = store.org_usage("nobody").await.expect("usage");
+    assert_eq!((u.running, u.vcpus, u.memory_mib), (0, 0, 0));
+}
+
+pub async fn listings_are_scoped_to_an_org(store: Arc<dyn Store>) {
+    store.insert_org(&org("acme")).await.expect("org");
+    let mut a = sandbox("sb-a");
+    a.org = "acme".into();
+    store.insert_sandbox(&a).await.expect("insert");
+    store
+        .insert_sandbox(&sandbox("sb-d"))
+        .await
+        .expect("insert");
+    let listed = |org: Option<&str>| {
+        let store = store.clone();
+        let org = org.map(String::from);
+        async move {
+            store
+                .list_sandboxes(&SandboxFilter {
+                    org,
+                    limit: 10,
+                    ..SandboxFilter::default()
+                })
+                .await
+                .expect("list")
+                .into_iter()
+                .map(|s| s.id)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(listed(Some("acme")).await, ["sb-a"]);
+    assert_eq!(listed(Some(DEFAULT_ORG)).await, ["sb-d"]);
+    assert_eq!(listed(None).await.len(), 2);
+    assert_eq!(store.get_sandbox("sb-a").await.expect("get").org, "acme");
+
+    // Operations carry their org; idempotency keys are per org.
+    let mut op = operation("op-a", cove_api_types::OperationKind::CreateSandbox, "sb-a");
+    op.org = "acme".into();
+    op.idempotency_key = Some("k".into());
+    store.insert_operation(&op).await.expect("op");
+    let mut op2 = operation("op-d", cove_api_types::OperationKind::CreateSandbox, "sb-d");
+    op2.idempotency_key = Some("k".into());
+    store
+        .insert_operation(&op2)
+        .await
+        .expect("the same key in another org");
+    let by_key = store
+        .operation_by_idempotency_key("acme", cove_api_types::OperationKind::CreateSandbox, "k")
+        .await
+        .expect("by key")
+        .expect("found");
+    assert_eq!(by_key.0.id, "op-a");
+    assert_eq!(by_key.0.org, "acme");
+    let ops = store
+        .list_operations(Some("acme"), None, 10)
+        .await
+        .expect("ops");
+    assert_eq!(
+        ops.iter().map(|o| o.id.as_str()).collect::<Vec<_>>(),
+        ["op-a"]
+    );
+
+    // Events follow their sandbox's org.
+    for id in ["sb-a", "sb-d"] {
+        store
+            .transition_with_event(
+                id,
+                &[SandboxState::Running],
+                SandboxState::Paused,
+                None,
+                Some(&cove_store::NewEvent {
+                    kind: cove_api_types::EventType::SandboxPaused,
+                    operation_id: None,
+                    reason: None,
+                    destination: None,
+                }),
+            )
+            .await
+            .expect("transition");
+    }
+    let events = store
+        .events_after(Some("acme"), 0, 10)
+        .await
+        .expect("events");
+    assert_eq!(
+        events
+            .iter()
+            .map(|e| e.sandbox_id.as_str())
+            .collect::<Vec<_>>(),
+        ["sb-a"]
+    );
+    assert_eq!(store.events_after(None, 0, 10).await.expect("all").len(), 2);
+}
+
+fn entry(org: &str, action: &str, age_s: i64) -> AuditEntry {
+    AuditEntry {
+        seq: 0,
+        time: now() - Duration::seconds(age_s),
+        org: org.into(),
+        actor: "admin".into(),
+        action: action.into(),
+        resource: Some("sb-1".into()),
+        status: 202,
+        outcome: "ok".into(),
+        request_id: Some("req-1".into()),
+    }
+}
+
+pub async fn audit_records_are_paged_scoped_and_purged(store: Arc<dyn Store>) {
+    let mut seqs = Vec::new();
+    for (i, org) in ["acme", "default", "acme", "acme"].into_iter().enumerate() {
+        let age = if i == 0 { 3600 } else { 0 };
+        seqs.push(
+            store
+                .append_audit(&entry(org, &format!("POST /v1/x{i}"), age))
+                .await
+                .expect("append"),
+        );
+    }
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    let all = store.audit_after(None, 0, 10).await.expect("all");
+    assert_eq!(all.len(), 4);
+    assert_eq!(all[1].org, "default");
+    assert_eq!(all[1].action, "POST /v1/x1");
+    assert_eq!(all[1].resource.as_deref(), Some("sb-1"));
+    assert_eq!(all[1].request_id.as_deref(), Some("req-1"));
+    assert_eq!((all[1].status, all[1].outcome.as_str()), (202, "ok"));
+    let acme = store.audit_after(Some("acme"), 0, 2).await.expect("page");
+    assert_eq!(
+        acme.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        [seqs[0], seqs[2]]
+    );
+    let next = store
+        .audit_after(Some("acme"), seqs[2], 2)
+        .await
+        .expect("next page");
+    assert_eq!(next.iter().map(|e| e.seq).collect::<Vec<_>>(), [seqs[3]]);
+    let purged = store
+        .purge_audit_before(now() - Duration::seconds(60))
+        .await
+        .expect("purge");
+    assert_eq!(purged, 1);
+    assert_eq!(store.audit_after(None, 0, 10).await.expect("all").len(), 3);
+}
