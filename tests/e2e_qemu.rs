@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use cove_api_types::{CreateCommandRequest, OperationState, SandboxState};
 use cove_client::{Client, UploadOptions};
-use cove_e2e::{client_of, delete, sandbox, server_with, sh, shell, Server};
+use cove_e2e::{client_of, delete, have_qemu, sandbox, server_with, sh, shell, Server};
 
 fn qemu_server() -> &'static Server {
     server_with(|cfg| {
@@ -23,17 +23,6 @@ fn qemu_server() -> &'static Server {
 
 /// At most two VM tests at once, whatever `--test-threads` says (TCG on two cores).
 static VM_SLOTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(2);
-
-fn have_qemu() -> bool {
-    let ok = std::process::Command::new("qemu-system-x86_64")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("skipped: no qemu-system-x86_64");
-    }
-    ok
-}
 
 fn as_root(line: &str) -> CreateCommandRequest {
     CreateCommandRequest {

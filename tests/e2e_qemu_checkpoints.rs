@@ -40,12 +40,7 @@ async fn count(c: &Client, id: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollback_restores_files_and_the_running_counter() {
-    let ok = std::process::Command::new("qemu-system-x86_64")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("skipped: no qemu-system-x86_64");
+    if !cove_e2e::have_qemu() {
         return;
     }
     let c = client_of(qemu_server());

@@ -8,19 +8,8 @@
 use std::time::Duration;
 
 use cove_api_types::{CreateCommandRequest, CreateSandboxRequest, EgressPolicy};
-use cove_e2e::{client_of, delete, sandbox_with, server_with, sh};
+use cove_e2e::{client_of, delete, have_qemu, sandbox_with, server_with, sh};
 use cove_network::lab::WEB_B;
-
-fn have_qemu() -> bool {
-    let ok = std::process::Command::new("qemu-system-x86_64")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("skipped: no qemu-system-x86_64");
-    }
-    ok
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vm_reaches_an_allowed_host_only() {

@@ -55,6 +55,19 @@ fn workspace_root() -> PathBuf {
         .unwrap_or_default()
 }
 
+/// Whether `qemu-system-x86_64` runs here; says "skipped" on stderr when it does not (the VM
+/// tests then pass without running).
+pub fn have_qemu() -> bool {
+    let ok = std::process::Command::new("qemu-system-x86_64")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("skipped: no qemu-system-x86_64");
+    }
+    ok
+}
+
 /// The guest agent binary, built once if needed.
 pub fn guest_agent() -> PathBuf {
     static AGENT: OnceLock<PathBuf> = OnceLock::new();
