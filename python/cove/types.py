@@ -501,7 +501,7 @@ class Capabilities:
     #: runc). ``False`` on qemu, whose boundary is the VM.
     user_namespaces: bool = False
     #: Seconds each class of record is kept (``operations_s``, ``events_s``, ``commands_s``,
-    #: ``snapshots_s``); ``None``: kept until its owner goes.
+    #: ``snapshots_s``, ``audit_s``); ``None``: kept until its owner goes.
     retention: Dict[str, Optional[int]] = field(default_factory=dict)
 
     @classmethod

@@ -371,12 +371,13 @@ def test_ports_public_and_one_time_links(client):
 
 def test_capabilities_state_the_retention(client):
     caps = client.capabilities()
-    # The server under test runs with the defaults: 7 days, 7 days, 1 day, kept.
+    # The server under test runs with the defaults: 7 days, 7 days, 1 day, kept, 90 days.
     assert caps.retention == {
         "operations_s": 7 * 86400,
         "events_s": 7 * 86400,
         "commands_s": 86400,
         "snapshots_s": None,
+        "audit_s": 90 * 86400,
     }
 
 
