@@ -270,6 +270,10 @@ impl NodeReleases for RemoteNode {
     async fn remove_release(&self, template: &str, number: u32) -> Result<(), NodeError> {
         self.call(Method::RemoveRelease, (template, number)).await
     }
+
+    async fn remove_stored_release(&self, digest: &str) -> Result<(), NodeError> {
+        self.call(Method::RemoveStoredRelease, (digest,)).await
+    }
 }
 
 #[async_trait]

@@ -29,9 +29,12 @@ pub use client::RemoteNode;
 pub use membership::{ClusterClient, ClusterService, JoinAnswer, Membership, MembershipError};
 pub use server::NodeService;
 
-/// Version of the wire (`proto/node.proto`); a peer speaking another is refused. Version 2
-/// added the guest agent check and the repair (`CHECK_AGENT`, `REPAIR_SANDBOX`).
-pub const PROTOCOL_VERSION: u32 = 2;
+/// Version of the wire (`proto/node.proto`); a peer speaking another is refused (at join and
+/// on every call, with a message naming both versions), so an older node never gets a call
+/// it cannot answer. Version 2 added the guest agent check and the repair (`CHECK_AGENT`,
+/// `REPAIR_SANDBOX`); version 3 the release digest in a launch (a node fetches a file release
+/// it lacks from the snapshot store) and `REMOVE_STORED_RELEASE`.
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Most bytes in one message of a byte stream (file contents, bodies).
 pub const CHUNK_BYTES: usize = 256 * 1024;

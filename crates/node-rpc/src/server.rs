@@ -124,6 +124,10 @@ impl Node for NodeService {
                 let (t, num): (String, u32) = args(&a)?;
                 reply(n.remove_release(&t, num).await)
             }
+            Method::RemoveStoredRelease => {
+                let (digest,): (String,) = args(&a)?;
+                reply(n.remove_stored_release(&digest).await)
+            }
             Method::StartSandbox => {
                 let (launch,): (SandboxLaunch,) = args(&a)?;
                 reply(n.start_sandbox(launch).await)

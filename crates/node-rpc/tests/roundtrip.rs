@@ -38,6 +38,7 @@ fn launch(id: &str) -> SandboxLaunch {
         id: id.into(),
         template: "base".into(),
         release: 1,
+        release_digest: None,
         resources: Resources {
             vcpus: 1,
             memory_mib: 256,

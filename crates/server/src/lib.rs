@@ -469,6 +469,8 @@ pub(crate) async fn build_node_agent(
             cache_dir: Some(cache_dir.to_path_buf()),
             mirror: None,
             snapshots: snapshot_store(&cfg.lifecycle, data_dir)?,
+            // A store given by URL is what the nodes of a cluster share.
+            share_releases: cfg.lifecycle.snapshot_store.is_some(),
             command_output: cfg.command_output,
         },
         runtime,

@@ -364,6 +364,12 @@ impl NodeReleases for FakeNode {
         })
         .await
     }
+
+    /// The fake node has no snapshot store for releases: the call is only recorded.
+    async fn remove_stored_release(&self, digest: &str) -> Result<(), NodeError> {
+        self.run(Call::RemoveStoredRelease, digest, None, |_| Ok(()))
+            .await
+    }
 }
 
 /// The digest the fake node gives every build of `template`: fixed per template, so rebuilds

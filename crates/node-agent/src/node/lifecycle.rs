@@ -245,10 +245,18 @@ impl NodeAgent {
             .release_dir(&launch.template, launch.release)
             .join("rootfs");
         if tokio::fs::metadata(&rootfs).await.is_err() {
-            return Err(NodeError::ReleaseNotFound(format!(
-                "release {} of {} is not on this node",
-                launch.release, launch.template
-            )));
+            match &launch.release_digest {
+                Some(digest) => {
+                    self.fetch_release(&launch.template, launch.release, digest)
+                        .await?
+                }
+                None => {
+                    return Err(NodeError::ReleaseNotFound(format!(
+                        "release {} of {} is not on this node",
+                        launch.release, launch.template
+                    )))
+                }
+            }
         }
         let dir = self.sandbox_dir(&launch.id);
         let network = self.attach_network(launch, counters).await?;

@@ -39,6 +39,9 @@ pub struct NodeConfig {
     pub mirror: Option<String>,
     /// Where suspended sandboxes' files are kept.
     pub snapshots: crate::snapshot::SnapshotStore,
+    /// Whether the snapshot store is shared with other nodes, so releases built from a file
+    /// are kept there for them (`releases/<digest hex>/`, see `release_store`).
+    pub share_releases: bool,
     /// How much of each command's output the guest agents keep.
     pub command_output: crate::guest::OutputLimits,
 }
@@ -52,6 +55,8 @@ pub struct NodeAgent {
     history: Mutex<metrics::History>,
     /// Sandbox networks (`None`: networking off, sandboxes have loopback only).
     network: Option<Arc<network::NodeNet>>,
+    /// Held while a release is fetched from the snapshot store (fetches take turns).
+    fetching: tokio::sync::Mutex<()>,
 }
 
 impl NodeAgent {
@@ -63,6 +68,7 @@ impl NodeAgent {
             guests: Mutex::new(HashMap::new()),
             history: Mutex::new(HashMap::new()),
             network: None,
+            fetching: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -144,5 +150,6 @@ mod files;
 mod lifecycle;
 mod metrics;
 mod network;
+mod release_store;
 mod releases;
 mod repair;

@@ -39,6 +39,7 @@ mod staging;
 mod steps;
 mod tiny;
 
+pub(crate) use digest::manifest_digest;
 pub use recipe::{Recipe, TemplateDefaults};
 pub use steps::{hash_sources, publish_release, step_key, unpack_context, LayerCache, StepTree};
 
