@@ -51,6 +51,10 @@ struct State {
 fn build_err(e: template::BuildError) -> NodeError {
     match e {
         template::BuildError::Cancelled => NodeError::Cancelled,
+        e @ template::BuildError::InvalidLayer { .. } => NodeError::InvalidArgument {
+            field: "file".into(),
+            message: format!("FROM oci-archive: {e}"),
+        },
         other => NodeError::Build(other.to_string()),
     }
 }

@@ -109,6 +109,15 @@ pub enum BuildError {
         #[source]
         source: std::io::Error,
     },
+    /// An image layer does not match its digest in the image's manifest or config (or has a
+    /// digest that is not SHA-256).
+    #[error("image layer {layer}: {detail}")]
+    InvalidLayer {
+        /// The layer's path in the archive.
+        layer: String,
+        /// What is wrong.
+        detail: String,
+    },
     /// The build was cancelled.
     #[error("build cancelled")]
     Cancelled,
