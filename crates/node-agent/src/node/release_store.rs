@@ -66,6 +66,11 @@ fn digest_hex(digest: &str) -> Result<&str, NodeError> {
         })
 }
 
+/// `ReleaseCorrupt`: `what` (the release) and why.
+fn corrupt(what: &str, why: String) -> NodeError {
+    NodeError::ReleaseCorrupt(format!("{what} {why}"))
+}
+
 fn store_err(e: SnapshotError) -> NodeError {
     match e {
         SnapshotError::Cancelled => NodeError::Cancelled,
@@ -149,11 +154,8 @@ impl NodeAgent {
             return Ok(());
         }
         let store = self.cfg.snapshots.releases();
-        let corrupt = |why: String| {
-            NodeError::ReleaseCorrupt(format!(
-                "release {number} of {template} in the snapshot store {why}"
-            ))
-        };
+        let what = format!("release {number} of {template} in the snapshot store");
+        let corrupt = |why: String| corrupt(&what, why);
         let manifest: StoredRelease = match store.object(hex, MANIFEST).await {
             Ok(bytes) => serde_json::from_slice(&bytes)
                 .map_err(|e| corrupt(format!("has an unreadable manifest: {e}")))?,
@@ -177,7 +179,7 @@ impl NodeAgent {
             .to_path_buf();
         let staging = parent.join(format!(".fetch-{number}-{:08x}", rand::random::<u32>()));
         let fetched = self
-            .fetch_into(&staging, hex, digest, manifest, &corrupt)
+            .fetch_into(&staging, hex, digest, manifest, &what)
             .await;
         let placed = match fetched {
             Ok(()) => match tokio::fs::rename(&staging, &dest).await {
@@ -206,8 +208,9 @@ impl NodeAgent {
         hex: &str,
         digest: &str,
         manifest: StoredRelease,
-        corrupt: &dyn Fn(String) -> NodeError,
+        what: &str,
     ) -> Result<(), NodeError> {
+        let corrupt = |why: String| corrupt(what, why);
         let root = staging.join("rootfs");
         let internal = |e: std::io::Error| NodeError::Internal(format!("fetch a release: {e}"));
         tokio::fs::create_dir_all(&root).await.map_err(internal)?;
