@@ -222,7 +222,7 @@ async fn a_node_without_the_release_fetches_it_from_the_store_and_checks_its_dig
     let mut tampered = original.clone();
     tampered[at] = b'J';
     std::fs::write(&tar_path, &tampered).expect("tamper");
-    let (_, op) = create(&c).await;
+    let (failed, op) = create(&c).await;
     assert_eq!(op.state, OperationState::Failed);
     let err = op.error.expect("error");
     assert_eq!(err.code, ErrorCode::ReleaseCorrupt, "{}", err.message);
@@ -241,6 +241,7 @@ async fn a_node_without_the_release_fetches_it_from_the_store_and_checks_its_dig
     let out = sh(&c, &id, "cat /hello.txt").await;
     assert_eq!(out.stdout_text(), HELLO);
     delete(&c, &id).await;
+    delete(&c, &failed).await;
 
     // Deleting the release removes the stored copy and both nodes' copies.
     c.delete_release("shared", 1).await.expect("delete release");
@@ -251,5 +252,6 @@ async fn a_node_without_the_release_fetches_it_from_the_store_and_checks_its_dig
 
     c.ready_node("local").await.expect("ready again");
     cove_e2e::release_node_resources(&n2);
+    let _ = std::fs::remove_dir_all(&n2);
     let _ = std::fs::remove_dir_all(store_dir());
 }
