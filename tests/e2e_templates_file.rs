@@ -440,7 +440,12 @@ async fn an_oci_archive_with_a_corrupted_layer_fails_naming_the_layer() {
         .expect("build ends");
     assert_eq!(op.state, OperationState::Failed);
     let err = op.error.expect("error");
-    assert_eq!(err.code, cove_api_types::ErrorCode::InvalidArgument, "{}", err.message);
+    assert_eq!(
+        err.code,
+        cove_api_types::ErrorCode::InvalidArgument,
+        "{}",
+        err.message
+    );
     assert!(
         err.message.contains("blobs/sha256/") && err.message.contains("manifest says"),
         "{}",

@@ -90,11 +90,13 @@ async fn a_build_reaches_an_allowed_host_and_not_a_denied_one() {
     let file = fetch_file();
 
     // Internet off, the host allowed: the download works and lands in the release.
-    let allowed = EgressPolicy::parse(false, &[WEB_B.to_string()], &[] as &[String]).expect("policy");
+    let allowed =
+        EgressPolicy::parse(false, &[WEB_B.to_string()], &[] as &[String]).expect("policy");
     let (state, number, log) = build(&c, "fetch-allowed", &file, allowed).await;
     assert_eq!(state, OperationState::Succeeded, "{log:#?}");
     assert!(
-        log.iter().any(|l| l == "network: internet off; allow 203.0.113.20"),
+        log.iter()
+            .any(|l| l == "network: internet off; allow 203.0.113.20"),
         "{log:#?}"
     );
     assert!(

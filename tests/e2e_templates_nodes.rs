@@ -184,7 +184,10 @@ async fn a_node_without_the_release_fetches_it_from_the_store_and_checks_its_dig
     ensure_template(&c, "tiny").await;
 
     // Built on the server's node (the first that can build from a file), kept in the store.
-    let file = format!("FROM tiny\nRUN printf '{}' > /hello.txt\n", HELLO.replace('\n', "\\n"));
+    let file = format!(
+        "FROM tiny\nRUN printf '{}' > /hello.txt\n",
+        HELLO.replace('\n', "\\n")
+    );
     let resp = c
         .create_template(
             &CreateTemplateQuery {
@@ -210,7 +213,9 @@ async fn a_node_without_the_release_fetches_it_from_the_store_and_checks_its_dig
     assert!(server.data_dir.join("releases/shared/1/rootfs").is_dir());
     assert!(!n2.join("releases/shared/1").exists(), "n2 never built it");
 
-    c.drain_node("local").await.expect("drain the server's node");
+    c.drain_node("local")
+        .await
+        .expect("drain the server's node");
 
     // A tampered copy: the create fails with `release_corrupt`, n2 keeps nothing of it.
     let tar_path = stored.join("rootfs.tar");

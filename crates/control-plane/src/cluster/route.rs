@@ -89,7 +89,13 @@ impl NodeReleases for Cluster {
         let mut last = NodeError::NoNodeAvailable("no node is reachable".into());
         for (name, api) in &nodes {
             match api
-                .build_file_release(template, number, build.clone(), events.clone(), cancel.clone())
+                .build_file_release(
+                    template,
+                    number,
+                    build.clone(),
+                    events.clone(),
+                    cancel.clone(),
+                )
                 .await
             {
                 Ok(built) => {

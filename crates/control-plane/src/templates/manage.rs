@@ -298,15 +298,11 @@ impl ControlPlane {
             return Ok(());
         };
         for t in self.store().file_templates().await? {
-            let shared = self
-                .live_releases(&t.name)
-                .await?
-                .into_iter()
-                .any(|o| {
-                    o.digest.as_deref() == Some(digest)
-                        && o.state != ReleaseState::Failed
-                        && (t.name != template || o.number != r.number)
-                });
+            let shared = self.live_releases(&t.name).await?.into_iter().any(|o| {
+                o.digest.as_deref() == Some(digest)
+                    && o.state != ReleaseState::Failed
+                    && (t.name != template || o.number != r.number)
+            });
             if shared {
                 return Ok(());
             }

@@ -169,14 +169,21 @@ async fn a_file_release_launches_with_its_digest_and_its_stored_copy_goes_with_t
     let launch = h.node.launch_of(&id).expect("launched");
     assert_eq!(launch.release_digest.as_deref(), Some(digest.as_str()));
     let base = h.running().await;
-    assert_eq!(h.node.launch_of(&base).expect("launched").release_digest, None);
+    assert_eq!(
+        h.node.launch_of(&base).expect("launched").release_digest,
+        None
+    );
 
     // Release 2 still needs the stored copy.
-    h.cp.delete_release("web", 1).await.expect("delete release 1");
+    h.cp.delete_release("web", 1)
+        .await
+        .expect("delete release 1");
     assert_eq!(h.node.count(Call::RemoveStoredRelease), 0);
     let op = h.cp.delete_sandbox(&id, None).await.expect("delete");
     h.settle(&op.id).await;
-    h.cp.delete_template("web").await.expect("delete the template");
+    h.cp.delete_template("web")
+        .await
+        .expect("delete the template");
     assert_eq!(h.node.count_on(Call::RemoveStoredRelease, &digest), 1);
 }
 

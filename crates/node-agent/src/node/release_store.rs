@@ -196,7 +196,10 @@ impl NodeAgent {
             let _ = Self::remove_tree(&staging).await;
         }
         if placed.is_ok() {
-            info!(template, number, digest, "release fetched from the snapshot store");
+            info!(
+                template,
+                number, digest, "release fetched from the snapshot store"
+            );
         }
         placed
     }

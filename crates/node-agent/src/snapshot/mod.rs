@@ -184,7 +184,12 @@ impl SnapshotStore {
     }
 
     /// Writes a small object `name` of `key` in one piece (a release's manifest).
-    pub async fn put_object(&self, key: &str, name: &str, body: Bytes) -> Result<(), SnapshotError> {
+    pub async fn put_object(
+        &self,
+        key: &str,
+        name: &str,
+        body: Bytes,
+    ) -> Result<(), SnapshotError> {
         self.store.put(&self.key(key, name), body.into()).await?;
         Ok(())
     }

@@ -92,9 +92,12 @@ pub(crate) fn import(archive: &Path, root: &Path) -> Result<TemplateDefaults, Bu
             .into_iter()
             .next()
             .ok_or_else(|| bad("manifest.json lists no image"))?;
-        let config = docs
-            .get(clean(&image.config).as_str())
-            .ok_or_else(|| bad(format!("{} (the image config) is not in the archive", image.config)))?;
+        let config = docs.get(clean(&image.config).as_str()).ok_or_else(|| {
+            bad(format!(
+                "{} (the image config) is not in the archive",
+                image.config
+            ))
+        })?;
         let diff_ids = image_config(config)?.rootfs().diff_ids().clone();
         if diff_ids.len() != image.layers.len() {
             return Err(bad(format!(
@@ -282,9 +285,7 @@ fn apply_from_archive(
         if *want != got {
             return Err(BuildError::InvalidLayer {
                 layer: path.to_string(),
-                detail: format!(
-                    "its content has sha256:{got}, the manifest says sha256:{want}"
-                ),
+                detail: format!("its content has sha256:{got}, the manifest says sha256:{want}"),
             });
         }
         return Ok(());
