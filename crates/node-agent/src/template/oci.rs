@@ -133,7 +133,7 @@ pub(crate) fn import(archive: &Path, root: &Path) -> Result<TemplateDefaults, Bu
             .iter()
             .map(|l| {
                 let path = blob_path(l.digest().algorithm().as_ref(), l.digest().digest());
-                let hex = sha256_hex(&path, &l.digest().to_string())?;
+                let hex = sha256_hex(&path, l.digest().as_ref())?;
                 Ok((path, Expected::Stored(hex)))
             })
             .collect::<Result<Vec<_>, BuildError>>()?;
