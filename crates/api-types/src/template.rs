@@ -193,6 +193,6 @@ mod policy_json {
         let text = String::deserialize(d)?;
         serde_json::from_str(&text)
             .map(Some)
-            .map_err(|e| serde::de::Error::custom(format!("network: {e}")))
+            .map_err(serde::de::Error::custom)
     }
 }
