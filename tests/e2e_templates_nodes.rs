@@ -70,6 +70,7 @@ fn second_node() -> PathBuf {
         data_plane_listen: "127.0.0.1:0".parse().expect("addr"),
         guest_agent: Some(guest_agent()),
         cache_dir: Some(PathBuf::from(cache)),
+        layer_cache_mib: None,
         runc: None,
         runtime: Default::default(),
         public_data_plane_url: None,

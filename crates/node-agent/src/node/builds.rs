@@ -75,6 +75,51 @@ impl NodeAgent {
                 self.runtime.kind().as_str()
             )));
         }
+        let began = std::time::SystemTime::now();
+        let building = self.layer_builds.read().await;
+        let result = self
+            .file_build_held(template, number, build, events, cancel)
+            .await;
+        drop(building);
+        self.trim_layers(began).await;
+        result
+    }
+
+    /// Trims the step cache to its bound in the background when no build runs (else the next
+    /// build's end does), keeping what was used since `began`. Builds that start meanwhile
+    /// wait for it (the walk reads every entry's tree once).
+    async fn trim_layers(&self, began: std::time::SystemTime) {
+        let Ok(alone) = self.layer_builds.clone().try_write_owned() else {
+            return;
+        };
+        let dir = self.cfg.data_dir.join("layers");
+        let max = self.cfg.layer_cache_bytes;
+        tokio::spawn(async move {
+            let trimmed =
+                tokio::task::spawn_blocking(move || template::trim_layers(&dir, max, began)).await;
+            drop(alone);
+            match trimmed {
+                Ok(Ok(t)) if t.removed > 0 => info!(
+                    removed = t.removed,
+                    bytes_before = t.bytes_before,
+                    bytes_after = t.bytes_after,
+                    "step cache trimmed"
+                ),
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => warn!(error = %e, "cannot trim the step cache"),
+                Err(e) => warn!(error = %e, "cannot trim the step cache"),
+            }
+        });
+    }
+
+    async fn file_build_held(
+        &self,
+        template: &str,
+        number: u32,
+        build: FileBuild,
+        events: mpsc::Sender<BuildEvent>,
+        cancel: CancellationToken,
+    ) -> Result<BuiltFileRelease, NodeError> {
         let (parent_tree, key, defaults) = match &build.parent {
             BuildParent::Release {
                 template,

@@ -42,6 +42,9 @@ pub struct NodeConfig {
     /// Whether the snapshot store is shared with other nodes, so releases built from a file
     /// are kept there for them (`releases/<digest hex>/`, see `release_store`).
     pub share_releases: bool,
+    /// Bound of the step cache of file builds (`<data-dir>/layers`), in bytes: after a build
+    /// the least recently used entries go until it fits (see `template::trim_layers`).
+    pub layer_cache_bytes: u64,
     /// How much of each command's output the guest agents keep.
     pub command_output: crate::guest::OutputLimits,
 }
@@ -57,6 +60,9 @@ pub struct NodeAgent {
     network: Option<Arc<network::NodeNet>>,
     /// Held while a release is fetched from the snapshot store (fetches take turns).
     fetching: tokio::sync::Mutex<()>,
+    /// Read-held by every file build while it runs; the step cache is trimmed only with it
+    /// held for writing (no build is using an entry then).
+    layer_builds: Arc<tokio::sync::RwLock<()>>,
 }
 
 impl NodeAgent {
@@ -69,6 +75,7 @@ impl NodeAgent {
             history: Mutex::new(HashMap::new()),
             network: None,
             fetching: tokio::sync::Mutex::new(()),
+            layer_builds: Arc::new(tokio::sync::RwLock::new(())),
         }
     }
 

@@ -33,6 +33,7 @@ mod context;
 mod digest;
 mod files;
 mod layer;
+mod layer_gc;
 mod oci;
 mod recipe;
 mod staging;
@@ -40,6 +41,7 @@ mod steps;
 mod tiny;
 
 pub(crate) use digest::manifest_digest;
+pub use layer_gc::{trim as trim_layers, Trimmed};
 pub use recipe::{Recipe, TemplateDefaults};
 pub use steps::{hash_sources, publish_release, step_key, unpack_context, LayerCache, StepTree};
 
