@@ -128,6 +128,10 @@ impl NodeAgent {
                 defaults,
             } => {
                 let tree = self.release_dir(template, *number).join("rootfs");
+                // A parent built from a file on another node comes from the snapshot store.
+                if !tree.is_dir() && digest.starts_with("sha256:") && self.cfg.share_releases {
+                    self.fetch_release(template, *number, digest).await?;
+                }
                 if !tree.is_dir() {
                     return Err(NodeError::ReleaseNotFound(format!(
                         "release {number} of {template} is not on this node"
