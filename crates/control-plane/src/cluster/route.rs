@@ -75,8 +75,8 @@ impl NodeReleases for Cluster {
     /// Built on one node: the first reachable one (the server's own first) that can build
     /// from a file; the others fetch the release from the shared snapshot store when a
     /// sandbox of it is placed on them (the builder keeps it there, see the node agent's
-    /// `release_store`). A node that cannot build (`Unsupported`: a remote node, a VM
-    /// runtime) is skipped; when none can, that error is the answer.
+    /// `release_store`). A node that cannot build (`Unsupported`: a VM runtime) is skipped;
+    /// when none can, that error is the answer.
     async fn build_file_release(
         &self,
         template: &str,
