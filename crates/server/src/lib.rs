@@ -781,8 +781,6 @@ fn e2b_secret(data_dir: &Path) -> anyhow::Result<Vec<u8>> {
     Ok(secret.into_bytes())
 }
 
-/// The snapshot store of the settings: the URL given, or `<data-dir>/snapshots`. S3 settings
-/// come from the `AWS_*` environment variables (read here, at the composition root).
 /// Where lxcfs serves the sandboxes' `/proc` views (Debian's default mount point).
 pub const LXCFS_DIR: &str = "/var/lib/lxcfs";
 
@@ -791,6 +789,9 @@ fn lxcfs_on_path() -> bool {
     on_path("lxcfs")
 }
 
+/// The snapshot store of the settings: the URL given, or `<data-dir>/snapshots`. S3 settings
+/// come from the `AWS_*` environment variables (read here, at the composition root; names are
+/// object_store's, case-insensitive: `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, `AWS_REGION`, ...).
 fn snapshot_store(life: &LifecycleSettings, data_dir: &Path) -> anyhow::Result<SnapshotStore> {
     match &life.snapshot_store {
         None => {
