@@ -18,10 +18,10 @@ use cove_node_api::{
 };
 use futures::stream::BoxStream;
 use futures::StreamExt;
+use rustls::pki_types::CertificateDer;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
-use rustls::pki_types::CertificateDer;
 use tonic::transport::Channel;
 
 use crate::tls::PinnedVerifier;

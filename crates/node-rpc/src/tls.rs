@@ -298,6 +298,7 @@ impl ServerCertVerifier for PinnedVerifier {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -18,9 +18,9 @@ use cove_node_rpc::transport::tls_incoming;
 use cove_node_rpc::{
     ClusterClient, ClusterService, JoinAnswer, Membership, MembershipError, NodeService, RemoteNode,
 };
-use rustls::pki_types::CertificateDer;
 use cove_test_support::{FakeNode, Script};
 use futures::StreamExt;
+use rustls::pki_types::CertificateDer;
 
 const TOKEN: &str = "join-token-for-tests";
 
@@ -267,7 +267,9 @@ async fn nodes_discover_join_and_heartbeat() {
     );
     assert_eq!(client.heartbeat("other", &report).await.unwrap(), None);
     assert!(matches!(
-        client.join("refused", "https://127.0.0.1:1", &own, &report).await,
+        client
+            .join("refused", "https://127.0.0.1:1", &own, &report)
+            .await,
         Err(MembershipError::Refused(_))
     ));
     let wrong = ClusterClient::new(&url, "wrong", pinned).await.unwrap();

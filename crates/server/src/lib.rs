@@ -623,8 +623,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         (None, Some(node)) => ControlPlane::new(store, node.clone(), cp_cfg),
         (None, None) => bail!("a server without remote nodes needs its own node"),
         (Some(settings), node) => {
-            let joined =
-                cluster::start(settings, &cp_cfg.runtime, &data_dir, node.clone()).await?;
+            let joined = cluster::start(settings, &cp_cfg.runtime, &data_dir, node.clone()).await?;
             let cp = ControlPlane::with_cluster(store, joined.cluster.clone(), cp_cfg);
             cluster_tasks = Some(joined);
             cp

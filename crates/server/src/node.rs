@@ -148,11 +148,7 @@ struct Member {
 /// Learns the control plane's certificate (proven by the join token), joins, then sends
 /// heartbeats; discovers and joins again when the control plane does not know the node or
 /// cannot be reached (it may have a new certificate after its data dir was replaced).
-async fn membership(
-    m: Member,
-    node: Arc<NodeAgent>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) {
+async fn membership(m: Member, node: Arc<NodeAgent>, mut stop: tokio::sync::watch::Receiver<bool>) {
     let mut every = Duration::from_secs(1);
     let mut client: Option<ClusterClient> = None;
     let mut failures = 0u32;
