@@ -623,7 +623,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         (None, Some(node)) => ControlPlane::new(store, node.clone(), cp_cfg),
         (None, None) => bail!("a server without remote nodes needs its own node"),
         (Some(settings), node) => {
-            let joined = cluster::start(settings, &cp_cfg.runtime, node.clone()).await?;
+            let joined = cluster::start(settings, &cp_cfg.runtime, &data_dir, node.clone()).await?;
             let cp = ControlPlane::with_cluster(store, joined.cluster.clone(), cp_cfg);
             cluster_tasks = Some(joined);
             cp
@@ -653,7 +653,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     let node_addr = match (node_listener, cluster_tasks) {
         (Some(listener), Some(joined)) => {
             let addr = listener.local_addr()?;
-            tasks.extend(joined.serve(listener, rx.clone()));
+            tasks.extend(joined.serve(listener, rx.clone())?);
             Some(addr)
         }
         _ => None,
