@@ -160,15 +160,23 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// The discover proof for `nonce` and a certificate.
-pub fn discover_proof(token: &str, nonce: &[u8], cert: &[u8]) -> Vec<u8> {
+/// The MAC of a discover proof, fed with everything it binds.
+fn discover_mac(token: &str, nonce: &[u8], cert: &[u8]) -> Hmac<Sha256> {
     let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(token.as_bytes()) else {
         unreachable!("HMAC takes keys of any length")
     };
     mac.update(DISCOVER_CONTEXT);
     mac.update(nonce);
     mac.update(&Sha256::digest(cert));
-    mac.finalize().into_bytes().to_vec()
+    mac
+}
+
+/// The discover proof for `nonce` and a certificate (32 bytes).
+pub fn discover_proof(token: &str, nonce: &[u8], cert: &[u8]) -> Vec<u8> {
+    discover_mac(token, nonce, cert)
+        .finalize()
+        .into_bytes()
+        .to_vec()
 }
 
 /// Checks a discover proof in constant time.
@@ -181,13 +189,9 @@ pub fn check_discover_proof(
     cert: &[u8],
     proof: &[u8],
 ) -> Result<(), TlsError> {
-    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(token.as_bytes()) else {
-        unreachable!("HMAC takes keys of any length")
-    };
-    mac.update(DISCOVER_CONTEXT);
-    mac.update(nonce);
-    mac.update(&Sha256::digest(cert));
-    mac.verify_slice(proof).map_err(|_| TlsError::BadProof)
+    discover_mac(token, nonce, cert)
+        .verify_slice(proof)
+        .map_err(|_| TlsError::BadProof)
 }
 
 /// How a client checks the server's certificate: equal to a pinned one, or (discover only)
