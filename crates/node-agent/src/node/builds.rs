@@ -35,6 +35,9 @@ const MAX_STEP_LOG_LINES: usize = 5000;
 const MAX_LINE_BYTES: usize = 2048;
 /// Version of the step key scheme (bumped when a step's meaning changes).
 const STEP_KEY_VERSION: &str = "cove file build v1";
+/// Id prefix of the sandboxes `RUN` steps run in (never a sandbox id of the control plane's,
+/// which start `sb-`); `list_sandboxes` leaves them out.
+pub(super) const BUILD_SANDBOX_PREFIX: &str = "build-";
 
 /// The build state between steps.
 struct State {
@@ -400,7 +403,7 @@ impl NodeAgent {
         events: &mpsc::Sender<BuildEvent>,
         cancel: &CancellationToken,
     ) -> Result<(), NodeError> {
-        let id = format!("build-{:016x}", rand::random::<u64>());
+        let id = format!("{BUILD_SANDBOX_PREFIX}{:016x}", rand::random::<u64>());
         let dir = self.sandbox_dir(&id);
         tokio::fs::create_dir_all(&dir)
             .await

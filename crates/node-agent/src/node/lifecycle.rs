@@ -189,6 +189,9 @@ impl NodeLifecycle for NodeAgent {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(io(e)),
         }
+        // A file build's `RUN` sandboxes are the build's own, not the control plane's: listed,
+        // a reconciliation would take one for an orphan and destroy it mid-step.
+        ids.retain(|id| !id.starts_with(super::builds::BUILD_SANDBOX_PREFIX));
         Ok(ids.into_iter().collect())
     }
 
