@@ -409,3 +409,49 @@ async fn an_oci_archive_imports_with_whiteouts_and_image_defaults() {
     delete(&c, &id).await;
     c.delete_template("imported").await.expect("delete");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oci_archive_with_a_corrupted_layer_fails_naming_the_layer() {
+    let c = client();
+    let dir = tempfile::tempdir().expect("tmp");
+    let path = dir.path().join("image.tar");
+    let mut archive = oci_archive();
+    // The content of layer 2's `etc/new`: changed in place, so the archive still reads.
+    let at = archive
+        .windows(4)
+        .position(|w| w == b"new\n")
+        .expect("etc/new in the archive");
+    archive[at] = b'N';
+    std::fs::write(&path, archive).expect("write archive");
+    let file = format!("FROM oci-archive:{}\n", path.display());
+    let resp = c
+        .create_template(
+            &CreateTemplateQuery {
+                name: "corrupted".into(),
+                ..Default::default()
+            },
+            context(&[("Dockerfile", file.as_str())]),
+        )
+        .await
+        .expect("accepted");
+    let op = c
+        .wait_operation(&resp.operation.id, Duration::from_secs(120))
+        .await
+        .expect("build ends");
+    assert_eq!(op.state, OperationState::Failed);
+    let err = op.error.expect("error");
+    assert_eq!(
+        err.code,
+        cove_api_types::ErrorCode::InvalidArgument,
+        "{}",
+        err.message
+    );
+    assert!(
+        err.message.contains("blobs/sha256/") && err.message.contains("manifest says"),
+        "{}",
+        err.message
+    );
+    let t = c.template("corrupted").await.expect("template");
+    assert!(t.releases.iter().all(|r| r.state == ReleaseState::Failed));
+    c.delete_template("corrupted").await.expect("delete");
+}

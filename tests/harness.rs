@@ -259,6 +259,7 @@ pub fn server_with(tweak: fn(&mut cove_server::Config)) -> &'static Server {
             data_plane_listen: "127.0.0.1:0".parse().expect("addr"),
             guest_agent: Some(agent),
             cache_dir: Some(PathBuf::from(cache)),
+            layer_cache_mib: None,
             runc: None,
             runtime: Default::default(),
             public_data_plane_url: None,

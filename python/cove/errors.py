@@ -80,7 +80,8 @@ class Unavailable(CoveError):
 
 class InternalError(CoveError):
     """500 ``internal``: a server-side failure (details are in the server's log), or
-    ``snapshot_corrupt``: a suspended sandbox's snapshot cannot be read back."""
+    ``snapshot_corrupt``: a suspended sandbox's snapshot cannot be read back, or
+    ``release_corrupt``: a release fetched from the snapshot store does not match its digest."""
 
 
 class TransportError(CoveError):
@@ -134,6 +135,7 @@ _BY_CODE: Dict[str, Type[CoveError]] = {
     "unavailable": Unavailable,
     "deadline_exceeded": Unavailable,
     "snapshot_corrupt": InternalError,
+    "release_corrupt": InternalError,
     "internal": InternalError,
 }
 

@@ -69,6 +69,7 @@ fn main() -> ExitCode {
         data_plane_listen,
         guest_agent: Some(PathBuf::from(agent)),
         cache_dir: Some(PathBuf::from(cache)),
+        layer_cache_mib: None,
         runc: None,
         // The runtime from COVE_E2E_RUNTIME (`runc` when unset), for the qemu tests.
         runtime: std::env::var("COVE_E2E_RUNTIME")

@@ -127,6 +127,9 @@ error_codes! {
     /// The sandbox's snapshot is damaged (its manifest or an artifact cannot be read back), so
     /// it cannot be woken; the sandbox stays as it was and can still be deleted.
     SnapshotCorrupt = "snapshot_corrupt" => 500,
+    /// A release a node fetched from the snapshot store does not match its digest (or cannot
+    /// be read back); the create fails and nothing of the release is kept on the node.
+    ReleaseCorrupt = "release_corrupt" => 500,
     /// A server bug or an unexpected failure; details are in the server log under the request id.
     Internal = "internal" => 500,
 }

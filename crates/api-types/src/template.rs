@@ -160,4 +160,39 @@ pub struct CreateTemplateQuery {
     /// Ignore cached step results.
     #[serde(default)]
     pub no_cache: bool,
+    /// The egress policy of the build's `RUN` steps, as JSON of the shape sandboxes take
+    /// (`{"internet": false, "allow": ["pypi.org"], "deny": []}`); default: the internet
+    /// open, as for a sandbox. On a node without sandbox networks only the default is
+    /// accepted (`501 not_implemented`), and steps then have loopback only. The policy is not
+    /// part of the step cache key: it decides what a step may reach, not what it writes.
+    #[serde(default, with = "policy_json", skip_serializing_if = "Option::is_none")]
+    #[param(value_type = Option<String>)]
+    pub network: Option<crate::EgressPolicy>,
+}
+
+/// An egress policy carried as one JSON string (a query parameter).
+mod policy_json {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(
+        p: &Option<crate::EgressPolicy>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match p {
+            Some(p) => {
+                let text = serde_json::to_string(p).map_err(serde::ser::Error::custom)?;
+                s.serialize_str(&text)
+            }
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<crate::EgressPolicy>, D::Error> {
+        let text = String::deserialize(d)?;
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(serde::de::Error::custom)
+    }
 }

@@ -73,6 +73,7 @@ impl CoveServer {
             data_plane_listen: "127.0.0.1:0".parse().context("data-plane address")?,
             guest_agent: Some(settings.guest_agent.clone()),
             cache_dir: Some(settings.cache_dir.clone()),
+            layer_cache_mib: None,
             runc: Some(settings.runc.clone()),
             runtime: settings.runtime,
             public_data_plane_url: None,

@@ -3,7 +3,9 @@
 //! `--network off`, one shared snapshot directory) over gRPC with TLS (pinned certificates).
 //! Placement spreads; a suspended sandbox wakes on another node with its files; `cove node
 //! ls|drain`; SIGKILL a node → its running sandboxes end `failed (node_lost)` within the
-//! heartbeat timeout, its suspended one stays suspended, and new creates go elsewhere.
+//! heartbeat timeout, its suspended one stays suspended, and new creates go elsewhere. A
+//! release built from a file is built on one node over the wire and runs on the others, which
+//! fetch it from the shared store.
 
 #![allow(clippy::unwrap_used)]
 
@@ -358,4 +360,62 @@ async fn three_node_agents_place_spread_wake_elsewhere_and_survive_a_lost_node()
         cove_api_types::NodeState::Ready
     );
     assert!(runc_containers(&c.root.join(victim)).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_release_builds_on_one_node_and_runs_on_the_others_from_the_store() {
+    let c = start().await;
+    // Always built: the harness's "built once" record is per process, and the other test of
+    // this binary has a cluster of its own.
+    cove_e2e::build_template(&c.client, "tiny").await;
+    let file = b"FROM tiny\nRUN echo built-once > /hello.txt\n";
+    let mut tar = tar::Builder::new(Vec::new());
+    let mut header = tar::Header::new_gnu();
+    header.set_size(file.len() as u64);
+    header.set_mode(0o644);
+    header.set_cksum();
+    tar.append_data(&mut header, "Dockerfile", &file[..])
+        .unwrap();
+    let query = cove_api_types::CreateTemplateQuery {
+        name: "fromfile".into(),
+        ..Default::default()
+    };
+    // Over the wire to a remote node (there is no local one), which keeps it in the store.
+    let built = c
+        .client
+        .create_template(&query, tar.into_inner().unwrap())
+        .await
+        .unwrap();
+    c.wait_op(built.operation).await;
+    let holders = |c: &Cluster| -> Vec<&'static str> {
+        NODES
+            .into_iter()
+            .filter(|n| c.root.join(n).join("releases/fromfile/1/rootfs").is_dir())
+            .collect()
+    };
+    let built_on = holders(&c);
+    assert_eq!(built_on.len(), 1, "built on one node: {built_on:?}");
+    assert!(c.root.join("snapshots/releases").is_dir());
+    c.client.drain_node(built_on[0]).await.unwrap();
+    for _ in 0..2 {
+        let resp = c
+            .client
+            .create_sandbox(
+                &cove_api_types::CreateSandboxRequest {
+                    template: Some("fromfile".into()),
+                    ..Default::default()
+                },
+                None,
+            )
+            .await
+            .unwrap();
+        c.wait_op(resp.operation).await;
+        let id = resp.sandbox.id;
+        assert_ne!(c.node_of(&id), Some(built_on[0]));
+        assert_eq!(
+            sh(&c.client, &id, "cat /hello.txt").await.stdout_text(),
+            "built-once\n"
+        );
+    }
+    assert!(holders(&c).len() >= 2, "fetched: {:?}", holders(&c));
 }

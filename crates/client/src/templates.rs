@@ -50,6 +50,14 @@ impl Client {
             if query.no_cache {
                 q.append_pair("no_cache", "true");
             }
+            // A policy is strings and a bool: its JSON cannot fail to serialise.
+            if let Some(json) = query
+                .network
+                .as_ref()
+                .and_then(|n| serde_json::to_string(n).ok())
+            {
+                q.append_pair("network", &json);
+            }
         }
         let request = self
             .request(Method::POST, url)

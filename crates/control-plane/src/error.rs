@@ -95,6 +95,9 @@ pub enum ServiceError {
     /// The sandbox's snapshot cannot be read back.
     #[error("{0}")]
     SnapshotCorrupt(String),
+    /// A release fetched from the snapshot store does not match its digest.
+    #[error("{0}")]
+    ReleaseCorrupt(String),
     /// Too large.
     #[error("{0}")]
     TooLarge(String),
@@ -146,6 +149,7 @@ impl ServiceError {
             PermissionDenied(_) => ErrorCode::PermissionDenied,
             NoSpace(_) => ErrorCode::NoSpace,
             SnapshotCorrupt(_) => ErrorCode::SnapshotCorrupt,
+            ReleaseCorrupt(_) => ErrorCode::ReleaseCorrupt,
             TooLarge(_) => ErrorCode::PayloadTooLarge,
             NotImplemented(_) => ErrorCode::NotImplemented,
             Unauthorized(_) => ErrorCode::Unauthorized,
@@ -195,6 +199,7 @@ pub fn from_node(e: NodeError, sandbox_id: &str) -> ServiceError {
         N::FailedPrecondition(m) => ServiceError::FailedPrecondition(m),
         N::NoSpace(m) => ServiceError::NoSpace(m),
         N::SnapshotCorrupt(m) => ServiceError::SnapshotCorrupt(m),
+        N::ReleaseCorrupt(m) => ServiceError::ReleaseCorrupt(m),
         N::TooLarge(m) => ServiceError::TooLarge(m),
         N::SpawnFailed(m) => ServiceError::Unavailable(format!("could not start the process: {m}")),
         N::AgentUnavailable(m) => {

@@ -291,6 +291,7 @@ impl ControlPlane {
             id: s.id.clone(),
             template: s.template.clone(),
             release: s.release,
+            release_digest: self.fetchable_digest(s),
             resources: s.resources,
             network: s.network.clone(),
             secrets: self.launch_secrets(s).await?,

@@ -373,6 +373,7 @@ impl ControlPlane {
             id: sandbox.id.clone(),
             template: sandbox.template.clone(),
             release: sandbox.release,
+            release_digest: self.fetchable_digest(&sandbox),
             resources: sandbox.resources,
             network: sandbox.network.clone(),
             secrets: secrets

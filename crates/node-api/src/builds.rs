@@ -133,6 +133,11 @@ pub struct FileBuild {
     pub context: Bytes,
     /// Ignore cached step results (they are still refreshed).
     pub no_cache: bool,
+    /// The egress policy of the `RUN` sandboxes (enforced by the node's gateway; with the
+    /// default policy on a node without sandbox networks, steps have loopback only). Not part
+    /// of a step's cache key.
+    #[serde(default)]
+    pub network: cove_domain::EgressPolicy,
 }
 
 /// Result of a file build.

@@ -62,6 +62,12 @@ pub struct SandboxLaunch {
     pub template: String,
     /// Release number.
     pub release: u32,
+    /// The release's content digest when the node may fetch it from the snapshot store
+    /// (`releases/<hex>/`) if it does not hold it (releases built from a file); the node checks
+    /// the fetched tree against it ([`NodeError::ReleaseCorrupt`] on a mismatch). `None`: the
+    /// node must hold the release.
+    #[serde(default)]
+    pub release_digest: Option<String>,
     /// Limits, as validated by the control plane; the runtime maps them as they are.
     pub resources: Resources,
     /// Its egress policy (enforced by the node's gateway when the node has a sandbox network).
@@ -228,6 +234,10 @@ pub enum NodeError {
     /// The sandbox's snapshot is damaged: its manifest or an artifact cannot be read back.
     #[error("{0}")]
     SnapshotCorrupt(String),
+    /// A release fetched from the snapshot store does not match its digest (or cannot be
+    /// read back); nothing of it is kept on the node.
+    #[error("{0}")]
+    ReleaseCorrupt(String),
     /// Anything else on the node (details for the log, not for clients).
     #[error("node: {0}")]
     Internal(String),

@@ -59,4 +59,11 @@ pub trait NodeReleases: Send + Sync + 'static {
 
     /// Removes a release's files (after a failed build, or when retiring it).
     async fn remove_release(&self, template: &str, number: u32) -> Result<(), NodeError>;
+
+    /// Removes the copy of the release with content digest `digest` (`sha256:` + 64 hex
+    /// digits) from the snapshot store, where nodes that lack it fetch it from (none is fine).
+    ///
+    /// # Errors
+    /// `InvalidArgument` for a malformed digest; `Internal` when the store fails.
+    async fn remove_stored_release(&self, digest: &str) -> Result<(), NodeError>;
 }

@@ -234,17 +234,39 @@ impl NodeReleases for RemoteNode {
         self.recipes.clone()
     }
 
+    /// The build context travels inside the call (JSON), so a call over
+    /// [`MAX_MESSAGE_BYTES`] is refused (`TooLarge`) before it is sent.
     async fn build_file_release(
         &self,
-        _template: &str,
-        _number: u32,
-        _build: cove_node_api::FileBuild,
-        _events: tokio::sync::mpsc::Sender<BuildEvent>,
-        _cancel: CancellationToken,
+        template: &str,
+        number: u32,
+        build: cove_node_api::FileBuild,
+        events: tokio::sync::mpsc::Sender<BuildEvent>,
+        cancel: CancellationToken,
     ) -> Result<cove_node_api::BuiltFileRelease, NodeError> {
-        Err(crate::unsupported::not_carried(
-            "building from a template file",
-        ))
+        let args = (template, number, &build);
+        if encode(&args).len() + 1024 > MAX_MESSAGE_BYTES {
+            return Err(NodeError::TooLarge(format!(
+                "a build context sent to a remote node is limited to about {} MiB",
+                MAX_MESSAGE_BYTES / 4 / (1 << 20)
+            )));
+        }
+        let mut items = self.stream(Method::BuildFileRelease, args).await?;
+        loop {
+            let item = tokio::select! {
+                // Dropping the stream cancels the build on the node.
+                () = cancel.cancelled() => return Err(NodeError::Cancelled),
+                item = next(&mut items) => item?,
+            };
+            match decode::<Result<BuildItem<cove_node_api::BuiltFileRelease>, NodeError>>(
+                &item.result,
+            )?? {
+                BuildItem::Event(ev) => {
+                    let _ = events.send(ev).await;
+                }
+                BuildItem::Done(built) => return Ok(built),
+            }
+        }
     }
 
     async fn build_release(
@@ -279,6 +301,10 @@ impl NodeReleases for RemoteNode {
 
     async fn remove_release(&self, template: &str, number: u32) -> Result<(), NodeError> {
         self.call(Method::RemoveRelease, (template, number)).await
+    }
+
+    async fn remove_stored_release(&self, digest: &str) -> Result<(), NodeError> {
+        self.call(Method::RemoveStoredRelease, (digest,)).await
     }
 }
 

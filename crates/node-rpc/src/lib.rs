@@ -32,10 +32,14 @@ pub use client::RemoteNode;
 pub use membership::{ClusterClient, ClusterService, JoinAnswer, Membership, MembershipError};
 pub use server::NodeService;
 
-/// Version of the wire (`proto/node.proto`); a peer speaking another is refused. Version 2
-/// added the guest agent check and the repair (`CHECK_AGENT`, `REPAIR_SANDBOX`); version 3
-/// made the link TLS with pinned certificates (`Discover`, `JoinRequest.certificate`).
-pub const PROTOCOL_VERSION: u32 = 3;
+/// Version of the wire (`proto/node.proto`); a peer speaking another is refused (at join and
+/// on every call, with a message naming both versions), so an older node never gets a call
+/// it cannot answer. Version 2 added the guest agent check and the repair (`CHECK_AGENT`,
+/// `REPAIR_SANDBOX`); version 3 made the link TLS with pinned certificates (`Discover`,
+/// `JoinRequest.certificate`); version 4 added the release digest in a launch (a node fetches
+/// a file release it lacks from the snapshot store), `REMOVE_STORED_RELEASE` and
+/// `BUILD_FILE_RELEASE`.
+pub const PROTOCOL_VERSION: u32 = 4;
 
 /// Most bytes in one message of a byte stream (file contents, bodies).
 pub const CHUNK_BYTES: usize = 256 * 1024;
@@ -43,11 +47,11 @@ pub const CHUNK_BYTES: usize = 256 * 1024;
 /// Largest message either side accepts, bytes (a chunk plus its envelope, or a large listing).
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024 * 1024;
 
-/// One item of a release build's stream.
+/// One item of a release build's stream (`T`: what the finished build returns).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub(crate) enum BuildItem {
+pub(crate) enum BuildItem<T = cove_node_api::BuiltRelease> {
     /// A log line or progress.
     Event(cove_node_api::BuildEvent),
     /// The build finished.
-    Done(cove_node_api::BuiltRelease),
+    Done(T),
 }

@@ -124,6 +124,10 @@ impl Node for NodeService {
                 let (t, num): (String, u32) = args(&a)?;
                 reply(n.remove_release(&t, num).await)
             }
+            Method::RemoveStoredRelease => {
+                let (digest,): (String,) = args(&a)?;
+                reply(n.remove_stored_release(&digest).await)
+            }
             Method::StartSandbox => {
                 let (launch,): (SandboxLaunch,) = args(&a)?;
                 reply(n.start_sandbox(launch).await)
@@ -279,7 +283,15 @@ impl Node for NodeService {
         let items: Items = match method {
             Method::BuildRelease => {
                 let (t, num, no_cache): (String, u32, bool) = args(&a)?;
-                build(n, t, num, no_cache)
+                build(move |events, cancel| async move {
+                    n.build_release(&t, num, no_cache, events, cancel).await
+                })
+            }
+            Method::BuildFileRelease => {
+                let (t, num, file): (String, u32, cove_node_api::FileBuild) = args(&a)?;
+                build(move |events, cancel| async move {
+                    n.build_file_release(&t, num, file, events, cancel).await
+                })
             }
             Method::Attach => {
                 let (sid, cid, offset, follow): (String, String, u64, bool) = args(&a)?;
@@ -382,7 +394,14 @@ impl Node for NodeService {
 
 /// A release build as items: each event, then the result. The build is cancelled when the
 /// caller goes away.
-fn build(n: Arc<dyn NodeApi>, template: String, number: u32, no_cache: bool) -> Items {
+fn build<T, F, Fut>(run: F) -> Items
+where
+    T: serde::Serialize + Send + 'static,
+    F: FnOnce(tokio::sync::mpsc::Sender<cove_node_api::BuildEvent>, CancellationToken) -> Fut
+        + Send
+        + 'static,
+    Fut: std::future::Future<Output = Result<T, NodeError>> + Send,
+{
     let (out, rx) = tokio::sync::mpsc::channel::<Result<Item, Status>>(64);
     tokio::spawn(async move {
         let cancel = CancellationToken::new();
@@ -390,13 +409,13 @@ fn build(n: Arc<dyn NodeApi>, template: String, number: u32, no_cache: bool) -> 
         let forward_out = out.clone();
         let forward = tokio::spawn(async move {
             while let Some(ev) = events_rx.recv().await {
-                let it = item(&Ok::<_, NodeError>(BuildItem::Event(ev)));
+                let it = item(&Ok::<_, NodeError>(BuildItem::<T>::Event(ev)));
                 if forward_out.send(it).await.is_err() {
                     break;
                 }
             }
         });
-        let run = n.build_release(&template, number, no_cache, events, cancel.clone());
+        let run = run(events, cancel.clone());
         tokio::pin!(run);
         let result = tokio::select! {
             r = &mut run => r,
@@ -406,7 +425,7 @@ fn build(n: Arc<dyn NodeApi>, template: String, number: u32, no_cache: bool) -> 
             }
         };
         let _ = forward.await;
-        let _ = out.send(item(&result.map(BuildItem::Done))).await;
+        let _ = out.send(item(&result.map(BuildItem::<T>::Done))).await;
     });
     Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
 }

@@ -1,5 +1,4 @@
-//! Node calls protocol version 1 does not carry yet: builds from a template file,
-//! checkpoints and file extended attributes. A remote node answers them with `NodeError::Unsupported` naming the call, so a
+//! Node calls the protocol does not carry yet: checkpoints and file extended attributes. A remote node answers them with `NodeError::Unsupported` naming the call, so a
 //! cluster reports it instead of silently doing nothing (the in-process node does them all).
 
 use async_trait::async_trait;

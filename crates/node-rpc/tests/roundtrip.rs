@@ -43,6 +43,7 @@ fn launch(id: &str) -> SandboxLaunch {
         id: id.into(),
         template: "base".into(),
         release: 1,
+        release_digest: None,
         resources: Resources {
             vcpus: 1,
             memory_mib: 256,
@@ -165,6 +166,52 @@ async fn the_contract_round_trips_over_grpc() {
         .unwrap();
     assert!(built.digest.starts_with("sha256:"));
     assert!(rx.recv().await.is_some(), "build events arrive");
+
+    // So does a build from a template file, its context inside the call; the stored copy of
+    // a release goes by its digest.
+    let (tx, _rx) = tokio::sync::mpsc::channel(16);
+    let file = cove_node_api::FileBuild {
+        parent: cove_node_api::BuildParent::Release {
+            template: "base".into(),
+            number: 2,
+            digest: built.digest.clone(),
+            defaults: Default::default(),
+        },
+        steps: vec![cove_node_api::FileStep {
+            line: 2,
+            text: "ENV A=1".into(),
+            step: cove_node_api::BuildStep::Env {
+                vars: vec![("A".into(), "1".into())],
+            },
+        }],
+        context: bytes::Bytes::from_static(b"context bytes"),
+        no_cache: false,
+        network: cove_domain::EgressPolicy::offline(),
+    };
+    let from_file = remote
+        .build_file_release("web", 1, file.clone(), tx, Default::default())
+        .await
+        .unwrap();
+    assert_eq!(from_file.defaults.env["A"], "1");
+    assert!(remote
+        .cached_releases()
+        .await
+        .unwrap()
+        .iter()
+        .any(|r| r.template == "web" && r.number == 1));
+    remote.remove_stored_release(&built.digest).await.unwrap();
+    assert_eq!(fake.count(cove_test_support::Call::RemoveStoredRelease), 1);
+    let huge = cove_node_api::FileBuild {
+        context: bytes::Bytes::from(vec![0u8; cove_node_rpc::MAX_MESSAGE_BYTES]),
+        ..file
+    };
+    let (tx, _rx) = tokio::sync::mpsc::channel(16);
+    assert!(matches!(
+        remote
+            .build_file_release("web", 2, huge, tx, Default::default())
+            .await,
+        Err(NodeError::TooLarge(_))
+    ));
 
     // Suspend and wake keep their results.
     remote

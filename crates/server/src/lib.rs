@@ -63,6 +63,9 @@ pub struct Config {
     pub guest_agent: Option<PathBuf>,
     /// Build cache of release root filesystems; default `<data-dir>/cache`.
     pub cache_dir: Option<PathBuf>,
+    /// Bound of the step cache of builds from a file (`<data-dir>/layers`), in MiB
+    /// (`--layer-cache-mib`); default [`DEFAULT_LAYER_CACHE_MIB`].
+    pub layer_cache_mib: Option<u64>,
     /// The runc binary; default `runc` from PATH.
     pub runc: Option<PathBuf>,
     /// Which runtime isolates sandboxes (`--runtime`).
@@ -112,6 +115,9 @@ impl Default for UserNamespaceSettings {
 }
 
 pub use cove_domain::resources::DEFAULT_DISK_MIB;
+
+/// Default bound of a node's step cache of builds from a file, in MiB (10 GiB).
+pub const DEFAULT_LAYER_CACHE_MIB: u64 = 10240;
 
 /// Whether sandboxes get a network behind the node's egress gateway (`--network`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -469,6 +475,12 @@ pub(crate) async fn build_node_agent(
             cache_dir: Some(cache_dir.to_path_buf()),
             mirror: None,
             snapshots: snapshot_store(&cfg.lifecycle, data_dir)?,
+            // A store given by URL is what the nodes of a cluster share.
+            share_releases: cfg.lifecycle.snapshot_store.is_some(),
+            layer_cache_bytes: cfg
+                .layer_cache_mib
+                .unwrap_or(DEFAULT_LAYER_CACHE_MIB)
+                .saturating_mul(1 << 20),
             command_output: cfg.command_output,
         },
         runtime,

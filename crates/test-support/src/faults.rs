@@ -13,6 +13,8 @@ pub enum Call {
     BuildRelease,
     /// `NodeReleases::remove_release`.
     RemoveRelease,
+    /// `NodeReleases::remove_stored_release` (its target is the digest).
+    RemoveStoredRelease,
     /// `NodeLifecycle::start_sandbox`.
     Start,
     /// `NodeLifecycle::adopt_sandbox`.

@@ -332,6 +332,7 @@ impl FakeNode {
             id: id.to_string(),
             template: "base".into(),
             release: 1,
+            release_digest: None,
             resources: cove_domain::Resources::default(),
             network: Default::default(),
             secrets: Default::default(),

@@ -40,10 +40,13 @@ impl NodeLifecycle for FakeNode {
         let id = launch.id.clone();
         let workdir = self.workdir_of(&launch.template);
         self.run(Call::Start, &id, None, move |st| {
-            if !st
-                .releases
-                .contains(&(launch.template.clone(), launch.release))
-            {
+            let key = (launch.template.clone(), launch.release);
+            // A launch with a digest may fetch the release from the (shared) snapshot store,
+            // which the fake takes to hold every release built from a file.
+            if !st.releases.contains(&key) && launch.release_digest.is_some() {
+                st.releases.insert(key.clone());
+            }
+            if !st.releases.contains(&key) {
                 return Err(NodeError::ReleaseNotFound(format!(
                     "release {} of {} is not on this node",
                     launch.release, launch.template
@@ -363,6 +366,12 @@ impl NodeReleases for FakeNode {
             Ok(())
         })
         .await
+    }
+
+    /// The fake node has no snapshot store for releases: the call is only recorded.
+    async fn remove_stored_release(&self, digest: &str) -> Result<(), NodeError> {
+        self.run(Call::RemoveStoredRelease, digest, None, |_| Ok(()))
+            .await
     }
 }
 

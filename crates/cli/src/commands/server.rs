@@ -29,6 +29,11 @@ pub struct ServerArgs {
     /// Build cache of release root filesystems (default: `<DATA_DIR>/cache`).
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
+    /// Bound of the step cache of builds from a template file (`<DATA_DIR>/layers`), in MiB:
+    /// after a build the least recently used steps go until it fits (never those of the build
+    /// that just ran; releases keep their own copies).
+    #[arg(long, value_name = "MIB", default_value_t = cove_server::DEFAULT_LAYER_CACHE_MIB)]
+    pub layer_cache_mib: u64,
     /// The `runc` binary (default: `runc` in PATH).
     #[arg(long, value_name = "PATH")]
     pub runc: Option<PathBuf>,
@@ -186,6 +191,7 @@ impl ServerArgs {
             data_plane_listen: self.data_plane_listen,
             guest_agent: self.guest_agent.clone(),
             cache_dir: self.cache_dir.clone(),
+            layer_cache_mib: Some(self.layer_cache_mib),
             runc: self.runc.clone(),
             runtime: self.runtime,
             public_data_plane_url: self.public_data_plane_url.clone(),

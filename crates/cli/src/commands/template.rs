@@ -58,6 +58,11 @@ pub struct BuildArgs {
     /// Build from scratch, without the build cache.
     #[arg(long)]
     pub no_cache: bool,
+    /// The egress policy of the build's RUN steps (only with `-f`; default: the internet
+    /// open). Not part of the build cache key: a cached step is not rerun under another
+    /// policy.
+    #[command(flatten)]
+    pub network: super::create::NetworkArgs,
     /// Print every build log line (otherwise the bar shows the latest one).
     #[arg(short, long)]
     pub verbose: bool,
@@ -141,10 +146,14 @@ async fn build(client: &Client, args: BuildArgs) -> anyhow::Result<()> {
                 name: args.name.clone(),
                 file: Some(path),
                 no_cache: args.no_cache,
+                network: args.network.policy(),
             };
             client.create_template(&query, context).await?
         }
         None if args.context.is_some() => bail!("a build context needs a template file (-f)"),
+        None if args.network.any() => {
+            bail!("--no-internet, --allow and --deny apply to builds from a template file (-f)")
+        }
         None => {
             let request = BuildReleaseRequest {
                 no_cache: args.no_cache,
@@ -286,6 +295,38 @@ mod tests {
 
     use super::*;
     use crate::{Cli, Verb};
+
+    #[test]
+    fn a_file_build_takes_network_flags() {
+        let cli = Cli::try_parse_from([
+            "cove",
+            "template",
+            "build",
+            "web",
+            "-f",
+            "ctx/Dockerfile",
+            "ctx",
+            "--no-internet",
+            "--allow",
+            "pypi.org",
+            "--deny",
+            "10.0.0.0/8",
+        ])
+        .expect("parses");
+        let Verb::Template(TemplateVerb::Build(args)) = cli.verb else {
+            panic!("expected build")
+        };
+        let policy = args.network.policy().expect("a policy");
+        assert!(!policy.internet);
+        assert_eq!(policy.allow[0].to_string(), "pypi.org");
+        assert_eq!(policy.deny[0].to_string(), "10.0.0.0/8");
+        let cli =
+            Cli::try_parse_from(["cove", "template", "build", "web", "-f", "F"]).expect("parses");
+        let Verb::Template(TemplateVerb::Build(args)) = cli.verb else {
+            panic!("expected build")
+        };
+        assert_eq!(args.network.policy(), None, "the server's default");
+    }
 
     #[test]
     fn build_and_ls_parse() {

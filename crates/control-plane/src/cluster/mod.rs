@@ -432,7 +432,10 @@ impl Cluster {
             runtime: &self.cfg.runtime,
             vcpus: launch.resources.vcpus,
             memory_mib: launch.resources.memory_mib,
-            require_release: true,
+            // A release the node can fetch from the shared snapshot store (one built from a
+            // file, launched with its digest) need not be there; one that holds it still
+            // ranks first.
+            require_release: launch.release_digest.is_none(),
         };
         let i = scheduler::place(&candidates, &demand)
             .map_err(|e| NodeError::NoNodeAvailable(e.to_string()))?;

@@ -72,9 +72,11 @@ impl NodeReleases for Cluster {
         Ok(built)
     }
 
-    /// Built on every reachable node, one after another (each holds its own release cache and
-    /// its own layer cache); the first node's events are forwarded. Fails, removing the release
-    /// everywhere, when any build fails.
+    /// Built on one node: the first reachable one (the server's own first) that can build
+    /// from a file; the others fetch the release from the shared snapshot store when a
+    /// sandbox of it is placed on them (the builder keeps it there, see the node agent's
+    /// `release_store`). A node that cannot build (`Unsupported`: a VM runtime) is skipped;
+    /// when none can, that error is the answer.
     async fn build_file_release(
         &self,
         template: &str,
@@ -84,32 +86,34 @@ impl NodeReleases for Cluster {
         cancel: CancellationToken,
     ) -> Result<cove_node_api::BuiltFileRelease, NodeError> {
         let nodes = self.reachable();
-        if nodes.is_empty() {
-            return Err(NodeError::NoNodeAvailable("no node is reachable".into()));
-        }
-        let mut first = None;
-        for (i, (name, api)) in nodes.iter().enumerate() {
-            let tx = events_of(i, &events);
+        let mut last = NodeError::NoNodeAvailable("no node is reachable".into());
+        for (name, api) in &nodes {
             match api
-                .build_file_release(template, number, build.clone(), tx, cancel.clone())
+                .build_file_release(
+                    template,
+                    number,
+                    build.clone(),
+                    events.clone(),
+                    cancel.clone(),
+                )
                 .await
             {
-                Ok(b) => {
-                    first.get_or_insert(b);
+                Ok(built) => {
+                    info!(node = %name, template, number, "file release built");
+                    self.note_release(&[name.as_str()], template, number);
+                    return Ok(built);
+                }
+                Err(NodeError::Unsupported(m)) => {
+                    last = NodeError::Unsupported(m);
                 }
                 Err(e) => {
                     warn!(node = %name, template, number, error = %e, "file build failed on a node");
-                    for (_, api) in &nodes {
-                        let _ = api.remove_release(template, number).await;
-                    }
+                    let _ = api.remove_release(template, number).await;
                     return Err(e);
                 }
             }
         }
-        let built = first.ok_or_else(|| NodeError::Internal("no node built the release".into()))?;
-        let names: Vec<&str> = nodes.iter().map(|(n, _)| n.as_str()).collect();
-        self.note_release(&names, template, number);
-        Ok(built)
+        Err(last)
     }
 
     async fn cached_releases(&self) -> Result<Vec<ReleaseRef>, NodeError> {
@@ -122,6 +126,11 @@ impl NodeReleases for Cluster {
         all.sort();
         all.dedup();
         Ok(all)
+    }
+
+    /// The snapshot store is shared: any reachable node removes the copy.
+    async fn remove_stored_release(&self, digest: &str) -> Result<(), NodeError> {
+        self.snapshot_node()?.remove_stored_release(digest).await
     }
 
     async fn remove_release(&self, template: &str, number: u32) -> Result<(), NodeError> {

@@ -4,8 +4,8 @@
 //!
 //! Rules, in order:
 //! 1. only `ready` nodes of the asked runtime;
-//! 2. release cache: a node that holds the release wins; with `require_release` (nodes cannot
-//!    fetch releases from an object store yet) only those qualify;
+//! 2. release cache: a node that holds the release wins; with `require_release` (a built-in
+//!    recipe's release, which nodes build and never fetch) only those qualify;
 //! 3. free capacity: the sandbox's memory must fit in the node's memory minus what is placed
 //!    there, and its vCPUs in [`CPU_OVERCOMMIT`] × the node's CPUs minus what is placed;
 //! 4. spread: the fewest sandboxes, then the lowest memory use after placement, then the name

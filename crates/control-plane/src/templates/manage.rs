@@ -49,6 +49,9 @@ impl ControlPlane {
         if self.recipe(&q.name).is_ok() {
             return Err(invalid("name", "is a built-in template"));
         }
+        let network = q.network.clone().unwrap_or_default();
+        network.validate()?;
+        self.check_network_supported(&network, false)?;
         let path = q.file.clone().unwrap_or_else(|| DEFAULT_FILE.to_string());
         let text = file_in_context(&context, &path)?;
         let parsed = file::parse(&text).map_err(|e| invalid("file", e.to_string()))?;
@@ -124,6 +127,7 @@ impl ControlPlane {
             steps: parsed.steps,
             context,
             no_cache: q.no_cache,
+            network,
         };
         let this = self.clone();
         let (template, number, op_id) = (q.name.clone(), release.number, op.id.clone());
@@ -238,6 +242,9 @@ impl ControlPlane {
             .remove_release(template, number)
             .await
             .map_err(|e| from_node(e, "-"))?;
+        if self.recipe(template).is_err() {
+            self.remove_stored_copy(template, &release).await?;
+        }
         self.store()
             .set_release_state(template, number, ReleaseState::Deleted, None)
             .await?;
@@ -270,12 +277,40 @@ impl ControlPlane {
                 .remove_release(name, r.number)
                 .await
                 .map_err(|e| from_node(e, "-"))?;
+            self.remove_stored_copy(name, &r).await?;
             self.store()
                 .set_release_state(name, r.number, ReleaseState::Deleted, None)
                 .await?;
         }
         self.store().delete_file_template(name).await?;
         Ok(())
+    }
+
+    /// Removes the snapshot-store copy of file release `r` of `template` (what other nodes
+    /// fetch it from), unless another live release has the same digest: the same inputs build
+    /// the same tree, and one stored copy serves them all.
+    async fn remove_stored_copy(
+        &self,
+        template: &str,
+        r: &cove_api_types::Release,
+    ) -> Result<(), ServiceError> {
+        let Some(digest) = r.digest.as_deref() else {
+            return Ok(());
+        };
+        for t in self.store().file_templates().await? {
+            let shared = self.live_releases(&t.name).await?.into_iter().any(|o| {
+                o.digest.as_deref() == Some(digest)
+                    && o.state != ReleaseState::Failed
+                    && (t.name != template || o.number != r.number)
+            });
+            if shared {
+                return Ok(());
+            }
+        }
+        self.node()
+            .remove_stored_release(digest)
+            .await
+            .map_err(|e| from_node(e, "-"))
     }
 
     /// `failed_precondition` when a sandbox that is not deleted, or a warm pool, uses release

@@ -105,6 +105,15 @@ impl ControlPlane {
         })
     }
 
+    /// The digest a node may fetch `s`'s release from the snapshot store by: releases built
+    /// from a file only (every node builds the built-in recipes itself).
+    pub(crate) fn fetchable_digest(&self, s: &cove_api_types::Sandbox) -> Option<String> {
+        if self.recipe(&s.template).is_ok() {
+            return None;
+        }
+        s.release_digest.clone()
+    }
+
     fn recipe(&self, name: &str) -> Result<RecipeInfo, ServiceError> {
         self.node()
             .recipes()

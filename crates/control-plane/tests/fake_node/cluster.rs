@@ -201,3 +201,57 @@ async fn a_lost_node_fails_its_running_sandboxes_and_a_returning_one_reconciles(
     .await;
     assert_eq!(n.h.state(&b_suspended).await, SandboxState::Running);
 }
+
+#[tokio::test]
+async fn a_file_release_builds_on_one_node_and_runs_on_another_by_its_digest() {
+    let n = Nodes::new().await;
+    let mut tar = tar::Builder::new(Vec::new());
+    let file = b"FROM base:1\nRUN make\n";
+    let mut header = tar::Header::new_gnu();
+    header.set_size(file.len() as u64);
+    header.set_mode(0o644);
+    header.set_cksum();
+    tar.append_data(&mut header, "Dockerfile", &file[..])
+        .expect("append");
+    let q = cove_api_types::CreateTemplateQuery {
+        name: "web".into(),
+        ..Default::default()
+    };
+    let built =
+        n.h.cp
+            .create_template_from_file(q, tar.into_inner().expect("tar").into())
+            .await
+            .expect("accepted");
+    n.h.settle(&built.operation.id).await;
+    let built_on: Vec<usize> = NAMES
+        .iter()
+        .map(|name| n.fake(name).count_on(Call::BuildRelease, "web"))
+        .collect();
+    assert_eq!(built_on, vec![1, 0, 0], "built once, on the first node");
+
+    // With the builder drained, a node without the release takes the create and gets the
+    // digest to fetch it by.
+    n.h.cp
+        .set_node_state("a", NodeState::Draining)
+        .await
+        .expect("drain");
+    let id =
+        n.h.running_with(cove_api_types::CreateSandboxRequest {
+            template: Some("web".into()),
+            ..Default::default()
+        })
+        .await;
+    let node = n.cluster.node_of(&id).expect("placed");
+    assert_ne!(node, "a");
+    let digest = n.h.cp.get_template("web").await.expect("template").releases[0]
+        .digest
+        .clone();
+    assert!(digest.is_some());
+    assert_eq!(
+        n.fake(&node)
+            .launch_of(&id)
+            .expect("launched")
+            .release_digest,
+        digest
+    );
+}

@@ -1,7 +1,11 @@
 //! Templates from a file on the fake node: a file release carries its defaults into creates,
 //! a release in use is not deleted, bad files are refused before anything is recorded.
 
-use cove_api_types::{CreateSandboxRequest, CreateTemplateQuery, ErrorCode, OperationState};
+use cove_api_types::{
+    CreateSandboxRequest, CreateTemplateQuery, EgressPolicy, ErrorCode, OperationState,
+};
+use cove_node_api::NodeCapabilities;
+use cove_test_support::{Call, FakeNode};
 
 use crate::harness::{code, Harness};
 
@@ -133,5 +137,89 @@ async fn bad_files_and_parents_record_nothing() {
     assert_eq!(
         code(h.cp.get_template("web").await),
         ErrorCode::TemplateNotFound
+    );
+}
+
+#[tokio::test]
+async fn a_file_release_launches_with_its_digest_and_its_stored_copy_goes_with_the_last_user() {
+    let h = Harness::new().await;
+    let file = "FROM base:1\nRUN make\n";
+    for _ in 0..2 {
+        let built =
+            h.cp.create_template_from_file(query("web"), context(file))
+                .await
+                .expect("accepted");
+        assert_eq!(
+            h.settle(&built.operation.id).await.state,
+            OperationState::Succeeded
+        );
+    }
+    let t = h.cp.get_template("web").await.expect("template");
+    let digest = t.releases[0].digest.clone().expect("digest");
+    // The fake's digest is fixed per template: both releases share one stored copy.
+    assert_eq!(t.releases[1].digest.as_deref(), Some(digest.as_str()));
+
+    let id = h
+        .running_with(CreateSandboxRequest {
+            template: Some("web".into()),
+            release: Some(2),
+            ..Default::default()
+        })
+        .await;
+    let launch = h.node.launch_of(&id).expect("launched");
+    assert_eq!(launch.release_digest.as_deref(), Some(digest.as_str()));
+    let base = h.running().await;
+    assert_eq!(
+        h.node.launch_of(&base).expect("launched").release_digest,
+        None
+    );
+
+    // Release 2 still needs the stored copy.
+    h.cp.delete_release("web", 1)
+        .await
+        .expect("delete release 1");
+    assert_eq!(h.node.count(Call::RemoveStoredRelease), 0);
+    let op = h.cp.delete_sandbox(&id, None).await.expect("delete");
+    h.settle(&op.id).await;
+    h.cp.delete_template("web")
+        .await
+        .expect("delete the template");
+    assert_eq!(h.node.count_on(Call::RemoveStoredRelease, &digest), 1);
+}
+
+#[tokio::test]
+async fn a_build_policy_needs_a_node_network() {
+    let node = FakeNode::with_capabilities(NodeCapabilities {
+        runtime: "runc".into(),
+        boundary: "container".into(),
+        pause: true,
+        suspend_memory: false,
+        snapshot_store: "file".into(),
+        network: false,
+        user_namespaces: false,
+    });
+    let h = Harness::with(node, |_| {}).await;
+    let mut q = query("web");
+    q.network = Some(EgressPolicy::offline());
+    assert_eq!(
+        code(
+            h.cp.create_template_from_file(q, context("FROM base:1\nRUN true\n"))
+                .await
+        ),
+        ErrorCode::NotImplemented
+    );
+    assert_eq!(
+        code(h.cp.get_template("web").await),
+        ErrorCode::TemplateNotFound,
+        "nothing recorded"
+    );
+    // The default policy is fine: steps then have loopback only.
+    let built =
+        h.cp.create_template_from_file(query("web"), context("FROM base:1\nRUN true\n"))
+            .await
+            .expect("accepted");
+    assert_eq!(
+        h.settle(&built.operation.id).await.state,
+        OperationState::Succeeded
     );
 }

@@ -1,15 +1,24 @@
 //! Release builds from a template file: each step after `FROM` in order, `RUN` in a sandbox of
 //! the node's runtime, every file-changing step's tree cached (see `template::steps`).
 //!
-//! A `RUN` sandbox starts on its parent step's tree with no network (loopback only: builds
-//! that download need the build's egress policy, not wired yet), runs `/bin/sh -c CMD` (or the
-//! exec form's argv) as the step's user in its working directory, and its changed files (the
-//! runtime's files artifact, a tar with whiteouts) become the step's layer. Only runtimes whose
-//! files artifact is such a tar (runc) can build.
+//! A `RUN` sandbox starts on its parent step's tree with the build's egress policy (the
+//! node's gateway enforces it as for any sandbox; on a node without sandbox networks steps
+//! have loopback only), runs `/bin/sh -c CMD` (or the exec form's argv) as the step's user in
+//! its working directory, and its changed files (the runtime's files artifact, a tar with
+//! whiteouts) become the step's layer. Only runtimes whose files artifact is such a tar (runc)
+//! can build.
+//!
+//! The policy is not part of a step's cache key: it decides what a step may reach, not what it
+//! writes. A step that fails under a policy leaves no cache entry, and one that succeeded
+//! wrote the same tree whatever else the policy would have allowed (downloads are not pinned
+//! by the key either, as in Docker: `--no-cache` fetches afresh).
+//!
+//! A release built here is kept in the snapshot store when it is shared (`release_store`), so
+//! other nodes fetch it instead of building it.
 
 use std::collections::BTreeMap;
 
-use cove_domain::Resources;
+use cove_domain::{EgressPolicy, Resources};
 use cove_node_api::{
     BuildParent, BuildStep, BuiltFileRelease, FileBuild, FileStep, Program, ReleaseDefaults,
     StepProgram,
@@ -26,6 +35,9 @@ const MAX_STEP_LOG_LINES: usize = 5000;
 const MAX_LINE_BYTES: usize = 2048;
 /// Version of the step key scheme (bumped when a step's meaning changes).
 const STEP_KEY_VERSION: &str = "cove file build v1";
+/// Id prefix of the sandboxes `RUN` steps run in (never a sandbox id of the control plane's,
+/// which start `sb-`); `list_sandboxes` leaves them out.
+pub(super) const BUILD_SANDBOX_PREFIX: &str = "build-";
 
 /// The build state between steps.
 struct State {
@@ -35,11 +47,17 @@ struct State {
     args: BTreeMap<String, String>,
     key: String,
     tree: PathBuf,
+    /// Egress policy of `RUN` sandboxes.
+    network: EgressPolicy,
 }
 
 fn build_err(e: template::BuildError) -> NodeError {
     match e {
         template::BuildError::Cancelled => NodeError::Cancelled,
+        e @ template::BuildError::InvalidLayer { .. } => NodeError::InvalidArgument {
+            field: "file".into(),
+            message: format!("FROM oci-archive: {e}"),
+        },
         other => NodeError::Build(other.to_string()),
     }
 }
@@ -60,6 +78,51 @@ impl NodeAgent {
                 self.runtime.kind().as_str()
             )));
         }
+        let began = std::time::SystemTime::now();
+        let building = self.layer_builds.read().await;
+        let result = self
+            .file_build_held(template, number, build, events, cancel)
+            .await;
+        drop(building);
+        self.trim_layers(began).await;
+        result
+    }
+
+    /// Trims the step cache to its bound in the background when no build runs (else the next
+    /// build's end does), keeping what was used since `began`. Builds that start meanwhile
+    /// wait for it (the walk reads every entry's tree once).
+    async fn trim_layers(&self, began: std::time::SystemTime) {
+        let Ok(alone) = self.layer_builds.clone().try_write_owned() else {
+            return;
+        };
+        let dir = self.cfg.data_dir.join("layers");
+        let max = self.cfg.layer_cache_bytes;
+        tokio::spawn(async move {
+            let trimmed =
+                tokio::task::spawn_blocking(move || template::trim_layers(&dir, max, began)).await;
+            drop(alone);
+            match trimmed {
+                Ok(Ok(t)) if t.removed > 0 => info!(
+                    removed = t.removed,
+                    bytes_before = t.bytes_before,
+                    bytes_after = t.bytes_after,
+                    "step cache trimmed"
+                ),
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => warn!(error = %e, "cannot trim the step cache"),
+                Err(e) => warn!(error = %e, "cannot trim the step cache"),
+            }
+        });
+    }
+
+    async fn file_build_held(
+        &self,
+        template: &str,
+        number: u32,
+        build: FileBuild,
+        events: mpsc::Sender<BuildEvent>,
+        cancel: CancellationToken,
+    ) -> Result<BuiltFileRelease, NodeError> {
         let (parent_tree, key, defaults) = match &build.parent {
             BuildParent::Release {
                 template,
@@ -68,6 +131,10 @@ impl NodeAgent {
                 defaults,
             } => {
                 let tree = self.release_dir(template, *number).join("rootfs");
+                // A parent built from a file on another node comes from the snapshot store.
+                if !tree.is_dir() && digest.starts_with("sha256:") && self.cfg.share_releases {
+                    self.fetch_release(template, *number, digest).await?;
+                }
                 if !tree.is_dir() {
                     return Err(NodeError::ReleaseNotFound(format!(
                         "release {number} of {template} is not on this node"
@@ -159,7 +226,11 @@ impl NodeAgent {
             args: BTreeMap::new(),
             key,
             tree: parent_tree,
+            network: build.network.clone(),
         };
+        let _ = events
+            .send(BuildEvent::Log(self.build_network_line(&st.network)))
+            .await;
         let (mut cached, mut ran) = (0u32, 0u32);
         let total = build.steps.len().max(1);
         for (i, step) in build.steps.iter().enumerate() {
@@ -281,8 +352,8 @@ impl NodeAgent {
         let published = template::publish_release(
             &st.tree,
             &release.join("rootfs"),
-            td,
-            extra,
+            td.clone(),
+            extra.clone(),
             tx.clone(),
             cancel.clone(),
         )
@@ -291,6 +362,16 @@ impl NodeAgent {
         drop(tx);
         let _ = forward.await;
         let (size_bytes, digest) = published?;
+        if self.cfg.share_releases {
+            let _ = events
+                .send(BuildEvent::Progress {
+                    percent: 96,
+                    phase: "storing the release for other nodes".into(),
+                })
+                .await;
+            self.store_release(&release.join("rootfs"), &digest, td, extra, &cancel)
+                .await?;
+        }
         let _ = events
             .send(BuildEvent::Progress {
                 percent: 100,
@@ -322,11 +403,27 @@ impl NodeAgent {
         events: &mpsc::Sender<BuildEvent>,
         cancel: &CancellationToken,
     ) -> Result<(), NodeError> {
-        let id = format!("build-{:016x}", rand::random::<u64>());
+        let id = format!("{BUILD_SANDBOX_PREFIX}{:016x}", rand::random::<u64>());
         let dir = self.sandbox_dir(&id);
         tokio::fs::create_dir_all(&dir)
             .await
             .map_err(|e| NodeError::Internal(format!("create {}: {e}", dir.display())))?;
+        let launch = SandboxLaunch {
+            id: id.clone(),
+            template: String::new(),
+            release: 0,
+            release_digest: None,
+            resources: Resources::default(),
+            network: st.network.clone(),
+            secrets: BTreeMap::new(),
+        };
+        let network = match self.attach_network(&launch, None).await {
+            Ok(n) => n,
+            Err(e) => {
+                let _ = Self::remove_tree(&dir).await;
+                return Err(e);
+            }
+        };
         let spec = SandboxSpec {
             id: id.clone(),
             rootfs: st.tree.clone(),
@@ -335,12 +432,13 @@ impl NodeAgent {
             guest_agent_args: self.cfg.command_output.agent_args(),
             hostname: "build".into(),
             resources: Resources::default(),
-            network: None,
+            network,
         };
         let started = match self.runtime.start(&spec).await {
             Ok(s) => s,
             Err(e) => {
                 let _ = Self::remove_tree(&dir).await;
+                let _ = self.detach_network(&id).await;
                 return Err(runtime_err(e));
             }
         };
@@ -453,6 +551,34 @@ impl NodeAgent {
                 signal.unwrap_or(0)
             ))),
         }
+    }
+}
+
+impl NodeAgent {
+    /// The build log's line about the network of `RUN` steps.
+    fn build_network_line(&self, p: &EgressPolicy) -> String {
+        let has_net = self.network.is_some() && self.runtime.capabilities().network;
+        if !has_net {
+            return "network: none on this node (RUN steps have loopback only)".into();
+        }
+        let list = |rules: &[cove_domain::EgressRule]| {
+            rules
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut line = format!(
+            "network: internet {}",
+            if p.internet { "on" } else { "off" }
+        );
+        if !p.allow.is_empty() {
+            line.push_str(&format!("; allow {}", list(&p.allow)));
+        }
+        if !p.deny.is_empty() {
+            line.push_str(&format!("; deny {}", list(&p.deny)));
+        }
+        line
     }
 }
 

@@ -189,6 +189,9 @@ impl NodeLifecycle for NodeAgent {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(io(e)),
         }
+        // A file build's `RUN` sandboxes are the build's own, not the control plane's: listed,
+        // a reconciliation would take one for an orphan and destroy it mid-step.
+        ids.retain(|id| !id.starts_with(super::builds::BUILD_SANDBOX_PREFIX));
         Ok(ids.into_iter().collect())
     }
 
@@ -245,10 +248,18 @@ impl NodeAgent {
             .release_dir(&launch.template, launch.release)
             .join("rootfs");
         if tokio::fs::metadata(&rootfs).await.is_err() {
-            return Err(NodeError::ReleaseNotFound(format!(
-                "release {} of {} is not on this node",
-                launch.release, launch.template
-            )));
+            match &launch.release_digest {
+                Some(digest) => {
+                    self.fetch_release(&launch.template, launch.release, digest)
+                        .await?
+                }
+                None => {
+                    return Err(NodeError::ReleaseNotFound(format!(
+                        "release {} of {} is not on this node",
+                        launch.release, launch.template
+                    )))
+                }
+            }
         }
         let dir = self.sandbox_dir(&launch.id);
         let network = self.attach_network(launch, counters).await?;

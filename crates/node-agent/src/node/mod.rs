@@ -39,6 +39,12 @@ pub struct NodeConfig {
     pub mirror: Option<String>,
     /// Where suspended sandboxes' files are kept.
     pub snapshots: crate::snapshot::SnapshotStore,
+    /// Whether the snapshot store is shared with other nodes, so releases built from a file
+    /// are kept there for them (`releases/<digest hex>/`, see `release_store`).
+    pub share_releases: bool,
+    /// Bound of the step cache of file builds (`<data-dir>/layers`), in bytes: after a build
+    /// the least recently used entries go until it fits (see `template::trim_layers`).
+    pub layer_cache_bytes: u64,
     /// How much of each command's output the guest agents keep.
     pub command_output: crate::guest::OutputLimits,
 }
@@ -52,6 +58,11 @@ pub struct NodeAgent {
     history: Mutex<metrics::History>,
     /// Sandbox networks (`None`: networking off, sandboxes have loopback only).
     network: Option<Arc<network::NodeNet>>,
+    /// Held while a release is fetched from the snapshot store (fetches take turns).
+    fetching: tokio::sync::Mutex<()>,
+    /// Read-held by every file build while it runs; the step cache is trimmed only with it
+    /// held for writing (no build is using an entry then).
+    layer_builds: Arc<tokio::sync::RwLock<()>>,
 }
 
 impl NodeAgent {
@@ -63,6 +74,8 @@ impl NodeAgent {
             guests: Mutex::new(HashMap::new()),
             history: Mutex::new(HashMap::new()),
             network: None,
+            fetching: tokio::sync::Mutex::new(()),
+            layer_builds: Arc::new(tokio::sync::RwLock::new(())),
         }
     }
 
@@ -144,5 +157,6 @@ mod files;
 mod lifecycle;
 mod metrics;
 mod network;
+mod release_store;
 mod releases;
 mod repair;

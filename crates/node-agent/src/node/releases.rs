@@ -124,4 +124,8 @@ impl NodeReleases for NodeAgent {
     async fn remove_release(&self, template: &str, number: u32) -> Result<(), NodeError> {
         Self::remove_tree(&self.release_dir(template, number)).await
     }
+
+    async fn remove_stored_release(&self, digest: &str) -> Result<(), NodeError> {
+        self.unstore_release(digest).await
+    }
 }

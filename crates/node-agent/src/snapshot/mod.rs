@@ -38,6 +38,8 @@ const MANIFEST_NAME: &str = "snapshot.json";
 const SANDBOXES: &str = "sandboxes";
 /// Folder of checkpoints.
 const CHECKPOINTS: &str = "checkpoints";
+/// Folder of release root filesystems, keyed by the hex of their content digest.
+const RELEASES: &str = "releases";
 /// Version of [`Manifest`]'s format.
 pub const MANIFEST_VERSION: u32 = 1;
 
@@ -169,6 +171,44 @@ impl SnapshotStore {
         SnapshotStore {
             scope: CHECKPOINTS,
             ..self.clone()
+        }
+    }
+
+    /// The same store seen from its releases' folder (`<prefix>/releases/<digest hex>/...`):
+    /// every method then takes a digest's hex where it names a sandbox id.
+    pub fn releases(&self) -> SnapshotStore {
+        SnapshotStore {
+            scope: RELEASES,
+            ..self.clone()
+        }
+    }
+
+    /// Writes a small object `name` of `key` in one piece (a release's manifest).
+    pub async fn put_object(
+        &self,
+        key: &str,
+        name: &str,
+        body: Bytes,
+    ) -> Result<(), SnapshotError> {
+        self.store.put(&self.key(key, name), body.into()).await?;
+        Ok(())
+    }
+
+    /// Reads a small object `name` of `key` whole; [`SnapshotError::Missing`] when there is
+    /// none.
+    pub async fn object(&self, key: &str, name: &str) -> Result<Bytes, SnapshotError> {
+        match self.store.get(&self.key(key, name)).await {
+            Ok(g) => Ok(g.bytes().await?),
+            Err(object_store::Error::NotFound { .. }) => Err(SnapshotError::Missing(key.into())),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Deletes object `name` of `key`; none is fine.
+    pub async fn delete_object(&self, key: &str, name: &str) -> Result<(), SnapshotError> {
+        match self.store.delete(&self.key(key, name)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
         }
     }
 

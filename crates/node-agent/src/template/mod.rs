@@ -33,12 +33,15 @@ mod context;
 mod digest;
 mod files;
 mod layer;
+mod layer_gc;
 mod oci;
 mod recipe;
 mod staging;
 mod steps;
 mod tiny;
 
+pub(crate) use digest::manifest_digest;
+pub use layer_gc::{trim as trim_layers, Trimmed};
 pub use recipe::{Recipe, TemplateDefaults};
 pub use steps::{hash_sources, publish_release, step_key, unpack_context, LayerCache, StepTree};
 
@@ -107,6 +110,15 @@ pub enum BuildError {
         /// The error.
         #[source]
         source: std::io::Error,
+    },
+    /// An image layer does not match its digest in the image's manifest or config (or has a
+    /// digest that is not SHA-256).
+    #[error("image layer {layer}: {detail}")]
+    InvalidLayer {
+        /// The layer's path in the archive.
+        layer: String,
+        /// What is wrong.
+        detail: String,
     },
     /// The build was cancelled.
     #[error("build cancelled")]

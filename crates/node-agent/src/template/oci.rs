@@ -3,7 +3,13 @@
 //! types. The first image's layers are applied in order onto an empty tree with their
 //! whiteouts honoured (`layer.rs`; plain or gzip layers), and its config's `Env`,
 //! `WorkingDir` and `User` become the template's defaults. The archive is read once for its
-//! JSON documents and once per layer; layer digests are not verified.
+//! JSON documents and once per layer.
+//!
+//! Every layer is checked while it is applied: an OCI layout layer against its descriptor's
+//! digest (SHA-256 of the blob as stored), a `docker save` layer against its `diff_id` in the
+//! image config (SHA-256 of the uncompressed tar). A mismatch, or a digest of another
+//! algorithm, fails the import with [`BuildError::InvalidLayer`] naming the layer (the tree
+//! being built is discarded by the caller).
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Read};
@@ -12,8 +18,45 @@ use std::path::{Path, PathBuf};
 use oci_spec::image::{ImageConfiguration, ImageIndex, ImageManifest};
 use serde::Deserialize;
 
+use sha2::{Digest as _, Sha256};
+
 use super::files::io;
 use super::{files, layer, recipe, BuildError, TemplateDefaults};
+
+/// What a layer's SHA-256 (hex) is taken over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Expected {
+    /// The bytes as stored in the archive (an OCI descriptor's digest).
+    Stored(String),
+    /// The uncompressed tar (a `docker save` config's `diff_id`).
+    Uncompressed(String),
+}
+
+/// The hex of a `sha256:` digest, or [`BuildError::InvalidLayer`].
+fn sha256_hex(layer: &str, digest: &str) -> Result<String, BuildError> {
+    digest
+        .strip_prefix("sha256:")
+        .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+        .map(str::to_ascii_lowercase)
+        .ok_or_else(|| BuildError::InvalidLayer {
+            layer: layer.to_string(),
+            detail: format!("its digest {digest:?} is not a sha256 digest"),
+        })
+}
+
+/// A reader that feeds what it reads into a hasher.
+struct Hashing<'h, R> {
+    inner: R,
+    hasher: &'h mut Sha256,
+}
+
+impl<R: Read> Read for Hashing<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
+}
 
 /// Largest JSON document read from an archive, in bytes.
 const MAX_JSON_BYTES: u64 = 4 << 20;
@@ -49,7 +92,27 @@ pub(crate) fn import(archive: &Path, root: &Path) -> Result<TemplateDefaults, Bu
             .into_iter()
             .next()
             .ok_or_else(|| bad("manifest.json lists no image"))?;
-        (image.config, image.layers)
+        let config = docs.get(clean(&image.config).as_str()).ok_or_else(|| {
+            bad(format!(
+                "{} (the image config) is not in the archive",
+                image.config
+            ))
+        })?;
+        let diff_ids = image_config(config)?.rootfs().diff_ids().clone();
+        if diff_ids.len() != image.layers.len() {
+            return Err(bad(format!(
+                "the image config lists {} diff_ids for {} layers",
+                diff_ids.len(),
+                image.layers.len()
+            )));
+        }
+        let layers = image
+            .layers
+            .into_iter()
+            .zip(diff_ids)
+            .map(|(l, d)| Ok((l.clone(), Expected::Uncompressed(sha256_hex(&l, &d)?))))
+            .collect::<Result<Vec<_>, BuildError>>()?;
+        (image.config, layers)
     } else if let Some(i) = docs.get("index.json") {
         let index =
             ImageIndex::from_reader(i.as_slice()).map_err(|e| bad(format!("index.json: {e}")))?;
@@ -68,8 +131,12 @@ pub(crate) fn import(archive: &Path, root: &Path) -> Result<TemplateDefaults, Bu
         let layers = manifest
             .layers()
             .iter()
-            .map(|l| blob_path(l.digest().algorithm().as_ref(), l.digest().digest()))
-            .collect();
+            .map(|l| {
+                let path = blob_path(l.digest().algorithm().as_ref(), l.digest().digest());
+                let hex = sha256_hex(&path, l.digest().as_ref())?;
+                Ok((path, Expected::Stored(hex)))
+            })
+            .collect::<Result<Vec<_>, BuildError>>()?;
         (config, layers)
     } else {
         return Err(bad(
@@ -82,8 +149,8 @@ pub(crate) fn import(archive: &Path, root: &Path) -> Result<TemplateDefaults, Bu
     let config = image_config(config)?;
 
     std::fs::create_dir_all(root).map_err(io(root, "create"))?;
-    for l in &layers {
-        apply_from_archive(archive, &clean(l), root)?;
+    for (l, expected) in &layers {
+        apply_from_archive(archive, &clean(l), expected, root)?;
     }
     files::write_files(root, recipe::COMMON_FILES)?;
 
@@ -156,9 +223,14 @@ fn json_documents(archive: &Path) -> Result<HashMap<String, Vec<u8>>, BuildError
     Ok(docs)
 }
 
-/// Finds the layer `path` in the archive and applies it onto `root` (gunzipping it when it
-/// starts with the gzip magic).
-fn apply_from_archive(archive: &Path, path: &str, root: &Path) -> Result<(), BuildError> {
+/// Finds the layer `path` in the archive, applies it onto `root` (gunzipping it when it
+/// starts with the gzip magic) and checks it against `expected`.
+fn apply_from_archive(
+    archive: &Path,
+    path: &str,
+    expected: &Expected,
+    root: &Path,
+) -> Result<(), BuildError> {
     let f = std::fs::File::open(archive).map_err(io(archive, "open"))?;
     let mut ar = tar::Archive::new(BufReader::new(f));
     for entry in ar
@@ -173,15 +245,48 @@ fn apply_from_archive(archive: &Path, path: &str, root: &Path) -> Result<(), Bui
         if name != path {
             continue;
         }
-        let mut reader = BufReader::new(entry);
-        let gzip = reader
-            .fill_buf()
-            .map(|b| b.starts_with(&[0x1f, 0x8b]))
-            .map_err(|e| bad(format!("read layer {path}: {e}")))?;
-        if gzip {
-            layer::apply_layer(root, flate2::read::GzDecoder::new(reader))?;
-        } else {
-            layer::apply_layer(root, reader)?;
+        let (mut stored, mut plain) = (Sha256::new(), Sha256::new());
+        let drain = |r: &mut dyn Read| {
+            std::io::copy(r, &mut std::io::sink())
+                .map_err(|e| bad(format!("read layer {path}: {e}")))
+        };
+        {
+            let mut reader = BufReader::new(Hashing {
+                inner: entry,
+                hasher: &mut stored,
+            });
+            let gzip = reader
+                .fill_buf()
+                .map(|b| b.starts_with(&[0x1f, 0x8b]))
+                .map_err(|e| bad(format!("read layer {path}: {e}")))?;
+            if gzip {
+                let mut decoder = flate2::read::GzDecoder::new(reader);
+                let mut tar = Hashing {
+                    inner: &mut decoder,
+                    hasher: &mut plain,
+                };
+                layer::apply_layer(root, &mut tar)?;
+                // The tar's end and padding, then the gzip trailer, count too.
+                drain(&mut tar)?;
+                drain(&mut decoder.into_inner())?;
+            } else {
+                let mut tar = Hashing {
+                    inner: &mut reader,
+                    hasher: &mut plain,
+                };
+                layer::apply_layer(root, &mut tar)?;
+                drain(&mut tar)?;
+            }
+        }
+        let (want, got) = match expected {
+            Expected::Stored(want) => (want, format!("{:x}", stored.finalize())),
+            Expected::Uncompressed(want) => (want, format!("{:x}", plain.finalize())),
+        };
+        if *want != got {
+            return Err(BuildError::InvalidLayer {
+                layer: path.to_string(),
+                detail: format!("its content has sha256:{got}, the manifest says sha256:{want}"),
+            });
         }
         return Ok(());
     }
@@ -213,11 +318,11 @@ mod tests {
     fn docker_save_archives_import_with_whiteouts_and_config() {
         let l1 = tar_of(&[("etc/a", b"a"), ("etc/b", b"b")]);
         let l2 = tar_of(&[("etc/.wh.b", b""), ("etc/c", b"c")]);
-        let config = br#"{"architecture":"amd64","os":"linux","config":{"Env":["PATH=/bin","MODE=x"],"WorkingDir":"/srv","User":"app:app"},"rootfs":{"type":"layers","diff_ids":[]}}"#;
+        let config = docker_config(&[&l1, &l2]);
         let manifest = br#"[{"Config":"cfg.json","RepoTags":["t:1"],"Layers":["l1/layer.tar","l2/layer.tar"]}]"#;
         let archive = tar_of(&[
             ("manifest.json", manifest),
-            ("cfg.json", config),
+            ("cfg.json", config.as_bytes()),
             ("l1/layer.tar", &l1),
             ("l2/layer.tar", &l2),
         ]);
@@ -231,5 +336,48 @@ mod tests {
         assert!(root.join("etc/a").exists() && root.join("etc/c").exists());
         assert!(!root.join("etc/b").exists());
         assert!(root.join("etc/hostname").exists());
+    }
+
+    /// A docker image config whose `diff_ids` are the layers' SHA-256.
+    fn docker_config(layers: &[&[u8]]) -> String {
+        let ids: Vec<String> = layers
+            .iter()
+            .map(|l| format!("\"sha256:{:x}\"", Sha256::digest(l)))
+            .collect();
+        format!(
+            r#"{{"architecture":"amd64","os":"linux","config":{{"Env":["PATH=/bin","MODE=x"],"WorkingDir":"/srv","User":"app:app"}},"rootfs":{{"type":"layers","diff_ids":[{}]}}}}"#,
+            ids.join(",")
+        )
+    }
+
+    #[test]
+    fn a_layer_that_does_not_match_its_digest_is_refused_by_name() {
+        let l1 = tar_of(&[("etc/a", b"a")]);
+        let config = docker_config(&[&l1]);
+        let corrupted = tar_of(&[("etc/a", b"A")]);
+        let manifest = br#"[{"Config":"cfg.json","Layers":["l1/layer.tar"]}]"#;
+        let archive = tar_of(&[
+            ("manifest.json", manifest),
+            ("cfg.json", config.as_bytes()),
+            ("l1/layer.tar", &corrupted),
+        ]);
+        let tmp = tempfile::tempdir().expect("tmp");
+        let path = tmp.path().join("img.tar");
+        std::fs::write(&path, archive).expect("write");
+        let err = import(&path, &tmp.path().join("root")).expect_err("refused");
+        assert!(
+            matches!(&err, BuildError::InvalidLayer { layer, .. } if layer == "l1/layer.tar"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("l1/layer.tar"), "{err}");
+
+        let short = br#"[{"Config":"cfg.json","Layers":["l1/layer.tar","l1/layer.tar"]}]"#;
+        let archive = tar_of(&[
+            ("manifest.json", short),
+            ("cfg.json", config.as_bytes()),
+            ("l1/layer.tar", &l1),
+        ]);
+        std::fs::write(&path, archive).expect("write");
+        assert!(import(&path, &tmp.path().join("root2")).is_err());
     }
 }

@@ -7,8 +7,8 @@
 //! costs the files it changes plus one directory entry per file, and a tree is never written
 //! once published (an overlay lower directory, or the parent of a later copy). Published by
 //! rename, so a reader sees a whole tree or none, and never replaced (a rerun with `no_cache`
-//! publishes beside the old tree). Nothing removes old trees yet (no garbage collection of the
-//! step cache).
+//! publishes beside the old tree). Each use marks the entry; `layer_gc.rs` removes the least
+//! recently used entries when the cache outgrows its bound.
 
 use std::path::{Path, PathBuf};
 
@@ -18,7 +18,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::command::Events;
 use super::staging::Staging;
-use super::{cache, context, digest, files, layer, oci, BuildError, BuildEvent, TemplateDefaults};
+use super::{
+    cache, context, digest, files, layer, layer_gc, oci, BuildError, BuildEvent, TemplateDefaults,
+};
 
 /// The cache key of a step: hex SHA-256 of `parent_key`, the step's canonical text and what it
 /// reads (the context hash of a `COPY`; empty otherwise).
@@ -63,8 +65,13 @@ impl LayerCache {
 
     /// The tree of step `key`, if it was built before.
     pub fn lookup(&self, key: &str) -> Option<PathBuf> {
-        let tree = self.dir.join(key).join("rootfs");
-        tree.is_dir().then_some(tree)
+        let entry = self.dir.join(key);
+        let tree = entry.join("rootfs");
+        if !tree.is_dir() {
+            return None;
+        }
+        layer_gc::touch(&entry);
+        Some(tree)
     }
 
     /// Builds the tree of step `key` from `parent` and `change`, publishes it (replacing an
@@ -101,7 +108,9 @@ impl LayerCache {
             staging.discard().await;
             return Err(e);
         }
-        Ok(self.publish(staging, &entry).await?.join("rootfs"))
+        let published = self.publish(staging, &entry).await?;
+        layer_gc::touch(&published);
+        Ok(published.join("rootfs"))
     }
 }
 
@@ -137,6 +146,7 @@ impl LayerCache {
         };
         if !no_cache {
             if let (true, Some(d)) = (entry.join("rootfs").is_dir(), read_defaults(&entry)) {
+                layer_gc::touch(&entry);
                 return Ok((entry.join("rootfs"), d, key));
             }
         }
@@ -165,6 +175,7 @@ impl LayerCache {
             }
         };
         let published = self.publish(staging, &entry).await?;
+        layer_gc::touch(&published);
         Ok((published.join("rootfs"), d, key))
     }
 }
