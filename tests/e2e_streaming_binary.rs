@@ -49,13 +49,25 @@ async fn raw_stdout_is_exact_and_resumable() {
     assert_eq!(&got[..256], &all256[..]);
     // The exit is the command's, read from the API once the body ended.
     let cmd = c
-        .get_command(&id, &resp.command.id, Some(std::time::Duration::from_secs(30)))
+        .get_command(
+            &id,
+            &resp.command.id,
+            Some(std::time::Duration::from_secs(30)),
+        )
         .await
         .expect("command");
     assert_eq!(cmd.exit_code, Some(3));
 
     // Resume from stdout offsets (stderr does not count): exactly the remaining bytes.
-    for offset in [1usize, 255, 256, 257, 1 << 20, expected.len() - 1, expected.len()] {
+    for offset in [
+        1usize,
+        255,
+        256,
+        257,
+        1 << 20,
+        expected.len() - 1,
+        expected.len(),
+    ] {
         let again = read_all(&c, &resp.attachment, offset as u64).await;
         assert_eq!(again.len(), expected.len() - offset, "offset {offset}");
         assert!(again == expected[offset..], "offset {offset}: bytes differ");

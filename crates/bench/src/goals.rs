@@ -57,16 +57,19 @@ pub struct GoalResult {
     pub goal: String,
     /// Whether every check held.
     pub met: bool,
-    /// Each check's measured value ÷ its bound, in the order of `goal`.
+    /// Each check's measured value ÷ its bound, in the order of `goal` (for a bound of 0, such
+    /// as no errors, the value itself).
     pub margins: Vec<f64>,
+    /// Each check's figure as the table shows it (`0.42×`, or the count for a bound of 0).
+    #[serde(skip)]
+    shown: Vec<String>,
 }
 
 impl GoalResult {
     /// The table cell: `met 0.42×` or `NOT met 1.40×, 0.90×`.
     pub fn cell(&self) -> String {
-        let margins: Vec<String> = self.margins.iter().map(|m| format!("{m:.2}×")).collect();
         let verdict = if self.met { "met" } else { "NOT met" };
-        format!("{verdict} {} ({})", margins.join(", "), self.goal)
+        format!("{verdict} {} ({})", self.shown.join(", "), self.goal)
     }
 }
 
@@ -85,6 +88,7 @@ pub fn evaluate(m: &Metric) -> Option<GoalResult> {
     let mut met = true;
     let mut margins = Vec::with_capacity(checks.len());
     let mut words = Vec::with_capacity(checks.len());
+    let mut shown = Vec::with_capacity(checks.len());
     for check in checks {
         let (value, bound, upper, word) = match *check {
             Check::P50AtMost(b) => (Some(p50), b, true, format!("p50 ≤ {b}")),
@@ -104,17 +108,29 @@ pub fn evaluate(m: &Metric) -> Option<GoalResult> {
         let Some(value) = value else {
             met = false;
             margins.push(f64::NAN);
+            shown.push("missing".to_string());
             continue;
         };
-        let ok = if upper { value <= bound } else { value >= bound };
+        let ok = if upper {
+            value <= bound
+        } else {
+            value >= bound
+        };
         met &= ok;
         // A bound of 0 (no errors): the margin is the value itself.
-        margins.push(if bound == 0.0 { value } else { value / bound });
+        if bound == 0.0 {
+            margins.push(value);
+            shown.push(format!("{value}"));
+        } else {
+            margins.push(value / bound);
+            shown.push(format!("{:.2}×", value / bound));
+        }
     }
     Some(GoalResult {
         goal: words.join(", "),
         met,
         margins,
+        shown,
     })
 }
 
@@ -133,8 +149,13 @@ mod tests {
         assert!(r.margins[0] <= 1.0 && r.margins[1] > 1.0, "{r:?}");
         assert!(r.cell().starts_with("NOT met"), "{}", r.cell());
 
-        let m = Metric::new("concurrency_throughput", "c", Unit::PerS, Stats::single(30.0))
-            .baseline("raw", Stats::single(20.0));
+        let m = Metric::new(
+            "concurrency_throughput",
+            "c",
+            Unit::PerS,
+            Stats::single(30.0),
+        )
+        .baseline("raw", Stats::single(20.0));
         let r = evaluate(&m).expect("has a goal");
         assert!(r.met && (r.margins[0] - 1.5).abs() < 1e-9, "{r:?}");
 
@@ -149,6 +170,12 @@ mod tests {
         // No baseline: a ratio goal is not met; a key without a goal has none.
         let m = Metric::new("cold_start", "c", Unit::Ms, Stats::single(3.0));
         assert!(!evaluate(&m).expect("goal").met);
-        assert!(evaluate(&Metric::new("suspend_wake", "s", Unit::Ms, Stats::single(1.0))).is_none());
+        assert!(evaluate(&Metric::new(
+            "suspend_wake",
+            "s",
+            Unit::Ms,
+            Stats::single(1.0)
+        ))
+        .is_none());
     }
 }

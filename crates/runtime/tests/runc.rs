@@ -676,8 +676,16 @@ async fn one_runc_process_per_start_and_per_stop() {
         Some(RuntimeState::Running)
     );
     rt.stop(&spec.id, &spec.dir).await.expect("stop");
-    assert_eq!(take_runc_verbs(h.dir.path()), ["delete"], "one runc per stop");
-    assert_ne!(proc_start_time(started.init_pid), Some(init), "the init is gone");
+    assert_eq!(
+        take_runc_verbs(h.dir.path()),
+        ["delete"],
+        "one runc per stop"
+    );
+    assert_ne!(
+        proc_start_time(started.init_pid),
+        Some(init),
+        "the init is gone"
+    );
     assert!(rt.list().await.expect("list").is_empty());
 
     // Paused: thawed through the freezer and killed directly, still one runc process.
@@ -692,7 +700,11 @@ async fn one_runc_process_per_start_and_per_stop() {
     rt.stop(&spec.id, &spec.dir).await.expect("stop paused");
     assert_eq!(take_runc_verbs(h.dir.path()), ["delete"]);
     assert_eq!(rt.state(&spec.id).await.expect("state"), None);
-    assert_ne!(proc_start_time(started.init_pid), Some(init), "the paused init is gone");
+    assert_ne!(
+        proc_start_time(started.init_pid),
+        Some(init),
+        "the paused init is gone"
+    );
 }
 
 /// The start time of process `pid` (`/proc/<pid>/stat` field 22) while it runs and is no zombie.

@@ -20,7 +20,9 @@ use crate::server::{create_sandbox, delete_sandbox};
 pub async fn measure(ctx: &Ctx<'_>) -> anyhow::Result<Vec<Metric>> {
     let (runs, bytes) = (ctx.scale.stream_runs, ctx.scale.stream_bytes);
     let mib = bytes / MIB;
-    progress(&format!("stdout streaming: {runs} × {mib} MiB, SSE and binary"));
+    progress(&format!(
+        "stdout streaming: {runs} × {mib} MiB, SSE and binary"
+    ));
     let id = create_sandbox(&ctx.client, TEMPLATE).await?;
     let result = async {
         let sse = stream_runs(ctx, &id, runs, bytes).await?;

@@ -113,8 +113,8 @@ mod tests {
         };
         assert_eq!((args.command.as_str(), args.offset), ("cmd-1", 7));
         assert!(!args.binary);
-        let cli = Cli::try_parse_from(["cove", "attach", "sb-1", "cmd-1", "--binary"])
-            .expect("parses");
+        let cli =
+            Cli::try_parse_from(["cove", "attach", "sb-1", "cmd-1", "--binary"]).expect("parses");
         let Verb::Attach(args) = cli.verb else {
             panic!("expected attach")
         };

@@ -338,7 +338,9 @@ mod tests {
         assert!(!wants_octet_stream(&h));
         h.insert(
             "accept",
-            "text/plain, Application/Octet-Stream;q=0.9".parse().expect("header"),
+            "text/plain, Application/Octet-Stream;q=0.9"
+                .parse()
+                .expect("header"),
         );
         assert!(wants_octet_stream(&h));
     }

@@ -69,7 +69,8 @@ pub(crate) fn kill_init(
 
 /// `pidfd_open(pid, 0)`.
 fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
-    let pid = libc::pid_t::try_from(pid).map_err(|_| std::io::Error::from_raw_os_error(libc::ESRCH))?;
+    let pid =
+        libc::pid_t::try_from(pid).map_err(|_| std::io::Error::from_raw_os_error(libc::ESRCH))?;
     // SAFETY: plain syscall with a pid and no flags; it returns a new fd or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0u32) };
     if fd < 0 {
@@ -128,7 +129,10 @@ mod tests {
         // A wrong start time: the process is not the one recorded, so it is left alone.
         assert_eq!(kill_init(pid, 1, |_| Some(2)).expect("kill"), Killed::Gone);
         // `Exited` only once the pidfd said so: the child is a zombie now, reaped here.
-        assert_eq!(kill_init(pid, 7, |_| Some(7)).expect("kill"), Killed::Exited);
+        assert_eq!(
+            kill_init(pid, 7, |_| Some(7)).expect("kill"),
+            Killed::Exited
+        );
         let status = child.wait().expect("wait");
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(status.signal(), Some(libc::SIGKILL));
