@@ -94,6 +94,38 @@ class AttachCursor:
             raise CoveError("transport", f"the output stream keeps failing: {err}") from err
 
 
+class StdoutCursor:
+    """Where a reader of a command's raw stdout stream stands: ``offset`` counts the stdout
+    bytes already read (stderr is not in this stream), so a broken stream resumes exactly."""
+
+    #: Reconnections in a row without progress before giving up.
+    MAX_RETRIES = 5
+
+    def __init__(self, attachment: Attachment, offset: int = 0) -> None:
+        self.attachment = attachment
+        self.offset = offset
+        self.failures = 0
+
+    def request(self) -> Req:
+        return Req(
+            "GET",
+            self.attachment.url,
+            params=[("offset", str(self.offset))],
+            token=self.attachment.token,
+            headers={"Accept": "application/octet-stream"},
+        )
+
+    def on_bytes(self, data: bytes) -> None:
+        self.offset += len(data)
+        self.failures = 0
+
+    def failed(self, err: Exception) -> None:
+        """Counts a broken stream; raises once it keeps breaking without progress."""
+        self.failures += 1
+        if self.failures > self.MAX_RETRIES:
+            raise CoveError("transport", f"the stdout stream keeps failing: {err}") from err
+
+
 class _StreamBroke(Exception):
     """The server said the output stream broke; reconnecting resumes it."""
 

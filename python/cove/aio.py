@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import asyncio
 import json
 from typing import Any, AsyncIterator, Callable, Mapping, Optional, Sequence, Union
 
@@ -20,9 +21,9 @@ import httpx
 
 from . import _core, _files, _streams
 from ._core import Commandish, Req, Sandboxish
-from ._streams import AttachCursor, SseParser, _StreamBroke
+from ._streams import AttachCursor, SseParser, StdoutCursor, _StreamBroke
 from .client import decode
-from .errors import CoveError, TransportError, Unauthorized, from_answer
+from .errors import Conflict, CoveError, TransportError, Unauthorized, from_answer
 from .types import (
     Attachment,
     BuildLog,
@@ -162,6 +163,25 @@ class AsyncClient:
                     event = parser.line(line)
                     if event is not None:
                         yield event
+        except httpx.TransportError as err:
+            raise TransportError(f"GET {url}: {err}") from err
+
+    async def _raw(self, req: Req) -> AsyncIterator[bytes]:
+        """As :meth:`cove.Client._raw`."""
+        url, headers = self._target(req)
+        try:
+            async with self._http.stream(
+                "GET",
+                url,
+                params=req.params or None,
+                headers=headers,
+                timeout=httpx.Timeout(self._timeout, read=None),
+            ) as resp:
+                if resp.status_code >= 400:
+                    raise from_answer(resp.status_code, await resp.aread())
+                async for chunk in resp.aiter_raw():
+                    if chunk:
+                        yield chunk
         except httpx.TransportError as err:
             raise TransportError(f"GET {url}: {err}") from err
 
@@ -363,6 +383,24 @@ class AsyncCommandHandle:
                 renewed = True
                 self.attachment = await self.client._run(_core.new_attachment(self.sandbox_id, self.id))
                 cursor.attachment = self.attachment
+
+    async def stdout_bytes(self, offset: int = 0) -> AsyncIterator[bytes]:
+        """As :meth:`cove.CommandHandle.stdout_bytes`."""
+        cursor = StdoutCursor(self.attachment, offset)
+        while True:
+            try:
+                async for chunk in self.client._raw(cursor.request()):
+                    cursor.on_bytes(chunk)
+                    yield chunk
+                break
+            except TransportError as err:
+                cursor.failed(err)
+            except Conflict as err:
+                if err.code != "failed_precondition" or cursor.failures == 0:
+                    raise
+                cursor.failed(err)
+                await asyncio.sleep(0.1 * cursor.failures)
+        self.command = await self.client.get_command(self.sandbox_id, self.id, wait=30)
 
     async def wait(self, on_stdout: Optional[Callback] = None, on_stderr: Optional[Callback] = None) -> CommandResult:
         """As :meth:`cove.CommandHandle.wait`."""

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 
 import httpx
 
 from . import _core, _files, _streams
 from ._core import Commandish, Req, Sandboxish
-from ._streams import AttachCursor, SseParser, _StreamBroke
-from .errors import CoveError, TransportError, Unauthorized, from_answer
+from ._streams import AttachCursor, SseParser, StdoutCursor, _StreamBroke
+from .errors import Conflict, CoveError, TransportError, Unauthorized, from_answer
 from .types import (
     Attachment,
     BuildLog,
@@ -150,6 +151,26 @@ class Client:
                     event = parser.line(line)
                     if event is not None:
                         yield event
+        except httpx.TransportError as err:
+            raise TransportError(f"GET {url}: {err}") from err
+
+    def _raw(self, req: Req) -> Iterator[bytes]:
+        """The body of a ``GET`` as it arrives, chunk by chunk; a body that breaks off is a
+        :class:`TransportError`."""
+        url, headers = self._target(req)
+        try:
+            with self._http.stream(
+                "GET",
+                url,
+                params=req.params or None,
+                headers=headers,
+                timeout=httpx.Timeout(self._timeout, read=None),
+            ) as resp:
+                if resp.status_code >= 400:
+                    raise from_answer(resp.status_code, resp.read())
+                for chunk in resp.iter_raw():
+                    if chunk:
+                        yield chunk
         except httpx.TransportError as err:
             raise TransportError(f"GET {url}: {err}") from err
 
@@ -365,6 +386,30 @@ class CommandHandle:
                 renewed = True
                 self.attachment = self.client._run(_core.new_attachment(self.sandbox_id, self.id))
                 cursor.attachment = self.attachment
+
+    def stdout_bytes(self, offset: int = 0) -> Iterator[bytes]:
+        """The command's stdout as raw byte chunks, from stdout byte ``offset`` until the command
+        exits, over the data plane's binary stream (``Accept: application/octet-stream``: no
+        SSE, no base64, no stderr). A broken stream is resumed exactly; afterwards
+        :attr:`command` is the exited command, read from the API (the stream itself carries no
+        exit status). One binary stream per command at a time: a second answers
+        :class:`Conflict` (``failed_precondition``)."""
+        cursor = StdoutCursor(self.attachment, offset)
+        while True:
+            try:
+                for chunk in self.client._raw(cursor.request()):
+                    cursor.on_bytes(chunk)
+                    yield chunk
+                break
+            except TransportError as err:
+                cursor.failed(err)
+            except Conflict as err:
+                # Right after a break the server may not have seen the old stream go yet.
+                if err.code != "failed_precondition" or cursor.failures == 0:
+                    raise
+                cursor.failed(err)
+                time.sleep(0.1 * cursor.failures)
+        self.command = self.client.get_command(self.sandbox_id, self.id, wait=30)
 
     def wait(
         self,

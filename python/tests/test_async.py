@@ -60,6 +60,14 @@ async def test_reattach_and_stdin(aclient, asandbox):
     assert handle.id in {c.id for c in listed}
 
 
+async def test_stdout_bytes(aclient, asandbox):
+    handle = await aclient.start(asandbox, "printf 'a\\000\\377'; echo e >&2; printf z")
+    got = b"".join([chunk async for chunk in handle.stdout_bytes()])
+    assert got == b"a\x00\xffz"
+    assert handle.command.exit_code == 0
+    assert b"".join([chunk async for chunk in handle.stdout_bytes(offset=2)]) == b"\xffz"
+
+
 async def test_kill(aclient, asandbox):
     handle = await aclient.start(asandbox, ["sleep", "60"])
     await handle.kill(grace_ms=100)

@@ -107,6 +107,24 @@ def test_reattach_from_an_offset(client, sandbox):
     assert again.offset == 10
 
 
+def test_stdout_bytes_are_raw_and_resume_from_a_stdout_offset(client, sandbox):
+    every = bytes(range(256))
+    client.write_file(sandbox, "/tmp/every", every)
+    handle = client.start(sandbox, "cat /tmp/every; echo err >&2; cat /tmp/every; exit 4")
+    got = b"".join(handle.stdout_bytes())
+    assert got == every + every
+    assert handle.command.exit_code == 4
+    assert b"".join(handle.stdout_bytes(offset=300)) == (every + every)[300:]
+    # One binary stream per command at a time.
+    slow = client.start(sandbox, "printf a; sleep 1; printf b")
+    first = slow.stdout_bytes()
+    assert next(first) == b"a"
+    with pytest.raises(cove.Conflict) as err:
+        next(slow.stdout_bytes())
+    assert err.value.code == "failed_precondition"
+    assert b"".join(first) == b"b"
+
+
 def test_a_retried_start_with_a_key_is_the_same_command(client, sandbox):
     first = client.start(sandbox, "echo once >> /home/user/once", idempotency_key="py-once")
     again = client.start(sandbox, "echo once >> /home/user/once", idempotency_key="py-once")

@@ -59,6 +59,11 @@ pub struct Args {
     /// Default: all.
     #[arg(long, value_name = "GROUPS", value_delimiter = ',', value_parser = GROUPS)]
     pub only: Vec<String>,
+
+    /// Most idle sandboxes the density run creates (default 1000, with `--quick` 10); it also
+    /// stops early when `MemAvailable` falls under 2 GiB.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub density_max: Option<u32>,
 }
 
 /// The measurement groups `--only` selects from, in the order a run measures them.
@@ -102,11 +107,15 @@ impl Args {
 
     /// The sizes of this run.
     pub fn scale(&self) -> Scale {
-        if self.quick {
+        let mut scale = if self.quick {
             Scale::QUICK
         } else {
             Scale::FULL
+        };
+        if let Some(n) = self.density_max {
+            scale.density_max = n as usize;
         }
+        scale
     }
 }
 
@@ -168,7 +177,7 @@ impl Scale {
         file_bytes: 100 * MIB,
         file_runs: 5,
         lifecycle_runs: 10,
-        density_max: 500,
+        density_max: 1000,
         density_baseline_max: 100,
         density_min_available: 2048 * MIB,
         concurrency_clients: 50,

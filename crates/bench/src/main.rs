@@ -8,7 +8,8 @@
 //! cargo run -p cove-bench --release -- [--quick] [--json out.json] [--only pools,lifecycle]
 //! ```
 //!
-//! Modules: `args` (command line, sizes), `suite` (the run, in order), `measure/` (one file per
+//! Modules: `args` (command line, sizes), `goals` (each row's goal from issue 16, met or not),
+//! `suite` (the run, in order), `measure/` (one file per
 //! measurement), `server` (the Cove server under test), `raw/` (the raw runc baseline), `host`
 //! (memory and processes from `/proc`), `stats` (percentiles), `report` (table and JSON).
 
@@ -17,6 +18,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 mod args;
+mod goals;
 mod host;
 mod measure;
 mod qemu;
@@ -51,7 +53,8 @@ fn main() -> ExitCode {
             _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
         }
     });
-    let outcome = result.and_then(|report| {
+    let outcome = result.and_then(|mut report| {
+        report.judge();
         print!("{}", report.table());
         report.write_json(&args.json)?;
         eprintln!(

@@ -10,6 +10,7 @@ use std::path::Path;
 use anyhow::Context;
 use serde::Serialize;
 
+use crate::goals::GoalResult;
 use crate::stats::Summary;
 
 /// Unit of a metric's values.
@@ -97,6 +98,9 @@ pub struct Metric {
     /// Further numbers (error counts, throughput), by name.
     #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
     pub extra: serde_json::Map<String, serde_json::Value>,
+    /// Whether the metric met its goal (`goals.rs`), once judged; `None` without a goal.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub goal: Option<GoalResult>,
 }
 
 impl Metric {
@@ -110,6 +114,7 @@ impl Metric {
             baselines: Vec::new(),
             note: None,
             extra: serde_json::Map::new(),
+            goal: None,
         }
     }
 
@@ -193,15 +198,23 @@ impl Report {
         std::fs::write(path, json).with_context(|| format!("write {}", path.display()))
     }
 
+    /// Judges every metric against its goal (`goals.rs`).
+    pub fn judge(&mut self) {
+        for m in &mut self.metrics {
+            m.goal = crate::goals::evaluate(m);
+        }
+    }
+
     /// The results as an aligned text table (one row per metric, a row per extra baseline).
     pub fn table(&self) -> String {
-        let mut rows: Vec<[String; 7]> = vec![[
+        let mut rows: Vec<[String; COLUMNS]> = vec![[
             "metric".into(),
             "p50".into(),
             "p90".into(),
             "p99".into(),
             "baseline p50".into(),
             "ratio".into(),
+            "goal (measured ÷ bound)".into(),
             "baseline / note".into(),
         ]];
         for m in &self.metrics {
@@ -220,9 +233,11 @@ impl Report {
                 Some(note) => format!("{what}; {note}"),
                 None => what,
             };
-            rows.push([name, p50, p90, p99, base, main_ratio, what]);
+            let goal = m.goal.as_ref().map(|g| g.cell()).unwrap_or_default();
+            rows.push([name, p50, p90, p99, base, main_ratio, goal, what]);
             for b in baselines {
                 rows.push([
+                    String::new(),
                     String::new(),
                     String::new(),
                     String::new(),
@@ -241,6 +256,7 @@ impl Report {
                 "-".into(),
                 "-".into(),
                 "-".into(),
+                String::new(),
                 u.reason.clone(),
             ]);
         }
@@ -248,9 +264,12 @@ impl Report {
     }
 }
 
-/// Left-aligned first and last columns, right-aligned numbers.
-fn render(rows: &[[String; 7]]) -> String {
-    let mut widths = [0usize; 7];
+/// Columns of the table.
+const COLUMNS: usize = 8;
+
+/// Left-aligned first and last two columns, right-aligned numbers.
+fn render(rows: &[[String; COLUMNS]]) -> String {
+    let mut widths = [0usize; COLUMNS];
     for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
@@ -267,6 +286,11 @@ fn render(rows: &[[String; 7]]) -> String {
                     line.push_str(&" ".repeat(pad));
                 }
                 6 => {
+                    line.push_str("  ");
+                    line.push_str(cell);
+                    line.push_str(&" ".repeat(pad));
+                }
+                7 => {
                     line.push_str("  ");
                     line.push_str(cell);
                 }

@@ -52,7 +52,7 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         metrics.push(measure::exec::measure(&ctx).await?);
     }
     if args.wants("stream") {
-        metrics.push(measure::stream::measure(&ctx).await?);
+        metrics.extend(measure::stream::measure(&ctx).await?);
     }
     if args.wants("files") {
         metrics.extend(measure::files::measure(&ctx).await?);

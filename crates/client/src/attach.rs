@@ -62,6 +62,34 @@ impl Client {
         )
     }
 
+    /// `GET {attachment.url}?offset=N` with `Accept: application/octet-stream`: the command's
+    /// stdout as raw bytes from stdout byte `offset` (the number of stdout bytes the caller
+    /// already has), without SSE framing or base64. stderr is not in it.
+    ///
+    /// The stream ends cleanly once the command exited and every stdout byte was sent; its exit
+    /// status is then read with [`Client::get_command`]. It does not reconnect by itself: after
+    /// an error item, call again with the count of bytes received so far. Errors: the server's
+    /// API errors before the first byte (`failed_precondition` while another binary stream of
+    /// the command is open, `unauthorized` for a revoked token), and a transport error when the
+    /// body breaks off.
+    pub async fn attach_binary(
+        &self,
+        attachment: &Attachment,
+        offset: u64,
+    ) -> Result<impl Stream<Item = Result<Bytes>> + Send + 'static> {
+        use futures::TryStreamExt as _;
+        let mut url = parse_http_url(&attachment.url)?;
+        url.query_pairs_mut()
+            .append_pair("offset", &offset.to_string());
+        let request = self
+            .http
+            .get(url)
+            .bearer_auth(&attachment.token)
+            .header(reqwest::header::ACCEPT, "application/octet-stream");
+        let response = crate::send(request).await?;
+        Ok(response.bytes_stream().map_err(ClientError::Transport))
+    }
+
     /// `POST {attachment.url}/stdin`: writes `data` to the command's stdin (the command must
     /// have been started with `stdin: true`).
     pub async fn stdin_write(&self, attachment: &Attachment, data: impl Into<Bytes>) -> Result<()> {

@@ -14,6 +14,7 @@ use cove_store::Store;
 mod activity;
 mod archives;
 pub mod attach;
+pub mod attach_binary;
 pub mod auth;
 mod checkpoints;
 mod clock;
@@ -145,6 +146,8 @@ struct Inner {
     /// Recent creates per org, for `max_creates_per_s`, and the lock that makes one org's
     /// quota check and insert one step.
     quotas: orgs::quotas::QuotaState,
+    /// Commands with a raw stdout stream open (`attach_binary.rs`).
+    binary_streams: attach_binary::BinaryStreams,
 }
 
 impl ControlPlane {
@@ -178,6 +181,7 @@ impl ControlPlane {
                 ops,
                 cfg,
                 locks: Mutex::new(HashMap::new()),
+                binary_streams: Default::default(),
                 activity: activity::Activity::default(),
                 pools_wake: tokio::sync::Notify::new(),
                 pools_pass: tokio::sync::Mutex::new(()),
@@ -200,6 +204,10 @@ impl ControlPlane {
 
     pub(crate) fn node(&self) -> &Arc<dyn NodeApi> {
         &self.inner.node
+    }
+
+    pub(crate) fn binary_streams(&self) -> &attach_binary::BinaryStreams {
+        &self.inner.binary_streams
     }
 
     fn lifecycle_lock(&self, sandbox_id: &str) -> Arc<tokio::sync::Mutex<()>> {

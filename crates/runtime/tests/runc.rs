@@ -604,3 +604,116 @@ async fn own_disk_holds_the_files_and_survives_stop_and_start() {
     assert!(detached(&image).await, "stop detached the loop device");
     println!("start with a 64 MiB disk: {start_ms} ms");
 }
+
+/// A `runc` wrapper in `dir` that appends each invocation's arguments (one line) to
+/// `dir/runc.calls` and runs the real runc; returns the wrapper's path.
+fn counting_runc(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let real = String::from_utf8(
+        Command::new("sh")
+            .args(["-c", "command -v runc"])
+            .output()
+            .expect("find runc")
+            .stdout,
+    )
+    .expect("utf-8 path");
+    let log = dir.join("runc.calls");
+    let script = dir.join("runc-counting");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\necho \"$*\" >> '{}'\nexec '{}' \"$@\"\n",
+            log.display(),
+            real.trim()
+        ),
+    )
+    .expect("write wrapper");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    script
+}
+
+/// The runc verbs the wrapper saw since the last call (the word after `--root <dir>`), and
+/// forgets them.
+fn take_runc_verbs(dir: &Path) -> Vec<String> {
+    let log = dir.join("runc.calls");
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    text.lines()
+        .map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            match words.iter().position(|w| *w == "--root") {
+                Some(i) => words.get(i + 2).copied().unwrap_or("").to_string(),
+                None => words.first().copied().unwrap_or("").to_string(),
+            }
+        })
+        .collect()
+}
+
+/// A start is one runc process (`runc run --detach`) and a stop one more (`runc delete`), the
+/// init being killed directly through a pidfd; a paused sandbox is stopped the same way, and
+/// state and pause start no runc at all. Counted with a wrapper runc that logs each call.
+#[tokio::test]
+async fn one_runc_process_per_start_and_per_stop() {
+    let h = Harness::new("count");
+    let wrapper = counting_runc(h.dir.path());
+    let rt = RuncRuntime::new(RuncConfig {
+        runc_binary: wrapper,
+        state_root: h.dir.path().join("runc"),
+        lxcfs_dir: None,
+        user_namespaces: None,
+    })
+    .expect("runc available");
+    assert_eq!(take_runc_verbs(h.dir.path()), ["--version"]);
+    let spec = &h.spec;
+
+    let started = rt.start(spec).await.expect("start");
+    assert_eq!(take_runc_verbs(h.dir.path()), ["run"], "one runc per start");
+    let init = proc_start_time(started.init_pid).expect("the init runs");
+    let sock = RuncRuntime::agent_socket(&spec.dir);
+    assert_eq!(sh(&sock, "echo up"), "up");
+    assert_eq!(
+        rt.state(&spec.id).await.expect("state"),
+        Some(RuntimeState::Running)
+    );
+    rt.stop(&spec.id, &spec.dir).await.expect("stop");
+    assert_eq!(
+        take_runc_verbs(h.dir.path()),
+        ["delete"],
+        "one runc per stop"
+    );
+    assert_ne!(
+        proc_start_time(started.init_pid),
+        Some(init),
+        "the init is gone"
+    );
+    assert!(rt.list().await.expect("list").is_empty());
+
+    // Paused: thawed through the freezer and killed directly, still one runc process.
+    let started = rt.start(spec).await.expect("restart");
+    let init = proc_start_time(started.init_pid).expect("the init runs");
+    rt.pause(&spec.id).await.expect("pause");
+    assert_eq!(
+        rt.state(&spec.id).await.expect("state"),
+        Some(RuntimeState::Paused)
+    );
+    assert_eq!(take_runc_verbs(h.dir.path()), ["run"]);
+    rt.stop(&spec.id, &spec.dir).await.expect("stop paused");
+    assert_eq!(take_runc_verbs(h.dir.path()), ["delete"]);
+    assert_eq!(rt.state(&spec.id).await.expect("state"), None);
+    assert_ne!(
+        proc_start_time(started.init_pid),
+        Some(init),
+        "the paused init is gone"
+    );
+}
+
+/// The start time of process `pid` (`/proc/<pid>/stat` field 22) while it runs and is no zombie.
+fn proc_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    if fields.first().is_some_and(|s| *s == "Z" || *s == "X") {
+        return None;
+    }
+    fields.get(19)?.parse().ok()
+}

@@ -1,6 +1,9 @@
 //! File upload and download of `scale.file_bytes` (100 MiB): a host file streamed to
 //! `/tmp/bench.bin` in a sandbox (`PUT .../files`), then streamed back into a host file
-//! (`GET .../files`). Baseline: `cp` of the same host file within the same filesystem.
+//! (`GET .../files`). Baselines: for the upload `cp` + `fsync` of the copy (an upload is made
+//! durable before it is renamed into place, so a plain `cp`, which leaves the bytes in the page
+//! cache, is not the same work), then plain `cp`; for the download `cp` (a download makes
+//! nothing durable).
 
 use std::io::Write;
 use std::path::Path;
@@ -38,37 +41,47 @@ pub async fn measure(ctx: &Ctx<'_>) -> anyhow::Result<Vec<Metric>> {
     delete_sandbox(&ctx.client, &id).await?;
     let (up, down) = result?;
 
-    let cp = super::blocking(|| -> anyhow::Result<Vec<Duration>> {
-        let mut samples = Vec::with_capacity(runs);
-        for i in 0..=runs {
-            let _ = std::fs::remove_file(&dst);
-            let t0 = Instant::now();
-            cp(&src, &dst)?;
-            if i > 0 {
-                samples.push(t0.elapsed());
+    let copies = |durable: bool| {
+        super::blocking(|| -> anyhow::Result<Vec<Duration>> {
+            let mut samples = Vec::with_capacity(runs);
+            for i in 0..=runs {
+                let _ = std::fs::remove_file(&dst);
+                let t0 = Instant::now();
+                cp(&src, &dst)?;
+                if durable {
+                    fsync(&dst)?;
+                }
+                if i > 0 {
+                    samples.push(t0.elapsed());
+                }
             }
-        }
-        Ok(samples)
-    })?;
+            Ok(samples)
+        })
+    };
+    let cp_plain = copies(false)?;
+    let cp_fsync = copies(true)?;
 
-    let cp_rate = mib_per_s(bytes, median(&cp));
-    let metric = |key, what: &str, samples: &[Duration]| -> anyhow::Result<Metric> {
+    let metric = |key, what: &str, samples: &[Duration], base: &[Duration], base_what: &str| {
         let rate = mib_per_s(bytes, median(samples));
-        Ok(Metric::new(
-            key,
-            format!("{what} {mib} MiB"),
-            Unit::Ms,
-            dist_ms(samples)?,
+        let base_rate = mib_per_s(bytes, median(base));
+        anyhow::Ok(
+            Metric::new(
+                key,
+                format!("{what} {mib} MiB"),
+                Unit::Ms,
+                dist_ms(samples)?,
+            )
+            .baseline(format!("{base_what} {mib} MiB"), dist_ms(base)?)
+            .note(format!("{rate:.0} MiB/s vs {base_rate:.0} MiB/s"))
+            .extra("bytes", bytes)
+            .extra("mib_per_s", rate)
+            .extra("baseline_mib_per_s", base_rate),
         )
-        .baseline(format!("cp {mib} MiB"), dist_ms(&cp)?)
-        .note(format!("{rate:.0} MiB/s vs {cp_rate:.0} MiB/s"))
-        .extra("bytes", bytes)
-        .extra("mib_per_s", rate)
-        .extra("baseline_mib_per_s", cp_rate))
     };
     Ok(vec![
-        metric("file_upload", "upload", &up)?,
-        metric("file_download", "download", &down)?,
+        metric("file_upload", "upload", &up, &cp_fsync, "cp + fsync")?
+            .baseline(format!("cp {mib} MiB"), dist_ms(&cp_plain)?),
+        metric("file_download", "download", &down, &cp_plain, "cp")?,
     ])
 }
 
@@ -153,6 +166,13 @@ fn write_source(path: &Path, bytes: u64) -> anyhow::Result<()> {
     }
     f.flush()?;
     Ok(())
+}
+
+/// `fsync` of `path`'s data (what an upload does before its rename).
+fn fsync(path: &Path) -> anyhow::Result<()> {
+    std::fs::File::open(path)
+        .and_then(|f| f.sync_all())
+        .with_context(|| format!("fsync {}", path.display()))
 }
 
 /// `cp src dst` on the host.

@@ -4,8 +4,8 @@
 //! |---|---|---|
 //! | `cold_start.rs` | create → first command `true` finished | `runc run /bin/true` |
 //! | `exec.rs` | command `true` + attach until exit | `runc exec`, host fork/exec |
-//! | `stream.rs` | `head -c N /dev/zero` read through the data plane | `head \| cat` on the host |
-//! | `files.rs` | upload and download of a file | `cp` |
+//! | `stream.rs` | `head -c N /dev/zero` read through the data plane, SSE and binary | `head \| cat` on the host |
+//! | `files.rs` | upload and download of a file | `cp` + `fsync` (upload), `cp` |
 //! | `lifecycle.rs` | pause+resume, suspend+wake | `runc pause`+`resume`; kill+delete, `runc run` |
 //! | `checkpoints.rs` | checkpoint pause, checkpoint, rollback, fork of 3 | `runc pause`+`resume`; kill+delete, `runc run` |
 //! | `density.rs` | idle sandboxes a node holds, memory per sandbox | raw `sleep` containers |

@@ -1,46 +1,114 @@
 //! stdout streaming throughput: `head -c N /dev/zero` inside a sandbox, read by the client
-//! through the data plane (SSE, base64) until the exit event. Baseline: `head -c N /dev/zero |
-//! cat` on the host, with cat's stdout read by this process through a pipe.
+//! through the data plane, as SSE (base64) until the exit event (`stdout_stream`), and as the
+//! raw binary stream (`Accept: application/octet-stream`) until its end plus the read of the
+//! command's exit (`stdout_stream_binary`). Baseline: `head -c N /dev/zero | cat` on the host,
+//! with cat's stdout read by this process through a pipe.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use futures::StreamExt;
 
 use super::{dist_ms, median, mib_per_s, progress, run_command, time_blocking, Ctx, TEMPLATE};
 use crate::args::MIB;
 use crate::report::{Metric, Unit};
 use crate::server::{create_sandbox, delete_sandbox};
 
-/// Measures `scale.stream_runs` transfers of `scale.stream_bytes` each way.
-pub async fn measure(ctx: &Ctx<'_>) -> anyhow::Result<Metric> {
+/// Measures `scale.stream_runs` transfers of `scale.stream_bytes` each way, SSE and binary.
+pub async fn measure(ctx: &Ctx<'_>) -> anyhow::Result<Vec<Metric>> {
     let (runs, bytes) = (ctx.scale.stream_runs, ctx.scale.stream_bytes);
     let mib = bytes / MIB;
-    progress(&format!("stdout streaming: {runs} × {mib} MiB"));
+    progress(&format!(
+        "stdout streaming: {runs} × {mib} MiB, SSE and binary"
+    ));
     let id = create_sandbox(&ctx.client, TEMPLATE).await?;
-    let result = stream_runs(ctx, &id, runs, bytes).await;
+    let result = async {
+        let sse = stream_runs(ctx, &id, runs, bytes).await?;
+        let binary = binary_runs(ctx, &id, runs, bytes).await?;
+        anyhow::Ok((sse, binary))
+    }
+    .await;
     delete_sandbox(&ctx.client, &id).await?;
-    let samples = result?;
+    let (sse, binary) = result?;
 
     let host = time_blocking(runs, || host_pipe(bytes))?;
-
-    let cove_rate = mib_per_s(bytes, median(&samples));
     let host_rate = mib_per_s(bytes, median(&host));
-    Ok(Metric::new(
-        "stdout_stream",
-        format!("stdout {mib} MiB through the data plane"),
-        Unit::Ms,
-        dist_ms(&samples)?,
-    )
-    .baseline(
-        format!("head -c {mib}M /dev/zero | cat on the host"),
-        dist_ms(&host)?,
-    )
-    .note(format!("{cove_rate:.0} MiB/s vs {host_rate:.0} MiB/s"))
-    .extra("bytes", bytes)
-    .extra("mib_per_s", cove_rate)
-    .extra("baseline_mib_per_s", host_rate))
+    let metric = |key, what: &str, samples: &[Duration]| -> anyhow::Result<Metric> {
+        let rate = mib_per_s(bytes, median(samples));
+        Ok(Metric::new(
+            key,
+            format!("stdout {mib} MiB through the data plane, {what}"),
+            Unit::Ms,
+            dist_ms(samples)?,
+        )
+        .baseline(
+            format!("head -c {mib}M /dev/zero | cat on the host"),
+            dist_ms(&host)?,
+        )
+        .note(format!("{rate:.0} MiB/s vs {host_rate:.0} MiB/s"))
+        .extra("bytes", bytes)
+        .extra("mib_per_s", rate)
+        .extra("baseline_mib_per_s", host_rate))
+    };
+    Ok(vec![
+        metric("stdout_stream", "SSE", &sse)?,
+        metric("stdout_stream_binary", "binary", &binary)?,
+    ])
+}
+
+/// Like [`stream_runs`] over the raw binary stream: start, read the body to its end, then read
+/// the command's exit from the API (what a client of the binary stream does).
+async fn binary_runs(
+    ctx: &Ctx<'_>,
+    id: &str,
+    runs: usize,
+    bytes: u64,
+) -> anyhow::Result<Vec<Duration>> {
+    let req = cove_api_types::CreateCommandRequest {
+        argv: Some(vec![
+            "head".into(),
+            "-c".into(),
+            bytes.to_string(),
+            "/dev/zero".into(),
+        ]),
+        ..Default::default()
+    };
+    let mut samples = Vec::with_capacity(runs);
+    for i in 0..=runs {
+        let t0 = Instant::now();
+        let resp = ctx
+            .client
+            .create_command(id, &req)
+            .await
+            .context("start head")?;
+        let mut body = std::pin::pin!(ctx
+            .client
+            .attach_binary(&resp.attachment, 0)
+            .await
+            .context("open the binary stream")?);
+        let mut got = 0u64;
+        while let Some(chunk) = body.next().await {
+            got += chunk.context("read the binary stream")?.len() as u64;
+        }
+        let cmd = ctx
+            .client
+            .get_command(id, &resp.command.id, Some(Duration::from_secs(30)))
+            .await
+            .context("read the command's exit")?;
+        let took = t0.elapsed();
+        if got != bytes || cmd.exit_code != Some(0) {
+            bail!(
+                "binary stream moved {got} of {bytes} bytes, exit {:?}",
+                cmd.exit_code
+            );
+        }
+        if i > 0 {
+            samples.push(took);
+        }
+    }
+    Ok(samples)
 }
 
 async fn stream_runs(

@@ -5,6 +5,13 @@
 //! exactly where a dropped connection stopped. Where the reader's position falls in the dropped
 //! middle of an output longer than the cap, a `gap` event `{offset, len}` names the bytes that are
 //! gone and the stream continues after them. PTY commands also have a WebSocket (see `pty`).
+//!
+//! With `Accept: application/octet-stream` the same route streams the command's stdout as raw
+//! bytes instead (`attach_binary.rs`): `?offset=` then counts stdout bytes, one such stream per
+//! command at a time, and the body ends cleanly once the command exited and every stdout byte
+//! was sent; a body that breaks off (a connection reset, an unfinished chunked body) did not
+//! end. The exit status is not in the body (HTTP trailers reach few clients): read the command
+//! (`GET /v1/sandboxes/{id}/commands/{cid}`) after the end.
 
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -51,8 +58,18 @@ pub(super) async fn attach(
     Path(cid): Path<String>,
     headers: HeaderMap,
     ApiQuery(q): ApiQuery<AttachQuery>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<axum::response::Response, ServiceError> {
     let sandbox_id = authorize(&cp, &headers, &cid).await?;
+    if wants_octet_stream(&headers) {
+        if q.encoding.is_some() {
+            return Err(cove_domain::InvalidInput::new(
+                "encoding",
+                "applies to the SSE stream only, not to application/octet-stream",
+            )
+            .into());
+        }
+        return binary(&cp, &sandbox_id, &cid, q.offset.unwrap_or(0)).await;
+    }
     let utf8 = match q.encoding.as_deref() {
         None | Some("base64") => false,
         Some("utf8") | Some("utf-8") => true,
@@ -118,8 +135,58 @@ pub(super) async fn attach(
             }
         }
     });
-    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response())
 }
+
+/// Whether the client asked for the raw stdout stream (`Accept: application/octet-stream`).
+fn wants_octet_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(axum::http::header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|t| {
+            t.split(';')
+                .next()
+                .is_some_and(|m| m.trim().eq_ignore_ascii_case("application/octet-stream"))
+        })
+}
+
+/// The raw stdout stream from stdout byte `offset`; an error after the headers aborts the body.
+async fn binary(
+    cp: &ControlPlane,
+    sandbox_id: &str,
+    cid: &str,
+    offset: u64,
+) -> Result<axum::response::Response, ServiceError> {
+    let stream = cp.attach_stdout(sandbox_id, cid, offset).await?;
+    let cid = cid.to_string();
+    let body = Body::from_stream(stream.map(move |item| {
+        item.map_err(|e| {
+            tracing::warn!(command_id = %cid, error = %e, "raw stdout stream failed");
+            std::io::Error::other(e.public_message())
+        })
+    }));
+    Ok((
+        [
+            (
+                axum::http::header::CONTENT_TYPE,
+                "application/octet-stream".to_string(),
+            ),
+            (
+                axum::http::HeaderName::from_static(STDOUT_OFFSET_HEADER),
+                offset.to_string(),
+            ),
+        ],
+        body,
+    )
+        .into_response())
+}
+
+/// Response header of the raw stdout stream: the stdout offset its first byte has.
+pub const STDOUT_OFFSET_HEADER: &str = "cove-stdout-offset";
 
 /// The `stdout`/`stderr` events of one chunk of output, each of at most [`SSE_EVENT_BYTES`].
 fn output_events(
@@ -261,6 +328,21 @@ mod tests {
         );
         let rest = carry[0].push(SSE_EVENT_BYTES as u64, &data[SSE_EVENT_BYTES..]);
         assert_eq!(rest, Some(((SSE_EVENT_BYTES - 1) as u64, "≤".to_string())));
+    }
+
+    #[test]
+    fn octet_stream_is_asked_for_by_accept() {
+        let mut h = HeaderMap::new();
+        assert!(!wants_octet_stream(&h));
+        h.insert("accept", "text/event-stream".parse().expect("header"));
+        assert!(!wants_octet_stream(&h));
+        h.insert(
+            "accept",
+            "text/plain, Application/Octet-Stream;q=0.9"
+                .parse()
+                .expect("header"),
+        );
+        assert!(wants_octet_stream(&h));
     }
 
     #[test]

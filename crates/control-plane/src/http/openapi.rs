@@ -24,7 +24,11 @@ use super::{
             status. Lifecycle calls answer `202` with an `Operation` to poll. Command output and \
             stdin are on the data plane (its own listener, authorised by the command's \
             attachment token): `GET /v1/attach/{cid}?offset=N` is server-sent events `stdout` / \
-            `stderr` (`OutputEvent`), `gap` (`GapEvent`) and `exit` (`Command`); \
+            `stderr` (`OutputEvent`), `gap` (`GapEvent`) and `exit` (`Command`); with \
+            `Accept: application/octet-stream` it is the command's raw stdout from stdout byte \
+            `offset` instead (one such stream per command at a time, else `409 \
+            failed_precondition`; a clean end means the command exited, whose status is then \
+            read from `GET /v1/sandboxes/{id}/commands/{cid}`); \
             `POST /v1/attach/{cid}/stdin`, `POST /v1/attach/{cid}/stdin:close`; \
             `GET /v1/attach/{cid}/pty` a WebSocket of `PtyMessage`.",
         license(name = "Apache-2.0"),

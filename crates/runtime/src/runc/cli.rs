@@ -122,7 +122,7 @@ impl Runc {
     }
 
     /// Whether runc has a container `id`: its directory under the state root, which is what
-    /// `runc create` refuses to reuse (read directly, without starting runc).
+    /// `runc run` refuses to reuse (read directly, without starting runc).
     pub(crate) fn exists(&self, id: &str) -> bool {
         self.root.join(id).exists()
     }
@@ -167,12 +167,16 @@ impl Runc {
         }))
     }
 
-    /// `runc create --bundle <bundle> --pid-file <pid_file> <id>` with the container's
-    /// stdout/stderr going to `log`; runc writes the init's host pid to `pid_file`.
+    /// `runc run --detach --bundle <bundle> --pid-file <pid_file> <id>`: creates and starts the
+    /// container in one runc process (rather than `runc create` + `runc start`), with the
+    /// container's stdout/stderr going to `log`; runc writes the init's host pid to `pid_file`
+    /// and exits once the init runs. Returns whether runc succeeded.
     ///
     /// runc's own error messages go to `log` too (it shares its stdio with the container), so on
-    /// failure the caller reads them from there.
-    pub(crate) async fn create(
+    /// failure the caller reads them from there. A crash of the caller meanwhile leaves at most a
+    /// `creating`/`running` container under the state root, which adoption or a stop handles as
+    /// before.
+    pub(crate) async fn run_detached(
         &self,
         id: &str,
         bundle: &Path,
@@ -184,7 +188,8 @@ impl Runc {
             source,
         })?;
         let mut cmd = self.command();
-        cmd.arg("create")
+        cmd.arg("run")
+            .arg("--detach")
             .arg("--bundle")
             .arg(bundle)
             .arg("--pid-file")
@@ -193,7 +198,7 @@ impl Runc {
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log2));
         let mut child = cmd.spawn().map_err(|source| RuntimeError::Io {
-            context: format!("spawn {} create", self.binary.display()),
+            context: format!("spawn {} run", self.binary.display()),
             source,
         })?;
         let status = tokio::time::timeout(RUNC_TIMEOUT, child.wait())
@@ -201,18 +206,13 @@ impl Runc {
             .map_err(|_| RuntimeError::Command {
                 op: "create",
                 id: id.to_string(),
-                detail: format!("runc create timed out after {} s", RUNC_TIMEOUT.as_secs()),
+                detail: format!("runc run timed out after {} s", RUNC_TIMEOUT.as_secs()),
             })?
             .map_err(|source| RuntimeError::Io {
-                context: "wait for runc create".to_string(),
+                context: "wait for runc run".to_string(),
                 source,
             })?;
         Ok(status.success())
-    }
-
-    /// `runc start <id>`.
-    pub(crate) async fn start(&self, id: &str) -> Result<(), RuntimeError> {
-        self.simple("start", id, &["start"]).await
     }
 
     /// `runc resume <id>` (thaws a container frozen by anyone; pausing is done through the

@@ -3,7 +3,7 @@
 //!
 //! runc makes the sandbox's cgroup `cove/<id>` (relative to this process's own cgroup, in every
 //! hierarchy) and sets the limits there; the container sees that cgroup as its root through its
-//! cgroup namespace, mounted read-only, so nothing inside can raise a limit. Before `runc create`
+//! cgroup namespace, mounted read-only, so nothing inside can raise a limit. Before `runc run`
 //! this driver makes `cove/<id>/`[`COMMAND_CGROUP_DIR`] in the `freezer` and `memory`
 //! hierarchies and binds each read-write over its place inside the read-only mount
 //! (`/sys/fs/cgroup/<hierarchy>/cove-commands`). The agent makes one cgroup per command there:

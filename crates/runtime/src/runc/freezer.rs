@@ -190,6 +190,23 @@ impl Tracked {
         }
         self.freezer.is_paused().ok()
     }
+
+    /// Blocking: kills the init if it still runs (thawing a frozen cgroup first, since frozen
+    /// tasks do not die) and waits for it to exit (`kill.rs`).
+    pub(crate) fn kill(&self, id: &str) -> Result<super::kill::Killed, RuntimeError> {
+        if self.live_state() == Some(true) {
+            match self.freezer.set(id, false) {
+                Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        super::kill::kill_init(self.pid, self.start_time, start_time).map_err(|source| {
+            RuntimeError::Io {
+                context: format!("kill the init (pid {}) of {id}", self.pid),
+                source,
+            }
+        })
+    }
 }
 
 /// The start time (clock ticks since boot) of process `pid`, if it runs and is no zombie.

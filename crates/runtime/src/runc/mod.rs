@@ -12,7 +12,7 @@
 //! | `rootfs/` | overlay mount point, the container's root |
 //! | `run/` | bind-mounted at [`cove_guest_protocol::GUEST_RUN_DIR`]; the agent's socket is `run/agent.sock` |
 //! | `bundle/config.json` | OCI config (`config.rs`) |
-//! | `agent.log` | stdout/stderr of the guest agent (and of `runc create`) |
+//! | `agent.log` | stdout/stderr of the guest agent (and of `runc run`) |
 //! | `disk.img`, `disk/` | with `disk_mib`: the sandbox's own ext4 image and its mount point, holding `upper/`, `work/` and the run dir (`disk/run`, then used instead of `run/`); `upper` is then a symlink to `disk/upper` (`disk.rs`) |
 //!
 //! Files by verb: `start.rs` (create + start + wait for the agent, undo on failure), `stop.rs`
@@ -43,6 +43,7 @@ mod config;
 mod disk;
 mod freezer;
 mod idmap;
+mod kill;
 mod layout;
 mod mounts;
 mod seal;
@@ -286,12 +287,12 @@ impl Runtime for RuncRuntime {
     }
 
     async fn stop(&self, id: &str, dir: &Path) -> Result<(), RuntimeError> {
-        let freezer = self.lock_freezers().get(id).map(|t| t.freezer.clone());
+        let tracked = self.lock_freezers().get(id).cloned();
         stop::stop(
             &self.runc,
             id,
             dir,
-            freezer.as_ref(),
+            tracked.as_ref(),
             self.userns.as_deref(),
         )
         .await?;

@@ -1,5 +1,6 @@
-//! `start`: prepare the sandbox directory, mount the overlay, write the OCI config, `runc create`
-//! + `runc start`, and wait for the guest agent's socket. Any failure undoes every step.
+//! `start`: prepare the sandbox directory, mount the overlay, write the OCI config, one
+//! `runc run --detach` (the only runc process of a start), and wait for the guest agent's socket.
+//! Any failure undoes every step.
 //!
 //! With user namespaces, preparing also claims the sandbox's id range, shifts its own files into
 //! it (once; `shift.rs`), mounts the release idmapped into it as the overlay's lower layer
@@ -30,7 +31,7 @@ const AGENT_TIMEOUT: Duration = Duration::from_secs(30);
 const AGENT_POLL: Duration = Duration::from_millis(5);
 /// How often (in polls) the agent process is checked to still be alive.
 const LIVENESS_EVERY: u32 = 20;
-/// Name of the file in `bundle/` that `runc create` writes the init's pid to.
+/// Name of the file in `bundle/` that `runc run` writes the init's pid to.
 const PID_FILE: &str = "init.pid";
 /// Longest agent-log tail put into an error, in bytes.
 const LOG_TAIL_BYTES: u64 = 2048;
@@ -126,7 +127,7 @@ async fn run(
 
     let pid_file = layout.bundle.join(PID_FILE);
     if !runc
-        .create(&spec.id, &layout.bundle, &pid_file, log)
+        .run_detached(&spec.id, &layout.bundle, &pid_file, log)
         .await?
     {
         return Err(RuntimeError::Command {
@@ -136,7 +137,6 @@ async fn run(
         });
     }
     let pid = read_pid(&spec.id, &pid_file)?;
-    runc.start(&spec.id).await?;
     wait_for_agent(spec, layout, pid, log_offset).await?;
     let run = layout.run_dir();
     tokio::task::spawn_blocking(move || super::seal::seal(&run))
@@ -149,7 +149,7 @@ async fn run(
     })
 }
 
-/// The init's host pid as `runc create --pid-file` wrote it.
+/// The init's host pid as `runc run --pid-file` wrote it.
 fn read_pid(id: &str, pid_file: &std::path::Path) -> Result<u32, RuntimeError> {
     let text = std::fs::read_to_string(pid_file).map_err(|source| RuntimeError::Io {
         context: format!("read {}", pid_file.display()),

@@ -1,4 +1,5 @@
-//! `stop`: kill the container, delete runc's state (and with it the cgroups), unmount the
+//! `stop`: kill the container (its init directly through a pidfd when the runtime tracks it,
+//! `kill.rs`; else through runc), delete runc's state (and with it the cgroups), unmount the
 //! overlay (and the sandbox's own disk, detaching its loop device) and remove everything of the
 //! sandbox directory except `upper/` (the sandbox's files; with an own disk, `disk.img` and the
 //! `upper` symlink into it) and `agent.log`, and remove the per-command cgroups delegated to the
@@ -8,27 +9,28 @@
 
 use std::path::Path;
 
-use tracing::info;
+use tracing::{debug, info};
 
 use super::cli::Runc;
-use super::freezer::Freezer;
+use super::freezer::Tracked;
 use super::layout::{validate_id, Layout};
 use super::userns::UserNamespaces;
 use super::{disk, join_error, mounts};
 use crate::{RuntimeError, RuntimeState};
 
-/// Stops sandbox `id` whose directory is `dir`; `freezer` is its cgroup freezer when known
-/// (a paused sandbox is thawed through it, else through `runc resume`); `userns` the driver's
-/// user namespaces, when on.
+/// Stops sandbox `id` whose directory is `dir`; `tracked` is its init and cgroup freezer when
+/// the runtime knows them (then one runc process runs: `runc delete --force`; otherwise
+/// `runc state`, `runc resume` when paused, `runc kill` and `runc delete --force`); `userns` the
+/// driver's user namespaces, when on.
 pub(crate) async fn stop(
     runc: &Runc,
     id: &str,
     dir: &Path,
-    freezer: Option<&Freezer>,
+    tracked: Option<&Tracked>,
     userns: Option<&UserNamespaces>,
 ) -> Result<(), RuntimeError> {
     validate_id(id)?;
-    teardown(runc, id, &Layout::new(dir), freezer, userns).await?;
+    teardown(runc, id, &Layout::new(dir), tracked, userns).await?;
     info!(sandbox_id = %id, "sandbox stopped");
     Ok(())
 }
@@ -38,28 +40,23 @@ pub(crate) async fn teardown(
     runc: &Runc,
     id: &str,
     layout: &Layout,
-    freezer: Option<&Freezer>,
+    tracked: Option<&Tracked>,
     userns: Option<&UserNamespaces>,
 ) -> Result<(), RuntimeError> {
-    match runc.state(id).await? {
-        None => {}
-        Some(state) => {
-            if state.status == RuntimeState::Paused {
-                // Frozen tasks do not die until thawed.
-                let thawed = match freezer {
-                    Some(f) => f.thaw(id).await,
-                    None => runc.resume(id).await,
-                };
-                match thawed {
-                    Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            if state.status != RuntimeState::Stopped {
-                runc.kill(id).await?;
-            }
+    if let Some(tracked) = tracked {
+        if runc.exists(id) {
+            let t = tracked.clone();
+            let owned = id.to_string();
+            let killed = tokio::task::spawn_blocking(move || t.kill(&owned))
+                .await
+                .map_err(join_error)??;
+            debug!(sandbox_id = %id, ?killed, "container init killed directly");
+            // Also what a container whose init was already gone needs: runc removes its
+            // state and cgroups (and kills anything left, which a pid namespace never has).
             runc.delete_force(id).await?;
         }
+    } else {
+        kill_through_runc(runc, id).await?;
     }
     let layout = layout.clone();
     let id = id.to_string();
@@ -74,6 +71,29 @@ pub(crate) async fn teardown(
     })
     .await
     .map_err(join_error)?
+}
+
+/// Kills and deletes a container the runtime does not track (a failed start, an unknown id):
+/// through `runc state`, `runc resume` when paused, `runc kill` and `runc delete --force`.
+async fn kill_through_runc(runc: &Runc, id: &str) -> Result<(), RuntimeError> {
+    match runc.state(id).await? {
+        None => {}
+        Some(state) => {
+            if state.status == RuntimeState::Paused {
+                // Frozen tasks do not die until thawed.
+                let thawed = runc.resume(id).await;
+                match thawed {
+                    Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            if state.status != RuntimeState::Stopped {
+                runc.kill(id).await?;
+            }
+            runc.delete_force(id).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Unmounts the overlay and the own disk, and removes `work/`, `bundle/`, `run/` and the empty
