@@ -336,6 +336,7 @@ impl NodeAgent {
             hostname: "build".into(),
             resources: Resources::default(),
             network: None,
+            volumes: Vec::new(),
         };
         let started = match self.runtime.start(&spec).await {
             Ok(s) => s,

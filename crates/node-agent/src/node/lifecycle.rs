@@ -251,6 +251,7 @@ impl NodeAgent {
             )));
         }
         let dir = self.sandbox_dir(&launch.id);
+        let volumes = self.volume_binds(&launch.volumes).await?;
         let network = self.attach_network(launch, counters).await?;
         let spec = SandboxSpec {
             id: launch.id.clone(),
@@ -261,6 +262,7 @@ impl NodeAgent {
             hostname: launch.id.clone(),
             resources: launch.resources,
             network,
+            volumes,
         };
         let started = match self.runtime.start(&spec).await {
             Ok(s) => s,

@@ -256,6 +256,7 @@ fn prepare(
             shift_host_paths([layout.resolv_conf().as_path(), &layout.ca_bundle()], range)?;
         }
     }
+    super::volumes::prepare(spec, layout, ids)?;
     let command_cgroups = command_cgroups::prepare(&spec.id)?;
     if let Some(range) = ids {
         for (dir, _) in &command_cgroups {
@@ -350,7 +351,7 @@ fn idmap_release(rootfs: &Path, layout: &Layout, range: IdRange) -> Result<(), R
         .map_err(io_err(format!("create {}", layout.lower.display())))?;
     let ns = super::idmap::userns_fd(range)
         .map_err(io_err("make a user namespace for the sandbox's ids"))?;
-    super::idmap::mount_idmapped(rootfs, &ns, &layout.lower).map_err(io_err(format!(
+    super::idmap::mount_idmapped(rootfs, &ns, &layout.lower, true).map_err(io_err(format!(
         "mount {} idmapped on {}",
         rootfs.display(),
         layout.lower.display()

@@ -76,11 +76,12 @@ pub(crate) async fn teardown(
     .map_err(join_error)?
 }
 
-/// Unmounts the overlay and the own disk, and removes `work/`, `bundle/`, `run/` and the empty
+/// Unmounts the overlay, the volumes' idmapped clones and the own disk, and removes `work/`, `bundle/`, `run/` and the empty
 /// mount points.
 fn remove_node_resources(layout: &Layout) -> Result<(), RuntimeError> {
     mounts::unmount(&layout.rootfs)?;
     mounts::unmount(&layout.lower)?;
+    super::volumes::unmount_all(layout)?;
     // Before the disk goes: its run dir is sealed too, and a sealed directory cannot be cleared
     // at the next start's preparation otherwise (it unseals again anyway).
     super::seal::unseal(&layout.run_dir());

@@ -54,6 +54,7 @@ pub fn sandbox(id: &str) -> Sandbox {
             },
         )]),
         public: true,
+        volumes: Vec::new(),
     }
 }
 
@@ -73,6 +74,7 @@ pub fn bare_sandbox(id: &str) -> Sandbox {
         network: EgressPolicy::default(),
         secrets: BTreeMap::new(),
         public: false,
+        volumes: Vec::new(),
         ..sandbox(id)
     }
 }
