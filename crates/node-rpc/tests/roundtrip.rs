@@ -46,6 +46,7 @@ fn launch(id: &str) -> SandboxLaunch {
         },
         network: Default::default(),
         secrets: Default::default(),
+        volumes: Vec::new(),
     }
 }
 

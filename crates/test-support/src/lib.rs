@@ -338,6 +338,7 @@ impl FakeNode {
             resources: cove_domain::Resources::default(),
             network: Default::default(),
             secrets: Default::default(),
+            volumes: Vec::new(),
         };
         let sb = lifecycle::new_sandbox(launch, "/home/user");
         self.lock().sandboxes.insert(id.to_string(), sb);

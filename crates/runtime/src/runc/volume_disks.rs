@@ -132,9 +132,9 @@ impl VolumeDisks {
         let _held = self.mounting.lock().unwrap_or_else(|p| p.into_inner());
         let mnt = self.mount_point(id);
         mounts::unmount(&mnt)?;
-        remove_if_present(&mnt, std::fs::remove_dir)?;
-        remove_if_present(&self.image(id), std::fs::remove_file)?;
-        remove_if_present(&self.dir(id), std::fs::remove_dir)
+        remove_if_present(&mnt, |p| std::fs::remove_dir(p))?;
+        remove_if_present(&self.image(id), |p| std::fs::remove_file(p))?;
+        remove_if_present(&self.dir(id), |p| std::fs::remove_dir(p))
     }
 }
 
