@@ -145,6 +145,7 @@ impl FakeNode {
             snapshot_store: "file".into(),
             network: true,
             user_namespaces: false,
+            volumes: true,
         })
     }
 

@@ -27,8 +27,8 @@ use crate::{ControlPlane, ServiceError};
 
 impl ControlPlane {
     /// `Ok` when this server offers volumes: the feature is on (else `403
-    /// feature_disabled`), the node is in-process (else `400 unsupported`) and runs runc (else
-    /// `400 unsupported`).
+    /// feature_disabled`), the node is in-process (else `400 unsupported`) and its runtime can
+    /// mount them (runc; else `400 unsupported`).
     pub(crate) fn require_volumes(&self) -> Result<(), ServiceError> {
         self.inner.cfg.features.require(Feature::Volumes)?;
         if self.inner.cluster.is_some() {
@@ -38,10 +38,11 @@ impl ControlPlane {
                     .into(),
             ));
         }
-        let runtime = self.node().capabilities().runtime;
-        if runtime != "runc" {
+        let caps = self.node().capabilities();
+        if !caps.volumes {
             return Err(ServiceError::Unsupported(format!(
-                "volumes are not supported on the {runtime} runtime in this version (runc only)"
+                "volumes are not supported on the {} runtime in this version (runc only)",
+                caps.runtime
             )));
         }
         Ok(())

@@ -224,6 +224,7 @@ impl NodeLifecycle for NodeAgent {
             snapshot_store: self.cfg.snapshots.kind().to_string(),
             network: self.network_enabled(),
             user_namespaces: caps.user_namespaces,
+            volumes: caps.volumes,
         }
     }
 }
