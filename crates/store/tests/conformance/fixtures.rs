@@ -54,7 +54,18 @@ pub fn sandbox(id: &str) -> Sandbox {
             },
         )]),
         public: true,
-        volumes: Vec::new(),
+        volumes: vec![
+            cove_api_types::VolumeMount {
+                name: "data".into(),
+                path: "/data".into(),
+                read_only: false,
+            },
+            cove_api_types::VolumeMount {
+                name: "models".into(),
+                path: "/home/user/models".into(),
+                read_only: true,
+            },
+        ],
     }
 }
 
