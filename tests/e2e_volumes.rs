@@ -49,15 +49,28 @@ async fn a_volume_is_shared_outlives_its_writer_and_survives_suspend() {
     assert_eq!((created.size_mib, created.mounted_by.len()), (64, 0));
 
     let a = sandbox_with(&c, "tiny", mount(&name, "/data", false)).await;
-    let out = sh(&c, &a, "echo hello > /data/note && stat -c '%U %u' /data/note").await;
+    let out = sh(
+        &c,
+        &a,
+        "echo hello > /data/note && stat -c '%U %u' /data/note",
+    )
+    .await;
     assert_eq!(out.command.exit_code, Some(0), "{}", out.stderr_text());
     assert_eq!(out.stdout_text().trim(), "user 1000");
-    assert_eq!(c.volume(&name).await.expect("get").mounted_by, vec![a.clone()]);
+    assert_eq!(
+        c.volume(&name).await.expect("get").mounted_by,
+        vec![a.clone()]
+    );
     delete(&c, &a).await;
 
     // Another sandbox (another id range) sees the file, owned by its own `user`.
     let b = sandbox_with(&c, "tiny", mount(&name, "/home/user/work", false)).await;
-    let out = sh(&c, &b, "cat work/note && stat -c '%U %u' work/note && echo more >> work/note").await;
+    let out = sh(
+        &c,
+        &b,
+        "cat work/note && stat -c '%U %u' work/note && echo more >> work/note",
+    )
+    .await;
     assert_eq!(out.command.exit_code, Some(0), "{}", out.stderr_text());
     assert_eq!(out.stdout_text(), "hello\nuser 1000\n");
     // The files API reads it without a sandbox, with the volume's ids.
@@ -66,7 +79,11 @@ async fn a_volume_is_shared_outlives_its_writer_and_survives_suspend() {
         b"hello\nmore\n"
     );
     let listed = c.list_volume_files(&name, "/").await.expect("list");
-    let note = listed.entries.iter().find(|e| e.name == "note").expect("note");
+    let note = listed
+        .entries
+        .iter()
+        .find(|e| e.name == "note")
+        .expect("note");
     assert_eq!((note.owner.as_str(), note.size), ("1000", 11));
 
     // Suspend and wake: the mount comes back with the data.
@@ -116,7 +133,12 @@ async fn the_size_is_a_real_limit() {
     assert!(text.contains("No space left on device"), "{text}");
     assert!(!text.contains("rc=0"), "{text}");
     // An upload that does not fit answers 507, and leaves nothing.
-    let before = c.list_volume_files(&name, "/").await.expect("list").entries.len();
+    let before = c
+        .list_volume_files(&name, "/")
+        .await
+        .expect("list")
+        .entries
+        .len();
     let err = c
         .upload_to_volume(&name, "/upload.bin", vec![7u8; 32 << 20])
         .await
@@ -148,7 +170,9 @@ async fn the_files_api_stays_inside_the_volume() {
         .expect("upload");
     assert!(!std::path::Path::new("/tmp/cove-volume-escape").exists());
     assert_eq!(
-        c.read_volume_file(&name, "/tmp/cove-volume-escape").await.expect("inside"),
+        c.read_volume_file(&name, "/tmp/cove-volume-escape")
+            .await
+            .expect("inside"),
         b"x"
     );
     // Symlinks a sandbox made resolve inside the volume, never on the host.
@@ -228,14 +252,22 @@ async fn creates_are_checked_and_other_orgs_see_nothing() {
     c.create_org(&org, Quotas::default()).await.expect("org");
     let key = c.create_api_key(&org, "e2e").await.expect("key");
     let other = Client::new(&s.api_url, key.secret.clone()).expect("client");
-    assert_eq!(code(&other.volume(&name).await.expect_err("hidden")), ErrorCode::VolumeNotFound);
+    assert_eq!(
+        code(&other.volume(&name).await.expect_err("hidden")),
+        ErrorCode::VolumeNotFound
+    );
     assert!(other.volumes().await.expect("list").volumes.is_empty());
     assert_eq!(
         code(&other.delete_volume(&name).await.expect_err("hidden")),
         ErrorCode::VolumeNotFound
     );
     assert_eq!(
-        code(&other.read_volume_file(&name, "/x").await.expect_err("hidden")),
+        code(
+            &other
+                .read_volume_file(&name, "/x")
+                .await
+                .expect_err("hidden")
+        ),
         ErrorCode::VolumeNotFound
     );
     let err = other
@@ -244,9 +276,18 @@ async fn creates_are_checked_and_other_orgs_see_nothing() {
         .expect_err("hidden");
     assert_eq!(code(&err), ErrorCode::VolumeNotFound);
     // Its own volume of the same name is another volume.
-    other.create_volume(&name, 16).await.expect("same name, other org");
-    other.upload_to_volume(&name, "/mine", "b").await.expect("upload");
-    let err = c.read_volume_file(&name, "/mine").await.expect_err("not ours");
+    other
+        .create_volume(&name, 16)
+        .await
+        .expect("same name, other org");
+    other
+        .upload_to_volume(&name, "/mine", "b")
+        .await
+        .expect("upload");
+    let err = c
+        .read_volume_file(&name, "/mine")
+        .await
+        .expect_err("not ours");
     assert_eq!(code(&err), ErrorCode::FileNotFound);
     other.delete_volume(&name).await.expect("delete");
     c.delete_volume(&name).await.expect("delete");

@@ -70,7 +70,10 @@ impl Client {
             .request(Method::GET, self.url(&["v1", "volumes", name, "files"]))
             .query(&[("path", path)]);
         let response = self.send(request).await?;
-        Ok(response.bytes_stream().map_err(ClientError::Transport).boxed())
+        Ok(response
+            .bytes_stream()
+            .map_err(ClientError::Transport)
+            .boxed())
     }
 
     /// [`Client::download_from_volume`] collected into memory.
@@ -87,7 +90,10 @@ impl Client {
     /// `GET /v1/volumes/{name}/files:list?path=`: one directory's entries, by name.
     pub async fn list_volume_files(&self, name: &str, path: &str) -> Result<FileList> {
         let request = self
-            .request(Method::GET, self.url(&["v1", "volumes", name, "files:list"]))
+            .request(
+                Method::GET,
+                self.url(&["v1", "volumes", name, "files:list"]),
+            )
             .query(&[("path", path)]);
         self.json(request).await
     }

@@ -105,8 +105,21 @@ mod tests {
             assert!(mount_path("path", ok).is_ok(), "{ok}");
         }
         for bad in [
-            "", "/", "data", "/proc", "/proc/x", "/sys/fs", "/dev", "/dev/shm", "/.cove/run",
-            "/etc", "/a/../b", "/a/./b", "/a//b", "/a/", "/a\0b",
+            "",
+            "/",
+            "data",
+            "/proc",
+            "/proc/x",
+            "/sys/fs",
+            "/dev",
+            "/dev/shm",
+            "/.cove/run",
+            "/etc",
+            "/a/../b",
+            "/a/./b",
+            "/a//b",
+            "/a/",
+            "/a\0b",
         ] {
             assert!(mount_path("path", bad).is_err(), "{bad:?}");
         }

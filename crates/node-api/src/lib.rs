@@ -272,6 +272,6 @@ impl<T> NodeApi for T where
         + NodeFiles
         + NodeMetrics
         + NodeNetwork
-    + NodeVolumes
+        + NodeVolumes
 {
 }

@@ -30,12 +30,10 @@ impl NodeVolumes for FakeNode {
     }
 
     async fn volume_usage(&self, id: &str) -> Result<VolumeUsage, NodeError> {
-        let size_mib = self
-            .lock()
-            .volumes
-            .get(id)
-            .copied()
-            .ok_or_else(|| NodeError::FileNotFound(format!("volume {id} is not on this node")))?;
+        let size_mib =
+            self.lock().volumes.get(id).copied().ok_or_else(|| {
+                NodeError::FileNotFound(format!("volume {id} is not on this node"))
+            })?;
         Ok(VolumeUsage {
             used_bytes: 0,
             free_bytes: size_mib << 20,

@@ -273,6 +273,41 @@ mod tests {
     }
 
     #[test]
+    fn volume_flags_become_mounts() {
+        let cli = Cli::try_parse_from([
+            "cove",
+            "create",
+            "--volume",
+            "data:/data",
+            "--volume",
+            "refs:/mnt/r:ro",
+        ])
+        .expect("parses");
+        let Verb::Create(args) = cli.verb else {
+            panic!("expected create")
+        };
+        let mounts = args.request().volumes;
+        assert_eq!(
+            mounts,
+            vec![
+                VolumeMount {
+                    name: "data".into(),
+                    path: "/data".into(),
+                    read_only: false
+                },
+                VolumeMount {
+                    name: "refs".into(),
+                    path: "/mnt/r".into(),
+                    read_only: true
+                },
+            ]
+        );
+        for bad in ["data", "data:rel", ":/x"] {
+            assert!(parse_volume(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn network_flags_become_a_policy() {
         let cli = Cli::try_parse_from([
             "cove",

@@ -31,9 +31,7 @@ pub(super) fn routes() -> Router<ControlPlane> {
         .route("/v1/volumes/{name}", get(get_one).delete(delete))
         .route(
             "/v1/volumes/{name}/files",
-            get(read)
-                .put(write)
-                .layer(DefaultBodyLimit::disable()),
+            get(read).put(write).layer(DefaultBodyLimit::disable()),
         )
         .route("/v1/volumes/{name}/files:list", get(list_files))
 }

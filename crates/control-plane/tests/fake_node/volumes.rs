@@ -39,7 +39,10 @@ fn mounting(mounts: &[(&str, &str, bool)]) -> CreateSandboxRequest {
 async fn volumes_are_made_mounted_and_deleted_only_when_unmounted() {
     let h = Harness::new().await;
     let v = h.cp.create_volume(volume("data")).await.expect("create");
-    assert_eq!((v.name.as_str(), v.size_mib, v.used_bytes), ("data", 64, Some(0)));
+    assert_eq!(
+        (v.name.as_str(), v.size_mib, v.used_bytes),
+        ("data", 64, Some(0))
+    );
     assert_eq!(h.node.volume_ids().len(), 1);
     assert_eq!(
         code(h.cp.create_volume(volume("data")).await),
@@ -55,12 +58,13 @@ async fn volumes_are_made_mounted_and_deleted_only_when_unmounted() {
             size_mib: 1,
         },
     ] {
-        assert_eq!(code(h.cp.create_volume(bad).await), ErrorCode::InvalidArgument);
+        assert_eq!(
+            code(h.cp.create_volume(bad).await),
+            ErrorCode::InvalidArgument
+        );
     }
 
-    let id = h
-        .running_with(mounting(&[("data", "/data", false)]))
-        .await;
+    let id = h.running_with(mounting(&[("data", "/data", false)])).await;
     assert_eq!(h.cp.get_sandbox(&id).await.expect("get").volumes.len(), 1);
     let launch = h.node.launch_of(&id).expect("launched");
     assert_eq!(launch.volumes.len(), 1);
@@ -70,19 +74,34 @@ async fn volumes_are_made_mounted_and_deleted_only_when_unmounted() {
         h.cp.get_volume("data").await.expect("get").mounted_by,
         vec![id.clone()]
     );
-    assert_eq!(code(h.cp.delete_volume("data").await), ErrorCode::VolumeInUse);
+    assert_eq!(
+        code(h.cp.delete_volume("data").await),
+        ErrorCode::VolumeInUse
+    );
 
     // A wake mounts it again.
     h.apply(&id, LifecycleVerb::Suspend).await;
     h.apply(&id, LifecycleVerb::Wake).await;
-    assert_eq!(h.node.launch_of(&id).expect("woken").volumes, launch.volumes);
+    assert_eq!(
+        h.node.launch_of(&id).expect("woken").volumes,
+        launch.volumes
+    );
 
     let op = h.cp.delete_sandbox(&id, None).await.expect("delete");
     h.succeeds(&op).await;
-    assert!(h.cp.get_volume("data").await.expect("get").mounted_by.is_empty());
+    assert!(h
+        .cp
+        .get_volume("data")
+        .await
+        .expect("get")
+        .mounted_by
+        .is_empty());
     h.cp.delete_volume("data").await.expect("delete");
     assert!(h.node.volume_ids().is_empty());
-    assert_eq!(code(h.cp.get_volume("data").await), ErrorCode::VolumeNotFound);
+    assert_eq!(
+        code(h.cp.get_volume("data").await),
+        ErrorCode::VolumeNotFound
+    );
     assert!(h.cp.list_volumes().await.expect("list").volumes.is_empty());
 }
 
@@ -98,8 +117,14 @@ async fn mounts_on_create_are_checked() {
         (&[("a", "/sys", false)], ErrorCode::InvalidArgument),
         (&[("a", "/dev/shm/v", false)], ErrorCode::InvalidArgument),
         (&[("a", "/x/../y", false)], ErrorCode::InvalidArgument),
-        (&[("a", "/x", false), ("b", "/x", true)], ErrorCode::InvalidArgument),
-        (&[("a", "/x", false), ("a", "/y", true)], ErrorCode::InvalidArgument),
+        (
+            &[("a", "/x", false), ("b", "/x", true)],
+            ErrorCode::InvalidArgument,
+        ),
+        (
+            &[("a", "/x", false), ("a", "/y", true)],
+            ErrorCode::InvalidArgument,
+        ),
         (&[("missing", "/x", false)], ErrorCode::VolumeNotFound),
     ];
     for (mounts, want) in cases {
@@ -107,11 +132,10 @@ async fn mounts_on_create_are_checked() {
         assert_eq!(got, want, "{mounts:?}");
     }
     // Nothing was recorded by the refused creates.
-    let listed = h
-        .cp
-        .list_sandboxes(None, None, Vec::new(), None, None)
-        .await
-        .expect("list");
+    let listed =
+        h.cp.list_sandboxes(None, None, Vec::new(), None, None)
+            .await
+            .expect("list");
     assert!(listed.sandboxes.is_empty());
     // Two volumes, one read-only, are fine.
     h.running_with(mounting(&[("a", "/x", false), ("b", "/y", true)]))
@@ -120,15 +144,24 @@ async fn mounts_on_create_are_checked() {
 
 #[tokio::test]
 async fn a_disabled_feature_answers_403_everywhere() {
-    let h = Harness::with(FakeNode::new(), |cfg| cfg.features.disable(Feature::Volumes)).await;
+    let h = Harness::with(FakeNode::new(), |cfg| {
+        cfg.features.disable(Feature::Volumes)
+    })
+    .await;
     assert_eq!(
         code(h.cp.create_volume(volume("data")).await),
         ErrorCode::FeatureDisabled
     );
     assert_eq!(code(h.cp.list_volumes().await), ErrorCode::FeatureDisabled);
-    assert_eq!(code(h.cp.delete_volume("data").await), ErrorCode::FeatureDisabled);
     assert_eq!(
-        code(h.cp.create_sandbox(mounting(&[("data", "/data", false)]), None).await),
+        code(h.cp.delete_volume("data").await),
+        ErrorCode::FeatureDisabled
+    );
+    assert_eq!(
+        code(
+            h.cp.create_sandbox(mounting(&[("data", "/data", false)]), None)
+                .await
+        ),
         ErrorCode::FeatureDisabled
     );
     assert!(!h.cp.capabilities().volumes);
@@ -149,11 +182,17 @@ async fn a_node_that_cannot_mount_volumes_refuses_them_with_unsupported() {
         volumes: false,
     });
     let h = Harness::with(node, |_| {}).await;
-    let err = h.cp.create_volume(volume("data")).await.expect_err("refused");
+    let err =
+        h.cp.create_volume(volume("data"))
+            .await
+            .expect_err("refused");
     assert_eq!(err.code(), ErrorCode::Unsupported);
     assert!(err.to_string().contains("qemu"), "{err}");
     assert_eq!(
-        code(h.cp.create_sandbox(mounting(&[("data", "/data", false)]), None).await),
+        code(
+            h.cp.create_sandbox(mounting(&[("data", "/data", false)]), None)
+                .await
+        ),
         ErrorCode::Unsupported
     );
     assert!(h.node.volume_ids().is_empty());
@@ -170,11 +209,17 @@ async fn a_cluster_refuses_volumes_with_unsupported() {
     let report = NodeReport::read(&fake).await.expect("report");
     cluster.join("a", "fake", Arc::new(fake.clone()), report, false);
     let h = Harness::with_cluster(fake.clone(), Some(cluster), |_| {}).await;
-    let err = h.cp.create_volume(volume("data")).await.expect_err("refused");
+    let err =
+        h.cp.create_volume(volume("data"))
+            .await
+            .expect_err("refused");
     assert_eq!(err.code(), ErrorCode::Unsupported);
     assert!(err.to_string().contains("node-local"), "{err}");
     assert_eq!(
-        code(h.cp.create_sandbox(mounting(&[("data", "/data", false)]), None).await),
+        code(
+            h.cp.create_sandbox(mounting(&[("data", "/data", false)]), None)
+                .await
+        ),
         ErrorCode::Unsupported
     );
     assert!(fake.volume_ids().is_empty());

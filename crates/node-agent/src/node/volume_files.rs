@@ -154,15 +154,14 @@ pub(super) fn list(root: &Path, path: &str) -> Result<Vec<FileInfo>, NodeError> 
         let Ok(st) = rustix::fs::statat(&dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) else {
             continue;
         };
-        let target = if rustix::fs::FileType::from_raw_mode(st.st_mode)
-            == rustix::fs::FileType::Symlink
-        {
-            rustix::fs::readlinkat(&dir, name.as_str(), Vec::new())
-                .ok()
-                .map(|t| t.into_bytes())
-        } else {
-            None
-        };
+        let target =
+            if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Symlink {
+                rustix::fs::readlinkat(&dir, name.as_str(), Vec::new())
+                    .ok()
+                    .map(|t| t.into_bytes())
+            } else {
+                None
+            };
         let mut child = rel.clone();
         child.push(name);
         out.push(info_of(&st, &child, target));
@@ -174,8 +173,8 @@ pub(super) fn list(root: &Path, path: &str) -> Result<Vec<FileInfo>, NodeError> 
 /// (mode 0755, owned by [`OWNER`]); returns it open (`O_PATH`).
 fn parent_dir(root_fd: &OwnedFd, rel: &[&str], path: &str) -> Result<OwnedFd, NodeError> {
     let parents = &rel[..rel.len() - 1];
-    let mut dir = open_in(root_fd, &[], OFlags::PATH | OFlags::DIRECTORY)
-        .map_err(|e| errno_err(e, path))?;
+    let mut dir =
+        open_in(root_fd, &[], OFlags::PATH | OFlags::DIRECTORY).map_err(|e| errno_err(e, path))?;
     for i in 0..parents.len() {
         match open_in(root_fd, &parents[..=i], OFlags::PATH | OFlags::DIRECTORY) {
             Ok(next) => dir = next,
@@ -207,7 +206,11 @@ fn parent_dir(root_fd: &OwnedFd, rel: &[&str], path: &str) -> Result<OwnedFd, No
 
 /// Writes `body` to `path` of the volume at `root` atomically (temporary file, fsync,
 /// rename); nothing is left when it fails.
-pub(super) async fn write(root: &Path, path: &str, body: ByteStream) -> Result<FileInfo, NodeError> {
+pub(super) async fn write(
+    root: &Path,
+    path: &str,
+    body: ByteStream,
+) -> Result<FileInfo, NodeError> {
     let rel: Vec<String> = components(path)?.into_iter().map(String::from).collect();
     let name = match rel.last() {
         Some(n) if n != ".." => n.clone(),
@@ -300,21 +303,31 @@ mod tests {
         std::os::unix::fs::symlink("../..", root.join("up")).expect("symlink");
 
         // `..` stops at the root: this writes the volume's own `/secret`.
-        write(&root, "../secret", body(b"vol")).await.expect("write");
-        assert_eq!(std::fs::read(outer.path().join("secret")).expect("read"), b"host");
+        write(&root, "../secret", body(b"vol"))
+            .await
+            .expect("write");
+        assert_eq!(
+            std::fs::read(outer.path().join("secret")).expect("read"),
+            b"host"
+        );
         assert_eq!(std::fs::read(root.join("secret")).expect("read"), b"vol");
         // Symlinks resolve as if the volume were `/`.
         let (_, mut f) = open_read(&root, "abs/secret").expect("open");
         let mut got = String::new();
         std::io::Read::read_to_string(&mut f, &mut got).expect("read");
         assert_eq!(got, "vol");
-        write(&root, "up/a/b/c", body(b"deep")).await.expect("write");
+        write(&root, "up/a/b/c", body(b"deep"))
+            .await
+            .expect("write");
         assert_eq!(std::fs::read(root.join("a/b/c")).expect("read"), b"deep");
         assert!(!outer.path().join("a").exists());
         // A symlink as the final name is replaced, not followed.
         std::os::unix::fs::symlink(outer.path().join("secret"), root.join("link")).expect("ln");
         write(&root, "link", body(b"x")).await.expect("write");
-        assert_eq!(std::fs::read(outer.path().join("secret")).expect("read"), b"host");
+        assert_eq!(
+            std::fs::read(outer.path().join("secret")).expect("read"),
+            b"host"
+        );
 
         let names: Vec<_> = list(&root, "/")
             .expect("list")

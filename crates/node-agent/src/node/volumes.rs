@@ -4,9 +4,7 @@
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use cove_node_api::{
-    ByteStream, FileInfo, LaunchVolume, NodeError, NodeVolumes, VolumeUsage,
-};
+use cove_node_api::{ByteStream, FileInfo, LaunchVolume, NodeError, NodeVolumes, VolumeUsage};
 use cove_runtime::runc::volume_disks::VolumeDisks;
 use cove_runtime::VolumeBind;
 use futures::stream::BoxStream;

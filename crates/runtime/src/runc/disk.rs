@@ -77,11 +77,7 @@ pub(crate) fn unmount(layout: &Layout) -> Result<(), RuntimeError> {
 
 /// A sparse file of `size_mib` MiB with an ext4 filesystem whose root directory `owner`
 /// (uid, gid) owns; removed again when mkfs fails.
-pub(crate) fn make_image(
-    img: &Path,
-    size_mib: u64,
-    owner: (u32, u32),
-) -> Result<(), RuntimeError> {
+pub(crate) fn make_image(img: &Path, size_mib: u64, owner: (u32, u32)) -> Result<(), RuntimeError> {
     let file = std::fs::File::create(img).map_err(io_err(format!("create {}", img.display())))?;
     file.set_len(size_mib.saturating_mul(1 << 20))
         .map_err(io_err(format!("size {}", img.display())))?;
@@ -89,7 +85,10 @@ pub(crate) fn make_image(
     let made = run(
         Command::new("mkfs.ext4")
             .args(["-q", "-F", "-m", "0", "-E"])
-            .arg(format!("root_owner={}:{},{MKFS_EXTENDED}", owner.0, owner.1))
+            .arg(format!(
+                "root_owner={}:{},{MKFS_EXTENDED}",
+                owner.0, owner.1
+            ))
             .arg(img),
         "make the sandbox disk",
     );

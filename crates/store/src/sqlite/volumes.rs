@@ -45,12 +45,11 @@ impl VolumeStore for SqliteStore {
     }
 
     async fn list_volumes(&self, org: Option<&str>) -> Result<Vec<VolumeRecord>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT * FROM volumes WHERE (?1 IS NULL OR org = ?1) ORDER BY org, name",
-        )
-        .bind(org)
-        .fetch_all(&self.pool)
-        .await?;
+        let rows =
+            sqlx::query("SELECT * FROM volumes WHERE (?1 IS NULL OR org = ?1) ORDER BY org, name")
+                .bind(org)
+                .fetch_all(&self.pool)
+                .await?;
         rows.iter().map(row_to_volume).collect()
     }
 

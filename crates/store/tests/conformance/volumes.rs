@@ -22,7 +22,9 @@ pub async fn volumes_round_trip_and_names_are_unique_per_org(store: Arc<dyn Stor
     store.insert_volume(&v).await.expect("insert");
     assert_eq!(store.get_volume("default", "data").await.expect("get"), v);
     assert!(matches!(
-        store.insert_volume(&record("vol-2", "default", "data")).await,
+        store
+            .insert_volume(&record("vol-2", "default", "data"))
+            .await,
         Err(StoreError::Conflict(_))
     ));
     store
@@ -50,7 +52,10 @@ pub async fn volumes_round_trip_and_names_are_unique_per_org(store: Arc<dyn Stor
         names(store.list_volumes(None).await.expect("list all")),
         ["acme/data", "default/cache", "default/data"]
     );
-    assert!(store.delete_volume("default", "data").await.expect("delete"));
+    assert!(store
+        .delete_volume("default", "data")
+        .await
+        .expect("delete"));
     assert!(!store.delete_volume("default", "data").await.expect("again"));
     assert_eq!(
         store.get_volume("acme", "data").await.expect("kept").id,
@@ -84,7 +89,10 @@ pub async fn volume_users_are_the_live_sandboxes_that_mount_it(store: Arc<dyn St
         crate::fixtures::tick().await;
     }
     let b = store.get_sandbox("sb-b").await.expect("get");
-    assert_eq!(b.volumes, mounting("sb-b", "default", &["cache", "data"]).volumes);
+    assert_eq!(
+        b.volumes,
+        mounting("sb-b", "default", &["cache", "data"]).volumes
+    );
     let from = [store.get_sandbox("sb-e").await.expect("get").state];
     assert!(store
         .transition_sandbox("sb-e", &from, SandboxState::Deleted, None)
