@@ -14,6 +14,9 @@ use cove_test_support::FakeNode;
 
 use crate::harness::{code, Harness};
 
+/// Mounts of a create: `(volume, path, read_only)`.
+type Mounts = &'static [(&'static str, &'static str, bool)];
+
 fn volume(name: &str) -> CreateVolumeRequest {
     CreateVolumeRequest {
         name: name.into(),
@@ -110,7 +113,7 @@ async fn mounts_on_create_are_checked() {
     let h = Harness::new().await;
     h.cp.create_volume(volume("a")).await.expect("a");
     h.cp.create_volume(volume("b")).await.expect("b");
-    let cases: [(&[(&str, &str, bool)], ErrorCode); 9] = [
+    let cases: [(Mounts, ErrorCode); 9] = [
         (&[("a", "rel", false)], ErrorCode::InvalidArgument),
         (&[("a", "/", false)], ErrorCode::InvalidArgument),
         (&[("a", "/proc/x", false)], ErrorCode::InvalidArgument),

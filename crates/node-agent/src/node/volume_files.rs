@@ -106,7 +106,7 @@ fn info_of(st: &rustix::fs::Stat, rel: &[&str], target: Option<Vec<u8>>) -> File
         mode: st.st_mode & 0o7777,
         owner: st.st_uid.to_string(),
         group: st.st_gid.to_string(),
-        mtime_ms: (st.st_mtime as i64) * 1000 + (st.st_mtime_nsec as i64) / 1_000_000,
+        mtime_ms: st.st_mtime.saturating_mul(1000) + i64::from(st.st_mtime_nsec as u32) / 1_000_000,
         symlink_target: target.map(SandboxPath),
     }
 }
