@@ -3,7 +3,8 @@
 //! first; it survives a suspend and wake; a read-only mount refuses writes (`EROFS`); the size
 //! is a real limit (`ENOSPC` inside, `507 insufficient_storage` on upload); a mounted volume
 //! cannot be deleted (`409 volume_in_use`); its files API cannot be led out of the volume by
-//! `..` or symlinks; another org sees none of it.
+//! `..` or symlinks; another org sees none of it; it survives `kill -9` of the server, and the
+//! node mounts it again when its mount went while the server was down.
 
 use std::time::Duration;
 
@@ -290,5 +291,72 @@ async fn creates_are_checked_and_other_orgs_see_nothing() {
         .expect_err("not ours");
     assert_eq!(code(&err), ErrorCode::FileNotFound);
     other.delete_volume(&name).await.expect("delete");
+    c.delete_volume(&name).await.expect("delete");
+}
+
+/// A volume across `kill -9` of the server: the running sandbox is adopted with its mount and
+/// keeps writing to it; a suspend and wake binds it again; with the node's mount of the volume
+/// gone while the server was down (as after a reboot), the next sandbox mounts it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_survives_a_server_restart_and_is_mounted_again() {
+    let mut server = cove_e2e::server_process::ServerProcess::new(
+        std::path::Path::new(env!("CARGO_BIN_EXE_cove-e2e-server")),
+        30_000,
+    );
+    let mut c = server.start().await;
+    // Its own server: `ensure_template` remembers the shared server's builds.
+    cove_e2e::build_template(&c, "tiny").await;
+    let name = vol("restart");
+    c.create_volume(&name, 16).await.expect("create");
+    let a = sandbox_with(&c, "tiny", mount(&name, "/data", false)).await;
+    let out = sh(&c, &a, "echo before > /data/note").await;
+    assert_eq!(out.command.exit_code, Some(0), "{}", out.stderr_text());
+
+    server.kill9();
+    c = server.start().await;
+    let out = sh(&c, &a, "echo after >> /data/note && cat /data/note").await;
+    assert_eq!(
+        out.stdout_text(),
+        "before\nafter\n",
+        "{}",
+        out.stderr_text()
+    );
+    let op = c.suspend_sandbox(&a).await.expect("suspend");
+    wait_ok(&c, &op.id).await;
+    let op = c.wake_sandbox(&a).await.expect("wake");
+    wait_ok(&c, &op.id).await;
+    let out = sh(&c, &a, "cat /data/note").await;
+    assert_eq!(
+        out.stdout_text(),
+        "before\nafter\n",
+        "{}",
+        out.stderr_text()
+    );
+    delete(&c, &a).await;
+
+    // The node's mount of the volume goes while the server is down.
+    server.kill9();
+    let mounts = std::fs::read_dir(server.data_dir.join("volumes")).expect("volumes dir");
+    for v in mounts.flatten() {
+        let out = std::process::Command::new("umount")
+            .arg(v.path().join("mnt"))
+            .output()
+            .expect("umount");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    c = server.start().await;
+    let b = sandbox_with(&c, "tiny", mount(&name, "/data", true)).await;
+    let out = sh(&c, &b, "cat /data/note").await;
+    assert_eq!(
+        out.stdout_text(),
+        "before\nafter\n",
+        "{}",
+        out.stderr_text()
+    );
+    delete(&c, &b).await;
     c.delete_volume(&name).await.expect("delete");
 }
