@@ -360,3 +360,38 @@ async fn a_volume_survives_a_server_restart_and_is_mounted_again() {
     delete(&c, &b).await;
     c.delete_volume(&name).await.expect("delete");
 }
+
+/// Without user namespaces the sandboxes bind the node's mount itself: the same sharing,
+/// owners and read-only mounts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volumes_work_without_user_namespaces() {
+    let mut server = cove_e2e::server_process::ServerProcess::new(
+        std::path::Path::new(env!("CARGO_BIN_EXE_cove-e2e-server")),
+        30_000,
+    );
+    server.env = vec![("COVE_E2E_USER_NAMESPACES".into(), "off".into())];
+    let c = server.start().await;
+    assert!(!c.capabilities().await.expect("caps").user_namespaces);
+    cove_e2e::build_template(&c, "tiny").await;
+    let name = vol("plain");
+    c.create_volume(&name, 16).await.expect("create");
+    let a = sandbox_with(&c, "tiny", mount(&name, "/data", false)).await;
+    let out = sh(
+        &c,
+        &a,
+        "echo plain > /data/note && stat -c '%U %u' /data/note",
+    )
+    .await;
+    assert_eq!(out.stdout_text(), "user 1000\n", "{}", out.stderr_text());
+    let b = sandbox_with(&c, "tiny", mount(&name, "/ro", true)).await;
+    let out = root_sh(&c, &b, "cat /ro/note; stat -c %u /ro/note; touch /ro/x").await;
+    assert_eq!(out.stdout_text(), "plain\n1000\n");
+    assert!(
+        out.stderr_text().contains("Read-only file system"),
+        "{}",
+        out.stderr_text()
+    );
+    delete(&c, &a).await;
+    delete(&c, &b).await;
+    c.delete_volume(&name).await.expect("delete");
+}

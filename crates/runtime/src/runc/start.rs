@@ -136,6 +136,14 @@ async fn run(
         });
     }
     let pid = read_pid(&spec.id, &pid_file)?;
+    // The container holds its own binds of the volumes now: the host's idmapped clones go, so
+    // nothing under the sandbox directory is a writable volume when the directory is removed.
+    if !spec.volumes.is_empty() {
+        let clones = layout.clone();
+        tokio::task::spawn_blocking(move || super::volumes::unmount_all(&clones))
+            .await
+            .map_err(join_error)??;
+    }
     runc.start(&spec.id).await?;
     wait_for_agent(spec, layout, pid, log_offset).await?;
     let run = layout.run_dir();

@@ -5,7 +5,10 @@
 //! them, the volume's files are kept with container ids (`user` is 1000 on the volume, whoever
 //! wrote it) and each sandbox sees them through an idmapped clone of the volume's mount into
 //! its own range, attached at `volumes/<n>` in the sandbox directory (read-only there for a
-//! read-only mount); that clone is the bind's source. `stop` unmounts the clones.
+//! read-only mount); that clone is the bind's source. Once `runc create` made the container's
+//! binds (which keep the clone's mapping), the clones are unmounted again: a sandbox directory
+//! never holds a writable volume mount that a removal of the directory could descend into.
+//! `stop` (and so the undo of a failed start) unmounts any that are left.
 //!
 //! Blocking calls; callers run them on `spawn_blocking` or in blocking preparation.
 
