@@ -55,3 +55,11 @@ for tool in qemu-system-x86_64 qemu-img nft runc mmdebstrap chromium protoc; do
   command -v "$tool" >/dev/null || { echo "install-deps: $tool is still missing" >&2; exit 1; }
 done
 command -v cargo >/dev/null || { echo "install-deps: cargo (Rust stable) is required" >&2; exit 1; }
+# The snapshot store's S3 test (tests/e2e_s3.rs) runs a real S3 server: s3s-fs from crates.io,
+# built once per machine into /var/cache/cove-tools (0.14.1: the newest that builds on the
+# machine's rustc 1.95; about 10 minutes the first time on 2 cores).
+S3S_FS=/var/cache/cove-tools/bin/s3s-fs
+if ! [ -x "$S3S_FS" ]; then
+  echo "install-deps: building s3s-fs (S3 server for tests/e2e_s3.rs)" >&2
+  cargo install -q --locked s3s-fs@0.14.1 --features binary --root /var/cache/cove-tools
+fi

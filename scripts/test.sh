@@ -30,5 +30,7 @@ scripts/test-openapi.sh
 scripts/test-e2b.sh
 # The MCP server (stdio and streamable HTTP) with the official `mcp` Python SDK as the client.
 scripts/test-mcp.sh
+# The Kubernetes manifests validate against the Kubernetes schemas and pass only flags `cove` has.
+scripts/test-deploy.sh
 # The web console in headless Chromium (playwright-core), and its checked-in bundle is current.
 scripts/test-console.sh

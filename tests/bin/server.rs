@@ -6,6 +6,8 @@
 //! `COVE_E2E_AGENT_CHECK_MS` sets how often guest agents are checked (default 5000);
 //! `COVE_E2E_DEFAULT_DISK_MIB=0` gives sandboxes no own disk (their files on the data dir).
 //! `COVE_E2E_USER_NAMESPACES=off` runs sandboxes without user namespaces.
+//! `COVE_E2E_SNAPSHOT_STORE` is the snapshot store URL (`s3://...` with the `AWS_*` settings in
+//! the environment, as `cove server --snapshot-store` takes them).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -82,6 +84,7 @@ fn main() -> ExitCode {
                 .ok()
                 .and_then(|ms| ms.parse().ok())
                 .map(Duration::from_millis),
+            snapshot_store: std::env::var("COVE_E2E_SNAPSHOT_STORE").ok(),
             ..Default::default()
         },
         command_output: Default::default(),

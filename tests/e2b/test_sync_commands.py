@@ -1,5 +1,6 @@
 """E2B sync SDK: commands and PTYs."""
 
+import threading
 import time
 
 import pytest
@@ -90,13 +91,25 @@ def test_process_survives_disconnect(sbx):
 def test_pty_create_input_resize(sbx):
     out = bytearray()
     h = sbx.pty.create(PtySize(rows=24, cols=80))
+    # The output is read in a thread so each step waits for the previous one's answer: input
+    # typed before bash's readline is ready may be discarded when it sets up the terminal.
+    reader = threading.Thread(target=lambda: h.wait(on_pty=lambda data: out.extend(data)))
+    reader.start()
+
+    def seen(needle, timeout_s=60):
+        until = time.monotonic() + timeout_s
+        while needle not in out.decode(errors="replace"):
+            assert time.monotonic() < until, f"{needle!r} never came: {bytes(out)!r}"
+            time.sleep(0.05)
+
     sbx.pty.send_stdin(h.pid, b"echo $((6*7))\n")
+    seen("42\r\n")
     sbx.pty.resize(h.pid, PtySize(rows=30, cols=100))
-    sbx.pty.send_stdin(h.pid, b"tput cols\nexit\n")
-    h.wait(on_pty=lambda data: out.extend(data))
-    text = out.decode(errors="replace")
-    assert "42" in text
-    assert "100" in text
+    sbx.pty.send_stdin(h.pid, b"tput cols\n")
+    seen("100\r\n")
+    sbx.pty.send_stdin(h.pid, b"exit\n")
+    reader.join(60)
+    assert not reader.is_alive(), bytes(out)
 
 
 def test_invalid_user(sbx):

@@ -1,9 +1,9 @@
 //! Several machines' worth of Cove on this one, as real processes: `cove server --join-token
 //! --no-local-node` and three `cove node` agents (each its own data dir, loopback only,
-//! `--network off`, one shared snapshot directory) over gRPC. Placement spreads; a suspended
-//! sandbox wakes on another node with its files; `cove node ls|drain`; SIGKILL a node → its
-//! running sandboxes end `failed (node_lost)` within the heartbeat timeout, its suspended one
-//! stays suspended, and new creates go elsewhere.
+//! `--network off`, one shared snapshot directory) over gRPC with TLS (pinned certificates).
+//! Placement spreads; a suspended sandbox wakes on another node with its files; `cove node
+//! ls|drain`; SIGKILL a node → its running sandboxes end `failed (node_lost)` within the
+//! heartbeat timeout, its suspended one stays suspended, and new creates go elsewhere.
 
 #![allow(clippy::unwrap_used)]
 
@@ -142,7 +142,7 @@ async fn start() -> Cluster {
         .keep();
     std::fs::create_dir_all(root.join("snapshots")).unwrap();
     let (api, dp, node_port) = (free_port(), free_port(), free_port());
-    let node_url = format!("http://127.0.0.1:{node_port}");
+    let node_url = format!("https://127.0.0.1:{node_port}");
     let snapshots = format!("file://{}", root.join("snapshots").display());
     let server = cove(
         &root.join("cp"),
@@ -245,6 +245,14 @@ async fn three_node_agents_place_spread_wake_elsewhere_and_survive_a_lost_node()
     let mut placed: Vec<_> = ids.iter().map(|id| c.node_of(id).unwrap()).collect();
     placed.sort();
     assert_eq!(placed, NODES, "one sandbox per node");
+    // The link is TLS: the control plane's certificate and key are kept in its data dir (the
+    // key readable by root only), and the nodes joined by pinning that certificate.
+    let key = std::fs::metadata(c.root.join("cp").join("node-link.key")).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&key.permissions()) & 0o777,
+        0o600
+    );
+    assert!(c.root.join("cp").join("node-link.crt").is_file());
     // Commands and their output cross the node's gRPC link.
     let out = sh(&c.client, &ids[0], "echo hello from $(hostname)").await;
     assert_eq!(

@@ -18,10 +18,13 @@ use cove_node_api::{
 };
 use futures::stream::BoxStream;
 use futures::StreamExt;
+use rustls::pki_types::CertificateDer;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
+
+use crate::tls::PinnedVerifier;
 use tonic::Streaming;
 
 use crate::pb::node_client::NodeClient;
@@ -39,21 +42,28 @@ pub struct RemoteNode {
 }
 
 impl RemoteNode {
-    /// Connects to the node agent at `address` (`http://host:port`) with the join token and
-    /// reads its capabilities and recipes (both fixed for the node's lifetime).
+    /// Connects to the node agent at `address` (`https://host:port`) over TLS accepting only
+    /// `certificate` (DER, the one the node sent in its join), with the join token, and reads
+    /// its capabilities and recipes (both fixed for the node's lifetime).
     ///
     /// # Errors
-    /// `NodeUnreachable` when it does not answer or refuses the token; `Internal` when the
-    /// address is malformed.
-    pub async fn connect(address: &str, token: &str) -> Result<RemoteNode, NodeError> {
-        let endpoint = Endpoint::from_shared(address.to_string())
-            .map_err(|e| NodeError::Internal(format!("node address {address:?}: {e}")))?
+    /// `NodeUnreachable` when it does not answer, presents another certificate or refuses the
+    /// token; `Internal` when the address is malformed.
+    pub async fn connect(
+        address: &str,
+        token: &str,
+        certificate: CertificateDer<'static>,
+    ) -> Result<RemoteNode, NodeError> {
+        let endpoint = crate::transport::endpoint(address)
+            .map_err(NodeError::Internal)?
             .connect_timeout(std::time::Duration::from_secs(5))
             .tcp_nodelay(true)
             .http2_keep_alive_interval(std::time::Duration::from_secs(10))
             .keep_alive_timeout(std::time::Duration::from_secs(10));
-        let channel = endpoint
-            .connect()
+        let config = PinnedVerifier::pinned(certificate)
+            .client_config()
+            .map_err(|e| NodeError::Internal(e.to_string()))?;
+        let channel = crate::transport::tls_channel(endpoint, config, false)
             .await
             .map_err(|e| NodeError::NodeUnreachable(format!("connect {address}: {e}")))?;
         let client = NodeClient::new(channel)

@@ -8,7 +8,8 @@
 //!   agents; [`ClusterClient`] is a node agent's side (join, heartbeats).
 //!
 //! Arguments and results are the contract's serde types as JSON inside protobuf envelopes; bulk
-//! bytes travel raw. Every call carries the join token as a bearer.
+//! bytes travel raw. Every call carries the join token as a bearer, inside TLS whose
+//! certificates both sides pin at join ([`tls`]).
 
 // tonic's handlers must return `tonic::Status`, which is large; boxing it would fight the API.
 #![allow(clippy::result_large_err)]
@@ -16,6 +17,8 @@
 mod client;
 mod membership;
 mod server;
+pub mod tls;
+pub mod transport;
 mod unsupported;
 mod wire;
 
@@ -30,8 +33,9 @@ pub use membership::{ClusterClient, ClusterService, JoinAnswer, Membership, Memb
 pub use server::NodeService;
 
 /// Version of the wire (`proto/node.proto`); a peer speaking another is refused. Version 2
-/// added the guest agent check and the repair (`CHECK_AGENT`, `REPAIR_SANDBOX`).
-pub const PROTOCOL_VERSION: u32 = 2;
+/// added the guest agent check and the repair (`CHECK_AGENT`, `REPAIR_SANDBOX`); version 3
+/// made the link TLS with pinned certificates (`Discover`, `JoinRequest.certificate`).
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Most bytes in one message of a byte stream (file contents, bodies).
 pub const CHUNK_BYTES: usize = 256 * 1024;

@@ -7,12 +7,16 @@ use std::time::Duration;
 use async_trait::async_trait;
 use cove_domain::NodeState;
 use cove_node_api::NodeReport;
-use tonic::transport::{Channel, Endpoint};
+use rustls::pki_types::CertificateDer;
+use tonic::transport::Channel;
 use tonic::{Request, Response, Status};
 
 use crate::pb::cluster_client::ClusterClient as PbClusterClient;
 use crate::pb::cluster_server::{Cluster, ClusterServer};
-use crate::pb::{HeartbeatReply, HeartbeatRequest, JoinReply, JoinRequest};
+use crate::pb::{
+    DiscoverReply, DiscoverRequest, HeartbeatReply, HeartbeatRequest, JoinReply, JoinRequest,
+};
+use crate::tls::{check_discover_proof, discover_proof, PinnedVerifier, NONCE_BYTES};
 use crate::wire::{check_token, check_version, encode, with_token};
 use crate::PROTOCOL_VERSION;
 
@@ -39,11 +43,12 @@ pub enum MembershipError {
 #[async_trait]
 pub trait Membership: Send + Sync + 'static {
     /// A node joins (or joins again after a restart or a loss) as `name`, serving the node
-    /// contract at `address`.
+    /// contract at `address` with TLS certificate `certificate` (DER; pinned for calls to it).
     async fn join(
         &self,
         name: String,
         address: String,
+        certificate: CertificateDer<'static>,
         report: NodeReport,
     ) -> Result<JoinAnswer, MembershipError>;
 
@@ -60,14 +65,21 @@ pub trait Membership: Send + Sync + 'static {
 pub struct ClusterService {
     membership: Arc<dyn Membership>,
     token: Arc<str>,
+    certificate: CertificateDer<'static>,
 }
 
 impl ClusterService {
-    /// Serves `membership` to callers that present `token`.
-    pub fn new(membership: Arc<dyn Membership>, token: &str) -> Self {
+    /// Serves `membership` to callers that present `token`, over TLS with `certificate` (DER),
+    /// which `Discover` proves with the token.
+    pub fn new(
+        membership: Arc<dyn Membership>,
+        token: &str,
+        certificate: CertificateDer<'static>,
+    ) -> Self {
         ClusterService {
             membership,
             token: token.into(),
+            certificate,
         }
     }
 
@@ -90,13 +102,35 @@ fn status(e: MembershipError) -> Status {
 
 #[tonic::async_trait]
 impl Cluster for ClusterService {
+    async fn discover(
+        &self,
+        req: Request<DiscoverRequest>,
+    ) -> Result<Response<DiscoverReply>, Status> {
+        let d = req.into_inner();
+        check_version(d.version)?;
+        if d.nonce.len() != NONCE_BYTES {
+            return Err(Status::invalid_argument(format!(
+                "the nonce must be {NONCE_BYTES} bytes"
+            )));
+        }
+        Ok(Response::new(DiscoverReply {
+            version: PROTOCOL_VERSION,
+            proof: discover_proof(&self.token, &d.nonce, &self.certificate),
+        }))
+    }
+
     async fn join(&self, req: Request<JoinRequest>) -> Result<Response<JoinReply>, Status> {
         check_token(&req, &self.token)?;
         let j = req.into_inner();
         check_version(j.version)?;
         let answer = self
             .membership
-            .join(j.name, j.address, report(&j.report)?)
+            .join(
+                j.name,
+                j.address,
+                CertificateDer::from(j.certificate),
+                report(&j.report)?,
+            )
             .await
             .map_err(status)?;
         Ok(Response::new(JoinReply {
@@ -140,24 +174,74 @@ fn from_status(s: Status) -> MembershipError {
 }
 
 impl ClusterClient {
-    /// A client of the control plane at `url` (`http://host:port`, its node listener). The
-    /// connection is made lazily and re-made after failures.
+    /// Learns the control plane's TLS certificate at `url` (its node listener,
+    /// `https://host:port`): connects accepting any certificate, and keeps the one presented
+    /// only if the control plane proves, with `token`, that it is its own ([`crate::tls`]).
+    ///
+    /// # Errors
+    /// `Unreachable` when it does not answer; `Refused` when the URL is malformed or the proof
+    /// is wrong (a wrong token, or something in the middle).
+    pub async fn discover(
+        url: &str,
+        token: &str,
+    ) -> Result<CertificateDer<'static>, MembershipError> {
+        let endpoint = crate::transport::endpoint(url)
+            .map_err(MembershipError::Refused)?
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(10));
+        let verifier = PinnedVerifier::recording();
+        let config = verifier
+            .client_config()
+            .map_err(|e| MembershipError::Refused(e.to_string()))?;
+        let channel = crate::transport::tls_channel(endpoint, config, false)
+            .await
+            .map_err(|e| MembershipError::Unreachable(format!("{url}: {e}")))?;
+        let nonce: [u8; NONCE_BYTES] = rand::random();
+        let reply = PbClusterClient::new(channel)
+            .discover(DiscoverRequest {
+                version: PROTOCOL_VERSION,
+                nonce: nonce.to_vec(),
+            })
+            .await
+            .map_err(from_status)?
+            .into_inner();
+        let seen = verifier
+            .seen()
+            .ok_or_else(|| MembershipError::Refused("no certificate was presented".into()))?;
+        check_discover_proof(token, &nonce, &seen, &reply.proof)
+            .map_err(|e| MembershipError::Refused(e.to_string()))?;
+        Ok(seen)
+    }
+
+    /// A client of the control plane at `url` (`https://host:port`, its node listener) that
+    /// accepts only `certificate` (from [`ClusterClient::discover`]). The connection is made
+    /// lazily and re-made after failures.
     ///
     /// # Errors
     /// `Refused` when the URL is malformed.
-    pub fn new(url: &str, token: &str) -> Result<ClusterClient, MembershipError> {
-        let channel = Endpoint::from_shared(url.to_string())
-            .map_err(|e| MembershipError::Refused(format!("control plane URL {url:?}: {e}")))?
+    pub async fn new(
+        url: &str,
+        token: &str,
+        certificate: CertificateDer<'static>,
+    ) -> Result<ClusterClient, MembershipError> {
+        let endpoint = crate::transport::endpoint(url)
+            .map_err(MembershipError::Refused)?
             .connect_timeout(Duration::from_secs(5))
-            .timeout(Duration::from_secs(10))
-            .connect_lazy();
+            .timeout(Duration::from_secs(10));
+        let config = PinnedVerifier::pinned(certificate)
+            .client_config()
+            .map_err(|e| MembershipError::Refused(e.to_string()))?;
+        let channel = crate::transport::tls_channel(endpoint, config, true)
+            .await
+            .map_err(|e| MembershipError::Unreachable(format!("{url}: {e}")))?;
         Ok(ClusterClient {
             client: PbClusterClient::new(channel),
             token: token.to_string(),
         })
     }
 
-    /// Joins as `name`, serving the node contract at `address`.
+    /// Joins as `name`, serving the node contract at `address` with TLS certificate
+    /// `certificate` (DER).
     ///
     /// # Errors
     /// `Refused` (token, version, a callback to `address` that failed) or `Unreachable`.
@@ -165,6 +249,7 @@ impl ClusterClient {
         &self,
         name: &str,
         address: &str,
+        certificate: &CertificateDer<'static>,
         report: &NodeReport,
     ) -> Result<JoinAnswer, MembershipError> {
         let req = with_token(
@@ -173,6 +258,7 @@ impl ClusterClient {
                 name: name.to_string(),
                 address: address.to_string(),
                 report: encode(report),
+                certificate: certificate.to_vec(),
             },
             &self.token,
         );

@@ -1,6 +1,7 @@
 //! The node contract over real gRPC on loopback: a FakeNode served by `NodeService`, called
 //! through `RemoteNode` — unary calls, typed errors, every kind of stream (attach output, file
-//! read and write, watch, builds, port bodies) and membership.
+//! read and write, watch, builds, port bodies) and membership, all over TLS with pinned
+//! certificates (a wrong certificate or token is refused).
 
 #![allow(clippy::unwrap_used)]
 
@@ -12,25 +13,29 @@ use cove_node_api::{
     AttachEvent, NodeApi, NodeCommands, NodeError, NodeFiles, NodeLifecycle, NodeReleases,
     NodeReport, Program, SandboxLaunch, SandboxPath, SpawnRequest, WriteFileRequest,
 };
+use cove_node_rpc::tls::TlsIdentity;
+use cove_node_rpc::transport::tls_incoming;
 use cove_node_rpc::{
     ClusterClient, ClusterService, JoinAnswer, Membership, MembershipError, NodeService, RemoteNode,
 };
 use cove_test_support::{FakeNode, Script};
 use futures::StreamExt;
+use rustls::pki_types::CertificateDer;
 
 const TOKEN: &str = "join-token-for-tests";
 
-/// Serves `node` on a loopback port; returns its `http://` address.
-async fn serve(node: Arc<dyn NodeApi>) -> String {
+/// Serves `node` over TLS on a loopback port; returns its `https://` address and certificate.
+async fn serve(node: Arc<dyn NodeApi>) -> (String, CertificateDer<'static>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let identity = TlsIdentity::generate().unwrap();
+    let incoming = tls_incoming(listener, identity.server_config().unwrap());
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(NodeService::new(node, TOKEN).into_server())
             .serve_with_incoming(incoming),
     );
-    format!("http://{addr}")
+    (format!("https://{addr}"), identity.cert)
 }
 
 fn launch(id: &str) -> SandboxLaunch {
@@ -54,9 +59,8 @@ fn launch(id: &str) -> SandboxLaunch {
 async fn the_contract_round_trips_over_grpc() {
     let fake = FakeNode::new();
     fake.add_release("base", 1);
-    let remote = RemoteNode::connect(&serve(Arc::new(fake.clone())).await, TOKEN)
-        .await
-        .unwrap();
+    let (addr, cert) = serve(Arc::new(fake.clone())).await;
+    let remote = RemoteNode::connect(&addr, TOKEN, cert).await.unwrap();
     assert_eq!(remote.capabilities(), fake.capabilities());
     assert_eq!(remote.recipes(), fake.recipes());
 
@@ -180,11 +184,22 @@ async fn the_contract_round_trips_over_grpc() {
 
 #[tokio::test]
 async fn a_wrong_token_is_refused() {
-    let addr = serve(Arc::new(FakeNode::new())).await;
-    match RemoteNode::connect(&addr, "wrong").await {
+    let (addr, cert) = serve(Arc::new(FakeNode::new())).await;
+    match RemoteNode::connect(&addr, "wrong", cert).await {
         Err(NodeError::NodeUnreachable(m)) => assert!(m.contains("Unauthenticated"), "{m}"),
         Err(e) => panic!("unexpected error {e}"),
         Ok(_) => panic!("a wrong token was accepted"),
+    }
+}
+
+#[tokio::test]
+async fn a_node_with_another_certificate_is_refused() {
+    let (addr, _) = serve(Arc::new(FakeNode::new())).await;
+    let other = TlsIdentity::generate().unwrap().cert;
+    match RemoteNode::connect(&addr, TOKEN, other).await {
+        Err(NodeError::NodeUnreachable(m)) => assert!(m.contains("connect"), "{m}"),
+        Err(e) => panic!("unexpected error {e}"),
+        Ok(_) => panic!("a certificate other than the pinned one was accepted"),
     }
 }
 
@@ -196,6 +211,7 @@ impl Membership for Registry {
         &self,
         name: String,
         _address: String,
+        _certificate: CertificateDer<'static>,
         report: NodeReport,
     ) -> Result<JoinAnswer, MembershipError> {
         if name == "refused" {
@@ -216,21 +232,33 @@ impl Membership for Registry {
     }
 }
 
-#[tokio::test]
-async fn nodes_join_and_heartbeat() {
+/// Serves the registry over TLS as `token`'s control plane; returns its address.
+async fn serve_registry(token: &str) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    let identity = TlsIdentity::generate().unwrap();
+    let incoming = tls_incoming(listener, identity.server_config().unwrap());
+    let service = ClusterService::new(Arc::new(Registry), token, identity.cert.clone());
     tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(ClusterService::new(Arc::new(Registry), TOKEN).into_server())
+            .add_service(service.into_server())
             .serve_with_incoming(incoming),
     );
+    format!("https://{addr}")
+}
+
+#[tokio::test]
+async fn nodes_discover_join_and_heartbeat() {
+    let url = serve_registry(TOKEN).await;
     let fake = FakeNode::new();
     let report = NodeReport::read(&fake).await.unwrap();
-    let client = ClusterClient::new(&format!("http://{addr}"), TOKEN).unwrap();
+    let own = TlsIdentity::generate().unwrap().cert;
+    let pinned = ClusterClient::discover(&url, TOKEN).await.unwrap();
+    let client = ClusterClient::new(&url, TOKEN, pinned.clone())
+        .await
+        .unwrap();
     let answer = client
-        .join("known", "http://127.0.0.1:1", &report)
+        .join("known", "https://127.0.0.1:1", &own, &report)
         .await
         .unwrap();
     assert_eq!(answer.heartbeat_interval.as_secs(), 2);
@@ -240,12 +268,35 @@ async fn nodes_join_and_heartbeat() {
     );
     assert_eq!(client.heartbeat("other", &report).await.unwrap(), None);
     assert!(matches!(
-        client.join("refused", "http://127.0.0.1:1", &report).await,
+        client
+            .join("refused", "https://127.0.0.1:1", &own, &report)
+            .await,
         Err(MembershipError::Refused(_))
     ));
-    let wrong = ClusterClient::new(&format!("http://{addr}"), "wrong").unwrap();
+    let wrong = ClusterClient::new(&url, "wrong", pinned).await.unwrap();
     assert!(matches!(
-        wrong.join("known", "x", &report).await,
+        wrong.join("known", "x", &own, &report).await,
         Err(MembershipError::Refused(_))
+    ));
+}
+
+#[tokio::test]
+async fn a_control_plane_that_cannot_prove_the_token_is_not_trusted() {
+    // Something answering at the address without the join token (a machine in the middle
+    // with its own certificate): discover refuses it, before any token is sent.
+    let impostor = serve_registry("not-the-join-token").await;
+    match ClusterClient::discover(&impostor, TOKEN).await {
+        Err(MembershipError::Refused(m)) => assert!(m.contains("did not prove"), "{m}"),
+        other => panic!("an unproven certificate was trusted: {other:?}"),
+    }
+    // A client pinned to one control plane refuses another's certificate.
+    let real = serve_registry(TOKEN).await;
+    let pinned = ClusterClient::discover(&real, TOKEN).await.unwrap();
+    let report = NodeReport::read(&FakeNode::new()).await.unwrap();
+    let own = TlsIdentity::generate().unwrap().cert;
+    let to_impostor = ClusterClient::new(&impostor, TOKEN, pinned).await.unwrap();
+    assert!(matches!(
+        to_impostor.join("known", "x", &own, &report).await,
+        Err(MembershipError::Unreachable(_))
     ));
 }

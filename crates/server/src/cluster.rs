@@ -1,6 +1,7 @@
 //! The control plane's side of remote nodes: the node listener where node agents join over
-//! gRPC ([`cove_node_rpc::ClusterService`]), the registry they join ([`Cluster`]), and the
-//! server's own node as one member of it when it keeps one.
+//! gRPC with TLS ([`cove_node_rpc::ClusterService`]; the certificate is kept in the data dir,
+//! `node-link.crt`/`node-link.key`, and pinned by nodes at join), the registry they join
+//! ([`Cluster`]), and the server's own node as one member of it when it keeps one.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,7 +13,9 @@ use cove_control_plane::cluster::{Cluster, ClusterConfig};
 use cove_domain::NodeState;
 use cove_node_agent::NodeAgent;
 use cove_node_api::{NodeApi, NodeReport};
+use cove_node_rpc::tls::TlsIdentity;
 use cove_node_rpc::{ClusterService, JoinAnswer, Membership, MembershipError, RemoteNode};
+use rustls::pki_types::CertificateDer;
 use tokio::net::TcpListener;
 use tracing::{info, warn};
 
@@ -56,6 +59,7 @@ impl Membership for Registry {
         &self,
         name: String,
         address: String,
+        certificate: CertificateDer<'static>,
         report: NodeReport,
     ) -> Result<JoinAnswer, MembershipError> {
         if name.is_empty() || name == crate::LOCAL_NODE_NAME {
@@ -63,7 +67,7 @@ impl Membership for Registry {
                 "node name {name:?} is reserved"
             )));
         }
-        let remote = RemoteNode::connect(&address, &self.token)
+        let remote = RemoteNode::connect(&address, &self.token, certificate)
             .await
             .map_err(|e| MembershipError::Refused(format!("cannot call the node back: {e}")))?;
         self.cluster
@@ -86,15 +90,20 @@ impl Membership for Registry {
 pub(crate) struct Joined {
     pub(crate) cluster: Arc<Cluster>,
     token: String,
+    identity: TlsIdentity,
     local: Option<Arc<NodeAgent>>,
 }
 
-/// Makes the registry; the server's own node, when it keeps one, joins it as `local`.
+/// Makes the registry; the server's own node, when it keeps one, joins it as `local`. The node
+/// link's TLS identity is read from `data_dir` (made there on first start).
 pub(crate) async fn start(
     settings: &ClusterSettings,
     runtime: &str,
+    data_dir: &std::path::Path,
     local: Option<Arc<NodeAgent>>,
 ) -> anyhow::Result<Joined> {
+    let identity =
+        TlsIdentity::load_or_create(data_dir).context("the node link's TLS certificate")?;
     let cluster = Cluster::new(ClusterConfig {
         heartbeat_interval: settings.heartbeat_interval,
         heartbeat_timeout: settings.heartbeat_timeout,
@@ -116,26 +125,32 @@ pub(crate) async fn start(
     Ok(Joined {
         cluster,
         token: settings.join_token.clone(),
+        identity,
         local,
     })
 }
 
 impl Joined {
-    /// Serves the node listener and refreshes the local node's report, until `stop`.
+    /// Serves the node listener (TLS) and refreshes the local node's report, until `stop`.
+    ///
+    /// # Errors
+    /// rustls refuses the identity.
     pub(crate) fn serve(
         self,
         listener: TcpListener,
         stop: tokio::sync::watch::Receiver<bool>,
-    ) -> Vec<tokio::task::JoinHandle<std::io::Result<()>>> {
+    ) -> anyhow::Result<Vec<tokio::task::JoinHandle<std::io::Result<()>>>> {
+        let tls = self.identity.server_config()?;
         let mut tasks = Vec::new();
         let registry = Arc::new(Registry {
             cluster: self.cluster.clone(),
             token: self.token.clone(),
         });
-        let service = ClusterService::new(registry, &self.token).into_server();
+        let service =
+            ClusterService::new(registry, &self.token, self.identity.cert.clone()).into_server();
         let mut rx = stop.clone();
         tasks.push(tokio::spawn(async move {
-            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            let incoming = cove_node_rpc::transport::tls_incoming(listener, tls);
             tonic::transport::Server::builder()
                 .add_service(service)
                 .serve_with_incoming_shutdown(incoming, async move {
@@ -164,7 +179,7 @@ impl Joined {
                 Ok(())
             }));
         }
-        info!("node listener serving");
-        tasks
+        info!("node listener serving (TLS)");
+        Ok(tasks)
     }
 }

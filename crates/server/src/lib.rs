@@ -624,7 +624,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         (None, Some(node)) => ControlPlane::new(store, node.clone(), cp_cfg),
         (None, None) => bail!("a server without remote nodes needs its own node"),
         (Some(settings), node) => {
-            let joined = cluster::start(settings, &cp_cfg.runtime, node.clone()).await?;
+            let joined = cluster::start(settings, &cp_cfg.runtime, &data_dir, node.clone()).await?;
             let cp = ControlPlane::with_cluster(store, joined.cluster.clone(), cp_cfg);
             cluster_tasks = Some(joined);
             cp
@@ -654,7 +654,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     let node_addr = match (node_listener, cluster_tasks) {
         (Some(listener), Some(joined)) => {
             let addr = listener.local_addr()?;
-            tasks.extend(joined.serve(listener, rx.clone()));
+            tasks.extend(joined.serve(listener, rx.clone())?);
             Some(addr)
         }
         _ => None,
@@ -782,8 +782,6 @@ fn e2b_secret(data_dir: &Path) -> anyhow::Result<Vec<u8>> {
     Ok(secret.into_bytes())
 }
 
-/// The snapshot store of the settings: the URL given, or `<data-dir>/snapshots`. S3 settings
-/// come from the `AWS_*` environment variables (read here, at the composition root).
 /// Where lxcfs serves the sandboxes' `/proc` views (Debian's default mount point).
 pub const LXCFS_DIR: &str = "/var/lib/lxcfs";
 
@@ -792,6 +790,9 @@ fn lxcfs_on_path() -> bool {
     on_path("lxcfs")
 }
 
+/// The snapshot store of the settings: the URL given, or `<data-dir>/snapshots`. S3 settings
+/// come from the `AWS_*` environment variables (read here, at the composition root; names are
+/// object_store's, case-insensitive: `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, `AWS_REGION`, ...).
 fn snapshot_store(life: &LifecycleSettings, data_dir: &Path) -> anyhow::Result<SnapshotStore> {
     match &life.snapshot_store {
         None => {

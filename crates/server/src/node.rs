@@ -11,6 +11,7 @@ use std::time::Duration;
 use anyhow::Context;
 use cove_node_agent::NodeAgent;
 use cove_node_api::{NodeApi, NodeReport};
+use cove_node_rpc::tls::TlsIdentity;
 use cove_node_rpc::{ClusterClient, NodeService};
 use tokio::net::TcpListener;
 use tracing::{info, warn};
@@ -23,13 +24,14 @@ use crate::Config;
 pub struct NodeSettings {
     /// Unique name of the node in the cluster (default: the host name).
     pub name: String,
-    /// The control plane's node listener (`http://host:port`).
+    /// The control plane's node listener (`https://host:port`; the link is always TLS, so
+    /// `http://` means the same).
     pub control_plane: String,
     /// The join token the control plane was started with.
     pub join_token: String,
     /// Where this node serves the node contract (port 0 picks a free port).
     pub listen: SocketAddr,
-    /// The URL the control plane calls this node at (default: `http://<listen address>`).
+    /// The URL the control plane calls this node at (default: `https://<listen address>`).
     pub advertise: Option<String>,
 }
 
@@ -80,10 +82,13 @@ pub async fn start_node(cfg: Config, settings: NodeSettings) -> anyhow::Result<R
     let (shutdown, rx) = tokio::sync::watch::channel(false);
     let mut tasks = Vec::new();
 
+    // A new certificate each start: the control plane pins the one sent in the latest join.
+    let identity = TlsIdentity::generate().context("the node link's TLS certificate")?;
+    let tls = identity.server_config()?;
     let service = NodeService::new(node.clone() as Arc<dyn NodeApi>, &settings.join_token);
     let mut stop = rx.clone();
     tasks.push(tokio::spawn(async move {
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let incoming = cove_node_rpc::transport::tls_incoming(listener, tls);
         let served = tonic::transport::Server::builder()
             .add_service(service.into_server())
             .serve_with_incoming_shutdown(incoming, async move {
@@ -105,16 +110,22 @@ pub async fn start_node(cfg: Config, settings: NodeSettings) -> anyhow::Result<R
             .await;
     }));
 
-    let client = ClusterClient::new(&settings.control_plane, &settings.join_token)
-        .map_err(anyhow::Error::msg)?;
+    // A malformed control-plane URL is an error now, not a retry loop.
+    cove_node_rpc::transport::endpoint(&settings.control_plane).map_err(anyhow::Error::msg)?;
     let advertise = settings
         .advertise
         .clone()
-        .unwrap_or_else(|| format!("http://{addr}"));
-    let member = node.clone();
-    let name = settings.name.clone();
+        .unwrap_or_else(|| format!("https://{addr}"));
+    let member = Member {
+        control_plane: settings.control_plane.clone(),
+        token: settings.join_token.clone(),
+        name: settings.name.clone(),
+        advertise,
+        certificate: identity.cert.clone(),
+    };
+    let agent = node.clone();
     tasks.push(tokio::spawn(async move {
-        membership(client, name, advertise, member, rx).await;
+        membership(member, agent, rx).await;
     }));
     info!(%addr, node = %settings.name, control_plane = %settings.control_plane, "cove node serving");
     Ok(RunningNode {
@@ -125,42 +136,69 @@ pub async fn start_node(cfg: Config, settings: NodeSettings) -> anyhow::Result<R
     })
 }
 
-/// Joins, then sends heartbeats; joins again when the control plane does not know the node.
-async fn membership(
-    client: ClusterClient,
+/// What a node joins with.
+struct Member {
+    control_plane: String,
+    token: String,
     name: String,
     advertise: String,
-    node: Arc<NodeAgent>,
-    mut stop: tokio::sync::watch::Receiver<bool>,
-) {
+    certificate: rustls::pki_types::CertificateDer<'static>,
+}
+
+/// Learns the control plane's certificate (proven by the join token), joins, then sends
+/// heartbeats; discovers and joins again when the control plane does not know the node or
+/// cannot be reached (it may have a new certificate after its data dir was replaced).
+async fn membership(m: Member, node: Arc<NodeAgent>, mut stop: tokio::sync::watch::Receiver<bool>) {
     let mut every = Duration::from_secs(1);
-    let mut joined = false;
+    let mut client: Option<ClusterClient> = None;
+    let mut failures = 0u32;
     loop {
-        match NodeReport::read(node.as_ref()).await {
-            Ok(report) if !joined => match client.join(&name, &advertise, &report).await {
-                Ok(answer) => {
-                    info!(node = %name, "joined the control plane");
-                    every = answer.heartbeat_interval;
-                    joined = true;
+        match (NodeReport::read(node.as_ref()).await, &client) {
+            (Err(e), _) => warn!(error = %e, "cannot read the node's report"),
+            (Ok(report), None) => match join(&m, &report).await {
+                Ok((joined, interval)) => {
+                    info!(node = %m.name, "joined the control plane (TLS, certificate pinned)");
+                    every = interval;
+                    client = Some(joined);
+                    failures = 0;
                 }
-                Err(e) => warn!(node = %name, error = %e, "cannot join the control plane"),
+                Err(e) => warn!(node = %m.name, error = %e, "cannot join the control plane"),
             },
-            Ok(report) => match client.heartbeat(&name, &report).await {
-                Ok(Some(_)) => {}
+            (Ok(report), Some(c)) => match c.heartbeat(&m.name, &report).await {
+                Ok(Some(_)) => failures = 0,
                 Ok(None) => {
-                    info!(node = %name, "the control plane does not know this node; joining again");
-                    joined = false;
+                    info!(node = %m.name, "the control plane does not know this node; joining again");
+                    client = None;
                     continue;
                 }
-                Err(e) => warn!(node = %name, error = %e, "heartbeat failed"),
+                Err(e) => {
+                    warn!(node = %m.name, error = %e, "heartbeat failed");
+                    failures += 1;
+                    // A few misses in a row: the control plane may be another one now.
+                    if failures >= 3 {
+                        client = None;
+                    }
+                }
             },
-            Err(e) => warn!(error = %e, "cannot read the node's report"),
         }
         tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
             () = tokio::time::sleep(every) => {}
         }
     }
+}
+
+/// One discover + join.
+async fn join(
+    m: &Member,
+    report: &NodeReport,
+) -> Result<(ClusterClient, Duration), cove_node_rpc::MembershipError> {
+    let pinned = ClusterClient::discover(&m.control_plane, &m.token).await?;
+    let client = ClusterClient::new(&m.control_plane, &m.token, pinned).await?;
+    let answer = client
+        .join(&m.name, &m.advertise, &m.certificate, report)
+        .await?;
+    Ok((client, answer.heartbeat_interval))
 }
 
 /// Runs a node agent until SIGTERM or SIGINT.

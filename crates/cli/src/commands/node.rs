@@ -51,7 +51,7 @@ pub struct NameArgs {
 /// Options of a node agent (`cove node --control-plane URL --join-token T`).
 #[derive(Debug, Args)]
 pub struct AgentArgs {
-    /// The control plane's node listener, e.g. `http://10.0.0.1:7702`.
+    /// The control plane's node listener, e.g. `https://10.0.0.1:7702` (always TLS).
     #[arg(long, value_name = "URL")]
     pub control_plane: Option<String>,
     /// The join token the control plane was started with.
