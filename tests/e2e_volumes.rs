@@ -34,6 +34,18 @@ fn code(err: &ClientError) -> ErrorCode {
         .code
 }
 
+/// A running `tiny` sandbox with `req`'s mounts on a server of the test's own (unlike
+/// `sandbox_with`, it does not mark `tiny` as built for the binary's shared server).
+async fn own_sandbox(c: &Client, req: CreateSandboxRequest) -> String {
+    let req = CreateSandboxRequest {
+        template: Some("tiny".into()),
+        ..req
+    };
+    let created = c.create_sandbox(&req, None).await.expect("create");
+    wait_ok(c, &created.operation.id).await;
+    created.sandbox.id
+}
+
 async fn wait_ok(c: &Client, op: &str) {
     let op = c
         .wait_operation(op, Duration::from_secs(120))
@@ -308,7 +320,7 @@ async fn a_volume_survives_a_server_restart_and_is_mounted_again() {
     cove_e2e::build_template(&c, "tiny").await;
     let name = vol("restart");
     c.create_volume(&name, 16).await.expect("create");
-    let a = sandbox_with(&c, "tiny", mount(&name, "/data", false)).await;
+    let a = own_sandbox(&c, mount(&name, "/data", false)).await;
     let out = sh(&c, &a, "echo before > /data/note").await;
     assert_eq!(out.command.exit_code, Some(0), "{}", out.stderr_text());
 
@@ -349,7 +361,7 @@ async fn a_volume_survives_a_server_restart_and_is_mounted_again() {
         );
     }
     c = server.start().await;
-    let b = sandbox_with(&c, "tiny", mount(&name, "/data", true)).await;
+    let b = own_sandbox(&c, mount(&name, "/data", true)).await;
     let out = sh(&c, &b, "cat /data/note").await;
     assert_eq!(
         out.stdout_text(),
@@ -375,7 +387,7 @@ async fn volumes_work_without_user_namespaces() {
     cove_e2e::build_template(&c, "tiny").await;
     let name = vol("plain");
     c.create_volume(&name, 16).await.expect("create");
-    let a = sandbox_with(&c, "tiny", mount(&name, "/data", false)).await;
+    let a = own_sandbox(&c, mount(&name, "/data", false)).await;
     let out = sh(
         &c,
         &a,
@@ -383,7 +395,7 @@ async fn volumes_work_without_user_namespaces() {
     )
     .await;
     assert_eq!(out.stdout_text(), "user 1000\n", "{}", out.stderr_text());
-    let b = sandbox_with(&c, "tiny", mount(&name, "/ro", true)).await;
+    let b = own_sandbox(&c, mount(&name, "/ro", true)).await;
     let out = root_sh(&c, &b, "cat /ro/note; stat -c %u /ro/note; touch /ro/x").await;
     assert_eq!(out.stdout_text(), "plain\n1000\n");
     assert!(
