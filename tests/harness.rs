@@ -170,7 +170,7 @@ fn cleanup(dir: &Path) {
 
 /// Everything a server on data dir `dir` holds on the host but its files: kills every
 /// container under its runc root (and QEMU VM), unseals run dirs, unmounts sandbox root
-/// filesystems and own disks, removes the server's network namespaces.
+/// filesystems, own disks and volumes, removes the server's network namespaces.
 pub fn release_node_resources(dir: &Path) {
     let root = dir.join("runc");
     for id in runc_containers(dir) {
@@ -209,6 +209,28 @@ pub fn release_node_resources(dir: &Path) {
     }
     release_userns_claims(dir);
     remove_network_namespaces(dir);
+    // Persistent volumes: the sandboxes' idmapped clones, then each volume's loop mount.
+    if let Ok(entries) = std::fs::read_dir(dir.join("sandboxes")) {
+        for e in entries.flatten() {
+            let clones = std::fs::read_dir(e.path().join("volumes"));
+            for v in clones.into_iter().flatten().flatten() {
+                let _ = std::process::Command::new("umount")
+                    .arg("-l")
+                    .arg(v.path())
+                    .output();
+            }
+        }
+    }
+    for v in std::fs::read_dir(dir.join("volumes"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(v.path().join("mnt"))
+            .output();
+    }
 }
 
 /// Gives back the machine-wide user namespace ranges the sandboxes of data dir `dir` still

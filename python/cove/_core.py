@@ -21,6 +21,7 @@ from urllib.parse import quote
 from .errors import CoveError, OperationFailed
 from .types import (
     Attachment,
+    FileInfo,
     Capabilities,
     Command,
     CommandResult,
@@ -34,6 +35,7 @@ from .types import (
     SandboxNetwork,
     SandboxPorts,
     Template,
+    Volume,
     from_json_list,
 )
 
@@ -223,6 +225,7 @@ def create_sandbox(
     network: Union[NetworkPolicy, Mapping[str, Any], None] = None,
     secrets: Optional[Mapping[str, Mapping[str, Any]]] = None,
     public: bool = False,
+    volumes: Optional[Sequence[Union[str, Mapping[str, Any]]]] = None,
     idempotency_key: Optional[str] = None,
     wait: bool = True,
     timeout: float = 600,
@@ -233,7 +236,9 @@ def create_sandbox(
     ``secrets`` maps a name to ``{"value": ..., "hosts": [...]}``: commands get a placeholder in
     that variable, and the gateway puts the value in its place in HTTPS requests to ``hosts``.
     ``runtime`` (``runc``, ``qemu``) must be the server's (:meth:`capabilities`) when given.
-    ``public`` makes its ports reachable without a credential (:meth:`set_ports` changes it)."""
+    ``public`` makes its ports reachable without a credential (:meth:`set_ports` changes it).
+    ``volumes`` mounts volumes (:meth:`create_volume`): ``"NAME:/path"``, ``"NAME:/path:ro"``
+    or ``{"name", "path", "read_only"}`` each."""
     if isinstance(resources, Resources):
         resources = drop_none(**vars(resources))
     if isinstance(network, NetworkPolicy):
@@ -252,6 +257,7 @@ def create_sandbox(
         network=dict(network) if network is not None else None,
         secrets={k: dict(v) for k, v in secrets.items()} if secrets else None,
         public=True if public else None,
+        volumes=[volume_mount(v) for v in volumes] if volumes else None,
     )
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
     data = yield Req("POST", "/v1/sandboxes", json=body, headers=headers)
@@ -260,6 +266,17 @@ def create_sandbox(
         return sandbox
     yield from wait_operation(data["operation"]["id"], timeout)
     return (yield from get_sandbox(sandbox.id))
+
+
+def volume_mount(v: Union[str, Mapping[str, Any]]) -> Dict[str, Any]:
+    """One entry of ``volumes``: ``"NAME:/path[:ro]"`` or a mapping, as the API takes it."""
+    if not isinstance(v, str):
+        return dict(v)
+    name, sep, rest = v.partition(":")
+    if not sep or not rest.startswith("/"):
+        raise ValueError(f"{v!r} is not NAME:/path or NAME:/path:ro")
+    path, read_only = (rest[:-3], True) if rest.endswith(":ro") else (rest, False)
+    return drop_none(name=name, path=path, read_only=True if read_only else None)
 
 
 def get_sandbox(sandbox: Sandboxish) -> Call:
@@ -416,6 +433,51 @@ def list_pools() -> Call:
 def delete_pool(name: str) -> Call:
     """Deletes the pool; the sandboxes it kept ready are deleted in the background."""
     yield Req("DELETE", f"/v1/pools/{seg(name)}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Volumes
+
+
+def create_volume(name: str, size_mib: int) -> Call:
+    """Makes an empty volume of ``size_mib`` MiB in the caller's org (writes past the size fail
+    with ENOSPC in a sandbox, :class:`ApiError` ``insufficient_storage`` through the files API)."""
+    data = yield Req("POST", "/v1/volumes", json={"name": name, "size_mib": size_mib})
+    return Volume.from_json(data)
+
+
+def get_volume(name: str) -> Call:
+    data = yield Req("GET", f"/v1/volumes/{seg(name)}")
+    return Volume.from_json(data)
+
+
+def list_volumes() -> Call:
+    data = yield Req("GET", "/v1/volumes")
+    return from_json_list(Volume, data["volumes"])
+
+
+def delete_volume(name: str) -> Call:
+    """Deletes the volume and its data (``volume_in_use`` while a sandbox mounts it)."""
+    yield Req("DELETE", f"/v1/volumes/{seg(name)}")
+
+
+def write_volume_file(name: str, path: str, data: Union[bytes, str, Any]) -> Call:
+    """Writes one file of a volume atomically, without a sandbox; returns its FileInfo."""
+    content = data.encode() if isinstance(data, str) else data
+    resp = yield Req("PUT", f"/v1/volumes/{seg(name)}/files", params=[("path", path)], content=content, timeout=600)
+    return FileInfo.from_json(resp)
+
+
+def read_volume_file(name: str, path: str) -> Call:
+    """The bytes of one file of a volume, without a sandbox."""
+    data = yield Req("GET", f"/v1/volumes/{seg(name)}/files", params=[("path", path)], raw=True, timeout=600)
+    return data
+
+
+def list_volume_files(name: str, path: str = "/") -> Call:
+    """The entries of one directory of a volume, by name."""
+    data = yield Req("GET", f"/v1/volumes/{seg(name)}/files:list", params=[("path", path)])
+    return from_json_list(FileInfo, data["entries"])
 
 
 # ---------------------------------------------------------------------------------------------

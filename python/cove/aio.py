@@ -212,6 +212,13 @@ class AsyncClient:
     get_pool = _async(_core.get_pool)
     list_pools = _async(_core.list_pools)
     delete_pool = _async(_core.delete_pool)
+    create_volume = _async(_core.create_volume)
+    get_volume = _async(_core.get_volume)
+    list_volumes = _async(_core.list_volumes)
+    delete_volume = _async(_core.delete_volume)
+    write_volume_file = _async(_core.write_volume_file)
+    read_volume_file = _async(_core.read_volume_file)
+    list_volume_files = _async(_core.list_volume_files)
 
     async def build_release(
         self,

@@ -201,6 +201,13 @@ class Client:
     get_pool = _sync(_core.get_pool)
     list_pools = _sync(_core.list_pools)
     delete_pool = _sync(_core.delete_pool)
+    create_volume = _sync(_core.create_volume)
+    get_volume = _sync(_core.get_volume)
+    list_volumes = _sync(_core.list_volumes)
+    delete_volume = _sync(_core.delete_volume)
+    write_volume_file = _sync(_core.write_volume_file)
+    read_volume_file = _sync(_core.read_volume_file)
+    list_volume_files = _sync(_core.list_volume_files)
 
     def build_release(
         self,

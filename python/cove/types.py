@@ -229,6 +229,8 @@ class Sandbox:
     secrets: Dict[str, List[str]] = field(default_factory=dict)
     #: Whether its ports are reachable without a credential.
     public: bool = False
+    #: The volumes it mounts: ``{"name", "path", "read_only"?}`` each.
+    volumes: List[Dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, data: Dict[str, Any]) -> "Sandbox":
@@ -443,6 +445,28 @@ class Pool:
 
 
 @dataclass
+class Volume:
+    """A persistent volume: a node-local filesystem of ``size_mib`` MiB that sandboxes mount
+    at create (``create_sandbox(volumes=[...])``). ``used_bytes`` is what its filesystem uses
+    now (``None`` when the node cannot tell); ``mounted_by`` the ids of the sandboxes that
+    mount it (it cannot be deleted while any does)."""
+
+    name: str
+    org: str
+    size_mib: int
+    created_at: datetime
+    used_bytes: Optional[int] = None
+    mounted_by: List[str] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "Volume":
+        d = _known(cls, data)
+        d["created_at"] = _time(data["created_at"])
+        d["mounted_by"] = list(data.get("mounted_by") or [])
+        return cls(**d)
+
+
+@dataclass
 class Event:
     """A lifecycle event, or a refusal of a sandbox's gateway (``type`` ``network.denied``,
     ``destination`` and ``reason``): ``seq`` orders them (resume with ``after=seq``)."""
@@ -500,6 +524,8 @@ class Capabilities:
     #: Each sandbox's root is an unprivileged host id range of its own (a user namespace;
     #: runc). ``False`` on qemu, whose boundary is the VM.
     user_namespaces: bool = False
+    #: Persistent volumes are offered (runc on a single-node server, the feature on).
+    volumes: bool = False
     #: Seconds each class of record is kept (``operations_s``, ``events_s``, ``commands_s``,
     #: ``snapshots_s``, ``audit_s``); ``None``: kept until its owner goes.
     retention: Dict[str, Optional[int]] = field(default_factory=dict)

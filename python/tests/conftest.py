@@ -63,6 +63,12 @@ def _cleanup(data_dir: str, net_prefix: str) -> None:
         for name in os.listdir(sandboxes):
             for mount in ("rootfs", "disk"):
                 subprocess.run(["umount", "-l", os.path.join(sandboxes, name, mount)], capture_output=True)
+            clones = os.path.join(sandboxes, name, "volumes")
+            for n in os.listdir(clones) if os.path.isdir(clones) else []:
+                subprocess.run(["umount", "-l", os.path.join(clones, n)], capture_output=True)
+    volumes = os.path.join(data_dir, "volumes")
+    for vid in os.listdir(volumes) if os.path.isdir(volumes) else []:
+        subprocess.run(["umount", "-l", os.path.join(volumes, vid, "mnt")], capture_output=True)
     _remove_namespaces(net_prefix)
     shutil.rmtree(data_dir, ignore_errors=True)
 

@@ -5,6 +5,7 @@
 //! `network_from_env`) points the sandbox network's gateway at a fake internet.
 //! `COVE_E2E_AGENT_CHECK_MS` sets how often guest agents are checked (default 5000);
 //! `COVE_E2E_DEFAULT_DISK_MIB=0` gives sandboxes no own disk (their files on the data dir).
+//! `COVE_E2E_USER_NAMESPACES=off` runs sandboxes without user namespaces.
 //! `COVE_E2E_SNAPSHOT_STORE` is the snapshot store URL (`s3://...` with the `AWS_*` settings in
 //! the environment, as `cove server --snapshot-store` takes them).
 
@@ -106,7 +107,10 @@ fn main() -> ExitCode {
             None => Some(cove_server::DEFAULT_DISK_MIB),
         },
         cluster: None,
-        user_namespaces: Default::default(),
+        user_namespaces: cove_server::UserNamespaceSettings {
+            enabled: std::env::var("COVE_E2E_USER_NAMESPACES").as_deref() != Ok("off"),
+            ..Default::default()
+        },
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -88,6 +88,8 @@ error_codes! {
     CheckpointNotFound = "checkpoint_not_found" => 404,
     /// No such node.
     NodeNotFound = "node_not_found" => 404,
+    /// No such volume (or it belongs to another org).
+    VolumeNotFound = "volume_not_found" => 404,
     /// The HTTP method is not allowed on this route.
     MethodNotAllowed = "method_not_allowed" => 405,
     /// The transition is not allowed from the sandbox's current state.
@@ -104,6 +106,13 @@ error_codes! {
     AlreadyExists = "already_exists" => 409,
     /// The operation does not apply in the resource's current state (e.g. stdin closed).
     FailedPrecondition = "failed_precondition" => 409,
+    /// A volume with this name already exists in the org.
+    VolumeExists = "volume_exists" => 409,
+    /// The volume is mounted by a sandbox (delete the sandbox first); the message names it.
+    VolumeInUse = "volume_in_use" => 409,
+    /// The request asks for something this server, runtime or topology does not support
+    /// (volumes on qemu, or on a control plane with several nodes); the message says why.
+    Unsupported = "unsupported" => 400,
     /// The request body is larger than allowed.
     PayloadTooLarge = "payload_too_large" => 413,
     /// An org's quota (running sandboxes, vCPUs, memory, creates per second) would be
@@ -113,6 +122,8 @@ error_codes! {
     HeadersTooLarge = "headers_too_large" => 431,
     /// The sandbox's disk is full.
     NoSpace = "no_space" => 507,
+    /// A volume is full: the write does not fit in its size.
+    InsufficientStorage = "insufficient_storage" => 507,
     /// The feature exists in the API but is not implemented by this server or runtime yet.
     NotImplemented = "not_implemented" => 501,
     /// A sandbox port proxied by `/v1/sandboxes/{id}/ports/{port}/..` did not answer (nothing

@@ -17,6 +17,7 @@ mod org;
 mod pool;
 mod sandbox;
 mod template;
+mod volume;
 
 pub use checkpoint::*;
 pub use command::*;
@@ -30,6 +31,7 @@ pub use org::*;
 pub use pool::*;
 pub use sandbox::*;
 pub use template::*;
+pub use volume::*;
 
 // States, kinds and resources are the domain's; the API speaks them as they are.
 pub use cove_domain::{

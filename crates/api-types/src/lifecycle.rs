@@ -82,6 +82,11 @@ pub struct RuntimeCapabilities {
     /// older servers.
     #[serde(default)]
     pub user_namespaces: bool,
+    /// Persistent volumes are offered (`POST /v1/volumes`): the runc runtime of a single-node
+    /// server, with the `volumes` feature on. False elsewhere, where they answer `400
+    /// unsupported` (or `403 feature_disabled`).
+    #[serde(default)]
+    pub volumes: bool,
     /// Size in MiB of the own disk a sandbox gets when its create names no
     /// `resources.disk_mib` (`cove server --default-disk-mib`); absent when that default is
     /// off and such a sandbox writes to the node's disk without a limit of its own.

@@ -65,6 +65,11 @@ pub struct CreateSandboxRequest {
     /// /v1/sandboxes/{id}/ports` changes it live.
     #[serde(default, skip_serializing_if = "is_false")]
     pub public: bool,
+    /// Volumes to mount (`POST /v1/volumes` made them; at most 16, no path or volume twice).
+    /// On the runc runtime of a single-node server only (`400 unsupported` elsewhere: volumes
+    /// are node-local disks in this version).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<crate::VolumeMount>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -195,6 +200,9 @@ pub struct Sandbox {
     /// /v1/sandboxes/{id}/ports`).
     #[serde(default)]
     pub public: bool,
+    /// The volumes it mounts (kept across suspend, wake and restarts).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<crate::VolumeMount>,
 }
 
 /// `202` answer of `POST /v1/sandboxes`.

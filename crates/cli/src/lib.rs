@@ -113,6 +113,10 @@ pub enum Verb {
     /// Warm pools: booted sandboxes kept ready so matching creates skip the boot.
     #[command(subcommand)]
     Pool(commands::pool::PoolVerb),
+    /// Persistent volumes: node-local disks sandboxes mount at create (`cove create --volume
+    /// NAME:/path[:ro]`); create, ls, rm, and get/put/files without a sandbox.
+    #[command(subcommand)]
+    Volume(commands::volume::VolumeVerb),
     /// Checkpoints: saved states of running sandboxes (create, ls, get, rm, export, import).
     #[command(subcommand)]
     Checkpoint(commands::checkpoint::CheckpointVerb),
@@ -247,6 +251,7 @@ async fn run_verb(client: &Client, verb: Verb) -> anyhow::Result<ExitCode> {
         }) => commands::node::run(client, verb).await?,
         Verb::Template(verb) => commands::template::run(client, verb).await?,
         Verb::Pool(verb) => commands::pool::run(client, verb).await?,
+        Verb::Volume(verb) => commands::volume::run(client, verb).await?,
         Verb::Org(verb) => commands::org::run(client, verb).await?,
         Verb::Key(verb) => commands::key::run(client, verb).await?,
         Verb::Audit(args) => commands::audit::run(client, args).await?,

@@ -35,6 +35,8 @@
 //! - [`operations`]: get, wait until final, follow a build's log, cancel, list.
 //! - [`lifecycle`]: pause, resume, suspend, wake a sandbox; runtime capabilities.
 //! - [`events`]: the lifecycle event stream.
+//! - [`volumes`]: persistent volumes: create, list, get, delete; their files without a
+//!   sandbox.
 //! - [`error`]: [`ClientError`], API errors apart from transport errors.
 
 pub mod attach;
@@ -52,6 +54,7 @@ pub mod pty;
 pub mod sandboxes;
 mod sse;
 pub mod templates;
+pub mod volumes;
 
 use std::time::Duration;
 

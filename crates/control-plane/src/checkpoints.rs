@@ -302,6 +302,8 @@ impl ControlPlane {
             network: like.network.clone(),
             secrets: BTreeMap::new(),
             public: like.public,
+            // A fork or a sandbox made from a checkpoint mounts no volume of its parent.
+            volumes: Vec::new(),
         }
     }
 

@@ -30,6 +30,21 @@ pub enum ServiceError {
     /// Unknown checkpoint.
     #[error("checkpoint {0} not found")]
     CheckpointNotFound(String),
+    /// Unknown volume (or another org's).
+    #[error("volume {0} not found")]
+    VolumeNotFound(String),
+    /// A volume of that name exists in the org.
+    #[error("volume {0} already exists")]
+    VolumeExists(String),
+    /// A sandbox mounts the volume; the message names the sandboxes.
+    #[error("{0}")]
+    VolumeInUse(String),
+    /// A volume is full.
+    #[error("{0}")]
+    InsufficientStorage(String),
+    /// The server, runtime or topology does not support the request; the message says why.
+    #[error("{0}")]
+    Unsupported(String),
     /// The feature is turned off on this server.
     #[error("feature {} is disabled on this server", .0.as_str())]
     FeatureDisabled(crate::features::Feature),
@@ -135,6 +150,11 @@ impl ServiceError {
             PoolNotFound(_) => ErrorCode::PoolNotFound,
             CheckpointNotFound(_) => ErrorCode::CheckpointNotFound,
             FeatureDisabled(_) => ErrorCode::FeatureDisabled,
+            VolumeNotFound(_) => ErrorCode::VolumeNotFound,
+            VolumeExists(_) => ErrorCode::VolumeExists,
+            VolumeInUse(_) => ErrorCode::VolumeInUse,
+            InsufficientStorage(_) => ErrorCode::InsufficientStorage,
+            Unsupported(_) => ErrorCode::Unsupported,
             NodeNotFound(_) => ErrorCode::NodeNotFound,
             NotFound(_) => ErrorCode::NotFound,
             Forbidden(_) => ErrorCode::Forbidden,

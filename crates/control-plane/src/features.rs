@@ -15,11 +15,18 @@ pub enum Feature {
     Fork,
     /// Checkpoint archives: export (download) and import (upload).
     Export,
+    /// Persistent volumes: create, list, get, delete, their files, mounting them at create.
+    Volumes,
 }
 
 impl Feature {
     /// Every feature.
-    pub const ALL: &'static [Feature] = &[Feature::Checkpoints, Feature::Fork, Feature::Export];
+    pub const ALL: &'static [Feature] = &[
+        Feature::Checkpoints,
+        Feature::Fork,
+        Feature::Export,
+        Feature::Volumes,
+    ];
 
     /// Its name (as `--disable-feature` takes it and `feature_disabled` names it).
     pub fn as_str(self) -> &'static str {
@@ -27,6 +34,7 @@ impl Feature {
             Feature::Checkpoints => "checkpoints",
             Feature::Fork => "fork",
             Feature::Export => "export",
+            Feature::Volumes => "volumes",
         }
     }
 

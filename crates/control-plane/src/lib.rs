@@ -1,5 +1,5 @@
 //! The control plane: desired state, operations and services (lifecycle, commands, files,
-//! templates, warm pools, auth), and their HTTP surfaces (`http::management_router`, `http::data_plane_router`).
+//! templates, warm pools, volumes, auth), and their HTTP surfaces (`http::management_router`, `http::data_plane_router`).
 //!
 //! Services are methods of [`ControlPlane`], one file per resource. They talk to a node through
 //! [`cove_node_api::NodeApi`] and never touch a runtime or a guest directly.
@@ -42,6 +42,7 @@ mod retention;
 mod sandbox_metrics;
 mod sandboxes;
 mod templates;
+mod volumes;
 
 pub use clock::{Clock, SystemClock};
 pub use controller::Controller;
@@ -52,6 +53,7 @@ pub use lifecycle::LifecycleVerb;
 pub use operations::Operations;
 pub use repair::AgentRepair;
 pub use retention::Retention;
+pub use volumes::{VolumeFileQuery, VolumeListQuery};
 
 /// Settings of the control plane.
 #[derive(Debug, Clone)]
@@ -148,6 +150,9 @@ struct Inner {
     quotas: orgs::quotas::QuotaState,
     /// Commands with a raw stdout stream open (`attach_binary.rs`).
     binary_streams: attach_binary::BinaryStreams,
+    /// Held while a create with volumes checks and records them, and while a volume delete
+    /// checks that no sandbox mounts it: a delete never slips between.
+    volumes_lock: tokio::sync::Mutex<()>,
 }
 
 impl ControlPlane {
@@ -188,6 +193,7 @@ impl ControlPlane {
                 port_links: ports::PortLinks::default(),
                 repairs: repair::Attempts::default(),
                 quotas: orgs::quotas::QuotaState::default(),
+                volumes_lock: tokio::sync::Mutex::new(()),
             }),
         }
     }

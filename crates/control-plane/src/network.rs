@@ -285,7 +285,7 @@ impl ControlPlane {
             .collect()
     }
 
-    /// What the node needs to start or wake `s` (its stored policy and secrets).
+    /// What the node needs to start or wake `s` (its stored policy, secrets and volumes).
     pub(crate) async fn launch_of(&self, s: &Sandbox) -> Result<SandboxLaunch, ServiceError> {
         Ok(SandboxLaunch {
             id: s.id.clone(),
@@ -295,6 +295,7 @@ impl ControlPlane {
             resources: s.resources,
             network: s.network.clone(),
             secrets: self.launch_secrets(s).await?,
+            volumes: self.launch_volumes(&s.org, &s.volumes).await?,
         })
     }
 

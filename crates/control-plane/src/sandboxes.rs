@@ -105,6 +105,8 @@ impl ControlPlane {
         let network = req.network.clone().unwrap_or_default();
         network.validate()?;
         crate::network::validate_secrets(&req.secrets, &req.env)?;
+        // Held until the sandbox is recorded: its volumes cannot be deleted meanwhile.
+        let _volumes = self.check_volume_mounts(&req.volumes).await?;
         self.check_network_supported(&network, !req.secrets.is_empty())?;
         if !req.secrets.is_empty() && self.inner.cfg.secrets_key.is_none() {
             return Err(ServiceError::NotImplemented(
@@ -144,6 +146,7 @@ impl ControlPlane {
             network,
             secrets: crate::network::public_secrets(&req.secrets),
             public: req.public,
+            volumes: req.volumes.clone(),
         };
         // Held until the sandbox is recorded, served by a pool or not.
         let _quota = self
@@ -240,6 +243,8 @@ impl ControlPlane {
         let network = req.network.clone().unwrap_or_default();
         network.validate()?;
         crate::network::validate_secrets(&req.secrets, &req.env)?;
+        // Held until the sandbox is recorded: its volumes cannot be deleted meanwhile.
+        let _volumes = self.check_volume_mounts(&req.volumes).await?;
         self.check_network_supported(&network, !req.secrets.is_empty())?;
         if !req.secrets.is_empty() && self.inner.cfg.secrets_key.is_none() {
             return Err(ServiceError::NotImplemented(
@@ -279,6 +284,7 @@ impl ControlPlane {
             network,
             secrets: crate::network::public_secrets(&req.secrets),
             public: req.public,
+            volumes: req.volumes.clone(),
         };
         let restore = crate::checkpoints::Restore {
             checkpoint_id: c.id,
@@ -388,6 +394,21 @@ impl ControlPlane {
                     )
                 })
                 .collect(),
+            volumes: match self.launch_volumes(&sandbox.org, &sandbox.volumes).await {
+                Ok(v) => v,
+                Err(e) => {
+                    let why = format!("start failed: {e}");
+                    self.transition(
+                        &sandbox.id,
+                        SandboxState::Creating,
+                        SandboxState::Failed,
+                        Some(&why),
+                        Some(&op.id),
+                    )
+                    .await?;
+                    return Err(e);
+                }
+            },
         };
         let op_id = op.id.clone();
         let accepted = std::time::Instant::now();

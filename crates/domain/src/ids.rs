@@ -37,6 +37,11 @@ pub fn new_checkpoint_id() -> String {
     new_id("ck")
 }
 
+/// A new volume id (`vol-…`): names a volume's image on its node.
+pub fn new_volume_id() -> String {
+    new_id("vol")
+}
+
 /// A new API key id (`key-…`).
 pub fn new_key_id() -> String {
     new_id("key")

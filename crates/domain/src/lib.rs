@@ -9,6 +9,7 @@ pub mod resources;
 pub mod signals;
 mod states;
 pub mod validate;
+pub mod volumes;
 mod wire;
 
 pub use egress::{EgressPolicy, EgressRule, Verdict};

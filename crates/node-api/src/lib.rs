@@ -24,6 +24,7 @@ mod metrics;
 mod network;
 mod releases;
 mod report;
+mod volumes;
 
 pub use builds::{
     BuildParent, BuildStep, BuiltFileRelease, FileBuild, FileStep, ReadyCheck, ReleaseDefaults,
@@ -45,6 +46,7 @@ pub use network::{
 };
 pub use releases::{NodeReleases, ReleaseRef};
 pub use report::NodeReport;
+pub use volumes::{LaunchVolume, NodeVolumes, VolumeUsage};
 
 pub mod types;
 
@@ -77,6 +79,9 @@ pub struct SandboxLaunch {
     /// placeholders. Never logged (see [`LaunchSecret`]'s `Debug`).
     #[serde(default)]
     pub secrets: BTreeMap<String, LaunchSecret>,
+    /// Volumes to mount, in order (the node keeps them: [`NodeVolumes`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<LaunchVolume>,
 }
 
 /// A sandbox as the node sees it.
@@ -265,6 +270,7 @@ pub trait NodeApi:
     + NodeFiles
     + NodeMetrics
     + NodeNetwork
+    + NodeVolumes
 {
 }
 
@@ -276,5 +282,6 @@ impl<T> NodeApi for T where
         + NodeFiles
         + NodeMetrics
         + NodeNetwork
+        + NodeVolumes
 {
 }

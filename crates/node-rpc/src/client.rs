@@ -80,6 +80,7 @@ impl RemoteNode {
                 snapshot_store: String::new(),
                 network: false,
                 user_namespaces: false,
+                volumes: false,
             },
             recipes: Vec::new(),
         };

@@ -61,3 +61,7 @@ impl NodeCheckpoints for RemoteNode {
         Err(not_carried("checkpoints"))
     }
 }
+
+/// Volumes are node-local disks in this version: a remote node answers every volume call with
+/// `Unsupported` (the trait's defaults).
+impl cove_node_api::NodeVolumes for RemoteNode {}

@@ -52,6 +52,7 @@ fn launch(id: &str) -> SandboxLaunch {
         },
         network: Default::default(),
         secrets: Default::default(),
+        volumes: Vec::new(),
     }
 }
 

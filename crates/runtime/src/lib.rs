@@ -63,6 +63,8 @@ pub struct Capabilities {
     /// Each sandbox's root is an unprivileged host id range of its own (a user namespace; runc
     /// with `--user-namespaces on`). False for VMs, whose boundary is the VM itself.
     pub user_namespaces: bool,
+    /// Host directories can be bound into a sandbox ([`SandboxSpec::volumes`]).
+    pub volumes: bool,
 }
 
 /// The network a sandbox joins: a namespace prepared by the node (its egress gateway behind it)
@@ -120,6 +122,22 @@ pub struct SandboxSpec {
     /// The network namespace to join (`None`: a namespace of its own with loopback only).
     /// Only for runtimes whose [`Capabilities::network`] is true.
     pub network: Option<SandboxNetwork>,
+    /// Host directories bound into the sandbox (persistent volumes, mounted on the node by the
+    /// node agent), in order. Only for runtimes whose [`Capabilities::volumes`] is true.
+    pub volumes: Vec<VolumeBind>,
+}
+
+/// A host directory bound into a sandbox: a persistent volume's filesystem. With user
+/// namespaces the bind is idmapped into the sandbox's range, so the volume's files keep the
+/// container ids (`user` is 1000 on the volume, whichever sandbox wrote it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeBind {
+    /// The host directory (the volume's mount point on the node).
+    pub source: PathBuf,
+    /// Where it appears in the sandbox (absolute, validated by the control plane).
+    pub target: String,
+    /// Bound read-only (writes fail with `EROFS`).
+    pub read_only: bool,
 }
 
 /// A bidirectional byte stream to a sandbox's guest agent.

@@ -152,6 +152,7 @@ async fn boots_runs_pauses_suspends_and_restores() {
             disk_mib: Some(1024),
         },
         network: None,
+        volumes: Vec::new(),
     };
     let t = Instant::now();
     let started = rt.start(&spec).await.expect("start");

@@ -134,6 +134,7 @@ impl Harness {
                 disk_mib: None,
             },
             network: None,
+            volumes: Vec::new(),
         };
         Harness { runtime, dir, spec }
     }

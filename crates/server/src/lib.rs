@@ -358,7 +358,8 @@ pub struct LifecycleSettings {
     pub agent_check_interval: Option<Duration>,
     /// How long each class of record is kept; default [`cove_control_plane::Retention::default`].
     pub retention: Option<cove_control_plane::Retention>,
-    /// Snapshot features turned off (`--disable-feature`); default: every feature on.
+    /// Incubating features turned off (`--disable-feature`: checkpoints, fork, export,
+    /// volumes); default: every feature on.
     pub features: Features,
 }
 

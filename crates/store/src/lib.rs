@@ -1,10 +1,10 @@
 //! Cove's SQL store: tokens, orgs and their API keys, releases, sandboxes, warm pools,
-//! operations and their logs, commands, events, checkpoints, the audit log.
+//! operations and their logs, commands, events, checkpoints, the audit log, volumes.
 //!
 //! [`Store`] is the contract the control plane holds as `Arc<dyn Store>`; it is the sum of one
 //! trait per resource ([`SandboxStore`], [`LifecycleStore`], [`EventStore`],
 //! [`OperationStore`], [`PoolStore`], [`CommandStore`], [`ReleaseStore`], [`TemplateStore`],
-//! [`TokenStore`], [`CheckpointStore`], [`OrgStore`], [`AuditStore`]). Two backends
+//! [`TokenStore`], [`CheckpointStore`], [`OrgStore`], [`AuditStore`], [`VolumeStore`]). Two backends
 //! implement it: [`SqliteStore`] (the embedded default) and [`PgStore`] (PostgreSQL). Each
 //! keeps its own migrations (`migrations/sqlite/`, `migrations/postgres/`), applied at open.
 //! Every write is one statement or one transaction, so a crash leaves either the old or the
@@ -32,6 +32,7 @@ mod sandboxes;
 pub mod sqlite;
 mod templates;
 mod tokens;
+mod volumes;
 
 pub use audit::AuditStore;
 pub use checkpoints::CheckpointStore;
@@ -48,6 +49,7 @@ pub use sandboxes::{SandboxFilter, SandboxStore};
 pub use sqlite::SqliteStore;
 pub use templates::{FileTemplate, TemplateStore};
 pub use tokens::TokenStore;
+pub use volumes::{VolumeRecord, VolumeStore};
 
 /// The whole store: every resource's methods, behind one object-safe trait. Share it as
 /// `Arc<dyn Store>`; every method takes `&self` and is safe to call concurrently.
@@ -65,6 +67,7 @@ pub trait Store:
     + CheckpointStore
     + OrgStore
     + AuditStore
+    + VolumeStore
     + std::fmt::Debug
     + Send
     + Sync

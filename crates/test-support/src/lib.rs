@@ -1,6 +1,6 @@
 //! Test doubles for Cove's contracts. [`FakeNode`] implements every `cove-node-api` trait in
 //! memory: sandboxes with node states, snapshots, releases, commands with scripted output and
-//! exit ([`Script`]), and a file tree per sandbox. Tests steer it with faults per kind of call
+//! exit ([`Script`]), a file tree per sandbox, and volumes (ids and sizes). Tests steer it with faults per kind of call
 //! ([`Fault`]: fail with a given `NodeError`, delay, hang until released or cancelled; before
 //! or after the call's effect) and inspect what they were asked through a call log.
 //!
@@ -23,6 +23,7 @@ mod files;
 mod lifecycle;
 mod metrics;
 mod network;
+mod volumes;
 
 pub use commands::{End, Script};
 pub use faults::{Action, Call, CallRecord, Fault, Stage};
@@ -88,6 +89,8 @@ pub(crate) struct State {
     pub(crate) watchers: Vec<files::Watcher>,
     /// What `capacity` reports as free disk ([`FakeNode::set_disk_available`]; `None`).
     pub(crate) disk_available_bytes: Option<u64>,
+    /// Volumes by id, with their size in MiB.
+    pub(crate) volumes: BTreeMap<String, u64>,
 }
 
 impl State {
@@ -142,6 +145,7 @@ impl FakeNode {
             snapshot_store: "file".into(),
             network: true,
             user_namespaces: false,
+            volumes: true,
         })
     }
 
@@ -336,6 +340,7 @@ impl FakeNode {
             resources: cove_domain::Resources::default(),
             network: Default::default(),
             secrets: Default::default(),
+            volumes: Vec::new(),
         };
         let sb = lifecycle::new_sandbox(launch, "/home/user");
         self.lock().sandboxes.insert(id.to_string(), sb);

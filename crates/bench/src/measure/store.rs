@@ -132,6 +132,7 @@ async fn one_create(store: &dyn Store, i: usize) -> anyhow::Result<()> {
             network: Default::default(),
             secrets: Default::default(),
             public: false,
+            volumes: Vec::new(),
         })
         .await?;
     let event = |kind| NewEvent {

@@ -235,7 +235,7 @@ pub(crate) async fn write_atomically(
 }
 
 /// Copies every chunk of `stream` to `out`, then flushes it.
-async fn copy(
+pub(crate) async fn copy(
     stream: impl futures::Stream<Item = cove_client::Result<bytes::Bytes>>,
     out: &mut (impl AsyncWrite + Unpin),
 ) -> anyhow::Result<()> {

@@ -6,6 +6,7 @@ use anyhow::bail;
 use clap::Args;
 use cove_api_types::{
     CreateSandboxRequest, EgressPolicy, EgressRule, OperationState, ResourcesRequest, Sandbox,
+    VolumeMount,
 };
 use cove_client::Client;
 
@@ -59,6 +60,10 @@ pub struct CreateArgs {
     /// closes them again).
     #[arg(long)]
     pub public: bool,
+    /// Mount a volume (`cove volume create`): `NAME:/path`, or `NAME:/path:ro` read-only
+    /// (repeatable).
+    #[arg(long = "volume", value_name = "NAME:/PATH[:ro]", value_parser = parse_volume)]
+    pub volumes: Vec<VolumeMount>,
     /// Idempotency key: repeating a create with the same key returns the same sandbox.
     #[arg(long, value_name = "KEY")]
     pub idempotency_key: Option<String>,
@@ -85,8 +90,28 @@ impl CreateArgs {
             secrets: Default::default(),
             checkpoint: self.checkpoint.clone(),
             public: self.public,
+            volumes: self.volumes.clone(),
         }
     }
+}
+
+/// Parses one `--volume NAME:/path[:ro]`.
+pub(crate) fn parse_volume(s: &str) -> Result<VolumeMount, String> {
+    let bad = || format!("{s:?} is not NAME:/path or NAME:/path:ro");
+    let (name, rest) = s.split_once(':').ok_or_else(bad)?;
+    let (path, read_only) = match rest.rsplit_once(':') {
+        Some((path, "ro")) => (path, true),
+        Some((path, "rw")) => (path, false),
+        Some(_) | None => (rest, false),
+    };
+    if name.is_empty() || !path.starts_with('/') {
+        return Err(bad());
+    }
+    Ok(VolumeMount {
+        name: name.to_string(),
+        path: path.to_string(),
+        read_only,
+    })
 }
 
 /// The egress flags of `cove create`, `cove run` and `cove network`, one definition for all.
@@ -245,6 +270,41 @@ mod tests {
         assert_eq!(request.cwd.as_deref(), Some("/srv"));
         assert_eq!(request.user.as_deref(), Some("root"));
         assert_eq!(request.network, None);
+    }
+
+    #[test]
+    fn volume_flags_become_mounts() {
+        let cli = Cli::try_parse_from([
+            "cove",
+            "create",
+            "--volume",
+            "data:/data",
+            "--volume",
+            "refs:/mnt/r:ro",
+        ])
+        .expect("parses");
+        let Verb::Create(args) = cli.verb else {
+            panic!("expected create")
+        };
+        let mounts = args.request().volumes;
+        assert_eq!(
+            mounts,
+            vec![
+                VolumeMount {
+                    name: "data".into(),
+                    path: "/data".into(),
+                    read_only: false
+                },
+                VolumeMount {
+                    name: "refs".into(),
+                    path: "/mnt/r".into(),
+                    read_only: true
+                },
+            ]
+        );
+        for bad in ["data", "data:rel", ":/x"] {
+            assert!(parse_volume(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

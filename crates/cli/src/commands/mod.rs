@@ -32,4 +32,5 @@ pub mod run;
 pub mod server;
 pub mod suspend;
 pub mod template;
+pub mod volume;
 pub mod wake;

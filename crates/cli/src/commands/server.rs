@@ -124,9 +124,9 @@ pub struct ServerArgs {
     /// to the node's disk without a limit.
     #[arg(long, value_name = "MIB", default_value_t = cove_server::DEFAULT_DISK_MIB)]
     pub default_disk_mib: u64,
-    /// Turn off snapshot features, comma-separated: `checkpoints` (checkpoints, rollback,
-    /// creates from a checkpoint), `fork`, `export` (checkpoint archives). Calls to a disabled
-    /// feature answer 403
+    /// Turn off incubating features, comma-separated: `checkpoints` (checkpoints, rollback,
+    /// creates from a checkpoint), `fork`, `export` (checkpoint archives), `volumes`
+    /// (persistent volumes). Calls to a disabled feature answer 403
     /// `feature_disabled`.
     #[arg(long, value_name = "LIST", value_parser = cove_server::Features::disabling)]
     pub disable_feature: Option<cove_server::Features>,

@@ -129,6 +129,7 @@ impl Cluster {
             snapshot_store: "file".into(),
             network: false,
             user_namespaces: false,
+            volumes: false,
         };
         Arc::new(Cluster {
             cfg,

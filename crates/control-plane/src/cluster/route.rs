@@ -564,3 +564,7 @@ fn events_of(
     tokio::spawn(async move { while rx.recv().await.is_some() {} });
     tx
 }
+
+/// Volumes are node-local disks in this version: a cluster keeps none, and every call answers
+/// `Unsupported` (the control plane refuses volumes before it gets here).
+impl cove_node_api::NodeVolumes for Cluster {}

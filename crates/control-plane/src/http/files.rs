@@ -100,7 +100,7 @@ const DRAIN_BYTES: usize = 64 << 20;
 const DRAIN_TIME: Duration = Duration::from_secs(10);
 
 /// Reads and drops what is left of a request body, within [`DRAIN_BYTES`] and [`DRAIN_TIME`].
-async fn drain(body: &tokio::sync::Mutex<axum::body::BodyDataStream>) {
+pub(super) async fn drain(body: &tokio::sync::Mutex<axum::body::BodyDataStream>) {
     let _ = tokio::time::timeout(DRAIN_TIME, async {
         let mut body = body.lock().await;
         let mut read = 0;

@@ -33,6 +33,7 @@ mod pty;
 mod render;
 mod sandboxes;
 mod templates;
+mod volumes;
 
 pub(crate) use context::current_request_id;
 pub use context::MAX_HEADER_BYTES;
@@ -152,6 +153,7 @@ pub fn management_router_with(cp: ControlPlane, extra: Router) -> Router {
             axum::routing::delete(orgs::revoke_key),
         )
         .route("/v1/audit", get(orgs::audit))
+        .merge(volumes::routes())
         .route_layer(middleware::from_fn_with_state(cp.clone(), require_token));
     // Sandbox ports authorise on their own (admin token or the sandbox's port token).
     let ports = Router::new()

@@ -10,7 +10,7 @@ use utoipa::{Modify, OpenApi};
 
 use super::{
     checkpoints, commands, events, files, files_upload, lifecycle, nodes, operations, orgs, pools,
-    ports, sandboxes, templates,
+    ports, sandboxes, templates, volumes,
 };
 
 /// The document.
@@ -45,6 +45,8 @@ use super::{
         templates::list, templates::get_one, templates::build, templates::create,
         templates::delete, templates::delete_release,
         pools::list, pools::get_one, pools::put, pools::delete,
+        volumes::create, volumes::list, volumes::get_one, volumes::delete, volumes::write,
+        volumes::read, volumes::list_files,
         nodes::list, nodes::drain, nodes::ready,
         orgs::create, orgs::list, orgs::get_one, orgs::set_quotas, orgs::create_key,
         orgs::list_keys, orgs::revoke_key, orgs::audit,

@@ -38,13 +38,16 @@ pub(crate) fn claimable(req: &CreateSandboxRequest) -> bool {
         checkpoint,
         // Set on the claimed member right after the claim.
         public: _,
+        volumes,
     } = req;
     // A member boots with the default egress policy and no secrets; another policy or any
     // secret is wired into the sandbox's network before it boots.
     // A create from a checkpoint restores the checkpoint's files, which no member has.
+    // Volumes are bound when the sandbox starts.
     network.as_ref().is_none_or(|n| *n == Default::default())
         && secrets.is_empty()
         && checkpoint.is_none()
+        && volumes.is_empty()
 }
 
 impl ControlPlane {

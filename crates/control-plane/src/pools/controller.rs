@@ -160,6 +160,7 @@ impl ControlPlane {
             network: Default::default(),
             secrets: Default::default(),
             public: false,
+            volumes: Vec::new(),
         };
         self.launch(member, Some(&p.name), None, None, Default::default(), None)
             .await?;

@@ -197,6 +197,7 @@ async fn a_build_policy_needs_a_node_network() {
         snapshot_store: "file".into(),
         network: false,
         user_namespaces: false,
+        volumes: false,
     });
     let h = Harness::with(node, |_| {}).await;
     let mut q = query("web");

@@ -117,6 +117,7 @@ async fn wake_reports_restored_memory_when_the_runtime_saves_it() {
         snapshot_store: "file".into(),
         network: false,
         user_namespaces: false,
+        volumes: false,
     });
     let h = Harness::with(node, |_| {}).await;
     assert!(h.cp.capabilities().suspend_memory);

@@ -28,3 +28,4 @@ mod release_pins;
 mod repair;
 mod rollback;
 mod streams;
+mod volumes;

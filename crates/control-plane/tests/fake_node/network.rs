@@ -89,6 +89,7 @@ async fn a_node_without_networks_refuses_policies_and_secrets_up_front() {
         snapshot_store: "file".into(),
         network: false,
         user_namespaces: false,
+        volumes: false,
     });
     let h = Harness::with(node, |cfg| {
         cfg.secrets_key = Some(SecretsKey::new(&[1u8; 32]).expect("key"));

@@ -416,6 +416,7 @@ impl NodeAgent {
             resources: Resources::default(),
             network: st.network.clone(),
             secrets: BTreeMap::new(),
+            volumes: Vec::new(),
         };
         let network = match self.attach_network(&launch, None).await {
             Ok(n) => n,
@@ -433,6 +434,7 @@ impl NodeAgent {
             hostname: "build".into(),
             resources: Resources::default(),
             network,
+            volumes: Vec::new(),
         };
         let started = match self.runtime.start(&spec).await {
             Ok(s) => s,

@@ -227,6 +227,7 @@ impl NodeLifecycle for NodeAgent {
             snapshot_store: self.cfg.snapshots.kind().to_string(),
             network: self.network_enabled(),
             user_namespaces: caps.user_namespaces,
+            volumes: caps.volumes,
         }
     }
 }
@@ -262,6 +263,7 @@ impl NodeAgent {
             }
         }
         let dir = self.sandbox_dir(&launch.id);
+        let volumes = self.volume_binds(&launch.volumes).await?;
         let network = self.attach_network(launch, counters).await?;
         let spec = SandboxSpec {
             id: launch.id.clone(),
@@ -272,6 +274,7 @@ impl NodeAgent {
             hostname: launch.id.clone(),
             resources: launch.resources,
             network,
+            volumes,
         };
         let started = match self.runtime.start(&spec).await {
             Ok(s) => s,

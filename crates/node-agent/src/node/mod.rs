@@ -1,7 +1,8 @@
 //! [`NodeAgent`]: the node side of [`cove_node_api::NodeApi`], over a [`Runtime`] and each sandbox's guest agent.
 //!
-//! On disk (under the data dir): `releases/<template>/<n>/rootfs` (read-only by convention) and
-//! `sandboxes/<id>/` (owned by the runtime while the sandbox exists).
+//! On disk (under the data dir): `releases/<template>/<n>/rootfs` (read-only by convention),
+//! `sandboxes/<id>/` (owned by the runtime while the sandbox exists) and `volumes/<id>/`
+//! (persistent volumes' images and mount points, `volumes.rs`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -63,19 +64,24 @@ pub struct NodeAgent {
     /// Read-held by every file build while it runs; the step cache is trimmed only with it
     /// held for writing (no build is using an entry then).
     layer_builds: Arc<tokio::sync::RwLock<()>>,
+    /// Persistent volumes' disks (`<data-dir>/volumes`).
+    volumes: Arc<cove_runtime::runc::volume_disks::VolumeDisks>,
 }
 
 impl NodeAgent {
     /// A node agent over `runtime`, without sandbox networks (see [`NodeAgent::with_network`]).
     pub fn new(cfg: NodeConfig, runtime: Arc<dyn Runtime>) -> Self {
         NodeAgent {
-            cfg,
             runtime,
             guests: Mutex::new(HashMap::new()),
             history: Mutex::new(HashMap::new()),
             network: None,
             fetching: tokio::sync::Mutex::new(()),
             layer_builds: Arc::new(tokio::sync::RwLock::new(())),
+            volumes: Arc::new(cove_runtime::runc::volume_disks::VolumeDisks::new(
+                cfg.data_dir.join("volumes"),
+            )),
+            cfg,
         }
     }
 
@@ -160,3 +166,5 @@ mod network;
 mod release_store;
 mod releases;
 mod repair;
+mod volume_files;
+mod volumes;

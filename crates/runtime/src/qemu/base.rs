@@ -111,6 +111,7 @@ impl QemuRuntime {
             hostname: "cove-base".to_string(),
             // The base boots without a network (its NIC has no peer); each clone gets its own.
             network: None,
+            volumes: Vec::new(),
             ..spec.clone()
         };
         let bprep = Prepared {

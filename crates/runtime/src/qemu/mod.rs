@@ -326,6 +326,7 @@ impl Runtime for QemuRuntime {
             network: true,
             network_tap: true,
             user_namespaces: false,
+            volumes: false,
         }
     }
 
@@ -333,6 +334,11 @@ impl Runtime for QemuRuntime {
         if spec.network.as_ref().is_some_and(|n| n.tap.is_none()) {
             return Err(RuntimeError::Unavailable(
                 "a VM joins its sandbox network through a tap device, and none was given".into(),
+            ));
+        }
+        if !spec.volumes.is_empty() {
+            return Err(RuntimeError::Unavailable(
+                "volumes are not supported on the qemu runtime".into(),
             ));
         }
         self.start_vm(spec).await

@@ -473,6 +473,7 @@ mod tests {
                 disk_mib: Some(2048),
             },
             network: None,
+            volumes: Vec::new(),
         }
     }
 

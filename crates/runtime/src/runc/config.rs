@@ -449,6 +449,17 @@ fn mounts(
         delegated.set_source(Some(src.clone()));
         delegated
     }));
+    // Volumes, before the network files: a volume cannot hide them.
+    let sources = super::volumes::sources(spec, layout, userns);
+    for (v, source) in spec.volumes.iter().zip(sources) {
+        let mut opts = vec!["rbind", "nosuid", "nodev"];
+        if v.read_only {
+            opts.push("ro");
+        }
+        let mut bind = m(&v.target, "bind", "", &opts);
+        bind.set_source(Some(source));
+        all.push(bind);
+    }
     if let Some(net) = &spec.network {
         let mut resolv = m(
             "/etc/resolv.conf",
@@ -552,6 +563,7 @@ mod tests {
                 disk_mib: None,
             },
             network: None,
+            volumes: Vec::new(),
         }
     }
 

@@ -27,11 +27,11 @@ use crate::RuntimeError;
 const UPPER: &str = "upper";
 /// Name of the overlay work dir inside the disk.
 const WORK: &str = "work";
-/// `mkfs.ext4 -E`: root owns the root directory; the inode tables and the journal are not
+/// `mkfs.ext4 -E` (besides `root_owner`): the inode tables and the journal are not
 /// zeroed, by mkfs or later by the kernel (mounted with `noinit_itable`): the image is a fresh
 /// sparse file whose unwritten blocks read as zeros anyway, so a 10 GiB image costs ~4 MiB on
 /// the node instead of ~70 MiB.
-const MKFS_EXTENDED: &str = "root_owner=0:0,lazy_itable_init=1,lazy_journal_init=1,nodiscard";
+const MKFS_EXTENDED: &str = "lazy_itable_init=1,lazy_journal_init=1,nodiscard";
 
 /// Makes (first time), mounts and prepares the disk; returns the overlay's `(upper, work)`.
 pub(crate) fn prepare(
@@ -39,7 +39,7 @@ pub(crate) fn prepare(
     size_mib: u64,
 ) -> Result<(std::path::PathBuf, std::path::PathBuf), RuntimeError> {
     if !layout.disk_img.exists() {
-        make_image(&layout.disk_img, size_mib)?;
+        make_image(&layout.disk_img, size_mib, (0, 0))?;
     }
     std::fs::create_dir_all(&layout.disk_mnt)
         .map_err(io_err(format!("create {}", layout.disk_mnt.display())))?;
@@ -75,15 +75,20 @@ pub(crate) fn unmount(layout: &Layout) -> Result<(), RuntimeError> {
     }
 }
 
-/// A sparse file of `size_mib` MiB with an ext4 filesystem; removed again when mkfs fails.
-fn make_image(img: &Path, size_mib: u64) -> Result<(), RuntimeError> {
+/// A sparse file of `size_mib` MiB with an ext4 filesystem whose root directory `owner`
+/// (uid, gid) owns; removed again when mkfs fails.
+pub(crate) fn make_image(img: &Path, size_mib: u64, owner: (u32, u32)) -> Result<(), RuntimeError> {
     let file = std::fs::File::create(img).map_err(io_err(format!("create {}", img.display())))?;
     file.set_len(size_mib.saturating_mul(1 << 20))
         .map_err(io_err(format!("size {}", img.display())))?;
     drop(file);
     let made = run(
         Command::new("mkfs.ext4")
-            .args(["-q", "-F", "-m", "0", "-E", MKFS_EXTENDED])
+            .args(["-q", "-F", "-m", "0", "-E"])
+            .arg(format!(
+                "root_owner={}:{},{MKFS_EXTENDED}",
+                owner.0, owner.1
+            ))
             .arg(img),
         "make the sandbox disk",
     );
@@ -131,7 +136,7 @@ fn adopt_plain_upper(layout: &Layout, disk_upper: &Path) -> Result<(), RuntimeEr
 }
 
 /// Runs a helper program; a failure carries its stderr.
-fn run(cmd: &mut Command, what: &str) -> Result<(), RuntimeError> {
+pub(crate) fn run(cmd: &mut Command, what: &str) -> Result<(), RuntimeError> {
     let out = cmd.stdin(Stdio::null()).output().map_err(io_err(format!(
         "{what}: cannot run {:?}",
         cmd.get_program()

@@ -78,13 +78,14 @@ pub(crate) fn userns_fd(range: IdRange) -> std::io::Result<OwnedFd> {
     opened
 }
 
-/// Attaches a read-only clone of the tree at `source`, idmapped through `userns`, at `target`
-/// (an existing directory). Errors: the kernel or the filesystem of `source` cannot idmap
+/// Attaches a clone of the tree at `source` (read-only when `read_only`), idmapped through
+/// `userns`, at `target` (an existing directory). Errors: the kernel or the filesystem of `source` cannot idmap
 /// (`EINVAL`, `EPERM`, `ENOSYS`), or a path is wrong.
 pub(crate) fn mount_idmapped(
     source: &Path,
     userns: &OwnedFd,
     target: &Path,
+    read_only: bool,
 ) -> std::io::Result<()> {
     let tree = rustix::mount::open_tree(
         rustix::fs::CWD,
@@ -92,7 +93,7 @@ pub(crate) fn mount_idmapped(
         OpenTreeFlags::OPEN_TREE_CLONE | OpenTreeFlags::OPEN_TREE_CLOEXEC,
     )?;
     let attr = MountAttr {
-        attr_set: MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY,
+        attr_set: MOUNT_ATTR_IDMAP | if read_only { MOUNT_ATTR_RDONLY } else { 0 },
         attr_clr: 0,
         propagation: 0,
         userns_fd: userns.as_raw_fd() as u64,

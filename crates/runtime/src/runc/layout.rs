@@ -32,6 +32,8 @@ pub(crate) struct Layout {
     /// The sandbox's network files (`resolv.conf`, `ca-certificates.crt`), bound read-only into
     /// it when it joins a node network.
     pub net: PathBuf,
+    /// With user namespaces: the sandbox's idmapped clones of its volumes (`volumes.rs`).
+    pub volumes: PathBuf,
 }
 
 impl Layout {
@@ -48,6 +50,7 @@ impl Layout {
             disk_img: dir.join("disk.img"),
             disk_mnt: dir.join(DISK_DIR),
             net: dir.join("net"),
+            volumes: dir.join("volumes"),
         }
     }
 

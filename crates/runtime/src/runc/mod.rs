@@ -54,6 +54,8 @@ mod start;
 mod stop;
 mod userns;
 mod views;
+pub mod volume_disks;
+mod volumes;
 
 use cli::Runc;
 pub use userns::{
@@ -202,6 +204,7 @@ impl Runtime for RuncRuntime {
             network: true,
             network_tap: false,
             user_namespaces: self.userns.is_some(),
+            volumes: true,
         }
     }
 

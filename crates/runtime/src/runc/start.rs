@@ -137,6 +137,14 @@ async fn run(
         });
     }
     let pid = read_pid(&spec.id, &pid_file)?;
+    // The container holds its own binds of the volumes now: the host's idmapped clones go, so
+    // nothing under the sandbox directory is a writable volume when the directory is removed.
+    if !spec.volumes.is_empty() {
+        let clones = layout.clone();
+        tokio::task::spawn_blocking(move || super::volumes::unmount_all(&clones))
+            .await
+            .map_err(join_error)??;
+    }
     wait_for_agent(spec, layout, pid, log_offset).await?;
     let run = layout.run_dir();
     tokio::task::spawn_blocking(move || super::seal::seal(&run))
@@ -256,6 +264,7 @@ fn prepare(
             shift_host_paths([layout.resolv_conf().as_path(), &layout.ca_bundle()], range)?;
         }
     }
+    super::volumes::prepare(spec, layout, ids)?;
     let command_cgroups = command_cgroups::prepare(&spec.id)?;
     if let Some(range) = ids {
         for (dir, _) in &command_cgroups {
@@ -350,7 +359,7 @@ fn idmap_release(rootfs: &Path, layout: &Layout, range: IdRange) -> Result<(), R
         .map_err(io_err(format!("create {}", layout.lower.display())))?;
     let ns = super::idmap::userns_fd(range)
         .map_err(io_err("make a user namespace for the sandbox's ids"))?;
-    super::idmap::mount_idmapped(rootfs, &ns, &layout.lower).map_err(io_err(format!(
+    super::idmap::mount_idmapped(rootfs, &ns, &layout.lower, true).map_err(io_err(format!(
         "mount {} idmapped on {}",
         rootfs.display(),
         layout.lower.display()

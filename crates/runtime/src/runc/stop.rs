@@ -96,11 +96,12 @@ async fn kill_through_runc(runc: &Runc, id: &str) -> Result<(), RuntimeError> {
     Ok(())
 }
 
-/// Unmounts the overlay and the own disk, and removes `work/`, `bundle/`, `run/` and the empty
-/// mount points.
+/// Unmounts the overlay, the volumes' idmapped clones and the own disk, and removes `work/`,
+/// `bundle/`, `run/` and the empty mount points.
 fn remove_node_resources(layout: &Layout) -> Result<(), RuntimeError> {
     mounts::unmount(&layout.rootfs)?;
     mounts::unmount(&layout.lower)?;
+    super::volumes::unmount_all(layout)?;
     // Before the disk goes: its run dir is sealed too, and a sealed directory cannot be cleared
     // at the next start's preparation otherwise (it unseals again anyway).
     super::seal::unseal(&layout.run_dir());

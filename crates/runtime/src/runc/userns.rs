@@ -242,7 +242,7 @@ pub(crate) fn probe(cfg: &UserNamespaces, dir: &Path) -> Result<(), RuntimeError
     std::fs::write(lower.join("probe"), b"").map_err(|e| fail("a probe file", &e))?;
     let range = IdRange { host: cfg.base };
     let ns = super::idmap::userns_fd(range).map_err(|e| fail("a user namespace", &e))?;
-    super::idmap::mount_idmapped(&lower, &ns, &idmapped)
+    super::idmap::mount_idmapped(&lower, &ns, &idmapped, true)
         .map_err(|e| fail("an idmapped mount", &e))?;
     let result = (|| {
         use std::os::unix::fs::MetadataExt;

@@ -31,6 +31,7 @@ mod releases;
 mod sandboxes;
 mod templates;
 mod tokens;
+mod volumes;
 
 /// First key of the advisory lock that serialises appends to one operation's log.
 pub(crate) const LOCK_OPERATION_LOG: i32 = 0x636f_0001;

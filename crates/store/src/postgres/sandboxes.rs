@@ -53,6 +53,7 @@ pub(super) fn row_to_sandbox(r: &PgRow) -> Result<Sandbox, StoreError> {
         network: json_policy(&r.try_get::<String, _>("network")?)?,
         secrets: json_secrets(&r.try_get::<String, _>("secrets")?)?,
         public: r.try_get::<bool, _>("public")?,
+        volumes: crate::volumes::json_mounts(&r.try_get::<String, _>("volumes")?)?,
     })
 }
 
@@ -186,9 +187,9 @@ pub(super) async fn insert(
         "INSERT INTO sandboxes (id, template, release, state, state_reason, runtime, vcpus, \
          memory_mib, pids_max, env, metadata, cwd, user_name, created_at, updated_at, \
          idle_timeout_s, ttl_s, last_activity_at, memory_restored, disk_mib, pool, \
-         release_digest, network, secrets, public, org) \
+         release_digest, network, secrets, public, org, volumes) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
-         $17, $18, $19, $20, $21, $22, $23, $24, $25, $26)",
+         $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27)",
     )
     .bind(&s.id)
     .bind(&s.template)
@@ -216,6 +217,7 @@ pub(super) async fn insert(
     .bind(secrets_json(&s.secrets)?)
     .bind(s.public)
     .bind(&s.org)
+    .bind(crate::volumes::mounts_json(&s.volumes)?)
     .execute(db)
     .await
     .map_err(map_unique)?;

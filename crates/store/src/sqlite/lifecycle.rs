@@ -152,6 +152,7 @@ mod tests {
             network: Default::default(),
             secrets: BTreeMap::new(),
             public: false,
+            volumes: Vec::new(),
         }
     }
 

@@ -23,6 +23,7 @@ mod releases;
 mod sandboxes;
 mod templates;
 mod tokens;
+mod volumes;
 
 /// The SQLite store; cheap to clone (a connection pool).
 #[derive(Clone, Debug)]

@@ -42,6 +42,7 @@ pub(super) fn row_to_sandbox(r: &sqlx::sqlite::SqliteRow) -> Result<Sandbox, Sto
         network: json_policy(&r.try_get::<String, _>("network")?)?,
         secrets: json_secrets(&r.try_get::<String, _>("secrets")?)?,
         public: r.try_get::<bool, _>("public")?,
+        volumes: crate::volumes::json_mounts(&r.try_get::<String, _>("volumes")?)?,
     })
 }
 
@@ -199,8 +200,8 @@ pub(super) async fn insert(
         "INSERT INTO sandboxes (id, template, release, state, state_reason, runtime, vcpus, \
          memory_mib, pids_max, env, metadata, cwd, user_name, created_at, updated_at, \
          idle_timeout_s, ttl_s, last_activity_at, memory_restored, disk_mib, pool, \
-         release_digest, network, secrets, public, org) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         release_digest, network, secrets, public, org, volumes) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(&s.id)
     .bind(&s.template)
@@ -228,6 +229,7 @@ pub(super) async fn insert(
     .bind(secrets_json(&s.secrets)?)
     .bind(s.public)
     .bind(&s.org)
+    .bind(crate::volumes::mounts_json(&s.volumes)?)
     .execute(db)
     .await
     .map_err(map_unique)?;

@@ -54,6 +54,18 @@ pub fn sandbox(id: &str) -> Sandbox {
             },
         )]),
         public: true,
+        volumes: vec![
+            cove_api_types::VolumeMount {
+                name: "data".into(),
+                path: "/data".into(),
+                read_only: false,
+            },
+            cove_api_types::VolumeMount {
+                name: "models".into(),
+                path: "/home/user/models".into(),
+                read_only: true,
+            },
+        ],
     }
 }
 
@@ -73,6 +85,7 @@ pub fn bare_sandbox(id: &str) -> Sandbox {
         network: EgressPolicy::default(),
         secrets: BTreeMap::new(),
         public: false,
+        volumes: Vec::new(),
         ..sandbox(id)
     }
 }

@@ -19,6 +19,7 @@ mod releases;
 mod sandboxes;
 mod templates;
 mod tokens;
+mod volumes;
 
 /// One `#[tokio::test]` per case and backend.
 macro_rules! conformance {
@@ -92,6 +93,8 @@ conformance!(
     orgs::usage_counts_live_sandboxes_but_not_pool_members,
     orgs::listings_are_scoped_to_an_org,
     orgs::audit_records_are_paged_scoped_and_purged,
+    volumes::volumes_round_trip_and_names_are_unique_per_org,
+    volumes::volume_users_are_the_live_sandboxes_that_mount_it,
 );
 
 /// `open` picks the backend from the URL.

@@ -1,0 +1,55 @@
+//! Persistent volumes: node-local filesystems of a fixed size that sandboxes mount at create.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+/// `POST /v1/volumes` body.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateVolumeRequest {
+    /// Name, unique in the org: 1 to 63 of `[a-z0-9_-]`, starting with a letter or digit.
+    pub name: String,
+    /// Size in MiB (16 to 1048576). Writes past it fail with `ENOSPC` in a sandbox and `507
+    /// insufficient_storage` through the files API; ext4's own metadata takes a little of it.
+    pub size_mib: u64,
+}
+
+/// A volume.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Volume {
+    /// Name (unique in its org).
+    pub name: String,
+    /// The org it belongs to.
+    pub org: String,
+    /// Size in MiB.
+    pub size_mib: u64,
+    /// Bytes its filesystem uses now (`None` when the node cannot tell).
+    #[serde(default)]
+    pub used_bytes: Option<u64>,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Ids of the sandboxes (not deleted) that mount it; it cannot be deleted while any does.
+    #[serde(default)]
+    pub mounted_by: Vec<String>,
+}
+
+/// `GET /v1/volumes` answer, by name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct VolumeList {
+    /// The org's volumes.
+    pub volumes: Vec<Volume>,
+}
+
+/// One volume a sandbox mounts (`volumes` of `POST /v1/sandboxes`, and of a sandbox).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VolumeMount {
+    /// Volume name (of the caller's org).
+    pub name: String,
+    /// Where it appears in the sandbox: an absolute, normalised path, not `/`, `/etc` nor at
+    /// or below `/proc`, `/sys`, `/dev`.
+    pub path: String,
+    /// Mounted read-only (writes fail with `EROFS`); default read-write.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub read_only: bool,
+}

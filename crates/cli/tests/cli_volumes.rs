@@ -1,0 +1,91 @@
+//! `cove volume` and `cove create --volume` against a real server (the e2e harness: runc,
+//! `tiny` sandboxes).
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use cove_e2e::{client, delete, ensure_template, server, sh};
+
+/// `cove ARGS` to its end (at most 120 s): exit code, stdout, stderr.
+async fn cove(args: &[&str]) -> (i32, String, String) {
+    let s = server();
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_cove"));
+    cmd.args(args)
+        .env("COVE_URL", &s.api_url)
+        .env("COVE_TOKEN", &s.token)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output())
+        .await
+        .expect("cove finished within 120 s")
+        .expect("cove runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `cove ARGS`, which must succeed; its stdout.
+async fn ok(args: &[&str]) -> String {
+    let (code, stdout, stderr) = cove(args).await;
+    assert_eq!(code, 0, "cove {args:?}: {stderr}");
+    stdout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volume_create_put_mount_get_ls_rm() {
+    let c = client();
+    ensure_template(&c, "tiny").await;
+    let name = format!("cli-vol-{}", std::process::id());
+    assert_eq!(
+        ok(&["volume", "create", &name, "--size-mib", "16"])
+            .await
+            .trim(),
+        name
+    );
+    let local = tempfile::tempdir().expect("tempdir");
+    let src = local.path().join("in.txt");
+    std::fs::write(&src, "from the cli\n").expect("write");
+    ok(&[
+        "volume",
+        "put",
+        &name,
+        src.to_str().expect("utf8"),
+        "/in/in.txt",
+    ])
+    .await;
+
+    let mount = format!("{name}:/data");
+    let id = ok(&["create", "-t", "tiny", "--volume", &mount]).await;
+    let id = id.trim();
+    let out = sh(&c, id, "cat /data/in/in.txt && echo back > /data/out.txt").await;
+    assert_eq!(out.stdout_text(), "from the cli\n", "{}", out.stderr_text());
+
+    assert_eq!(ok(&["volume", "get", &name, "/out.txt"]).await, "back\n");
+    let dst = local.path().join("out.txt");
+    ok(&[
+        "volume",
+        "get",
+        &name,
+        "/out.txt",
+        dst.to_str().expect("utf8"),
+    ])
+    .await;
+    assert_eq!(std::fs::read_to_string(&dst).expect("read"), "back\n");
+    let files = ok(&["volume", "files", &name]).await;
+    assert!(files.contains("out.txt") && files.contains("in"), "{files}");
+    let listed = ok(&["volume", "ls"]).await;
+    assert!(listed.contains(&name) && listed.contains(id), "{listed}");
+
+    // Mounted: `rm` fails with the API's code.
+    let (code, _, stderr) = cove(&["volume", "rm", &name]).await;
+    assert_ne!(code, 0);
+    assert!(stderr.contains("volume_in_use"), "{stderr}");
+    delete(&c, id).await;
+    assert_eq!(ok(&["volume", "rm", &name]).await.trim(), name);
+    let (code, _, stderr) = cove(&["volume", "get", &name, "/out.txt"]).await;
+    assert_ne!(code, 0);
+    assert!(stderr.contains("volume_not_found"), "{stderr}");
+}

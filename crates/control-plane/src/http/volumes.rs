@@ -1,0 +1,171 @@
+//! `/v1/volumes` handlers.
+//!
+//! | route | answer |
+//! |---|---|
+//! | `POST /v1/volumes` `{name, size_mib}` | `201` `Volume` |
+//! | `GET /v1/volumes` | `VolumeList` |
+//! | `GET /v1/volumes/{name}` | `Volume` |
+//! | `DELETE /v1/volumes/{name}` | `204` (`409 volume_in_use` while mounted) |
+//! | `PUT /v1/volumes/{name}/files?path=` | streamed body → the file, atomically; `FileInfo` |
+//! | `GET /v1/volumes/{name}/files?path=` | the bytes (streamed) |
+//! | `GET /v1/volumes/{name}/files:list?path=` | `FileList` |
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use cove_api_types::CreateVolumeRequest;
+use futures::{stream, StreamExt};
+
+use super::extract::{ApiJson, ApiQuery};
+use crate::{ControlPlane, ServiceError, VolumeFileQuery, VolumeListQuery};
+
+/// The volume routes (mounted under the management API's authentication).
+pub(super) fn routes() -> Router<ControlPlane> {
+    Router::new()
+        .route("/v1/volumes", get(list).post(create))
+        .route("/v1/volumes/{name}", get(get_one).delete(delete))
+        .route(
+            "/v1/volumes/{name}/files",
+            get(read).put(write).layer(DefaultBodyLimit::disable()),
+        )
+        .route("/v1/volumes/{name}/files:list", get(list_files))
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/volumes",
+    tag = "volumes",
+    description = "Create a persistent volume: an empty filesystem of `size_mib` MiB on the node, mounted into sandboxes at create (`volumes` of `POST /v1/sandboxes`). A taken name is `409 volume_exists`. Node-local: on the runc runtime of a single-node server only (`400 unsupported` elsewhere).",
+    request_body = cove_api_types::CreateVolumeRequest,
+    responses((status = 201, body = cove_api_types::Volume, description = "The volume")),
+)]
+pub(super) async fn create(
+    State(cp): State<ControlPlane>,
+    ApiJson(req): ApiJson<CreateVolumeRequest>,
+) -> Result<impl IntoResponse, ServiceError> {
+    Ok((StatusCode::CREATED, Json(cp.create_volume(req).await?)))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/volumes",
+    tag = "volumes",
+    description = "List the org's volumes by name, with their use and the sandboxes that mount them.",
+    responses((status = 200, body = cove_api_types::VolumeList, description = "The volumes")),
+)]
+pub(super) async fn list(
+    State(cp): State<ControlPlane>,
+) -> Result<impl IntoResponse, ServiceError> {
+    Ok(Json(cp.list_volumes().await?))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/volumes/{name}",
+    tag = "volumes",
+    description = "Get a volume: its size, bytes used, and the sandboxes that mount it.",
+    params(("name" = String, Path, description = "Volume name")),
+    responses((status = 200, body = cove_api_types::Volume, description = "The volume")),
+)]
+pub(super) async fn get_one(
+    State(cp): State<ControlPlane>,
+    Path(name): Path<String>,
+) -> Result<impl IntoResponse, ServiceError> {
+    Ok(Json(cp.get_volume(&name).await?))
+}
+
+#[utoipa::path(
+    delete,
+    path = "/v1/volumes/{name}",
+    tag = "volumes",
+    description = "Delete a volume and its data; `409 volume_in_use` while a sandbox that is not deleted mounts it.",
+    params(("name" = String, Path, description = "Volume name")),
+    responses((status = 204, description = "Deleted")),
+)]
+pub(super) async fn delete(
+    State(cp): State<ControlPlane>,
+    Path(name): Path<String>,
+) -> Result<StatusCode, ServiceError> {
+    cp.delete_volume(&name).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(
+    put,
+    path = "/v1/volumes/{name}/files",
+    tag = "volumes",
+    description = "Write one file of a volume from the request body (streamed), atomically, without a sandbox; owned by uid 1000. `..` and symlinks cannot lead out of the volume. A file that does not fit is `507 insufficient_storage` (nothing is left).",
+    params(("name" = String, Path, description = "Volume name"), VolumeFileQuery),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    responses((status = 200, body = cove_api_types::FileInfo, description = "The written file")),
+)]
+pub(super) async fn write(
+    State(cp): State<ControlPlane>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    ApiQuery(q): ApiQuery<VolumeFileQuery>,
+    body: Body,
+) -> Result<impl IntoResponse, ServiceError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    // As for sandbox files: after an early refusal the rest of the body is drained, so the
+    // client reads the error rather than a reset.
+    let shared = Arc::new(tokio::sync::Mutex::new(body.into_data_stream()));
+    let stream = stream::unfold(shared.clone(), |body| async move {
+        let next = body.lock().await.next().await;
+        next.map(|chunk| (chunk.map_err(std::io::Error::other), body))
+    })
+    .boxed();
+    match cp.write_volume_file(&name, q, declared, stream).await {
+        Ok(info) => Ok(Json(info)),
+        Err(e) => {
+            super::files::drain(&shared).await;
+            Err(e)
+        }
+    }
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/volumes/{name}/files",
+    tag = "volumes",
+    description = "Read one regular file of a volume (streamed), without a sandbox.",
+    params(("name" = String, Path, description = "Volume name"), VolumeFileQuery),
+    responses((status = 200, body = Vec<u8>, content_type = "application/octet-stream", description = "The bytes")),
+)]
+pub(super) async fn read(
+    State(cp): State<ControlPlane>,
+    Path(name): Path<String>,
+    ApiQuery(q): ApiQuery<VolumeFileQuery>,
+) -> Result<Response, ServiceError> {
+    let (_info, stream) = cp.read_volume_file(&name, q).await?;
+    let mut resp = Body::from_stream(stream).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/octet-stream"),
+    );
+    Ok(resp)
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/volumes/{name}/files:list",
+    tag = "volumes",
+    description = "List a directory of a volume (one level, by name), without a sandbox.",
+    params(("name" = String, Path, description = "Volume name"), VolumeListQuery),
+    responses((status = 200, body = cove_api_types::FileList, description = "The entries")),
+)]
+pub(super) async fn list_files(
+    State(cp): State<ControlPlane>,
+    Path(name): Path<String>,
+    ApiQuery(q): ApiQuery<VolumeListQuery>,
+) -> Result<impl IntoResponse, ServiceError> {
+    Ok(Json(cp.list_volume_files(&name, q).await?))
+}

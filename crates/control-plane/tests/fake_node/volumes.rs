@@ -1,0 +1,229 @@
+//! Persistent volumes over the fake node: create, get, list, delete (`volume_exists`,
+//! `volume_in_use`), the checks of `volumes` on a create, the node getting each mount with
+//! the volume's id at create and wake, and where volumes are not offered: a disabled feature
+//! (`403 feature_disabled`), a node that cannot mount them (`400 unsupported`), a cluster
+//! (`400 unsupported`).
+
+use std::sync::Arc;
+
+use cove_api_types::{CreateSandboxRequest, CreateVolumeRequest, ErrorCode, VolumeMount};
+use cove_control_plane::cluster::{Cluster, ClusterConfig};
+use cove_control_plane::{Feature, LifecycleVerb};
+use cove_node_api::{NodeCapabilities, NodeLifecycle, NodeReport};
+use cove_test_support::FakeNode;
+
+use crate::harness::{code, Harness};
+
+/// Mounts of a create: `(volume, path, read_only)`.
+type Mounts = &'static [(&'static str, &'static str, bool)];
+
+fn volume(name: &str) -> CreateVolumeRequest {
+    CreateVolumeRequest {
+        name: name.into(),
+        size_mib: 64,
+    }
+}
+
+fn mounting(mounts: &[(&str, &str, bool)]) -> CreateSandboxRequest {
+    CreateSandboxRequest {
+        volumes: mounts
+            .iter()
+            .map(|(name, path, read_only)| VolumeMount {
+                name: (*name).into(),
+                path: (*path).into(),
+                read_only: *read_only,
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn volumes_are_made_mounted_and_deleted_only_when_unmounted() {
+    let h = Harness::new().await;
+    let v = h.cp.create_volume(volume("data")).await.expect("create");
+    assert_eq!(
+        (v.name.as_str(), v.size_mib, v.used_bytes),
+        ("data", 64, Some(0))
+    );
+    assert_eq!(h.node.volume_ids().len(), 1);
+    assert_eq!(
+        code(h.cp.create_volume(volume("data")).await),
+        ErrorCode::VolumeExists
+    );
+    for bad in [
+        CreateVolumeRequest {
+            name: "Data".into(),
+            size_mib: 64,
+        },
+        CreateVolumeRequest {
+            name: "x".into(),
+            size_mib: 1,
+        },
+    ] {
+        assert_eq!(
+            code(h.cp.create_volume(bad).await),
+            ErrorCode::InvalidArgument
+        );
+    }
+
+    let id = h.running_with(mounting(&[("data", "/data", false)])).await;
+    assert_eq!(h.cp.get_sandbox(&id).await.expect("get").volumes.len(), 1);
+    let launch = h.node.launch_of(&id).expect("launched");
+    assert_eq!(launch.volumes.len(), 1);
+    assert_eq!(launch.volumes[0].id, h.node.volume_ids()[0]);
+    assert_eq!(launch.volumes[0].path, "/data");
+    assert_eq!(
+        h.cp.get_volume("data").await.expect("get").mounted_by,
+        vec![id.clone()]
+    );
+    assert_eq!(
+        code(h.cp.delete_volume("data").await),
+        ErrorCode::VolumeInUse
+    );
+
+    // A wake mounts it again.
+    h.apply(&id, LifecycleVerb::Suspend).await;
+    h.apply(&id, LifecycleVerb::Wake).await;
+    assert_eq!(
+        h.node.launch_of(&id).expect("woken").volumes,
+        launch.volumes
+    );
+
+    let op = h.cp.delete_sandbox(&id, None).await.expect("delete");
+    h.succeeds(&op).await;
+    assert!(h
+        .cp
+        .get_volume("data")
+        .await
+        .expect("get")
+        .mounted_by
+        .is_empty());
+    h.cp.delete_volume("data").await.expect("delete");
+    assert!(h.node.volume_ids().is_empty());
+    assert_eq!(
+        code(h.cp.get_volume("data").await),
+        ErrorCode::VolumeNotFound
+    );
+    assert!(h.cp.list_volumes().await.expect("list").volumes.is_empty());
+}
+
+#[tokio::test]
+async fn mounts_on_create_are_checked() {
+    let h = Harness::new().await;
+    h.cp.create_volume(volume("a")).await.expect("a");
+    h.cp.create_volume(volume("b")).await.expect("b");
+    let cases: [(Mounts, ErrorCode); 9] = [
+        (&[("a", "rel", false)], ErrorCode::InvalidArgument),
+        (&[("a", "/", false)], ErrorCode::InvalidArgument),
+        (&[("a", "/proc/x", false)], ErrorCode::InvalidArgument),
+        (&[("a", "/sys", false)], ErrorCode::InvalidArgument),
+        (&[("a", "/dev/shm/v", false)], ErrorCode::InvalidArgument),
+        (&[("a", "/x/../y", false)], ErrorCode::InvalidArgument),
+        (
+            &[("a", "/x", false), ("b", "/x", true)],
+            ErrorCode::InvalidArgument,
+        ),
+        (
+            &[("a", "/x", false), ("a", "/y", true)],
+            ErrorCode::InvalidArgument,
+        ),
+        (&[("missing", "/x", false)], ErrorCode::VolumeNotFound),
+    ];
+    for (mounts, want) in cases {
+        let got = code(h.cp.create_sandbox(mounting(mounts), None).await);
+        assert_eq!(got, want, "{mounts:?}");
+    }
+    // Nothing was recorded by the refused creates.
+    let listed =
+        h.cp.list_sandboxes(None, None, Vec::new(), None, None)
+            .await
+            .expect("list");
+    assert!(listed.sandboxes.is_empty());
+    // Two volumes, one read-only, are fine.
+    h.running_with(mounting(&[("a", "/x", false), ("b", "/y", true)]))
+        .await;
+}
+
+#[tokio::test]
+async fn a_disabled_feature_answers_403_everywhere() {
+    let h = Harness::with(FakeNode::new(), |cfg| {
+        cfg.features.disable(Feature::Volumes)
+    })
+    .await;
+    assert_eq!(
+        code(h.cp.create_volume(volume("data")).await),
+        ErrorCode::FeatureDisabled
+    );
+    assert_eq!(code(h.cp.list_volumes().await), ErrorCode::FeatureDisabled);
+    assert_eq!(
+        code(h.cp.delete_volume("data").await),
+        ErrorCode::FeatureDisabled
+    );
+    assert_eq!(
+        code(
+            h.cp.create_sandbox(mounting(&[("data", "/data", false)]), None)
+                .await
+        ),
+        ErrorCode::FeatureDisabled
+    );
+    assert!(!h.cp.capabilities().volumes);
+    // Creates without volumes are not affected.
+    h.running().await;
+}
+
+#[tokio::test]
+async fn a_node_that_cannot_mount_volumes_refuses_them_with_unsupported() {
+    let node = FakeNode::with_capabilities(NodeCapabilities {
+        runtime: "qemu".into(),
+        boundary: "vm".into(),
+        pause: true,
+        suspend_memory: true,
+        snapshot_store: "file".into(),
+        network: true,
+        user_namespaces: false,
+        volumes: false,
+    });
+    let h = Harness::with(node, |_| {}).await;
+    let err =
+        h.cp.create_volume(volume("data"))
+            .await
+            .expect_err("refused");
+    assert_eq!(err.code(), ErrorCode::Unsupported);
+    assert!(err.to_string().contains("qemu"), "{err}");
+    assert_eq!(
+        code(
+            h.cp.create_sandbox(mounting(&[("data", "/data", false)]), None)
+                .await
+        ),
+        ErrorCode::Unsupported
+    );
+    assert!(h.node.volume_ids().is_empty());
+}
+
+#[tokio::test]
+async fn a_cluster_refuses_volumes_with_unsupported() {
+    let fake = FakeNode::new();
+    fake.add_release("base", 1);
+    let cluster = Cluster::new(ClusterConfig {
+        runtime: fake.capabilities().runtime,
+        ..ClusterConfig::default()
+    });
+    let report = NodeReport::read(&fake).await.expect("report");
+    cluster.join("a", "fake", Arc::new(fake.clone()), report, false);
+    let h = Harness::with_cluster(fake.clone(), Some(cluster), |_| {}).await;
+    let err =
+        h.cp.create_volume(volume("data"))
+            .await
+            .expect_err("refused");
+    assert_eq!(err.code(), ErrorCode::Unsupported);
+    assert!(err.to_string().contains("node-local"), "{err}");
+    assert_eq!(
+        code(
+            h.cp.create_sandbox(mounting(&[("data", "/data", false)]), None)
+                .await
+        ),
+        ErrorCode::Unsupported
+    );
+    assert!(fake.volume_ids().is_empty());
+}

@@ -1,0 +1,55 @@
+//! Volume rows: a volume's name in its org, its size and its node-side id. The bytes live in
+//! an image on the node; which sandboxes mount a volume is read from the sandboxes' `volumes`
+//! column (a JSON list of mounts).
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use cove_api_types::VolumeMount;
+
+use crate::StoreError;
+
+/// A stored volume.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeRecord {
+    /// Node-side id (`vol-…`): names the image on the node.
+    pub id: String,
+    /// The org it belongs to.
+    pub org: String,
+    /// Name, unique in the org.
+    pub name: String,
+    /// Size in MiB.
+    pub size_mib: u64,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+}
+
+/// Volume rows.
+#[async_trait]
+pub trait VolumeStore: Send + Sync {
+    /// Inserts volume `v`. A name taken in its org (or a taken id) is
+    /// [`StoreError::Conflict`].
+    async fn insert_volume(&self, v: &VolumeRecord) -> Result<(), StoreError>;
+
+    /// Volume `name` of `org`; [`StoreError::NotFound`] when there is none.
+    async fn get_volume(&self, org: &str, name: &str) -> Result<VolumeRecord, StoreError>;
+
+    /// The volumes of `org` (every org's when `None`), by org and name.
+    async fn list_volumes(&self, org: Option<&str>) -> Result<Vec<VolumeRecord>, StoreError>;
+
+    /// Ids of the sandboxes of `org` that are not `deleted` and mount volume `name`, oldest
+    /// first.
+    async fn volume_users(&self, org: &str, name: &str) -> Result<Vec<String>, StoreError>;
+
+    /// Removes volume `name` of `org`. Returns whether it existed.
+    async fn delete_volume(&self, org: &str, name: &str) -> Result<bool, StoreError>;
+}
+
+/// The `volumes` column of a sandbox (JSON) back to its mounts.
+pub(crate) fn json_mounts(s: &str) -> Result<Vec<VolumeMount>, StoreError> {
+    serde_json::from_str(s).map_err(|e| StoreError::Corrupt(e.to_string()))
+}
+
+/// A sandbox's mounts as its `volumes` column.
+pub(crate) fn mounts_json(m: &[VolumeMount]) -> Result<String, StoreError> {
+    serde_json::to_string(m).map_err(|e| StoreError::Corrupt(e.to_string()))
+}

@@ -1,0 +1,118 @@
+//! Volume rows, and which live sandboxes mount a volume.
+
+use std::sync::Arc;
+
+use cove_api_types::{SandboxState, VolumeMount};
+use cove_store::{Store, StoreError, VolumeRecord};
+
+use crate::fixtures::{bare_sandbox, now};
+
+fn record(id: &str, org: &str, name: &str) -> VolumeRecord {
+    VolumeRecord {
+        id: id.into(),
+        org: org.into(),
+        name: name.into(),
+        size_mib: 1 << 20,
+        created_at: now(),
+    }
+}
+
+pub async fn volumes_round_trip_and_names_are_unique_per_org(store: Arc<dyn Store>) {
+    let v = record("vol-1", "default", "data");
+    store.insert_volume(&v).await.expect("insert");
+    assert_eq!(store.get_volume("default", "data").await.expect("get"), v);
+    assert!(matches!(
+        store
+            .insert_volume(&record("vol-2", "default", "data"))
+            .await,
+        Err(StoreError::Conflict(_))
+    ));
+    store
+        .insert_volume(&record("vol-3", "acme", "data"))
+        .await
+        .expect("same name, other org");
+    store
+        .insert_volume(&record("vol-4", "default", "cache"))
+        .await
+        .expect("other name");
+    assert!(matches!(
+        store.get_volume("nobody", "data").await,
+        Err(StoreError::NotFound)
+    ));
+    let names = |vs: Vec<VolumeRecord>| {
+        vs.into_iter()
+            .map(|v| format!("{}/{}", v.org, v.name))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names(store.list_volumes(Some("default")).await.expect("list")),
+        ["default/cache", "default/data"]
+    );
+    assert_eq!(
+        names(store.list_volumes(None).await.expect("list all")),
+        ["acme/data", "default/cache", "default/data"]
+    );
+    assert!(store
+        .delete_volume("default", "data")
+        .await
+        .expect("delete"));
+    assert!(!store.delete_volume("default", "data").await.expect("again"));
+    assert_eq!(
+        store.get_volume("acme", "data").await.expect("kept").id,
+        "vol-3"
+    );
+}
+
+pub async fn volume_users_are_the_live_sandboxes_that_mount_it(store: Arc<dyn Store>) {
+    let mounting = |id: &str, org: &str, names: &[&str]| {
+        let mut s = bare_sandbox(id);
+        s.org = org.into();
+        s.volumes = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| VolumeMount {
+                name: (*n).into(),
+                path: format!("/v{i}"),
+                read_only: i > 0,
+            })
+            .collect();
+        s
+    };
+    for s in [
+        mounting("sb-a", "default", &["data"]),
+        mounting("sb-b", "default", &["cache", "data"]),
+        mounting("sb-c", "default", &["cache"]),
+        mounting("sb-d", "acme", &["data"]),
+        mounting("sb-e", "default", &["data"]),
+    ] {
+        store.insert_sandbox(&s).await.expect("insert");
+        crate::fixtures::tick().await;
+    }
+    let b = store.get_sandbox("sb-b").await.expect("get");
+    assert_eq!(
+        b.volumes,
+        mounting("sb-b", "default", &["cache", "data"]).volumes
+    );
+    let from = [store.get_sandbox("sb-e").await.expect("get").state];
+    assert!(store
+        .transition_sandbox("sb-e", &from, SandboxState::Deleted, None)
+        .await
+        .expect("delete"));
+    assert_eq!(
+        store.volume_users("default", "data").await.expect("users"),
+        ["sb-a", "sb-b"]
+    );
+    assert_eq!(
+        store.volume_users("acme", "data").await.expect("users"),
+        ["sb-d"]
+    );
+    assert_eq!(
+        store.volume_users("default", "cache").await.expect("users"),
+        ["sb-b", "sb-c"]
+    );
+    assert!(store
+        .volume_users("default", "none")
+        .await
+        .expect("users")
+        .is_empty());
+}

@@ -1,0 +1,42 @@
+"""Persistent volumes through the SDK against a real server: create, mount in two sandboxes
+one after the other (the data outlives the first), read-only, files without a sandbox, a full
+volume, delete refused while mounted."""
+
+from __future__ import annotations
+
+import pytest
+
+import cove
+
+
+def test_volume_outlives_its_writer_and_is_full_at_its_size(client):
+    vol = client.create_volume("py-vol", 16)
+    assert isinstance(vol, cove.Volume)
+    assert (vol.name, vol.size_mib, vol.mounted_by) == ("py-vol", 16, [])
+    a = client.create_sandbox("tiny", volumes=["py-vol:/data"])
+    try:
+        assert client.run(a, "echo hi > /data/note && stat -c %u /data/note").stdout == b"1000\n"
+        assert client.get_volume("py-vol").mounted_by == [a.id]
+        with pytest.raises(cove.CoveError) as err:
+            client.delete_volume("py-vol")
+        assert err.value.code == "volume_in_use"
+    finally:
+        client.delete_sandbox(a)
+    b = client.create_sandbox("tiny", volumes=[{"name": "py-vol", "path": "/ro", "read_only": True}])
+    try:
+        assert client.get_sandbox(b.id).volumes == [{"name": "py-vol", "path": "/ro", "read_only": True}]
+        r = client.run(b, "cat /ro/note; echo x > /ro/y")
+        assert r.stdout == b"hi\n" and b"Read-only file system" in r.stderr
+    finally:
+        client.delete_sandbox(b)
+    assert client.read_volume_file("py-vol", "/note") == b"hi\n"
+    client.write_volume_file("py-vol", "/dir/up.txt", "up")
+    assert [e.name for e in client.list_volume_files("py-vol", "/dir")] == ["up.txt"]
+    with pytest.raises(cove.CoveError) as err:
+        client.write_volume_file("py-vol", "/big", b"\0" * (32 << 20))
+    assert err.value.code == "insufficient_storage"
+    assert "py-vol" in {v.name for v in client.list_volumes()}
+    client.delete_volume("py-vol")
+    with pytest.raises(cove.CoveError) as err:
+        client.get_volume("py-vol")
+    assert err.value.code == "volume_not_found"

@@ -1,0 +1,409 @@
+//! Issue 17, persistent volumes on runc (with user namespaces, the harness's default): a volume
+//! written by one sandbox is read by another, owned by `user` there too, and outlives the
+//! first; it survives a suspend and wake; a read-only mount refuses writes (`EROFS`); the size
+//! is a real limit (`ENOSPC` inside, `507 insufficient_storage` on upload); a mounted volume
+//! cannot be deleted (`409 volume_in_use`); its files API cannot be led out of the volume by
+//! `..` or symlinks; another org sees none of it; it survives `kill -9` of the server, and the
+//! node mounts it again when its mount went while the server was down.
+
+use std::time::Duration;
+
+use cove_api_types::{CreateSandboxRequest, ErrorCode, OperationState, Quotas, VolumeMount};
+use cove_client::{Client, ClientError};
+use cove_e2e::{client, delete, ensure_template, root_sh, sandbox_with, server, sh};
+
+/// A volume name unique to this run (the server is shared by the tests of this binary).
+fn vol(tag: &str) -> String {
+    format!("{tag}-{}", std::process::id())
+}
+
+fn mount(name: &str, path: &str, read_only: bool) -> CreateSandboxRequest {
+    CreateSandboxRequest {
+        volumes: vec![VolumeMount {
+            name: name.into(),
+            path: path.into(),
+            read_only,
+        }],
+        ..Default::default()
+    }
+}
+
+fn code(err: &ClientError) -> ErrorCode {
+    err.api_body()
+        .unwrap_or_else(|| panic!("no error body: {err}"))
+        .code
+}
+
+/// A running `tiny` sandbox with `req`'s mounts on a server of the test's own (unlike
+/// `sandbox_with`, it does not mark `tiny` as built for the binary's shared server).
+async fn own_sandbox(c: &Client, req: CreateSandboxRequest) -> String {
+    let req = CreateSandboxRequest {
+        template: Some("tiny".into()),
+        ..req
+    };
+    let created = c.create_sandbox(&req, None).await.expect("create");
+    wait_ok(c, &created.operation.id).await;
+    created.sandbox.id
+}
+
+async fn wait_ok(c: &Client, op: &str) {
+    let op = c
+        .wait_operation(op, Duration::from_secs(120))
+        .await
+        .expect("operation finishes");
+    assert_eq!(op.state, OperationState::Succeeded, "{:?}", op.error);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_is_shared_outlives_its_writer_and_survives_suspend() {
+    let c = client();
+    let name = vol("shared");
+    let created = c.create_volume(&name, 64).await.expect("create");
+    assert_eq!((created.size_mib, created.mounted_by.len()), (64, 0));
+
+    let a = sandbox_with(&c, "tiny", mount(&name, "/data", false)).await;
+    let out = sh(
+        &c,
+        &a,
+        "echo hello > /data/note && stat -c '%U %u' /data/note",
+    )
+    .await;
+    assert_eq!(out.command.exit_code, Some(0), "{}", out.stderr_text());
+    assert_eq!(out.stdout_text().trim(), "user 1000");
+    assert_eq!(
+        c.volume(&name).await.expect("get").mounted_by,
+        vec![a.clone()]
+    );
+    delete(&c, &a).await;
+
+    // Another sandbox (another id range) sees the file, owned by its own `user`.
+    let b = sandbox_with(&c, "tiny", mount(&name, "/home/user/work", false)).await;
+    let out = sh(
+        &c,
+        &b,
+        "cat work/note && stat -c '%U %u' work/note && echo more >> work/note",
+    )
+    .await;
+    assert_eq!(out.command.exit_code, Some(0), "{}", out.stderr_text());
+    assert_eq!(out.stdout_text(), "hello\nuser 1000\n");
+    // The files API reads it without a sandbox, with the volume's ids.
+    assert_eq!(
+        c.read_volume_file(&name, "/note").await.expect("read"),
+        b"hello\nmore\n"
+    );
+    let listed = c.list_volume_files(&name, "/").await.expect("list");
+    let note = listed
+        .entries
+        .iter()
+        .find(|e| e.name == "note")
+        .expect("note");
+    assert_eq!((note.owner.as_str(), note.size), ("1000", 11));
+
+    // Suspend and wake: the mount comes back with the data.
+    let op = c.suspend_sandbox(&b).await.expect("suspend");
+    wait_ok(&c, &op.id).await;
+    let op = c.wake_sandbox(&b).await.expect("wake");
+    wait_ok(&c, &op.id).await;
+    let out = sh(&c, &b, "cat /home/user/work/note").await;
+    assert_eq!(out.stdout_text(), "hello\nmore\n", "{}", out.stderr_text());
+
+    // Read-only: reads work, writes fail with EROFS, even as root.
+    let r = sandbox_with(&c, "tiny", mount(&name, "/ro", true)).await;
+    let out = root_sh(&c, &r, "cat /ro/note; echo x > /ro/other").await;
+    assert_ne!(out.command.exit_code, Some(0));
+    assert_eq!(out.stdout_text(), "hello\nmore\n");
+    assert!(
+        out.stderr_text().contains("Read-only file system"),
+        "{}",
+        out.stderr_text()
+    );
+
+    // Mounted: no delete.
+    let err = c.delete_volume(&name).await.expect_err("in use");
+    assert_eq!(code(&err), ErrorCode::VolumeInUse, "{err}");
+    assert_eq!(err.status(), Some(409));
+    delete(&c, &b).await;
+    delete(&c, &r).await;
+    c.delete_volume(&name).await.expect("delete");
+    let err = c.volume(&name).await.expect_err("gone");
+    assert_eq!(code(&err), ErrorCode::VolumeNotFound);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_size_is_a_real_limit() {
+    let c = client();
+    let name = vol("small");
+    c.create_volume(&name, 16).await.expect("create");
+    let s = sandbox_with(&c, "tiny", mount(&name, "/data", false)).await;
+    // Writing past 16 MiB inside fails with ENOSPC (as root too: no blocks are reserved).
+    let out = root_sh(
+        &c,
+        &s,
+        "dd if=/dev/zero of=/data/big bs=1048576 count=64 2>&1; echo rc=$?",
+    )
+    .await;
+    let text = out.stdout_text();
+    assert!(text.contains("No space left on device"), "{text}");
+    assert!(!text.contains("rc=0"), "{text}");
+    // An upload that does not fit answers 507, and leaves nothing.
+    let before = c
+        .list_volume_files(&name, "/")
+        .await
+        .expect("list")
+        .entries
+        .len();
+    let err = c
+        .upload_to_volume(&name, "/upload.bin", vec![7u8; 32 << 20])
+        .await
+        .expect_err("does not fit");
+    assert_eq!(err.status(), Some(507), "{err}");
+    assert_eq!(code(&err), ErrorCode::InsufficientStorage);
+    let after = c.list_volume_files(&name, "/").await.expect("list").entries;
+    assert_eq!(after.len(), before, "{after:?}");
+    // Once there is room again, the same upload of a smaller size fits.
+    let out = root_sh(&c, &s, "rm /data/big").await;
+    assert_eq!(out.command.exit_code, Some(0));
+    let info = c
+        .upload_to_volume(&name, "/upload.bin", vec![7u8; 4 << 20])
+        .await
+        .expect("fits");
+    assert_eq!(info.size, 4 << 20);
+    delete(&c, &s).await;
+    c.delete_volume(&name).await.expect("delete");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_files_api_stays_inside_the_volume() {
+    let c = client();
+    let name = vol("escape");
+    c.create_volume(&name, 16).await.expect("create");
+    // `..` stops at the volume's root.
+    c.upload_to_volume(&name, "../../../tmp/cove-volume-escape", "x")
+        .await
+        .expect("upload");
+    assert!(!std::path::Path::new("/tmp/cove-volume-escape").exists());
+    assert_eq!(
+        c.read_volume_file(&name, "/tmp/cove-volume-escape")
+            .await
+            .expect("inside"),
+        b"x"
+    );
+    // Symlinks a sandbox made resolve inside the volume, never on the host.
+    let s = sandbox_with(&c, "tiny", mount(&name, "/data", false)).await;
+    let out = sh(
+        &c,
+        &s,
+        "ln -s /etc/passwd /data/pw && ln -s ../../.. /data/up && mkdir /data/sub \
+         && ln -s /sub /data/l",
+    )
+    .await;
+    assert_eq!(out.command.exit_code, Some(0), "{}", out.stderr_text());
+    for path in ["/pw", "/up/etc/passwd", "up/../../etc/hostname"] {
+        let err = c.read_volume_file(&name, path).await.expect_err(path);
+        assert_eq!(code(&err), ErrorCode::FileNotFound, "{path}: {err}");
+    }
+    // A write through an absolute symlink lands inside the volume.
+    c.upload_to_volume(&name, "/l/cove-written", "y")
+        .await
+        .expect("write through the link");
+    assert!(!std::path::Path::new("/sub/cove-written").exists());
+    let out = sh(&c, &s, "cat /data/sub/cove-written").await;
+    assert_eq!(out.stdout_text(), "y", "{}", out.stderr_text());
+    delete(&c, &s).await;
+    c.delete_volume(&name).await.expect("delete");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creates_are_checked_and_other_orgs_see_nothing() {
+    let s = server();
+    let c = client();
+    ensure_template(&c, "tiny").await;
+    let name = vol("checked");
+    c.create_volume(&name, 16).await.expect("create");
+    let err = c.create_volume(&name, 16).await.expect_err("taken");
+    assert_eq!(code(&err), ErrorCode::VolumeExists);
+    let err = c.create_volume("Bad/Name", 16).await.expect_err("bad name");
+    assert_eq!(code(&err), ErrorCode::InvalidArgument);
+
+    let refused = |mounts: Vec<(&str, &str)>| {
+        let mut req = CreateSandboxRequest {
+            template: Some("tiny".into()),
+            ..Default::default()
+        };
+        req.volumes = mounts
+            .into_iter()
+            .map(|(n, p)| VolumeMount {
+                name: n.into(),
+                path: p.into(),
+                read_only: false,
+            })
+            .collect();
+        req
+    };
+    for (mounts, want) in [
+        (vec![(name.as_str(), "data")], ErrorCode::InvalidArgument),
+        (vec![(name.as_str(), "/")], ErrorCode::InvalidArgument),
+        (vec![(name.as_str(), "/proc/x")], ErrorCode::InvalidArgument),
+        (vec![(name.as_str(), "/sys")], ErrorCode::InvalidArgument),
+        (vec![(name.as_str(), "/dev/v")], ErrorCode::InvalidArgument),
+        (vec![(name.as_str(), "/a/../b")], ErrorCode::InvalidArgument),
+        (
+            vec![(name.as_str(), "/a"), (name.as_str(), "/b")],
+            ErrorCode::InvalidArgument,
+        ),
+        (vec![("nope", "/a")], ErrorCode::VolumeNotFound),
+    ] {
+        let err = c
+            .create_sandbox(&refused(mounts.clone()), None)
+            .await
+            .expect_err("refused");
+        assert_eq!(code(&err), want, "{mounts:?}: {err}");
+    }
+
+    // Another org: the volume does not exist for it.
+    let org = format!("vol-org-{}", std::process::id());
+    c.create_org(&org, Quotas::default()).await.expect("org");
+    let key = c.create_api_key(&org, "e2e").await.expect("key");
+    let other = Client::new(&s.api_url, key.secret.clone()).expect("client");
+    assert_eq!(
+        code(&other.volume(&name).await.expect_err("hidden")),
+        ErrorCode::VolumeNotFound
+    );
+    assert!(other.volumes().await.expect("list").volumes.is_empty());
+    assert_eq!(
+        code(&other.delete_volume(&name).await.expect_err("hidden")),
+        ErrorCode::VolumeNotFound
+    );
+    assert_eq!(
+        code(
+            &other
+                .read_volume_file(&name, "/x")
+                .await
+                .expect_err("hidden")
+        ),
+        ErrorCode::VolumeNotFound
+    );
+    let err = other
+        .create_sandbox(&refused(vec![(name.as_str(), "/data")]), None)
+        .await
+        .expect_err("hidden");
+    assert_eq!(code(&err), ErrorCode::VolumeNotFound);
+    // Its own volume of the same name is another volume.
+    other
+        .create_volume(&name, 16)
+        .await
+        .expect("same name, other org");
+    other
+        .upload_to_volume(&name, "/mine", "b")
+        .await
+        .expect("upload");
+    let err = c
+        .read_volume_file(&name, "/mine")
+        .await
+        .expect_err("not ours");
+    assert_eq!(code(&err), ErrorCode::FileNotFound);
+    other.delete_volume(&name).await.expect("delete");
+    c.delete_volume(&name).await.expect("delete");
+}
+
+/// A volume across `kill -9` of the server: the running sandbox is adopted with its mount and
+/// keeps writing to it; a suspend and wake binds it again; with the node's mount of the volume
+/// gone while the server was down (as after a reboot), the next sandbox mounts it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volume_survives_a_server_restart_and_is_mounted_again() {
+    let mut server = cove_e2e::server_process::ServerProcess::new(
+        std::path::Path::new(env!("CARGO_BIN_EXE_cove-e2e-server")),
+        30_000,
+    );
+    let mut c = server.start().await;
+    // Its own server: `ensure_template` remembers the shared server's builds.
+    cove_e2e::build_template(&c, "tiny").await;
+    let name = vol("restart");
+    c.create_volume(&name, 16).await.expect("create");
+    let a = own_sandbox(&c, mount(&name, "/data", false)).await;
+    let out = sh(&c, &a, "echo before > /data/note").await;
+    assert_eq!(out.command.exit_code, Some(0), "{}", out.stderr_text());
+
+    server.kill9();
+    c = server.start().await;
+    let out = sh(&c, &a, "echo after >> /data/note && cat /data/note").await;
+    assert_eq!(
+        out.stdout_text(),
+        "before\nafter\n",
+        "{}",
+        out.stderr_text()
+    );
+    let op = c.suspend_sandbox(&a).await.expect("suspend");
+    wait_ok(&c, &op.id).await;
+    let op = c.wake_sandbox(&a).await.expect("wake");
+    wait_ok(&c, &op.id).await;
+    let out = sh(&c, &a, "cat /data/note").await;
+    assert_eq!(
+        out.stdout_text(),
+        "before\nafter\n",
+        "{}",
+        out.stderr_text()
+    );
+    delete(&c, &a).await;
+
+    // The node's mount of the volume goes while the server is down.
+    server.kill9();
+    let mounts = std::fs::read_dir(server.data_dir.join("volumes")).expect("volumes dir");
+    for v in mounts.flatten() {
+        let out = std::process::Command::new("umount")
+            .arg(v.path().join("mnt"))
+            .output()
+            .expect("umount");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    c = server.start().await;
+    let b = own_sandbox(&c, mount(&name, "/data", true)).await;
+    let out = sh(&c, &b, "cat /data/note").await;
+    assert_eq!(
+        out.stdout_text(),
+        "before\nafter\n",
+        "{}",
+        out.stderr_text()
+    );
+    delete(&c, &b).await;
+    c.delete_volume(&name).await.expect("delete");
+}
+
+/// Without user namespaces the sandboxes bind the node's mount itself: the same sharing,
+/// owners and read-only mounts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volumes_work_without_user_namespaces() {
+    let mut server = cove_e2e::server_process::ServerProcess::new(
+        std::path::Path::new(env!("CARGO_BIN_EXE_cove-e2e-server")),
+        30_000,
+    );
+    server.env = vec![("COVE_E2E_USER_NAMESPACES".into(), "off".into())];
+    let c = server.start().await;
+    assert!(!c.capabilities().await.expect("caps").user_namespaces);
+    cove_e2e::build_template(&c, "tiny").await;
+    let name = vol("plain");
+    c.create_volume(&name, 16).await.expect("create");
+    let a = own_sandbox(&c, mount(&name, "/data", false)).await;
+    let out = sh(
+        &c,
+        &a,
+        "echo plain > /data/note && stat -c '%U %u' /data/note",
+    )
+    .await;
+    assert_eq!(out.stdout_text(), "user 1000\n", "{}", out.stderr_text());
+    let b = own_sandbox(&c, mount(&name, "/ro", true)).await;
+    let out = root_sh(&c, &b, "cat /ro/note; stat -c %u /ro/note; touch /ro/x").await;
+    assert_eq!(out.stdout_text(), "plain\n1000\n");
+    assert!(
+        out.stderr_text().contains("Read-only file system"),
+        "{}",
+        out.stderr_text()
+    );
+    delete(&c, &a).await;
+    delete(&c, &b).await;
+    c.delete_volume(&name).await.expect("delete");
+}
