@@ -1,8 +1,31 @@
-//! Validation of names a client sends: environment variables, metadata, paths.
+//! Validation of names a client sends: environment variables, metadata, paths, the names of
+//! templates and volumes.
 
 use std::collections::BTreeMap;
 
 use crate::InvalidInput;
+
+/// Longest template or volume name, bytes.
+pub const MAX_RESOURCE_NAME: usize = 63;
+
+/// Checks a template or volume name: 1 to 63 of `[a-z0-9_-]`, starting with a letter or digit
+/// (names appear in paths and on command lines).
+pub fn resource_name(field: &str, name: &str) -> Result<(), InvalidInput> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_RESOURCE_NAME
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(InvalidInput::new(
+            field,
+            "must be 1 to 63 of [a-z0-9_-], starting with a letter or digit",
+        ))
+    }
+}
 
 /// Largest value of one environment variable in bytes (128 KiB, Linux's `MAX_ARG_STRLEN`).
 pub const MAX_ENV_VALUE_BYTES: usize = 128 * 1024;

@@ -12,30 +12,17 @@ pub const MAX_SIZE_MIB: u64 = 1 << 20;
 /// Most volumes one sandbox mounts.
 pub const MAX_MOUNTS: usize = 16;
 /// Longest volume name, bytes.
-pub const MAX_NAME: usize = 63;
+pub const MAX_NAME: usize = crate::validate::MAX_RESOURCE_NAME;
 
 /// Paths a volume may not be mounted at nor below: kernel filesystems and the guest agent.
 const RESERVED_TREES: &[&str] = &["/proc", "/sys", "/dev", "/.cove"];
 /// Paths a volume may not be mounted at exactly (hiding them breaks the sandbox).
 const RESERVED_PATHS: &[&str] = &["/", "/etc", "/usr", "/bin", "/sbin", "/lib", "/lib64"];
 
-/// Checks a volume name as template names are checked: 1 to 63 of `[a-z0-9_-]`, starting
-/// with a letter or digit.
+/// Checks a volume name as template names are checked
+/// ([`crate::validate::resource_name`]).
 pub fn name(field: &str, name: &str) -> Result<(), InvalidInput> {
-    let ok = !name.is_empty()
-        && name.len() <= MAX_NAME
-        && name.as_bytes()[0].is_ascii_alphanumeric()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
-    if ok {
-        Ok(())
-    } else {
-        Err(InvalidInput::new(
-            field,
-            "must be 1 to 63 of [a-z0-9_-], starting with a letter or digit",
-        ))
-    }
+    crate::validate::resource_name(field, name)
 }
 
 /// Checks a volume size: [`MIN_SIZE_MIB`] to [`MAX_SIZE_MIB`] MiB.

@@ -23,8 +23,6 @@ use crate::orgs::scope;
 use crate::release_pins;
 use crate::{ControlPlane, ServiceError};
 
-/// Longest template name.
-const MAX_NAME: usize = 63;
 /// Default path of the template file in the context.
 pub const DEFAULT_FILE: &str = "Dockerfile";
 
@@ -375,20 +373,7 @@ fn from_line(text: &str) -> usize {
 }
 
 fn check_name(name: &str) -> Result<(), ServiceError> {
-    let ok = !name.is_empty()
-        && name.len() <= MAX_NAME
-        && name.as_bytes()[0].is_ascii_alphanumeric()
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
-    if ok {
-        Ok(())
-    } else {
-        Err(invalid(
-            "name",
-            "must be 1 to 63 of [a-z0-9_-], starting with a letter or digit",
-        ))
-    }
+    Ok(cove_domain::validate::resource_name("name", name)?)
 }
 
 /// `invalid_argument` naming the line of a `COPY` whose source is not in the context tar
