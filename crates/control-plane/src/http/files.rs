@@ -28,6 +28,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use bytes::Bytes;
 use cove_api_types::{ErrorBody, FileEvent, MakeDirRequest, MoveRequest};
+use futures::stream::BoxStream;
 use futures::{stream, StreamExt};
 
 use super::extract::{ApiJson, ApiQuery};
@@ -73,26 +74,11 @@ pub(super) async fn write(
     ApiQuery(q): ApiQuery<WriteFileQuery>,
     body: Body,
 ) -> Result<impl IntoResponse, ServiceError> {
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    // The service reads the body through `shared`; after an early refusal (a full disk, a bad
-    // path) the rest is drained here: a socket closed with unread bytes is reset, and the reset
-    // can destroy the error answer before the client reads it.
-    let shared = Arc::new(tokio::sync::Mutex::new(body.into_data_stream()));
-    let stream = stream::unfold(shared.clone(), |body| async move {
-        let next = body.lock().await.next().await;
-        next.map(|chunk| (chunk.map_err(std::io::Error::other), body))
+    upload(&headers, body, |declared, stream| {
+        cp.write_file(&id, q, declared, stream)
     })
-    .boxed();
-    match cp.write_file(&id, q, declared, stream).await {
-        Ok(info) => Ok(Json(info)),
-        Err(e) => {
-            drain(&shared).await;
-            Err(e)
-        }
-    }
+    .await
+    .map(Json)
 }
 
 /// Most bytes, and longest time, an upload refused early is drained for.
@@ -100,7 +86,36 @@ const DRAIN_BYTES: usize = 64 << 20;
 const DRAIN_TIME: Duration = Duration::from_secs(10);
 
 /// Reads and drops what is left of a request body, within [`DRAIN_BYTES`] and [`DRAIN_TIME`].
-pub(super) async fn drain(body: &tokio::sync::Mutex<axum::body::BodyDataStream>) {
+/// Runs `write` over an upload's body (a stream of chunks) and its declared length
+/// (`Content-Length`). After an early refusal (a full disk, a bad path) the rest of the body is
+/// drained: a socket closed with unread bytes is reset, and the reset can destroy the error
+/// answer before the client reads it.
+pub(super) async fn upload<T, Fut>(
+    headers: &HeaderMap,
+    body: Body,
+    write: impl FnOnce(Option<u64>, BoxStream<'static, std::io::Result<Bytes>>) -> Fut,
+) -> Result<T, ServiceError>
+where
+    Fut: std::future::Future<Output = Result<T, ServiceError>>,
+{
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let shared = Arc::new(tokio::sync::Mutex::new(body.into_data_stream()));
+    let stream = stream::unfold(shared.clone(), |body| async move {
+        let next = body.lock().await.next().await;
+        next.map(|chunk| (chunk.map_err(std::io::Error::other), body))
+    })
+    .boxed();
+    let written = write(declared, stream).await;
+    if written.is_err() {
+        drain(&shared).await;
+    }
+    written
+}
+
+async fn drain(body: &tokio::sync::Mutex<axum::body::BodyDataStream>) {
     let _ = tokio::time::timeout(DRAIN_TIME, async {
         let mut body = body.lock().await;
         let mut read = 0;

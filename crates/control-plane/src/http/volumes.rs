@@ -10,8 +10,6 @@
 //! | `GET /v1/volumes/{name}/files?path=` | the bytes (streamed) |
 //! | `GET /v1/volumes/{name}/files:list?path=` | `FileList` |
 
-use std::sync::Arc;
-
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -19,7 +17,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use cove_api_types::CreateVolumeRequest;
-use futures::{stream, StreamExt};
 
 use super::extract::{ApiJson, ApiQuery};
 use crate::{ControlPlane, ServiceError, VolumeFileQuery, VolumeListQuery};
@@ -111,25 +108,11 @@ pub(super) async fn write(
     ApiQuery(q): ApiQuery<VolumeFileQuery>,
     body: Body,
 ) -> Result<impl IntoResponse, ServiceError> {
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    // As for sandbox files: after an early refusal the rest of the body is drained, so the
-    // client reads the error rather than a reset.
-    let shared = Arc::new(tokio::sync::Mutex::new(body.into_data_stream()));
-    let stream = stream::unfold(shared.clone(), |body| async move {
-        let next = body.lock().await.next().await;
-        next.map(|chunk| (chunk.map_err(std::io::Error::other), body))
+    super::files::upload(&headers, body, |declared, stream| {
+        cp.write_volume_file(&name, q, declared, stream)
     })
-    .boxed();
-    match cp.write_volume_file(&name, q, declared, stream).await {
-        Ok(info) => Ok(Json(info)),
-        Err(e) => {
-            super::files::drain(&shared).await;
-            Err(e)
-        }
-    }
+    .await
+    .map(Json)
 }
 
 #[utoipa::path(
