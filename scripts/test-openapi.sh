@@ -16,6 +16,7 @@
 # schemathesis makes up, so sandbox-scoped calls mostly answer 404 (which the document says).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root="$(pwd)"
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/cove-target}"
 export COVE_TEST_CACHE_DIR="${COVE_TEST_CACHE_DIR:-/var/cache/cove/templates}"
@@ -46,16 +47,8 @@ cleanup() {
     for _ in $(seq 1 100); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$server_pid" 2>/dev/null || true
   fi
-  for id in $(runc --root "$data_dir/runc" list -q 2>/dev/null); do
-    runc --root "$data_dir/runc" delete -f "$id" >/dev/null 2>&1 || true
-  done
-  for d in "$data_dir"/sandboxes/*/; do
-    [ -d "$d" ] || continue
-    umount -l "$d/rootfs" 2>/dev/null || true
-    umount -l "$d/disk" 2>/dev/null || true
-    umount -l "$d/lower" 2>/dev/null || true
-  done
-  rm -rf "$data_dir" "$report_dir"
+  "$root/scripts/remove-server-data-dir.sh" "$data_dir"
+  rm -rf "$report_dir"
 }
 trap cleanup EXIT
 
