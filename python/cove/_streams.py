@@ -42,16 +42,15 @@ class SseParser:
         return None
 
 
-class AttachCursor:
-    """Where a reader of a command's output stands, so a broken stream resumes exactly.
-
-    ``offset`` is the next byte wanted; :meth:`on_event` turns an SSE event into an
-    :class:`Output` (without bytes already seen), a :class:`Gap`, or the exit's
-    :class:`Command`, and moves the offset.
-    """
+class _Cursor:
+    """Where a reader of one of a command's output streams stands (``offset``), and how often
+    it broke in a row without progress."""
 
     #: Reconnections in a row without progress before giving up.
     MAX_RETRIES = 5
+    #: The stream's media type (``Accept``) and its name in errors.
+    ACCEPT = ""
+    STREAM = ""
 
     def __init__(self, attachment: Attachment, offset: int = 0) -> None:
         self.attachment = attachment
@@ -64,8 +63,27 @@ class AttachCursor:
             self.attachment.url,
             params=[("offset", str(self.offset))],
             token=self.attachment.token,
-            headers={"Accept": "text/event-stream"},
+            headers={"Accept": self.ACCEPT},
         )
+
+    def failed(self, err: Exception) -> None:
+        """Counts a broken stream; raises once it keeps breaking without progress."""
+        self.failures += 1
+        if self.failures > self.MAX_RETRIES:
+            message = f"the {self.STREAM} stream keeps failing: {err}"
+            raise CoveError("transport", message) from err
+
+
+class AttachCursor(_Cursor):
+    """Where a reader of a command's output stands, so a broken stream resumes exactly.
+
+    ``offset`` is the next byte wanted; :meth:`on_event` turns an SSE event into an
+    :class:`Output` (without bytes already seen), a :class:`Gap`, or the exit's
+    :class:`Command`, and moves the offset.
+    """
+
+    ACCEPT = "text/event-stream"
+    STREAM = "output"
 
     def on_event(self, event: str, data: str) -> Union[Output, Gap, Command, None]:
         if event in ("stdout", "stderr"):
@@ -87,43 +105,17 @@ class AttachCursor:
             raise _StreamBroke(err.get("message", "the output stream broke"))
         return None
 
-    def failed(self, err: Exception) -> None:
-        """Counts a broken stream; raises once it keeps breaking without progress."""
-        self.failures += 1
-        if self.failures > self.MAX_RETRIES:
-            raise CoveError("transport", f"the output stream keeps failing: {err}") from err
 
-
-class StdoutCursor:
+class StdoutCursor(_Cursor):
     """Where a reader of a command's raw stdout stream stands: ``offset`` counts the stdout
     bytes already read (stderr is not in this stream), so a broken stream resumes exactly."""
 
-    #: Reconnections in a row without progress before giving up.
-    MAX_RETRIES = 5
-
-    def __init__(self, attachment: Attachment, offset: int = 0) -> None:
-        self.attachment = attachment
-        self.offset = offset
-        self.failures = 0
-
-    def request(self) -> Req:
-        return Req(
-            "GET",
-            self.attachment.url,
-            params=[("offset", str(self.offset))],
-            token=self.attachment.token,
-            headers={"Accept": "application/octet-stream"},
-        )
+    ACCEPT = "application/octet-stream"
+    STREAM = "stdout"
 
     def on_bytes(self, data: bytes) -> None:
         self.offset += len(data)
         self.failures = 0
-
-    def failed(self, err: Exception) -> None:
-        """Counts a broken stream; raises once it keeps breaking without progress."""
-        self.failures += 1
-        if self.failures > self.MAX_RETRIES:
-            raise CoveError("transport", f"the stdout stream keeps failing: {err}") from err
 
 
 class _StreamBroke(Exception):

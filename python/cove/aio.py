@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 import asyncio
+import contextlib
 import json
 from typing import Any, AsyncIterator, Callable, Mapping, Optional, Sequence, Union
 
@@ -146,7 +147,9 @@ class AsyncClient:
         except StopIteration as stop:
             return stop.value
 
-    async def _sse(self, req: Req) -> AsyncIterator[tuple]:
+    @contextlib.asynccontextmanager
+    async def _stream(self, req: Req) -> AsyncIterator[httpx.Response]:
+        """As :meth:`cove.Client._stream`."""
         url, headers = self._target(req)
         try:
             async with self._http.stream(
@@ -158,32 +161,24 @@ class AsyncClient:
             ) as resp:
                 if resp.status_code >= 400:
                     raise from_answer(resp.status_code, await resp.aread())
-                parser = SseParser()
-                async for line in resp.aiter_lines():
-                    event = parser.line(line)
-                    if event is not None:
-                        yield event
+                yield resp
         except httpx.TransportError as err:
             raise TransportError(f"GET {url}: {err}") from err
 
+    async def _sse(self, req: Req) -> AsyncIterator[tuple]:
+        async with self._stream(req) as resp:
+            parser = SseParser()
+            async for line in resp.aiter_lines():
+                event = parser.line(line)
+                if event is not None:
+                    yield event
+
     async def _raw(self, req: Req) -> AsyncIterator[bytes]:
         """As :meth:`cove.Client._raw`."""
-        url, headers = self._target(req)
-        try:
-            async with self._http.stream(
-                "GET",
-                url,
-                params=req.params or None,
-                headers=headers,
-                timeout=httpx.Timeout(self._timeout, read=None),
-            ) as resp:
-                if resp.status_code >= 400:
-                    raise from_answer(resp.status_code, await resp.aread())
-                async for chunk in resp.aiter_raw():
-                    if chunk:
-                        yield chunk
-        except httpx.TransportError as err:
-            raise TransportError(f"GET {url}: {err}") from err
+        async with self._stream(req) as resp:
+            async for chunk in resp.aiter_raw():
+                if chunk:
+                    yield chunk
 
     # -- sandboxes, lifecycle, operations, templates ------------------------------------------
 

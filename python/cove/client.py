@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import time
@@ -133,8 +134,10 @@ class Client:
         except StopIteration as stop:
             return stop.value
 
-    def _sse(self, req: Req) -> Iterator[tuple]:
-        """The ``(event, data, id)`` triples of a server-sent event stream."""
+    @contextlib.contextmanager
+    def _stream(self, req: Req) -> Iterator[httpx.Response]:
+        """A streamed ``GET`` whose status is checked; a connection that fails or a body that
+        breaks off is a :class:`TransportError`."""
         url, headers = self._target(req)
         try:
             with self._http.stream(
@@ -146,33 +149,26 @@ class Client:
             ) as resp:
                 if resp.status_code >= 400:
                     raise from_answer(resp.status_code, resp.read())
-                parser = SseParser()
-                for line in resp.iter_lines():
-                    event = parser.line(line)
-                    if event is not None:
-                        yield event
+                yield resp
         except httpx.TransportError as err:
             raise TransportError(f"GET {url}: {err}") from err
+
+    def _sse(self, req: Req) -> Iterator[tuple]:
+        """The ``(event, data, id)`` triples of a server-sent event stream."""
+        with self._stream(req) as resp:
+            parser = SseParser()
+            for line in resp.iter_lines():
+                event = parser.line(line)
+                if event is not None:
+                    yield event
 
     def _raw(self, req: Req) -> Iterator[bytes]:
         """The body of a ``GET`` as it arrives, chunk by chunk; a body that breaks off is a
         :class:`TransportError`."""
-        url, headers = self._target(req)
-        try:
-            with self._http.stream(
-                "GET",
-                url,
-                params=req.params or None,
-                headers=headers,
-                timeout=httpx.Timeout(self._timeout, read=None),
-            ) as resp:
-                if resp.status_code >= 400:
-                    raise from_answer(resp.status_code, resp.read())
-                for chunk in resp.iter_raw():
-                    if chunk:
-                        yield chunk
-        except httpx.TransportError as err:
-            raise TransportError(f"GET {url}: {err}") from err
+        with self._stream(req) as resp:
+            for chunk in resp.iter_raw():
+                if chunk:
+                    yield chunk
 
     # -- sandboxes, lifecycle, operations, templates ------------------------------------------
 
