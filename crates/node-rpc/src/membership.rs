@@ -173,6 +173,14 @@ fn from_status(s: Status) -> MembershipError {
     }
 }
 
+/// The endpoint of the control plane's node listener: 5 s to connect, 10 s per call.
+fn control_plane_endpoint(url: &str) -> Result<tonic::transport::Endpoint, MembershipError> {
+    Ok(crate::transport::endpoint(url)
+        .map_err(MembershipError::Refused)?
+        .connect_timeout(Duration::from_secs(5))
+        .timeout(Duration::from_secs(10)))
+}
+
 impl ClusterClient {
     /// Learns the control plane's TLS certificate at `url` (its node listener,
     /// `https://host:port`): connects accepting any certificate, and keeps the one presented
@@ -185,10 +193,7 @@ impl ClusterClient {
         url: &str,
         token: &str,
     ) -> Result<CertificateDer<'static>, MembershipError> {
-        let endpoint = crate::transport::endpoint(url)
-            .map_err(MembershipError::Refused)?
-            .connect_timeout(Duration::from_secs(5))
-            .timeout(Duration::from_secs(10));
+        let endpoint = control_plane_endpoint(url)?;
         let verifier = PinnedVerifier::recording();
         let config = verifier
             .client_config()
@@ -224,10 +229,7 @@ impl ClusterClient {
         token: &str,
         certificate: CertificateDer<'static>,
     ) -> Result<ClusterClient, MembershipError> {
-        let endpoint = crate::transport::endpoint(url)
-            .map_err(MembershipError::Refused)?
-            .connect_timeout(Duration::from_secs(5))
-            .timeout(Duration::from_secs(10));
+        let endpoint = control_plane_endpoint(url)?;
         let config = PinnedVerifier::pinned(certificate)
             .client_config()
             .map_err(|e| MembershipError::Refused(e.to_string()))?;
