@@ -77,11 +77,21 @@ async fn a_pool_serves_creates_running_refills_and_drains() {
     let p = c.put_pool("e2e-warm", &put).await.expect("put pool");
     assert_eq!((p.min_ready, p.max, p.hits), (2, 2, 0));
     pool_until(&c, "e2e-warm", Duration::from_secs(120), |p| p.ready == 2).await;
-    let containers = members(&c).await;
+    // The next pass may retire and replace a member just counted ready (one that failed or no
+    // longer fits): wait, bounded, for two unlisted containers rather than read one instant.
+    let start = Instant::now();
+    let containers = loop {
+        let now = members(&c).await;
+        if now.len() == 2 || start.elapsed() > Duration::from_secs(60) {
+            break now;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     assert_eq!(
         containers.len(),
         2,
-        "members run but are not listed: {containers:?}"
+        "members run but are not listed: {containers:?}, pool {:?}",
+        c.pool("e2e-warm").await
     );
 
     let req = CreateSandboxRequest {

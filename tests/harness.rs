@@ -99,19 +99,29 @@ extern "C" fn cleanup_at_exit() {
 }
 
 /// Ids of the runc containers under `data_dir`'s runc root (empty when runc has none).
+///
+/// `runc list` that fails (it can, while a container is being created or deleted beside it)
+/// is retried up to 5 times, 100 ms apart; a failure that persists panics with runc's stderr
+/// rather than reading as "no containers".
 pub fn runc_containers(data_dir: &Path) -> BTreeSet<String> {
-    std::process::Command::new("runc")
-        .arg("--root")
-        .arg(data_dir.join("runc"))
-        .args(["list", "-q"])
-        .output()
-        .map(|out| {
-            String::from_utf8_lossy(&out.stdout)
+    let mut last = String::new();
+    for _ in 0..5 {
+        let out = std::process::Command::new("runc")
+            .arg("--root")
+            .arg(data_dir.join("runc"))
+            .args(["list", "-q"])
+            .output()
+            .expect("runc runs");
+        if out.status.success() {
+            return String::from_utf8_lossy(&out.stdout)
                 .lines()
                 .map(str::to_string)
-                .collect()
-        })
-        .unwrap_or_default()
+                .collect();
+        }
+        last = String::from_utf8_lossy(&out.stderr).into_owned();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("runc list keeps failing: {last}");
 }
 
 /// Lines of /proc/self/mountinfo that mention `needle` (a sandbox id, a data dir).

@@ -176,11 +176,13 @@ async fn gateway(ctx: &Ctx<'_>) -> anyhow::Result<Vec<Metric>> {
             Stats::single(download_ms(r.direct_mib_s)),
         )
         .note(format!(
-            "{:.0} MiB/s vs {:.0} MiB/s (median of 5)",
-            r.gateway_mib_s, r.direct_mib_s
+            "{:.0} MiB/s vs {:.0} MiB/s (median of 5); CPU {:.2} vs {:.2} s/GiB",
+            r.gateway_mib_s, r.direct_mib_s, r.gateway_cpu_s_per_gib, r.direct_cpu_s_per_gib
         ))
         .extra("gateway_mib_s", r.gateway_mib_s)
-        .extra("direct_mib_s", r.direct_mib_s),
+        .extra("direct_mib_s", r.direct_mib_s)
+        .extra("gateway_cpu_s_per_gib", r.gateway_cpu_s_per_gib)
+        .extra("direct_cpu_s_per_gib", r.direct_cpu_s_per_gib),
     ])
 }
 

@@ -40,6 +40,14 @@ pub struct BenchReport {
     pub gateway_mib_s: f64,
     /// `gateway_mib_s / direct_mib_s`.
     pub throughput_ratio: f64,
+    /// CPU time (user + system, every thread of this process: the client, the fake internet's
+    /// server and, on the gateway path, the gateway) per GiB downloaded, direct path, median of
+    /// 5 (s/GiB). Softirq work is charged to whichever thread the kernel interrupted, so this
+    /// is close to the whole machine's CPU for the transfer: on 2 cores a path that needs more
+    /// CPU per byte is slower by about the ratio of the two.
+    pub direct_cpu_s_per_gib: f64,
+    /// The same through the gateway (s/GiB).
+    pub gateway_cpu_s_per_gib: f64,
     /// Time to take a prepared namespace with [`Network::attach`], p50 (µs).
     pub attach_p50_us: f64,
 }
@@ -88,30 +96,59 @@ fn latencies(ns: &str, rounds: usize) -> Result<Vec<f64>> {
     .map_err(|e| NetworkError::io("bench", std::io::Error::other(e)))
 }
 
-/// In `ns`: one download of `bytes` (MiB/s).
-fn download(ns: &str, bytes: u64) -> Result<f64> {
+/// CPU time (user + system) of every thread of this process so far (s).
+fn process_cpu_s() -> f64 {
+    let tv = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+    nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)
+        .map(|u| tv(u.user_time()) + tv(u.system_time()))
+        .unwrap_or(f64::NAN)
+}
+
+/// In `ns`: one download of `bytes`: (MiB/s, CPU s per GiB of this process meanwhile).
+fn download(ns: &str, bytes: u64) -> Result<(f64, f64)> {
     check_route(ns, WEB_A)?;
     let dest = SocketAddrV4::new(WEB_A, 80);
-    cmd::run_in_netns(ns, move || -> std::result::Result<f64, String> {
+    cmd::run_in_netns(ns, move || -> std::result::Result<(f64, f64), String> {
+        let cpu = process_cpu_s();
         let t = Instant::now();
         let got = request(dest, &format!("/bytes/{bytes}"))?;
         let secs = t.elapsed().as_secs_f64();
+        let cpu = process_cpu_s() - cpu;
         if got < bytes {
             return Err(format!("download stopped at {got} of {bytes} bytes"));
         }
-        Ok(bytes as f64 / (1024.0 * 1024.0) / secs)
+        let gib = bytes as f64 / (1024.0 * 1024.0 * 1024.0);
+        Ok((bytes as f64 / (1024.0 * 1024.0) / secs, cpu / gib))
     })?
     .map_err(|e| NetworkError::io("bench", std::io::Error::other(e)))
 }
 
+/// Medians of 5 downloads per path: (MiB/s, CPU s/GiB).
+#[derive(Debug, Clone, Copy)]
+struct Downloads {
+    mib_s: f64,
+    cpu_s_per_gib: f64,
+}
+
+fn medians(mut runs: Vec<(f64, f64)>) -> Downloads {
+    let mut cpu: Vec<f64> = runs.iter().map(|r| r.1).collect();
+    runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+    cpu.sort_by(f64::total_cmp);
+    let mib_s: Vec<f64> = runs.iter().map(|r| r.0).collect();
+    Downloads {
+        mib_s: percentile(&mib_s, 0.5),
+        cpu_s_per_gib: percentile(&cpu, 0.5),
+    }
+}
+
 /// Latencies of both paths, then downloads alternating direct/gateway so load on the machine
-/// hits both alike; (direct latencies, gateway latencies, direct MiB/s, gateway MiB/s).
+/// hits both alike; (direct latencies, gateway latencies, direct downloads, gateway downloads).
 fn measure(
     direct: &str,
     gateway: &str,
     rounds: usize,
     bytes: u64,
-) -> Result<(Vec<f64>, Vec<f64>, f64, f64)> {
+) -> Result<(Vec<f64>, Vec<f64>, Downloads, Downloads)> {
     let d_lat = latencies(direct, rounds)?;
     let g_lat = latencies(gateway, rounds)?;
     let (mut d, mut g) = (Vec::new(), Vec::new());
@@ -119,9 +156,7 @@ fn measure(
         d.push(download(direct, bytes)?);
         g.push(download(gateway, bytes)?);
     }
-    d.sort_by(f64::total_cmp);
-    g.sort_by(f64::total_cmp);
-    Ok((d_lat, g_lat, percentile(&d, 0.5), percentile(&g, 0.5)))
+    Ok((d_lat, g_lat, medians(d), medians(g)))
 }
 
 /// Builds a fake internet (prefix `{prefix}l`) and a gateway (prefix `{prefix}`), then measures
@@ -151,7 +186,7 @@ async fn run(lab: &FakeInternet, prefix: &str, rounds: usize, bytes: u64) -> Res
         attach.sort_by(f64::total_cmp);
         let sbx = net.attachment("bench-0")?.netns;
         let direct_ns = lab.direct_ns.clone();
-        let (direct, gateway, direct_mib_s, gateway_mib_s) =
+        let (direct, gateway, direct_dl, gateway_dl) =
             tokio::task::spawn_blocking(move || measure(&direct_ns, &sbx, rounds, bytes))
                 .await
                 .map_err(|e| NetworkError::io("bench", std::io::Error::other(e.to_string())))??;
@@ -164,10 +199,12 @@ async fn run(lab: &FakeInternet, prefix: &str, rounds: usize, bytes: u64) -> Res
             gateway_request_p90_us: percentile(&gateway, 0.9),
             direct_request_p99_us: percentile(&direct, 0.99),
             gateway_request_p99_us: percentile(&gateway, 0.99),
-            direct_mib_s,
-            gateway_mib_s,
+            direct_mib_s: direct_dl.mib_s,
+            gateway_mib_s: gateway_dl.mib_s,
             attach_p50_us: percentile(&attach, 0.5),
-            throughput_ratio: gateway_mib_s / direct_mib_s,
+            throughput_ratio: gateway_dl.mib_s / direct_dl.mib_s,
+            direct_cpu_s_per_gib: direct_dl.cpu_s_per_gib,
+            gateway_cpu_s_per_gib: gateway_dl.cpu_s_per_gib,
         })
     }
     .await;
