@@ -1,9 +1,11 @@
 //! Several machines' worth of Cove on this one, as real processes: `cove server --join-token
-//! --no-local-node` and three `cove node` agents (each its own data dir, loopback only,
-//! `--network off`, one shared snapshot directory) over gRPC with TLS (pinned certificates).
+//! --no-local-node` and three `cove node` agents (each its own data dir and its own network
+//! namespace and address on a bridge the test made, `--network off`, one shared snapshot
+//! directory) over gRPC with TLS (pinned certificates).
 //! Placement spreads; a suspended sandbox wakes on another node with its files; `cove node
 //! ls|drain`; SIGKILL a node → its running sandboxes end `failed (node_lost)` within the
-//! heartbeat timeout, its suspended one stays suspended, and new creates go elsewhere. A
+//! heartbeat timeout, its suspended one stays suspended, and new creates go elsewhere; cutting
+//! a node's link does the same, and when the link is back the node removes what failed. A
 //! release built from a file is built on one node over the wire and runs on the others, which
 //! fetch it from the shared store.
 
@@ -17,6 +19,9 @@ use std::time::{Duration, Instant};
 use cove_api_types::SandboxState;
 use cove_client::Client;
 use cove_e2e::{guest_agent, runc_containers, sandbox, sh};
+
+mod netns;
+use netns::TestNet;
 
 const TOKEN: &str = "test-join-token-0123456789";
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
@@ -38,6 +43,7 @@ struct Cluster {
     client: Client,
     token: String,
     node_url: String,
+    net: TestNet,
 }
 
 impl Drop for Cluster {
@@ -81,7 +87,21 @@ impl Drop for Cluster {
 }
 
 fn cove(data_dir: &Path, args: &[&str]) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_cove"));
+    cove_in(None, data_dir, args)
+}
+
+/// `cove --data-dir DATA_DIR ARGS`, in network namespace `netns` if given (with `nsenter`,
+/// which, unlike `ip netns exec`, leaves /sys and its cgroup mounts alone for runc).
+fn cove_in(netns: Option<&str>, data_dir: &Path, args: &[&str]) -> tokio::process::Command {
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut c = tokio::process::Command::new("nsenter");
+            c.arg(format!("--net=/run/netns/{ns}"))
+                .arg(env!("CARGO_BIN_EXE_cove"));
+            c
+        }
+        None => tokio::process::Command::new(env!("CARGO_BIN_EXE_cove")),
+    };
     cmd.arg("--data-dir")
         .arg(data_dir)
         .args(args)
@@ -92,12 +112,20 @@ fn cove(data_dir: &Path, args: &[&str]) -> tokio::process::Command {
     cmd
 }
 
-fn node_process(root: &Path, name: &str, node_url: &str) -> tokio::process::Child {
+/// Starts node `name` (the `i`-th) in its namespace of `net`, listening on its address there.
+fn node_process(
+    root: &Path,
+    net: &TestNet,
+    i: usize,
+    name: &str,
+    node_url: &str,
+) -> tokio::process::Child {
     let cache = std::env::var("COVE_TEST_CACHE_DIR")
         .unwrap_or_else(|_| "/var/cache/cove/templates".to_string());
-    let listen = format!("127.0.0.1:{}", free_port());
+    let listen = format!("{}:{}", net.node_address(i), free_port());
     let snapshots = format!("file://{}", root.join("snapshots").display());
-    cove(
+    cove_in(
+        Some(&net.namespace(i)),
         &root.join(name),
         &[
             "node",
@@ -143,8 +171,9 @@ async fn start() -> Cluster {
         .unwrap()
         .keep();
     std::fs::create_dir_all(root.join("snapshots")).unwrap();
+    let net = TestNet::create(NODES.len());
     let (api, dp, node_port) = (free_port(), free_port(), free_port());
-    let node_url = format!("https://127.0.0.1:{node_port}");
+    let node_url = format!("https://{}:{node_port}", net.host());
     let snapshots = format!("file://{}", root.join("snapshots").display());
     let server = cove(
         &root.join("cp"),
@@ -159,7 +188,7 @@ async fn start() -> Cluster {
             "--join-token",
             TOKEN,
             "--node-listen",
-            &format!("127.0.0.1:{node_port}"),
+            &format!("{}:{node_port}", net.host()),
             "--no-local-node",
             "--heartbeat-interval-ms",
             "500",
@@ -187,7 +216,8 @@ async fn start() -> Cluster {
     let client = Client::new(&format!("http://127.0.0.1:{api}"), token.clone()).unwrap();
     let nodes = NODES
         .iter()
-        .map(|n| (n.to_string(), node_process(&root, n, &node_url)))
+        .enumerate()
+        .map(|(i, n)| (n.to_string(), node_process(&root, &net, i, n, &node_url)))
         .collect();
     let cluster = Cluster {
         root,
@@ -196,6 +226,7 @@ async fn start() -> Cluster {
         client,
         token,
         node_url,
+        net,
     };
     until("three ready nodes", Duration::from_secs(60), || async {
         cluster.client.nodes().await.is_ok_and(|l| {
@@ -346,8 +377,9 @@ async fn three_node_agents_place_spread_wake_elsewhere_and_survive_a_lost_node()
         "the killed node's sandbox is still on disk"
     );
     let node_url = c.node_url.clone();
-    c.nodes
-        .push((victim.to_string(), node_process(&c.root, victim, &node_url)));
+    let i = NODES.iter().position(|n| *n == victim).unwrap();
+    let back = node_process(&c.root, &c.net, i, victim, &node_url);
+    c.nodes.push((victim.to_string(), back));
     until(
         "the returning node to reconcile",
         Duration::from_secs(30),
@@ -360,6 +392,41 @@ async fn three_node_agents_place_spread_wake_elsewhere_and_survive_a_lost_node()
         cove_api_types::NodeState::Ready
     );
     assert!(runc_containers(&c.root.join(victim)).is_empty());
+
+    // Cut a node's link (the process keeps running): its running sandbox fails `node_lost`
+    // as a killed node's does; with the link back the same process is ready again and
+    // removes that sandbox.
+    let cut_id = sandbox(&c.client, "tiny").await;
+    let cut = c.node_of(&cut_id).unwrap();
+    let i = NODES.iter().position(|n| *n == cut).unwrap();
+    c.net.set_link(i, false);
+    until(
+        "the cut node's sandbox to fail",
+        HEARTBEAT_TIMEOUT + Duration::from_secs(10),
+        || async { c.state(&cut_id).await.0 == SandboxState::Failed },
+    )
+    .await;
+    let reason = c.state(&cut_id).await.1.unwrap_or_default();
+    assert!(reason.starts_with("node_lost"), "{reason}");
+    let listed = c.client.nodes().await.unwrap().nodes;
+    assert_eq!(
+        listed.iter().find(|n| n.name == cut).unwrap().state,
+        cove_api_types::NodeState::Lost
+    );
+    c.net.set_link(i, true);
+    let leftover = c.root.join(cut).join("sandboxes").join(&cut_id);
+    until(
+        "the reconnected node to reconcile",
+        Duration::from_secs(60),
+        || async { !leftover.exists() },
+    )
+    .await;
+    let back = c.client.nodes().await.unwrap().nodes;
+    assert_eq!(
+        back.iter().find(|n| n.name == cut).unwrap().state,
+        cove_api_types::NodeState::Ready
+    );
+    assert!(!runc_containers(&c.root.join(cut)).contains(&cut_id));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
