@@ -30,6 +30,7 @@ from .types import (
     Attachment,
     BuildLog,
     Capabilities,
+    Checkpoint,
     Command,
     CommandResult,
     Event,
@@ -58,6 +59,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AsyncClient",
+    "Checkpoint",
     "AsyncCommandHandle",
     "AsyncPtySession",
     "Attachment",

@@ -23,6 +23,7 @@ from .types import (
     Attachment,
     FileInfo,
     Capabilities,
+    Checkpoint,
     Command,
     CommandResult,
     NetworkPolicy,
@@ -226,6 +227,7 @@ def create_sandbox(
     secrets: Optional[Mapping[str, Mapping[str, Any]]] = None,
     public: bool = False,
     volumes: Optional[Sequence[Union[str, Mapping[str, Any]]]] = None,
+    checkpoint: Union[str, Checkpoint, None] = None,
     idempotency_key: Optional[str] = None,
     wait: bool = True,
     timeout: float = 600,
@@ -238,7 +240,8 @@ def create_sandbox(
     ``runtime`` (``runc``, ``qemu``) must be the server's (:meth:`capabilities`) when given.
     ``public`` makes its ports reachable without a credential (:meth:`set_ports` changes it).
     ``volumes`` mounts volumes (:meth:`create_volume`): ``"NAME:/path"``, ``"NAME:/path:ro"``
-    or ``{"name", "path", "read_only"}`` each."""
+    or ``{"name", "path", "read_only"}`` each. ``checkpoint`` starts it from a ``ready``
+    checkpoint (or its id; its template, release and resources, so leave those out)."""
     if isinstance(resources, Resources):
         resources = drop_none(**vars(resources))
     if isinstance(network, NetworkPolicy):
@@ -258,6 +261,7 @@ def create_sandbox(
         secrets={k: dict(v) for k, v in secrets.items()} if secrets else None,
         public=True if public else None,
         volumes=[volume_mount(v) for v in volumes] if volumes else None,
+        checkpoint=checkpoint.id if isinstance(checkpoint, Checkpoint) else checkpoint,
     )
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
     data = yield Req("POST", "/v1/sandboxes", json=body, headers=headers)

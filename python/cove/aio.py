@@ -16,11 +16,12 @@ import inspect
 import asyncio
 import contextlib
 import json
+import os
 from typing import Any, AsyncIterator, Callable, Mapping, Optional, Sequence, Union
 
 import httpx
 
-from . import _core, _files, _streams
+from . import _checkpoints, _core, _files, _streams
 from ._core import Commandish, Req, Sandboxish
 from ._streams import AttachCursor, SseParser, StdoutCursor, _StreamBroke
 from .client import decode
@@ -214,6 +215,33 @@ class AsyncClient:
     write_volume_file = _async(_core.write_volume_file)
     read_volume_file = _async(_core.read_volume_file)
     list_volume_files = _async(_core.list_volume_files)
+    create_checkpoint = _async(_checkpoints.create_checkpoint)
+    get_checkpoint = _async(_checkpoints.get_checkpoint)
+    list_checkpoints = _async(_checkpoints.list_checkpoints)
+    delete_checkpoint = _async(_checkpoints.delete_checkpoint)
+    rollback = _async(_checkpoints.rollback)
+    fork = _async(_checkpoints.fork)
+    import_checkpoint = _async(_checkpoints.import_checkpoint)
+
+    async def export_checkpoint(
+        self, checkpoint: Any, dest: Optional[Union[str, "os.PathLike[str]"]] = None
+    ) -> Union[bytes, int]:
+        """As :meth:`cove.Client.export_checkpoint`."""
+        req = _checkpoints.archive_request(checkpoint)
+        if dest is None:
+            return b"".join([chunk async for chunk in self._raw(req)])
+        part = f"{os.fspath(dest)}.part"
+        n = 0
+        try:
+            with open(part, "wb") as f:
+                async for chunk in self._raw(req):
+                    f.write(chunk)
+                    n += len(chunk)
+            os.replace(part, dest)
+        finally:
+            if os.path.exists(part):
+                os.remove(part)
+        return n
 
     async def build_release(
         self,

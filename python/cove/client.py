@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import functools
 import json
 import time
@@ -17,7 +18,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 
 import httpx
 
-from . import _core, _files, _streams
+from . import _checkpoints, _core, _files, _streams
 from ._core import Commandish, Req, Sandboxish
 from ._streams import AttachCursor, SseParser, StdoutCursor, _StreamBroke
 from .errors import Conflict, CoveError, TransportError, Unauthorized, from_answer
@@ -204,6 +205,36 @@ class Client:
     write_volume_file = _sync(_core.write_volume_file)
     read_volume_file = _sync(_core.read_volume_file)
     list_volume_files = _sync(_core.list_volume_files)
+    create_checkpoint = _sync(_checkpoints.create_checkpoint)
+    get_checkpoint = _sync(_checkpoints.get_checkpoint)
+    list_checkpoints = _sync(_checkpoints.list_checkpoints)
+    delete_checkpoint = _sync(_checkpoints.delete_checkpoint)
+    rollback = _sync(_checkpoints.rollback)
+    fork = _sync(_checkpoints.fork)
+    import_checkpoint = _sync(_checkpoints.import_checkpoint)
+
+    def export_checkpoint(
+        self, checkpoint: Any, dest: Optional[Union[str, "os.PathLike[str]"]] = None
+    ) -> Union[bytes, int]:
+        """A checkpoint's archive (an uncompressed tar, format ``cove-checkpoint`` version 1)
+        that :meth:`import_checkpoint` takes on this or another server: streamed into ``dest``
+        (a local path, written whole or not at all) and its size in bytes returned, or without
+        ``dest`` returned as bytes."""
+        req = _checkpoints.archive_request(checkpoint)
+        if dest is None:
+            return b"".join(self._raw(req))
+        part = f"{os.fspath(dest)}.part"
+        n = 0
+        try:
+            with open(part, "wb") as f:
+                for chunk in self._raw(req):
+                    f.write(chunk)
+                    n += len(chunk)
+            os.replace(part, dest)
+        finally:
+            if os.path.exists(part):
+                os.remove(part)
+        return n
 
     def build_release(
         self,

@@ -467,6 +467,42 @@ class Volume:
 
 
 @dataclass
+class Checkpoint:
+    """A saved state of a sandbox (``create_checkpoint``): its files, and with ``memory`` its
+    processes' memory (qemu). ``state`` is ``creating``, ``ready`` or ``failed``; sandboxes are
+    created from a ``ready`` one (``create_sandbox(checkpoint=...)``) with its template,
+    release and resources. ``file_bytes`` is the file content saved and ``pause_ms`` how long
+    the sandbox was frozen for it (both known once ``ready``)."""
+
+    id: str
+    org: str
+    sandbox_id: str
+    state: str
+    template: str
+    release: int
+    resources: Resources
+    runtime: str
+    memory: bool
+    created_at: datetime
+    name: Optional[str] = None
+    state_reason: Optional[str] = None
+    env: Dict[str, str] = field(default_factory=dict)
+    cwd: str = ""
+    user: str = ""
+    file_bytes: int = 0
+    pause_ms: Optional[int] = None
+    operation_id: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, data: Dict[str, Any]) -> "Checkpoint":
+        d = _known(cls, data)
+        d["resources"] = Resources.from_json(data["resources"])
+        d["created_at"] = _time(data["created_at"])
+        d["env"] = dict(data.get("env") or {})
+        return cls(**d)
+
+
+@dataclass
 class Event:
     """A lifecycle event, or a refusal of a sandbox's gateway (``type`` ``network.denied``,
     ``destination`` and ``reason``): ``seq`` orders them (resume with ``after=seq``)."""
