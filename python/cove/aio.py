@@ -21,7 +21,7 @@ from typing import Any, AsyncIterator, Callable, Mapping, Optional, Sequence, Un
 
 import httpx
 
-from . import _checkpoints, _core, _files, _streams
+from . import _checkpoints, _core, _files, _streams, _templates
 from ._core import Commandish, Req, Sandboxish
 from ._streams import AttachCursor, SseParser, StdoutCursor, _StreamBroke
 from .client import decode
@@ -255,6 +255,26 @@ class AsyncClient:
         if on_log is None:
             return await self._run(_core.build_release(name, no_cache, wait, timeout))
         op = await self._run(_core.build_release(name, no_cache, wait=False))
+        return await self._follow_build(op, on_log, timeout)
+
+    async def create_template(
+        self,
+        name: str,
+        context: Any,
+        file: Optional[str] = None,
+        no_cache: bool = False,
+        network: Any = None,
+        wait: bool = True,
+        on_log: Optional[Callable[[BuildLog], Any]] = None,
+        timeout: float = 3600,
+    ) -> Operation:
+        """As :meth:`cove.Client.create_template`."""
+        if on_log is None:
+            return await self._run(_templates.create_template(name, context, file, no_cache, network, wait, timeout))
+        op = await self._run(_templates.create_template(name, context, file, no_cache, network, wait=False))
+        return await self._follow_build(op, on_log, timeout)
+
+    async def _follow_build(self, op: Operation, on_log: Callable[[BuildLog], Any], timeout: float) -> Operation:
         async for log in self.build_logs(op.id):
             await _call(on_log, log)
         return await self._run(_core.wait_operation(op.id, timeout))

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 
 import httpx
 
-from . import _checkpoints, _core, _files, _streams
+from . import _checkpoints, _core, _files, _streams, _templates
 from ._core import Commandish, Req, Sandboxish
 from ._streams import AttachCursor, SseParser, StdoutCursor, _StreamBroke
 from .errors import Conflict, CoveError, TransportError, Unauthorized, from_answer
@@ -250,6 +250,31 @@ class Client:
         if on_log is None:
             return self._run(_core.build_release(name, no_cache, wait, timeout))
         op = self._run(_core.build_release(name, no_cache, wait=False))
+        return self._follow_build(op, on_log, timeout)
+
+    def create_template(
+        self,
+        name: str,
+        context: Any,
+        file: Optional[str] = None,
+        no_cache: bool = False,
+        network: Any = None,
+        wait: bool = True,
+        on_log: Optional[Callable[[BuildLog], Any]] = None,
+        timeout: float = 3600,
+    ) -> Operation:
+        """Creates template ``name`` from a template file (a Dockerfile subset: FROM, RUN,
+        COPY/ADD, ENV, WORKDIR, USER, ARG, START, READY) or builds its next release. ``context``
+        is a local directory (packed into a tar) or tar bytes holding the file (``file``,
+        default ``Dockerfile``); ``network`` is the egress policy of its ``RUN`` steps. Returns
+        the build operation (final when ``wait``; a failed build raises
+        :class:`OperationFailed`); ``on_log`` gets each step's log as it builds."""
+        if on_log is None:
+            return self._run(_templates.create_template(name, context, file, no_cache, network, wait, timeout))
+        op = self._run(_templates.create_template(name, context, file, no_cache, network, wait=False))
+        return self._follow_build(op, on_log, timeout)
+
+    def _follow_build(self, op: Operation, on_log: Callable[[BuildLog], Any], timeout: float) -> Operation:
         for log in self.build_logs(op.id):
             on_log(log)
         return self._run(_core.wait_operation(op.id, timeout))
