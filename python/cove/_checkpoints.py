@@ -4,8 +4,9 @@ checkpoint between servers as an archive."""
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, BinaryIO, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 from ._core import Call, Req, Sandboxish, drop_none, get_sandbox, sandbox_path, seg, wait_operation
 from .types import Checkpoint, Sandbox, from_json_list
@@ -97,6 +98,20 @@ def archive_request(checkpoint: Checkpointish) -> Req:
     """The ``GET`` of a checkpoint's archive (an uncompressed tar, format ``cove-checkpoint``
     version 1), for a client to stream."""
     return Req("GET", f"/v1/checkpoints/{seg(cid(checkpoint))}/archive", raw=True, timeout=3600)
+
+
+@contextlib.contextmanager
+def written_whole(dest: Union[str, "os.PathLike[str]"]) -> Iterator[BinaryIO]:
+    """A file to write ``dest`` through: written as ``dest.part``, renamed over ``dest`` when
+    the block ends normally and removed when it raises, so ``dest`` is whole or untouched."""
+    part = f"{os.fspath(dest)}.part"
+    try:
+        with open(part, "wb") as f:
+            yield f
+        os.replace(part, dest)
+    finally:
+        if os.path.exists(part):
+            os.remove(part)
 
 
 def import_checkpoint(archive: Union[bytes, os.PathLike, Any], name: Optional[str] = None) -> Call:

@@ -230,18 +230,10 @@ class AsyncClient:
         req = _checkpoints.archive_request(checkpoint)
         if dest is None:
             return b"".join([chunk async for chunk in self._raw(req)])
-        part = f"{os.fspath(dest)}.part"
-        n = 0
-        try:
-            with open(part, "wb") as f:
-                async for chunk in self._raw(req):
-                    f.write(chunk)
-                    n += len(chunk)
-            os.replace(part, dest)
-        finally:
-            if os.path.exists(part):
-                os.remove(part)
-        return n
+        with _checkpoints.written_whole(dest) as f:
+            async for chunk in self._raw(req):
+                f.write(chunk)
+            return f.tell()
 
     async def build_release(
         self,

@@ -223,18 +223,10 @@ class Client:
         req = _checkpoints.archive_request(checkpoint)
         if dest is None:
             return b"".join(self._raw(req))
-        part = f"{os.fspath(dest)}.part"
-        n = 0
-        try:
-            with open(part, "wb") as f:
-                for chunk in self._raw(req):
-                    f.write(chunk)
-                    n += len(chunk)
-            os.replace(part, dest)
-        finally:
-            if os.path.exists(part):
-                os.remove(part)
-        return n
+        with _checkpoints.written_whole(dest) as f:
+            for chunk in self._raw(req):
+                f.write(chunk)
+            return f.tell()
 
     def build_release(
         self,
