@@ -15,8 +15,101 @@ pub struct Org {
     pub id: String,
     /// Its quotas.
     pub quotas: Quotas,
+    /// Features turned off for this org (each answers `403 feature_disabled` to it), by name.
+    /// A feature the server turns off (`--disable-feature`) is off for every org whatever
+    /// this says.
+    #[serde(default)]
+    pub disabled_features: Vec<Feature>,
+    /// How long its checkpoints are kept (default: until deleted).
+    #[serde(default)]
+    pub checkpoint_retention: CheckpointRetention,
     /// Creation time.
     pub created_at: DateTime<Utc>,
+}
+
+/// An incubating feature that can be turned off for a server (`cove server
+/// --disable-feature`) or for one org (`disabled_features`). A call to a feature turned off
+/// answers `403 feature_disabled` naming it.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Feature {
+    /// Checkpoints: take, list, get, delete, roll back to, create a sandbox from one.
+    Checkpoints,
+    /// Forks of a running sandbox.
+    Fork,
+    /// Checkpoint archives: export (download) and import (upload).
+    Export,
+    /// Persistent volumes: create, list, get, delete, their files, mounting them at create.
+    Volumes,
+}
+
+impl Feature {
+    /// Every feature.
+    pub const ALL: &'static [Feature] = &[
+        Feature::Checkpoints,
+        Feature::Fork,
+        Feature::Export,
+        Feature::Volumes,
+    ];
+
+    /// Its name (the wire string, as `--disable-feature` takes it and `feature_disabled`
+    /// names it).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Feature::Checkpoints => "checkpoints",
+            Feature::Fork => "fork",
+            Feature::Export => "export",
+            Feature::Volumes => "volumes",
+        }
+    }
+
+    /// The feature of a name; `None` for an unknown one.
+    pub fn parse(s: &str) -> Option<Feature> {
+        Feature::ALL.iter().copied().find(|f| f.as_str() == s)
+    }
+}
+
+/// How long an org's checkpoints are kept; an absent limit is no limit (the default). The
+/// server's retention pass (every minute) deletes, oldest first, the `ready` and `failed`
+/// checkpoints past either limit, from the store and the snapshot store; a checkpoint still
+/// being saved is never deleted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CheckpointRetention {
+    /// Most checkpoints kept per sandbox (1 to 10000); the oldest beyond it go. Checkpoints
+    /// of deleted sandboxes count per the sandbox they were taken of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_per_sandbox: Option<u32>,
+    /// Most age of a checkpoint, in seconds (60 to 315360000); older ones go.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_age_s: Option<u64>,
+}
+
+/// Body of `PATCH /v1/orgs/{org}`: each field given replaces the org's; absent ones stay.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateOrgRequest {
+    /// New quotas (replacing all of them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quotas: Option<Quotas>,
+    /// New set of features turned off for the org (`[]` turns every one back on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disabled_features: Option<Vec<Feature>>,
+    /// New checkpoint retention (`{}`: keep until deleted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_retention: Option<CheckpointRetention>,
 }
 
 /// An org's quotas; an absent limit is unlimited (the default of every limit). Warm pool
@@ -40,7 +133,7 @@ pub struct Quotas {
 }
 
 /// Body of `POST /v1/orgs`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateOrgRequest {
     /// The org's id (1 to 40 of `a-z`, `0-9`, `-`, starting with a letter).
@@ -48,6 +141,12 @@ pub struct CreateOrgRequest {
     /// Its quotas (default: unlimited).
     #[serde(default)]
     pub quotas: Quotas,
+    /// Features turned off for it (default: none).
+    #[serde(default)]
+    pub disabled_features: Vec<Feature>,
+    /// How long its checkpoints are kept (default: until deleted).
+    #[serde(default)]
+    pub checkpoint_retention: CheckpointRetention,
 }
 
 /// Answer of `GET /v1/orgs`.

@@ -2,7 +2,7 @@
 
 use cove_api_types::{
     ApiKey, ApiKeyList, AuditPage, CreateApiKeyRequest, CreateOrgRequest, CreatedApiKey, Org,
-    OrgList, Quotas,
+    OrgList, Quotas, UpdateOrgRequest,
 };
 use reqwest::Method;
 
@@ -14,6 +14,7 @@ impl Client {
         let body = CreateOrgRequest {
             id: id.to_string(),
             quotas,
+            ..CreateOrgRequest::default()
         };
         let url = self.url(&["v1", "orgs"]);
         self.json(self.request(Method::POST, url).json(&body)).await
@@ -35,6 +36,13 @@ impl Client {
     pub async fn set_org_quotas(&self, id: &str, quotas: &Quotas) -> Result<Org> {
         let url = self.url(&["v1", "orgs", id, "quotas"]);
         self.json(self.request(Method::PUT, url).json(quotas)).await
+    }
+
+    /// `PATCH /v1/orgs/{org}`: replaces the org's settings that `req` gives (quotas, disabled
+    /// features, checkpoint retention).
+    pub async fn update_org(&self, id: &str, req: &UpdateOrgRequest) -> Result<Org> {
+        let url = self.url(&["v1", "orgs", id]);
+        self.json(self.request(Method::PATCH, url).json(req)).await
     }
 
     /// `POST /v1/orgs/{org}/keys`: a new API key; its secret is in this answer only.

@@ -35,6 +35,8 @@ impl ControlPlane {
         self.inner.cfg.features.require(Feature::Checkpoints)?;
         self.inner.cfg.features.require(Feature::Export)?;
         let c = self.ready_checkpoint(id).await?;
+        self.require_feature(Feature::Checkpoints, &c.org).await?;
+        self.require_feature(Feature::Export, &c.org).await?;
         let header = CheckpointArchiveHeader {
             format: CHECKPOINT_ARCHIVE_FORMAT.to_string(),
             version: ARCHIVE_VERSION,
@@ -63,8 +65,9 @@ impl ControlPlane {
         body: ByteStream,
         name: Option<String>,
     ) -> Result<Checkpoint, ServiceError> {
-        self.inner.cfg.features.require(Feature::Checkpoints)?;
-        self.inner.cfg.features.require(Feature::Export)?;
+        let org = crate::orgs::scope::acting_org();
+        self.require_feature(Feature::Checkpoints, &org).await?;
+        self.require_feature(Feature::Export, &org).await?;
         let id = ids::new_checkpoint_id();
         let imported = self
             .node()

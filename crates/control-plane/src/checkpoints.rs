@@ -73,6 +73,7 @@ impl ControlPlane {
             }
         }
         let s = self.checkpointable(sandbox_id).await?;
+        self.require_feature(Feature::Checkpoints, &s.org).await?;
         let hash = idempotency_key.as_ref().map(|_| {
             let body = serde_json::json!({ "sandbox_id": s.id, "name": req.name });
             request_hash(OperationKind::CheckpointSandbox, &body)
@@ -93,7 +94,9 @@ impl ControlPlane {
     /// `feature_disabled`, `checkpoint_not_found`.
     pub async fn checkpoint(&self, id: &str) -> Result<Checkpoint, ServiceError> {
         self.inner.cfg.features.require(Feature::Checkpoints)?;
-        self.get_checkpoint(id).await
+        let c = self.get_checkpoint(id).await?;
+        self.require_feature(Feature::Checkpoints, &c.org).await?;
+        Ok(c)
     }
 
     /// One checkpoint.
@@ -121,7 +124,8 @@ impl ControlPlane {
         &self,
         sandbox_id: Option<&str>,
     ) -> Result<CheckpointList, ServiceError> {
-        self.inner.cfg.features.require(Feature::Checkpoints)?;
+        self.require_feature(Feature::Checkpoints, &scope::acting_org())
+            .await?;
         if let Some(id) = sandbox_id {
             match self.store().get_sandbox(id).await {
                 Ok(s) if scope::sees(&s.org) => {}
@@ -147,6 +151,7 @@ impl ControlPlane {
     pub async fn delete_checkpoint(&self, id: &str) -> Result<(), ServiceError> {
         self.inner.cfg.features.require(Feature::Checkpoints)?;
         let c = self.get_checkpoint(id).await?;
+        self.require_feature(Feature::Checkpoints, &c.org).await?;
         if c.state == CheckpointState::Creating {
             return Err(ServiceError::FailedPrecondition(format!(
                 "checkpoint {id} is still being saved (operation {})",
@@ -181,6 +186,7 @@ impl ControlPlane {
     ) -> Result<Operation, ServiceError> {
         self.inner.cfg.features.require(Feature::Checkpoints)?;
         let s = self.checkpointable(sandbox_id).await?;
+        self.require_feature(Feature::Checkpoints, &s.org).await?;
         let c = self.ready_checkpoint(&req.checkpoint).await?;
         if c.sandbox_id != s.id {
             return Err(InvalidInput::new(
@@ -243,6 +249,8 @@ impl ControlPlane {
         }
         validate::metadata(&req.metadata)?;
         let s = self.checkpointable(sandbox_id).await?;
+        self.require_feature(Feature::Fork, &s.org).await?;
+        self.require_feature(Feature::Checkpoints, &s.org).await?;
         let _quota = self
             .admit_sandboxes(&s.org, &s.resources, req.count)
             .await?;

@@ -48,6 +48,14 @@ pub enum ServiceError {
     /// The feature is turned off on this server.
     #[error("feature {} is disabled on this server", .0.as_str())]
     FeatureDisabled(crate::features::Feature),
+    /// The feature is turned off for the org (`disabled_features`).
+    #[error("feature {} is disabled for org {org}", .feature.as_str())]
+    FeatureDisabledForOrg {
+        /// The feature.
+        feature: crate::features::Feature,
+        /// The org it is off for.
+        org: String,
+    },
     /// Another unknown resource (an org, an API key); the message names it.
     #[error("{0}")]
     NotFound(String),
@@ -149,7 +157,7 @@ impl ServiceError {
             OperationNotFound(_) => ErrorCode::OperationNotFound,
             PoolNotFound(_) => ErrorCode::PoolNotFound,
             CheckpointNotFound(_) => ErrorCode::CheckpointNotFound,
-            FeatureDisabled(_) => ErrorCode::FeatureDisabled,
+            FeatureDisabled(_) | FeatureDisabledForOrg { .. } => ErrorCode::FeatureDisabled,
             VolumeNotFound(_) => ErrorCode::VolumeNotFound,
             VolumeExists(_) => ErrorCode::VolumeExists,
             VolumeInUse(_) => ErrorCode::VolumeInUse,

@@ -1,48 +1,19 @@
-//! Feature gates: incubating features a server can turn off (`cove server
-//! --disable-feature checkpoints,fork`). A call to a disabled feature answers `403
-//! feature_disabled` naming it, never a silent no-op. Without orgs the gates are per server.
+//! Feature gates: incubating features a server can turn off for everyone (`cove server
+//! --disable-feature checkpoints,fork`) and the admin can turn off for one org
+//! (`disabled_features` of `PATCH /v1/orgs/{org}`). A call to a disabled feature answers `403
+//! feature_disabled` naming it, never a silent no-op.
+//!
+//! Which org a call is judged for: the org of the resource it acts on (a sandbox, a
+//! checkpoint), else the org the caller acts in (a key's org; the admin token's is
+//! `default`). So the admin token, acting on a sandbox of an org with `fork` off, is refused
+//! too.
 
 use std::collections::BTreeSet;
 
-use crate::ServiceError;
+pub use cove_api_types::Feature;
+use cove_store::StoreError;
 
-/// A gated feature.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Feature {
-    /// Checkpoints: take, list, get, delete, roll back to, create a sandbox from one.
-    Checkpoints,
-    /// Forks of a running sandbox.
-    Fork,
-    /// Checkpoint archives: export (download) and import (upload).
-    Export,
-    /// Persistent volumes: create, list, get, delete, their files, mounting them at create.
-    Volumes,
-}
-
-impl Feature {
-    /// Every feature.
-    pub const ALL: &'static [Feature] = &[
-        Feature::Checkpoints,
-        Feature::Fork,
-        Feature::Export,
-        Feature::Volumes,
-    ];
-
-    /// Its name (as `--disable-feature` takes it and `feature_disabled` names it).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Feature::Checkpoints => "checkpoints",
-            Feature::Fork => "fork",
-            Feature::Export => "export",
-            Feature::Volumes => "volumes",
-        }
-    }
-
-    /// The feature of a name.
-    pub fn parse(s: &str) -> Option<Feature> {
-        Feature::ALL.iter().copied().find(|f| f.as_str() == s)
-    }
-}
+use crate::{ControlPlane, ServiceError};
 
 /// The features turned off on this server (every feature is on by default).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -88,6 +59,30 @@ impl Features {
             Ok(())
         } else {
             Err(ServiceError::FeatureDisabled(feature))
+        }
+    }
+}
+
+impl ControlPlane {
+    /// `Ok` when `feature` is on both for this server and for org `org`; else `403
+    /// feature_disabled` ([`ServiceError::FeatureDisabled`] for the server,
+    /// [`ServiceError::FeatureDisabledForOrg`] for the org). An unknown org has every feature
+    /// the server has.
+    pub(crate) async fn require_feature(
+        &self,
+        feature: Feature,
+        org: &str,
+    ) -> Result<(), ServiceError> {
+        self.inner.cfg.features.require(feature)?;
+        match self.store().get_org(org).await {
+            Ok(o) if o.disabled_features.contains(&feature) => {
+                Err(ServiceError::FeatureDisabledForOrg {
+                    feature,
+                    org: org.to_string(),
+                })
+            }
+            Ok(_) | Err(StoreError::NotFound) => Ok(()),
+            Err(e) => Err(e.into()),
         }
     }
 }

@@ -8,6 +8,11 @@
 //! | commands | ended commands of running sandboxes (output and record, as `forget` does), by end time | 1 day |
 //! | snapshots | suspended sandboxes unchanged this long, deleted with their snapshot | kept until deleted |
 //! | audit | audit records (`GET /v1/audit`), by time | 90 days |
+//! | checkpoints | per org (`checkpoint_retention` of the org): `ready` and `failed` checkpoints past `max_per_sandbox` (oldest go) or older than `max_age_s`, from the store and the snapshot store | kept until deleted |
+//!
+//! A checkpoint still being saved is never deleted nor counted. A create (or fork) that is
+//! restoring a checkpoint when the pass deletes it fails; an org's limits are meant to be
+//! well above what its creates are using.
 //!
 //! Unfinished operations, running commands, and sandboxes in any other state are never
 //! purged. Commands of paused or suspended sandboxes are judged once they run again (their
@@ -16,7 +21,9 @@
 
 use std::time::Duration;
 
-use cove_api_types::{RetentionInfo, SandboxState};
+use std::collections::HashMap;
+
+use cove_api_types::{Checkpoint, CheckpointRetention, CheckpointState, RetentionInfo, SandboxState};
 use cove_domain::CommandState;
 use cove_node_api::NodeError;
 use tracing::{info, warn};
@@ -76,6 +83,7 @@ struct Purged {
     commands: u64,
     suspended: u64,
     audit: u64,
+    checkpoints: u64,
 }
 
 impl ControlPlane {
@@ -102,6 +110,7 @@ impl ControlPlane {
         if let Some(d) = r.audit {
             purged.audit = self.store().purge_audit_before(cut(d)).await?;
         }
+        purged.checkpoints = self.purge_checkpoints(now).await?;
         if purged != Purged::default() {
             info!(
                 operations = purged.operations,
@@ -109,6 +118,7 @@ impl ControlPlane {
                 commands = purged.commands,
                 suspended_sandboxes = purged.suspended,
                 audit = purged.audit,
+                checkpoints = purged.checkpoints,
                 "retention: purged old records"
             );
         }
@@ -150,6 +160,36 @@ impl ControlPlane {
         Ok(n)
     }
 
+    /// Deletes, for every org with a checkpoint retention, its checkpoints past it, oldest
+    /// first. A checkpoint that cannot be removed from the snapshot store is kept (and judged
+    /// again on the next pass).
+    async fn purge_checkpoints(
+        &self,
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> Result<u64, ServiceError> {
+        let mut n = 0;
+        for org in self.store().list_orgs().await? {
+            let r = org.checkpoint_retention;
+            if r == CheckpointRetention::default() {
+                continue;
+            }
+            let all = self.store().list_checkpoints(Some(&org.id), None).await?;
+            for c in past_retention(&all, &r, now).into_iter().rev() {
+                if let Err(e) = self.node().delete_checkpoint(&c.id).await {
+                    warn!(checkpoint_id = %c.id, org = %org.id, error = %e,
+                        "retention: cannot remove a checkpoint from the snapshot store");
+                    continue;
+                }
+                if self.store().delete_checkpoint(&c.id).await? {
+                    n += 1;
+                }
+                info!(checkpoint_id = %c.id, sandbox_id = %c.sandbox_id, org = %org.id,
+                    "retention: checkpoint deleted");
+            }
+        }
+        Ok(n)
+    }
+
     /// Starts the delete of every sandbox suspended (and unchanged) since before `before`.
     async fn delete_long_suspended(
         &self,
@@ -177,4 +217,34 @@ impl ControlPlane {
         }
         Ok(n)
     }
+}
+
+/// The checkpoints of `newest_first` (one org's, newest first) past `r` at `now`, newest
+/// first: beyond the `max_per_sandbox` newest of their sandbox, or created more than
+/// `max_age_s` ago. Checkpoints being saved are neither deleted nor counted.
+fn past_retention<'a>(
+    newest_first: &'a [Checkpoint],
+    r: &CheckpointRetention,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Vec<&'a Checkpoint> {
+    let oldest_kept = r
+        .max_age_s
+        .and_then(|s| chrono::Duration::try_seconds(i64::try_from(s).ok()?))
+        .map(|age| now - age);
+    let mut kept: HashMap<&str, u32> = HashMap::new();
+    let mut out = Vec::new();
+    for c in newest_first {
+        if c.state == CheckpointState::Creating {
+            continue;
+        }
+        let too_old = oldest_kept.is_some_and(|t| c.created_at < t);
+        let count = kept.entry(c.sandbox_id.as_str()).or_default();
+        let too_many = r.max_per_sandbox.is_some_and(|max| *count >= max);
+        if too_old || too_many {
+            out.push(c);
+        } else {
+            *count += 1;
+        }
+    }
+    out
 }

@@ -220,6 +220,8 @@ impl ControlPlane {
         }
         let ck_id = req.checkpoint.clone().unwrap_or_default();
         let c = self.ready_checkpoint(&ck_id).await?;
+        self.require_feature(crate::features::Feature::Checkpoints, &c.org)
+            .await?;
         validate::env("env", &req.env)?;
         validate::metadata(&req.metadata)?;
         if let Some(cwd) = &req.cwd {

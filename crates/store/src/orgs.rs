@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use cove_api_types::{ApiKey, Org, Quotas};
+use cove_api_types::{ApiKey, CheckpointRetention, Feature, Org, Quotas};
 
 use crate::StoreError;
 
@@ -34,6 +34,15 @@ pub trait OrgStore: Send + Sync {
     /// Replaces an org's quotas; returns whether the org exists.
     async fn set_org_quotas(&self, id: &str, quotas: &Quotas) -> Result<bool, StoreError>;
 
+    /// Replaces an org's disabled features and checkpoint retention; returns whether the org
+    /// exists.
+    async fn set_org_settings(
+        &self,
+        id: &str,
+        disabled_features: &[Feature],
+        checkpoint_retention: &CheckpointRetention,
+    ) -> Result<bool, StoreError>;
+
     /// Stores key `key` with the SHA-256 `hash` of its secret. A taken id or hash is
     /// [`StoreError::Conflict`]. The caller makes sure the org exists.
     async fn insert_api_key(&self, key: &ApiKey, hash: &str) -> Result<(), StoreError>;
@@ -55,4 +64,25 @@ pub trait OrgStore: Send + Sync {
 
     /// What `org`'s sandboxes hold now ([`OrgUsage`]).
     async fn org_usage(&self, org: &str) -> Result<OrgUsage, StoreError>;
+}
+
+/// The `disabled_features` column of a set of features: their names, comma-separated, sorted,
+/// each once (`''` for none).
+pub(crate) fn encode_features(features: &[Feature]) -> String {
+    let mut names: Vec<&str> = features.iter().map(|f| f.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    names.join(",")
+}
+
+/// The features of a `disabled_features` column. An unknown name is [`StoreError::Corrupt`].
+pub(crate) fn decode_features(column: &str) -> Result<Vec<Feature>, StoreError> {
+    column
+        .split(',')
+        .filter(|n| !n.is_empty())
+        .map(|n| {
+            Feature::parse(n)
+                .ok_or_else(|| StoreError::Corrupt(format!("unknown feature {n:?} of an org")))
+        })
+        .collect()
 }

@@ -142,7 +142,7 @@ pub fn management_router_with(cp: ControlPlane, extra: Router) -> Router {
         .route("/v1/operations/{id}/cancel", post(operations::cancel))
         .route("/v1/operations/{id}/logs", get(operations::logs))
         .route("/v1/orgs", post(orgs::create).get(orgs::list))
-        .route("/v1/orgs/{org}", get(orgs::get_one))
+        .route("/v1/orgs/{org}", get(orgs::get_one).patch(orgs::update))
         .route("/v1/orgs/{org}/quotas", put(orgs::set_quotas))
         .route(
             "/v1/orgs/{org}/keys",

@@ -48,7 +48,7 @@ use super::{
         volumes::create, volumes::list, volumes::get_one, volumes::delete, volumes::write,
         volumes::read, volumes::list_files,
         nodes::list, nodes::drain, nodes::ready,
-        orgs::create, orgs::list, orgs::get_one, orgs::set_quotas, orgs::create_key,
+        orgs::create, orgs::list, orgs::get_one, orgs::update, orgs::set_quotas, orgs::create_key,
         orgs::list_keys, orgs::revoke_key, orgs::audit,
         commands::create, commands::list, commands::get_one, commands::forget, commands::output,
         commands::signal, commands::kill, commands::attachment,

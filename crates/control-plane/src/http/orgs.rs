@@ -5,7 +5,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
-use cove_api_types::{CreateApiKeyRequest, CreateOrgRequest, Quotas};
+use cove_api_types::{CreateApiKeyRequest, CreateOrgRequest, Quotas, UpdateOrgRequest};
 use serde::Deserialize;
 
 use super::extract::{ApiJson, ApiQuery};
@@ -15,7 +15,7 @@ use crate::{ControlPlane, ServiceError};
     post,
     path = "/v1/orgs",
     tag = "orgs",
-    description = "Create an org (admin token only), with quotas (default: unlimited).",
+    description = "Create an org (admin token only), with quotas (default: unlimited), features turned off for it (default: none) and checkpoint retention (default: kept until deleted).",
     request_body = cove_api_types::CreateOrgRequest,
     responses((status = 201, body = cove_api_types::Org, description = "The org")),
 )]
@@ -52,6 +52,23 @@ pub(super) async fn get_one(
     Path(org): Path<String>,
 ) -> Result<impl IntoResponse, ServiceError> {
     Ok(Json(cp.get_org(&org).await?))
+}
+
+#[utoipa::path(
+    patch,
+    path = "/v1/orgs/{org}",
+    tag = "orgs",
+    description = "Change an org's settings (admin token only): each field given (quotas, disabled_features, checkpoint_retention) replaces the org's, absent ones stay. A feature turned off answers 403 feature_disabled to that org only.",
+    params(("org" = String, Path, description = "Org id")),
+    request_body = cove_api_types::UpdateOrgRequest,
+    responses((status = 200, body = cove_api_types::Org, description = "The org")),
+)]
+pub(super) async fn update(
+    State(cp): State<ControlPlane>,
+    Path(org): Path<String>,
+    ApiJson(req): ApiJson<UpdateOrgRequest>,
+) -> Result<impl IntoResponse, ServiceError> {
+    Ok(Json(cp.update_org(&org, req).await?))
 }
 
 #[utoipa::path(

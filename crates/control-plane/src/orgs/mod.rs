@@ -5,7 +5,8 @@
 
 use chrono::Utc;
 use cove_api_types::{
-    ApiKey, ApiKeyList, CreateApiKeyRequest, CreateOrgRequest, CreatedApiKey, Org, OrgList, Quotas,
+    ApiKey, ApiKeyList, CheckpointRetention, CreateApiKeyRequest, CreateOrgRequest, CreatedApiKey,
+    Org, OrgList, Quotas, UpdateOrgRequest,
 };
 use cove_domain::{ids, InvalidInput};
 use cove_store::StoreError;
@@ -37,6 +38,25 @@ fn org_not_found(id: &str) -> ServiceError {
     ServiceError::NotFound(format!("org {id} not found"))
 }
 
+/// Checks a checkpoint retention's limits (`invalid_argument` naming the field).
+fn validate_retention(r: &CheckpointRetention) -> Result<(), ServiceError> {
+    if r.max_per_sandbox.is_some_and(|n| !(1..=10_000).contains(&n)) {
+        return Err(InvalidInput::new(
+            "checkpoint_retention.max_per_sandbox",
+            "must be 1 to 10000",
+        )
+        .into());
+    }
+    if r.max_age_s.is_some_and(|s| !(60..=315_360_000).contains(&s)) {
+        return Err(InvalidInput::new(
+            "checkpoint_retention.max_age_s",
+            "must be 60 to 315360000 seconds",
+        )
+        .into());
+    }
+    Ok(())
+}
+
 impl ControlPlane {
     /// Resolves a bearer token: the admin token acts in the default org, an API key in its
     /// own. Unknown or revoked: `unauthorized`.
@@ -65,9 +85,12 @@ impl ControlPlane {
             )
             .into());
         }
+        validate_retention(&req.checkpoint_retention)?;
         let org = Org {
             id: req.id,
             quotas: req.quotas,
+            disabled_features: req.disabled_features,
+            checkpoint_retention: req.checkpoint_retention,
             created_at: Utc::now(),
         };
         match self.store().insert_org(&org).await {
@@ -114,6 +137,43 @@ impl ControlPlane {
         }
         info!(org = %id, ?quotas, "org quotas set");
         self.get_org(id).await
+    }
+
+    /// `PATCH /v1/orgs/{org}` (admin): replaces each setting the request gives (quotas,
+    /// disabled features, checkpoint retention) and keeps the others. Everything is checked
+    /// before anything changes.
+    ///
+    /// # Errors
+    /// `forbidden` (not the admin token), `not_found` (org), `invalid_argument`
+    /// (`checkpoint_retention`).
+    pub async fn update_org(&self, id: &str, req: UpdateOrgRequest) -> Result<Org, ServiceError> {
+        require_admin()?;
+        if let Some(r) = &req.checkpoint_retention {
+            validate_retention(r)?;
+        }
+        let org = self.get_org(id).await?;
+        if let Some(q) = req.quotas {
+            if !self.store().set_org_quotas(id, &q).await? {
+                return Err(org_not_found(id));
+            }
+        }
+        if req.disabled_features.is_some() || req.checkpoint_retention.is_some() {
+            let disabled = req.disabled_features.unwrap_or(org.disabled_features);
+            let retention = req
+                .checkpoint_retention
+                .unwrap_or(org.checkpoint_retention);
+            if !self
+                .store()
+                .set_org_settings(id, &disabled, &retention)
+                .await?
+            {
+                return Err(org_not_found(id));
+            }
+        }
+        let org = self.get_org(id).await?;
+        info!(org = %id, disabled_features = ?org.disabled_features,
+            checkpoint_retention = ?org.checkpoint_retention, "org updated");
+        Ok(org)
     }
 
     /// `POST /v1/orgs/{org}/keys` (admin): a new key; its secret is in this answer only.

@@ -57,7 +57,7 @@ impl ControlPlane {
         declared_len: Option<u64>,
         body: ByteStream,
     ) -> Result<FileInfo, ServiceError> {
-        self.require_volumes()?;
+        self.require_volumes().await?;
         let v = self.volume_record(name).await?;
         validate::path("path", q.path.as_bytes())?;
         if let Some(len) = declared_len {
@@ -93,7 +93,7 @@ impl ControlPlane {
         name: &str,
         q: VolumeFileQuery,
     ) -> Result<(FileInfo, BoxStream<'static, Result<Bytes, std::io::Error>>), ServiceError> {
-        self.require_volumes()?;
+        self.require_volumes().await?;
         let v = self.volume_record(name).await?;
         validate::path("path", q.path.as_bytes())?;
         let (info, stream) = self
@@ -111,7 +111,7 @@ impl ControlPlane {
         name: &str,
         q: VolumeListQuery,
     ) -> Result<FileList, ServiceError> {
-        self.require_volumes()?;
+        self.require_volumes().await?;
         let v = self.volume_record(name).await?;
         let path = q.path.unwrap_or_else(|| "/".into());
         validate::path("path", path.as_bytes())?;

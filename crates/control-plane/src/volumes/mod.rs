@@ -26,10 +26,18 @@ use crate::orgs::scope;
 use crate::{ControlPlane, ServiceError};
 
 impl ControlPlane {
+    /// `Ok` when this server offers volumes to the caller's org: [`Self::volumes_offered`]
+    /// and the feature is on for the org (else `403 feature_disabled`).
+    pub(crate) async fn require_volumes(&self) -> Result<(), ServiceError> {
+        self.volumes_offered()?;
+        self.require_feature(Feature::Volumes, &scope::acting_org())
+            .await
+    }
+
     /// `Ok` when this server offers volumes: the feature is on (else `403
     /// feature_disabled`), the node is in-process (else `400 unsupported`) and its runtime can
     /// mount them (runc; else `400 unsupported`).
-    pub(crate) fn require_volumes(&self) -> Result<(), ServiceError> {
+    pub(crate) fn volumes_offered(&self) -> Result<(), ServiceError> {
         self.inner.cfg.features.require(Feature::Volumes)?;
         if self.inner.cluster.is_some() {
             return Err(ServiceError::Unsupported(
@@ -62,7 +70,7 @@ impl ControlPlane {
     /// node. Errors: `invalid_argument` (name, size), `volume_exists`, `unsupported`,
     /// `feature_disabled`, `no_space` when the node's disk cannot hold it.
     pub async fn create_volume(&self, req: CreateVolumeRequest) -> Result<Volume, ServiceError> {
-        self.require_volumes()?;
+        self.require_volumes().await?;
         volumes::name("name", &req.name)?;
         volumes::size_mib("size_mib", req.size_mib)?;
         let record = VolumeRecord {
@@ -94,7 +102,7 @@ impl ControlPlane {
 
     /// The caller's org's volumes, by name.
     pub async fn list_volumes(&self) -> Result<VolumeList, ServiceError> {
-        self.require_volumes()?;
+        self.require_volumes().await?;
         let org = scope::listing_org();
         let mut out = Vec::new();
         for v in self.store().list_volumes(org.as_deref()).await? {
@@ -105,7 +113,7 @@ impl ControlPlane {
 
     /// One volume of the caller's org, with its use and the sandboxes that mount it.
     pub async fn get_volume(&self, name: &str) -> Result<Volume, ServiceError> {
-        self.require_volumes()?;
+        self.require_volumes().await?;
         let v = self.volume_record(name).await?;
         self.describe(v).await
     }
@@ -113,7 +121,7 @@ impl ControlPlane {
     /// Deletes a volume and its data. Errors: `volume_in_use` while a sandbox (not deleted)
     /// mounts it, naming them; `volume_not_found`.
     pub async fn delete_volume(&self, name: &str) -> Result<(), ServiceError> {
-        self.require_volumes()?;
+        self.require_volumes().await?;
         let _held = self.inner.volumes_lock.lock().await;
         let v = self.volume_record(name).await?;
         let users = self.store().volume_users(&v.org, &v.name).await?;
@@ -163,7 +171,7 @@ impl ControlPlane {
         if mounts.is_empty() {
             return Ok(None);
         }
-        self.require_volumes()?;
+        self.require_volumes().await?;
         if mounts.len() > volumes::MAX_MOUNTS {
             return Err(InvalidInput::new(
                 "volumes",

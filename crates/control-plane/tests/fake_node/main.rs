@@ -20,6 +20,7 @@ mod lifecycle;
 mod metrics;
 mod network;
 mod ordering;
+mod org_settings;
 mod orgs;
 mod pools;
 mod ports;

@@ -9,7 +9,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use cove_api_types::{
     CreateApiKeyRequest, CreateCheckpointRequest, CreateCommandRequest, CreateOrgRequest,
-    ErrorCode, LifecycleRequest, PutPoolRequest, Quotas, DEFAULT_ORG,
+    ErrorCode, LifecycleRequest, PutPoolRequest, DEFAULT_ORG,
 };
 use cove_control_plane::orgs::{scope, Actor, Caller};
 use cove_control_plane::ports::PortCredentials;
@@ -35,7 +35,7 @@ async fn with_orgs() -> Harness {
     for id in ["a", "b"] {
         h.cp.create_org(CreateOrgRequest {
             id: id.into(),
-            quotas: Quotas::default(),
+            ..Default::default()
         })
         .await
         .expect("org");
@@ -471,7 +471,7 @@ async fn api_keys_are_created_once_per_call_and_orgs_validated() {
         code(
             h.cp.create_org(CreateOrgRequest {
                 id: "Bad Id".into(),
-                quotas: Quotas::default()
+                ..Default::default()
             })
             .await
         ),
@@ -479,7 +479,7 @@ async fn api_keys_are_created_once_per_call_and_orgs_validated() {
     );
     h.cp.create_org(CreateOrgRequest {
         id: "x".into(),
-        quotas: Quotas::default(),
+        ..Default::default()
     })
     .await
     .expect("org");
@@ -487,7 +487,7 @@ async fn api_keys_are_created_once_per_call_and_orgs_validated() {
         code(
             h.cp.create_org(CreateOrgRequest {
                 id: "x".into(),
-                quotas: Quotas::default()
+                ..Default::default()
             })
             .await
         ),

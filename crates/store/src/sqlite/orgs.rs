@@ -2,11 +2,12 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use cove_api_types::{ApiKey, Org, Quotas};
+use cove_api_types::{ApiKey, CheckpointRetention, Feature, Org, Quotas};
 use sqlx::Row;
 
 use super::SqliteStore;
 use crate::error::map_unique;
+use crate::orgs::{decode_features, encode_features};
 use crate::{OrgStore, OrgUsage, StoreError};
 
 fn row_to_org(r: &sqlx::sqlite::SqliteRow) -> Result<Org, StoreError> {
@@ -23,6 +24,15 @@ fn row_to_org(r: &sqlx::sqlite::SqliteRow) -> Result<Org, StoreError> {
             max_creates_per_s: r
                 .try_get::<Option<i64>, _>("max_creates_per_s")?
                 .map(|v| v as u32),
+        },
+        disabled_features: decode_features(&r.try_get::<String, _>("disabled_features")?)?,
+        checkpoint_retention: CheckpointRetention {
+            max_per_sandbox: r
+                .try_get::<Option<i64>, _>("checkpoint_max_per_sandbox")?
+                .map(|v| v as u32),
+            max_age_s: r
+                .try_get::<Option<i64>, _>("checkpoint_max_age_s")?
+                .map(|v| v as u64),
         },
         created_at: r.try_get("created_at")?,
     })
@@ -44,7 +54,8 @@ impl OrgStore for SqliteStore {
     async fn insert_org(&self, org: &Org) -> Result<(), StoreError> {
         sqlx::query(
             "INSERT INTO orgs (id, created_at, max_running, max_vcpus, max_memory_mib, \
-             max_creates_per_s) VALUES (?, ?, ?, ?, ?, ?)",
+             max_creates_per_s, disabled_features, checkpoint_max_per_sandbox, \
+             checkpoint_max_age_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&org.id)
         .bind(org.created_at)
@@ -52,6 +63,9 @@ impl OrgStore for SqliteStore {
         .bind(org.quotas.max_vcpus)
         .bind(org.quotas.max_memory_mib.map(|v| v as i64))
         .bind(org.quotas.max_creates_per_s)
+        .bind(encode_features(&org.disabled_features))
+        .bind(org.checkpoint_retention.max_per_sandbox)
+        .bind(org.checkpoint_retention.max_age_s.map(|v| v as i64))
         .execute(&self.pool)
         .await
         .map_err(map_unique)?;
@@ -83,6 +97,25 @@ impl OrgStore for SqliteStore {
         .bind(q.max_vcpus)
         .bind(q.max_memory_mib.map(|v| v as i64))
         .bind(q.max_creates_per_s)
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn set_org_settings(
+        &self,
+        id: &str,
+        disabled_features: &[Feature],
+        retention: &CheckpointRetention,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE orgs SET disabled_features = ?, checkpoint_max_per_sandbox = ?, \
+             checkpoint_max_age_s = ? WHERE id = ?",
+        )
+        .bind(encode_features(disabled_features))
+        .bind(retention.max_per_sandbox)
+        .bind(retention.max_age_s.map(|v| v as i64))
         .bind(id)
         .execute(&self.pool)
         .await?;

@@ -3,7 +3,10 @@
 use std::sync::Arc;
 
 use chrono::Duration;
-use cove_api_types::{ApiKey, AuditEntry, Org, Quotas, Resources, SandboxState, DEFAULT_ORG};
+use cove_api_types::{
+    ApiKey, AuditEntry, CheckpointRetention, Feature, Org, Quotas, Resources, SandboxState,
+    DEFAULT_ORG,
+};
 use cove_store::{SandboxFilter, Store, StoreError};
 
 use crate::fixtures::{now, operation, sandbox};
@@ -12,6 +15,8 @@ fn org(id: &str) -> Org {
     Org {
         id: id.into(),
         quotas: Quotas::default(),
+        disabled_features: Vec::new(),
+        checkpoint_retention: CheckpointRetention::default(),
         created_at: now(),
     }
 }
@@ -64,6 +69,39 @@ pub async fn orgs_round_trip_and_the_default_org_exists(store: Arc<dyn Store>) {
     assert!(store.set_org_quotas("acme", &q).await.expect("set"));
     assert_eq!(store.get_org("acme").await.expect("get").quotas, q);
     assert!(!store.set_org_quotas("nope", &q).await.expect("set"));
+
+    // Feature gates and checkpoint retention: stored sorted and once, replaced together.
+    let retention = CheckpointRetention {
+        max_per_sandbox: Some(3),
+        max_age_s: Some(86_400),
+    };
+    let disabled = [Feature::Volumes, Feature::Fork, Feature::Fork];
+    assert!(store
+        .set_org_settings("acme", &disabled, &retention)
+        .await
+        .expect("settings"));
+    let got = store.get_org("acme").await.expect("get");
+    assert_eq!(got.disabled_features, [Feature::Fork, Feature::Volumes]);
+    assert_eq!(got.checkpoint_retention, retention);
+    assert_eq!(got.quotas, q, "settings leave the quotas alone");
+    assert!(store
+        .set_org_settings("acme", &[], &CheckpointRetention::default())
+        .await
+        .expect("settings"));
+    let got = store.get_org("acme").await.expect("get");
+    assert!(got.disabled_features.is_empty());
+    assert_eq!(got.checkpoint_retention, CheckpointRetention::default());
+    assert!(!store
+        .set_org_settings("nope", &[], &retention)
+        .await
+        .expect("settings"));
+    let born = Org {
+        disabled_features: vec![Feature::Export],
+        checkpoint_retention: retention,
+        ..org("born-gated")
+    };
+    store.insert_org(&born).await.expect("insert");
+    assert_eq!(store.get_org("born-gated").await.expect("get"), born);
 }
 
 pub async fn api_keys_are_found_by_hash_listed_and_revoked(store: Arc<dyn Store>) {
