@@ -4,11 +4,15 @@
 //! is a real limit (`ENOSPC` inside, `507 insufficient_storage` on upload); a mounted volume
 //! cannot be deleted (`409 volume_in_use`); its files API cannot be led out of the volume by
 //! `..` or symlinks; another org sees none of it; it survives `kill -9` of the server, and the
-//! node mounts it again when its mount went while the server was down.
+//! node mounts it again when its mount went while the server was down. A fork mounts its
+//! parent's volumes (shared, same paths); a checkpoint holds none of their data.
 
 use std::time::Duration;
 
-use cove_api_types::{CreateSandboxRequest, ErrorCode, OperationState, Quotas, VolumeMount};
+use cove_api_types::{
+    CreateCheckpointRequest, CreateSandboxRequest, ErrorCode, ForkRequest, OperationState, Quotas,
+    VolumeMount,
+};
 use cove_client::{Client, ClientError};
 use cove_e2e::{client, delete, ensure_template, root_sh, sandbox_with, server, sh};
 
@@ -127,6 +131,60 @@ async fn a_volume_is_shared_outlives_its_writer_and_survives_suspend() {
     c.delete_volume(&name).await.expect("delete");
     let err = c.volume(&name).await.expect_err("gone");
     assert_eq!(code(&err), ErrorCode::VolumeNotFound);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_mounts_its_parents_volumes_and_checkpoints_hold_none_of_their_data() {
+    let c = client();
+    let name = vol("forked");
+    c.create_volume(&name, 64).await.expect("create");
+    let parent = sandbox_with(&c, "tiny", mount(&name, "/data", false)).await;
+    let out = sh(&c, &parent, "echo one > /data/v && echo one > /home/user/f").await;
+    assert_eq!(out.command.exit_code, Some(0), "{}", out.stderr_text());
+
+    let forked = c
+        .fork_sandbox(
+            &parent,
+            &ForkRequest {
+                count: 1,
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("fork");
+    let fork = forked.sandboxes[0].sandbox.id.clone();
+    wait_ok(&c, &forked.sandboxes[0].operation.id).await;
+    assert_eq!(
+        c.sandbox(&fork).await.expect("fork").volumes,
+        c.sandbox(&parent).await.expect("parent").volumes
+    );
+    // The fork sees the volume's file at the same path, and writes there reach the parent:
+    // the volume is shared, not copied.
+    let out = sh(&c, &fork, "cat /data/v /home/user/f && echo two >> /data/v").await;
+    assert_eq!(out.stdout_text(), "one\none\n", "{}", out.stderr_text());
+    let out = sh(&c, &parent, "cat /data/v").await;
+    assert_eq!(out.stdout_text(), "one\ntwo\n", "{}", out.stderr_text());
+
+    // A rollback brings back the sandbox's own files, not the volume's.
+    let ck = c
+        .create_checkpoint(&parent, &CreateCheckpointRequest::default(), None)
+        .await
+        .expect("checkpoint");
+    wait_ok(&c, &ck.operation.id).await;
+    let out = sh(&c, &parent, "echo three >> /data/v && echo changed > /home/user/f").await;
+    assert_eq!(out.command.exit_code, Some(0), "{}", out.stderr_text());
+    let op = c
+        .rollback_sandbox(&parent, &ck.checkpoint.id)
+        .await
+        .expect("rollback");
+    wait_ok(&c, &op.id).await;
+    let out = sh(&c, &parent, "cat /home/user/f /data/v").await;
+    assert_eq!(out.stdout_text(), "one\none\ntwo\nthree\n", "{}", out.stderr_text());
+
+    for id in [&fork, &parent] {
+        delete(&c, id).await;
+    }
+    c.delete_volume(&name).await.expect("delete");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

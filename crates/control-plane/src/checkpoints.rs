@@ -11,6 +11,12 @@
 //! What a restore brings back depends on the runtime: files always; on runc the processes
 //! restart (commands from before are gone, `memory_restored` is false), on qemu the memory
 //! comes back with the VM.
+//!
+//! Volumes are outside every checkpoint: a checkpoint holds none of their data, a rollback
+//! leaves them as they are, a fork mounts its parent's volumes at the same paths (read-write
+//! ones are then shared with the parent, as any volume mounted by several sandboxes), and a
+//! sandbox created from a checkpoint mounts the volumes its create request names (none by
+//! default).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -232,11 +238,13 @@ impl ControlPlane {
     /// fresh checkpoint of it and creates each fork from it (their create operations wait for
     /// the checkpoint). A fork has its own id, hostname and network address, the parent's
     /// template, release, resources, environment, working directory, user and egress policy,
-    /// `req.metadata` as its labels, and no secrets.
+    /// `req.metadata` as its labels, and no secrets. It mounts the parent's volumes at the
+    /// same paths, read-only where the parent's are (read-write ones are shared with it).
     ///
     /// # Errors
-    /// `feature_disabled` (`fork` or `checkpoints`), `sandbox_not_found`,
-    /// `sandbox_not_running`, `invalid_argument` (`count` 1 to 16, `metadata`).
+    /// `feature_disabled` (`fork` or `checkpoints`; `volumes` when the parent mounts volumes
+    /// and the feature is off for its org), `sandbox_not_found`, `sandbox_not_running`,
+    /// `invalid_argument` (`count` 1 to 16, `metadata`).
     pub async fn fork(
         &self,
         sandbox_id: &str,
@@ -251,6 +259,15 @@ impl ControlPlane {
         let s = self.checkpointable(sandbox_id).await?;
         self.require_feature(Feature::Fork, &s.org).await?;
         self.require_feature(Feature::Checkpoints, &s.org).await?;
+        // Held until the forks are recorded: the volumes they mount cannot be deleted
+        // meanwhile (the parent may be deleted and its volumes with it).
+        let _volumes = if s.volumes.is_empty() {
+            None
+        } else {
+            self.volumes_offered()?;
+            self.require_feature(Feature::Volumes, &s.org).await?;
+            Some(self.inner.volumes_lock.lock().await)
+        };
         let _quota = self
             .admit_sandboxes(&s.org, &s.resources, req.count)
             .await?;
@@ -279,7 +296,7 @@ impl ControlPlane {
     }
 
     /// A new sandbox (`creating`) of checkpoint `c`'s template, release and resources, with
-    /// `like`'s defaults (environment, cwd, user, idle timeout, egress policy).
+    /// `like`'s defaults (environment, cwd, user, idle timeout, egress policy) and volumes.
     pub(crate) fn sandbox_from(
         &self,
         c: &Checkpoint,
@@ -310,8 +327,7 @@ impl ControlPlane {
             network: like.network.clone(),
             secrets: BTreeMap::new(),
             public: like.public,
-            // A fork or a sandbox made from a checkpoint mounts no volume of its parent.
-            volumes: Vec::new(),
+            volumes: like.volumes.clone(),
         }
     }
 

@@ -222,6 +222,14 @@ impl ControlPlane {
         let c = self.ready_checkpoint(&ck_id).await?;
         self.require_feature(crate::features::Feature::Checkpoints, &c.org)
             .await?;
+        if !req.volumes.is_empty() && c.org != scope::acting_org() {
+            // Volumes are looked up in the caller's org; the new sandbox is the checkpoint's.
+            return Err(InvalidInput::new(
+                "volumes",
+                "must be empty for a sandbox made from another org's checkpoint",
+            )
+            .into());
+        }
         validate::env("env", &req.env)?;
         validate::metadata(&req.metadata)?;
         if let Some(cwd) = &req.cwd {

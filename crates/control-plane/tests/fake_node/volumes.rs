@@ -227,3 +227,102 @@ async fn a_cluster_refuses_volumes_with_unsupported() {
     );
     assert!(fake.volume_ids().is_empty());
 }
+
+#[tokio::test]
+async fn forks_mount_the_parents_volumes_and_from_checkpoint_creates_what_they_name() {
+    let h = Harness::new().await;
+    h.cp.create_volume(volume("data")).await.expect("volume");
+    h.cp.create_volume(volume("ro")).await.expect("volume");
+    let parent = h
+        .running_with(mounting(&[("data", "/data", false), ("ro", "/ro", true)]))
+        .await;
+    let parent_mounts = h.node.launch_of(&parent).expect("launched").volumes;
+
+    let forked =
+        h.cp.fork(
+            &parent,
+            cove_api_types::ForkRequest {
+                count: 2,
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("fork");
+    for f in &forked.sandboxes {
+        h.succeeds(&f.operation).await;
+        let s = h.cp.get_sandbox(&f.sandbox.id).await.expect("fork");
+        assert_eq!(s.volumes, h.sandbox(&parent).await.volumes);
+        assert_eq!(
+            h.node.launch_of(&s.id).expect("fork launched").volumes,
+            parent_mounts
+        );
+    }
+    let mut users = h.cp.get_volume("data").await.expect("get").mounted_by;
+    users.sort();
+    let mut want: Vec<String> = forked
+        .sandboxes
+        .iter()
+        .map(|f| f.sandbox.id.clone())
+        .chain([parent.clone()])
+        .collect();
+    want.sort();
+    assert_eq!(users, want);
+
+    // A create from a checkpoint mounts only what it names.
+    let from = CreateSandboxRequest {
+        checkpoint: Some(forked.checkpoint.id.clone()),
+        ..Default::default()
+    };
+    let bare = h.cp.create_sandbox(from, None).await.expect("create");
+    h.succeeds(&bare.operation).await;
+    assert!(h.node.launch_of(&bare.sandbox.id).expect("bare").volumes.is_empty());
+    let from = CreateSandboxRequest {
+        checkpoint: Some(forked.checkpoint.id.clone()),
+        ..mounting(&[("ro", "/elsewhere", true)])
+    };
+    let named = h.cp.create_sandbox(from, None).await.expect("create");
+    h.succeeds(&named.operation).await;
+    let mounts = h.node.launch_of(&named.sandbox.id).expect("named").volumes;
+    assert_eq!(mounts.len(), 1);
+    assert_eq!(mounts[0].path, "/elsewhere");
+    assert!(mounts[0].read_only);
+}
+
+#[tokio::test]
+async fn a_fork_of_a_sandbox_with_volumes_needs_the_volumes_feature() {
+    let h = Harness::new().await;
+    h.cp.create_volume(volume("data")).await.expect("volume");
+    let parent = h.running_with(mounting(&[("data", "/data", false)])).await;
+    h.cp.update_org(
+        cove_api_types::DEFAULT_ORG,
+        cove_api_types::UpdateOrgRequest {
+            disabled_features: Some(vec![Feature::Volumes]),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("update");
+    let fork =
+        h.cp.fork(
+            &parent,
+            cove_api_types::ForkRequest {
+                count: 1,
+                ..Default::default()
+            },
+        )
+        .await;
+    assert_eq!(code(fork), ErrorCode::FeatureDisabled);
+    // A fork of a sandbox without volumes is not affected.
+    let plain = h.running().await;
+    let fork =
+        h.cp.fork(
+            &plain,
+            cove_api_types::ForkRequest {
+                count: 1,
+                ..Default::default()
+            },
+        )
+        .await
+        .expect("fork");
+    h.succeeds(&fork.sandboxes[0].operation).await;
+}
