@@ -155,8 +155,8 @@ async fn a_fork_mounts_its_parents_volumes_and_checkpoints_hold_none_of_their_da
     let fork = forked.sandboxes[0].sandbox.id.clone();
     wait_ok(&c, &forked.sandboxes[0].operation.id).await;
     assert_eq!(
-        c.sandbox(&fork).await.expect("fork").volumes,
-        c.sandbox(&parent).await.expect("parent").volumes
+        c.get_sandbox(&fork).await.expect("fork").volumes,
+        c.get_sandbox(&parent).await.expect("parent").volumes
     );
     // The fork sees the volume's file at the same path, and writes there reach the parent:
     // the volume is shared, not copied.
