@@ -12,6 +12,27 @@ pub struct CreateVolumeRequest {
     /// Size in MiB (16 to 1048576). Writes past it fail with `ENOSPC` in a sandbox and `507
     /// insufficient_storage` through the files API; ext4's own metadata takes a little of it.
     pub size_mib: u64,
+    /// Where the volume's data lives (default `local`). `object` answers `400 unsupported`
+    /// in this version.
+    #[serde(default)]
+    pub storage: VolumeStorage,
+}
+
+/// Where a volume's data lives.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum VolumeStorage {
+    /// An ext4 image on the disk of the node that made it; sandboxes mounting it run on that
+    /// node.
+    #[default]
+    Local,
+    /// Kept in the snapshot store and fetched onto the node where a sandbox mounting it
+    /// starts or wakes. Not offered in this version: a create asking for it answers `400
+    /// unsupported` (volumes are offered only where the server runs its one node in-process,
+    /// so there is no other node for a volume to follow a sandbox to).
+    Object,
 }
 
 /// A volume.
@@ -23,6 +44,9 @@ pub struct Volume {
     pub org: String,
     /// Size in MiB.
     pub size_mib: u64,
+    /// Where its data lives (always `local` in this version).
+    #[serde(default)]
+    pub storage: VolumeStorage,
     /// Bytes its filesystem uses now (`None` when the node cannot tell).
     #[serde(default)]
     pub used_bytes: Option<u64>,

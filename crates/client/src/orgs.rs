@@ -20,6 +20,13 @@ impl Client {
         self.json(self.request(Method::POST, url).json(&body)).await
     }
 
+    /// `POST /v1/orgs` with every setting of `req` (quotas, disabled features, checkpoint
+    /// retention).
+    pub async fn create_org_with(&self, req: &CreateOrgRequest) -> Result<Org> {
+        let url = self.url(&["v1", "orgs"]);
+        self.json(self.request(Method::POST, url).json(req)).await
+    }
+
     /// `GET /v1/orgs`: every org.
     pub async fn orgs(&self) -> Result<OrgList> {
         self.json(self.request(Method::GET, self.url(&["v1", "orgs"])))

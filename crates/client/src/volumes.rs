@@ -15,6 +15,7 @@ impl Client {
         let request = CreateVolumeRequest {
             name: name.to_string(),
             size_mib,
+            storage: Default::default(),
         };
         let url = self.url(&["v1", "volumes"]);
         self.json(self.request(Method::POST, url).json(&request))

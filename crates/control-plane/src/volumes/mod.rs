@@ -13,7 +13,7 @@ mod files;
 use std::collections::HashSet;
 
 use chrono::Utc;
-use cove_api_types::{CreateVolumeRequest, Volume, VolumeList, VolumeMount};
+use cove_api_types::{CreateVolumeRequest, Volume, VolumeList, VolumeMount, VolumeStorage};
 use cove_domain::{ids, volumes, InvalidInput};
 use cove_node_api::LaunchVolume;
 use cove_store::{StoreError, VolumeRecord};
@@ -67,12 +67,20 @@ impl ControlPlane {
     }
 
     /// Makes a volume in the caller's org: a fresh, empty filesystem of `size_mib` MiB on the
-    /// node. Errors: `invalid_argument` (name, size), `volume_exists`, `unsupported`,
+    /// node. Errors: `invalid_argument` (name, size), `volume_exists`, `unsupported` (also
+    /// for `storage: "object"`),
     /// `feature_disabled`, `no_space` when the node's disk cannot hold it.
     pub async fn create_volume(&self, req: CreateVolumeRequest) -> Result<Volume, ServiceError> {
         self.require_volumes().await?;
         volumes::name("name", &req.name)?;
         volumes::size_mib("size_mib", req.size_mib)?;
+        if req.storage == VolumeStorage::Object {
+            return Err(ServiceError::Unsupported(
+                "storage \"object\" is not supported in this version: volumes are ext4 disks \
+                 of the server's own node (use storage \"local\")"
+                    .into(),
+            ));
+        }
         let record = VolumeRecord {
             id: ids::new_volume_id(),
             org: scope::acting_org(),
@@ -154,6 +162,7 @@ impl ControlPlane {
             name: v.name,
             org: v.org,
             size_mib: v.size_mib,
+            storage: VolumeStorage::Local,
             used_bytes,
             created_at: v.created_at,
             mounted_by,

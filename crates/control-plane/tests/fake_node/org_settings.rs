@@ -86,6 +86,7 @@ async fn a_feature_off_for_one_org_answers_403_to_it_only() {
     let vol = CreateVolumeRequest {
         name: "data".into(),
         size_mib: 64,
+        storage: Default::default(),
     };
     assert_eq!(
         code(as_org("gated", h.cp.create_volume(vol.clone())).await),

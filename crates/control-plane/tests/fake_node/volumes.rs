@@ -21,6 +21,7 @@ fn volume(name: &str) -> CreateVolumeRequest {
     CreateVolumeRequest {
         name: name.into(),
         size_mib: 64,
+        storage: Default::default(),
     }
 }
 
@@ -54,11 +55,11 @@ async fn volumes_are_made_mounted_and_deleted_only_when_unmounted() {
     for bad in [
         CreateVolumeRequest {
             name: "Data".into(),
-            size_mib: 64,
+            ..volume("x")
         },
         CreateVolumeRequest {
-            name: "x".into(),
             size_mib: 1,
+            ..volume("x")
         },
     ] {
         assert_eq!(
@@ -226,6 +227,25 @@ async fn a_cluster_refuses_volumes_with_unsupported() {
         ErrorCode::Unsupported
     );
     assert!(fake.volume_ids().is_empty());
+}
+
+#[tokio::test]
+async fn object_storage_answers_unsupported_and_makes_nothing() {
+    let h = Harness::new().await;
+    let req = CreateVolumeRequest {
+        storage: cove_api_types::VolumeStorage::Object,
+        ..volume("remote")
+    };
+    let e = h.cp.create_volume(req).await.expect_err("unsupported");
+    assert_eq!(e.code(), ErrorCode::Unsupported);
+    assert!(e.public_message().contains("object"), "{e}");
+    assert!(h.node.volume_ids().is_empty());
+    assert_eq!(
+        code(h.cp.get_volume("remote").await),
+        ErrorCode::VolumeNotFound
+    );
+    let local = h.cp.create_volume(volume("here")).await.expect("local");
+    assert_eq!(local.storage, cove_api_types::VolumeStorage::Local);
 }
 
 #[tokio::test]
