@@ -117,7 +117,7 @@ def test_rest_errors_are_json_with_int_codes():
     assert r.status_code == 404 and r.json()["code"] == 404
     r = httpx.get(f"{os.environ['E2B_API_URL']}/sandboxes/x", headers={"X-API-Key": "wrong"})
     assert r.status_code == 401 and r.json() == {"code": 401, "message": "invalid API key"}
-    for path in ("/templates", "/secrets", "/volumes", "/v3/templates", "/templates/base"):
+    for path in ("/templates", "/secrets", "/v3/templates", "/templates/base"):
         r = httpx.get(f"{os.environ['E2B_API_URL']}{path}", headers=key)
         assert r.status_code == 501, path
         assert "not supported" in r.json()["message"]

@@ -4,8 +4,8 @@
 //! ready checkpoint when no template has that name (the sandbox then starts from the
 //! checkpoint, see [`super::snapshots`]). `network` and `allow_internet_access` become the
 //! egress policy ([`super::network`]); `autoPause`, `autoResume` and `timeout` are kept in the
-//! sandbox's hidden marker ([`super::lifecycle`]). MCP, IAM tokens and volume mounts answer
-//! `400` (not supported here).
+//! sandbox's hidden marker ([`super::lifecycle`]); `volumeMounts` mount Cove volumes
+//! read-write ([`super::volumes`]). MCP and IAM tokens answer `400` (not supported here).
 
 use std::collections::BTreeMap;
 
@@ -43,7 +43,7 @@ struct NewSandbox {
     env_vars: Option<BTreeMap<String, String>>,
     mcp: Option<Value>,
     iam: Option<Value>,
-    volume_mounts: Option<Vec<Value>>,
+    volume_mounts: Option<Vec<super::volumes::E2bVolumeMount>>,
 }
 
 fn refuse_unsupported(req: &NewSandbox) -> Result<(), RestError> {
@@ -58,9 +58,6 @@ fn refuse_unsupported(req: &NewSandbox) -> Result<(), RestError> {
     }
     if req.iam.as_ref().is_some_and(|n| !n.is_null()) {
         return bad("IAM tokens");
-    }
-    if req.volume_mounts.as_ref().is_some_and(|v| !v.is_empty()) {
-        return bad("volume mounts");
     }
     Ok(())
 }
@@ -98,6 +95,7 @@ pub(super) async fn create(
         network: egress_policy(req.allow_internet_access, req.network.as_ref())?,
         // As on E2B: ports are reachable without a token unless the create said otherwise.
         public: public_traffic(req.network.as_ref()),
+        volumes: super::volumes::mounts(req.volume_mounts),
         ..Default::default()
     };
     if is_checkpoint_id(&template) {

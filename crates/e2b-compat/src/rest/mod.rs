@@ -1,10 +1,10 @@
 //! E2B's REST control API (`X-API-Key`) over Cove's sandbox services: create (v1 and v2), connect
 //! (resumes), get, list (metadata, state and template filters, `X-Next-Token` paging), kill,
 //! `set_timeout` and refreshes, pause (a Cove suspend), metrics of one or several sandboxes,
-//! logs, egress rules and their live update, snapshots and fork on Cove's checkpoints, and
-//! auto-resume (one file per resource or verb below). What Cove does not offer here (the
-//! template build API, secrets, volumes) answers `501` with a JSON error, which the SDK raises
-//! as an exception.
+//! logs, egress rules and their live update, snapshots and fork on Cove's checkpoints, volumes
+//! on Cove's volumes, and auto-resume (one file per resource or verb below). What Cove does not
+//! offer here (the template build API, secrets, the volume content API) answers `501` with a
+//! JSON error, which the SDK raises as an exception.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -35,6 +35,7 @@ mod metrics;
 pub(crate) mod network;
 pub(crate) mod snapshots;
 mod timeouts;
+mod volumes;
 use crate::{e2b_id, E2b, DEFAULT_TIMEOUT_S, ENVD_VERSION};
 
 /// Metadata key Cove adds to sandboxes created through E2B (hidden from E2B clients); the
@@ -83,8 +84,15 @@ pub fn router(e2b: E2b) -> Router {
         .route("/default-templates", unsupported("the template build API"))
         .route("/secrets", unsupported("the secrets API"))
         .route("/secrets/{*rest}", unsupported("the secrets API"))
-        .route("/volumes", unsupported("volumes"))
-        .route("/volumes/{*rest}", unsupported("volumes"))
+        .route("/volumes", post(volumes::create).get(volumes::list))
+        .route(
+            "/volumes/{id}",
+            get(volumes::get_one).delete(volumes::delete),
+        )
+        .route(
+            "/volumecontent/{*rest}",
+            unsupported("the volume content API (mount the volume in a sandbox, or use Cove's /v1/volumes/{name}/files)"),
+        )
         .route_layer(middleware::from_fn_with_state(e2b.clone(), require_api_key))
         .route("/health", get(|| async { StatusCode::OK }))
         .fallback(|| async { RestError::new(StatusCode::NOT_FOUND, "no such route") })

@@ -1,0 +1,118 @@
+//! E2B volumes on Cove's volumes: `Volume.create(name)` (`POST /volumes`) makes a Cove volume of
+//! [`E2B_VOLUME_SIZE_MIB`] in the caller's org, `Volume.connect`/`get_info` (`GET
+//! /volumes/{id}`), `Volume.list` (`GET /volumes`) and `Volume.destroy` (`DELETE
+//! /volumes/{id}`) act on it; `volume_mounts={path: volume}` on a create mounts it read-write
+//! (`volumeMounts: [{name, path}]`). An E2B `volumeID` is the Cove volume's name (names are
+//! unique per org), so the SDK's id and name are the same string.
+//!
+//! E2B's volume content API (`/volumecontent/...`, reached with the volume's `token`) is not
+//! served: the `token` answered is empty and those routes answer `501`. A volume's files are
+//! reached through a sandbox that mounts it, or Cove's own `/v1/volumes/{name}/files`. Cove's
+//! feature gates apply (`volumes` off answers `403`).
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use cove_api_types::{CreateVolumeRequest, Volume, VolumeMount, VolumeStorage};
+use cove_control_plane::ServiceError;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::parse_body;
+use crate::error::RestError;
+use crate::E2b;
+
+/// Size of a volume made through E2B, whose API has no size (1 GiB; the image is sparse, so
+/// only what is written takes room on the node's disk).
+pub const E2B_VOLUME_SIZE_MIB: u64 = 1024;
+
+/// `NewVolume`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct NewVolume {
+    name: String,
+}
+
+/// `SandboxVolumeMount` of a create.
+#[derive(Debug, Deserialize)]
+pub(super) struct E2bVolumeMount {
+    name: String,
+    path: String,
+}
+
+/// Cove's mounts of an E2B create's `volumeMounts` (read-write, as on E2B).
+pub(super) fn mounts(volume_mounts: Option<Vec<E2bVolumeMount>>) -> Vec<VolumeMount> {
+    volume_mounts
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| VolumeMount {
+            name: m.name,
+            path: m.path,
+            read_only: false,
+        })
+        .collect()
+}
+
+/// `VolumeAndToken` (the token is empty: the content API is not served).
+fn with_token(v: &Volume) -> Value {
+    json!({ "volumeID": v.name, "name": v.name, "token": "" })
+}
+
+fn not_found(id: &str) -> RestError {
+    RestError::new(StatusCode::NOT_FOUND, format!("volume {id} not found"))
+}
+
+/// `POST /volumes`: `201` with the new volume.
+pub(super) async fn create(
+    State(e2b): State<E2b>,
+    body: Bytes,
+) -> Result<Response, RestError> {
+    let req: NewVolume = parse_body(&body)?;
+    let v = e2b
+        .cp
+        .create_volume(CreateVolumeRequest {
+            name: req.name,
+            size_mib: E2B_VOLUME_SIZE_MIB,
+            storage: VolumeStorage::Local,
+        })
+        .await?;
+    tracing::info!(volume = %v.name, "e2b volume created");
+    Ok((StatusCode::CREATED, axum::Json(with_token(&v))).into_response())
+}
+
+/// `GET /volumes`: the org's volumes, by name.
+pub(super) async fn list(State(e2b): State<E2b>) -> Result<Response, RestError> {
+    let all = e2b.cp.list_volumes().await?;
+    let out: Vec<Value> = all
+        .volumes
+        .iter()
+        .map(|v| json!({ "volumeID": v.name, "name": v.name }))
+        .collect();
+    Ok(axum::Json(out).into_response())
+}
+
+/// `GET /volumes/{id}`.
+pub(super) async fn get_one(
+    State(e2b): State<E2b>,
+    Path(id): Path<String>,
+) -> Result<Response, RestError> {
+    match e2b.cp.get_volume(&id).await {
+        Ok(v) => Ok(axum::Json(with_token(&v)).into_response()),
+        Err(ServiceError::VolumeNotFound(_)) => Err(not_found(&id)),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `DELETE /volumes/{id}`: `204`; `404` when there is none (the SDK's `destroy` then answers
+/// `False`); `409` while a sandbox mounts it.
+pub(super) async fn delete(
+    State(e2b): State<E2b>,
+    Path(id): Path<String>,
+) -> Result<Response, RestError> {
+    match e2b.cp.delete_volume(&id).await {
+        Ok(()) => Ok(StatusCode::NO_CONTENT.into_response()),
+        Err(ServiceError::VolumeNotFound(_)) => Err(not_found(&id)),
+        Err(e) => Err(e.into()),
+    }
+}
