@@ -10,11 +10,13 @@
 //! reached through a sandbox that mounts it, or Cove's own `/v1/volumes/{name}/files`. Cove's
 //! feature gates apply (`volumes` off answers `403`).
 
+use std::time::Duration;
+
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use cove_api_types::{CreateVolumeRequest, Volume, VolumeMount, VolumeStorage};
+use cove_api_types::{CreateVolumeRequest, SandboxState, Volume, VolumeMount, VolumeStorage};
 use cove_control_plane::ServiceError;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -105,14 +107,43 @@ pub(super) async fn get_one(
 }
 
 /// `DELETE /volumes/{id}`: `204`; `404` when there is none (the SDK's `destroy` then answers
-/// `False`); `409` while a sandbox mounts it.
+/// `False`); `409` while a sandbox mounts it. E2B's `kill` answers before Cove's delete ends,
+/// so a volume whose every user is being deleted is deleted once they are gone (waiting at
+/// most [`KILLED_USERS_WAIT`]).
 pub(super) async fn delete(
     State(e2b): State<E2b>,
     Path(id): Path<String>,
 ) -> Result<Response, RestError> {
-    match e2b.cp.delete_volume(&id).await {
-        Ok(()) => Ok(StatusCode::NO_CONTENT.into_response()),
-        Err(ServiceError::VolumeNotFound(_)) => Err(not_found(&id)),
-        Err(e) => Err(e.into()),
+    let start = tokio::time::Instant::now();
+    loop {
+        match e2b.cp.delete_volume(&id).await {
+            Ok(()) => return Ok(StatusCode::NO_CONTENT.into_response()),
+            Err(ServiceError::VolumeNotFound(_)) => return Err(not_found(&id)),
+            Err(e @ ServiceError::VolumeInUse(_)) => {
+                if start.elapsed() >= KILLED_USERS_WAIT || !only_killed_users(&e2b, &id).await {
+                    return Err(e.into());
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
+}
+
+/// Longest a volume delete waits for the sandboxes being deleted that still mount it.
+pub const KILLED_USERS_WAIT: Duration = Duration::from_secs(60);
+
+/// Whether every sandbox that mounts volume `name` is being deleted.
+async fn only_killed_users(e2b: &E2b, name: &str) -> bool {
+    let Ok(v) = e2b.cp.get_volume(name).await else {
+        return false;
+    };
+    for id in &v.mounted_by {
+        match e2b.cp.get_sandbox(id).await {
+            Ok(s) if s.state == SandboxState::Deleting => {}
+            Err(ServiceError::SandboxNotFound(_)) => {}
+            _ => return false,
+        }
+    }
+    true
 }
