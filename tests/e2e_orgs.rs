@@ -1,8 +1,12 @@
 //! Orgs against a real server: two orgs with their own API keys each create a sandbox, each
 //! sees only its own, another org's sandbox answers 404 on exec, files and the data plane's
-//! attachment route, and a quota answers 429 with `Retry-After`.
+//! attachment route, and a quota answers 429 with `Retry-After`. A feature turned off for one
+//! org answers 403 `feature_disabled` to that org's key only.
 
-use cove_api_types::{CreateCommandRequest, CreateSandboxRequest, Quotas};
+use cove_api_types::{
+    CreateCheckpointRequest, CreateCommandRequest, CreateSandboxRequest, ErrorCode, Feature,
+    ForkRequest, Quotas, UpdateOrgRequest,
+};
 use cove_client::{Client, ListSandboxes};
 use cove_e2e::{client, delete, ensure_template, sandbox, server};
 
@@ -115,4 +119,61 @@ async fn two_orgs_see_only_their_own_and_quotas_answer_429() {
 
     delete(&ca, &sa).await;
     delete(&cb, &sb).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_feature_off_for_one_org_answers_403_to_that_org_only() {
+    let s = server();
+    let admin = client();
+    ensure_template(&admin, "tiny").await;
+    let (gated, open) = (org_id("gated"), org_id("open"));
+    admin
+        .create_org(&gated, Quotas::default())
+        .await
+        .expect("org");
+    admin.create_org(&open, Quotas::default()).await.expect("org");
+    let off = UpdateOrgRequest {
+        disabled_features: Some(vec![Feature::Fork, Feature::Checkpoints]),
+        ..Default::default()
+    };
+    let org = admin.update_org(&gated, &off).await.expect("update");
+    assert_eq!(org.disabled_features, [Feature::Checkpoints, Feature::Fork]);
+    let key_g = admin.create_api_key(&gated, "e2e").await.expect("key");
+    let key_o = admin.create_api_key(&open, "e2e").await.expect("key");
+    let cg = Client::new(&s.api_url, key_g.secret).expect("client");
+    let co = Client::new(&s.api_url, key_o.secret).expect("client");
+    let sg = sandbox(&cg, "tiny").await;
+    let so = sandbox(&co, "tiny").await;
+
+    let fork = ForkRequest {
+        count: 1,
+        ..Default::default()
+    };
+    let err = cg.fork_sandbox(&sg, &fork).await.expect_err("fork is off");
+    assert_eq!(err.status(), Some(403));
+    let body = err.api_body().expect("error body");
+    assert_eq!(body.code, ErrorCode::FeatureDisabled);
+    assert!(body.message.contains("fork") && body.message.contains(&gated), "{}", body.message);
+    assert!(!body.request_id.is_empty());
+    let err = cg
+        .create_checkpoint(&sg, &CreateCheckpointRequest::default(), None)
+        .await
+        .expect_err("checkpoints are off");
+    assert_eq!(err.api_body().expect("body").code, ErrorCode::FeatureDisabled);
+
+    // The other org checkpoints as usual.
+    let made = co
+        .create_checkpoint(&so, &CreateCheckpointRequest::default(), None)
+        .await
+        .expect("checkpoint of the open org");
+    let op = co
+        .wait_operation(&made.operation.id, std::time::Duration::from_secs(120))
+        .await
+        .expect("wait");
+    assert_eq!(op.state, cove_api_types::OperationState::Succeeded);
+    co.delete_checkpoint(&made.checkpoint.id)
+        .await
+        .expect("delete checkpoint");
+    delete(&cg, &sg).await;
+    delete(&co, &so).await;
 }
