@@ -2,7 +2,8 @@
 //! process keeps counting after the brief freeze), rollback brings the checkpoint's files back
 //! (changed, added and deleted ones) and ends the commands from after it, forks get the
 //! parent's files with their own hostname, address and random bytes, and a sandbox is created
-//! from a checkpoint after its source was deleted.
+//! from a checkpoint after its source was deleted. An org's checkpoint retention removes its
+//! oldest checkpoints from the store and the snapshot store.
 
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use cove_api_types::{
     Operation, OperationState, SandboxState,
 };
 use cove_client::{Client, ClientError};
-use cove_e2e::{client, delete, ensure_template, sandbox, sh};
+use cove_e2e::{client, delete, ensure_template, sandbox, server, sh};
 
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -235,4 +236,58 @@ async fn a_sandbox_is_created_from_a_checkpoint_of_a_deleted_sandbox() {
     assert_eq!(api_code(mixed), Some(ErrorCode::InvalidArgument));
     delete(&c, &new).await;
     c.delete_checkpoint(&r.checkpoint.id).await.expect("delete");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_orgs_retention_removes_its_oldest_checkpoints_from_the_snapshot_store() {
+    let s = server();
+    let admin = client();
+    ensure_template(&admin, "tiny").await;
+    let org = format!("ck-retention-{}", std::process::id());
+    admin
+        .create_org_with(&cove_api_types::CreateOrgRequest {
+            id: org.clone(),
+            checkpoint_retention: cove_api_types::CheckpointRetention {
+                max_per_sandbox: Some(1),
+                max_age_s: None,
+            },
+            ..Default::default()
+        })
+        .await
+        .expect("org");
+    let key = admin.create_api_key(&org, "e2e").await.expect("key");
+    let c = Client::new(&s.api_url, key.secret).expect("client");
+    let id = sandbox(&c, "tiny").await;
+    let mut made = Vec::new();
+    for _ in 0..3 {
+        let r = c
+            .create_checkpoint(&id, &CreateCheckpointRequest::default(), None)
+            .await
+            .expect("checkpoint");
+        done(&c, &r.operation).await;
+        made.push(r.checkpoint.id);
+    }
+    let on_disk = |ck: &str| s.data_dir.join("snapshots/checkpoints").join(ck).exists();
+    assert!(made.iter().all(|ck| on_disk(ck)), "saved in the snapshot store");
+
+    // The retention pass runs every minute.
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    let left = loop {
+        let left: Vec<String> = c
+            .list_checkpoints(Some(&id))
+            .await
+            .expect("list")
+            .checkpoints
+            .into_iter()
+            .map(|ck| ck.id)
+            .collect();
+        if left.len() == 1 || std::time::Instant::now() > deadline {
+            break left;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert_eq!(left, [made[2].clone()], "the newest stays");
+    assert!(!on_disk(&made[0]) && !on_disk(&made[1]), "the oldest are gone");
+    assert!(on_disk(&made[2]));
+    delete(&c, &id).await;
 }
