@@ -268,7 +268,10 @@ async fn an_orgs_retention_removes_its_oldest_checkpoints_from_the_snapshot_stor
         made.push(r.checkpoint.id);
     }
     let on_disk = |ck: &str| s.data_dir.join("snapshots/checkpoints").join(ck).exists();
-    assert!(made.iter().all(|ck| on_disk(ck)), "saved in the snapshot store");
+    assert!(
+        made.iter().all(|ck| on_disk(ck)),
+        "saved in the snapshot store"
+    );
 
     // The retention pass runs every minute.
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
@@ -287,7 +290,10 @@ async fn an_orgs_retention_removes_its_oldest_checkpoints_from_the_snapshot_stor
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     assert_eq!(left, [made[2].clone()], "the newest stays");
-    assert!(!on_disk(&made[0]) && !on_disk(&made[1]), "the oldest are gone");
+    assert!(
+        !on_disk(&made[0]) && !on_disk(&made[1]),
+        "the oldest are gone"
+    );
     assert!(on_disk(&made[2]));
     delete(&c, &id).await;
 }

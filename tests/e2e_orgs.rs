@@ -131,7 +131,10 @@ async fn a_feature_off_for_one_org_answers_403_to_that_org_only() {
         .create_org(&gated, Quotas::default())
         .await
         .expect("org");
-    admin.create_org(&open, Quotas::default()).await.expect("org");
+    admin
+        .create_org(&open, Quotas::default())
+        .await
+        .expect("org");
     let off = UpdateOrgRequest {
         disabled_features: Some(vec![Feature::Fork, Feature::Checkpoints]),
         ..Default::default()
@@ -153,13 +156,20 @@ async fn a_feature_off_for_one_org_answers_403_to_that_org_only() {
     assert_eq!(err.status(), Some(403));
     let body = err.api_body().expect("error body");
     assert_eq!(body.code, ErrorCode::FeatureDisabled);
-    assert!(body.message.contains("fork") && body.message.contains(&gated), "{}", body.message);
+    assert!(
+        body.message.contains("fork") && body.message.contains(&gated),
+        "{}",
+        body.message
+    );
     assert!(!body.request_id.is_empty());
     let err = cg
         .create_checkpoint(&sg, &CreateCheckpointRequest::default(), None)
         .await
         .expect_err("checkpoints are off");
-    assert_eq!(err.api_body().expect("body").code, ErrorCode::FeatureDisabled);
+    assert_eq!(
+        err.api_body().expect("body").code,
+        ErrorCode::FeatureDisabled
+    );
 
     // The other org checkpoints as usual.
     let made = co

@@ -171,7 +171,12 @@ async fn a_fork_mounts_its_parents_volumes_and_checkpoints_hold_none_of_their_da
         .await
         .expect("checkpoint");
     wait_ok(&c, &ck.operation.id).await;
-    let out = sh(&c, &parent, "echo three >> /data/v && echo changed > /home/user/f").await;
+    let out = sh(
+        &c,
+        &parent,
+        "echo three >> /data/v && echo changed > /home/user/f",
+    )
+    .await;
     assert_eq!(out.command.exit_code, Some(0), "{}", out.stderr_text());
     let op = c
         .rollback_sandbox(&parent, &ck.checkpoint.id)
@@ -179,7 +184,12 @@ async fn a_fork_mounts_its_parents_volumes_and_checkpoints_hold_none_of_their_da
         .expect("rollback");
     wait_ok(&c, &op.id).await;
     let out = sh(&c, &parent, "cat /home/user/f /data/v").await;
-    assert_eq!(out.stdout_text(), "one\none\ntwo\nthree\n", "{}", out.stderr_text());
+    assert_eq!(
+        out.stdout_text(),
+        "one\none\ntwo\nthree\n",
+        "{}",
+        out.stderr_text()
+    );
 
     for id in [&fork, &parent] {
         delete(&c, id).await;

@@ -19,9 +19,7 @@ pub struct CreateVolumeRequest {
 }
 
 /// Where a volume's data lives.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema,
-)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum VolumeStorage {
     /// An ext4 image on the disk of the node that made it; sandboxes mounting it run on that

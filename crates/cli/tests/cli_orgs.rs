@@ -20,7 +20,10 @@ async fn org_features_and_retention_are_set_and_shown() {
     ])
     .await;
     let made: serde_json::Value = serde_json::from_str(&made).expect("json");
-    assert_eq!(made[0]["disabled_features"], serde_json::json!(["fork", "volumes"]));
+    assert_eq!(
+        made[0]["disabled_features"],
+        serde_json::json!(["fork", "volumes"])
+    );
     assert_eq!(made[0]["checkpoint_retention"]["max_per_sandbox"], 3);
 
     let changed = ok(&["org", "features", &id, "--disable", "export"]).await;
@@ -32,7 +35,9 @@ async fn org_features_and_retention_are_set_and_shown() {
     assert!(row.contains(" - ") && row.contains(" 3600 "), "{changed}");
     let listed = ok(&["org", "ls"]).await;
     assert!(
-        listed.lines().any(|l| l.starts_with(&id) && l.contains(" export ")),
+        listed
+            .lines()
+            .any(|l| l.starts_with(&id) && l.contains(" export ")),
         "{listed}"
     );
     let cleared = ok(&["org", "features", &id, "--json"]).await;

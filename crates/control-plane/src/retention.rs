@@ -23,7 +23,9 @@ use std::time::Duration;
 
 use std::collections::HashMap;
 
-use cove_api_types::{Checkpoint, CheckpointRetention, CheckpointState, RetentionInfo, SandboxState};
+use cove_api_types::{
+    Checkpoint, CheckpointRetention, CheckpointState, RetentionInfo, SandboxState,
+};
 use cove_domain::CommandState;
 use cove_node_api::NodeError;
 use tracing::{info, warn};

@@ -2,7 +2,9 @@
 //! for them and their checkpoint retention (the admin token).
 
 use clap::{Args, Subcommand};
-use cove_api_types::{CheckpointRetention, CreateOrgRequest, Feature, Org, Quotas, UpdateOrgRequest};
+use cove_api_types::{
+    CheckpointRetention, CreateOrgRequest, Feature, Org, Quotas, UpdateOrgRequest,
+};
 use cove_client::Client;
 
 use crate::table;

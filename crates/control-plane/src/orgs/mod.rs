@@ -40,14 +40,18 @@ fn org_not_found(id: &str) -> ServiceError {
 
 /// Checks a checkpoint retention's limits (`invalid_argument` naming the field).
 fn validate_retention(r: &CheckpointRetention) -> Result<(), ServiceError> {
-    if r.max_per_sandbox.is_some_and(|n| !(1..=10_000).contains(&n)) {
+    if r.max_per_sandbox
+        .is_some_and(|n| !(1..=10_000).contains(&n))
+    {
         return Err(InvalidInput::new(
             "checkpoint_retention.max_per_sandbox",
             "must be 1 to 10000",
         )
         .into());
     }
-    if r.max_age_s.is_some_and(|s| !(60..=315_360_000).contains(&s)) {
+    if r.max_age_s
+        .is_some_and(|s| !(60..=315_360_000).contains(&s))
+    {
         return Err(InvalidInput::new(
             "checkpoint_retention.max_age_s",
             "must be 60 to 315360000 seconds",
@@ -159,9 +163,7 @@ impl ControlPlane {
         }
         if req.disabled_features.is_some() || req.checkpoint_retention.is_some() {
             let disabled = req.disabled_features.unwrap_or(org.disabled_features);
-            let retention = req
-                .checkpoint_retention
-                .unwrap_or(org.checkpoint_retention);
+            let retention = req.checkpoint_retention.unwrap_or(org.checkpoint_retention);
             if !self
                 .store()
                 .set_org_settings(id, &disabled, &retention)

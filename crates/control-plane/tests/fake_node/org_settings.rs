@@ -39,9 +39,12 @@ async fn org(h: &Harness, id: &str, disabled: &[Feature]) {
 
 /// A running sandbox of `org`.
 async fn running_in(h: &Harness, org: &str) -> String {
-    let r = as_org(org, h.cp.create_sandbox(CreateSandboxRequest::default(), None))
-        .await
-        .expect("create");
+    let r = as_org(
+        org,
+        h.cp.create_sandbox(CreateSandboxRequest::default(), None),
+    )
+    .await
+    .expect("create");
     h.succeeds(&r.operation).await;
     r.sandbox.id
 }
@@ -109,9 +112,8 @@ async fn a_feature_off_for_one_org_answers_403_to_it_only() {
         .expect("volume of open");
 
     // Turned back on, the gated org forks.
-    let org = h
-        .cp
-        .update_org(
+    let org =
+        h.cp.update_org(
             "gated",
             UpdateOrgRequest {
                 disabled_features: Some(vec![Feature::Checkpoints]),
@@ -185,9 +187,8 @@ async fn org_updates_replace_what_they_name_and_are_admin_only() {
         max_per_sandbox: Some(2),
         max_age_s: None,
     };
-    let got = h
-        .cp
-        .update_org(
+    let got =
+        h.cp.update_org(
             "acme",
             UpdateOrgRequest {
                 checkpoint_retention: Some(retention),
@@ -221,7 +222,10 @@ async fn org_updates_replace_what_they_name_and_are_admin_only() {
         );
     }
     let unchanged = h.cp.get_org("acme").await.expect("get");
-    assert_eq!(unchanged.quotas, quotas, "nothing changed by a refused update");
+    assert_eq!(
+        unchanged.quotas, quotas,
+        "nothing changed by a refused update"
+    );
     assert_eq!(unchanged.checkpoint_retention, retention);
 
     assert_eq!(
@@ -287,8 +291,12 @@ async fn the_controller_deletes_checkpoints_past_the_orgs_retention_oldest_first
     for gone in &of_a[..2] {
         assert_eq!(h.node.count_on(Call::DeleteCheckpoint, gone), 1, "{gone}");
     }
-    assert_eq!(left(&b).await, [of_b.clone()]);
-    assert_eq!(left(&other).await, of_other, "an org without retention keeps all");
+    assert_eq!(left(&b).await, std::slice::from_ref(&of_b));
+    assert_eq!(
+        left(&other).await,
+        of_other,
+        "an org without retention keeps all"
+    );
 
     // Past the age limit every checkpoint of the org goes; the other org's stay.
     h.advance(Duration::from_secs(3601)).await;

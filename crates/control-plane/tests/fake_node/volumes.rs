@@ -295,7 +295,12 @@ async fn forks_mount_the_parents_volumes_and_from_checkpoint_creates_what_they_n
     };
     let bare = h.cp.create_sandbox(from, None).await.expect("create");
     h.succeeds(&bare.operation).await;
-    assert!(h.node.launch_of(&bare.sandbox.id).expect("bare").volumes.is_empty());
+    assert!(h
+        .node
+        .launch_of(&bare.sandbox.id)
+        .expect("bare")
+        .volumes
+        .is_empty());
     let from = CreateSandboxRequest {
         checkpoint: Some(forked.checkpoint.id.clone()),
         ..mounting(&[("ro", "/elsewhere", true)])

@@ -66,10 +66,7 @@ fn not_found(id: &str) -> RestError {
 }
 
 /// `POST /volumes`: `201` with the new volume.
-pub(super) async fn create(
-    State(e2b): State<E2b>,
-    body: Bytes,
-) -> Result<Response, RestError> {
+pub(super) async fn create(State(e2b): State<E2b>, body: Bytes) -> Result<Response, RestError> {
     let req: NewVolume = parse_body(&body)?;
     let v = e2b
         .cp
