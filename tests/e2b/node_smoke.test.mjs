@@ -1,13 +1,13 @@
 // E2B JavaScript SDK (npm `e2b`) against Cove: create, run, files, kill; file metadata, the
 // network rules and their update (as the sandbox info reads them back; traffic is tested from
-// Python against a fake internet), snapshots and fork. Run by scripts/test-e2b.sh through
+// Python against a fake internet), snapshots and fork, volumes. Run by scripts/test-e2b.sh through
 // node_runner.py with node's test runner; the server address comes from E2B_* variables.
 import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { createRequire } from 'node:module'
 
 const require = createRequire(process.env.E2B_NODE_MODULES + '/')
-const { Sandbox, CommandExitError, NotFoundError, ALL_TRAFFIC } = require('e2b')
+const { Sandbox, Volume, CommandExitError, NotFoundError, ALL_TRAFFIC } = require('e2b')
 
 test('create, run, files, kill', async () => {
   const sbx = await Sandbox.create({ metadata: { sdk: 'js' }, envs: { FROM: 'js' } })
@@ -72,4 +72,25 @@ test('file metadata, network rules, snapshots and fork', async () => {
   } finally {
     await sbx.kill()
   }
+})
+
+test('volumes: create, mount, share, destroy', async () => {
+  const name = 'js-vol-' + Math.random().toString(36).slice(2, 10)
+  const vol = await Volume.create(name)
+  assert.equal(vol.volumeId, name)
+  assert.ok((await Volume.list()).some((v) => v.volumeId === name))
+  const writer = await Sandbox.create({ volumeMounts: { '/mnt/v': vol } })
+  try {
+    await writer.files.write('/mnt/v/js.txt', 'on the volume')
+  } finally {
+    await writer.kill()
+  }
+  const reader = await Sandbox.create({ volumeMounts: { '/data': name } })
+  try {
+    assert.equal(await reader.files.read('/data/js.txt'), 'on the volume')
+  } finally {
+    await reader.kill()
+  }
+  assert.equal(await Volume.destroy(name), true)
+  assert.equal(await Volume.destroy(name), false)
 })
