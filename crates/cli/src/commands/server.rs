@@ -127,7 +127,7 @@ pub struct ServerArgs {
     /// Turn off incubating features, comma-separated: `checkpoints` (checkpoints, rollback,
     /// creates from a checkpoint), `fork`, `export` (checkpoint archives), `volumes`
     /// (persistent volumes). Calls to a disabled feature answer 403
-    /// `feature_disabled`.
+    /// `feature_disabled`, for every org (`cove org features` turns them off for one org).
     #[arg(long, value_name = "LIST", value_parser = cove_server::Features::disabling)]
     pub disable_feature: Option<cove_server::Features>,
     /// Let remote node agents join (`cove node --join-token`) with this secret; without it the
