@@ -250,3 +250,74 @@ fn past_retention<'a>(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use chrono::{TimeZone, Utc};
+    use cove_api_types::Resources;
+
+    use super::*;
+
+    fn ck(id: &str, sandbox: &str, state: CheckpointState, minutes_ago: i64) -> Checkpoint {
+        let now = Utc
+            .with_ymd_and_hms(2026, 1, 1, 12, 0, 0)
+            .single()
+            .expect("time");
+        Checkpoint {
+            id: id.into(),
+            org: "o".into(),
+            sandbox_id: sandbox.into(),
+            name: None,
+            state,
+            state_reason: None,
+            template: "base".into(),
+            release: 1,
+            resources: Resources::default(),
+            env: Default::default(),
+            cwd: "/".into(),
+            user: "user".into(),
+            runtime: "runc".into(),
+            memory: false,
+            file_bytes: 0,
+            pause_ms: None,
+            operation_id: None,
+            created_at: now - chrono::Duration::minutes(minutes_ago),
+        }
+    }
+
+    #[test]
+    fn saving_checkpoints_are_neither_deleted_nor_counted() {
+        let now = Utc
+            .with_ymd_and_hms(2026, 1, 1, 12, 0, 0)
+            .single()
+            .expect("time");
+        // Newest first, as the store lists them.
+        let all = [
+            ck("c4", "a", CheckpointState::Creating, 1),
+            ck("c3", "a", CheckpointState::Ready, 2),
+            ck("c2", "a", CheckpointState::Failed, 3),
+            ck("c1", "a", CheckpointState::Ready, 300),
+            ck("b1", "b", CheckpointState::Ready, 4),
+        ];
+        let per_sandbox = CheckpointRetention {
+            max_per_sandbox: Some(2),
+            max_age_s: None,
+        };
+        let gone: Vec<&str> = past_retention(&all, &per_sandbox, now)
+            .iter()
+            .map(|c| c.id.as_str())
+            .collect();
+        assert_eq!(gone, ["c1"]);
+        let by_age = CheckpointRetention {
+            max_per_sandbox: None,
+            max_age_s: Some(3600),
+        };
+        let gone: Vec<&str> = past_retention(&all, &by_age, now)
+            .iter()
+            .map(|c| c.id.as_str())
+            .collect();
+        assert_eq!(gone, ["c1"]);
+        let old_creating = [ck("c9", "a", CheckpointState::Creating, 1000)];
+        assert!(past_retention(&old_creating, &by_age, now).is_empty());
+    }
+}
