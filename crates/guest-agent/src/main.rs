@@ -24,15 +24,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("COVE_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_env_filter(filter)
-        .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    init_logging();
+    // One thread serves every connection and command stream; blocking work (files, spawns,
+    // process-tree scans) goes to the blocking pool. Each extra worker cost the idle agent a
+    // stack, a malloc arena and its wake-ups (see docs/performance.md).
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         // Idle blocking threads stay around: when a fork bomb exhausts the sandbox's process
         // limit, no new thread can be created, but file and spawn requests still find one.
         .thread_keep_alive(std::time::Duration::from_secs(3600))
@@ -55,4 +51,24 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Logs to stderr, filtered by `COVE_LOG` (`level` or `target=level`, comma-separated; `info`
+/// when unset or unparsable). `Targets` rather than `EnvFilter`: the agent leaves out the
+/// regex engine `EnvFilter` brings, which was a large share of its resident code.
+fn init_logging() {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+
+    let filter = std::env::var("COVE_LOG")
+        .ok()
+        .and_then(|s| s.parse::<Targets>().ok())
+        .unwrap_or_else(|| Targets::new().with_default(LevelFilter::INFO));
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .finish()
+        .with(filter)
+        .init();
 }

@@ -27,15 +27,18 @@ pub enum FrameError {
 
 /// Encodes one frame (length prefix + body). Fails with `TooLarge` if the body would exceed the
 /// limit.
+///
+/// The body is sized first (a walk over the value, no copy) and serialized straight after the
+/// prefix into one buffer of the exact size: output and upload chunks are copied once here,
+/// not once into a growing vector and again behind the prefix.
 pub fn encode_frame<T: Serialize>(frame: &T) -> Result<Vec<u8>, FrameError> {
-    let body = postcard::to_stdvec(frame)?;
-    if body.len() > MAX_FRAME_BYTES {
-        return Err(FrameError::TooLarge { len: body.len() });
+    let len = postcard::experimental::serialized_size(frame)?;
+    if len > MAX_FRAME_BYTES {
+        return Err(FrameError::TooLarge { len });
     }
-    let mut out = Vec::with_capacity(body.len() + 4);
-    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    out.extend_from_slice(&body);
-    Ok(out)
+    let mut out = Vec::with_capacity(len + 4);
+    out.extend_from_slice(&(len as u32).to_be_bytes());
+    Ok(postcard::to_extend(frame, out)?)
 }
 
 /// Decodes a frame body (without its length prefix).

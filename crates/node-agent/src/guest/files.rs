@@ -17,6 +17,11 @@ use super::client::{GuestClient, CONNECT_TIMEOUT};
 use super::connection::{frame_error, kind, open};
 use super::error::GuestError;
 
+/// Bytes of upload body sent per `Data` frame (the last one may be shorter). The guest queues
+/// at most four frames per upload, so this bounds what an upload holds in the sandbox's memory.
+const UPLOAD_FRAME_BYTES: usize = 256 * 1024;
+const _: () = assert!(UPLOAD_FRAME_BYTES <= MAX_CHUNK_BYTES);
+
 /// Longest wait for any one frame of a file transfer (the guest reading, syncing or renaming).
 pub const TRANSFER_FRAME_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -170,22 +175,46 @@ impl GuestClient {
             request: Request::WriteFile(req),
         };
         write_frame(&mut wr, &frame).await.map_err(frame_error)?;
+        let mut pending: Vec<u8> = Vec::with_capacity(UPLOAD_FRAME_BYTES);
         loop {
             let item = tokio::select! {
                 a = &mut answer => return Err(early(a)),
                 item = body.next() => item,
             };
-            let request_chunks: Vec<Request> = match item {
-                Some(Ok(bytes)) => bytes
-                    .chunks(MAX_CHUNK_BYTES)
-                    .map(|c| Request::Data { data: c.to_vec() })
-                    .collect(),
+            // Body pieces (often a few KiB each) are gathered into frames of
+            // `UPLOAD_FRAME_BYTES`: per frame the guest pays a read, a queue hand-off and a
+            // write, so few large frames move the same bytes with a fraction of the calls.
+            let mut request_chunks: Vec<Request> = Vec::new();
+            match item {
+                Some(Ok(bytes)) => {
+                    let mut rest = &bytes[..];
+                    while !rest.is_empty() {
+                        let take = (UPLOAD_FRAME_BYTES - pending.len()).min(rest.len());
+                        pending.extend_from_slice(&rest[..take]);
+                        rest = &rest[take..];
+                        if pending.len() == UPLOAD_FRAME_BYTES {
+                            request_chunks.push(Request::Data {
+                                data: std::mem::replace(
+                                    &mut pending,
+                                    Vec::with_capacity(UPLOAD_FRAME_BYTES),
+                                ),
+                            });
+                        }
+                    }
+                }
                 Some(Err(e)) => {
                     return Err(GuestError::Unavailable(format!(
                         "upload aborted: body failed: {e}"
                     )))
                 }
-                None => vec![Request::DataEnd],
+                None => {
+                    if !pending.is_empty() {
+                        request_chunks.push(Request::Data {
+                            data: std::mem::take(&mut pending),
+                        });
+                    }
+                    request_chunks.push(Request::DataEnd);
+                }
             };
             let end = matches!(request_chunks.last(), Some(Request::DataEnd));
             for request in request_chunks {
