@@ -145,12 +145,13 @@ pub trait ClusterStore: Send + Sync {
     /// Every placement.
     async fn list_placements(&self) -> Result<Vec<PlacementRecord>, StoreError>;
 
-    /// The node link's TLS identity (PEM certificate and key): the one recorded, or the given
-    /// one when none is (the first replica's wins).
+    /// The node link's TLS identity (`certificate` and PKCS#8 `key`, each DER in base64): the
+    /// one recorded, or the given one when none is (the first replica's wins), so every
+    /// replica presents the certificate nodes pinned.
     async fn node_link_identity(
         &self,
-        cert_pem: &str,
-        key_pem: &str,
+        certificate: &str,
+        key: &str,
     ) -> Result<(String, String), StoreError>;
 
     /// Leases the unfinished operations `ids` to `owner` until `until`; an operation held by

@@ -19,9 +19,9 @@ CREATE TABLE placements (
 );
 
 CREATE TABLE cluster_identity (
-    name      TEXT PRIMARY KEY,
-    cert_pem  TEXT NOT NULL,
-    key_pem   TEXT NOT NULL
+    name         TEXT PRIMARY KEY,
+    certificate  TEXT NOT NULL,
+    private_key  TEXT NOT NULL
 );
 
 ALTER TABLE operations ADD COLUMN owner TEXT;

@@ -132,22 +132,23 @@ impl ClusterStore for SqliteStore {
 
     async fn node_link_identity(
         &self,
-        cert_pem: &str,
-        key_pem: &str,
+        certificate: &str,
+        key: &str,
     ) -> Result<(String, String), StoreError> {
         sqlx::query(
-            "INSERT INTO cluster_identity (name, cert_pem, key_pem) VALUES ('node-link', ?, ?) \
+            "INSERT INTO cluster_identity (name, certificate, private_key) VALUES ('node-link', ?, ?) \
              ON CONFLICT (name) DO NOTHING",
         )
-        .bind(cert_pem)
-        .bind(key_pem)
+        .bind(certificate)
+        .bind(key)
         .execute(&self.pool)
         .await?;
-        let row =
-            sqlx::query("SELECT cert_pem, key_pem FROM cluster_identity WHERE name = 'node-link'")
-                .fetch_one(&self.pool)
-                .await?;
-        Ok((row.try_get("cert_pem")?, row.try_get("key_pem")?))
+        let row = sqlx::query(
+            "SELECT certificate, private_key FROM cluster_identity WHERE name = 'node-link'",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok((row.try_get("certificate")?, row.try_get("private_key")?))
     }
 
     async fn lease_operations(

@@ -1,0 +1,206 @@
+//! Operation takeover: the leader of replicas on a shared store claims operations whose lease
+//! ran out (their replica died, or lost the store for longer than the lease) and drives each
+//! to its end from where the sandbox is now. A claim is one replica's (the store's claim is
+//! atomic) and is leased to the claimer, so no operation runs twice at once.
+//!
+//! - A move the dead replica left half-way is settled first, as a restart would settle it
+//!   (`reconcile.rs`): `suspending` ends `suspended` when the snapshot is complete, else is
+//!   rolled back; `waking` ends `running` when the node runs the sandbox, else is back to
+//!   `suspended`; `deleting` is finished.
+//! - Then the operation runs again: a create adopts the sandbox when its node runs it, else
+//!   removes what was half made and starts it anew; pause, resume, suspend and wake apply their
+//!   verb (a no-op when the sandbox is already where it asked); a delete ends `deleted`.
+//! - A build or a checkpoint cannot be resumed: it ends `failed` (`unavailable`), and a release
+//!   left `building` ends `failed`.
+
+use cove_api_types::{
+    ErrorCode, Operation, OperationError, OperationKind, OperationState, ReleaseState, SandboxState,
+};
+use cove_node_api::NodeSandboxState;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::lifecycle::LifecycleVerb;
+use crate::{ControlPlane, ServiceError};
+
+/// Most operations claimed in one pass.
+const CLAIM_BATCH: u32 = 64;
+
+impl ControlPlane {
+    /// Claims the operations whose lease ran out and starts driving each to its end.
+    pub(crate) async fn take_over_expired(&self) {
+        let Some(lease) = self.operations().lease().cloned() else {
+            return;
+        };
+        let now = chrono::Utc::now();
+        let span =
+            chrono::Duration::from_std(lease.duration).unwrap_or(chrono::Duration::seconds(10));
+        let claimed = self
+            .store()
+            .claim_expired_operations(&lease.owner, now, now - span, now + span, CLAIM_BATCH)
+            .await;
+        match claimed {
+            Ok(ops) => {
+                for op in ops {
+                    info!(op_id = %op.id, kind = op.kind.as_str(),
+                        sandbox_id = op.sandbox_id.as_deref().unwrap_or(""),
+                        "taking over an operation of a replica that stopped");
+                    crate::metrics::taken_over(op.kind);
+                    self.take_over(op).await;
+                }
+            }
+            Err(e) => warn!(error = %e, "cannot claim expired operations"),
+        }
+    }
+
+    async fn take_over(&self, op: Operation) {
+        let verb = match op.kind {
+            OperationKind::PauseSandbox => Some(LifecycleVerb::Pause),
+            OperationKind::ResumeSandbox => Some(LifecycleVerb::Resume),
+            OperationKind::SuspendSandbox => Some(LifecycleVerb::Suspend),
+            OperationKind::WakeSandbox => Some(LifecycleVerb::Wake),
+            _ => None,
+        };
+        let resumable = verb.is_some()
+            || matches!(
+                op.kind,
+                OperationKind::CreateSandbox | OperationKind::DeleteSandbox
+            );
+        let Some(id) = op.sandbox_id.clone().filter(|_| resumable) else {
+            if let (OperationKind::BuildRelease, Some(t), Some(n)) =
+                (op.kind, &op.template, op.release)
+            {
+                if let Err(e) = self
+                    .store()
+                    .set_release_state(t, n, ReleaseState::Failed, None)
+                    .await
+                {
+                    warn!(op_id = %op.id, error = %e, "cannot fail an interrupted build");
+                }
+            }
+            let err = OperationError {
+                code: ErrorCode::Unavailable,
+                message: format!(
+                    "the replica running this {} stopped; it cannot be resumed",
+                    op.kind.as_str()
+                ),
+            };
+            self.operations()
+                .set_state(&op.id, OperationState::Failed, Some(err))
+                .await;
+            return;
+        };
+        let ticket = self.ticket(&id);
+        let this = self.clone();
+        let (op_id, kind) = (op.id.clone(), op.kind);
+        self.operations()
+            .run_cancellable(&op, move |cancel| async move {
+                let _turn = ticket.wait(&cancel).await?;
+                this.drive_taken(&id, kind, verb, &op_id, &cancel).await
+            });
+    }
+
+    /// Drives a taken-over operation of sandbox `id` to its end.
+    async fn drive_taken(
+        &self,
+        id: &str,
+        kind: OperationKind,
+        verb: Option<LifecycleVerb>,
+        op_id: &str,
+        cancel: &CancellationToken,
+    ) -> Result<(), ServiceError> {
+        let s = self.store().get_sandbox(id).await?;
+        if matches!(
+            s.state,
+            SandboxState::Suspending | SandboxState::Waking | SandboxState::Deleting
+        ) {
+            let has_snapshot = self.node().has_snapshot(id).await.ok();
+            self.settle(id, s.state, has_snapshot).await?;
+        }
+        match (kind, verb) {
+            (OperationKind::CreateSandbox, _) => self.finish_create(id, op_id, cancel).await,
+            (_, Some(verb)) => self.apply(id, verb, op_id, cancel, None).await,
+            _ => match self.store().get_sandbox(id).await?.state {
+                SandboxState::Deleted => Ok(()),
+                other => Err(ServiceError::Unavailable(format!(
+                    "the delete could not be finished: the sandbox is {}",
+                    other.as_str()
+                ))),
+            },
+        }
+    }
+
+    /// Finishes a create its replica left: adopts the sandbox when its node runs it, else
+    /// removes what was half made and starts it again.
+    async fn finish_create(
+        &self,
+        id: &str,
+        op_id: &str,
+        cancel: &CancellationToken,
+    ) -> Result<(), ServiceError> {
+        let s = self.store().get_sandbox(id).await?;
+        match s.state {
+            SandboxState::Creating => {}
+            SandboxState::Running | SandboxState::Paused | SandboxState::Degraded => return Ok(()),
+            other => {
+                return Err(ServiceError::Unavailable(format!(
+                    "the create could not be finished: the sandbox is {}",
+                    other.as_str()
+                )))
+            }
+        }
+        if let Some(NodeSandboxState::Running) = self.adopt(id).await {
+            info!(sandbox_id = %id, "taken-over create adopted from its node");
+            self.transition(
+                id,
+                SandboxState::Creating,
+                SandboxState::Running,
+                None,
+                Some(op_id),
+            )
+            .await?;
+            self.touch(id);
+            return Ok(());
+        }
+        // Whatever the node made of the first attempt goes; a missing one is fine.
+        let _ = self.node().destroy_sandbox(id).await;
+        let launch = self.launch_of(&s).await?;
+        let policy = launch.network.clone();
+        let started = self.node().start_sandbox(launch).await;
+        let failed = match started {
+            Ok(()) => {
+                self.resync_network(id, &policy).await;
+                match self.run_startup(id, cancel).await {
+                    Ok(()) => None,
+                    Err(e) => Some(e),
+                }
+            }
+            Err(e) => Some(crate::error::from_node(e, id)),
+        };
+        if let Some(e) = failed {
+            warn!(sandbox_id = %id, error = %e, "taken-over create failed");
+            let _ = self.node().destroy_sandbox(id).await;
+            let reason = format!("start failed: {e}");
+            self.transition(
+                id,
+                SandboxState::Creating,
+                SandboxState::Failed,
+                Some(&reason),
+                Some(op_id),
+            )
+            .await?;
+            return Err(e);
+        }
+        self.transition(
+            id,
+            SandboxState::Creating,
+            SandboxState::Running,
+            None,
+            Some(op_id),
+        )
+        .await?;
+        self.touch(id);
+        info!(sandbox_id = %id, "taken-over create finished");
+        Ok(())
+    }
+}
