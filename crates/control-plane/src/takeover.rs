@@ -25,6 +25,9 @@ use crate::{ControlPlane, ServiceError};
 
 /// Most operations claimed in one pass.
 const CLAIM_BATCH: u32 = 64;
+/// Attempts at finishing a taken-over create, and the pause between them.
+const CREATE_ATTEMPTS: u32 = 5;
+const CREATE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl ControlPlane {
     /// Claims the operations whose lease ran out and starts driving each to its end.
@@ -149,34 +152,47 @@ impl ControlPlane {
                 )))
             }
         }
-        if let Some(NodeSandboxState::Running) = self.adopt(id).await {
-            info!(sandbox_id = %id, "taken-over create adopted from its node");
-            self.transition(
-                id,
-                SandboxState::Creating,
-                SandboxState::Running,
-                None,
-                Some(op_id),
-            )
-            .await?;
-            self.touch(id);
-            return Ok(());
-        }
-        // Whatever the node made of the first attempt goes; a missing one is fine.
-        let _ = self.node().destroy_sandbox(id).await;
-        let launch = self.launch_of(&s).await?;
-        let policy = launch.network.clone();
-        let started = self.node().start_sandbox(launch).await;
-        let failed = match started {
-            Ok(()) => {
-                self.resync_network(id, &policy).await;
-                match self.run_startup(id, cancel).await {
-                    Ok(()) => None,
-                    Err(e) => Some(e),
-                }
+        // The node may still be finishing the first attempt (its call outlives the replica
+        // that made it): adopt it once it runs, else remove what was half made and start again;
+        // a start that collides with the first attempt's leftovers is tried again.
+        let mut failed = None;
+        for attempt in 0..CREATE_ATTEMPTS {
+            if attempt > 0 {
+                tokio::time::sleep(CREATE_RETRY).await;
             }
-            Err(e) => Some(crate::error::from_node(e, id)),
-        };
+            if let Some(NodeSandboxState::Running) = self.adopt(id).await {
+                info!(sandbox_id = %id, "taken-over create adopted from its node");
+                self.transition(
+                    id,
+                    SandboxState::Creating,
+                    SandboxState::Running,
+                    None,
+                    Some(op_id),
+                )
+                .await?;
+                self.touch(id);
+                return Ok(());
+            }
+            let _ = self.node().destroy_sandbox(id).await;
+            let launch = self.launch_of(&s).await?;
+            let policy = launch.network.clone();
+            failed = match self.node().start_sandbox(launch).await {
+                Ok(()) => {
+                    self.resync_network(id, &policy).await;
+                    match self.run_startup(id, cancel).await {
+                        Ok(()) => None,
+                        Err(e) => Some(e),
+                    }
+                }
+                Err(e) => {
+                    warn!(sandbox_id = %id, attempt, error = %e, "taken-over create did not start");
+                    Some(crate::error::from_node(e, id))
+                }
+            };
+            if failed.is_none() || cancel.is_cancelled() {
+                break;
+            }
+        }
         if let Some(e) = failed {
             warn!(sandbox_id = %id, error = %e, "taken-over create failed");
             let _ = self.node().destroy_sandbox(id).await;

@@ -20,6 +20,10 @@ use tracing::{info, warn};
 
 use super::{Cluster, Member, Placed};
 
+/// How much later than this replica's last sight of a node a stored heartbeat must be to come
+/// from another replica (the store's time and this replica's differ by the write).
+const OWN_HEARTBEAT_SLACK: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Connects to a node that joined another replica.
 #[async_trait]
 pub trait NodeConnector: Send + Sync + 'static {
@@ -254,8 +258,13 @@ impl Cluster {
                     }
                     m.state = n.state;
                     m.reason = n.reason;
-                    m.last_seen = m.last_seen.max(seen);
-                    m.report = report;
+                    // Only a heartbeat another replica received since is news: this replica's
+                    // own (and the releases it noted since, before the node reports them)
+                    // stay.
+                    if seen > m.last_seen + OWN_HEARTBEAT_SLACK {
+                        m.last_seen = seen;
+                        m.report = report;
+                    }
                 }
                 None => {
                     let Some(api) = api else { continue };
