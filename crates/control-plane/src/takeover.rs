@@ -179,10 +179,7 @@ impl ControlPlane {
             failed = match self.node().start_sandbox(launch).await {
                 Ok(()) => {
                     self.resync_network(id, &policy).await;
-                    match self.run_startup(id, cancel).await {
-                        Ok(()) => None,
-                        Err(e) => Some(e),
-                    }
+                    self.run_startup(id, cancel).await.err()
                 }
                 Err(e) => {
                     warn!(sandbox_id = %id, attempt, error = %e, "taken-over create did not start");
