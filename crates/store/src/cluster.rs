@@ -58,6 +58,8 @@ pub struct Leadership {
     lost: watch::Receiver<bool>,
     /// Keeps the lock's connection alive (PostgreSQL); dropping it releases the lock.
     _keeper: Option<KeeperHandle>,
+    /// The sender of a leadership that is never lost (SQLite), kept so `lost` never closes.
+    _never: Option<watch::Sender<bool>>,
 }
 
 /// Aborts the keeper task (and so closes the lock's connection) when dropped.
@@ -72,12 +74,11 @@ impl Drop for KeeperHandle {
 impl Leadership {
     /// Leadership that is never lost (the single-process SQLite store).
     pub fn forever() -> Leadership {
-        let (tx, lost) = watch::channel(false);
-        // Never sent: the sender lives as long as the process.
-        std::mem::forget(tx);
+        let (never, lost) = watch::channel(false);
         Leadership {
             lost,
             _keeper: None,
+            _never: Some(never),
         }
     }
 
@@ -86,6 +87,7 @@ impl Leadership {
         Leadership {
             lost,
             _keeper: Some(KeeperHandle(keeper)),
+            _never: None,
         }
     }
 
