@@ -6,8 +6,9 @@
 //! - Leadership is the store's ([`cove_store::ClusterStore::try_lead`]: a PostgreSQL advisory
 //!   lock on a connection of its own). A replica that loses it stops its controllers and tries
 //!   again every 2 s; a replica that dies loses it with its connection.
-//! - Every replica renews the leases of the operations it runs every third of the lease, and
-//!   reads the shared node registry every heartbeat interval.
+//! - Every replica renews the leases of the operations it runs every third of the lease, reads
+//!   the shared node registry every second, and wakes its event and operation-log streams every
+//!   second (what other replicas recorded reaches them so).
 //!
 //! The single-process server (SQLite) does not use this: it reconciles at start and runs its
 //! controllers itself.
@@ -22,6 +23,8 @@ use crate::{ControlPlane, Controller};
 
 /// How long a replica that does not lead waits before trying again.
 const LEAD_RETRY: Duration = Duration::from_secs(2);
+/// How often streams of events and operation logs re-read what other replicas recorded.
+const OTHERS_TICK: Duration = Duration::from_secs(1);
 
 /// The loops of one replica: leadership (controllers and takeovers while leading), lease
 /// renewal, and the shared node registry.
@@ -55,6 +58,19 @@ impl Replica {
                     () = tokio::time::sleep(every) => {}
                 }
                 renew_cp.operations().renew_leases().await;
+            }
+        }));
+        // Streams of events and operation logs wait on this process's change counters; what
+        // other replicas record reaches them by this tick.
+        let (tick_cp, token) = (cp.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = token.cancelled() => break,
+                    () = tokio::time::sleep(OTHERS_TICK) => {}
+                }
+                tick_cp.inner.events.notify();
+                tick_cp.operations().changed_elsewhere();
             }
         }));
         if let Some(cluster) = cp.inner.cluster.clone() {

@@ -177,6 +177,12 @@ impl Operations {
         self.changed.send_modify(|v| *v = v.wrapping_add(1));
     }
 
+    /// Wakes long-polls and log streams to re-read the store: another replica may have
+    /// changed an operation.
+    pub(crate) fn changed_elsewhere(&self) {
+        self.bump();
+    }
+
     /// Records a new operation, honouring an idempotency key: the same key and body return the
     /// earlier operation; the same key with another body is `IdempotencyMismatch`.
     pub async fn begin(&self, op: NewOperation) -> Result<Begun, ServiceError> {

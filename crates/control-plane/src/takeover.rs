@@ -10,7 +10,8 @@
 //! - Then the operation runs again: a create adopts the sandbox when its node runs it, else
 //!   removes what was half made and starts it anew; pause, resume, suspend and wake apply their
 //!   verb (a no-op when the sandbox is already where it asked); a delete ends `deleted`.
-//! - A build or a checkpoint cannot be resumed: it ends `failed` (`unavailable`), and a release
+//! - A build, a checkpoint, a rollback, or a create from a checkpoint cannot be resumed: it ends
+//!   `failed` (`unavailable`; the sandbox of such a create ends `failed` too), and a release
 //!   left `building` ends `failed`.
 
 use cove_api_types::{
@@ -22,6 +23,9 @@ use tracing::{info, warn};
 
 use crate::lifecycle::LifecycleVerb;
 use crate::{ControlPlane, ServiceError};
+
+/// How a create from a checkpoint marks its operation's log (followed by the checkpoint id).
+pub(crate) const RESTORE_LOG: &str = "restore from checkpoint ";
 
 /// Most operations claimed in one pass.
 const CLAIM_BATCH: u32 = 64;
@@ -142,6 +146,25 @@ impl ControlPlane {
         cancel: &CancellationToken,
     ) -> Result<(), ServiceError> {
         let s = self.store().get_sandbox(id).await?;
+        let from_checkpoint = self
+            .store()
+            .operation_logs(op_id, 0, 16)
+            .await?
+            .iter()
+            .any(|(_, line)| line.starts_with(RESTORE_LOG));
+        if from_checkpoint && s.state == SandboxState::Creating {
+            let _ = self.node().destroy_sandbox(id).await;
+            let why = "the replica restoring it from a checkpoint stopped; create it again";
+            self.transition(
+                id,
+                SandboxState::Creating,
+                SandboxState::Failed,
+                Some(why),
+                Some(op_id),
+            )
+            .await?;
+            return Err(ServiceError::Unavailable(why.into()));
+        }
         match s.state {
             SandboxState::Creating => {}
             SandboxState::Running | SandboxState::Paused | SandboxState::Degraded => return Ok(()),
