@@ -5,7 +5,7 @@
 //!
 //! The registry lives in memory: nodes report what they hold in every heartbeat, so a
 //! restarted control plane learns the placement again as nodes re-join. Replicas on one
-//! shared store also keep it there ([`shared`]): nodes, their states and reports, and
+//! shared store also keep it there (`shared.rs`): nodes, their states and reports, and
 //! placements, so a node that joined one replica is used by every replica. Snapshots are in a
 //! store every node reaches (a shared directory or S3), so any node answers snapshot calls and
 //! any node can wake a suspended sandbox.
