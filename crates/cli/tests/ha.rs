@@ -5,7 +5,8 @@
 //! is gone). Creates and suspends go through A, which is SIGKILLed at once: B takes the
 //! leadership and the operations over and finishes them (sandboxes `running` and
 //! `suspended`), and through B the node takes new sandboxes, a suspended one wakes and a
-//! command runs.
+//! command runs. Then A starts again, B is SIGKILLed in the middle of a wake and a delete, and
+//! A finishes those.
 
 #![allow(clippy::unwrap_used)]
 
@@ -389,8 +390,42 @@ async fn a_replica_killed_mid_creates_and_suspends_is_taken_over_by_the_other() 
     .parse()
     .unwrap();
     assert!(taken >= 1, "B took over none of A's operations");
+
+    // A comes back as a new process; B dies in the middle of a wake and a delete, and A
+    // finishes them.
+    setup.replicas[0] = replica(&root, "cp-a", &store, a_nodes);
+    let a = client(setup.replicas[0].api, &token);
+    until("A serving again", Duration::from_secs(30), || {
+        ready_node(&a)
+    })
+    .await;
+    let wake = b.wake_sandbox(&resting[1]).await.unwrap();
+    let delete = b.delete_sandbox(&creates[1].0).await.unwrap();
+    setup.replicas[1].process.start_kill().unwrap();
+    let _ = setup.replicas[1].process.wait().await;
+    for op in [&wake.id, &delete.id] {
+        let done = a.wait_operation(op, Duration::from_secs(40)).await.unwrap();
+        assert_eq!(done.state, OperationState::Succeeded, "{done:?}");
+    }
+    let out = sh(&a, &resting[1], "echo woken by a").await;
+    assert_eq!(out.stdout_text(), "woken by a\n");
+    assert!(
+        a.get_sandbox(&creates[1].0).await.is_err(),
+        "a deleted sandbox is not found"
+    );
+    let by_a: u32 = psql(
+        &url,
+        &format!(
+            "SELECT count(*) FROM {schema}.operations WHERE id IN ('{}', '{}') AND owner <> \
+             (SELECT owner FROM {schema}.operations WHERE id = '{}')",
+            wake.id, delete.id, made.operation.id
+        ),
+    )
+    .parse()
+    .unwrap();
+    assert!(by_a >= 1, "A took over none of B's operations");
     eprintln!(
-        "two replicas: B took over {taken} of {} operations; {:?} in all",
+        "two replicas: B took over {taken} of {} operations, A then {by_a} of B's 2; {:?} in all",
         ops.len(),
         test_start.elapsed()
     );
