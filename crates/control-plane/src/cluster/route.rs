@@ -69,6 +69,7 @@ impl NodeReleases for Cluster {
         let built = first.ok_or_else(|| NodeError::Internal("no node built the release".into()))?;
         let names: Vec<&str> = nodes.iter().map(|(n, _)| n.as_str()).collect();
         self.note_release(&names, template, number);
+        self.record_reports(&names).await;
         Ok(built)
     }
 
@@ -101,6 +102,7 @@ impl NodeReleases for Cluster {
                 Ok(built) => {
                     info!(node = %name, template, number, "file release built");
                     self.note_release(&[name.as_str()], template, number);
+                    self.record_reports(&[name.as_str()]).await;
                     return Ok(built);
                 }
                 Err(NodeError::Unsupported(m)) => {
@@ -148,7 +150,7 @@ impl NodeReleases for Cluster {
 impl NodeLifecycle for Cluster {
     async fn start_sandbox(&self, launch: SandboxLaunch) -> Result<(), NodeError> {
         let id = launch.id.clone();
-        let (node, api) = self.place(&launch)?;
+        let (node, api) = self.place_fresh(&launch).await?;
         info!(sandbox_id = %id, node = %node, "sandbox placed");
         self.save_placement(&id).await;
         let result = api.start_sandbox(launch).await;
@@ -233,7 +235,7 @@ impl NodeLifecycle for Cluster {
         cancel: CancellationToken,
     ) -> Result<WakeInfo, NodeError> {
         let id = launch.id.clone();
-        let (node, api) = self.place(&launch)?;
+        let (node, api) = self.place_fresh(&launch).await?;
         info!(sandbox_id = %id, node = %node, "waking sandbox placed");
         self.save_placement(&id).await;
         let result = api.wake_sandbox(launch, cancel).await;

@@ -146,6 +146,45 @@ impl Cluster {
         }
     }
 
+    /// Places `launch` like [`Cluster::place`]; when no node fits and the registry is shared,
+    /// reads it again first (a node that joined, or a release built, at another replica since
+    /// the last sync) and tries once more.
+    pub(crate) async fn place_fresh(
+        &self,
+        launch: &cove_node_api::SandboxLaunch,
+    ) -> Result<(String, Arc<dyn NodeApi>), NodeError> {
+        match self.place(launch) {
+            Err(NodeError::NoNodeAvailable(_)) if self.shared.is_some() => {
+                if let Err(e) = self.sync_fresh().await {
+                    warn!(error = %e, "cannot read the shared node registry");
+                }
+                self.place(launch)
+            }
+            other => other,
+        }
+    }
+
+    /// Writes the reports `names` have here to the store (a release built on them is known to
+    /// every replica before their next heartbeat says so).
+    pub(crate) async fn record_reports(&self, names: &[&str]) {
+        let Some(shared) = &self.shared else { return };
+        for name in names {
+            let report = {
+                let st = self.lock();
+                match st.nodes.get(*name) {
+                    Some(m) if !m.local => m.report.clone(),
+                    _ => continue,
+                }
+            };
+            let Ok(json) = report_json(&report) else {
+                continue;
+            };
+            if let Err(e) = shared.store.node_heartbeat(name, &json, Utc::now()).await {
+                warn!(node = %name, error = %e, "cannot record a node's report");
+            }
+        }
+    }
+
     /// Records where `id` is placed here in the store (nothing when it is on the local node).
     pub(crate) async fn save_placement(&self, id: &str) {
         let Some(shared) = &self.shared else { return };
@@ -210,6 +249,15 @@ impl Cluster {
     /// # Errors
     /// The store's.
     pub async fn sync(&self) -> Result<(), StoreError> {
+        self.sync_with(OWN_HEARTBEAT_SLACK).await
+    }
+
+    /// A sync that takes every report the store has newer than this replica's.
+    async fn sync_fresh(&self) -> Result<(), StoreError> {
+        self.sync_with(std::time::Duration::ZERO).await
+    }
+
+    async fn sync_with(&self, slack: std::time::Duration) -> Result<(), StoreError> {
         let Some(shared) = &self.shared else {
             return Ok(());
         };
@@ -261,7 +309,7 @@ impl Cluster {
                     // Only a heartbeat another replica received since is news: this replica's
                     // own (and the releases it noted since, before the node reports them)
                     // stay.
-                    if seen > m.last_seen + OWN_HEARTBEAT_SLACK {
+                    if seen > m.last_seen + slack {
                         m.last_seen = seen;
                         m.report = report;
                     }
