@@ -6,7 +6,7 @@
 //! leadership and the operations over and finishes them (sandboxes `running` and
 //! `suspended`), and through B the node takes new sandboxes, a suspended one wakes and a
 //! command runs. Then A starts again, B is SIGKILLed in the middle of a wake and a delete, and
-//! A finishes those.
+//! A finishes those, and settles a sandbox left `deleting` with no operation.
 
 #![allow(clippy::unwrap_used)]
 
@@ -424,6 +424,22 @@ async fn a_replica_killed_mid_creates_and_suspends_is_taken_over_by_the_other() 
     .parse()
     .unwrap();
     assert!(by_a >= 1, "A took over none of B's operations");
+    // A replica that died between moving a sandbox to `deleting` and recording the delete
+    // (made here by hand) leaves it with no operation: the leader settles it.
+    psql(
+        &url,
+        &format!(
+            "UPDATE {schema}.sandboxes SET state = 'deleting', \
+             updated_at = now() - interval '1 minute' WHERE id = '{}'",
+            creates[2].0
+        ),
+    );
+    until(
+        "the orphaned delete finished",
+        Duration::from_secs(20),
+        || async { a.get_sandbox(&creates[2].0).await.is_err() },
+    )
+    .await;
     eprintln!(
         "two replicas: B took over {taken} of {} operations, A then {by_a} of B's 2; {:?} in all",
         ops.len(),

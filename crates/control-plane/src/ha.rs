@@ -137,6 +137,9 @@ impl ControlPlane {
             let controller = Controller::start(self.clone());
             loop {
                 self.take_over_expired().await;
+                if let Err(e) = self.settle_orphans().await {
+                    warn!(error = %e, "cannot settle sandboxes left without an operation");
+                }
                 tokio::select! {
                     () = stop.cancelled() => break,
                     () = lead.lost() => break,

@@ -10,6 +10,8 @@
 //! - Then the operation runs again: a create adopts the sandbox when its node runs it, else
 //!   removes what was half made and starts it anew; pause, resume, suspend and wake apply their
 //!   verb (a no-op when the sandbox is already where it asked); a delete ends `deleted`.
+//! - A sandbox left in a passing state with no operation at all (its replica died between the
+//!   two writes) is settled as a restart would settle it, once it has been so for a lease.
 //! - A build, a checkpoint, a rollback, or a create from a checkpoint cannot be resumed: it ends
 //!   `failed` (`unavailable`; the sandbox of such a create ends `failed` too), and a release
 //!   left `building` ends `failed`.
@@ -58,6 +60,45 @@ impl ControlPlane {
             }
             Err(e) => warn!(error = %e, "cannot claim expired operations"),
         }
+    }
+
+    /// Settles sandboxes a replica that died left in a passing state with no operation to
+    /// finish it (it died between the state's change and the operation's record, as a delete
+    /// may): the way a restart settles them, once they have been so for longer than a lease.
+    pub(crate) async fn settle_orphans(&self) -> Result<(), ServiceError> {
+        let Some(lease) = self.operations().lease().cloned() else {
+            return Ok(());
+        };
+        let passing = [
+            SandboxState::Creating,
+            SandboxState::Suspending,
+            SandboxState::Waking,
+            SandboxState::Deleting,
+        ];
+        let span =
+            chrono::Duration::from_std(lease.duration).unwrap_or(chrono::Duration::seconds(10));
+        let before = chrono::Utc::now() - span;
+        for s in self.store().sandboxes_in(&passing).await? {
+            if s.updated_at >= before || self.store().has_unfinished_operation(&s.id).await? {
+                continue;
+            }
+            let Ok(_turn) = self.lifecycle_lock(&s.id).try_lock_owned() else {
+                continue;
+            };
+            // Read again under the lock: an operation may have been recorded meanwhile.
+            if self.store().has_unfinished_operation(&s.id).await? {
+                continue;
+            }
+            let now = self.store().get_sandbox(&s.id).await?;
+            if now.state != s.state {
+                continue;
+            }
+            warn!(sandbox_id = %s.id, state = s.state.as_str(),
+                "settling a sandbox left passing with no operation");
+            let has_snapshot = self.node().has_snapshot(&s.id).await.ok();
+            self.settle(&s.id, s.state, has_snapshot).await?;
+        }
+        Ok(())
     }
 
     async fn take_over(&self, op: Operation) {
