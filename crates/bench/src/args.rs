@@ -55,7 +55,8 @@ pub struct Args {
     pub runtime: String,
 
     /// Measure only these groups (comma-separated): cold_start, exec, stream, files,
-    /// lifecycle, checkpoints, density, concurrency, store, pools, network, userns, scheduler.
+    /// lifecycle, checkpoints, density, concurrency, store, pools, network, userns, replicas,
+    /// scheduler.
     /// Default: all.
     #[arg(long, value_name = "GROUPS", value_delimiter = ',', value_parser = GROUPS)]
     pub only: Vec<String>,
@@ -67,7 +68,7 @@ pub struct Args {
 }
 
 /// The measurement groups `--only` selects from, in the order a run measures them.
-pub const GROUPS: [&str; 13] = [
+pub const GROUPS: [&str; 14] = [
     "cold_start",
     "exec",
     "stream",
@@ -80,6 +81,7 @@ pub const GROUPS: [&str; 13] = [
     "pools",
     "network",
     "userns",
+    "replicas",
     "scheduler",
 ];
 
@@ -149,6 +151,8 @@ pub struct Scale {
     pub concurrency_duration: Duration,
     /// Timed creates' store calls per store backend.
     pub store_runs: usize,
+    /// Creates per side of the two-replica throughput (SQLite server, two replicas).
+    pub replica_creates: usize,
     /// Timed creates served one at a time by a warm pool.
     pub pool_runs: usize,
     /// Concurrent creates of the burst, and the size of the pool that serves them.
@@ -183,6 +187,7 @@ impl Scale {
         concurrency_clients: 50,
         concurrency_duration: Duration::from_secs(30),
         store_runs: 300,
+        replica_creates: 24,
         pool_runs: 50,
         pool_burst: 50,
         network_cold_starts: 20,
@@ -208,6 +213,7 @@ impl Scale {
         concurrency_clients: 5,
         concurrency_duration: Duration::from_secs(3),
         store_runs: 20,
+        replica_creates: 8,
         pool_runs: 3,
         pool_burst: 5,
         network_cold_starts: 3,

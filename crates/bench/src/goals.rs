@@ -46,6 +46,8 @@ fn checks(key: &str) -> &'static [Check] {
         "file_upload" | "file_download" => &[RatioAtMost(2.0)],
         "density_sandboxes" => &[ValueAtLeast(1000.0)],
         "density_rss_per_sandbox" => &[ValueAtMost(1.5)],
+        // Issue 13: at least the single SQLite server's creates/s, with no failed create.
+        "replicas_creates_per_s" => &[RatioAtLeast(1.0), ExtraAtMost("failed", 0.0)],
         _ => &[],
     }
 }

@@ -53,6 +53,35 @@ pub struct CoveServer {
 impl CoveServer {
     /// Starts the server and waits until it listens.
     pub async fn start(settings: ServerSettings) -> anyhow::Result<CoveServer> {
+        Self::start_as(settings, |_| {}, Role::Server { token: None }).await
+    }
+
+    /// Starts a server on settings `tweak` changes; `token` is the admin token when its store
+    /// already has one (a second replica on a shared store).
+    pub async fn start_with(
+        settings: ServerSettings,
+        tweak: impl FnOnce(&mut cove_server::Config),
+        token: Option<String>,
+    ) -> anyhow::Result<CoveServer> {
+        Self::start_as(settings, tweak, Role::Server { token }).await
+    }
+
+    /// Starts a node agent that joins a control plane as `node` says, on settings `tweak`
+    /// changes. It has no API: [`CoveServer::client`] is not for it, and stopping it deletes
+    /// nothing through an API (its containers go with its data dir).
+    pub async fn start_node(
+        settings: ServerSettings,
+        tweak: impl FnOnce(&mut cove_server::Config),
+        node: cove_server::NodeSettings,
+    ) -> anyhow::Result<CoveServer> {
+        Self::start_as(settings, tweak, Role::Node(node)).await
+    }
+
+    async fn start_as(
+        settings: ServerSettings,
+        tweak: impl FnOnce(&mut cove_server::Config),
+        role: Role,
+    ) -> anyhow::Result<CoveServer> {
         if !settings.guest_agent.is_file() {
             bail!(
                 "guest agent not found at {} (build it with `scripts/build-guest-agent.sh \
@@ -96,12 +125,14 @@ impl CoveServer {
                 ..Default::default()
             },
         };
+        let mut cfg = cfg;
+        tweak(&mut cfg);
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let verbose = settings.verbose;
         let thread = std::thread::Builder::new()
             .name("cove-server".into())
-            .spawn(move || serve(cfg, verbose, ready_tx, stop_rx))
+            .spawn(move || serve(cfg, role, verbose, ready_tx, stop_rx))
             .context("spawn the server thread")?;
         let mut server = CoveServer {
             api_url: String::new(),
@@ -116,10 +147,17 @@ impl CoveServer {
         let (api, token, proxy) = ready_rx
             .await
             .context("the server thread ended before listening")??;
-        server.api_url = format!("http://{api}");
+        if !token.is_empty() {
+            server.api_url = format!("http://{api}");
+        }
         server.token = token;
         server.proxy_addr = proxy;
         Ok(server)
+    }
+
+    /// The admin token.
+    pub fn token(&self) -> &str {
+        &self.token
     }
 
     /// A new client of the server (each with its own connection pool).
@@ -171,9 +209,13 @@ impl CoveServer {
     /// Stops the server: deletes every sandbox through the API, shuts down, removes the data
     /// dir (and anything a failed delete left).
     pub async fn stop(mut self) -> anyhow::Result<()> {
-        let deleted = match self.client() {
-            Ok(client) => delete_all(&client).await,
-            Err(e) => Err(e),
+        let deleted = if self.api_url.is_empty() {
+            Ok(())
+        } else {
+            match self.client() {
+                Ok(client) => delete_all(&client).await,
+                Err(e) => Err(e),
+            }
         };
         if let Some(tx) = self.stop_tx.take() {
             let _ = tx.send(());
@@ -207,8 +249,17 @@ impl Drop for CoveServer {
 type Ready = anyhow::Result<(std::net::SocketAddr, String, Option<std::net::SocketAddr>)>;
 
 /// The server thread: its own runtime, serving until told to stop.
+/// What a started process runs.
+enum Role {
+    /// A server; `token` is its admin token when the store already has one.
+    Server { token: Option<String> },
+    /// A node agent joining a control plane.
+    Node(cove_server::NodeSettings),
+}
+
 fn serve(
     cfg: cove_server::Config,
+    role: Role,
     verbose: bool,
     ready: tokio::sync::oneshot::Sender<Ready>,
     stop: tokio::sync::oneshot::Receiver<()>,
@@ -229,6 +280,22 @@ fn serve(
         if verbose {
             cove_server::init_tracing();
         }
+        let known = match role {
+            Role::Server { token } => token,
+            Role::Node(node) => {
+                match cove_server::start_node(cfg, node).await {
+                    Ok(running) => {
+                        let _ = ready.send(Ok((running.addr, String::new(), None)));
+                        let _ = stop.await;
+                        running.shutdown().await;
+                    }
+                    Err(e) => {
+                        let _ = ready.send(Err(e.context("start the node agent")));
+                    }
+                }
+                return;
+            }
+        };
         let running = match cove_server::start(cfg).await {
             Ok(r) => r,
             Err(e) => {
@@ -236,7 +303,7 @@ fn serve(
                 return;
             }
         };
-        let Some(token) = running.new_admin_token.clone() else {
+        let Some(token) = running.new_admin_token.clone().or(known) else {
             let _ = ready.send(Err(anyhow::anyhow!("a fresh data dir gave no admin token")));
             return;
         };

@@ -93,6 +93,19 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
             Err(missing) => unavailable.push(missing),
         }
     }
+    if args.wants("replicas") {
+        match measure::replicas::measure(
+            &server,
+            &settings,
+            args.postgres_url.as_deref(),
+            scale.replica_creates,
+        )
+        .await?
+        {
+            Ok(metric) => metrics.push(metric),
+            Err(missing) => unavailable.push(missing),
+        }
+    }
     if args.wants("scheduler") {
         metrics.push(measure::scheduler::measure(scale.scheduler_runs)?);
     }

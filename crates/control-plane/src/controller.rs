@@ -107,11 +107,12 @@ impl ControlPlane {
             }
             // A node lost, or back with sandboxes placed nowhere, since the last pass: its
             // sandboxes are settled now, not at the next periodic reconciliation.
-            let node_lost = self
-                .inner
-                .cluster
-                .as_ref()
-                .is_some_and(|c| !c.expire().is_empty() | c.take_changed());
+            let mut node_lost = false;
+            if let Some(c) = &self.inner.cluster {
+                let lost = c.expire();
+                c.record_states(&lost).await;
+                node_lost = !lost.is_empty() | c.take_changed();
+            }
             if node_lost || last_reconcile.elapsed() >= self.inner.cfg.reconcile_interval {
                 last_reconcile = Instant::now();
                 if let Err(e) = self.reconcile_running().await {

@@ -26,6 +26,7 @@ pub mod error;
 mod events;
 pub mod features;
 mod files;
+mod ha;
 pub mod http;
 mod lifecycle;
 pub mod metrics;
@@ -41,6 +42,7 @@ mod repair;
 mod retention;
 mod sandbox_metrics;
 mod sandboxes;
+mod takeover;
 mod templates;
 mod volumes;
 
@@ -49,6 +51,7 @@ pub use controller::Controller;
 pub use error::ServiceError;
 pub use features::{Feature, Features};
 pub use files::{ListQuery, PathQuery, ReadFileQuery, WatchQuery, WriteFileQuery};
+pub use ha::Replica;
 pub use lifecycle::LifecycleVerb;
 pub use operations::Operations;
 pub use repair::AgentRepair;
@@ -93,6 +96,13 @@ pub struct ControlPlaneConfig {
     /// Where the proxy listener of sandbox ports is reached (`None`: no proxy listener, so no
     /// host names nor one-time links are handed out).
     pub ports_proxy: Option<ports::PortsProxy>,
+    /// This process's id among replicas on one shared store (default: `replica-` and 8 random
+    /// hex digits); operations it runs are leased to it.
+    pub replica_id: String,
+    /// How long a replica's lease on an operation it runs holds without renewal (default
+    /// [`operations::DEFAULT_LEASE`], 10 s): the longest an operation of a replica that died
+    /// waits before another replica takes it over.
+    pub operation_lease: Duration,
 }
 
 impl ControlPlaneConfig {
@@ -114,6 +124,8 @@ impl ControlPlaneConfig {
             default_disk_mib: None,
             features: features::Features::all(),
             ports_proxy: None,
+            replica_id: format!("replica-{:08x}", rand::random::<u32>()),
+            operation_lease: operations::DEFAULT_LEASE,
         }
     }
 }
@@ -176,7 +188,17 @@ impl ControlPlane {
         cluster: Option<Arc<cluster::Cluster>>,
         cfg: ControlPlaneConfig,
     ) -> Self {
-        let ops = Operations::new(store.clone());
+        let ops = if store.shared() {
+            Operations::leased(
+                store.clone(),
+                operations::Lease {
+                    owner: cfg.replica_id.clone(),
+                    duration: cfg.operation_lease,
+                },
+            )
+        } else {
+            Operations::new(store.clone())
+        };
         ControlPlane {
             inner: Arc::new(Inner {
                 events: events::Events::new(store.clone()),
@@ -201,6 +223,11 @@ impl ControlPlane {
     /// The operation service.
     pub fn operations(&self) -> &Operations {
         &self.inner.ops
+    }
+
+    /// This process's id among replicas on a shared store.
+    pub fn replica_id(&self) -> &str {
+        &self.inner.cfg.replica_id
     }
 
     /// The store.

@@ -200,7 +200,7 @@ impl ControlPlane {
     }
 
     /// Runs a lifecycle call whose turn has come.
-    async fn apply(
+    pub(crate) async fn apply(
         &self,
         id: &str,
         verb: LifecycleVerb,

@@ -21,6 +21,10 @@ pub const OPERATION_DURATION: &str = "cove_operation_duration_seconds";
 pub const CREATE_TO_RUNNING: &str = "cove_sandbox_create_to_running_seconds";
 /// Seconds a sandbox's processes were frozen while a checkpoint of it was saved (histogram).
 pub const CHECKPOINT_PAUSE: &str = "cove_checkpoint_pause_seconds";
+/// Whether this replica leads the controllers (gauge, 1 or 0; replicas on a shared store).
+pub const LEADER: &str = "cove_controller_leader";
+/// Operations taken over from a replica that stopped (counter, label `kind`).
+pub const TAKEOVERS_TOTAL: &str = "cove_operations_taken_over_total";
 /// Commands started (counter).
 pub const COMMANDS_TOTAL: &str = "cove_commands_total";
 /// Bytes through the data plane (counter, label `stream`: `stdout` and `stderr` sent to
@@ -56,6 +60,16 @@ pub(crate) fn operation_finished(kind: OperationKind, state: OperationState, too
     metrics::counter!(OPERATIONS_TOTAL, "kind" => kind.as_str(), "result" => state.as_str())
         .increment(1);
     metrics::histogram!(OPERATION_DURATION, "kind" => kind.as_str()).record(took.as_secs_f64());
+}
+
+/// Records whether this replica leads the controllers.
+pub(crate) fn leader(leading: bool) {
+    metrics::gauge!(LEADER).set(if leading { 1.0 } else { 0.0 });
+}
+
+/// Counts an operation taken over from a replica that stopped.
+pub(crate) fn taken_over(kind: OperationKind) {
+    metrics::counter!(TAKEOVERS_TOTAL, "kind" => kind.as_str()).increment(1);
 }
 
 /// Records the time from an accepted create to a running sandbox.

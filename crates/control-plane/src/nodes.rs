@@ -37,6 +37,10 @@ impl ControlPlane {
     pub async fn list_nodes(&self) -> Result<NodeList, ServiceError> {
         crate::orgs::require_admin()?;
         if let Some(cluster) = &self.inner.cluster {
+            // Nodes that joined other replicas, as the shared registry has them now.
+            if let Err(e) = cluster.sync().await {
+                tracing::warn!(error = %e, "cannot read the shared node registry");
+            }
             return Ok(NodeList {
                 nodes: cluster.nodes().into_iter().map(view).collect(),
             });
@@ -85,12 +89,12 @@ impl ControlPlane {
                     .into(),
             ));
         };
-        cluster
-            .set_state(name, state)
-            .map(view)
-            .map_err(|e| match e {
-                ClusterError::NodeNotFound(n) => ServiceError::NodeNotFound(n),
-                e @ ClusterError::NodeLost(_) => ServiceError::FailedPrecondition(e.to_string()),
-            })
+        cluster.sync().await?;
+        let summary = cluster.set_state(name, state).map_err(|e| match e {
+            ClusterError::NodeNotFound(n) => ServiceError::NodeNotFound(n),
+            e @ ClusterError::NodeLost(_) => ServiceError::FailedPrecondition(e.to_string()),
+        })?;
+        cluster.record_states(&[name.to_string()]).await;
+        Ok(view(summary))
     }
 }

@@ -58,14 +58,36 @@ enum Stop {
     Cooperative,
 }
 
+/// How long a replica's claim on an operation it runs holds without renewal, by default (10 s;
+/// renewed every third of it). Another replica takes over an operation whose lease ran out.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
+
+/// How often a long-poll re-reads an operation that another replica may finish (1 s).
+const SHARED_POLL: Duration = Duration::from_secs(1);
+
+/// The lease a replica holds on the operations it runs (replicas on a shared store only).
+#[derive(Debug, Clone)]
+pub struct Lease {
+    /// This replica's id (unique per process).
+    pub owner: String,
+    /// How long a claim holds without renewal.
+    pub duration: Duration,
+}
+
 /// The operation service. Every change of any operation bumps a version counter that long-polls
-/// and log streams wait on, so waiting costs no polling of the store.
+/// and log streams wait on, so waiting costs no polling of the store (with replicas on a shared
+/// store, a long-poll also re-reads every second: another replica may finish the operation).
 #[derive(Clone)]
 pub struct Operations {
     store: Arc<dyn Store>,
     changed: watch::Sender<u64>,
     /// Cancel tokens of the operations this process runs.
     running: Arc<Mutex<HashMap<String, (OperationKind, CancellationToken)>>>,
+    /// The lease this replica holds on what it runs (`None`: the only process on its store).
+    lease: Option<Lease>,
+    /// Operations this replica ran whose lease another replica took (their end is not
+    /// recorded here).
+    lost: Arc<Mutex<std::collections::HashSet<String>>>,
 }
 
 /// Hash of an idempotent request: its kind and canonical JSON body.
@@ -91,11 +113,74 @@ impl Operations {
             store,
             changed: watch::channel(0).0,
             running: Arc::default(),
+            lease: None,
+            lost: Arc::default(),
+        }
+    }
+
+    /// A service over a store shared with other replicas: what it runs is leased to `lease`'s
+    /// owner ([`Operations::renew_leases`] keeps the leases).
+    pub fn leased(store: Arc<dyn Store>, lease: Lease) -> Self {
+        Operations {
+            lease: Some(lease),
+            ..Operations::new(store)
+        }
+    }
+
+    /// The lease this replica runs operations under, when it shares its store.
+    pub fn lease(&self) -> Option<&Lease> {
+        self.lease.as_ref()
+    }
+
+    /// Takes (or keeps) the lease of `ids` for this replica; returns the ids it holds.
+    async fn take_lease(&self, ids: &[String]) -> Result<Vec<String>, StoreError> {
+        let Some(lease) = &self.lease else {
+            return Ok(ids.to_vec());
+        };
+        let until = Utc::now()
+            + chrono::Duration::from_std(lease.duration).unwrap_or(chrono::Duration::seconds(10));
+        self.store.lease_operations(&lease.owner, ids, until).await
+    }
+
+    /// Renews the leases of every operation this replica runs. One that another replica took
+    /// meanwhile (this one could not renew in time) is stopped here, and its end is left to
+    /// that replica.
+    pub async fn renew_leases(&self) {
+        if self.lease.is_none() {
+            return;
+        }
+        let ids: Vec<String> = self.lock_running().keys().cloned().collect();
+        if ids.is_empty() {
+            return;
+        }
+        let held = match self.take_lease(&ids).await {
+            Ok(held) => held,
+            Err(e) => {
+                warn!(error = %e, "cannot renew operation leases");
+                return;
+            }
+        };
+        for id in ids.iter().filter(|id| !held.contains(id)) {
+            let token = self.lock_running().get(id).map(|(_, t)| t.clone());
+            if let Some(token) = token {
+                warn!(op_id = %id, "operation lease taken by another replica: stopping it here");
+                self.lost
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(id.clone());
+                token.cancel();
+            }
         }
     }
 
     fn bump(&self) {
         self.changed.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    /// Wakes long-polls and log streams to re-read the store: another replica may have
+    /// changed an operation.
+    pub(crate) fn changed_elsewhere(&self) {
+        self.bump();
     }
 
     /// Records a new operation, honouring an idempotency key: the same key and body return the
@@ -189,6 +274,16 @@ impl Operations {
             sandbox_id = op.sandbox_id.as_deref().unwrap_or(""));
         tokio::spawn(
             async move {
+                match this.take_lease(std::slice::from_ref(&id)).await {
+                    Ok(held) if held.is_empty() => {
+                        // Claimed by another replica (this one was too slow to lease it).
+                        info!("operation run by another replica");
+                        this.lock_running().remove(&id);
+                        return;
+                    }
+                    Ok(_) => {}
+                    Err(e) => warn!(error = %e, "cannot lease the operation"),
+                }
                 this.set_state(&id, OperationState::Running, None).await;
                 let left = (deadline - Utc::now()).to_std().unwrap_or(Duration::ZERO);
                 let mut work = std::pin::pin!(work);
@@ -243,6 +338,16 @@ impl Operations {
                 };
                 // Counted before the state is visible, so a client that saw it finish sees
                 // it counted too.
+                let lost = this
+                    .lost
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&id);
+                if lost {
+                    // Another replica drives it now and records its end.
+                    this.lock_running().remove(&id);
+                    return;
+                }
                 crate::metrics::operation_finished(kind, state, began.elapsed());
                 this.set_state(&id, state, err).await;
                 this.lock_running().remove(&id);
@@ -364,7 +469,13 @@ impl Operations {
             if op.state.is_final() {
                 return Ok(op);
             }
-            if tokio::time::timeout_at(until, rx.changed()).await.is_err() {
+            let mut next = until;
+            if self.lease.is_some() {
+                next = next.min(tokio::time::Instant::now() + SHARED_POLL);
+            }
+            if tokio::time::timeout_at(next, rx.changed()).await.is_err()
+                && tokio::time::Instant::now() >= until
+            {
                 return Ok(op);
             }
         }

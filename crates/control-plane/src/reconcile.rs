@@ -93,7 +93,7 @@ impl ControlPlane {
 
     /// Settles one sandbox found in `state` at start-up; returns whether its node resources
     /// stay.
-    async fn settle(
+    pub(crate) async fn settle(
         &self,
         id: &str,
         state: SandboxState,
@@ -230,7 +230,7 @@ impl ControlPlane {
         }
     }
 
-    async fn adopt(&self, id: &str) -> Option<NodeSandboxState> {
+    pub(crate) async fn adopt(&self, id: &str) -> Option<NodeSandboxState> {
         match self.node().adopt_sandbox(id).await {
             Ok(Some(state @ (NodeSandboxState::Running | NodeSandboxState::Paused))) => {
                 self.rearm_secrets(id).await;
@@ -380,11 +380,17 @@ impl ControlPlane {
     pub(crate) async fn reconcile_running(&self) -> Result<(), ServiceError> {
         let mut keep = HashSet::new();
         let live = [SandboxState::Running, SandboxState::Paused];
+        let shared = self.operations().lease().is_some();
         for s in self.store().sandboxes_in(&live).await? {
             let Some(_turn) = self.quiet_turn(&s.id, true) else {
                 keep.insert(s.id);
                 continue;
             };
+            // Another replica may be moving it (its lifecycle lock is that replica's).
+            if shared && self.store().has_unfinished_operation(&s.id).await? {
+                keep.insert(s.id);
+                continue;
+            }
             let on_node = match self.node().inspect_sandbox(&s.id).await {
                 Ok(state) => state,
                 Err(e) => {

@@ -370,6 +370,12 @@ impl ControlPlane {
             return Err(e);
         }
         info!(sandbox_id = %sandbox.id, op_id = %op.id, pool = pool.unwrap_or(""), "sandbox accepted");
+        if let Some(r) = &restore {
+            // Tells a replica that takes this create over that it cannot start it again from
+            // the release (`takeover.rs`).
+            let line = format!("{}{}", crate::takeover::RESTORE_LOG, r.checkpoint_id);
+            self.operations().log(&op.id, &line).await;
+        }
         if pool.is_none() {
             // A pool member's `sandbox.created` is recorded when a create claims it.
             let created = cove_store::NewEvent {

@@ -130,7 +130,14 @@ impl Node for NodeService {
             }
             Method::StartSandbox => {
                 let (launch,): (SandboxLaunch,) = args(&a)?;
-                reply(n.start_sandbox(launch).await)
+                // Runs to its end even when the caller goes away (a control-plane replica that
+                // died): the replica that takes the create over then adopts a whole sandbox
+                // instead of finding half of one.
+                let node = n.clone();
+                let started = tokio::spawn(async move { node.start_sandbox(launch).await })
+                    .await
+                    .unwrap_or_else(|e| Err(NodeError::Internal(format!("start task: {e}"))));
+                reply(started)
             }
             Method::AdoptSandbox => {
                 let (id,): (String,) = args(&a)?;

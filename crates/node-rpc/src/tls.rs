@@ -93,6 +93,20 @@ impl TlsIdentity {
         })
     }
 
+    /// An identity from its DER certificate and PKCS#8 key (as [`TlsIdentity::key_der`]
+    /// returns it): how replicas share the one identity kept in their store.
+    pub fn from_der(cert: Vec<u8>, key: Vec<u8>) -> TlsIdentity {
+        TlsIdentity {
+            cert: CertificateDer::from(cert),
+            key: Arc::new(PrivatePkcs8KeyDer::from(key)),
+        }
+    }
+
+    /// The private key (PKCS#8 DER), for keeping the identity where every replica reads it.
+    pub fn key_der(&self) -> &[u8] {
+        self.key.secret_pkcs8_der()
+    }
+
     /// The identity kept in `dir` (`node-link.crt`, `node-link.key`, DER, the key mode 0600),
     /// made there on first use.
     ///

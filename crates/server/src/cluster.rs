@@ -2,6 +2,10 @@
 //! gRPC with TLS ([`cove_node_rpc::ClusterService`]; the certificate is kept in the data dir,
 //! `node-link.crt`/`node-link.key`, and pinned by nodes at join), the registry they join
 //! ([`Cluster`]), and the server's own node as one member of it when it keeps one.
+//!
+//! Replicas on a shared store share the registry through it, and the node link's identity too:
+//! the first replica to start records its certificate and key in the store and every replica
+//! presents that one, so a node's pin holds whichever replica it reaches.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,12 +13,13 @@ use std::time::Duration;
 
 use anyhow::Context;
 use async_trait::async_trait;
-use cove_control_plane::cluster::{Cluster, ClusterConfig};
+use cove_control_plane::cluster::{Cluster, ClusterConfig, NodeConnector};
 use cove_domain::NodeState;
 use cove_node_agent::NodeAgent;
 use cove_node_api::{NodeApi, NodeReport};
 use cove_node_rpc::tls::TlsIdentity;
 use cove_node_rpc::{ClusterService, JoinAnswer, Membership, MembershipError, RemoteNode};
+use cove_store::Store;
 use rustls::pki_types::CertificateDer;
 use tokio::net::TcpListener;
 use tracing::{info, warn};
@@ -32,10 +37,14 @@ pub struct ClusterSettings {
     pub heartbeat_interval: Duration,
     /// A node without a heartbeat for this long is `lost`.
     pub heartbeat_timeout: Duration,
+    /// Replicas on a shared store: how long a replica's lease on an operation it runs holds
+    /// without renewal (the longest another replica waits to take over from one that died).
+    pub operation_lease: Duration,
 }
 
 impl ClusterSettings {
-    /// Defaults: the in-process node kept, heartbeats every 2 s, lost after 10 s.
+    /// Defaults: the in-process node kept, heartbeats every 2 s, lost after 10 s, operation
+    /// leases of 10 s.
     pub fn new(join_token: impl Into<String>, node_listen: SocketAddr) -> Self {
         ClusterSettings {
             join_token: join_token.into(),
@@ -43,6 +52,7 @@ impl ClusterSettings {
             local_node: true,
             heartbeat_interval: Duration::from_secs(2),
             heartbeat_timeout: Duration::from_secs(10),
+            operation_lease: cove_control_plane::operations::DEFAULT_LEASE,
         }
     }
 }
@@ -67,11 +77,14 @@ impl Membership for Registry {
                 "node name {name:?} is reserved"
             )));
         }
+        let pinned = certificate.to_vec();
         let remote = RemoteNode::connect(&address, &self.token, certificate)
             .await
             .map_err(|e| MembershipError::Refused(format!("cannot call the node back: {e}")))?;
         self.cluster
-            .join(&name, &address, Arc::new(remote), report, false);
+            .join_remote(&name, &address, pinned, Arc::new(remote), report)
+            .await
+            .map_err(|e| MembershipError::Unreachable(format!("cannot record the join: {e}")))?;
         Ok(JoinAnswer {
             heartbeat_interval: self.cluster.config().heartbeat_interval,
         })
@@ -82,7 +95,43 @@ impl Membership for Registry {
         name: &str,
         report: NodeReport,
     ) -> Result<Option<NodeState>, MembershipError> {
-        Ok(self.cluster.heartbeat(name, report))
+        Ok(self.cluster.heartbeat_remote(name, report).await)
+    }
+}
+
+/// The node link identity every replica presents: the one in the store, or `own` when none
+/// is there yet (then recorded for the others).
+async fn shared_identity(store: &dyn Store, own: &TlsIdentity) -> anyhow::Result<TlsIdentity> {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let (cert, key) = store
+        .node_link_identity(&b64.encode(&own.cert), &b64.encode(own.key_der()))
+        .await
+        .context("read the node link's identity from the store")?;
+    let cert = b64
+        .decode(cert)
+        .context("the stored node link certificate")?;
+    let key = b64.decode(key).context("the stored node link key")?;
+    if cert != own.cert.as_ref() {
+        info!("presenting the node link certificate the replicas share (from the store)");
+    }
+    Ok(TlsIdentity::from_der(cert, key))
+}
+
+/// Connects to nodes that joined another replica, with the join token and their pinned
+/// certificate.
+struct Connector {
+    token: String,
+}
+
+#[async_trait]
+impl NodeConnector for Connector {
+    async fn connect(&self, address: &str, certificate: &[u8]) -> Result<Arc<dyn NodeApi>, String> {
+        let cert = CertificateDer::from(certificate.to_vec());
+        RemoteNode::connect(address, &self.token, cert)
+            .await
+            .map(|n| Arc::new(n) as Arc<dyn NodeApi>)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -96,20 +145,32 @@ pub(crate) struct Joined {
 
 /// Makes the registry; the server's own node, when it keeps one, joins it as `local`. The node
 /// link's TLS identity is read from `data_dir` (made there on first start).
+/// With `shared` (replicas on one store), the registry and the identity are the store's.
 pub(crate) async fn start(
     settings: &ClusterSettings,
     runtime: &str,
     data_dir: &std::path::Path,
     local: Option<Arc<NodeAgent>>,
+    shared: Option<Arc<dyn Store>>,
 ) -> anyhow::Result<Joined> {
-    let identity =
+    let mut identity =
         TlsIdentity::load_or_create(data_dir).context("the node link's TLS certificate")?;
-    let cluster = Cluster::new(ClusterConfig {
+    let cfg = ClusterConfig {
         heartbeat_interval: settings.heartbeat_interval,
         heartbeat_timeout: settings.heartbeat_timeout,
         runtime: runtime.to_string(),
         ..ClusterConfig::default()
-    });
+    };
+    let cluster = match shared {
+        None => Cluster::new(cfg),
+        Some(store) => {
+            identity = shared_identity(store.as_ref(), &identity).await?;
+            let connector = Arc::new(Connector {
+                token: settings.join_token.clone(),
+            });
+            Cluster::new_shared(cfg, store, connector)
+        }
+    };
     if let Some(node) = &local {
         let report = NodeReport::read(node.as_ref())
             .await

@@ -380,8 +380,17 @@ pub struct Running {
     tasks: Vec<tokio::task::JoinHandle<std::io::Result<()>>>,
     e2b_reaper: Option<cove_e2b_compat::reaper::Reaper>,
     shutdown: tokio::sync::watch::Sender<bool>,
-    controller: Controller,
+    controllers: Controllers,
     node: Option<Arc<NodeAgent>>,
+}
+
+/// Who runs the controllers: this process alone, or the leader among replicas on a shared
+/// store.
+enum Controllers {
+    /// The only process on its store.
+    Single(Controller),
+    /// One replica among others (PostgreSQL with remote nodes only).
+    Replica(cove_control_plane::Replica),
 }
 
 impl Running {
@@ -392,7 +401,10 @@ impl Running {
         if let Some(r) = self.e2b_reaper {
             r.stop();
         }
-        self.controller.stop().await;
+        match self.controllers {
+            Controllers::Single(c) => c.stop().await,
+            Controllers::Replica(r) => r.stop().await,
+        }
         let _ = self.shutdown.send(true);
         for t in self.tasks {
             let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
@@ -631,12 +643,25 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
             port: addr.port(),
         });
     }
+    // Replicas share a PostgreSQL store and reach only remote nodes: each serves the API, the
+    // leader runs the controllers and finishes what a replica that died left (`ha.rs`).
+    let replicated = store.shared() && !local_node;
+    if let Some(settings) = &cfg.cluster {
+        cp_cfg.operation_lease = settings.operation_lease;
+    }
     let mut cluster_tasks = None;
     let cp = match (&cfg.cluster, &node) {
         (None, Some(node)) => ControlPlane::new(store, node.clone(), cp_cfg),
         (None, None) => bail!("a server without remote nodes needs its own node"),
         (Some(settings), node) => {
-            let joined = cluster::start(settings, &cp_cfg.runtime, &data_dir, node.clone()).await?;
+            let joined = cluster::start(
+                settings,
+                &cp_cfg.runtime,
+                &data_dir,
+                node.clone(),
+                replicated.then(|| store.clone()),
+            )
+            .await?;
             let cp = ControlPlane::with_cluster(store, joined.cluster.clone(), cp_cfg);
             cluster_tasks = Some(joined);
             cp
@@ -647,8 +672,15 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         write_token_file(&data_dir, token)?;
         info!(path = %data_dir.join(ADMIN_TOKEN_FILE).display(), "admin token created");
     }
-    cp.reconcile().await?;
-    let controller = Controller::start(cp.clone());
+    let controllers = if replicated {
+        // No start-up reconciliation: other replicas may be running operations right now;
+        // the leader's periodic reconciliation and takeovers settle what needs settling.
+        info!(replica = %cp.replica_id(), "starting as one replica on a shared store");
+        Controllers::Replica(cove_control_plane::Replica::start(cp.clone()))
+    } else {
+        cp.reconcile().await?;
+        Controllers::Single(Controller::start(cp.clone()))
+    };
 
     let (shutdown, rx) = tokio::sync::watch::channel(false);
     let mut tasks = Vec::new();
@@ -721,7 +753,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         tasks,
         e2b_reaper,
         shutdown,
-        controller,
+        controllers,
         node,
     })
 }

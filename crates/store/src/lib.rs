@@ -1,10 +1,11 @@
 //! Cove's SQL store: tokens, orgs and their API keys, releases, sandboxes, warm pools,
-//! operations and their logs, commands, events, checkpoints, the audit log, volumes.
+//! operations and their logs, commands, events, checkpoints, the audit log, volumes, and what
+//! control-plane replicas share (nodes, placements, operation leases, the leader).
 //!
 //! [`Store`] is the contract the control plane holds as `Arc<dyn Store>`; it is the sum of one
 //! trait per resource ([`SandboxStore`], [`LifecycleStore`], [`EventStore`],
 //! [`OperationStore`], [`PoolStore`], [`CommandStore`], [`ReleaseStore`], [`TemplateStore`],
-//! [`TokenStore`], [`CheckpointStore`], [`OrgStore`], [`AuditStore`], [`VolumeStore`]). Two backends
+//! [`TokenStore`], [`CheckpointStore`], [`OrgStore`], [`AuditStore`], [`VolumeStore`], [`ClusterStore`]). Two backends
 //! implement it: [`SqliteStore`] (the embedded default) and [`PgStore`] (PostgreSQL). Each
 //! keeps its own migrations (`migrations/sqlite/`, `migrations/postgres/`), applied at open.
 //! Every write is one statement or one transaction, so a crash leaves either the old or the
@@ -19,6 +20,7 @@ use async_trait::async_trait;
 
 mod audit;
 mod checkpoints;
+mod cluster;
 mod commands;
 mod error;
 mod events;
@@ -36,6 +38,7 @@ mod volumes;
 
 pub use audit::AuditStore;
 pub use checkpoints::CheckpointStore;
+pub use cluster::{ClusterStore, Leadership, NodeRecord, PlacementRecord};
 pub use commands::{CommandRecord, CommandStore};
 pub use error::StoreError;
 pub use events::EventStore;
@@ -68,6 +71,7 @@ pub trait Store:
     + OrgStore
     + AuditStore
     + VolumeStore
+    + ClusterStore
     + std::fmt::Debug
     + Send
     + Sync

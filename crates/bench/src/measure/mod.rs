@@ -39,6 +39,7 @@ pub mod files;
 pub mod lifecycle;
 pub mod network;
 pub mod pools;
+pub mod replicas;
 pub mod scheduler;
 pub mod store;
 pub mod stream;

@@ -167,6 +167,16 @@ pub struct ServerArgs {
         requires = "join_token"
     )]
     pub heartbeat_interval_ms: u64,
+    /// With remote nodes and a PostgreSQL store shared by several replicas: how long a
+    /// replica's lease on an operation it runs holds without renewal, in milliseconds. When a
+    /// replica dies, the leader takes its operations over once their leases ran out.
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 10_000,
+        requires = "join_token"
+    )]
+    pub operation_lease_ms: u64,
 }
 
 impl ServerArgs {
@@ -237,6 +247,7 @@ impl ServerArgs {
                     local_node: !self.no_local_node,
                     heartbeat_interval: Duration::from_millis(self.heartbeat_interval_ms.max(100)),
                     heartbeat_timeout: Duration::from_millis(self.heartbeat_timeout_ms.max(200)),
+                    operation_lease: Duration::from_millis(self.operation_lease_ms.max(500)),
                     ..cove_server::ClusterSettings::new(token.clone(), self.node_listen)
                 }),
         }

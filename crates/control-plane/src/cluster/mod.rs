@@ -4,7 +4,9 @@
 //! their node and never learn which host serves a sandbox.
 //!
 //! The registry lives in memory: nodes report what they hold in every heartbeat, so a
-//! restarted control plane learns the placement again as nodes re-join. Snapshots are in a
+//! restarted control plane learns the placement again as nodes re-join. Replicas on one
+//! shared store also keep it there (`shared.rs`): nodes, their states and reports, and
+//! placements, so a node that joined one replica is used by every replica. Snapshots are in a
 //! store every node reaches (a shared directory or S3), so any node answers snapshot calls and
 //! any node can wake a suspended sandbox.
 
@@ -24,6 +26,9 @@ use tracing::{info, warn};
 mod checkpoints;
 mod route;
 pub mod scheduler;
+mod shared;
+
+pub use shared::NodeConnector;
 
 /// Settings of a cluster.
 #[derive(Debug, Clone)]
@@ -86,6 +91,8 @@ pub struct NodeSummary {
 struct Member {
     api: Arc<dyn NodeApi>,
     address: String,
+    /// Its TLS certificate (DER) as it joined (empty for the local node).
+    certificate: Vec<u8>,
     /// The server's own node: never lost.
     local: bool,
     state: NodeState,
@@ -116,11 +123,28 @@ pub struct Cluster {
     denials: tokio::sync::broadcast::Sender<NetworkDenied>,
     /// Capabilities and recipes answered before any node joined.
     fallback: NodeCapabilities,
+    /// The store the registry is shared through with other replicas (`None`: this process
+    /// alone).
+    shared: Option<shared::Shared>,
 }
 
 impl Cluster {
     /// An empty cluster.
     pub fn new(cfg: ClusterConfig) -> Arc<Cluster> {
+        Self::build(cfg, None)
+    }
+
+    /// An empty cluster whose registry is shared with other replicas through `store`; nodes
+    /// that joined another replica are reached through `connector`.
+    pub fn new_shared(
+        cfg: ClusterConfig,
+        store: Arc<dyn cove_store::Store>,
+        connector: Arc<dyn NodeConnector>,
+    ) -> Arc<Cluster> {
+        Self::build(cfg, Some(shared::Shared { store, connector }))
+    }
+
+    fn build(cfg: ClusterConfig, shared: Option<shared::Shared>) -> Arc<Cluster> {
         let fallback = NodeCapabilities {
             runtime: cfg.runtime.clone(),
             boundary: "container".into(),
@@ -137,6 +161,7 @@ impl Cluster {
             changed: AtomicBool::new(false),
             denials: tokio::sync::broadcast::channel(256).0,
             fallback,
+            shared,
         })
     }
 
@@ -166,20 +191,18 @@ impl Cluster {
             .map(|m| (m.state, m.reason.clone(), m.failures_in_row))
             .filter(|(s, _, _)| matches!(s, NodeState::Draining | NodeState::Quarantined));
         let (state, reason, failures_in_row) = kept.unwrap_or((NodeState::Ready, None, 0));
-        let forward = api.clone();
-        let denials = self.denials.clone();
-        tokio::spawn(async move {
-            use futures::StreamExt;
-            let mut s = forward.network_denials();
-            while let Some(d) = s.next().await {
-                let _ = denials.send(d);
-            }
-        });
+        let certificate = st
+            .nodes
+            .get(name)
+            .map(|m| m.certificate.clone())
+            .unwrap_or_default();
+        self.forward_denials(api.clone());
         st.nodes.insert(
             name.to_string(),
             Member {
                 api,
                 address: address.to_string(),
+                certificate,
                 local,
                 state,
                 reason,
@@ -194,6 +217,18 @@ impl Cluster {
         let stale = self.adopt_reported(&mut st, name, &report.sandboxes);
         drop(st);
         self.release_stale(name, stale);
+    }
+
+    /// Forwards a node's network denials to the cluster's stream.
+    fn forward_denials(&self, api: Arc<dyn NodeApi>) {
+        let denials = self.denials.clone();
+        tokio::spawn(async move {
+            use futures::StreamExt;
+            let mut s = api.network_denials();
+            while let Some(d) = s.next().await {
+                let _ = denials.send(d);
+            }
+        });
     }
 
     /// A heartbeat of `name` with its report. A lost node whose heartbeats return is `ready`

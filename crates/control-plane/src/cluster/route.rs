@@ -69,6 +69,7 @@ impl NodeReleases for Cluster {
         let built = first.ok_or_else(|| NodeError::Internal("no node built the release".into()))?;
         let names: Vec<&str> = nodes.iter().map(|(n, _)| n.as_str()).collect();
         self.note_release(&names, template, number);
+        self.record_reports(&names).await;
         Ok(built)
     }
 
@@ -101,6 +102,7 @@ impl NodeReleases for Cluster {
                 Ok(built) => {
                     info!(node = %name, template, number, "file release built");
                     self.note_release(&[name.as_str()], template, number);
+                    self.record_reports(&[name.as_str()]).await;
                     return Ok(built);
                 }
                 Err(NodeError::Unsupported(m)) => {
@@ -148,15 +150,17 @@ impl NodeReleases for Cluster {
 impl NodeLifecycle for Cluster {
     async fn start_sandbox(&self, launch: SandboxLaunch) -> Result<(), NodeError> {
         let id = launch.id.clone();
-        let (node, api) = self.place(&launch)?;
+        let (node, api) = self.place_fresh(&launch).await?;
         info!(sandbox_id = %id, node = %node, "sandbox placed");
+        self.save_placement(&id).await;
         let result = api.start_sandbox(launch).await;
         self.placed_result(&id, &node, &result);
+        self.record_placed(&id, &node, result.is_ok()).await;
         result
     }
 
     async fn adopt_sandbox(&self, id: &str) -> Result<Option<NodeSandboxState>, NodeError> {
-        match self.api_of(id) {
+        match self.api_for(id).await {
             Ok(api) => api.adopt_sandbox(id).await,
             Err(NodeError::SandboxNotFound(_)) => Ok(None),
             Err(e) => Err(e),
@@ -169,7 +173,7 @@ impl NodeLifecycle for Cluster {
         if self.on_lost_node(id).is_some() {
             return Ok(None);
         }
-        match self.api_of(id) {
+        match self.api_for(id).await {
             Ok(api) => api.inspect_sandbox(id).await,
             Err(NodeError::SandboxNotFound(_)) => Ok(None),
             Err(e) => Err(e),
@@ -182,7 +186,7 @@ impl NodeLifecycle for Cluster {
                 "{NODE_LOST}: node {node} stopped sending heartbeats"
             ));
         }
-        match self.api_of(id) {
+        match self.api_for(id).await {
             Ok(api) => api.failure_reason(id).await,
             Err(_) => None,
         }
@@ -197,7 +201,7 @@ impl NodeLifecycle for Cluster {
         if self.on_lost_node(id).is_some() {
             return Err(NodeError::SandboxNotFound(id.to_string()));
         }
-        self.api_of(id)?.check_agent(id, timeout).await
+        self.api_for(id).await?.check_agent(id, timeout).await
     }
 
     /// Repaired on the node that holds its files.
@@ -205,15 +209,15 @@ impl NodeLifecycle for Cluster {
         &self,
         launch: SandboxLaunch,
     ) -> Result<cove_node_api::RepairInfo, NodeError> {
-        self.api_of(&launch.id)?.repair_sandbox(launch).await
+        self.api_for(&launch.id).await?.repair_sandbox(launch).await
     }
 
     async fn pause_sandbox(&self, id: &str) -> Result<(), NodeError> {
-        self.api_of(id)?.pause_sandbox(id).await
+        self.api_for(id).await?.pause_sandbox(id).await
     }
 
     async fn resume_sandbox(&self, id: &str) -> Result<(), NodeError> {
-        self.api_of(id)?.resume_sandbox(id).await
+        self.api_for(id).await?.resume_sandbox(id).await
     }
 
     async fn suspend_sandbox(
@@ -221,7 +225,7 @@ impl NodeLifecycle for Cluster {
         id: &str,
         cancel: CancellationToken,
     ) -> Result<SuspendInfo, NodeError> {
-        self.api_of(id)?.suspend_sandbox(id, cancel).await
+        self.api_for(id).await?.suspend_sandbox(id, cancel).await
     }
 
     /// Placed like a create: any node reaches the shared snapshot store.
@@ -231,20 +235,23 @@ impl NodeLifecycle for Cluster {
         cancel: CancellationToken,
     ) -> Result<WakeInfo, NodeError> {
         let id = launch.id.clone();
-        let (node, api) = self.place(&launch)?;
+        let (node, api) = self.place_fresh(&launch).await?;
         info!(sandbox_id = %id, node = %node, "waking sandbox placed");
+        self.save_placement(&id).await;
         let result = api.wake_sandbox(launch, cancel).await;
         self.placed_result(&id, &node, &result);
+        self.record_placed(&id, &node, result.is_ok()).await;
         result
     }
 
     async fn release_sandbox(&self, id: &str) -> Result<(), NodeError> {
-        match self.api_of(id) {
+        match self.api_for(id).await {
             Ok(api) => api.release_sandbox(id).await?,
             Err(NodeError::SandboxNotFound(_)) => {}
             Err(e) => return Err(e),
         }
         self.unplace(id);
+        self.drop_placement(id).await;
         Ok(())
     }
 
@@ -252,11 +259,12 @@ impl NodeLifecycle for Cluster {
     /// removes the rest when it returns (reconciliation of what it reports).
     async fn destroy_sandbox(&self, id: &str) -> Result<(), NodeError> {
         let lost = self.on_lost_node(id).is_some();
-        match self.api_of(id) {
+        match self.api_for(id).await {
             Ok(api) if !lost => api.destroy_sandbox(id).await?,
             _ => self.snapshot_node()?.delete_snapshot(id).await?,
         }
         self.unplace(id);
+        self.drop_placement(id).await;
         Ok(())
     }
 
@@ -299,17 +307,18 @@ impl NodeLifecycle for Cluster {
 #[async_trait]
 impl NodeCommands for Cluster {
     async fn spawn(&self, sandbox_id: &str, req: SpawnRequest) -> Result<CommandInfo, NodeError> {
-        self.api_of(sandbox_id)?.spawn(sandbox_id, req).await
+        self.api_for(sandbox_id).await?.spawn(sandbox_id, req).await
     }
 
     async fn command(&self, sandbox_id: &str, command_id: &str) -> Result<CommandInfo, NodeError> {
-        self.api_of(sandbox_id)?
+        self.api_for(sandbox_id)
+            .await?
             .command(sandbox_id, command_id)
             .await
     }
 
     async fn commands(&self, sandbox_id: &str) -> Result<Vec<CommandInfo>, NodeError> {
-        self.api_of(sandbox_id)?.commands(sandbox_id).await
+        self.api_for(sandbox_id).await?.commands(sandbox_id).await
     }
 
     async fn signal(
@@ -318,7 +327,8 @@ impl NodeCommands for Cluster {
         command_id: &str,
         signal: i32,
     ) -> Result<(), NodeError> {
-        self.api_of(sandbox_id)?
+        self.api_for(sandbox_id)
+            .await?
             .signal(sandbox_id, command_id, signal)
             .await
     }
@@ -329,7 +339,8 @@ impl NodeCommands for Cluster {
         command_id: &str,
         grace_ms: u64,
     ) -> Result<CommandInfo, NodeError> {
-        self.api_of(sandbox_id)?
+        self.api_for(sandbox_id)
+            .await?
             .kill(sandbox_id, command_id, grace_ms)
             .await
     }
@@ -341,7 +352,8 @@ impl NodeCommands for Cluster {
         offset: u64,
         follow: bool,
     ) -> Result<BoxStream<'static, Result<AttachEvent, NodeError>>, NodeError> {
-        self.api_of(sandbox_id)?
+        self.api_for(sandbox_id)
+            .await?
             .attach(sandbox_id, command_id, offset, follow)
             .await
     }
@@ -352,13 +364,15 @@ impl NodeCommands for Cluster {
         command_id: &str,
         data: Bytes,
     ) -> Result<(), NodeError> {
-        self.api_of(sandbox_id)?
+        self.api_for(sandbox_id)
+            .await?
             .stdin_write(sandbox_id, command_id, data)
             .await
     }
 
     async fn stdin_close(&self, sandbox_id: &str, command_id: &str) -> Result<(), NodeError> {
-        self.api_of(sandbox_id)?
+        self.api_for(sandbox_id)
+            .await?
             .stdin_close(sandbox_id, command_id)
             .await
     }
@@ -369,13 +383,15 @@ impl NodeCommands for Cluster {
         command_id: &str,
         size: PtySize,
     ) -> Result<(), NodeError> {
-        self.api_of(sandbox_id)?
+        self.api_for(sandbox_id)
+            .await?
             .resize(sandbox_id, command_id, size)
             .await
     }
 
     async fn forget(&self, sandbox_id: &str, command_id: &str) -> Result<(), NodeError> {
-        self.api_of(sandbox_id)?
+        self.api_for(sandbox_id)
+            .await?
             .forget(sandbox_id, command_id)
             .await
     }
@@ -389,7 +405,8 @@ impl NodeFiles for Cluster {
         req: WriteFileRequest,
         body: ByteStream,
     ) -> Result<FileInfo, NodeError> {
-        self.api_of(sandbox_id)?
+        self.api_for(sandbox_id)
+            .await?
             .write_file(sandbox_id, req, body)
             .await
     }
@@ -402,7 +419,8 @@ impl NodeFiles for Cluster {
         offset: u64,
         length: Option<u64>,
     ) -> Result<(FileInfo, BoxStream<'static, Result<Bytes, NodeError>>), NodeError> {
-        self.api_of(sandbox_id)?
+        self.api_for(sandbox_id)
+            .await?
             .read_file(sandbox_id, path, user, offset, length)
             .await
     }
@@ -413,7 +431,10 @@ impl NodeFiles for Cluster {
         path: SandboxPath,
         user: Option<String>,
     ) -> Result<FileInfo, NodeError> {
-        self.api_of(sandbox_id)?.stat(sandbox_id, path, user).await
+        self.api_for(sandbox_id)
+            .await?
+            .stat(sandbox_id, path, user)
+            .await
     }
 
     async fn list_dir(
@@ -423,7 +444,8 @@ impl NodeFiles for Cluster {
         user: Option<String>,
         depth: u32,
     ) -> Result<Vec<FileInfo>, NodeError> {
-        self.api_of(sandbox_id)?
+        self.api_for(sandbox_id)
+            .await?
             .list_dir(sandbox_id, path, user, depth)
             .await
     }
@@ -434,7 +456,8 @@ impl NodeFiles for Cluster {
         path: SandboxPath,
         user: Option<String>,
     ) -> Result<FileInfo, NodeError> {
-        self.api_of(sandbox_id)?
+        self.api_for(sandbox_id)
+            .await?
             .make_dir(sandbox_id, path, user)
             .await
     }
@@ -445,7 +468,8 @@ impl NodeFiles for Cluster {
         path: SandboxPath,
         user: Option<String>,
     ) -> Result<(), NodeError> {
-        self.api_of(sandbox_id)?
+        self.api_for(sandbox_id)
+            .await?
             .remove(sandbox_id, path, user)
             .await
     }
@@ -457,13 +481,17 @@ impl NodeFiles for Cluster {
         to: SandboxPath,
         user: Option<String>,
     ) -> Result<FileInfo, NodeError> {
-        self.api_of(sandbox_id)?
+        self.api_for(sandbox_id)
+            .await?
             .rename(sandbox_id, from, to, user)
             .await
     }
 
     async fn set_xattrs(&self, sandbox_id: &str, req: SetXattrsRequest) -> Result<(), NodeError> {
-        self.api_of(sandbox_id)?.set_xattrs(sandbox_id, req).await
+        self.api_for(sandbox_id)
+            .await?
+            .set_xattrs(sandbox_id, req)
+            .await
     }
 
     async fn xattrs(
@@ -471,7 +499,10 @@ impl NodeFiles for Cluster {
         sandbox_id: &str,
         req: XattrsRequest,
     ) -> Result<Vec<BTreeMap<String, Vec<u8>>>, NodeError> {
-        self.api_of(sandbox_id)?.xattrs(sandbox_id, req).await
+        self.api_for(sandbox_id)
+            .await?
+            .xattrs(sandbox_id, req)
+            .await
     }
 
     async fn watch(
@@ -479,7 +510,7 @@ impl NodeFiles for Cluster {
         sandbox_id: &str,
         req: WatchRequest,
     ) -> Result<BoxStream<'static, Result<Vec<FileEvent>, NodeError>>, NodeError> {
-        self.api_of(sandbox_id)?.watch(sandbox_id, req).await
+        self.api_for(sandbox_id).await?.watch(sandbox_id, req).await
     }
 }
 
@@ -510,18 +541,21 @@ impl NodeMetrics for Cluster {
     }
 
     async fn sandbox_metrics(&self, id: &str) -> Result<SandboxMetrics, NodeError> {
-        self.api_of(id)?.sandbox_metrics(id).await
+        self.api_for(id).await?.sandbox_metrics(id).await
     }
 }
 
 #[async_trait]
 impl NodeNetwork for Cluster {
     async fn sandbox_network(&self, id: &str) -> Result<SandboxNetworkInfo, NodeError> {
-        self.api_of(id)?.sandbox_network(id).await
+        self.api_for(id).await?.sandbox_network(id).await
     }
 
     async fn set_sandbox_network(&self, id: &str, policy: EgressPolicy) -> Result<(), NodeError> {
-        self.api_of(id)?.set_sandbox_network(id, policy).await
+        self.api_for(id)
+            .await?
+            .set_sandbox_network(id, policy)
+            .await
     }
 
     async fn rearm_secrets(
@@ -529,7 +563,7 @@ impl NodeNetwork for Cluster {
         id: &str,
         secrets: BTreeMap<String, LaunchSecret>,
     ) -> Result<(), NodeError> {
-        self.api_of(id)?.rearm_secrets(id, secrets).await
+        self.api_for(id).await?.rearm_secrets(id, secrets).await
     }
 
     async fn forward_http(
@@ -538,7 +572,10 @@ impl NodeNetwork for Cluster {
         request: PortRequest,
         body: ByteStream,
     ) -> Result<(PortResponse, ByteStream), NodeError> {
-        self.api_of(id)?.forward_http(id, request, body).await
+        self.api_for(id)
+            .await?
+            .forward_http(id, request, body)
+            .await
     }
 
     /// Denials of every node that joined (a slow reader loses the oldest).

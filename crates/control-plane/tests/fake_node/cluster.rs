@@ -255,3 +255,102 @@ async fn a_file_release_builds_on_one_node_and_runs_on_another_by_its_digest() {
         digest
     );
 }
+
+/// Reaches every node as the one fake node (what a replica connects to after a sync).
+struct SameNode(FakeNode);
+
+#[async_trait::async_trait]
+impl cove_control_plane::cluster::NodeConnector for SameNode {
+    async fn connect(
+        &self,
+        _address: &str,
+        _certificate: &[u8],
+    ) -> Result<Arc<dyn cove_node_api::NodeApi>, String> {
+        Ok(Arc::new(self.0.clone()))
+    }
+}
+
+#[tokio::test]
+async fn replicas_share_nodes_states_and_placements_through_the_store() {
+    use cove_node_api::NodeLifecycle;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store: Arc<dyn cove_store::Store> = Arc::new(
+        cove_store::SqliteStore::open(&dir.path().join("shared.db"))
+            .await
+            .expect("store"),
+    );
+    let fake = FakeNode::new();
+    fake.add_release("base", 1);
+    let cfg = ClusterConfig {
+        runtime: fake.capabilities().runtime,
+        ..ClusterConfig::default()
+    };
+    let replica =
+        || Cluster::new_shared(cfg.clone(), store.clone(), Arc::new(SameNode(fake.clone())));
+    let (a, b) = (replica(), replica());
+    let report = NodeReport::read(&fake).await.expect("report");
+    let joined = a
+        .join_remote(
+            "n1",
+            "https://n1:7710",
+            vec![1, 2, 3],
+            Arc::new(fake.clone()),
+            report.clone(),
+        )
+        .await
+        .expect("join at A");
+    assert_eq!(joined, NodeState::Ready);
+    assert!(b.nodes().is_empty(), "B learns nodes from the store");
+    b.sync().await.expect("sync");
+    let at_b = b.nodes();
+    assert_eq!(at_b.len(), 1);
+    assert_eq!(
+        (
+            at_b[0].name.as_str(),
+            at_b[0].address.as_str(),
+            at_b[0].state
+        ),
+        ("n1", "https://n1:7710", NodeState::Ready)
+    );
+
+    // A sandbox placed through A's control plane is routed by B.
+    let h = Harness::with_cluster(fake.clone(), Some(a.clone()), |_| {}).await;
+    let id = h.running().await;
+    assert_eq!(a.node_of(&id).as_deref(), Some("n1"));
+    b.sync().await.expect("sync");
+    assert_eq!(b.node_of(&id).as_deref(), Some("n1"));
+
+    // Heartbeats at B are recorded for both; one of a node no replica knows asks it to join.
+    assert_eq!(
+        b.heartbeat_remote("n1", report.clone()).await,
+        Some(NodeState::Ready)
+    );
+    assert_eq!(b.heartbeat_remote("zz", report.clone()).await, None);
+
+    // A drain made at B holds at A, and a join again keeps it.
+    b.set_state("n1", NodeState::Draining).expect("drain");
+    b.record_states(&["n1".to_string()]).await;
+    a.sync().await.expect("sync");
+    assert_eq!(a.nodes()[0].state, NodeState::Draining);
+    let again = a
+        .join_remote(
+            "n1",
+            "https://n1:7710",
+            vec![1, 2, 3],
+            Arc::new(fake.clone()),
+            report,
+        )
+        .await
+        .expect("join again");
+    assert_eq!(again, NodeState::Draining);
+
+    // A delete through A forgets the placement for every replica.
+    let del = h.cp.delete_sandbox(&id, None).await.expect("delete");
+    h.succeeds(&del).await;
+    crate::harness::eventually("the sandbox deleted", || async {
+        h.state(&id).await == SandboxState::Deleted
+    })
+    .await;
+    b.sync().await.expect("sync");
+    assert_eq!(b.node_of(&id), None);
+}

@@ -8,6 +8,8 @@
 //!   transaction-scoped advisory lock, keyed `(LOCK_OPERATION_LOG, hashtext(id))` and
 //!   `(LOCK_RELEASE_NUMBER, hashtext(template))`.
 //!
+//! - the leader of the controllers holds a session advisory lock (`cluster.rs`).
+//!
 //! PostgreSQL keeps times to the microsecond; a finer time reads back truncated.
 
 use std::str::FromStr;
@@ -21,6 +23,7 @@ use crate::{Store, StoreError};
 
 mod audit;
 mod checkpoints;
+mod cluster;
 mod commands;
 mod events;
 mod lifecycle;
@@ -37,11 +40,15 @@ mod volumes;
 pub(crate) const LOCK_OPERATION_LOG: i32 = 0x636f_0001;
 /// First key of the advisory lock that serialises release numbering of one template.
 pub(crate) const LOCK_RELEASE_NUMBER: i32 = 0x636f_0002;
+/// First key of the session advisory lock the leader of the controllers holds.
+pub(crate) const LOCK_LEADER: i32 = 0x636f_0003;
 
 /// The PostgreSQL store; cheap to clone (a connection pool).
 #[derive(Clone, Debug)]
 pub struct PgStore {
     pool: PgPool,
+    /// How to connect, kept for the leader lock's own connection.
+    opts: PgConnectOptions,
 }
 
 impl PgStore {
@@ -59,10 +66,10 @@ impl PgStore {
         let pool = PgPoolOptions::new()
             .max_connections(8)
             .acquire_timeout(Duration::from_secs(10))
-            .connect_with(opts)
+            .connect_with(opts.clone())
             .await?;
         sqlx::migrate!("./migrations/postgres").run(&pool).await?;
-        Ok(PgStore { pool })
+        Ok(PgStore { pool, opts })
     }
 }
 

@@ -13,6 +13,7 @@ use crate::{Store, StoreError};
 
 mod audit;
 mod checkpoints;
+mod cluster;
 mod commands;
 mod events;
 mod lifecycle;

@@ -11,7 +11,7 @@ use crate::{
     error_code_parse, parse_enum, NewOperation, OperationStore, OperationUpdate, StoreError,
 };
 
-fn row_to_operation(r: &sqlx::sqlite::SqliteRow) -> Result<Operation, StoreError> {
+pub(super) fn row_to_operation(r: &sqlx::sqlite::SqliteRow) -> Result<Operation, StoreError> {
     let code: Option<String> = r.try_get("error_code")?;
     let error = match code {
         Some(c) => Some(OperationError {

@@ -8,6 +8,7 @@
 
 mod backends;
 mod checkpoints;
+mod cluster;
 mod commands;
 mod events;
 mod fixtures;
@@ -95,6 +96,11 @@ conformance!(
     orgs::audit_records_are_paged_scoped_and_purged,
     volumes::volumes_round_trip_and_names_are_unique_per_org,
     volumes::volume_users_are_the_live_sandboxes_that_mount_it,
+    cluster::nodes_join_heartbeat_and_keep_an_operators_state,
+    cluster::placements_are_put_moved_and_deleted,
+    cluster::the_first_node_link_identity_wins,
+    cluster::leases_are_held_and_expired_ones_claimed_once,
+    cluster::one_leader_at_a_time,
 );
 
 /// `open` picks the backend from the URL.
