@@ -105,7 +105,11 @@ fn cove_in(netns: Option<&str>, data_dir: &Path, args: &[&str]) -> tokio::proces
     cmd.arg("--data-dir")
         .arg(data_dir)
         .args(args)
-        .env("RUST_LOG", "warn")
+        // `COVE_TEST_LOG=info` shows the processes' logs when a run needs explaining.
+        .env(
+            "RUST_LOG",
+            std::env::var("COVE_TEST_LOG").unwrap_or_else(|_| "warn".into()),
+        )
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .kill_on_drop(true);

@@ -115,8 +115,15 @@ impl ControlPlane {
             }
             if node_lost || last_reconcile.elapsed() >= self.inner.cfg.reconcile_interval {
                 last_reconcile = Instant::now();
-                if let Err(e) = self.reconcile_running().await {
-                    warn!(error = %e, "periodic reconciliation failed");
+                match self.reconcile_running().await {
+                    // Settle those at the next pass rather than the next periodic one.
+                    Ok(true) => {
+                        if let Some(c) = &self.inner.cluster {
+                            c.mark_changed();
+                        }
+                    }
+                    Ok(false) => {}
+                    Err(e) => warn!(error = %e, "periodic reconciliation failed"),
                 }
             }
         }

@@ -376,13 +376,22 @@ impl ControlPlane {
         Ok(())
     }
 
-    /// Periodic reconciliation while serving.
-    pub(crate) async fn reconcile_running(&self) -> Result<(), ServiceError> {
+    /// Periodic reconciliation while serving. Returns whether it had to pass over a sandbox
+    /// of a lost node because a call held its lifecycle lock (a repair's agent check to that
+    /// node can, for up to its timeout): the caller then reconciles again soon, so the sandbox
+    /// still fails `node_lost` within about the heartbeat timeout.
+    pub(crate) async fn reconcile_running(&self) -> Result<bool, ServiceError> {
         let mut keep = HashSet::new();
+        let mut busy_on_lost_node = false;
         let live = [SandboxState::Running, SandboxState::Paused];
         let shared = self.operations().lease().is_some();
         for s in self.store().sandboxes_in(&live).await? {
             let Some(_turn) = self.quiet_turn(&s.id, true) else {
+                busy_on_lost_node |= self
+                    .inner
+                    .cluster
+                    .as_ref()
+                    .is_some_and(|c| c.on_lost_node(&s.id).is_some());
                 keep.insert(s.id);
                 continue;
             };
@@ -427,7 +436,8 @@ impl ControlPlane {
             self.transition(&s.id, s.state, SandboxState::Failed, Some(&why), None)
                 .await?;
         }
-        self.remove_unwanted(&keep, true).await
+        self.remove_unwanted(&keep, true).await?;
+        Ok(busy_on_lost_node)
     }
 }
 

@@ -334,6 +334,12 @@ impl Cluster {
         self.changed.swap(false, Ordering::SeqCst)
     }
 
+    /// Asks for another reconciliation at the controller's next pass (one left a lost node's
+    /// sandbox unsettled).
+    pub fn mark_changed(&self) {
+        self.changed.store(true, Ordering::SeqCst);
+    }
+
     /// Every node, by name.
     pub fn nodes(&self) -> Vec<NodeSummary> {
         let st = self.lock();
@@ -537,8 +543,8 @@ impl Cluster {
         st.placement.remove(id);
     }
 
-    /// Whether `id` was placed on a node that is lost now.
-    fn on_lost_node(&self, id: &str) -> Option<String> {
+    /// Whether `id` was placed on a node that is lost now (its name).
+    pub(crate) fn on_lost_node(&self, id: &str) -> Option<String> {
         let st = self.lock();
         let p = st.placement.get(id)?;
         let m = st.nodes.get(&p.node)?;

@@ -22,6 +22,9 @@ use tracing::{info, warn};
 
 use super::{Cluster, NODE_LOST};
 
+/// How often a call in flight looks whether its node was declared lost meanwhile.
+const LOST_POLL: std::time::Duration = std::time::Duration::from_millis(100);
+
 #[async_trait]
 impl NodeReleases for Cluster {
     fn recipes(&self) -> Vec<RecipeInfo> {
@@ -193,6 +196,9 @@ impl NodeLifecycle for Cluster {
     }
 
     /// A sandbox on a lost node is `SandboxNotFound`: reconciliation settles it, not a repair.
+    /// A check in flight when its node is declared lost (its link cut: the call would wait
+    /// for its whole deadline, holding the sandbox's lifecycle lock) gives up at once with
+    /// `NodeUnreachable`, so reconciliation can fail the sandbox `node_lost` on time.
     async fn check_agent(
         &self,
         id: &str,
@@ -201,7 +207,19 @@ impl NodeLifecycle for Cluster {
         if self.on_lost_node(id).is_some() {
             return Err(NodeError::SandboxNotFound(id.to_string()));
         }
-        self.api_for(id).await?.check_agent(id, timeout).await
+        let api = self.api_for(id).await?;
+        let check = api.check_agent(id, timeout);
+        tokio::pin!(check);
+        loop {
+            tokio::select! {
+                result = &mut check => return result,
+                () = tokio::time::sleep(LOST_POLL) => {
+                    if let Some(node) = self.on_lost_node(id) {
+                        return Err(NodeError::NodeUnreachable(format!("node {node} is lost")));
+                    }
+                }
+            }
+        }
     }
 
     /// Repaired on the node that holds its files.
