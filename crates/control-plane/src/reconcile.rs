@@ -162,6 +162,11 @@ impl ControlPlane {
                         .await?;
                     return Ok(false);
                 }
+                // No complete snapshot, but the upload may have put some of its artifacts in
+                // place (the manifest goes last): a sandbox that is not suspended keeps none.
+                if let Err(e) = self.node().delete_snapshot(id).await {
+                    warn!(sandbox_id = %id, error = %e, "cannot remove a half-written snapshot");
+                }
                 match self.adopt(id).await {
                     Some(node @ (NodeSandboxState::Running | NodeSandboxState::Paused)) => {
                         let back = self.prior_state(id).await;

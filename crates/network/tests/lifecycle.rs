@@ -134,11 +134,9 @@ async fn restart_adopts_claimed_namespaces_and_removes_the_rest() {
     assert_eq!(recovery.missing, vec!["gone".to_string()]);
     assert!(recovery.removed.contains(&lose.netns), "{recovery:?}");
     assert!(recovery.removed.contains(&half), "{recovery:?}");
-    let now = inventory(&prefix).expect("inv");
-    assert!(
-        !now.namespaces.contains(&lose.netns) && !now.namespaces.contains(&half),
-        "{now:?}"
-    );
+    // Not checked by name: the refill of the prepared pool may make a new namespace under a
+    // freed slot's name at once. The counts below, once the pool is full, leave no room for
+    // a survivor.
     // Only the adopted sandbox and the refilled pool have veths in the new gateway.
     assert!(fx.net().wait_prepared(Duration::from_secs(30)).await);
     let now = inventory(&prefix).expect("inv");
