@@ -369,10 +369,17 @@ impl Runtime for QemuRuntime {
             };
             if let Err(e) = alive.await {
                 tracing::warn!(sandbox_id = %id, error = %e, "guest heartbeat lost");
-                let reason = format!(
-                    "the guest stopped answering (no heartbeat within {} s)",
-                    HEARTBEAT_TIMEOUT.as_secs()
-                );
+                // A panicking kernel stops answering before QEMU exits (slowly under TCG): its
+                // console then says why better than the missing heartbeat does.
+                let console = vm::failure_reason(&paths);
+                let reason = if console.starts_with(vm::KERNEL_PANIC) {
+                    console
+                } else {
+                    format!(
+                        "the guest stopped answering (no heartbeat within {} s)",
+                        HEARTBEAT_TIMEOUT.as_secs()
+                    )
+                };
                 let _ = tokio::fs::write(paths.dir.join("failure"), reason).await;
                 return Ok(Some(RuntimeState::Stopped));
             }

@@ -437,11 +437,14 @@ pub fn failure_reason(paths: &VmPaths) -> String {
         .collect()
 }
 
+/// How [`failure_reason`] begins when the console shows a kernel panic.
+pub const KERNEL_PANIC: &str = "guest kernel panic";
+
 fn raw_failure_reason(paths: &VmPaths) -> String {
     let console = tail(&paths.console(), 64 * 1024);
     if let Some(line) = console.lines().find(|l| l.contains("Kernel panic")) {
         let line = line.split("] ").last().unwrap_or(line).trim();
-        return format!("guest kernel panic: {line}");
+        return format!("{KERNEL_PANIC}: {line}");
     }
     if let Some(line) = console.lines().rev().find(|l| l.contains("cove-init:")) {
         return format!("guest boot failed: {}", line.trim());
