@@ -5,13 +5,17 @@
 //! cannot be deleted (`409 volume_in_use`); its files API cannot be led out of the volume by
 //! `..` or symlinks; another org sees none of it; it survives `kill -9` of the server, and the
 //! node mounts it again when its mount went while the server was down. A fork mounts its
-//! parent's volumes (shared, same paths); a checkpoint holds none of their data.
+//! parent's volumes (shared, same paths); a checkpoint holds none of their data. Without a
+//! sandbox, a volume's paths are described, made (with parents, owner and mode), re-owned and
+//! removed (a directory with its contents), and none of it reaches outside the volume.
 
 use std::time::Duration;
 
+use std::os::unix::fs::PermissionsExt;
+
 use cove_api_types::{
-    CreateCheckpointRequest, CreateSandboxRequest, ErrorCode, ForkRequest, OperationState, Quotas,
-    VolumeMount,
+    CreateCheckpointRequest, CreateSandboxRequest, ErrorCode, FileType, ForkRequest,
+    MakeVolumeDirRequest, OperationState, Quotas, VolumeFileAttrs, VolumeMount,
 };
 use cove_client::{Client, ClientError};
 use cove_e2e::{client, delete, ensure_template, root_sh, sandbox_with, server, sh};
@@ -277,6 +281,150 @@ async fn the_files_api_stays_inside_the_volume() {
     assert!(!std::path::Path::new("/sub/cove-written").exists());
     let out = sh(&c, &s, "cat /data/sub/cove-written").await;
     assert_eq!(out.stdout_text(), "y", "{}", out.stderr_text());
+    delete(&c, &s).await;
+    c.delete_volume(&name).await.expect("delete");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paths_are_described_made_reowned_and_removed_without_a_sandbox() {
+    let c = client();
+    let name = vol("ops");
+    c.create_volume(&name, 16).await.expect("create");
+    let mkdir = |path: &str, parents: Option<bool>| MakeVolumeDirRequest {
+        path: path.into(),
+        parents,
+        ..Default::default()
+    };
+
+    // mkdir -p with an owner and a mode; without `parents`, a missing parent and an existing
+    // path are refused.
+    let d = c
+        .make_volume_dir(
+            &name,
+            &MakeVolumeDirRequest {
+                uid: Some(0),
+                gid: Some(0),
+                mode: Some(0o750),
+                ..mkdir("/a/b", None)
+            },
+        )
+        .await
+        .expect("mkdir -p");
+    assert_eq!(
+        (d.file_type, d.path.as_str(), d.mode, d.uid, d.gid),
+        (FileType::Dir, "/a/b", 0o750, Some(0), Some(0))
+    );
+    let err = c
+        .make_volume_dir(&name, &mkdir("/x/y", Some(false)))
+        .await
+        .expect_err("no parent");
+    assert_eq!(code(&err), ErrorCode::FileNotFound, "{err}");
+    let err = c
+        .make_volume_dir(&name, &mkdir("/a", Some(false)))
+        .await
+        .expect_err("exists");
+    assert_eq!(code(&err), ErrorCode::AlreadyExists, "{err}");
+    c.make_volume_dir(&name, &mkdir("/a", None))
+        .await
+        .expect("mkdir -p of an existing directory");
+
+    // A written file is described with its numeric owner and times; a listing goes deep.
+    c.upload_to_volume(&name, "/a/b/f.txt", "hello")
+        .await
+        .expect("upload");
+    let f = c.stat_volume_file(&name, "a/b/f.txt").await.expect("stat");
+    assert_eq!(
+        (f.file_type, f.size, f.mode, f.uid, f.gid),
+        (FileType::File, 5, 0o644, Some(1000), Some(1000))
+    );
+    assert!(f.atime.is_some() && f.ctime.is_some());
+    let tree: Vec<String> = c
+        .list_volume_tree(&name, "/a", 2)
+        .await
+        .expect("list")
+        .entries
+        .into_iter()
+        .map(|e| e.path)
+        .collect();
+    assert_eq!(tree, ["/a/b", "/a/b/f.txt"]);
+    let err = c.list_volume_tree(&name, "/a", 0).await.expect_err("depth");
+    assert_eq!(code(&err), ErrorCode::InvalidArgument, "{err}");
+
+    // Owner and mode; what is absent is kept; a mode beyond 0o7777 is refused.
+    let attrs = VolumeFileAttrs {
+        mode: Some(0o600),
+        ..Default::default()
+    };
+    let f = c
+        .set_volume_file_attrs(&name, "/a/b/f.txt", &attrs)
+        .await
+        .expect("chmod");
+    assert_eq!((f.mode, f.uid), (0o600, Some(1000)));
+    let bad = VolumeFileAttrs {
+        mode: Some(0o10000),
+        ..Default::default()
+    };
+    let err = c
+        .set_volume_file_attrs(&name, "/a/b/f.txt", &bad)
+        .await
+        .expect_err("mode");
+    assert_eq!(code(&err), ErrorCode::InvalidArgument, "{err}");
+
+    // A sandbox that mounts the volume sees all of it; its symlinks lead nowhere outside.
+    let s = sandbox_with(&c, "tiny", mount(&name, "/data", false)).await;
+    let out = sh(
+        &c,
+        &s,
+        "stat -c '%a %s' /data/a/b/f.txt && ln -s /etc /data/etc && ln -s ../../.. /data/up",
+    )
+    .await;
+    assert_eq!(out.stdout_text(), "600 5\n", "{}", out.stderr_text());
+    let link = c.stat_volume_file(&name, "/etc").await.expect("stat link");
+    assert_eq!(
+        (link.file_type, link.symlink_target.as_deref()),
+        (FileType::Symlink, Some("/etc"))
+    );
+    let host_mode = || {
+        std::fs::metadata("/etc/passwd")
+            .expect("host passwd")
+            .permissions()
+            .mode()
+    };
+    let before = host_mode();
+    for path in ["/etc/passwd", "/up/etc/passwd", "../../../etc/passwd"] {
+        let err = c
+            .set_volume_file_attrs(&name, path, &attrs)
+            .await
+            .expect_err(path);
+        assert_eq!(code(&err), ErrorCode::FileNotFound, "{path}: {err}");
+        let err = c.remove_volume_file(&name, path).await.expect_err(path);
+        assert_eq!(code(&err), ErrorCode::FileNotFound, "{path}: {err}");
+    }
+    assert_eq!(host_mode(), before);
+    // mkdir through `up` lands in the volume.
+    c.make_volume_dir(&name, &mkdir("/up/made", None))
+        .await
+        .expect("mkdir through a link");
+    assert!(!std::path::Path::new("/made").exists());
+    c.stat_volume_file(&name, "/made").await.expect("inside");
+    // A symlink is removed, not its target; the root cannot be.
+    c.remove_volume_file(&name, "/etc").await.expect("rm link");
+    assert!(std::path::Path::new("/etc/passwd").exists());
+    for path in ["/", "..", "/a/.."] {
+        let err = c.remove_volume_file(&name, path).await.expect_err(path);
+        assert_eq!(code(&err), ErrorCode::InvalidArgument, "{path}: {err}");
+    }
+    // A directory goes with everything below it.
+    c.remove_volume_file(&name, "/a").await.expect("rm -r");
+    let err = c.stat_volume_file(&name, "/a/b").await.expect_err("gone");
+    assert_eq!(code(&err), ErrorCode::FileNotFound, "{err}");
+    let out = sh(&c, &s, "ls /data").await;
+    let listed = out.stdout_text();
+    let names: Vec<&str> = listed.lines().collect();
+    assert!(
+        names.contains(&"made") && !names.contains(&"a") && !names.contains(&"etc"),
+        "{names:?}"
+    );
     delete(&c, &s).await;
     c.delete_volume(&name).await.expect("delete");
 }

@@ -465,11 +465,66 @@ def delete_volume(name: str) -> Call:
     yield Req("DELETE", f"/v1/volumes/{seg(name)}")
 
 
-def write_volume_file(name: str, path: str, data: Union[bytes, str, Any]) -> Call:
-    """Writes one file of a volume atomically, without a sandbox; returns its FileInfo."""
+def write_volume_file(
+    name: str,
+    path: str,
+    data: Union[bytes, str, Any],
+    uid: Optional[int] = None,
+    gid: Optional[int] = None,
+    mode: Optional[int] = None,
+) -> Call:
+    """Writes one file of a volume atomically, without a sandbox (missing parents are made);
+    owned by ``uid``/``gid`` (default 1000) with ``mode`` (default 0o644). Returns its FileInfo."""
     content = data.encode() if isinstance(data, str) else data
-    resp = yield Req("PUT", f"/v1/volumes/{seg(name)}/files", params=[("path", path)], content=content, timeout=600)
+    params = [("path", path)] + _attr_params(uid, gid, mode)
+    resp = yield Req("PUT", f"/v1/volumes/{seg(name)}/files", params=params, content=content, timeout=600)
     return FileInfo.from_json(resp)
+
+
+def _attr_params(uid: Optional[int], gid: Optional[int], mode: Optional[int]) -> List[Tuple[str, str]]:
+    return [(k, str(v)) for k, v in (("uid", uid), ("gid", gid), ("mode", mode)) if v is not None]
+
+
+def _attrs(uid: Optional[int], gid: Optional[int], mode: Optional[int]) -> Dict[str, int]:
+    return {k: v for k, v in (("uid", uid), ("gid", gid), ("mode", mode)) if v is not None}
+
+
+def stat_volume_file(name: str, path: str) -> Call:
+    """Describes a path of a volume (``lstat``), with ``uid``, ``gid``, ``atime``, ``ctime``."""
+    data = yield Req("GET", f"/v1/volumes/{seg(name)}/files:stat", params=[("path", path)])
+    return FileInfo.from_json(data)
+
+
+def remove_volume_file(name: str, path: str) -> Call:
+    """Removes a path of a volume: a file, a symlink (the link only) or a directory with
+    everything below it."""
+    yield Req("DELETE", f"/v1/volumes/{seg(name)}/files", params=[("path", path)])
+
+
+def make_volume_dir(
+    name: str,
+    path: str,
+    parents: bool = True,
+    uid: Optional[int] = None,
+    gid: Optional[int] = None,
+    mode: Optional[int] = None,
+) -> Call:
+    """Makes a directory of a volume (``parents``: with its parents, fine when it exists)."""
+    body = {"path": path, "parents": parents, **_attrs(uid, gid, mode)}
+    data = yield Req("POST", f"/v1/volumes/{seg(name)}/files:mkdir", json=body)
+    return FileInfo.from_json(data)
+
+
+def set_volume_file_attrs(
+    name: str,
+    path: str,
+    uid: Optional[int] = None,
+    gid: Optional[int] = None,
+    mode: Optional[int] = None,
+) -> Call:
+    """Sets the owner and permission bits of a path of a volume (absent ones are kept)."""
+    data = yield Req("PATCH", f"/v1/volumes/{seg(name)}/files", params=[("path", path)], json=_attrs(uid, gid, mode))
+    return FileInfo.from_json(data)
 
 
 def read_volume_file(name: str, path: str) -> Call:
@@ -478,9 +533,11 @@ def read_volume_file(name: str, path: str) -> Call:
     return data
 
 
-def list_volume_files(name: str, path: str = "/") -> Call:
-    """The entries of one directory of a volume, by name."""
-    data = yield Req("GET", f"/v1/volumes/{seg(name)}/files:list", params=[("path", path)])
+def list_volume_files(name: str, path: str = "/", depth: int = 1) -> Call:
+    """The entries of a directory of a volume, by name, down to ``depth`` levels (each
+    directory's entries right after it)."""
+    params = [("path", path), ("depth", str(depth))]
+    data = yield Req("GET", f"/v1/volumes/{seg(name)}/files:list", params=params)
     return from_json_list(FileInfo, data["entries"])
 
 

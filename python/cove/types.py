@@ -350,11 +350,19 @@ class FileInfo:
     name_b64: Optional[str] = None
     path_b64: Optional[str] = None
     symlink_target_b64: Optional[str] = None
+    #: A volume's files only (``/v1/volumes/{name}/files``): numeric owner and more times.
+    uid: Optional[int] = None
+    gid: Optional[int] = None
+    atime: Optional[datetime] = None
+    ctime: Optional[datetime] = None
 
     @classmethod
     def from_json(cls, data: Dict[str, Any]) -> "FileInfo":
         d = _known(cls, data)
         d["mtime"] = _time(data["mtime"])
+        for k in ("atime", "ctime"):
+            if data.get(k):
+                d[k] = _time(data[k])
         return cls(**d)
 
 

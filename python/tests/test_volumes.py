@@ -1,6 +1,7 @@
 """Persistent volumes through the SDK against a real server: create, mount in two sandboxes
-one after the other (the data outlives the first), read-only, files without a sandbox, a full
-volume, delete refused while mounted."""
+one after the other (the data outlives the first), read-only, files without a sandbox (write,
+read, list to a depth, stat, mkdir, owner and mode, remove), a full volume, delete refused
+while mounted."""
 
 from __future__ import annotations
 
@@ -40,3 +41,29 @@ def test_volume_outlives_its_writer_and_is_full_at_its_size(client):
     with pytest.raises(cove.CoveError) as err:
         client.get_volume("py-vol")
     assert err.value.code == "volume_not_found"
+
+
+def test_volume_paths_without_a_sandbox(client):
+    client.create_volume("py-vol-ops", 16)
+    try:
+        d = client.make_volume_dir("py-vol-ops", "/a/b", mode=0o750)
+        assert (d.type, d.path, d.mode, d.uid, d.gid) == ("dir", "/a/b", 0o750, 1000, 1000)
+        with pytest.raises(cove.CoveError) as err:
+            client.make_volume_dir("py-vol-ops", "/x/y", parents=False)
+        assert err.value.code == "file_not_found"
+        client.write_volume_file("py-vol-ops", "/a/b/f", "data", mode=0o600)
+        st = client.stat_volume_file("py-vol-ops", "/a/b/f")
+        assert (st.type, st.size, st.mode, st.uid) == ("file", 4, 0o600, 1000)
+        assert st.atime is not None and st.ctime is not None
+        assert [e.path for e in client.list_volume_files("py-vol-ops", "/a", depth=2)] == ["/a/b", "/a/b/f"]
+        st = client.set_volume_file_attrs("py-vol-ops", "/a/b/f", uid=0, mode=0o640)
+        assert (st.uid, st.gid, st.mode) == (0, 1000, 0o640)
+        client.remove_volume_file("py-vol-ops", "/a")
+        with pytest.raises(cove.CoveError) as err:
+            client.stat_volume_file("py-vol-ops", "/a")
+        assert err.value.code == "file_not_found"
+        with pytest.raises(cove.CoveError) as err:
+            client.remove_volume_file("py-vol-ops", "/")
+        assert err.value.code == "invalid_argument"
+    finally:
+        client.delete_volume("py-vol-ops")

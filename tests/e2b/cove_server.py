@@ -165,6 +165,8 @@ class CoveServer:
             "E2B_API_KEY": self.token,
             "E2B_API_URL": self.e2b_url,
             "E2B_SANDBOX_URL": self.e2b_url,
+            # The volume content API is served by the same listener.
+            "E2B_VOLUME_API_URL": self.e2b_url,
         }
 
     def stop(self):

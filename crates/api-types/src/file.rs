@@ -68,6 +68,19 @@ pub struct FileInfo {
     /// `symlink_target`'s exact bytes, base64, when they are not valid UTF-8.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub symlink_target_b64: Option<String>,
+    /// Owner uid: given for a volume's files (`/v1/volumes/{name}/files`), absent for a
+    /// sandbox's (which name the owner).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    /// Owner gid (as `uid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<u32>,
+    /// Last access, RFC 3339 in UTC, millisecond precision (as `uid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub atime: Option<DateTime<Utc>>,
+    /// Last status change, RFC 3339 in UTC, millisecond precision (as `uid`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ctime: Option<DateTime<Utc>>,
 }
 
 /// `GET /v1/sandboxes/{id}/files:list?path=&depth=` answer.

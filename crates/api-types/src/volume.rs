@@ -75,3 +75,41 @@ pub struct VolumeMount {
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub read_only: bool,
 }
+
+/// `POST /v1/volumes/{name}/files:mkdir` body: make a directory of a volume.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MakeVolumeDirRequest {
+    /// Directory to make, from the volume's root (`..` stops at the root).
+    pub path: String,
+    /// Make missing parents too, and accept a directory already there (`mkdir -p`; the
+    /// default). `false`: a missing parent is `404 file_not_found`, an existing path `409
+    /// already_exists`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parents: Option<bool>,
+    /// Owner uid of what is made (default 1000, `user` of the built-in templates).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    /// Owner gid of what is made (default 1000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<u32>,
+    /// Permission bits of the directory (default 0o755 = 493; at most 0o7777).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<u32>,
+}
+
+/// `PATCH /v1/volumes/{name}/files?path=` body: set the owner and permission bits of a
+/// volume's file or directory; what is absent is kept.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VolumeFileAttrs {
+    /// New owner uid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    /// New owner gid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<u32>,
+    /// New permission bits (at most 0o7777; a symlink has none: `400`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<u32>,
+}

@@ -1,7 +1,10 @@
 //! Persistent volumes: `/v1/volumes`, and their files without a sandbox.
 
 use bytes::Bytes;
-use cove_api_types::{CreateVolumeRequest, FileInfo, FileList, Volume, VolumeList};
+use cove_api_types::{
+    CreateVolumeRequest, FileInfo, FileList, MakeVolumeDirRequest, Volume, VolumeFileAttrs,
+    VolumeList,
+};
 use futures::{Stream, StreamExt, TryStreamExt};
 use reqwest::header::{HeaderValue, CONTENT_TYPE};
 use reqwest::{Body, Method};
@@ -96,6 +99,70 @@ impl Client {
                 self.url(&["v1", "volumes", name, "files:list"]),
             )
             .query(&[("path", path)]);
+        self.json(request).await
+    }
+
+    /// `GET /v1/volumes/{name}/files:list?path=&depth=`: a directory's entries down to `depth`
+    /// levels (1 = its own), each directory's entries right after it.
+    pub async fn list_volume_tree(&self, name: &str, path: &str, depth: u32) -> Result<FileList> {
+        let request = self
+            .request(
+                Method::GET,
+                self.url(&["v1", "volumes", name, "files:list"]),
+            )
+            .query(&[("path", path.to_string()), ("depth", depth.to_string())]);
+        self.json(request).await
+    }
+
+    /// `GET /v1/volumes/{name}/files:stat?path=`: describes a path (`lstat`), with its `uid`,
+    /// `gid`, `atime` and `ctime`.
+    pub async fn stat_volume_file(&self, name: &str, path: &str) -> Result<FileInfo> {
+        let request = self
+            .request(
+                Method::GET,
+                self.url(&["v1", "volumes", name, "files:stat"]),
+            )
+            .query(&[("path", path)]);
+        self.json(request).await
+    }
+
+    /// `DELETE /v1/volumes/{name}/files?path=`: removes a file, a symlink (the link only) or
+    /// a directory with everything below it.
+    pub async fn remove_volume_file(&self, name: &str, path: &str) -> Result<()> {
+        let request = self
+            .request(Method::DELETE, self.url(&["v1", "volumes", name, "files"]))
+            .query(&[("path", path)]);
+        self.send(request).await.map(drop)
+    }
+
+    /// `POST /v1/volumes/{name}/files:mkdir`: makes a directory (with its parents unless
+    /// `parents: Some(false)`).
+    pub async fn make_volume_dir(
+        &self,
+        name: &str,
+        request: &MakeVolumeDirRequest,
+    ) -> Result<FileInfo> {
+        let request = self
+            .request(
+                Method::POST,
+                self.url(&["v1", "volumes", name, "files:mkdir"]),
+            )
+            .json(request);
+        self.json(request).await
+    }
+
+    /// `PATCH /v1/volumes/{name}/files?path=`: sets owner and permission bits (absent ones
+    /// are kept).
+    pub async fn set_volume_file_attrs(
+        &self,
+        name: &str,
+        path: &str,
+        attrs: &VolumeFileAttrs,
+    ) -> Result<FileInfo> {
+        let request = self
+            .request(Method::PATCH, self.url(&["v1", "volumes", name, "files"]))
+            .query(&[("path", path)])
+            .json(attrs);
         self.json(request).await
     }
 }

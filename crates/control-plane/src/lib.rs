@@ -56,7 +56,7 @@ pub use lifecycle::LifecycleVerb;
 pub use operations::Operations;
 pub use repair::AgentRepair;
 pub use retention::Retention;
-pub use volumes::{VolumeFileQuery, VolumeListQuery};
+pub use volumes::{VolumeFileQuery, VolumeListQuery, VolumeWriteQuery};
 
 /// Settings of the control plane.
 #[derive(Debug, Clone)]

@@ -44,10 +44,14 @@ const DENIAL_REPEAT: Duration = Duration::from_secs(10);
 /// every one).
 const DENIALS_PER_WINDOW: u32 = 20;
 
-/// The server's key that seals secret values (32 bytes), and the key port tokens are derived
-/// with (an HMAC key derived from it, so neither use weakens the other).
+/// The server's key that seals secret values (32 bytes), and the keys port tokens and volume
+/// content tokens are derived with (HMAC keys derived from it, so no use weakens another).
 #[derive(Clone)]
-pub struct SecretsKey(Arc<aead::LessSafeKey>, Arc<ring::hmac::Key>);
+pub struct SecretsKey(
+    Arc<aead::LessSafeKey>,
+    Arc<ring::hmac::Key>,
+    Arc<ring::hmac::Key>,
+);
 
 impl SecretsKey {
     /// A key from 32 bytes. Errors when the length is wrong.
@@ -56,13 +60,27 @@ impl SecretsKey {
             .map_err(|_| "the secrets key must be 32 bytes".to_string())?;
         let root = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, bytes);
         let ports = ring::hmac::sign(&root, b"cove port tokens v1");
+        let volumes = ring::hmac::sign(&root, b"cove volume tokens v1");
         Ok(SecretsKey(
             Arc::new(aead::LessSafeKey::new(unbound)),
             Arc::new(ring::hmac::Key::new(
                 ring::hmac::HMAC_SHA256,
                 ports.as_ref(),
             )),
+            Arc::new(ring::hmac::Key::new(
+                ring::hmac::HMAC_SHA256,
+                volumes.as_ref(),
+            )),
         ))
+    }
+
+    /// 32 hex digits of an HMAC of `message` under the volume token key.
+    pub(crate) fn volume_mac(&self, message: &[u8]) -> String {
+        let tag = ring::hmac::sign(&self.2, message);
+        tag.as_ref()[..16]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
     }
 
     /// The port token of a sandbox: 32 hex digits of an HMAC of its id.

@@ -46,7 +46,7 @@ pub use network::{
 };
 pub use releases::{NodeReleases, ReleaseRef};
 pub use report::NodeReport;
-pub use volumes::{LaunchVolume, NodeVolumes, VolumeUsage};
+pub use volumes::{LaunchVolume, NodeVolumes, VolumeEntry, VolumeEntryAttrs, VolumeUsage};
 
 pub mod types;
 

@@ -31,6 +31,33 @@ pub struct VolumeUsage {
     pub free_bytes: u64,
 }
 
+/// One entry of a volume, as its files API without a sandbox answers it: [`FileInfo`]
+/// (`lstat`, never following a final symlink) with the numeric owner and every timestamp.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeEntry {
+    /// Name, path in the volume (from its root, `/`-led), type, size, mode, mtime, link target.
+    pub info: FileInfo,
+    /// Owner uid.
+    pub uid: u32,
+    /// Owner gid.
+    pub gid: u32,
+    /// Last access, Unix milliseconds (UTC).
+    pub atime_ms: i64,
+    /// Last status change, Unix milliseconds (UTC).
+    pub ctime_ms: i64,
+}
+
+/// Owner and permission bits to set on a volume entry; `None` keeps what is there.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeEntryAttrs {
+    /// New owner uid.
+    pub uid: Option<u32>,
+    /// New owner gid.
+    pub gid: Option<u32>,
+    /// New permission bits (at most `0o7777`).
+    pub mode: Option<u32>,
+}
+
 fn unsupported() -> NodeError {
     NodeError::Unsupported("this node keeps no volumes".into())
 }
@@ -67,21 +94,67 @@ pub trait NodeVolumes: Send + Sync + 'static {
     }
 
     /// Writes a file of volume `id` atomically (temporary file, fsync, rename), creating
-    /// missing parent directories; owned by uid and gid 1000 (`user` of the built-in
-    /// templates), mode 0644. Errors: `NoSpace` when it does not fit (nothing is left),
-    /// `WrongType` when a parent is not a directory.
+    /// missing parent directories (owned by uid and gid 1000, mode 0755); the file gets
+    /// `attrs` (default: uid and gid 1000, `user` of the built-in templates, mode 0644).
+    /// Errors: `NoSpace` when it does not fit (nothing is left), `WrongType` when a parent is
+    /// not a directory or the path is a directory.
     async fn write_volume_file(
         &self,
         _id: &str,
         _path: String,
+        _attrs: VolumeEntryAttrs,
         _body: ByteStream,
-    ) -> Result<FileInfo, NodeError> {
+    ) -> Result<VolumeEntry, NodeError> {
         Err(unsupported())
     }
 
-    /// The entries of a directory of volume `id`, by name. Errors: `FileNotFound`,
-    /// `WrongType` for a file.
-    async fn list_volume_dir(&self, _id: &str, _path: String) -> Result<Vec<FileInfo>, NodeError> {
+    /// The entries of a directory of volume `id`, by name; with `depth` > 1 each directory's
+    /// entries follow it, down to `depth` levels (symlinks are listed, never descended into).
+    /// Errors: `FileNotFound`, `WrongType` for a file.
+    async fn list_volume_dir(
+        &self,
+        _id: &str,
+        _path: String,
+        _depth: u32,
+    ) -> Result<Vec<VolumeEntry>, NodeError> {
+        Err(unsupported())
+    }
+
+    /// Describes a path of volume `id` (`lstat`: a final symlink is described, not followed).
+    /// Errors: `FileNotFound`.
+    async fn stat_volume_path(&self, _id: &str, _path: String) -> Result<VolumeEntry, NodeError> {
+        Err(unsupported())
+    }
+
+    /// Removes a path of volume `id`: a file or symlink (the link only), or a directory with
+    /// everything below it. The root cannot be removed (`InvalidArgument`). Errors:
+    /// `FileNotFound`.
+    async fn remove_volume_path(&self, _id: &str, _path: String) -> Result<(), NodeError> {
+        Err(unsupported())
+    }
+
+    /// Makes a directory of volume `id` with `attrs` (default owner uid and gid 1000, mode
+    /// 0755). With `parents`, missing parents are made too (same owner, mode 0755) and an
+    /// existing directory is fine; without, a missing parent is `FileNotFound` and an existing
+    /// path `AlreadyExists`. Errors: `WrongType` when a parent is not a directory, `NoSpace`.
+    async fn make_volume_dir(
+        &self,
+        _id: &str,
+        _path: String,
+        _parents: bool,
+        _attrs: VolumeEntryAttrs,
+    ) -> Result<VolumeEntry, NodeError> {
+        Err(unsupported())
+    }
+
+    /// Sets the owner and permission bits of a path of volume `id` (a final symlink: its
+    /// owner only, a mode on it is `InvalidArgument`). Errors: `FileNotFound`.
+    async fn set_volume_attrs(
+        &self,
+        _id: &str,
+        _path: String,
+        _attrs: VolumeEntryAttrs,
+    ) -> Result<VolumeEntry, NodeError> {
         Err(unsupported())
     }
 }

@@ -83,7 +83,7 @@ fn parse_location(s: &str) -> anyhow::Result<Location> {
 }
 
 /// Parses octal permission bits (`644`, `0755`).
-fn parse_mode(s: &str) -> Result<u32, String> {
+pub(crate) fn parse_mode(s: &str) -> Result<u32, String> {
     match u32::from_str_radix(s.trim_start_matches("0o"), 8) {
         Ok(mode) if mode <= 0o7777 => Ok(mode),
         _ => Err(format!(

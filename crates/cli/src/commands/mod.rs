@@ -33,4 +33,5 @@ pub mod server;
 pub mod suspend;
 pub mod template;
 pub mod volume;
+pub mod volume_files;
 pub mod wake;

@@ -1,5 +1,6 @@
-//! `cove volume create|ls|rm|get|put|files`: persistent volumes (node-local disks that sandboxes
-//! mount with `cove create --volume NAME:/path[:ro]`) and their files without a sandbox.
+//! `cove volume create|ls|rm|get|put|files|stat|mkdir|chmod|rm-file`: persistent volumes
+//! (node-local disks that sandboxes mount with `cove create --volume NAME:/path[:ro]`) and their
+//! files without a sandbox (the path verbs are in `volume_files.rs`).
 
 use std::path::PathBuf;
 
@@ -24,8 +25,16 @@ pub enum VolumeVerb {
     Get(GetArgs),
     /// Copy a local file, or stdin with `-`, into a volume (atomically).
     Put(PutArgs),
-    /// List a directory of a volume.
+    /// List a directory of a volume (`-d N` descends N-1 levels).
     Files(FilesArgs),
+    /// Show a path's metadata (a symlink itself), with its uid, gid and times.
+    Stat(super::volume_files::StatArgs),
+    /// Make a directory of a volume, with its missing parents.
+    Mkdir(super::volume_files::MkdirArgs),
+    /// Set the owner and permission bits of a path of a volume.
+    Chmod(super::volume_files::ChmodArgs),
+    /// Remove paths of a volume: files, symlinks (never their targets) or directory trees.
+    RmFile(super::volume_files::RmFileArgs),
 }
 
 /// Options of `cove volume create`.
@@ -87,6 +96,9 @@ pub struct FilesArgs {
     /// Directory in the volume (default: its root).
     #[arg(default_value = "/")]
     pub path: String,
+    /// Levels to list (1: the directory's own entries).
+    #[arg(short, long, default_value_t = 1)]
+    pub depth: u32,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -151,8 +163,14 @@ pub async fn run(client: &Client, verb: VolumeVerb) -> anyhow::Result<()> {
                 .upload_to_volume(&args.name, &args.path, body)
                 .await?;
         }
+        VolumeVerb::Stat(args) => super::volume_files::stat(client, args).await?,
+        VolumeVerb::Mkdir(args) => super::volume_files::mkdir(client, args).await?,
+        VolumeVerb::Chmod(args) => super::volume_files::chmod(client, args).await?,
+        VolumeVerb::RmFile(args) => super::volume_files::rm_file(client, args).await?,
         VolumeVerb::Files(args) => {
-            let list = client.list_volume_files(&args.name, &args.path).await?;
+            let list = client
+                .list_volume_tree(&args.name, &args.path, args.depth)
+                .await?;
             if args.json {
                 crate::outln!("{}", serde_json::to_string_pretty(&list.entries)?);
             } else {
@@ -164,7 +182,11 @@ pub async fn run(client: &Client, verb: VolumeVerb) -> anyhow::Result<()> {
                             format!("{:?}", e.file_type).to_lowercase(),
                             e.size.to_string(),
                             format!("{}:{}", e.owner, e.group),
-                            e.name.clone(),
+                            if args.depth > 1 {
+                                e.path.clone()
+                            } else {
+                                e.name.clone()
+                            },
                         ]
                     })
                     .collect();

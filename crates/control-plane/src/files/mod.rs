@@ -124,6 +124,10 @@ pub(crate) fn to_api(i: cove_node_api::FileInfo) -> FileInfo {
             .unwrap_or_default(),
         symlink_target,
         symlink_target_b64,
+        uid: None,
+        gid: None,
+        atime: None,
+        ctime: None,
     }
 }
 

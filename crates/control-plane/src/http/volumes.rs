@@ -6,20 +6,26 @@
 //! | `GET /v1/volumes` | `VolumeList` |
 //! | `GET /v1/volumes/{name}` | `Volume` |
 //! | `DELETE /v1/volumes/{name}` | `204` (`409 volume_in_use` while mounted) |
-//! | `PUT /v1/volumes/{name}/files?path=` | streamed body → the file, atomically; `FileInfo` |
+//! | `PUT /v1/volumes/{name}/files?path=&uid=&gid=&mode=` | streamed body → the file, atomically; `FileInfo` |
 //! | `GET /v1/volumes/{name}/files?path=` | the bytes (streamed) |
-//! | `GET /v1/volumes/{name}/files:list?path=` | `FileList` |
+//! | `DELETE /v1/volumes/{name}/files?path=` | `204`; a directory with its contents, a symlink the link only |
+//! | `PATCH /v1/volumes/{name}/files?path=` `{uid?, gid?, mode?}` | `FileInfo` |
+//! | `GET /v1/volumes/{name}/files:list?path=&depth=` | `FileList` |
+//! | `GET /v1/volumes/{name}/files:stat?path=` | `FileInfo` (`lstat`) |
+//! | `POST /v1/volumes/{name}/files:mkdir` `{path, parents?, uid?, gid?, mode?}` | `201` `FileInfo` |
+//!
+//! A volume's `FileInfo` carries `uid`, `gid`, `atime` and `ctime` too.
 
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
-use cove_api_types::CreateVolumeRequest;
+use cove_api_types::{CreateVolumeRequest, MakeVolumeDirRequest, VolumeFileAttrs};
 
 use super::extract::{ApiJson, ApiQuery};
-use crate::{ControlPlane, ServiceError, VolumeFileQuery, VolumeListQuery};
+use crate::{ControlPlane, ServiceError, VolumeFileQuery, VolumeListQuery, VolumeWriteQuery};
 
 /// The volume routes (mounted under the management API's authentication).
 pub(super) fn routes() -> Router<ControlPlane> {
@@ -28,9 +34,15 @@ pub(super) fn routes() -> Router<ControlPlane> {
         .route("/v1/volumes/{name}", get(get_one).delete(delete))
         .route(
             "/v1/volumes/{name}/files",
-            get(read).put(write).layer(DefaultBodyLimit::disable()),
+            get(read)
+                .put(write)
+                .delete(remove)
+                .patch(set_attrs)
+                .layer(DefaultBodyLimit::disable()),
         )
         .route("/v1/volumes/{name}/files:list", get(list_files))
+        .route("/v1/volumes/{name}/files:stat", get(stat))
+        .route("/v1/volumes/{name}/files:mkdir", post(mkdir))
 }
 
 #[utoipa::path(
@@ -96,8 +108,8 @@ pub(super) async fn delete(
     put,
     path = "/v1/volumes/{name}/files",
     tag = "volumes",
-    description = "Write one file of a volume from the request body (streamed), atomically, without a sandbox; owned by uid 1000. `..` and symlinks cannot lead out of the volume. A file that does not fit is `507 insufficient_storage` (nothing is left).",
-    params(("name" = String, Path, description = "Volume name"), VolumeFileQuery),
+    description = "Write one file of a volume from the request body (streamed), atomically, without a sandbox; owned by `uid`/`gid` (default 1000) with `mode` (default 0o644), missing parents made. `..` and symlinks cannot lead out of the volume. A file that does not fit is `507 insufficient_storage` (nothing is left).",
+    params(("name" = String, Path, description = "Volume name"), VolumeWriteQuery),
     request_body(content = Vec<u8>, content_type = "application/octet-stream"),
     responses((status = 200, body = cove_api_types::FileInfo, description = "The written file")),
 )]
@@ -105,7 +117,7 @@ pub(super) async fn write(
     State(cp): State<ControlPlane>,
     Path(name): Path<String>,
     headers: HeaderMap,
-    ApiQuery(q): ApiQuery<VolumeFileQuery>,
+    ApiQuery(q): ApiQuery<VolumeWriteQuery>,
     body: Body,
 ) -> Result<impl IntoResponse, ServiceError> {
     super::files::upload(&headers, body, |declared, stream| {
@@ -141,7 +153,7 @@ pub(super) async fn read(
     get,
     path = "/v1/volumes/{name}/files:list",
     tag = "volumes",
-    description = "List a directory of a volume (one level, by name), without a sandbox.",
+    description = "List a directory of a volume, by name, without a sandbox: `depth` levels (default 1), each directory's entries right after it; symlinks are listed, never descended into.",
     params(("name" = String, Path, description = "Volume name"), VolumeListQuery),
     responses((status = 200, body = cove_api_types::FileList, description = "The entries")),
 )]
@@ -151,4 +163,72 @@ pub(super) async fn list_files(
     ApiQuery(q): ApiQuery<VolumeListQuery>,
 ) -> Result<impl IntoResponse, ServiceError> {
     Ok(Json(cp.list_volume_files(&name, q).await?))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v1/volumes/{name}/files:stat",
+    tag = "volumes",
+    description = "Describe a path of a volume (`lstat`: a final symlink itself), without a sandbox.",
+    params(("name" = String, Path, description = "Volume name"), VolumeFileQuery),
+    responses((status = 200, body = cove_api_types::FileInfo, description = "The path")),
+)]
+pub(super) async fn stat(
+    State(cp): State<ControlPlane>,
+    Path(name): Path<String>,
+    ApiQuery(q): ApiQuery<VolumeFileQuery>,
+) -> Result<impl IntoResponse, ServiceError> {
+    Ok(Json(cp.stat_volume_file(&name, q).await?))
+}
+
+#[utoipa::path(
+    delete,
+    path = "/v1/volumes/{name}/files",
+    tag = "volumes",
+    description = "Remove a path of a volume without a sandbox: a file, a symlink (the link only), or a directory with everything below it. The root is `400 invalid_argument`.",
+    params(("name" = String, Path, description = "Volume name"), VolumeFileQuery),
+    responses((status = 204, description = "Removed")),
+)]
+pub(super) async fn remove(
+    State(cp): State<ControlPlane>,
+    Path(name): Path<String>,
+    ApiQuery(q): ApiQuery<VolumeFileQuery>,
+) -> Result<StatusCode, ServiceError> {
+    cp.remove_volume_file(&name, q).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(
+    post,
+    path = "/v1/volumes/{name}/files:mkdir",
+    tag = "volumes",
+    description = "Make a directory of a volume without a sandbox: with its missing parents and fine when it exists (default), or, with `parents: false`, `404 file_not_found` for a missing parent and `409 already_exists` for an existing path.",
+    params(("name" = String, Path, description = "Volume name")),
+    request_body = cove_api_types::MakeVolumeDirRequest,
+    responses((status = 201, body = cove_api_types::FileInfo, description = "The directory")),
+)]
+pub(super) async fn mkdir(
+    State(cp): State<ControlPlane>,
+    Path(name): Path<String>,
+    ApiJson(req): ApiJson<MakeVolumeDirRequest>,
+) -> Result<impl IntoResponse, ServiceError> {
+    Ok((StatusCode::CREATED, Json(cp.make_volume_dir(&name, req).await?)))
+}
+
+#[utoipa::path(
+    patch,
+    path = "/v1/volumes/{name}/files",
+    tag = "volumes",
+    description = "Set the owner and permission bits of a path of a volume, without a sandbox; what is absent is kept. A final symlink is changed itself (it has no mode: `400`).",
+    params(("name" = String, Path, description = "Volume name"), VolumeFileQuery),
+    request_body = cove_api_types::VolumeFileAttrs,
+    responses((status = 200, body = cove_api_types::FileInfo, description = "The path")),
+)]
+pub(super) async fn set_attrs(
+    State(cp): State<ControlPlane>,
+    Path(name): Path<String>,
+    ApiQuery(q): ApiQuery<VolumeFileQuery>,
+    ApiJson(attrs): ApiJson<VolumeFileAttrs>,
+) -> Result<impl IntoResponse, ServiceError> {
+    Ok(Json(cp.set_volume_file_attrs(&name, q, attrs).await?))
 }

@@ -17,6 +17,8 @@ pub enum Actor {
     Admin,
     /// An API key (its id).
     Key(String),
+    /// A volume's content token (`volume:<name>`): it reaches that volume's files only.
+    VolumeToken(String),
 }
 
 /// The caller of a request: an org, and who acts in it.
@@ -46,7 +48,7 @@ impl Caller {
     pub fn actor_name(&self) -> &str {
         match &self.actor {
             Actor::Admin => "admin",
-            Actor::Key(id) => id,
+            Actor::Key(id) | Actor::VolumeToken(id) => id,
         }
     }
 }

@@ -1,12 +1,16 @@
-//! A volume's files without a sandbox: read one file, write one file, list a directory. The
-//! node resolves every path inside the volume (`..` stops at its root, symlinks resolve as if
-//! it were `/`); this layer checks the shape and maps a full volume to `507
-//! insufficient_storage`.
+//! A volume's files without a sandbox: read one file, write one file, list a directory (to a
+//! depth), describe a path, remove one (a directory with its contents), make a directory, set
+//! owner and mode. The node resolves every path inside the volume (`..` stops at its root,
+//! symlinks resolve as if it were `/`, a final symlink is never followed); this layer checks
+//! the shape and maps a full volume to `507 insufficient_storage`. Answers carry the numeric
+//! owner and every timestamp (`uid`, `gid`, `atime`, `ctime` of [`FileInfo`]).
 
 use bytes::Bytes;
-use cove_api_types::{FileInfo, FileList, MAX_UPLOAD_BYTES};
-use cove_domain::validate;
-use cove_node_api::{ByteStream, NodeError};
+use cove_api_types::{
+    FileInfo, FileList, MakeVolumeDirRequest, VolumeFileAttrs, MAX_LIST_DEPTH, MAX_UPLOAD_BYTES,
+};
+use cove_domain::{validate, InvalidInput};
+use cove_node_api::{ByteStream, NodeError, VolumeEntry, VolumeEntryAttrs};
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use serde::Deserialize;
@@ -15,13 +19,29 @@ use tracing::info;
 use crate::files::to_api;
 use crate::{ControlPlane, ServiceError};
 
-/// Query of `GET`/`PUT /v1/volumes/{name}/files`.
+/// Query of `GET`/`DELETE`/`PATCH /v1/volumes/{name}/files` and `files:stat`.
 #[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct VolumeFileQuery {
     /// Path in the volume (`/` is its root; relative paths start there too).
     pub path: String,
+}
+
+/// Query of `PUT /v1/volumes/{name}/files`.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct VolumeWriteQuery {
+    /// Path in the volume (`/` is its root; relative paths start there too). Missing parents
+    /// are made (uid and gid 1000, mode 0755); an existing file is replaced.
+    pub path: String,
+    /// Owner uid of the file (default 1000, `user` of the built-in templates).
+    pub uid: Option<u32>,
+    /// Owner gid of the file (default 1000).
+    pub gid: Option<u32>,
+    /// Permission bits of the file (default 0o644 = 420; at most 0o7777).
+    pub mode: Option<u32>,
 }
 
 /// Query of `GET /v1/volumes/{name}/files:list`.
@@ -31,6 +51,33 @@ pub struct VolumeFileQuery {
 pub struct VolumeListQuery {
     /// Directory in the volume (default `/`, its root).
     pub path: Option<String>,
+    /// Levels to list: 1 (default) = the directory's own entries, n = n-1 levels below them
+    /// too, each directory's entries right after it (1 to [`MAX_LIST_DEPTH`]).
+    pub depth: Option<u32>,
+}
+
+/// A volume entry as the API answers it: [`FileInfo`] with `uid`, `gid`, `atime`, `ctime`.
+fn entry_to_api(e: VolumeEntry) -> FileInfo {
+    use chrono::TimeZone;
+    let time = |ms: i64| chrono::Utc.timestamp_millis_opt(ms).single().unwrap_or_default();
+    FileInfo {
+        uid: Some(e.uid),
+        gid: Some(e.gid),
+        atime: Some(time(e.atime_ms)),
+        ctime: Some(time(e.ctime_ms)),
+        ..to_api(e.info)
+    }
+}
+
+fn check_mode(mode: Option<u32>) -> Result<(), ServiceError> {
+    match mode {
+        Some(m) if m > 0o7777 => Err(InvalidInput::new(
+            "mode",
+            "must be permission bits, at most 0o7777 (4095)",
+        )
+        .into()),
+        _ => Ok(()),
+    }
 }
 
 /// A node error of a call on volume `name`: a full volume is `insufficient_storage`, a node
@@ -47,19 +94,21 @@ pub(crate) fn volume_err(e: NodeError, name: &str) -> ServiceError {
 
 impl ControlPlane {
     /// Writes one file of volume `name` from a byte stream, atomically (the file appears
-    /// complete or not at all), owned by uid 1000. `declared_len` is the request's
+    /// complete or not at all), owned by `uid`/`gid` (default 1000) with `mode` (default
+    /// 0644). `declared_len` is the request's
     /// `Content-Length`: beyond the volume's free space the write is refused at once with
     /// `insufficient_storage`, as is one that fills the volume midway (nothing is left).
     pub async fn write_volume_file(
         &self,
         name: &str,
-        q: VolumeFileQuery,
+        q: VolumeWriteQuery,
         declared_len: Option<u64>,
         body: ByteStream,
     ) -> Result<FileInfo, ServiceError> {
         self.require_volumes().await?;
         let v = self.volume_record(name).await?;
         validate::path("path", q.path.as_bytes())?;
+        check_mode(q.mode)?;
         if let Some(len) = declared_len {
             if len > MAX_UPLOAD_BYTES {
                 return Err(ServiceError::TooLarge(format!(
@@ -78,13 +127,18 @@ impl ControlPlane {
                 )));
             }
         }
-        let info = self
+        let attrs = VolumeEntryAttrs {
+            uid: q.uid,
+            gid: q.gid,
+            mode: q.mode,
+        };
+        let entry = self
             .node()
-            .write_volume_file(&v.id, q.path, body)
+            .write_volume_file(&v.id, q.path, attrs, body)
             .await
             .map_err(|e| volume_err(e, name))?;
-        info!(volume_id = %v.id, bytes = info.size, "volume file written");
-        Ok(to_api(info))
+        info!(volume_id = %v.id, bytes = entry.info.size, "volume file written");
+        Ok(entry_to_api(entry))
     }
 
     /// Reads one regular file of volume `name`: its metadata and its bytes.
@@ -105,7 +159,7 @@ impl ControlPlane {
         Ok((to_api(info), stream))
     }
 
-    /// The entries of a directory of volume `name`, by name.
+    /// The entries of a directory of volume `name`, by name, down to `depth` levels.
     pub async fn list_volume_files(
         &self,
         name: &str,
@@ -115,13 +169,107 @@ impl ControlPlane {
         let v = self.volume_record(name).await?;
         let path = q.path.unwrap_or_else(|| "/".into());
         validate::path("path", path.as_bytes())?;
+        let depth = q.depth.unwrap_or(1);
+        if !(1..=MAX_LIST_DEPTH).contains(&depth) {
+            return Err(InvalidInput::new(
+                "depth",
+                format!("must be 1 to {MAX_LIST_DEPTH}"),
+            )
+            .into());
+        }
         let entries = self
             .node()
-            .list_volume_dir(&v.id, path)
+            .list_volume_dir(&v.id, path, depth)
             .await
             .map_err(|e| volume_err(e, name))?;
         Ok(FileList {
-            entries: entries.into_iter().map(to_api).collect(),
+            entries: entries.into_iter().map(entry_to_api).collect(),
         })
+    }
+
+    /// Describes a path of volume `name` (`lstat`: a final symlink itself).
+    pub async fn stat_volume_file(
+        &self,
+        name: &str,
+        q: VolumeFileQuery,
+    ) -> Result<FileInfo, ServiceError> {
+        self.require_volumes().await?;
+        let v = self.volume_record(name).await?;
+        validate::path("path", q.path.as_bytes())?;
+        let entry = self
+            .node()
+            .stat_volume_path(&v.id, q.path)
+            .await
+            .map_err(|e| volume_err(e, name))?;
+        Ok(entry_to_api(entry))
+    }
+
+    /// Removes a path of volume `name`: a file, a symlink (the link only) or a directory with
+    /// everything below it. The root is `invalid_argument`.
+    pub async fn remove_volume_file(
+        &self,
+        name: &str,
+        q: VolumeFileQuery,
+    ) -> Result<(), ServiceError> {
+        self.require_volumes().await?;
+        let v = self.volume_record(name).await?;
+        validate::path("path", q.path.as_bytes())?;
+        self.node()
+            .remove_volume_path(&v.id, q.path)
+            .await
+            .map_err(|e| volume_err(e, name))?;
+        info!(volume_id = %v.id, "volume path removed");
+        Ok(())
+    }
+
+    /// Makes a directory of volume `name` (see [`MakeVolumeDirRequest`]).
+    pub async fn make_volume_dir(
+        &self,
+        name: &str,
+        req: MakeVolumeDirRequest,
+    ) -> Result<FileInfo, ServiceError> {
+        self.require_volumes().await?;
+        let v = self.volume_record(name).await?;
+        validate::path("path", req.path.as_bytes())?;
+        check_mode(req.mode)?;
+        let attrs = VolumeEntryAttrs {
+            uid: req.uid,
+            gid: req.gid,
+            mode: req.mode,
+        };
+        let entry = self
+            .node()
+            .make_volume_dir(&v.id, req.path, req.parents.unwrap_or(true), attrs)
+            .await
+            .map_err(|e| volume_err(e, name))?;
+        Ok(entry_to_api(entry))
+    }
+
+    /// Sets the owner and permission bits of a path of volume `name` (what is absent is
+    /// kept; a final symlink is changed itself, and has no mode: `invalid_argument`).
+    pub async fn set_volume_file_attrs(
+        &self,
+        name: &str,
+        q: VolumeFileQuery,
+        attrs: VolumeFileAttrs,
+    ) -> Result<FileInfo, ServiceError> {
+        self.require_volumes().await?;
+        let v = self.volume_record(name).await?;
+        validate::path("path", q.path.as_bytes())?;
+        check_mode(attrs.mode)?;
+        let entry = self
+            .node()
+            .set_volume_attrs(
+                &v.id,
+                q.path,
+                VolumeEntryAttrs {
+                    uid: attrs.uid,
+                    gid: attrs.gid,
+                    mode: attrs.mode,
+                },
+            )
+            .await
+            .map_err(|e| volume_err(e, name))?;
+        Ok(entry_to_api(entry))
     }
 }

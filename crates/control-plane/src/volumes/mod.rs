@@ -1,7 +1,7 @@
 //! Persistent volumes: create, list, get, delete ([`ControlPlane::create_volume`], ...), the
 //! checks of `volumes` on a sandbox create ([`ControlPlane::check_volume_mounts`]), what a
 //! node needs to mount them ([`ControlPlane::launch_volumes`]), and their files without a
-//! sandbox (`files.rs`).
+//! sandbox (`files.rs`), and the content tokens that reach one volume's files (`tokens.rs`).
 //!
 //! A volume is a node-local ext4 image in this version: it is offered on the runc runtime of a
 //! server with its one in-process node. Elsewhere (`qemu`, or nodes joined over the network)
@@ -9,6 +9,7 @@
 //! another org's volume is reported exactly as a missing one.
 
 mod files;
+mod tokens;
 
 use std::collections::HashSet;
 
@@ -19,7 +20,7 @@ use cove_node_api::LaunchVolume;
 use cove_store::{StoreError, VolumeRecord};
 use tracing::{info, warn};
 
-pub use files::{VolumeFileQuery, VolumeListQuery};
+pub use files::{VolumeFileQuery, VolumeListQuery, VolumeWriteQuery};
 
 use crate::features::Feature;
 use crate::orgs::scope;
@@ -59,6 +60,9 @@ impl ControlPlane {
     /// The stored volume `name` of the caller's org (`volume_not_found` otherwise).
     pub(crate) async fn volume_record(&self, name: &str) -> Result<VolumeRecord, ServiceError> {
         volumes::name("name", name).map_err(|_| ServiceError::VolumeNotFound(name.into()))?;
+        if !tokens::token_reaches(name) {
+            return Err(ServiceError::VolumeNotFound(name.into()));
+        }
         match self.store().get_volume(&scope::acting_org(), name).await {
             Ok(v) => Ok(v),
             Err(StoreError::NotFound) => Err(ServiceError::VolumeNotFound(name.into())),

@@ -29,4 +29,5 @@ mod release_pins;
 mod repair;
 mod rollback;
 mod streams;
+mod volume_tokens;
 mod volumes;

@@ -2,9 +2,10 @@
 //! (resumes), get, list (metadata, state and template filters, `X-Next-Token` paging), kill,
 //! `set_timeout` and refreshes, pause (a Cove suspend), metrics of one or several sandboxes,
 //! logs, egress rules and their live update, snapshots and fork on Cove's checkpoints, volumes
-//! on Cove's volumes, and auto-resume (one file per resource or verb below). What Cove does not
-//! offer here (the template build API, secrets, the volume content API) answers `501` with a
-//! JSON error, which the SDK raises as an exception.
+//! on Cove's volumes and their content API (authorised by the volume's token, not `X-API-Key`),
+//! and auto-resume (one file per resource or verb below). What Cove does not offer here (the
+//! template build API, secrets) answers `501` with a JSON error, which the SDK raises as an
+//! exception.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -35,6 +36,7 @@ mod metrics;
 pub(crate) mod network;
 pub(crate) mod snapshots;
 mod timeouts;
+mod volume_content;
 mod volumes;
 use crate::{e2b_id, E2b, DEFAULT_TIMEOUT_S, ENVD_VERSION};
 
@@ -89,11 +91,8 @@ pub fn router(e2b: E2b) -> Router {
             "/volumes/{id}",
             get(volumes::get_one).delete(volumes::delete),
         )
-        .route(
-            "/volumecontent/{*rest}",
-            unsupported("the volume content API (mount the volume in a sandbox, or use Cove's /v1/volumes/{name}/files)"),
-        )
         .route_layer(middleware::from_fn_with_state(e2b.clone(), require_api_key))
+        .merge(volume_content::routes(e2b.clone()))
         .route("/health", get(|| async { StatusCode::OK }))
         .fallback(|| async { RestError::new(StatusCode::NOT_FOUND, "no such route") })
         .with_state(e2b)

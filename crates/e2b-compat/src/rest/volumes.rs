@@ -5,10 +5,9 @@
 //! (`volumeMounts: [{name, path}]`). An E2B `volumeID` is the Cove volume's name (names are
 //! unique per org), so the SDK's id and name are the same string.
 //!
-//! E2B's volume content API (`/volumecontent/...`, reached with the volume's `token`) is not
-//! served: the `token` answered is empty and those routes answer `501`. A volume's files are
-//! reached through a sandbox that mounts it, or Cove's own `/v1/volumes/{name}/files`. Cove's
-//! feature gates apply (`volumes` off answers `403`).
+//! The `token` answered is the volume's content token (`ControlPlane::volume_token`), which
+//! E2B's volume content API (`/volumecontent/...`, `volume_content.rs`) takes as its bearer
+//! credential. Cove's feature gates apply (`volumes` off answers `403`).
 
 use std::time::Duration;
 
@@ -56,9 +55,10 @@ pub(super) fn mounts(volume_mounts: Option<Vec<E2bVolumeMount>>) -> Vec<VolumeMo
         .collect()
 }
 
-/// `VolumeAndToken` (the token is empty: the content API is not served).
-fn with_token(v: &Volume) -> Value {
-    json!({ "volumeID": v.name, "name": v.name, "token": "" })
+/// `VolumeAndToken`: the token reaches this volume's content API only.
+async fn with_token(e2b: &E2b, v: &Volume) -> Result<Value, RestError> {
+    let token = e2b.cp.volume_token(&v.name).await?;
+    Ok(json!({ "volumeID": v.name, "name": v.name, "token": token }))
 }
 
 fn not_found(id: &str) -> RestError {
@@ -77,7 +77,7 @@ pub(super) async fn create(State(e2b): State<E2b>, body: Bytes) -> Result<Respon
         })
         .await?;
     tracing::info!(volume = %v.name, "e2b volume created");
-    Ok((StatusCode::CREATED, axum::Json(with_token(&v))).into_response())
+    Ok((StatusCode::CREATED, axum::Json(with_token(&e2b, &v).await?)).into_response())
 }
 
 /// `GET /volumes`: the org's volumes, by name.
@@ -97,7 +97,7 @@ pub(super) async fn get_one(
     Path(id): Path<String>,
 ) -> Result<Response, RestError> {
     match e2b.cp.get_volume(&id).await {
-        Ok(v) => Ok(axum::Json(with_token(&v)).into_response()),
+        Ok(v) => Ok(axum::Json(with_token(&e2b, &v).await?).into_response()),
         Err(ServiceError::VolumeNotFound(_)) => Err(not_found(&id)),
         Err(e) => Err(e.into()),
     }

@@ -167,4 +167,5 @@ mod release_store;
 mod releases;
 mod repair;
 mod volume_files;
+mod volume_paths;
 mod volumes;

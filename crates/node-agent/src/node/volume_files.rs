@@ -5,27 +5,30 @@
 //! written under a temporary name in its (resolved) directory and renamed over the final
 //! name, which replaces a symlink there rather than following it.
 //!
-//! Blocking calls except [`write`]; callers run them on `spawn_blocking`.
+//! Blocking calls except [`write`]; callers run them on `spawn_blocking`. Stat, remove, mkdir
+//! and owner/mode changes are in `volume_paths.rs`.
 #![allow(unsafe_code)]
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 
 use bytes::Bytes;
-use cove_node_api::{ByteStream, FileInfo, FileType, NodeError, SandboxPath};
+use cove_node_api::{
+    ByteStream, FileInfo, FileType, NodeError, SandboxPath, VolumeEntry, VolumeEntryAttrs,
+};
 use futures::StreamExt;
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 use tokio::io::AsyncWriteExt;
 
 /// Owner of what the files API writes (uid and gid 1000: `user` of the built-in templates).
-const OWNER: (u32, u32) = cove_runtime::runc::volume_disks::VOLUME_OWNER;
-/// Most entries one listing returns.
+pub(super) const OWNER: (u32, u32) = cove_runtime::runc::volume_disks::VOLUME_OWNER;
+/// Most entries one listing returns (all levels together).
 const MAX_LIST: usize = 10_000;
 
 /// A volume path split into its normalised components (`.` and empty ones dropped; `..` kept,
 /// for the kernel to stop at the root).
-fn components(path: &str) -> Result<Vec<&str>, NodeError> {
+pub(super) fn components(path: &str) -> Result<Vec<&str>, NodeError> {
     if path.contains('\0') || path.len() > 4096 {
         return Err(invalid("path", "must be at most 4096 bytes without NUL"));
     }
@@ -35,14 +38,14 @@ fn components(path: &str) -> Result<Vec<&str>, NodeError> {
         .collect())
 }
 
-fn invalid(field: &str, message: &str) -> NodeError {
+pub(super) fn invalid(field: &str, message: &str) -> NodeError {
     NodeError::InvalidArgument {
         field: field.into(),
         message: message.into(),
     }
 }
 
-fn errno_err(e: Errno, path: &str) -> NodeError {
+pub(super) fn errno_err(e: Errno, path: &str) -> NodeError {
     match e {
         Errno::NOENT => NodeError::FileNotFound(format!("{path}: no such file or directory")),
         Errno::NOTDIR => NodeError::WrongType {
@@ -53,6 +56,8 @@ fn errno_err(e: Errno, path: &str) -> NodeError {
             field: "path".into(),
             message: format!("{path} is a directory"),
         },
+        Errno::EXIST => NodeError::AlreadyExists(format!("{path} exists")),
+        Errno::NOTEMPTY => NodeError::FailedPrecondition(format!("{path} is not empty")),
         Errno::NOSPC | Errno::DQUOT => NodeError::NoSpace("the volume is full".into()),
         Errno::XDEV | Errno::LOOP => invalid("path", "resolves outside the volume"),
         Errno::NAMETOOLONG => invalid("path", "has a component longer than 255 bytes"),
@@ -60,7 +65,7 @@ fn errno_err(e: Errno, path: &str) -> NodeError {
     }
 }
 
-fn open_root(root: &Path) -> Result<OwnedFd, NodeError> {
+pub(super) fn open_root(root: &Path) -> Result<OwnedFd, NodeError> {
     rustix::fs::open(
         root,
         OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -70,7 +75,7 @@ fn open_root(root: &Path) -> Result<OwnedFd, NodeError> {
 }
 
 /// Opens `rel` (components joined) inside the root `root`.
-fn open_in(root: &OwnedFd, rel: &[&str], flags: OFlags) -> Result<OwnedFd, Errno> {
+pub(super) fn open_in(root: &OwnedFd, rel: &[&str], flags: OFlags) -> Result<OwnedFd, Errno> {
     let joined = if rel.is_empty() {
         ".".to_string()
     } else {
@@ -85,8 +90,30 @@ fn open_in(root: &OwnedFd, rel: &[&str], flags: OFlags) -> Result<OwnedFd, Errno
     )
 }
 
-fn display(rel: &[&str]) -> String {
-    format!("/{}", rel.join("/"))
+/// `rel` as a path from the volume's root, `..` folded lexically (for display only: the
+/// kernel resolves the real path).
+pub(super) fn display(rel: &[&str]) -> String {
+    let mut out: Vec<&str> = Vec::with_capacity(rel.len());
+    for c in rel {
+        if *c == ".." {
+            out.pop();
+        } else {
+            out.push(c);
+        }
+    }
+    format!("/{}", out.join("/"))
+}
+
+/// The entry of `st`, found at `rel`, with a symlink's `target`.
+pub(super) fn entry_of(st: &rustix::fs::Stat, rel: &[&str], target: Option<Vec<u8>>) -> VolumeEntry {
+    let ms = |s: i64, ns: i64| s.saturating_mul(1000) + ns / 1_000_000;
+    VolumeEntry {
+        info: info_of(st, rel, target),
+        uid: st.st_uid,
+        gid: st.st_gid,
+        atime_ms: ms(st.st_atime, st.st_atime_nsec as i64),
+        ctime_ms: ms(st.st_ctime, st.st_ctime_nsec as i64),
+    }
 }
 
 fn info_of(st: &rustix::fs::Stat, rel: &[&str], target: Option<Vec<u8>>) -> FileInfo {
@@ -98,8 +125,9 @@ fn info_of(st: &rustix::fs::Stat, rel: &[&str], target: Option<Vec<u8>>) -> File
         _ => FileType::Other,
     };
     let path = display(rel);
+    let name = path.rsplit('/').next().filter(|n| !n.is_empty()).unwrap_or("/");
     FileInfo {
-        name: SandboxPath::from(rel.last().copied().unwrap_or("/")),
+        name: SandboxPath::from(name),
         path: SandboxPath::from(path.as_str()),
         file_type,
         size: st.st_size as u64,
@@ -127,14 +155,28 @@ pub(super) fn open_read(root: &Path, path: &str) -> Result<(FileInfo, std::fs::F
     Ok((info, std::fs::File::from(fd)))
 }
 
-/// The entries of a directory of the volume at `root`, by name (at most [`MAX_LIST`]).
-pub(super) fn list(root: &Path, path: &str) -> Result<Vec<FileInfo>, NodeError> {
+/// The entries of a directory of the volume at `root`, by name, each directory's entries right
+/// after it down to `depth` levels (at most [`MAX_LIST`] in all).
+pub(super) fn list(root: &Path, path: &str, depth: u32) -> Result<Vec<VolumeEntry>, NodeError> {
     let rel = components(path)?;
     let root_fd = open_root(root)?;
     let dir = open_in(&root_fd, &rel, OFlags::RDONLY | OFlags::DIRECTORY)
         .map_err(|e| errno_err(e, path))?;
+    let mut out = Vec::new();
+    let base: Vec<String> = rel.iter().map(|c| c.to_string()).collect();
+    list_into(&dir, &base, depth.max(1), path, &mut out)?;
+    Ok(out)
+}
+
+fn list_into(
+    dir: &OwnedFd,
+    rel: &[String],
+    depth: u32,
+    path: &str,
+    out: &mut Vec<VolumeEntry>,
+) -> Result<(), NodeError> {
     let mut names = Vec::new();
-    for entry in rustix::fs::Dir::read_from(&dir).map_err(|e| errno_err(e, path))? {
+    for entry in rustix::fs::Dir::read_from(dir).map_err(|e| errno_err(e, path))? {
         let entry = entry.map_err(|e| errno_err(e, path))?;
         let name = entry.file_name().to_bytes();
         if name == b"." || name == b".." {
@@ -144,34 +186,55 @@ pub(super) fn list(root: &Path, path: &str) -> Result<Vec<FileInfo>, NodeError> 
         if let Ok(name) = std::str::from_utf8(name) {
             names.push(name.to_string());
         }
-        if names.len() >= MAX_LIST {
+        if names.len() + out.len() >= MAX_LIST {
             break;
         }
     }
     names.sort();
-    let mut out = Vec::with_capacity(names.len());
     for name in &names {
-        let Ok(st) = rustix::fs::statat(&dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) else {
+        if out.len() >= MAX_LIST {
+            break;
+        }
+        let Ok(st) = rustix::fs::statat(dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) else {
             continue;
         };
-        let target =
-            if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Symlink {
-                rustix::fs::readlinkat(&dir, name.as_str(), Vec::new())
-                    .ok()
-                    .map(|t| t.into_bytes())
-            } else {
-                None
+        let kind = rustix::fs::FileType::from_raw_mode(st.st_mode);
+        let target = if kind == rustix::fs::FileType::Symlink {
+            rustix::fs::readlinkat(dir, name.as_str(), Vec::new())
+                .ok()
+                .map(|t| t.into_bytes())
+        } else {
+            None
+        };
+        let mut child: Vec<String> = rel.to_vec();
+        child.push(name.clone());
+        let child_ref: Vec<&str> = child.iter().map(String::as_str).collect();
+        out.push(entry_of(&st, &child_ref, target));
+        if depth > 1 && kind == rustix::fs::FileType::Directory {
+            // One component, not followed: a directory swapped for a symlink meanwhile fails
+            // to open rather than leading anywhere.
+            let Ok(sub) = rustix::fs::openat(
+                dir,
+                name.as_str(),
+                OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            ) else {
+                continue;
             };
-        let mut child = rel.clone();
-        child.push(name);
-        out.push(info_of(&st, &child, target));
+            list_into(&sub, &child, depth - 1, path, out)?;
+        }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Resolves the parent directory of `rel`'s last component, creating missing directories
-/// (mode 0755, owned by [`OWNER`]); returns it open (`O_PATH`).
-fn parent_dir(root_fd: &OwnedFd, rel: &[&str], path: &str) -> Result<OwnedFd, NodeError> {
+/// (mode 0755, owned by `owner`); returns it open (`O_PATH`).
+pub(super) fn parent_dir(
+    root_fd: &OwnedFd,
+    rel: &[&str],
+    path: &str,
+    owner: (u32, u32),
+) -> Result<OwnedFd, NodeError> {
     let parents = &rel[..rel.len() - 1];
     let mut dir =
         open_in(root_fd, &[], OFlags::PATH | OFlags::DIRECTORY).map_err(|e| errno_err(e, path))?;
@@ -192,8 +255,8 @@ fn parent_dir(root_fd: &OwnedFd, rel: &[&str], path: &str) -> Result<OwnedFd, No
                 let _ = rustix::fs::chownat(
                     &made,
                     "",
-                    Some(rustix::fs::Uid::from_raw(OWNER.0)),
-                    Some(rustix::fs::Gid::from_raw(OWNER.1)),
+                    Some(rustix::fs::Uid::from_raw(owner.0)),
+                    Some(rustix::fs::Gid::from_raw(owner.1)),
                     AtFlags::EMPTY_PATH,
                 );
                 dir = made;
@@ -205,12 +268,13 @@ fn parent_dir(root_fd: &OwnedFd, rel: &[&str], path: &str) -> Result<OwnedFd, No
 }
 
 /// Writes `body` to `path` of the volume at `root` atomically (temporary file, fsync,
-/// rename); nothing is left when it fails.
+/// rename) with `attrs` (default owner [`OWNER`], mode 0644); nothing is left when it fails.
 pub(super) async fn write(
     root: &Path,
     path: &str,
+    attrs: VolumeEntryAttrs,
     body: ByteStream,
-) -> Result<FileInfo, NodeError> {
+) -> Result<VolumeEntry, NodeError> {
     let rel: Vec<String> = components(path)?.into_iter().map(String::from).collect();
     let name = match rel.last() {
         Some(n) if n != ".." => n.clone(),
@@ -225,7 +289,13 @@ pub(super) async fn write(
         tokio::task::spawn_blocking(move || -> Result<_, NodeError> {
             let rel: Vec<&str> = rel.iter().map(String::as_str).collect();
             let root_fd = open_root(&root)?;
-            let dir = parent_dir(&root_fd, &rel, &path)?;
+            let dir = parent_dir(&root_fd, &rel, &path, OWNER)?;
+            // A directory there is refused up front (the rename would fail only at the end).
+            if let Ok(st) = rustix::fs::statat(&dir, rel[rel.len() - 1], AtFlags::SYMLINK_NOFOLLOW) {
+                if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory {
+                    return Err(errno_err(Errno::ISDIR, &path));
+                }
+            }
             let file = rustix::fs::openat(
                 &dir,
                 tmp_name.as_str(),
@@ -252,20 +322,22 @@ pub(super) async fn write(
     .await;
     let out = out.into_std().await;
     let path_owned = path.to_string();
-    tokio::task::spawn_blocking(move || -> Result<FileInfo, NodeError> {
+    tokio::task::spawn_blocking(move || -> Result<VolumeEntry, NodeError> {
         let rel: Vec<&str> = rel.iter().map(String::as_str).collect();
-        let finish = || -> Result<FileInfo, NodeError> {
+        let finish = || -> Result<VolumeEntry, NodeError> {
             copied?;
             rustix::fs::fchown(
                 &out,
-                Some(rustix::fs::Uid::from_raw(OWNER.0)),
-                Some(rustix::fs::Gid::from_raw(OWNER.1)),
+                Some(rustix::fs::Uid::from_raw(attrs.uid.unwrap_or(OWNER.0))),
+                Some(rustix::fs::Gid::from_raw(attrs.gid.unwrap_or(OWNER.1))),
             )
             .map_err(|e| errno_err(e, &path_owned))?;
+            rustix::fs::fchmod(&out, Mode::from_raw_mode(attrs.mode.unwrap_or(0o644)))
+                .map_err(|e| errno_err(e, &path_owned))?;
             rustix::fs::renameat(&dir, tmp_name.as_str(), &dir, name.as_str())
                 .map_err(|e| errno_err(e, &path_owned))?;
             let st = rustix::fs::fstat(&out).map_err(|e| errno_err(e, &path_owned))?;
-            Ok(info_of(&st, &rel, None))
+            Ok(entry_of(&st, &rel, None))
         };
         let done = finish();
         if done.is_err() {
@@ -303,7 +375,7 @@ mod tests {
         std::os::unix::fs::symlink("../..", root.join("up")).expect("symlink");
 
         // `..` stops at the root: this writes the volume's own `/secret`.
-        write(&root, "../secret", body(b"vol"))
+        write(&root, "../secret", VolumeEntryAttrs::default(), body(b"vol"))
             .await
             .expect("write");
         assert_eq!(
@@ -316,25 +388,36 @@ mod tests {
         let mut got = String::new();
         std::io::Read::read_to_string(&mut f, &mut got).expect("read");
         assert_eq!(got, "vol");
-        write(&root, "up/a/b/c", body(b"deep"))
+        write(&root, "up/a/b/c", VolumeEntryAttrs::default(), body(b"deep"))
             .await
             .expect("write");
         assert_eq!(std::fs::read(root.join("a/b/c")).expect("read"), b"deep");
         assert!(!outer.path().join("a").exists());
         // A symlink as the final name is replaced, not followed.
         std::os::unix::fs::symlink(outer.path().join("secret"), root.join("link")).expect("ln");
-        write(&root, "link", body(b"x")).await.expect("write");
+        write(&root, "link", VolumeEntryAttrs::default(), body(b"x"))
+            .await
+            .expect("write");
         assert_eq!(
             std::fs::read(outer.path().join("secret")).expect("read"),
             b"host"
         );
 
-        let names: Vec<_> = list(&root, "/")
+        let names: Vec<_> = list(&root, "/", 1)
             .expect("list")
             .into_iter()
-            .map(|i| String::from_utf8(i.name.0).expect("utf8"))
+            .map(|i| String::from_utf8(i.info.name.0).expect("utf8"))
             .collect();
         assert_eq!(names, ["a", "abs", "link", "secret", "up"]);
+        let deep: Vec<_> = list(&root, "/", 3)
+            .expect("list")
+            .into_iter()
+            .map(|i| String::from_utf8(i.info.path.0).expect("utf8"))
+            .collect();
+        assert_eq!(
+            deep,
+            ["/a", "/a/b", "/a/b/c", "/abs", "/link", "/secret", "/up"]
+        );
         assert!(matches!(
             open_read(&root, "nope"),
             Err(NodeError::FileNotFound(_))
@@ -344,7 +427,7 @@ mod tests {
             Err(NodeError::WrongType { .. })
         ));
         assert!(matches!(
-            write(&root, "/", body(b"x")).await,
+            write(&root, "/", VolumeEntryAttrs::default(), body(b"x")).await,
             Err(NodeError::InvalidArgument { .. })
         ));
     }

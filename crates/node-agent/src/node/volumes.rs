@@ -1,16 +1,19 @@
 //! Persistent volumes on this node ([`cove_node_api::NodeVolumes`]): images under
 //! `<data-dir>/volumes` ([`VolumeDisks`]), mounted once on the node and bound into the sandboxes
-//! that mount them; their files API without a sandbox (`volume_files.rs`).
+//! that mount them; their files API without a sandbox (`volume_files.rs`, `volume_paths.rs`).
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use cove_node_api::{ByteStream, FileInfo, LaunchVolume, NodeError, NodeVolumes, VolumeUsage};
+use cove_node_api::{
+    ByteStream, FileInfo, LaunchVolume, NodeError, NodeVolumes, VolumeEntry, VolumeEntryAttrs,
+    VolumeUsage,
+};
 use cove_runtime::runc::volume_disks::VolumeDisks;
 use cove_runtime::VolumeBind;
 use futures::stream::BoxStream;
 use futures::StreamExt;
 
-use super::{runtime_err, volume_files, NodeAgent};
+use super::{runtime_err, volume_files, volume_paths, NodeAgent};
 
 impl NodeAgent {
     fn volume_disks(&self) -> Result<&VolumeDisks, NodeError> {
@@ -125,15 +128,60 @@ impl NodeVolumes for NodeAgent {
         &self,
         id: &str,
         path: String,
+        attrs: VolumeEntryAttrs,
         body: ByteStream,
-    ) -> Result<FileInfo, NodeError> {
+    ) -> Result<VolumeEntry, NodeError> {
         let root = self.mounted_volume(id).await?;
-        volume_files::write(&root, &path, body).await
+        volume_files::write(&root, &path, attrs, body).await
     }
 
-    async fn list_volume_dir(&self, id: &str, path: String) -> Result<Vec<FileInfo>, NodeError> {
+    async fn list_volume_dir(
+        &self,
+        id: &str,
+        path: String,
+        depth: u32,
+    ) -> Result<Vec<VolumeEntry>, NodeError> {
         let root = self.mounted_volume(id).await?;
-        tokio::task::spawn_blocking(move || volume_files::list(&root, &path))
+        tokio::task::spawn_blocking(move || volume_files::list(&root, &path, depth))
+            .await
+            .map_err(join_err)?
+    }
+
+    async fn stat_volume_path(&self, id: &str, path: String) -> Result<VolumeEntry, NodeError> {
+        let root = self.mounted_volume(id).await?;
+        tokio::task::spawn_blocking(move || volume_paths::stat(&root, &path))
+            .await
+            .map_err(join_err)?
+    }
+
+    async fn remove_volume_path(&self, id: &str, path: String) -> Result<(), NodeError> {
+        let root = self.mounted_volume(id).await?;
+        tokio::task::spawn_blocking(move || volume_paths::remove(&root, &path))
+            .await
+            .map_err(join_err)?
+    }
+
+    async fn make_volume_dir(
+        &self,
+        id: &str,
+        path: String,
+        parents: bool,
+        attrs: VolumeEntryAttrs,
+    ) -> Result<VolumeEntry, NodeError> {
+        let root = self.mounted_volume(id).await?;
+        tokio::task::spawn_blocking(move || volume_paths::make_dir(&root, &path, parents, attrs))
+            .await
+            .map_err(join_err)?
+    }
+
+    async fn set_volume_attrs(
+        &self,
+        id: &str,
+        path: String,
+        attrs: VolumeEntryAttrs,
+    ) -> Result<VolumeEntry, NodeError> {
+        let root = self.mounted_volume(id).await?;
+        tokio::task::spawn_blocking(move || volume_paths::set_attrs(&root, &path, attrs))
             .await
             .map_err(join_err)?
     }
