@@ -304,7 +304,8 @@ async fn paths_are_described_made_reowned_and_removed_without_a_sandbox() {
             &MakeVolumeDirRequest {
                 uid: Some(0),
                 gid: Some(0),
-                mode: Some(0o750),
+                // Others may pass through: a sandbox's `user` reads below it later.
+                mode: Some(0o711),
                 ..mkdir("/a/b", None)
             },
         )
@@ -312,7 +313,7 @@ async fn paths_are_described_made_reowned_and_removed_without_a_sandbox() {
         .expect("mkdir -p");
     assert_eq!(
         (d.file_type, d.path.as_str(), d.mode, d.uid, d.gid),
-        (FileType::Dir, "/a/b", 0o750, Some(0), Some(0))
+        (FileType::Dir, "/a/b", 0o711, Some(0), Some(0))
     );
     let err = c
         .make_volume_dir(&name, &mkdir("/x/y", Some(false)))
@@ -375,11 +376,14 @@ async fn paths_are_described_made_reowned_and_removed_without_a_sandbox() {
     let out = sh(
         &c,
         &s,
-        "stat -c '%a %s' /data/a/b/f.txt && ln -s /etc /data/etc && ln -s ../../.. /data/up",
+        "stat -c '%a %s' /data/a/b/f.txt && ln -s /etc /data/hostetc && ln -s ../../.. /data/up",
     )
     .await;
     assert_eq!(out.stdout_text(), "600 5\n", "{}", out.stderr_text());
-    let link = c.stat_volume_file(&name, "/etc").await.expect("stat link");
+    let link = c
+        .stat_volume_file(&name, "/hostetc")
+        .await
+        .expect("stat link");
     assert_eq!(
         (link.file_type, link.symlink_target.as_deref()),
         (FileType::Symlink, Some("/etc"))
@@ -391,7 +395,7 @@ async fn paths_are_described_made_reowned_and_removed_without_a_sandbox() {
             .mode()
     };
     let before = host_mode();
-    for path in ["/etc/passwd", "/up/etc/passwd", "../../../etc/passwd"] {
+    for path in ["/hostetc/passwd", "/up/etc/passwd", "../../../etc/passwd"] {
         let err = c
             .set_volume_file_attrs(&name, path, &attrs)
             .await
@@ -408,7 +412,9 @@ async fn paths_are_described_made_reowned_and_removed_without_a_sandbox() {
     assert!(!std::path::Path::new("/made").exists());
     c.stat_volume_file(&name, "/made").await.expect("inside");
     // A symlink is removed, not its target; the root cannot be.
-    c.remove_volume_file(&name, "/etc").await.expect("rm link");
+    c.remove_volume_file(&name, "/hostetc")
+        .await
+        .expect("rm link");
     assert!(std::path::Path::new("/etc/passwd").exists());
     for path in ["/", "..", "/a/.."] {
         let err = c.remove_volume_file(&name, path).await.expect_err(path);
@@ -422,7 +428,7 @@ async fn paths_are_described_made_reowned_and_removed_without_a_sandbox() {
     let listed = out.stdout_text();
     let names: Vec<&str> = listed.lines().collect();
     assert!(
-        names.contains(&"made") && !names.contains(&"a") && !names.contains(&"etc"),
+        names.contains(&"made") && !names.contains(&"a") && !names.contains(&"hostetc"),
         "{names:?}"
     );
     delete(&c, &s).await;

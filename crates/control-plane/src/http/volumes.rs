@@ -212,7 +212,10 @@ pub(super) async fn mkdir(
     Path(name): Path<String>,
     ApiJson(req): ApiJson<MakeVolumeDirRequest>,
 ) -> Result<impl IntoResponse, ServiceError> {
-    Ok((StatusCode::CREATED, Json(cp.make_volume_dir(&name, req).await?)))
+    Ok((
+        StatusCode::CREATED,
+        Json(cp.make_volume_dir(&name, req).await?),
+    ))
 }
 
 #[utoipa::path(

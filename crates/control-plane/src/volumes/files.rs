@@ -59,7 +59,12 @@ pub struct VolumeListQuery {
 /// A volume entry as the API answers it: [`FileInfo`] with `uid`, `gid`, `atime`, `ctime`.
 fn entry_to_api(e: VolumeEntry) -> FileInfo {
     use chrono::TimeZone;
-    let time = |ms: i64| chrono::Utc.timestamp_millis_opt(ms).single().unwrap_or_default();
+    let time = |ms: i64| {
+        chrono::Utc
+            .timestamp_millis_opt(ms)
+            .single()
+            .unwrap_or_default()
+    };
     FileInfo {
         uid: Some(e.uid),
         gid: Some(e.gid),
@@ -71,11 +76,9 @@ fn entry_to_api(e: VolumeEntry) -> FileInfo {
 
 fn check_mode(mode: Option<u32>) -> Result<(), ServiceError> {
     match mode {
-        Some(m) if m > 0o7777 => Err(InvalidInput::new(
-            "mode",
-            "must be permission bits, at most 0o7777 (4095)",
-        )
-        .into()),
+        Some(m) if m > 0o7777 => {
+            Err(InvalidInput::new("mode", "must be permission bits, at most 0o7777 (4095)").into())
+        }
         _ => Ok(()),
     }
 }
@@ -171,11 +174,9 @@ impl ControlPlane {
         validate::path("path", path.as_bytes())?;
         let depth = q.depth.unwrap_or(1);
         if !(1..=MAX_LIST_DEPTH).contains(&depth) {
-            return Err(InvalidInput::new(
-                "depth",
-                format!("must be 1 to {MAX_LIST_DEPTH}"),
-            )
-            .into());
+            return Err(
+                InvalidInput::new("depth", format!("must be 1 to {MAX_LIST_DEPTH}")).into(),
+            );
         }
         let entries = self
             .node()

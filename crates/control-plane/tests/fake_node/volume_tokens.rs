@@ -38,16 +38,18 @@ async fn a_volume_token_reaches_its_own_volume_only() {
     assert!(one.starts_with("cvt1.") && one != two);
     assert_eq!(h.cp.volume_token("one").await.expect("again"), one);
 
-    let caller = h
-        .cp
-        .authenticate_volume_token("one", &one)
-        .await
-        .expect("its own volume");
+    let caller =
+        h.cp.authenticate_volume_token("one", &one)
+            .await
+            .expect("its own volume");
     assert_eq!(caller.actor, Actor::VolumeToken("volume:one".into()));
     // Scoped as that caller, only that volume exists.
     scope::scoped(caller, async {
         h.cp.get_volume("one").await.expect("visible");
-        assert_eq!(code(h.cp.get_volume("two").await), ErrorCode::VolumeNotFound);
+        assert_eq!(
+            code(h.cp.get_volume("two").await),
+            ErrorCode::VolumeNotFound
+        );
     })
     .await;
 
@@ -75,5 +77,8 @@ async fn a_volume_token_reaches_its_own_volume_only() {
 async fn without_a_server_key_there_are_no_volume_tokens() {
     let h = Harness::new().await;
     h.cp.create_volume(volume("data")).await.expect("create");
-    assert_eq!(code(h.cp.volume_token("data").await), ErrorCode::NotImplemented);
+    assert_eq!(
+        code(h.cp.volume_token("data").await),
+        ErrorCode::NotImplemented
+    );
 }

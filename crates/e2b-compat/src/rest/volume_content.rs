@@ -30,9 +30,7 @@ use axum::Router;
 use bytes::Bytes;
 use cove_api_types::{FileInfo, FileType, MakeVolumeDirRequest, VolumeFileAttrs};
 use cove_control_plane::orgs::{audit, scope};
-use cove_control_plane::{
-    ServiceError, VolumeFileQuery, VolumeListQuery, VolumeWriteQuery,
-};
+use cove_control_plane::{ServiceError, VolumeFileQuery, VolumeListQuery, VolumeWriteQuery};
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -55,7 +53,10 @@ pub(super) fn routes(e2b: E2b) -> Router<E2b> {
                 .put(write)
                 .layer(axum::extract::DefaultBodyLimit::disable()),
         )
-        .route_layer(axum::middleware::from_fn_with_state(e2b, require_volume_token))
+        .route_layer(axum::middleware::from_fn_with_state(
+            e2b,
+            require_volume_token,
+        ))
 }
 
 /// `Authorization: Bearer <token>` must be the content token of the volume in the path; the
@@ -88,15 +89,18 @@ async fn require_volume_token(
     let caller = match e2b.cp.authenticate_volume_token(id, token).await {
         Ok(caller) => caller,
         Err(ServiceError::Unauthorized(_)) => {
-            return RestError::new(StatusCode::UNAUTHORIZED, "invalid volume token")
-                .into_response()
+            return RestError::new(StatusCode::UNAUTHORIZED, "invalid volume token").into_response()
         }
         Err(e) => return RestError::from(e).into_response(),
     };
     if !audit::audited(req.method()) {
         return scope::scoped(caller, next.run(req)).await;
     }
-    let action = format!("{} e2b:/volumecontent/{{id}}{}", req.method(), tail(req.uri().path()));
+    let action = format!(
+        "{} e2b:/volumecontent/{{id}}{}",
+        req.method(),
+        tail(req.uri().path())
+    );
     let resource = Some(id.to_string());
     let resp = scope::scoped(caller.clone(), next.run(req)).await;
     let status = resp.status().as_u16();
@@ -176,9 +180,7 @@ fn entry(i: &FileInfo) -> Value {
         FileType::Symlink => "symlink",
         FileType::Other => "unknown",
     };
-    let time = |t: Option<chrono::DateTime<chrono::Utc>>| {
-        super::rfc3339(t.unwrap_or(i.mtime))
-    };
+    let time = |t: Option<chrono::DateTime<chrono::Utc>>| super::rfc3339(t.unwrap_or(i.mtime));
     let mut v = json!({
         "name": i.name,
         "type": kind,
@@ -261,7 +263,11 @@ async fn list(
             &id,
             VolumeListQuery {
                 path: Some(q.path),
-                depth: Some(q.depth.unwrap_or(1).clamp(1, cove_api_types::MAX_LIST_DEPTH)),
+                depth: Some(
+                    q.depth
+                        .unwrap_or(1)
+                        .clamp(1, cove_api_types::MAX_LIST_DEPTH),
+                ),
             },
         )
         .await?;

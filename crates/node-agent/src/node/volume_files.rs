@@ -105,7 +105,11 @@ pub(super) fn display(rel: &[&str]) -> String {
 }
 
 /// The entry of `st`, found at `rel`, with a symlink's `target`.
-pub(super) fn entry_of(st: &rustix::fs::Stat, rel: &[&str], target: Option<Vec<u8>>) -> VolumeEntry {
+pub(super) fn entry_of(
+    st: &rustix::fs::Stat,
+    rel: &[&str],
+    target: Option<Vec<u8>>,
+) -> VolumeEntry {
     let ms = |s: i64, ns: i64| s.saturating_mul(1000) + ns / 1_000_000;
     VolumeEntry {
         info: info_of(st, rel, target),
@@ -125,7 +129,11 @@ fn info_of(st: &rustix::fs::Stat, rel: &[&str], target: Option<Vec<u8>>) -> File
         _ => FileType::Other,
     };
     let path = display(rel);
-    let name = path.rsplit('/').next().filter(|n| !n.is_empty()).unwrap_or("/");
+    let name = path
+        .rsplit('/')
+        .next()
+        .filter(|n| !n.is_empty())
+        .unwrap_or("/");
     FileInfo {
         name: SandboxPath::from(name),
         path: SandboxPath::from(path.as_str()),
@@ -291,8 +299,11 @@ pub(super) async fn write(
             let root_fd = open_root(&root)?;
             let dir = parent_dir(&root_fd, &rel, &path, OWNER)?;
             // A directory there is refused up front (the rename would fail only at the end).
-            if let Ok(st) = rustix::fs::statat(&dir, rel[rel.len() - 1], AtFlags::SYMLINK_NOFOLLOW) {
-                if rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::Directory {
+            if let Ok(st) = rustix::fs::statat(&dir, rel[rel.len() - 1], AtFlags::SYMLINK_NOFOLLOW)
+            {
+                if rustix::fs::FileType::from_raw_mode(st.st_mode)
+                    == rustix::fs::FileType::Directory
+                {
                     return Err(errno_err(Errno::ISDIR, &path));
                 }
             }
@@ -375,9 +386,14 @@ mod tests {
         std::os::unix::fs::symlink("../..", root.join("up")).expect("symlink");
 
         // `..` stops at the root: this writes the volume's own `/secret`.
-        write(&root, "../secret", VolumeEntryAttrs::default(), body(b"vol"))
-            .await
-            .expect("write");
+        write(
+            &root,
+            "../secret",
+            VolumeEntryAttrs::default(),
+            body(b"vol"),
+        )
+        .await
+        .expect("write");
         assert_eq!(
             std::fs::read(outer.path().join("secret")).expect("read"),
             b"host"
@@ -388,9 +404,14 @@ mod tests {
         let mut got = String::new();
         std::io::Read::read_to_string(&mut f, &mut got).expect("read");
         assert_eq!(got, "vol");
-        write(&root, "up/a/b/c", VolumeEntryAttrs::default(), body(b"deep"))
-            .await
-            .expect("write");
+        write(
+            &root,
+            "up/a/b/c",
+            VolumeEntryAttrs::default(),
+            body(b"deep"),
+        )
+        .await
+        .expect("write");
         assert_eq!(std::fs::read(root.join("a/b/c")).expect("read"), b"deep");
         assert!(!outer.path().join("a").exists());
         // A symlink as the final name is replaced, not followed.

@@ -262,7 +262,10 @@ mod tests {
         // `..` stops at the root.
         let top = stat(&root, "../..").expect("stat");
         assert_eq!(top.info.file_type, cove_node_api::FileType::Dir);
-        assert!(matches!(stat(&root, "nope"), Err(NodeError::FileNotFound(_))));
+        assert!(matches!(
+            stat(&root, "nope"),
+            Err(NodeError::FileNotFound(_))
+        ));
 
         // mkdir: parents only when asked; through `up` it lands in the volume.
         assert!(matches!(
@@ -308,6 +311,9 @@ mod tests {
                 "{p}"
             );
         }
-        assert!(matches!(remove(&root, "a"), Err(NodeError::FileNotFound(_))));
+        assert!(matches!(
+            remove(&root, "a"),
+            Err(NodeError::FileNotFound(_))
+        ));
     }
 }
