@@ -1,5 +1,5 @@
-//! `cove volume` and `cove create --volume` against a real server (the e2e harness: runc,
-//! `tiny` sandboxes).
+//! `cove volume` (with its path verbs) and `cove create --volume` against a real server (the
+//! e2e harness: runc, `tiny` sandboxes).
 
 use cove_e2e::{client, delete, ensure_template, sh};
 
@@ -60,4 +60,40 @@ async fn volume_create_put_mount_get_ls_rm() {
     let (code, _, stderr) = cove(&["volume", "get", &name, "/out.txt"]).await;
     assert_ne!(code, 0);
     assert!(stderr.contains("volume_not_found"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volume_stat_mkdir_chmod_rm_file() {
+    let name = format!("cli-volp-{}", std::process::id());
+    ok(&["volume", "create", &name, "--size-mib", "16"]).await;
+    assert_eq!(
+        ok(&["volume", "mkdir", &name, "/a/b", "--mode", "700"])
+            .await
+            .trim(),
+        "/a/b"
+    );
+    let (code, _, stderr) = cove(&["volume", "mkdir", &name, "/x/y", "--no-parents"]).await;
+    assert_ne!(code, 0);
+    assert!(stderr.contains("file_not_found"), "{stderr}");
+    let stat = ok(&["volume", "stat", &name, "/a/b"]).await;
+    assert!(
+        stat.contains("type:      dir") && stat.contains("mode:      0700"),
+        "{stat}"
+    );
+    assert!(stat.contains("uid:gid:   1000:1000"), "{stat}");
+    let changed = ok(&[
+        "volume", "chmod", &name, "/a/b", "--mode", "751", "--uid", "0",
+    ])
+    .await;
+    assert!(
+        changed.contains("mode:      0751") && changed.contains("uid:gid:   0:1000"),
+        "{changed}"
+    );
+    let tree = ok(&["volume", "files", &name, "/a", "-d", "2"]).await;
+    assert!(tree.contains("/a/b"), "{tree}");
+    assert_eq!(ok(&["volume", "rm-file", &name, "/a"]).await.trim(), "/a");
+    let (code, _, stderr) = cove(&["volume", "stat", &name, "/a"]).await;
+    assert_ne!(code, 0);
+    assert!(stderr.contains("file_not_found"), "{stderr}");
+    ok(&["volume", "rm", &name]).await;
 }
