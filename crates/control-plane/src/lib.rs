@@ -165,6 +165,11 @@ struct Inner {
     /// Held while a create with volumes checks and records them, and while a volume delete
     /// checks that no sandbox mounts it: a delete never slips between.
     volumes_lock: tokio::sync::Mutex<()>,
+    /// Held shared by a volume files call (without a sandbox) while it finds the volume and
+    /// the node works on it, exclusively by a volume create and delete while the node makes or
+    /// removes it: a call never meets a volume half made or half removed (which answered `500`
+    /// from a failed mount).
+    volume_files_lock: tokio::sync::RwLock<()>,
 }
 
 impl ControlPlane {
@@ -216,6 +221,7 @@ impl ControlPlane {
                 repairs: repair::Attempts::default(),
                 quotas: orgs::quotas::QuotaState::default(),
                 volumes_lock: tokio::sync::Mutex::new(()),
+                volume_files_lock: tokio::sync::RwLock::new(()),
             }),
         }
     }

@@ -3,7 +3,9 @@
 //! owner and mode. The node resolves every path inside the volume (`..` stops at its root,
 //! symlinks resolve as if it were `/`, a final symlink is never followed); this layer checks
 //! the shape and maps a full volume to `507 insufficient_storage`. Answers carry the numeric
-//! owner and every timestamp (`uid`, `gid`, `atime`, `ctime` of [`FileInfo`]).
+//! owner and every timestamp (`uid`, `gid`, `atime`, `ctime` of [`FileInfo`]). A volume delete
+//! waits for the calls in flight (an upload until its body ends; a read until its file is
+//! open), and calls that come meanwhile wait for it, then find no volume.
 
 use bytes::Bytes;
 use cove_api_types::{
@@ -109,6 +111,7 @@ impl ControlPlane {
         body: ByteStream,
     ) -> Result<FileInfo, ServiceError> {
         self.require_volumes().await?;
+        let _not_deleted = self.inner.volume_files_lock.read().await;
         let v = self.volume_record(name).await?;
         validate::path("path", q.path.as_bytes())?;
         check_mode(q.mode)?;
@@ -151,6 +154,7 @@ impl ControlPlane {
         q: VolumeFileQuery,
     ) -> Result<(FileInfo, BoxStream<'static, Result<Bytes, std::io::Error>>), ServiceError> {
         self.require_volumes().await?;
+        let _not_deleted = self.inner.volume_files_lock.read().await;
         let v = self.volume_record(name).await?;
         validate::path("path", q.path.as_bytes())?;
         let (info, stream) = self
@@ -169,6 +173,7 @@ impl ControlPlane {
         q: VolumeListQuery,
     ) -> Result<FileList, ServiceError> {
         self.require_volumes().await?;
+        let _not_deleted = self.inner.volume_files_lock.read().await;
         let v = self.volume_record(name).await?;
         let path = q.path.unwrap_or_else(|| "/".into());
         validate::path("path", path.as_bytes())?;
@@ -195,6 +200,7 @@ impl ControlPlane {
         q: VolumeFileQuery,
     ) -> Result<FileInfo, ServiceError> {
         self.require_volumes().await?;
+        let _not_deleted = self.inner.volume_files_lock.read().await;
         let v = self.volume_record(name).await?;
         validate::path("path", q.path.as_bytes())?;
         let entry = self
@@ -213,6 +219,7 @@ impl ControlPlane {
         q: VolumeFileQuery,
     ) -> Result<(), ServiceError> {
         self.require_volumes().await?;
+        let _not_deleted = self.inner.volume_files_lock.read().await;
         let v = self.volume_record(name).await?;
         validate::path("path", q.path.as_bytes())?;
         self.node()
@@ -230,6 +237,7 @@ impl ControlPlane {
         req: MakeVolumeDirRequest,
     ) -> Result<FileInfo, ServiceError> {
         self.require_volumes().await?;
+        let _not_deleted = self.inner.volume_files_lock.read().await;
         let v = self.volume_record(name).await?;
         validate::path("path", req.path.as_bytes())?;
         check_mode(req.mode)?;
@@ -255,6 +263,7 @@ impl ControlPlane {
         attrs: VolumeFileAttrs,
     ) -> Result<FileInfo, ServiceError> {
         self.require_volumes().await?;
+        let _not_deleted = self.inner.volume_files_lock.read().await;
         let v = self.volume_record(name).await?;
         validate::path("path", q.path.as_bytes())?;
         check_mode(attrs.mode)?;

@@ -92,6 +92,8 @@ impl ControlPlane {
             size_mib: req.size_mib,
             created_at: Utc::now(),
         };
+        // Files calls wait until the node has made it (else one could mount a blank image).
+        let no_files_calls = self.inner.volume_files_lock.write().await;
         match self.store().insert_volume(&record).await {
             Ok(()) => {}
             Err(StoreError::Conflict(_)) => return Err(ServiceError::VolumeExists(req.name)),
@@ -108,6 +110,7 @@ impl ControlPlane {
                 e => files::volume_err(e, &record.name),
             });
         }
+        drop(no_files_calls);
         info!(volume_id = %record.id, org = %record.org, name = %record.name, "volume created");
         self.describe(record).await
     }
@@ -144,6 +147,7 @@ impl ControlPlane {
                 users.join(", ")
             )));
         }
+        let _no_files_calls = self.inner.volume_files_lock.write().await;
         self.node()
             .delete_volume(&v.id)
             .await
