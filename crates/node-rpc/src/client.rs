@@ -113,7 +113,7 @@ impl RemoteNode {
         decode::<Result<T, NodeError>>(&reply.result)?
     }
 
-    async fn stream(
+    pub(crate) async fn stream(
         &self,
         method: Method,
         args: impl Serialize,
@@ -142,7 +142,7 @@ impl RemoteNode {
 }
 
 /// The next item, or `NodeUnreachable` when the stream broke or ended early.
-async fn next(items: &mut Streaming<Item>) -> Result<Item, NodeError> {
+pub(crate) async fn next(items: &mut Streaming<Item>) -> Result<Item, NodeError> {
     match items.message().await {
         Ok(Some(item)) => Ok(item),
         Ok(None) => Err(NodeError::NodeUnreachable("the stream ended early".into())),

@@ -21,6 +21,7 @@ mod server;
 pub mod tls;
 pub mod transport;
 mod unsupported;
+mod volumes;
 mod wire;
 
 /// Generated protobuf and gRPC code of `proto/node.proto`.
@@ -40,7 +41,8 @@ pub use server::NodeService;
 /// `JoinRequest.certificate`); version 4 added the release digest in a launch (a node fetches
 /// a file release it lacks from the snapshot store), `REMOVE_STORED_RELEASE` and
 /// `BUILD_FILE_RELEASE`; version 5 carried the checkpoints (`CHECKPOINT_SANDBOX`,
-/// `RESTORE_CHECKPOINT`, `EXPORT_CHECKPOINT`, `IMPORT_CHECKPOINT`, `DELETE_CHECKPOINT`).
+/// `RESTORE_CHECKPOINT`, `EXPORT_CHECKPOINT`, `IMPORT_CHECKPOINT`, `DELETE_CHECKPOINT`) and the
+/// volumes (`CREATE_VOLUME` .. `LIST_VOLUME_DIR`).
 pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Most bytes in one message of a byte stream (file contents, bodies).

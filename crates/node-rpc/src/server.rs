@@ -294,6 +294,22 @@ impl Node for NodeService {
                 let (ck,): (String,) = args(&a)?;
                 reply(n.delete_checkpoint(&ck).await)
             }
+            Method::CreateVolume => {
+                let (id, size_mib): (String, u64) = args(&a)?;
+                reply(n.create_volume(&id, size_mib).await)
+            }
+            Method::DeleteVolume => {
+                let (id,): (String,) = args(&a)?;
+                reply(n.delete_volume(&id).await)
+            }
+            Method::VolumeUsage => {
+                let (id,): (String,) = args(&a)?;
+                reply(n.volume_usage(&id).await)
+            }
+            Method::ListVolumeDir => {
+                let (id, path): (String, String) = args(&a)?;
+                reply(n.list_volume_dir(&id, path).await)
+            }
             _ => Err(Status::unimplemented("not a unary method")),
         }
     }
@@ -357,6 +373,19 @@ impl Node for NodeService {
                     Err(e) => failed(e),
                 }
             }
+            Method::ReadVolumeFile => {
+                let (id, path): (String, String) = args(&a)?;
+                match n.read_volume_file(&id, path).await {
+                    Ok((info, bytes)) => Box::pin(
+                        futures::stream::once(async move { item(&Ok::<_, NodeError>(info)) })
+                            .chain(bytes.map(|b| match b {
+                                Ok(b) => data_item(b),
+                                Err(e) => item(&Err::<(), _>(e)),
+                            })),
+                    ),
+                    Err(e) => failed(e),
+                }
+            }
             Method::Watch => {
                 let (sid, watch): (String, WatchRequest) = args(&a)?;
                 match n.watch(&sid, watch).await {
@@ -403,6 +432,10 @@ impl Node for NodeService {
             Ok(Method::WriteFile) => {
                 let (sid, write): (String, WriteFileRequest) = args(&call.args)?;
                 reply(self.node.write_file(&sid, write, body(stream)).await)
+            }
+            Ok(Method::WriteVolumeFile) => {
+                let (id, path): (String, String) = args(&call.args)?;
+                reply(self.node.write_volume_file(&id, path, body(stream)).await)
             }
             Ok(Method::ImportCheckpoint) => {
                 let (ck, max_bytes): (String, u64) = args(&call.args)?;

@@ -1,10 +1,8 @@
-//! Node calls the protocol does not carry yet: volumes and file extended attributes. A remote
+//! Node calls the protocol does not carry yet: file extended attributes. A remote
 //! node answers them with `NodeError::Unsupported` naming the call, so a cluster reports it
 //! instead of silently doing nothing (the in-process node does them all).
 
 use cove_node_api::NodeError;
-
-use crate::RemoteNode;
 
 /// The error of a call a remote node does not take yet.
 pub(crate) fn not_carried(what: &str) -> NodeError {
@@ -13,7 +11,3 @@ pub(crate) fn not_carried(what: &str) -> NodeError {
         crate::PROTOCOL_VERSION
     ))
 }
-
-/// Volumes are node-local disks in this version: a remote node answers every volume call with
-/// `Unsupported` (the trait's defaults).
-impl cove_node_api::NodeVolumes for RemoteNode {}
