@@ -6,127 +6,18 @@
 //! bucket byte-exact; a checkpoint in the bucket rolls it back; deleting the sandbox and the
 //! checkpoint removes their objects.
 
-use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command as Process, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use cove_api_types::{
     CreateCheckpointRequest, CreateSandboxRequest, Operation, OperationState, SandboxState,
 };
 use cove_client::Client;
-use cove_e2e::server_process::{free_addr, ServerProcess};
+use cove_e2e::s3::{S3Server, BUCKET};
+use cove_e2e::server_process::ServerProcess;
 use cove_e2e::{ensure_template, root_sh};
 
 const WAIT: Duration = Duration::from_secs(180);
-const BUCKET: &str = "cove-snapshots";
-
-/// `s3s-fs` serving a temporary directory on a loopback port; killed when dropped.
-struct S3Server {
-    root: tempfile::TempDir,
-    addr: String,
-    child: Child,
-}
-
-/// The `s3s-fs` binary: `COVE_S3S_FS`, else the one install-deps.sh installs, else `PATH`.
-fn s3s_fs() -> PathBuf {
-    if let Ok(p) = std::env::var("COVE_S3S_FS") {
-        return p.into();
-    }
-    let installed = Path::new("/var/cache/cove-tools/bin/s3s-fs");
-    if installed.exists() {
-        return installed.into();
-    }
-    let on_path = std::env::var("PATH")
-        .unwrap_or_default()
-        .split(':')
-        .map(|d| Path::new(d).join("s3s-fs"))
-        .find(|p| p.exists());
-    on_path.unwrap_or_else(|| {
-        panic!("s3s-fs not found: run scripts/install-deps.sh (it installs it from crates.io)")
-    })
-}
-
-impl S3Server {
-    fn start() -> S3Server {
-        let root = tempfile::tempdir().expect("s3 root");
-        // s3s-fs maps a bucket to a directory under its root.
-        std::fs::create_dir(root.path().join(BUCKET)).expect("bucket");
-        let addr = free_addr();
-        let (host, port) = addr.rsplit_once(':').expect("host:port");
-        let child = Process::new(s3s_fs())
-            .args(["--host", host, "--port", port])
-            .args([
-                "--access-key",
-                "cove-e2e",
-                "--secret-key",
-                "cove-e2e-secret",
-            ])
-            .arg(root.path())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("spawn s3s-fs");
-        let until = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect(&addr).is_err() {
-            assert!(Instant::now() < until, "s3s-fs did not listen on {addr}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        S3Server { root, addr, child }
-    }
-
-    /// The environment `cove server --snapshot-store s3://...` reads its S3 settings from.
-    fn env(&self, store_url: &str) -> Vec<(String, String)> {
-        [
-            ("COVE_E2E_SNAPSHOT_STORE", store_url.to_string()),
-            ("AWS_ENDPOINT_URL", format!("http://{}", self.addr)),
-            ("AWS_ALLOW_HTTP", "true".into()),
-            ("AWS_REGION", "us-east-1".into()),
-            ("AWS_ACCESS_KEY_ID", "cove-e2e".into()),
-            ("AWS_SECRET_ACCESS_KEY", "cove-e2e-secret".into()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect()
-    }
-
-    /// Every object in the bucket: (key, bytes).
-    fn objects(&self) -> Vec<(String, u64)> {
-        fn walk(dir: &Path, base: &Path, out: &mut Vec<(String, u64)>) {
-            for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-                let path = entry.path();
-                let meta = entry.metadata().expect("meta");
-                if meta.is_dir() {
-                    walk(&path, base, out);
-                } else {
-                    let key = path.strip_prefix(base).expect("under base");
-                    out.push((key.display().to_string(), meta.len()));
-                }
-            }
-        }
-        let mut out = Vec::new();
-        let base = self.root.path().join(BUCKET);
-        walk(&base, &base, &mut out);
-        out
-    }
-
-    /// Bytes of the objects whose key contains `needle`.
-    fn bytes_named(&self, needle: &str) -> u64 {
-        self.objects()
-            .iter()
-            .filter(|(k, _)| k.contains(needle))
-            .map(|(_, n)| n)
-            .sum()
-    }
-}
-
-impl Drop for S3Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 async fn done(c: &Client, op: &Operation) {
     let op = c.wait_operation(&op.id, WAIT).await.expect("ends");

@@ -15,6 +15,7 @@
 
 pub mod lab;
 pub mod load;
+pub mod s3;
 pub mod server_process;
 
 use std::collections::{BTreeSet, HashSet};

@@ -11,269 +11,20 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use cove_api_types::SandboxState;
-use cove_client::Client;
-use cove_e2e::{guest_agent, runc_containers, sandbox, sh};
+use cove_e2e::{runc_containers, sandbox, sh};
 
+mod cluster;
 mod netns;
-use netns::TestNet;
+use cluster::{cove, start, until, Cluster, Snapshots, HEARTBEAT_TIMEOUT};
 
-const TOKEN: &str = "test-join-token-0123456789";
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
-const HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(3);
-
-/// A free loopback port (bound, then released for the process to take).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-struct Cluster {
-    root: PathBuf,
-    server: tokio::process::Child,
-    nodes: Vec<(String, tokio::process::Child)>,
-    client: Client,
-    token: String,
-    node_url: String,
-    net: TestNet,
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = self.server.start_kill();
-        for (_, n) in &mut self.nodes {
-            let _ = n.start_kill();
-        }
-        for name in NODES {
-            let dir = self.root.join(name);
-            for id in runc_containers(&dir) {
-                let _ = std::process::Command::new("runc")
-                    .arg("--root")
-                    .arg(dir.join("runc"))
-                    .args(["delete", "-f", &id])
-                    .output();
-            }
-            if let Ok(entries) = std::fs::read_dir(dir.join("sandboxes")) {
-                for e in entries.flatten() {
-                    // The overlay, the idmapped release under it, the sandbox's own disk.
-                    for mount in ["rootfs", "lower", "disk"] {
-                        let _ = std::process::Command::new("umount")
-                            .arg("-l")
-                            .arg(e.path().join(mount))
-                            .output();
-                    }
-                    // Its user namespace range (claims are machine-wide, holding the id).
-                    let id = e.file_name().to_string_lossy().into_owned();
-                    if let Ok(claims) = std::fs::read_dir("/run/cove/userns") {
-                        for c in claims.flatten() {
-                            if std::fs::read_to_string(c.path()).is_ok_and(|owner| owner == id) {
-                                let _ = std::fs::remove_file(c.path());
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        let _ = std::fs::remove_dir_all(&self.root);
-    }
-}
-
-fn cove(data_dir: &Path, args: &[&str]) -> tokio::process::Command {
-    cove_in(None, data_dir, args)
-}
-
-/// `cove --data-dir DATA_DIR ARGS`, in network namespace `netns` if given (with `nsenter`,
-/// which, unlike `ip netns exec`, leaves /sys and its cgroup mounts alone for runc).
-fn cove_in(netns: Option<&str>, data_dir: &Path, args: &[&str]) -> tokio::process::Command {
-    let mut cmd = match netns {
-        Some(ns) => {
-            let mut c = tokio::process::Command::new("nsenter");
-            c.arg(format!("--net=/run/netns/{ns}"))
-                .arg(env!("CARGO_BIN_EXE_cove"));
-            c
-        }
-        None => tokio::process::Command::new(env!("CARGO_BIN_EXE_cove")),
-    };
-    cmd.arg("--data-dir")
-        .arg(data_dir)
-        .args(args)
-        // `COVE_TEST_LOG=info` shows the processes' logs when a run needs explaining.
-        .env(
-            "RUST_LOG",
-            std::env::var("COVE_TEST_LOG").unwrap_or_else(|_| "warn".into()),
-        )
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .kill_on_drop(true);
-    cmd
-}
-
-/// Starts node `name` (the `i`-th) in its namespace of `net`, listening on its address there.
-fn node_process(
-    root: &Path,
-    net: &TestNet,
-    i: usize,
-    name: &str,
-    node_url: &str,
-) -> tokio::process::Child {
-    let cache = std::env::var("COVE_TEST_CACHE_DIR")
-        .unwrap_or_else(|_| "/var/cache/cove/templates".to_string());
-    let listen = format!("{}:{}", net.node_address(i), free_port());
-    let snapshots = format!("file://{}", root.join("snapshots").display());
-    cove_in(
-        Some(&net.namespace(i)),
-        &root.join(name),
-        &[
-            "node",
-            "--control-plane",
-            node_url,
-            "--join-token",
-            TOKEN,
-            "--name",
-            name,
-            "--node-listen",
-            &listen,
-            "--network",
-            "off",
-            "--snapshot-store",
-            &snapshots,
-            "--cache-dir",
-            &cache,
-        ],
-    )
-    .arg("--guest-agent")
-    .arg(guest_agent())
-    .spawn()
-    .unwrap()
-}
-
-/// Polls `check` every 100 ms until it holds (at most `limit`).
-async fn until<F, Fut>(what: &str, limit: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let start = Instant::now();
-    while !check().await {
-        assert!(start.elapsed() < limit, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn start() -> Cluster {
-    let root = tempfile::Builder::new()
-        .prefix("cove-nodes-")
-        .tempdir()
-        .unwrap()
-        .keep();
-    std::fs::create_dir_all(root.join("snapshots")).unwrap();
-    let net = TestNet::create(NODES.len());
-    let (api, dp, node_port) = (free_port(), free_port(), free_port());
-    let node_url = format!("https://{}:{node_port}", net.host());
-    let snapshots = format!("file://{}", root.join("snapshots").display());
-    let server = cove(
-        &root.join("cp"),
-        &[
-            "server",
-            "--listen",
-            &format!("127.0.0.1:{api}"),
-            "--data-plane-listen",
-            &format!("127.0.0.1:{dp}"),
-            "--proxy-listen",
-            "127.0.0.1:0",
-            "--join-token",
-            TOKEN,
-            "--node-listen",
-            &format!("{}:{node_port}", net.host()),
-            "--no-local-node",
-            "--heartbeat-interval-ms",
-            "500",
-            "--heartbeat-timeout-ms",
-            &HEARTBEAT_TIMEOUT.as_millis().to_string(),
-            "--controller-interval-ms",
-            "250",
-            "--network",
-            "off",
-            "--snapshot-store",
-            &snapshots,
-        ],
-    )
-    .spawn()
-    .unwrap();
-    let token_file = root.join("cp").join("admin.token");
-    until("the admin token", Duration::from_secs(30), || async {
-        token_file.is_file()
-    })
-    .await;
-    let token = std::fs::read_to_string(&token_file)
-        .unwrap()
-        .trim()
-        .to_string();
-    let client = Client::new(&format!("http://127.0.0.1:{api}"), token.clone()).unwrap();
-    let nodes = NODES
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.to_string(), node_process(&root, &net, i, n, &node_url)))
-        .collect();
-    let cluster = Cluster {
-        root,
-        server,
-        nodes,
-        client,
-        token,
-        node_url,
-        net,
-    };
-    until("three ready nodes", Duration::from_secs(60), || async {
-        cluster.client.nodes().await.is_ok_and(|l| {
-            l.nodes.len() == 3
-                && l.nodes
-                    .iter()
-                    .all(|n| n.state == cove_api_types::NodeState::Ready)
-        })
-    })
-    .await;
-    cluster
-}
-
-impl Cluster {
-    /// The node whose data dir holds sandbox `id`.
-    fn node_of(&self, id: &str) -> Option<&'static str> {
-        NODES
-            .into_iter()
-            .find(|n| self.root.join(n).join("sandboxes").join(id).is_dir())
-    }
-
-    async fn wait_op(&self, op: cove_api_types::Operation) {
-        let done = self
-            .client
-            .wait_operation(&op.id, Duration::from_secs(120))
-            .await
-            .unwrap();
-        assert_eq!(
-            done.state,
-            cove_api_types::OperationState::Succeeded,
-            "{done:?}"
-        );
-    }
-
-    async fn state(&self, id: &str) -> (SandboxState, Option<String>) {
-        let s = self.client.get_sandbox(id).await.unwrap();
-        (s.state, s.state_reason)
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_node_agents_place_spread_wake_elsewhere_and_survive_a_lost_node() {
-    let mut c = start().await;
+    let mut c = start(&NODES, Snapshots::Directory).await;
     let ids = [
         sandbox(&c.client, "tiny").await,
         sandbox(&c.client, "tiny").await,
@@ -380,9 +131,8 @@ async fn three_node_agents_place_spread_wake_elsewhere_and_survive_a_lost_node()
         leftover.is_dir(),
         "the killed node's sandbox is still on disk"
     );
-    let node_url = c.node_url.clone();
     let i = NODES.iter().position(|n| *n == victim).unwrap();
-    let back = node_process(&c.root, &c.net, i, victim, &node_url);
+    let back = c.node_process(i);
     c.nodes.push((victim.to_string(), back));
     until(
         "the returning node to reconcile",
@@ -435,7 +185,7 @@ async fn three_node_agents_place_spread_wake_elsewhere_and_survive_a_lost_node()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_release_builds_on_one_node_and_runs_on_the_others_from_the_store() {
-    let c = start().await;
+    let c = start(&NODES, Snapshots::Directory).await;
     // Always built: the harness's "built once" record is per process, and the other test of
     // this binary has a cluster of its own.
     cove_e2e::build_template(&c.client, "tiny").await;

@@ -35,8 +35,8 @@ use crate::{BuildItem, CHUNK_BYTES, MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
 /// A node agent reached over gRPC. Cheap to clone.
 #[derive(Clone)]
 pub struct RemoteNode {
-    client: NodeClient<Channel>,
-    token: String,
+    pub(crate) client: NodeClient<Channel>,
+    pub(crate) token: String,
     capabilities: NodeCapabilities,
     recipes: Vec<RecipeInfo>,
 }
@@ -89,7 +89,7 @@ impl RemoteNode {
         Ok(node)
     }
 
-    fn envelope(method: Method, args: impl Serialize) -> Call {
+    pub(crate) fn envelope(method: Method, args: impl Serialize) -> Call {
         Call {
             version: PROTOCOL_VERSION,
             method: method as i32,
@@ -97,7 +97,7 @@ impl RemoteNode {
         }
     }
 
-    async fn call<T: DeserializeOwned>(
+    pub(crate) async fn call<T: DeserializeOwned>(
         &self,
         method: Method,
         args: impl Serialize,
@@ -113,7 +113,7 @@ impl RemoteNode {
         decode::<Result<T, NodeError>>(&reply.result)?
     }
 
-    async fn stream(
+    pub(crate) async fn stream(
         &self,
         method: Method,
         args: impl Serialize,
@@ -129,7 +129,7 @@ impl RemoteNode {
     }
 
     /// Opens a stream whose first item acknowledges the open (`Ok(())` or the error).
-    async fn open(
+    pub(crate) async fn open(
         &self,
         method: Method,
         args: impl Serialize,
@@ -142,7 +142,7 @@ impl RemoteNode {
 }
 
 /// The next item, or `NodeUnreachable` when the stream broke or ended early.
-async fn next(items: &mut Streaming<Item>) -> Result<Item, NodeError> {
+pub(crate) async fn next(items: &mut Streaming<Item>) -> Result<Item, NodeError> {
     match items.message().await {
         Ok(Some(item)) => Ok(item),
         Ok(None) => Err(NodeError::NodeUnreachable("the stream ended early".into())),
@@ -177,7 +177,7 @@ type Uploads = (
 /// owns nothing borrowed). A read error of the body is reported on the receiver and the stream
 /// is kept open, never ended cleanly: the caller then drops the call, which resets it, so the
 /// node never mistakes a short body for a whole one.
-fn uploads(call: Call, mut body: ByteStream) -> Uploads {
+pub(crate) fn uploads(call: Call, mut body: ByteStream) -> Uploads {
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     let (failed_tx, failed_rx) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
@@ -210,7 +210,7 @@ fn uploads(call: Call, mut body: ByteStream) -> Uploads {
 }
 
 /// A request body that could not be read.
-fn body_failed(e: std::io::Error) -> NodeError {
+pub(crate) fn body_failed(e: std::io::Error) -> NodeError {
     NodeError::InvalidArgument {
         field: "body".into(),
         message: format!("the request body broke off: {e}"),
@@ -218,7 +218,9 @@ fn body_failed(e: std::io::Error) -> NodeError {
 }
 
 /// Raw byte items after the head as a byte stream (an `Err` item ends it with that error).
-fn bytes_after_head(items: Streaming<Item>) -> BoxStream<'static, Result<Bytes, NodeError>> {
+pub(crate) fn bytes_after_head(
+    items: Streaming<Item>,
+) -> BoxStream<'static, Result<Bytes, NodeError>> {
     Box::pin(items.map(|m| match m {
         Ok(item) if item.result.is_empty() => Ok(Bytes::from(item.data)),
         Ok(item) => match decode::<Result<(), NodeError>>(&item.result)? {

@@ -14,12 +14,14 @@
 // tonic's handlers must return `tonic::Status`, which is large; boxing it would fight the API.
 #![allow(clippy::result_large_err)]
 
+mod checkpoints;
 mod client;
 mod membership;
 mod server;
 pub mod tls;
 pub mod transport;
 mod unsupported;
+mod volumes;
 mod wire;
 
 /// Generated protobuf and gRPC code of `proto/node.proto`.
@@ -38,8 +40,10 @@ pub use server::NodeService;
 /// `REPAIR_SANDBOX`); version 3 made the link TLS with pinned certificates (`Discover`,
 /// `JoinRequest.certificate`); version 4 added the release digest in a launch (a node fetches
 /// a file release it lacks from the snapshot store), `REMOVE_STORED_RELEASE` and
-/// `BUILD_FILE_RELEASE`.
-pub const PROTOCOL_VERSION: u32 = 4;
+/// `BUILD_FILE_RELEASE`; version 5 carried the checkpoints (`CHECKPOINT_SANDBOX`,
+/// `RESTORE_CHECKPOINT`, `EXPORT_CHECKPOINT`, `IMPORT_CHECKPOINT`, `DELETE_CHECKPOINT`) and the
+/// volumes (`CREATE_VOLUME` .. `LIST_VOLUME_DIR`).
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// Most bytes in one message of a byte stream (file contents, bodies).
 pub const CHUNK_BYTES: usize = 256 * 1024;

@@ -18,7 +18,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::pb::node_server::{Node, NodeServer};
 use crate::pb::{upload, Call, Item, Method, Reply, Upload};
 use crate::wire::{args, check_token, check_version, encode};
-use crate::{BuildItem, MAX_MESSAGE_BYTES};
+use crate::{BuildItem, CHUNK_BYTES, MAX_MESSAGE_BYTES};
 
 /// A stream of items to the caller.
 type Items = Pin<Box<dyn Stream<Item = Result<Item, Status>> + Send + 'static>>;
@@ -277,6 +277,39 @@ impl Node for NodeService {
                 reply(n.rearm_secrets(&id, secrets).await)
             }
             Method::CachedReleases => reply(n.cached_releases().await),
+            Method::CheckpointSandbox => {
+                let (id, ck): (String, String) = args(&a)?;
+                // Cancelled when the caller goes away: nothing of the checkpoint is kept.
+                let cancel = CancellationToken::new();
+                let _guard = cancel.clone().drop_guard();
+                reply(n.checkpoint_sandbox(&id, &ck, cancel).await)
+            }
+            Method::RestoreCheckpoint => {
+                let (launch, ck): (SandboxLaunch, String) = args(&a)?;
+                let cancel = CancellationToken::new();
+                let _guard = cancel.clone().drop_guard();
+                reply(n.restore_checkpoint(launch, &ck, cancel).await)
+            }
+            Method::DeleteCheckpoint => {
+                let (ck,): (String,) = args(&a)?;
+                reply(n.delete_checkpoint(&ck).await)
+            }
+            Method::CreateVolume => {
+                let (id, size_mib): (String, u64) = args(&a)?;
+                reply(n.create_volume(&id, size_mib).await)
+            }
+            Method::DeleteVolume => {
+                let (id,): (String,) = args(&a)?;
+                reply(n.delete_volume(&id).await)
+            }
+            Method::VolumeUsage => {
+                let (id,): (String,) = args(&a)?;
+                reply(n.volume_usage(&id).await)
+            }
+            Method::ListVolumeDir => {
+                let (id, path): (String, String) = args(&a)?;
+                reply(n.list_volume_dir(&id, path).await)
+            }
             _ => Err(Status::unimplemented("not a unary method")),
         }
     }
@@ -340,10 +373,42 @@ impl Node for NodeService {
                     Err(e) => failed(e),
                 }
             }
+            Method::ReadVolumeFile => {
+                let (id, path): (String, String) = args(&a)?;
+                match n.read_volume_file(&id, path).await {
+                    Ok((info, bytes)) => Box::pin(
+                        futures::stream::once(async move { item(&Ok::<_, NodeError>(info)) })
+                            .chain(bytes.map(|b| match b {
+                                Ok(b) => data_item(b),
+                                Err(e) => item(&Err::<(), _>(e)),
+                            })),
+                    ),
+                    Err(e) => failed(e),
+                }
+            }
             Method::Watch => {
                 let (sid, watch): (String, WatchRequest) = args(&a)?;
                 match n.watch(&sid, watch).await {
                     Ok(events) => opened(events.map(|batch| item(&batch))),
+                    Err(e) => failed(e),
+                }
+            }
+            Method::ExportCheckpoint => {
+                let (ck, header): (String, Vec<u8>) = args(&a)?;
+                match n.export_checkpoint(&ck, Bytes::from(header)).await {
+                    // In chunks: an archive's reader may hand out pieces past a message's limit.
+                    Ok(bytes) => opened(bytes.flat_map(|b| {
+                        let items: Vec<_> = match b {
+                            Ok(b) => (0..b.len())
+                                .step_by(CHUNK_BYTES)
+                                .map(|i| data_item(b.slice(i..b.len().min(i + CHUNK_BYTES))))
+                                .collect(),
+                            Err(e) => {
+                                vec![item(&Err::<(), _>(NodeError::Internal(e.to_string())))]
+                            }
+                        };
+                        futures::stream::iter(items)
+                    })),
                     Err(e) => failed(e),
                 }
             }
@@ -367,6 +432,21 @@ impl Node for NodeService {
             Ok(Method::WriteFile) => {
                 let (sid, write): (String, WriteFileRequest) = args(&call.args)?;
                 reply(self.node.write_file(&sid, write, body(stream)).await)
+            }
+            Ok(Method::WriteVolumeFile) => {
+                let (id, path): (String, String) = args(&call.args)?;
+                reply(self.node.write_volume_file(&id, path, body(stream)).await)
+            }
+            Ok(Method::ImportCheckpoint) => {
+                let (ck, max_bytes): (String, u64) = args(&call.args)?;
+                // Cancelled when the caller goes away: nothing of the import is kept.
+                let cancel = CancellationToken::new();
+                let _guard = cancel.clone().drop_guard();
+                let imported = self
+                    .node
+                    .import_checkpoint(&ck, body(stream), max_bytes, cancel)
+                    .await;
+                reply(imported)
             }
             _ => Err(Status::unimplemented("not a client-streaming method")),
         }

@@ -1,0 +1,61 @@
+//! The [`NodeVolumes`] of a [`RemoteNode`] (protocol v5): unary calls, a file read as a server
+//! stream (its `FileInfo`, then its bytes) and a file write as a client stream (the call, then
+//! the bytes), as the sandbox files calls do. The control plane does not use them on a
+//! cluster yet (volumes answer `400 unsupported` there), so they are carried for that step.
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use cove_node_api::{ByteStream, FileInfo, NodeError, NodeVolumes, VolumeUsage};
+use futures::stream::BoxStream;
+
+use crate::client::{body_failed, bytes_after_head, next, uploads};
+use crate::pb::Method;
+use crate::wire::{decode, unreachable, with_token};
+use crate::RemoteNode;
+
+#[async_trait]
+impl NodeVolumes for RemoteNode {
+    async fn create_volume(&self, id: &str, size_mib: u64) -> Result<(), NodeError> {
+        self.call(Method::CreateVolume, (id, size_mib)).await
+    }
+
+    async fn delete_volume(&self, id: &str) -> Result<(), NodeError> {
+        self.call(Method::DeleteVolume, (id,)).await
+    }
+
+    async fn volume_usage(&self, id: &str) -> Result<VolumeUsage, NodeError> {
+        self.call(Method::VolumeUsage, (id,)).await
+    }
+
+    async fn read_volume_file(
+        &self,
+        id: &str,
+        path: String,
+    ) -> Result<(FileInfo, BoxStream<'static, Result<Bytes, NodeError>>), NodeError> {
+        let mut items = self.stream(Method::ReadVolumeFile, (id, path)).await?;
+        let head = next(&mut items).await?;
+        let info = decode::<Result<FileInfo, NodeError>>(&head.result)??;
+        Ok((info, bytes_after_head(items)))
+    }
+
+    async fn write_volume_file(
+        &self,
+        id: &str,
+        path: String,
+        body: ByteStream,
+    ) -> Result<FileInfo, NodeError> {
+        let call = Self::envelope(Method::WriteVolumeFile, (id, path));
+        let (parts, failed) = uploads(call, body);
+        let mut client = self.client.clone();
+        let send = client.client_stream(with_token(parts, &self.token));
+        let reply = tokio::select! {
+            r = send => r.map_err(unreachable)?.into_inner(),
+            Ok(e) = failed => return Err(body_failed(e)),
+        };
+        decode::<Result<FileInfo, NodeError>>(&reply.result)?
+    }
+
+    async fn list_volume_dir(&self, id: &str, path: String) -> Result<Vec<FileInfo>, NodeError> {
+        self.call(Method::ListVolumeDir, (id, path)).await
+    }
+}
