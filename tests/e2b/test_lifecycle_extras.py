@@ -161,16 +161,12 @@ async def test_async_logs_and_metrics():
 
 
 def test_what_cove_does_not_offer_raises():
-    from e2b import Template, Volume
+    from e2b import Template
     from e2b.secret import Secret
 
     with pytest.raises(Exception, match="not supported"):
         Secret.create("name", "value")
     with pytest.raises(Exception, match="not supported"):
-        Volume.create("vol")
-    with pytest.raises(Exception, match="not supported"):
         Template.exists("some-template")
     with pytest.raises(SandboxException, match="MCP"):
         Sandbox.create(mcp={"exa": {"apiKey": "x"}})
-    with pytest.raises(SandboxException, match="volume mounts"):
-        Sandbox.create(volume_mounts={"/mnt/v": "vol"})

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use cove_domain::EgressPolicy;
 use cove_node_api::{
     AttachEvent, ByteStream, NodeApi, NodeError, PortRequest, PtySize, SandboxLaunch, SandboxPath,
-    SpawnRequest, WatchRequest, WriteFileRequest,
+    SpawnRequest, VolumeEntryAttrs, WatchRequest, WriteFileRequest,
 };
 use futures::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
@@ -307,8 +307,8 @@ impl Node for NodeService {
                 reply(n.volume_usage(&id).await)
             }
             Method::ListVolumeDir => {
-                let (id, path): (String, String) = args(&a)?;
-                reply(n.list_volume_dir(&id, path).await)
+                let (id, path, depth): (String, String, u32) = args(&a)?;
+                reply(n.list_volume_dir(&id, path, depth).await)
             }
             _ => Err(Status::unimplemented("not a unary method")),
         }
@@ -434,8 +434,12 @@ impl Node for NodeService {
                 reply(self.node.write_file(&sid, write, body(stream)).await)
             }
             Ok(Method::WriteVolumeFile) => {
-                let (id, path): (String, String) = args(&call.args)?;
-                reply(self.node.write_volume_file(&id, path, body(stream)).await)
+                let (id, path, attrs): (String, String, VolumeEntryAttrs) = args(&call.args)?;
+                reply(
+                    self.node
+                        .write_volume_file(&id, path, attrs, body(stream))
+                        .await,
+                )
             }
             Ok(Method::ImportCheckpoint) => {
                 let (ck, max_bytes): (String, u64) = args(&call.args)?;

@@ -1,11 +1,14 @@
 //! The [`NodeVolumes`] of a [`RemoteNode`] (protocol v5): unary calls, a file read as a server
 //! stream (its `FileInfo`, then its bytes) and a file write as a client stream (the call, then
-//! the bytes), as the sandbox files calls do. The control plane does not use them on a
+//! the bytes), as the sandbox files calls do. The path calls of the volume files API (stat,
+//! remove, mkdir, owner and mode) are not carried yet: a remote node answers them `Unsupported`. The control plane does not use them on a
 //! cluster yet (volumes answer `400 unsupported` there), so they are carried for that step.
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use cove_node_api::{ByteStream, FileInfo, NodeError, NodeVolumes, VolumeUsage};
+use cove_node_api::{
+    ByteStream, FileInfo, NodeError, NodeVolumes, VolumeEntry, VolumeEntryAttrs, VolumeUsage,
+};
 use futures::stream::BoxStream;
 
 use crate::client::{body_failed, bytes_after_head, next, uploads};
@@ -42,9 +45,10 @@ impl NodeVolumes for RemoteNode {
         &self,
         id: &str,
         path: String,
+        attrs: VolumeEntryAttrs,
         body: ByteStream,
-    ) -> Result<FileInfo, NodeError> {
-        let call = Self::envelope(Method::WriteVolumeFile, (id, path));
+    ) -> Result<VolumeEntry, NodeError> {
+        let call = Self::envelope(Method::WriteVolumeFile, (id, path, attrs));
         let (parts, failed) = uploads(call, body);
         let mut client = self.client.clone();
         let send = client.client_stream(with_token(parts, &self.token));
@@ -52,10 +56,15 @@ impl NodeVolumes for RemoteNode {
             r = send => r.map_err(unreachable)?.into_inner(),
             Ok(e) = failed => return Err(body_failed(e)),
         };
-        decode::<Result<FileInfo, NodeError>>(&reply.result)?
+        decode::<Result<VolumeEntry, NodeError>>(&reply.result)?
     }
 
-    async fn list_volume_dir(&self, id: &str, path: String) -> Result<Vec<FileInfo>, NodeError> {
-        self.call(Method::ListVolumeDir, (id, path)).await
+    async fn list_volume_dir(
+        &self,
+        id: &str,
+        path: String,
+        depth: u32,
+    ) -> Result<Vec<VolumeEntry>, NodeError> {
+        self.call(Method::ListVolumeDir, (id, path, depth)).await
     }
 }

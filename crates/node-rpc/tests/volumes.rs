@@ -59,11 +59,13 @@ async fn volume_calls_cross_the_wire() {
     ));
     let body = Box::pin(futures::stream::iter(vec![Ok(Bytes::from_static(b"x"))]));
     assert!(matches!(
-        remote.write_volume_file("vol-1", "/a".into(), body).await,
+        remote
+            .write_volume_file("vol-1", "/a".into(), Default::default(), body)
+            .await,
         Err(NodeError::Unsupported(_))
     ));
     assert!(matches!(
-        remote.list_volume_dir("vol-1", "/".into()).await,
+        remote.list_volume_dir("vol-1", "/".into(), 1).await,
         Err(NodeError::Unsupported(_))
     ));
 
