@@ -12,9 +12,8 @@ use cove_node_api::{
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::{body_failed, bytes_after_head, uploads};
+use crate::client::bytes_after_head;
 use crate::pb::Method;
-use crate::wire::{decode, unreachable, with_token};
 use crate::RemoteNode;
 
 #[async_trait]
@@ -65,18 +64,11 @@ impl NodeCheckpoints for RemoteNode {
         max_bytes: u64,
         cancel: CancellationToken,
     ) -> Result<ImportedCheckpoint, NodeError> {
-        let call = Self::envelope(Method::ImportCheckpoint, (checkpoint_id, max_bytes));
-        let (parts, failed) = uploads(call, body);
-        let mut client = self.client.clone();
-        let send = client.client_stream(with_token(parts, &self.token));
-        // Dropping the call on cancellation or a broken body resets it: the node then cancels
-        // the import and keeps nothing of it.
-        let reply = tokio::select! {
-            r = send => r.map_err(unreachable)?.into_inner(),
-            Ok(e) = failed => return Err(body_failed(e)),
-            () = cancel.cancelled() => return Err(NodeError::Cancelled),
-        };
-        decode::<Result<ImportedCheckpoint, NodeError>>(&reply.result)?
+        // Cancelled or with a broken body, the call is reset: the node then cancels the import
+        // and keeps nothing of it.
+        let args = (checkpoint_id, max_bytes);
+        self.upload(Method::ImportCheckpoint, args, body, Some(cancel))
+            .await
     }
 
     async fn delete_checkpoint(&self, checkpoint_id: &str) -> Result<(), NodeError> {

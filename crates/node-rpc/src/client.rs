@@ -113,6 +113,33 @@ impl RemoteNode {
         decode::<Result<T, NodeError>>(&reply.result)?
     }
 
+    /// A client-stream call: `method` with `args`, then `body`'s bytes; its unary answer.
+    /// A broken body ends the call with that error, and so does `cancel` (`Cancelled`):
+    /// dropping the call resets it, so the node keeps nothing of it.
+    pub(crate) async fn upload<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        args: impl Serialize,
+        body: ByteStream,
+        cancel: Option<CancellationToken>,
+    ) -> Result<T, NodeError> {
+        let (parts, failed) = uploads(Self::envelope(method, args), body);
+        let mut client = self.client.clone();
+        let send = client.client_stream(with_token(parts, &self.token));
+        let cancelled = async {
+            match cancel {
+                Some(c) => c.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        let reply = tokio::select! {
+            r = send => r.map_err(unreachable)?.into_inner(),
+            Ok(e) = failed => return Err(body_failed(e)),
+            () = cancelled => return Err(NodeError::Cancelled),
+        };
+        decode::<Result<T, NodeError>>(&reply.result)?
+    }
+
     pub(crate) async fn stream(
         &self,
         method: Method,
@@ -504,15 +531,8 @@ impl NodeFiles for RemoteNode {
         req: WriteFileRequest,
         body: ByteStream,
     ) -> Result<FileInfo, NodeError> {
-        let call = Self::envelope(Method::WriteFile, (sandbox_id, req));
-        let (parts, failed) = uploads(call, body);
-        let mut client = self.client.clone();
-        let send = client.client_stream(with_token(parts, &self.token));
-        let reply = tokio::select! {
-            r = send => r.map_err(unreachable)?.into_inner(),
-            Ok(e) = failed => return Err(body_failed(e)),
-        };
-        decode::<Result<FileInfo, NodeError>>(&reply.result)?
+        self.upload(Method::WriteFile, (sandbox_id, req), body, None)
+            .await
     }
 
     async fn read_file(

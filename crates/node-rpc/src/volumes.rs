@@ -11,9 +11,9 @@ use cove_node_api::{
 };
 use futures::stream::BoxStream;
 
-use crate::client::{body_failed, bytes_after_head, next, uploads};
+use crate::client::{bytes_after_head, next};
 use crate::pb::Method;
-use crate::wire::{decode, unreachable, with_token};
+use crate::wire::decode;
 use crate::RemoteNode;
 
 #[async_trait]
@@ -48,15 +48,8 @@ impl NodeVolumes for RemoteNode {
         attrs: VolumeEntryAttrs,
         body: ByteStream,
     ) -> Result<VolumeEntry, NodeError> {
-        let call = Self::envelope(Method::WriteVolumeFile, (id, path, attrs));
-        let (parts, failed) = uploads(call, body);
-        let mut client = self.client.clone();
-        let send = client.client_stream(with_token(parts, &self.token));
-        let reply = tokio::select! {
-            r = send => r.map_err(unreachable)?.into_inner(),
-            Ok(e) = failed => return Err(body_failed(e)),
-        };
-        decode::<Result<VolumeEntry, NodeError>>(&reply.result)?
+        let args = (id, path, attrs);
+        self.upload(Method::WriteVolumeFile, args, body, None).await
     }
 
     async fn list_volume_dir(

@@ -4,56 +4,21 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use common::{launch, serve, TOKEN};
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use cove_domain::Resources;
 use cove_node_api::{
-    NodeApi, NodeCheckpoints, NodeError, NodeFiles, NodeLifecycle, SandboxLaunch, SandboxPath,
-    WriteFileRequest,
+    NodeCheckpoints, NodeError, NodeFiles, NodeLifecycle, SandboxPath, WriteFileRequest,
 };
-use cove_node_rpc::tls::TlsIdentity;
-use cove_node_rpc::transport::tls_incoming;
-use cove_node_rpc::{NodeService, RemoteNode};
+use cove_node_rpc::RemoteNode;
 use cove_test_support::{Call, FakeNode, Fault};
 use futures::StreamExt;
-use rustls::pki_types::CertificateDer;
 use tokio_util::sync::CancellationToken;
-
-const TOKEN: &str = "join-token-for-tests";
-
-/// Serves `node` over TLS on a loopback port; returns its `https://` address and certificate.
-async fn serve(node: Arc<dyn NodeApi>) -> (String, CertificateDer<'static>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let identity = TlsIdentity::generate().unwrap();
-    let incoming = tls_incoming(listener, identity.server_config().unwrap());
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(NodeService::new(node, TOKEN).into_server())
-            .serve_with_incoming(incoming),
-    );
-    (format!("https://{addr}"), identity.cert)
-}
-
-fn launch(id: &str) -> SandboxLaunch {
-    SandboxLaunch {
-        id: id.into(),
-        template: "base".into(),
-        release: 1,
-        release_digest: None,
-        resources: Resources {
-            vcpus: 1,
-            memory_mib: 256,
-            pids_max: 256,
-            disk_mib: None,
-        },
-        network: Default::default(),
-        secrets: Default::default(),
-        volumes: Vec::new(),
-    }
-}
 
 fn body(bytes: Vec<u8>) -> cove_node_api::ByteStream {
     // Several chunks, so the upload is a real stream.

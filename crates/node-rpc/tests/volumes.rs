@@ -4,31 +4,16 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use common::{serve, TOKEN};
+
 use std::sync::Arc;
 
 use bytes::Bytes;
-use cove_node_api::{NodeApi, NodeError, NodeVolumes};
-use cove_node_rpc::tls::TlsIdentity;
-use cove_node_rpc::transport::tls_incoming;
-use cove_node_rpc::{NodeService, RemoteNode};
+use cove_node_api::{NodeError, NodeVolumes};
+use cove_node_rpc::RemoteNode;
 use cove_test_support::FakeNode;
-use rustls::pki_types::CertificateDer;
-
-const TOKEN: &str = "join-token-for-tests";
-
-/// Serves `node` over TLS on a loopback port; returns its `https://` address and certificate.
-async fn serve(node: Arc<dyn NodeApi>) -> (String, CertificateDer<'static>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let identity = TlsIdentity::generate().unwrap();
-    let incoming = tls_incoming(listener, identity.server_config().unwrap());
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(NodeService::new(node, TOKEN).into_server())
-            .serve_with_incoming(incoming),
-    );
-    (format!("https://{addr}"), identity.cert)
-}
 
 #[tokio::test]
 async fn volume_calls_cross_the_wire() {
