@@ -1,6 +1,6 @@
-//! Volume rows: a volume's name in its org, its size and its node-side id. The bytes live in
-//! an image on the node; which sandboxes mount a volume is read from the sandboxes' `volumes`
-//! column (a JSON list of mounts).
+//! Volume rows: a volume's name in its org, its size, its node-side id and the node that keeps
+//! it. The bytes live in an image on that node; which sandboxes mount a volume is read from the
+//! sandboxes' `volumes` column (a JSON list of mounts).
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -21,6 +21,10 @@ pub struct VolumeRecord {
     pub size_mib: u64,
     /// Creation time.
     pub created_at: DateTime<Utc>,
+    /// Name of the node that keeps its image (a node joined over the network); `None` for a
+    /// volume of the server's own in-process node (and every volume made before nodes were
+    /// recorded, which were all the in-process node's).
+    pub node: Option<String>,
 }
 
 /// Volume rows.

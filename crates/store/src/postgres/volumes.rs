@@ -15,6 +15,7 @@ fn row_to_volume(r: &sqlx::postgres::PgRow) -> Result<VolumeRecord, StoreError> 
         name: r.try_get("name")?,
         size_mib: from_i64(r.try_get("size_mib")?, "size_mib")?,
         created_at: r.try_get("created_at")?,
+        node: r.try_get("node")?,
     })
 }
 
@@ -22,14 +23,15 @@ fn row_to_volume(r: &sqlx::postgres::PgRow) -> Result<VolumeRecord, StoreError> 
 impl VolumeStore for PgStore {
     async fn insert_volume(&self, v: &VolumeRecord) -> Result<(), StoreError> {
         sqlx::query(
-            "INSERT INTO volumes (id, org, name, size_mib, created_at) \
-             VALUES ($1, $2, $3, $4, $5)",
+            "INSERT INTO volumes (id, org, name, size_mib, created_at, node) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
         )
         .bind(&v.id)
         .bind(&v.org)
         .bind(&v.name)
         .bind(to_i64(v.size_mib)?)
         .bind(v.created_at)
+        .bind(&v.node)
         .execute(&self.pool)
         .await
         .map_err(map_unique)?;

@@ -14,6 +14,7 @@ fn row_to_volume(r: &sqlx::sqlite::SqliteRow) -> Result<VolumeRecord, StoreError
         name: r.try_get("name")?,
         size_mib: r.try_get::<i64, _>("size_mib")? as u64,
         created_at: r.try_get("created_at")?,
+        node: r.try_get("node")?,
     })
 }
 
@@ -21,13 +22,14 @@ fn row_to_volume(r: &sqlx::sqlite::SqliteRow) -> Result<VolumeRecord, StoreError
 impl VolumeStore for SqliteStore {
     async fn insert_volume(&self, v: &VolumeRecord) -> Result<(), StoreError> {
         sqlx::query(
-            "INSERT INTO volumes (id, org, name, size_mib, created_at) VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO volumes (id, org, name, size_mib, created_at, node) VALUES (?, ?, ?, ?, ?, ?)",
         )
         .bind(&v.id)
         .bind(&v.org)
         .bind(&v.name)
         .bind(v.size_mib as i64)
         .bind(v.created_at)
+        .bind(&v.node)
         .execute(&self.pool)
         .await
         .map_err(map_unique)?;

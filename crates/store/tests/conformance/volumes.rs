@@ -14,6 +14,7 @@ fn record(id: &str, org: &str, name: &str) -> VolumeRecord {
         name: name.into(),
         size_mib: 1 << 20,
         created_at: now(),
+        node: None,
     }
 }
 
@@ -21,6 +22,20 @@ pub async fn volumes_round_trip_and_names_are_unique_per_org(store: Arc<dyn Stor
     let v = record("vol-1", "default", "data");
     store.insert_volume(&v).await.expect("insert");
     assert_eq!(store.get_volume("default", "data").await.expect("get"), v);
+    // The node that keeps it is kept too (none: the server's own node).
+    let on_node = VolumeRecord {
+        node: Some("node-7".into()),
+        ..record("vol-5", "default", "logs")
+    };
+    store.insert_volume(&on_node).await.expect("insert");
+    assert_eq!(
+        store.get_volume("default", "logs").await.expect("get"),
+        on_node
+    );
+    assert!(store
+        .delete_volume("default", "logs")
+        .await
+        .expect("delete"));
     assert!(matches!(
         store
             .insert_volume(&record("vol-2", "default", "data"))

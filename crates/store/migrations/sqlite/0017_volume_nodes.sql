@@ -1,0 +1,3 @@
+-- Cove store schema (SQLite): the node that keeps each volume's image (a node name; NULL for a
+-- volume of the server's own in-process node, and for every volume made before this column).
+ALTER TABLE volumes ADD COLUMN node TEXT;
