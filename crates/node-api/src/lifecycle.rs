@@ -26,8 +26,8 @@ pub struct NodeCapabilities {
     /// false for VMs, whose boundary is the VM.
     #[serde(default)]
     pub user_namespaces: bool,
-    /// Persistent volumes can be made and mounted on this node (runc in-process; false for a
-    /// remote node or a VM runtime in this version).
+    /// Persistent volumes can be made and mounted on this node (runc; false for a VM runtime
+    /// in this version).
     #[serde(default)]
     pub volumes: bool,
 }

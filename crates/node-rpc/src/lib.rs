@@ -42,8 +42,9 @@ pub use server::NodeService;
 /// a file release it lacks from the snapshot store), `REMOVE_STORED_RELEASE` and
 /// `BUILD_FILE_RELEASE`; version 5 carried the checkpoints (`CHECKPOINT_SANDBOX`,
 /// `RESTORE_CHECKPOINT`, `EXPORT_CHECKPOINT`, `IMPORT_CHECKPOINT`, `DELETE_CHECKPOINT`) and the
-/// volumes (`CREATE_VOLUME` .. `LIST_VOLUME_DIR`).
-pub const PROTOCOL_VERSION: u32 = 5;
+/// volumes (`CREATE_VOLUME` .. `LIST_VOLUME_DIR`); version 6 the volume path calls
+/// (`STAT_VOLUME_PATH`, `REMOVE_VOLUME_PATH`, `MAKE_VOLUME_DIR`, `SET_VOLUME_ATTRS`).
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// Most bytes in one message of a byte stream (file contents, bodies).
 pub const CHUNK_BYTES: usize = 256 * 1024;

@@ -310,6 +310,23 @@ impl Node for NodeService {
                 let (id, path, depth): (String, String, u32) = args(&a)?;
                 reply(n.list_volume_dir(&id, path, depth).await)
             }
+            Method::StatVolumePath => {
+                let (id, path): (String, String) = args(&a)?;
+                reply(n.stat_volume_path(&id, path).await)
+            }
+            Method::RemoveVolumePath => {
+                let (id, path): (String, String) = args(&a)?;
+                reply(n.remove_volume_path(&id, path).await)
+            }
+            Method::MakeVolumeDir => {
+                let (id, path, parents, attrs): (String, String, bool, VolumeEntryAttrs) =
+                    args(&a)?;
+                reply(n.make_volume_dir(&id, path, parents, attrs).await)
+            }
+            Method::SetVolumeAttrs => {
+                let (id, path, attrs): (String, String, VolumeEntryAttrs) = args(&a)?;
+                reply(n.set_volume_attrs(&id, path, attrs).await)
+            }
             _ => Err(Status::unimplemented("not a unary method")),
         }
     }

@@ -1,8 +1,8 @@
-//! The [`NodeVolumes`] of a [`RemoteNode`] (protocol v5): unary calls, a file read as a server
-//! stream (its `FileInfo`, then its bytes) and a file write as a client stream (the call, then
-//! the bytes), as the sandbox files calls do. The path calls of the volume files API (stat,
-//! remove, mkdir, owner and mode) are not carried yet: a remote node answers them `Unsupported`. The control plane does not use them on a
-//! cluster yet (volumes answer `400 unsupported` there), so they are carried for that step.
+//! The [`NodeVolumes`] of a [`RemoteNode`]: unary calls (create, delete, usage, list since
+//! protocol v5; the path calls stat, remove, mkdir, owner and mode since v6), a file read as a
+//! server stream (its `FileInfo`, then its bytes) and a file write as a client stream (the
+//! call, then the bytes), as the sandbox files calls do. The control plane addresses each call
+//! to the node that keeps the volume.
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -59,5 +59,33 @@ impl NodeVolumes for RemoteNode {
         depth: u32,
     ) -> Result<Vec<VolumeEntry>, NodeError> {
         self.call(Method::ListVolumeDir, (id, path, depth)).await
+    }
+
+    async fn stat_volume_path(&self, id: &str, path: String) -> Result<VolumeEntry, NodeError> {
+        self.call(Method::StatVolumePath, (id, path)).await
+    }
+
+    async fn remove_volume_path(&self, id: &str, path: String) -> Result<(), NodeError> {
+        self.call(Method::RemoveVolumePath, (id, path)).await
+    }
+
+    async fn make_volume_dir(
+        &self,
+        id: &str,
+        path: String,
+        parents: bool,
+        attrs: VolumeEntryAttrs,
+    ) -> Result<VolumeEntry, NodeError> {
+        self.call(Method::MakeVolumeDir, (id, path, parents, attrs))
+            .await
+    }
+
+    async fn set_volume_attrs(
+        &self,
+        id: &str,
+        path: String,
+        attrs: VolumeEntryAttrs,
+    ) -> Result<VolumeEntry, NodeError> {
+        self.call(Method::SetVolumeAttrs, (id, path, attrs)).await
     }
 }

@@ -1,6 +1,7 @@
-//! Volume calls over real gRPC on loopback (protocol v5): a FakeNode served by `NodeService`,
-//! called through `RemoteNode` — create, usage, delete and typed errors (the fake keeps no
-//! volume files, so its `Unsupported` answer to the file streams crosses the wire as it is).
+//! Volume calls over real gRPC on loopback: a FakeNode served by `NodeService`, called through
+//! `RemoteNode` — create, usage, delete, the file streams (read, write), listings to a depth,
+//! and the path calls of protocol v6 (stat, remove, mkdir, owner and mode), with their
+//! arguments and typed errors crossing the wire as they are.
 
 #![allow(clippy::unwrap_used)]
 
@@ -11,15 +12,27 @@ use common::{serve, TOKEN};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use cove_node_api::{NodeError, NodeVolumes};
+use cove_node_api::{FileType, NodeError, NodeVolumes, VolumeEntryAttrs};
 use cove_node_rpc::RemoteNode;
 use cove_test_support::FakeNode;
+use futures::StreamExt;
 
-#[tokio::test]
-async fn volume_calls_cross_the_wire() {
+fn body(data: &'static [u8]) -> cove_node_api::ByteStream {
+    Box::pin(futures::stream::iter(vec![Ok(Bytes::from_static(data))]))
+}
+
+async fn connect() -> (FakeNode, RemoteNode) {
     let fake = FakeNode::new();
     let (addr, cert) = serve(Arc::new(fake.clone())).await;
     let remote = RemoteNode::connect(&addr, TOKEN, cert).await.unwrap();
+    (fake, remote)
+}
+
+#[tokio::test]
+async fn volume_calls_cross_the_wire() {
+    let (fake, remote) = connect().await;
+    // The node's own capabilities, volumes included, are what the control plane sees.
+    assert!(cove_node_api::NodeLifecycle::capabilities(&remote).volumes);
 
     remote.create_volume("vol-1", 64).await.unwrap();
     assert_eq!(fake.volume_ids(), vec!["vol-1".to_string()]);
@@ -28,32 +41,121 @@ async fn volume_calls_cross_the_wire() {
         Err(NodeError::AlreadyExists(_))
     ));
     let usage = remote.volume_usage("vol-1").await.unwrap();
-    assert_eq!(usage.free_bytes, 64 << 20);
+    assert_eq!((usage.used_bytes, usage.free_bytes), (0, 64 << 20));
     assert!(matches!(
         remote.volume_usage("vol-nope").await,
         Err(NodeError::FileNotFound(_))
     ));
 
-    // The streams open and carry the node's answer.
+    // A write (client stream) with its owner and mode; a read (server stream) of its bytes.
+    let attrs = VolumeEntryAttrs {
+        uid: Some(7),
+        gid: Some(8),
+        mode: Some(0o600),
+    };
+    let written = remote
+        .write_volume_file("vol-1", "/a/b.txt".into(), attrs, body(b"hello"))
+        .await
+        .unwrap();
+    assert_eq!((written.uid, written.gid, written.info.mode), (7, 8, 0o600));
+    let (info, bytes) = remote
+        .read_volume_file("vol-1", "a/b.txt".into())
+        .await
+        .unwrap();
+    assert_eq!(info.size, 5);
+    let read: Vec<Bytes> = bytes.map(|b| b.unwrap()).collect().await;
+    assert_eq!(read.concat(), b"hello");
+    assert_eq!(remote.volume_usage("vol-1").await.unwrap().used_bytes, 5);
     assert!(matches!(
         remote
             .read_volume_file("vol-1", "/a".into())
             .await
             .map(|_| ()),
-        Err(NodeError::Unsupported(_))
+        Err(NodeError::WrongType { .. })
     ));
-    let body = Box::pin(futures::stream::iter(vec![Ok(Bytes::from_static(b"x"))]));
+
+    // Listings to a depth.
+    let top = remote
+        .list_volume_dir("vol-1", "/".into(), 1)
+        .await
+        .unwrap();
+    assert_eq!(top.len(), 1);
+    assert_eq!(top[0].info.file_type, FileType::Dir);
+    let deep = remote
+        .list_volume_dir("vol-1", "/".into(), 2)
+        .await
+        .unwrap();
+    let paths: Vec<String> = deep
+        .iter()
+        .map(|e| String::from_utf8_lossy(&e.info.path.0).into_owned())
+        .collect();
+    assert_eq!(paths, ["/a", "/a/b.txt"]);
+
+    // The path calls (v6): stat, mkdir with parents and attributes, owner and mode, remove.
+    let stat = remote
+        .stat_volume_path("vol-1", "/a/b.txt".into())
+        .await
+        .unwrap();
+    assert_eq!(stat, written);
+    assert!(matches!(
+        remote.stat_volume_path("vol-1", "/nope".into()).await,
+        Err(NodeError::FileNotFound(_))
+    ));
+    let made = remote
+        .make_volume_dir(
+            "vol-1",
+            "/x/y".into(),
+            true,
+            VolumeEntryAttrs {
+                mode: Some(0o700),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (made.info.file_type, made.info.mode),
+        (FileType::Dir, 0o700)
+    );
     assert!(matches!(
         remote
-            .write_volume_file("vol-1", "/a".into(), Default::default(), body)
+            .make_volume_dir("vol-1", "/p/q".into(), false, Default::default())
             .await,
-        Err(NodeError::Unsupported(_))
+        Err(NodeError::FileNotFound(_))
+    ));
+    let changed = remote
+        .set_volume_attrs(
+            "vol-1",
+            "/x/y".into(),
+            VolumeEntryAttrs {
+                uid: Some(0),
+                gid: None,
+                mode: Some(0o750),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (changed.uid, changed.gid, changed.info.mode),
+        (0, 1000, 0o750)
+    );
+    remote
+        .remove_volume_path("vol-1", "/x".into())
+        .await
+        .unwrap();
+    assert!(matches!(
+        remote.stat_volume_path("vol-1", "/x/y".into()).await,
+        Err(NodeError::FileNotFound(_))
     ));
     assert!(matches!(
-        remote.list_volume_dir("vol-1", "/".into(), 1).await,
-        Err(NodeError::Unsupported(_))
+        remote.remove_volume_path("vol-1", "/".into()).await,
+        Err(NodeError::InvalidArgument { .. })
     ));
 
     remote.delete_volume("vol-1").await.unwrap();
     assert!(fake.volume_ids().is_empty());
+    assert!(matches!(
+        remote.stat_volume_path("vol-1", "/a".into()).await,
+        Err(NodeError::FileNotFound(_))
+    ));
 }

@@ -1,8 +1,9 @@
 //! Test doubles for Cove's contracts. [`FakeNode`] implements every `cove-node-api` trait in
 //! memory: sandboxes with node states, snapshots, releases, commands with scripted output and
-//! exit ([`Script`]), a file tree per sandbox, and volumes (ids and sizes). Tests steer it with faults per kind of call
-//! ([`Fault`]: fail with a given `NodeError`, delay, hang until released or cancelled; before
-//! or after the call's effect) and inspect what they were asked through a call log.
+//! exit ([`Script`]), a file tree per sandbox and per volume. Tests steer it with faults per
+//! kind of call ([`Fault`]: fail with a given `NodeError`, delay, hang until released or
+//! cancelled; before or after the call's effect) and inspect what they were asked through a
+//! call log.
 //!
 //! Deterministic: no randomness, no wall clock (timestamps and pids come from counters),
 //! listings in id order; delays use tokio time, so `tokio::time::pause` drives them.
@@ -89,8 +90,8 @@ pub(crate) struct State {
     pub(crate) watchers: Vec<files::Watcher>,
     /// What `capacity` reports as free disk ([`FakeNode::set_disk_available`]; `None`).
     pub(crate) disk_available_bytes: Option<u64>,
-    /// Volumes by id, with their size in MiB.
-    pub(crate) volumes: BTreeMap<String, u64>,
+    /// Volumes by id.
+    pub(crate) volumes: BTreeMap<String, volumes::FakeVolume>,
 }
 
 impl State {
