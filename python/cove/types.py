@@ -457,7 +457,8 @@ class Volume:
     """A persistent volume: a node-local filesystem of ``size_mib`` MiB that sandboxes mount
     at create (``create_sandbox(volumes=[...])``). ``used_bytes`` is what its filesystem uses
     now (``None`` when the node cannot tell); ``mounted_by`` the ids of the sandboxes that
-    mount it (it cannot be deleted while any does)."""
+    mount it (it cannot be deleted while any does); ``node`` the node that keeps it on a
+    cluster (``None`` for the server's own node): the sandboxes that mount it run there."""
 
     name: str
     org: str
@@ -465,6 +466,7 @@ class Volume:
     created_at: datetime
     used_bytes: Optional[int] = None
     mounted_by: List[str] = field(default_factory=list)
+    node: Optional[str] = None
 
     @classmethod
     def from_json(cls, data: Dict[str, Any]) -> "Volume":

@@ -111,7 +111,8 @@ error_codes! {
     /// The volume is mounted by a sandbox (delete the sandbox first); the message names it.
     VolumeInUse = "volume_in_use" => 409,
     /// The request asks for something this server, runtime or topology does not support
-    /// (volumes on qemu, or on a control plane with several nodes); the message says why.
+    /// (volumes on qemu, or on a cluster none of whose nodes keeps volumes); the message says
+    /// why.
     Unsupported = "unsupported" => 400,
     /// The request body is larger than allowed.
     PayloadTooLarge = "payload_too_large" => 413,
@@ -129,7 +130,8 @@ error_codes! {
     /// A sandbox port proxied by `/v1/sandboxes/{id}/ports/{port}/..` did not answer (nothing
     /// listens there, or it does not speak HTTP).
     BadGateway = "bad_gateway" => 502,
-    /// The sandbox's agent or a node is unreachable right now.
+    /// The sandbox's agent or a node is unreachable right now (or, for a sandbox that mounts
+    /// volumes, their node does not take sandboxes now: the message names it and its state).
     Unavailable = "unavailable" => 503,
     /// An operation exceeded its deadline.
     DeadlineExceeded = "deadline_exceeded" => 504,

@@ -28,8 +28,7 @@ pub enum VolumeStorage {
     Local,
     /// Kept in the snapshot store and fetched onto the node where a sandbox mounting it
     /// starts or wakes. Not offered in this version: a create asking for it answers `400
-    /// unsupported` (volumes are offered only where the server runs its one node in-process,
-    /// so there is no other node for a volume to follow a sandbox to).
+    /// unsupported` (a volume stays on the node that made it).
     Object,
 }
 
@@ -53,6 +52,11 @@ pub struct Volume {
     /// Ids of the sandboxes (not deleted) that mount it; it cannot be deleted while any does.
     #[serde(default)]
     pub mounted_by: Vec<String>,
+    /// The node that keeps it, on a control plane with nodes joined over the network (absent
+    /// for the server's own node). Volumes are node-local: the sandboxes that mount it run on
+    /// that node only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 /// `GET /v1/volumes` answer, by name.

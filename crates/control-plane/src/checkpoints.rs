@@ -266,7 +266,9 @@ impl ControlPlane {
         } else {
             self.volumes_offered()?;
             self.require_feature(Feature::Volumes, &s.org).await?;
-            Some(self.inner.volumes_lock.lock().await)
+            let held = self.inner.volumes_lock.lock().await;
+            self.check_fork_volumes(&s.org, &s.volumes).await?;
+            Some(held)
         };
         let _quota = self
             .admit_sandboxes(&s.org, &s.resources, req.count)

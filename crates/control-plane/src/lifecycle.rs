@@ -128,7 +128,7 @@ impl ControlPlane {
             snapshot_store: caps.snapshot_store,
             network: caps.network,
             user_namespaces: caps.user_namespaces,
-            volumes: self.volumes_offered().is_ok(),
+            volumes: self.volumes_offered().is_ok() && self.volumes_kept(),
             retention: self.inner.cfg.retention.info(),
             default_disk_mib: self.inner.cfg.default_disk_mib,
         }

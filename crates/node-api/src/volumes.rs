@@ -2,7 +2,7 @@
 //! the node and bound into each sandbox that mounts it ([`crate::SandboxLaunch::volumes`]).
 //!
 //! Every method has a default that answers [`NodeError::Unsupported`]: a node that keeps no
-//! volumes (a remote node in this version, a fake) says so instead of doing nothing.
+//! volumes (a VM runtime's) says so instead of doing nothing.
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -20,6 +20,10 @@ pub struct LaunchVolume {
     pub path: String,
     /// Mounted read-only.
     pub read_only: bool,
+    /// The node that keeps the volume (`None`: the control plane's in-process node). A cluster
+    /// places the sandbox there, since a volume never leaves its node; a node ignores it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 /// Space of a volume's filesystem.

@@ -1,6 +1,7 @@
 //! The [`NodeCheckpoints`] of a [`Cluster`]: a checkpoint is taken on the node that holds the
 //! sandbox; a restore goes to the node that holds the sandbox (a rollback) or is placed like a
-//! create (a fork or a create from a checkpoint); archives and deletes go to any reachable node,
+//! create (a fork or a create from a checkpoint; one that mounts volumes on their node only);
+//! archives and deletes go to any reachable node,
 //! since the snapshot store is shared.
 
 use async_trait::async_trait;

@@ -1,6 +1,7 @@
 //! Several nodes behind one [`NodeApi`]: the registry of nodes (join, heartbeats, states,
-//! loss), placement of new and waking sandboxes ([`scheduler`]), and routing of every other
-//! call to the node that holds the sandbox. The control plane's services use a [`Cluster`] as
+//! loss), placement of new and waking sandboxes ([`scheduler`]; a sandbox that mounts volumes
+//! only on their node, `volumes.rs`), and routing of every other call to the node that holds
+//! the sandbox. The control plane's services use a [`Cluster`] as
 //! their node and never learn which host serves a sandbox.
 //!
 //! The registry lives in memory: nodes report what they hold in every heartbeat, so a
@@ -8,7 +9,8 @@
 //! shared store also keep it there (`shared.rs`): nodes, their states and reports, and
 //! placements, so a node that joined one replica is used by every replica. Snapshots are in a
 //! store every node reaches (a shared directory or S3), so any node answers snapshot calls and
-//! any node can wake a suspended sandbox.
+//! any node can wake a suspended sandbox, except one that mounts volumes: volumes are
+//! node-local, so it wakes on their node or not at all.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,8 +29,10 @@ mod checkpoints;
 mod route;
 pub mod scheduler;
 mod shared;
+mod volumes;
 
 pub use shared::NodeConnector;
+pub use volumes::VolumePlace;
 
 /// Settings of a cluster.
 #[derive(Debug, Clone)]
@@ -437,9 +441,11 @@ impl Cluster {
             .ok_or_else(|| NodeError::NoNodeAvailable("no node is reachable".into()))
     }
 
-    /// Chooses a node for `launch` and records the placement.
+    /// Chooses a node for `launch` and records the placement: the scheduler's choice among
+    /// every node, or among the one that keeps the launch's volumes when it mounts any.
     fn place(&self, launch: &SandboxLaunch) -> Result<(String, Arc<dyn NodeApi>), NodeError> {
         let mut st = self.lock();
+        let pinned = Self::volumes_node(&st, &launch.volumes)?;
         let release = ReleaseRef {
             template: launch.template.clone(),
             number: launch.release,
@@ -451,9 +457,12 @@ impl Cluster {
             e.1 += p.resources.memory_mib;
             e.2 += 1;
         }
-        let names: Vec<&String> = st.nodes.keys().collect();
-        let candidates: Vec<scheduler::Candidate<'_>> = st
+        let members: Vec<(&String, &Member)> = st
             .nodes
+            .iter()
+            .filter(|(name, _)| pinned.as_ref().is_none_or(|p| p == *name))
+            .collect();
+        let candidates: Vec<scheduler::Candidate<'_>> = members
             .iter()
             .map(|(name, m)| {
                 let (vcpus, mem, count) = placed.get(name.as_str()).copied().unwrap_or_default();
@@ -479,10 +488,23 @@ impl Cluster {
             // ranks first.
             require_release: launch.release_digest.is_none(),
         };
-        let i = scheduler::place(&candidates, &demand)
-            .map_err(|e| NodeError::NoNodeAvailable(e.to_string()))?;
-        let name = names[i].clone();
-        let api = st.nodes[&name].api.clone();
+        let i =
+            scheduler::place(&candidates, &demand).map_err(|e| match (&pinned, &members[..]) {
+                (Some(node), [(_, m)]) => NodeError::NoNodeAvailable(format!(
+                "node {node} keeps the sandbox's volumes and {}; a sandbox that mounts volumes \
+                 runs only on their node",
+                match e {
+                    scheduler::NoPlacement::NoReadyNode => format!("is {}", m.state),
+                    scheduler::NoPlacement::NoRuntime => "does not run this runtime".into(),
+                    scheduler::NoPlacement::NoRelease => "does not hold the release".into(),
+                    scheduler::NoPlacement::NoVolumes => "does not keep volumes".into(),
+                    scheduler::NoPlacement::NoRoom => "has no room for the sandbox".into(),
+                }
+            )),
+                _ => NodeError::NoNodeAvailable(e.to_string()),
+            })?;
+        let name = members[i].0.clone();
+        let api = members[i].1.api.clone();
         st.placement.insert(
             launch.id.clone(),
             Placed {

@@ -1,6 +1,7 @@
-//! The [`NodeApi`] of a [`Cluster`]: creates and wakes are placed by the scheduler, every other
-//! sandbox call goes to the node that holds the sandbox, snapshot calls to any reachable node
-//! (the snapshot store is shared), and node-wide calls to every node.
+//! The [`NodeApi`] of a [`Cluster`]: creates and wakes are placed by the scheduler (on the
+//! volumes' node for a sandbox that mounts any), every other sandbox call goes to the node that
+//! holds the sandbox, snapshot calls to any reachable node (the snapshot store is shared), and
+//! node-wide calls to every node. Volume calls are not routed here (see `volumes.rs`).
 
 use std::collections::BTreeMap;
 
@@ -246,7 +247,8 @@ impl NodeLifecycle for Cluster {
         self.api_for(id).await?.suspend_sandbox(id, cancel).await
     }
 
-    /// Placed like a create: any node reaches the shared snapshot store.
+    /// Placed like a create: any node reaches the shared snapshot store (a sandbox that
+    /// mounts volumes wakes only on their node).
     async fn wake_sandbox(
         &self,
         launch: SandboxLaunch,
@@ -620,6 +622,7 @@ fn events_of(
     tx
 }
 
-/// Volumes are node-local disks in this version: a cluster keeps none, and every call answers
-/// `Unsupported` (the control plane refuses volumes before it gets here).
+/// A volume call names only the volume's id, and a cluster does not keep where volumes are
+/// (the store does): the control plane addresses each volume call to the volume's node
+/// through [`Cluster::volume_node`] instead, and a call made here answers `Unsupported`.
 impl cove_node_api::NodeVolumes for Cluster {}

@@ -10,6 +10,14 @@
 //!    there, and its vCPUs in [`CPU_OVERCOMMIT`] × the node's CPUs minus what is placed;
 //! 4. spread: the fewest sandboxes, then the lowest memory use after placement, then the name
 //!    (deterministic).
+//!
+//! A sandbox that mounts volumes is placed by the same rules among one node only: the one that
+//! keeps its volumes (the cluster narrows the candidates). A new volume's node is chosen by
+//! [`place_volume`]:
+//! 1. only `ready` nodes of the asked runtime that keep volumes;
+//! 2. free disk: a node that reports its free disk must have room for the whole volume (images
+//!    are sparse, so volumes may over-commit a disk as they do on one server);
+//! 3. the most free disk, then the fewest sandboxes, then the name.
 
 use cove_domain::NodeState;
 
@@ -64,6 +72,9 @@ pub enum NoPlacement {
     /// No ready node of the runtime holds the release.
     #[error("no ready node holds the release")]
     NoRelease,
+    /// No ready node of the runtime keeps volumes.
+    #[error("no ready node of this runtime keeps volumes")]
+    NoVolumes,
     /// No qualifying node has room for the sandbox's vCPUs and memory.
     #[error("no ready node has room for the sandbox")]
     NoRoom,
@@ -101,6 +112,68 @@ pub fn place(nodes: &[Candidate<'_>], demand: &Demand<'_>) -> Result<usize, NoPl
         }
         let use_permille = memory_after.saturating_mul(1000) / memory_mib.max(1);
         let key = (!n.has_release, n.sandboxes, use_permille, n.name);
+        if best.as_ref().is_none_or(|(_, k)| key < *k) {
+            best = Some((i, key));
+        }
+    }
+    best.map(|(i, _)| i).ok_or(stage)
+}
+
+/// How a node qualifying for a volume ranks: the most free disk (unknown: none), then the
+/// fewest sandboxes, then the name — the smallest wins.
+type VolumeRank<'a> = (std::cmp::Reverse<u64>, u32, &'a str);
+
+/// A node as volume placement sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VolumeCandidate<'a> {
+    /// Node name.
+    pub name: &'a str,
+    /// Its state (only `ready` qualifies).
+    pub state: NodeState,
+    /// Its runtime (`runc`, `qemu`).
+    pub runtime: &'a str,
+    /// Whether it keeps volumes (its capabilities).
+    pub volumes: bool,
+    /// Bytes free on its data dir at its last heartbeat (`None`: unknown).
+    pub disk_available_bytes: Option<u64>,
+    /// Sandboxes it holds.
+    pub sandboxes: u32,
+}
+
+/// The index in `nodes` of the node that keeps a new volume of `size_mib` MiB for sandboxes
+/// of `runtime`.
+///
+/// # Errors
+/// [`NoPlacement`]: the first rule that left no node (`NoRoom`: no node has the disk).
+pub fn place_volume(
+    nodes: &[VolumeCandidate<'_>],
+    runtime: &str,
+    size_mib: u64,
+) -> Result<usize, NoPlacement> {
+    let mut stage = NoPlacement::NoReadyNode;
+    let mut best: Option<(usize, VolumeRank<'_>)> = None;
+    let size_bytes = size_mib.saturating_mul(1024 * 1024);
+    for (i, n) in nodes.iter().enumerate() {
+        if n.state != NodeState::Ready {
+            continue;
+        }
+        stage = stage.max_with(NoPlacement::NoRuntime);
+        if n.runtime != runtime {
+            continue;
+        }
+        stage = stage.max_with(NoPlacement::NoVolumes);
+        if !n.volumes {
+            continue;
+        }
+        stage = stage.max_with(NoPlacement::NoRoom);
+        if n.disk_available_bytes.is_some_and(|free| free < size_bytes) {
+            continue;
+        }
+        let key = (
+            std::cmp::Reverse(n.disk_available_bytes.unwrap_or(0)),
+            n.sandboxes,
+            n.name,
+        );
         if best.as_ref().is_none_or(|(_, k)| key < *k) {
             best = Some((i, key));
         }
@@ -204,6 +277,55 @@ mod tests {
             "without the requirement, any node"
         );
         assert_eq!(place(&nodes, &demand()), Err(NoPlacement::NoRelease));
+    }
+
+    fn volume_node(name: &str) -> VolumeCandidate<'_> {
+        VolumeCandidate {
+            name,
+            state: NodeState::Ready,
+            runtime: "runc",
+            volumes: true,
+            disk_available_bytes: Some(100 * GIB),
+            sandboxes: 0,
+        }
+    }
+
+    #[test]
+    fn a_volume_goes_to_the_ready_node_with_the_most_free_disk() {
+        let mut nodes = vec![volume_node("a"), volume_node("b"), volume_node("c")];
+        nodes[1].disk_available_bytes = Some(200 * GIB);
+        assert_eq!(place_volume(&nodes, "runc", 1024), Ok(1));
+        nodes[1].state = NodeState::Draining;
+        nodes[0].sandboxes = 3;
+        assert_eq!(place_volume(&nodes, "runc", 1024), Ok(2), "then spread");
+        nodes[2].sandboxes = 3;
+        assert_eq!(place_volume(&nodes, "runc", 1024), Ok(0), "then the name");
+    }
+
+    #[test]
+    fn a_volume_needs_a_ready_node_of_the_runtime_that_keeps_volumes_and_has_the_disk() {
+        let mut nodes = vec![volume_node("a"), volume_node("b")];
+        nodes[0].volumes = false;
+        nodes[1].runtime = "qemu";
+        assert_eq!(
+            place_volume(&nodes, "runc", 64),
+            Err(NoPlacement::NoVolumes)
+        );
+        nodes[1].runtime = "runc";
+        nodes[1].disk_available_bytes = Some(63 * 1024 * 1024);
+        assert_eq!(place_volume(&nodes, "runc", 64), Err(NoPlacement::NoRoom));
+        nodes[1].disk_available_bytes = None;
+        assert_eq!(place_volume(&nodes, "runc", 64), Ok(1), "unknown disk");
+        nodes[1].state = NodeState::Lost;
+        assert_eq!(
+            place_volume(&nodes, "runc", 64),
+            Err(NoPlacement::NoVolumes)
+        );
+        nodes[0].state = NodeState::Quarantined;
+        assert_eq!(
+            place_volume(&nodes, "runc", 64),
+            Err(NoPlacement::NoReadyNode)
+        );
     }
 
     #[test]

@@ -253,7 +253,7 @@ impl Cluster {
     }
 
     /// A sync that takes every report the store has newer than this replica's.
-    async fn sync_fresh(&self) -> Result<(), StoreError> {
+    pub(crate) async fn sync_fresh(&self) -> Result<(), StoreError> {
         self.sync_with(std::time::Duration::ZERO).await
     }
 

@@ -5,7 +5,8 @@
 //! the shape and maps a full volume to `507 insufficient_storage`. Answers carry the numeric
 //! owner and every timestamp (`uid`, `gid`, `atime`, `ctime` of [`FileInfo`]). A volume delete
 //! waits for the calls in flight (an upload until its body ends; a read until its file is
-//! open), and calls that come meanwhile wait for it, then find no volume.
+//! open), and calls that come meanwhile wait for it, then find no volume. Each call goes to the
+//! node that keeps the volume (`unavailable` while it is lost).
 
 use bytes::Bytes;
 use cove_api_types::{
@@ -86,13 +87,17 @@ fn check_mode(mode: Option<u32>) -> Result<(), ServiceError> {
 }
 
 /// A node error of a call on volume `name`: a full volume is `insufficient_storage`, a node
-/// without volumes `unsupported`; the rest as for sandboxes.
+/// without volumes `unsupported`, a node that cannot be reached `unavailable`; the rest as
+/// for sandboxes.
 pub(crate) fn volume_err(e: NodeError, name: &str) -> ServiceError {
     match e {
         NodeError::NoSpace(_) => {
             ServiceError::InsufficientStorage(format!("volume {name} is full"))
         }
         NodeError::Unsupported(m) => ServiceError::Unsupported(m),
+        NodeError::NodeUnreachable(m) | NodeError::NoNodeAvailable(m) => {
+            ServiceError::Unavailable(format!("the node of volume {name} is unreachable: {m}"))
+        }
         other => crate::error::from_node(other, ""),
     }
 }
@@ -115,14 +120,14 @@ impl ControlPlane {
         let v = self.volume_record(name).await?;
         validate::path("path", q.path.as_bytes())?;
         check_mode(q.mode)?;
+        let node = self.volume_node(&v).await?;
         if let Some(len) = declared_len {
             if len > MAX_UPLOAD_BYTES {
                 return Err(ServiceError::TooLarge(format!(
                     "upload of {len} bytes exceeds the maximum of {MAX_UPLOAD_BYTES} bytes"
                 )));
             }
-            let usage = self
-                .node()
+            let usage = node
                 .volume_usage(&v.id)
                 .await
                 .map_err(|e| volume_err(e, name))?;
@@ -138,8 +143,7 @@ impl ControlPlane {
             gid: q.gid,
             mode: q.mode,
         };
-        let entry = self
-            .node()
+        let entry = node
             .write_volume_file(&v.id, q.path, attrs, body)
             .await
             .map_err(|e| volume_err(e, name))?;
@@ -158,7 +162,8 @@ impl ControlPlane {
         let v = self.volume_record(name).await?;
         validate::path("path", q.path.as_bytes())?;
         let (info, stream) = self
-            .node()
+            .volume_node(&v)
+            .await?
             .read_volume_file(&v.id, q.path)
             .await
             .map_err(|e| volume_err(e, name))?;
@@ -184,7 +189,8 @@ impl ControlPlane {
             );
         }
         let entries = self
-            .node()
+            .volume_node(&v)
+            .await?
             .list_volume_dir(&v.id, path, depth)
             .await
             .map_err(|e| volume_err(e, name))?;
@@ -204,7 +210,8 @@ impl ControlPlane {
         let v = self.volume_record(name).await?;
         validate::path("path", q.path.as_bytes())?;
         let entry = self
-            .node()
+            .volume_node(&v)
+            .await?
             .stat_volume_path(&v.id, q.path)
             .await
             .map_err(|e| volume_err(e, name))?;
@@ -222,7 +229,8 @@ impl ControlPlane {
         let _not_deleted = self.inner.volume_files_lock.read().await;
         let v = self.volume_record(name).await?;
         validate::path("path", q.path.as_bytes())?;
-        self.node()
+        self.volume_node(&v)
+            .await?
             .remove_volume_path(&v.id, q.path)
             .await
             .map_err(|e| volume_err(e, name))?;
@@ -247,7 +255,8 @@ impl ControlPlane {
             mode: req.mode,
         };
         let entry = self
-            .node()
+            .volume_node(&v)
+            .await?
             .make_volume_dir(&v.id, req.path, req.parents.unwrap_or(true), attrs)
             .await
             .map_err(|e| volume_err(e, name))?;
@@ -268,7 +277,8 @@ impl ControlPlane {
         validate::path("path", q.path.as_bytes())?;
         check_mode(attrs.mode)?;
         let entry = self
-            .node()
+            .volume_node(&v)
+            .await?
             .set_volume_attrs(
                 &v.id,
                 q.path,

@@ -1,14 +1,20 @@
 //! Persistent volumes: create, list, get, delete ([`ControlPlane::create_volume`], ...), the
 //! checks of `volumes` on a sandbox create ([`ControlPlane::check_volume_mounts`]), what a
-//! node needs to mount them ([`ControlPlane::launch_volumes`]), and their files without a
-//! sandbox (`files.rs`), and the content tokens that reach one volume's files (`tokens.rs`).
+//! node needs to mount them ([`ControlPlane::launch_volumes`]), their files without a sandbox
+//! (`files.rs`), the content tokens that reach one volume's files (`tokens.rs`), and which node
+//! keeps each (`nodes.rs`).
 //!
-//! A volume is a node-local ext4 image in this version: it is offered on the runc runtime of a
-//! server with its one in-process node. Elsewhere (`qemu`, or nodes joined over the network)
-//! every volume call answers `400 unsupported` saying so. A volume belongs to the caller's org;
-//! another org's volume is reported exactly as a missing one.
+//! A volume is an ext4 image on one node, offered on the runc runtime: the server's own node,
+//! or on a cluster a node chosen when the volume is made (a ready runc node with the most free
+//! disk) and recorded with it. Volumes are node-local: every call on a volume goes to its node,
+//! and a sandbox that mounts volumes is pinned to their node (all its volumes must be on one
+//! node; it is created, woken and restored there, never elsewhere). While that node is lost the
+//! volume's calls answer `503 unavailable` and nothing of it is deleted. A node without volumes
+//! (`qemu`) refuses them with `400 unsupported`. A volume belongs to the caller's org; another
+//! org's volume is reported exactly as a missing one.
 
 mod files;
+mod nodes;
 mod tokens;
 
 use std::collections::HashSet;
@@ -36,16 +42,13 @@ impl ControlPlane {
     }
 
     /// `Ok` when this server offers volumes: the feature is on (else `403
-    /// feature_disabled`), the node is in-process (else `400 unsupported`) and its runtime can
-    /// mount them (runc; else `400 unsupported`).
+    /// feature_disabled`), and a single server's node can mount them (runc; else `400
+    /// unsupported`). On a cluster they are offered whatever nodes are there now: a create
+    /// finds a node that keeps volumes or says why not.
     pub(crate) fn volumes_offered(&self) -> Result<(), ServiceError> {
         self.inner.cfg.features.require(Feature::Volumes)?;
         if self.inner.cluster.is_some() {
-            return Err(ServiceError::Unsupported(
-                "volumes are node-local disks in this version, and this control plane runs \
-                 sandboxes on nodes joined over the network"
-                    .into(),
-            ));
+            return Ok(());
         }
         let caps = self.node().capabilities();
         if !caps.volumes {
@@ -71,9 +74,11 @@ impl ControlPlane {
     }
 
     /// Makes a volume in the caller's org: a fresh, empty filesystem of `size_mib` MiB on the
-    /// node. Errors: `invalid_argument` (name, size), `volume_exists`, `unsupported` (also
-    /// for `storage: "object"`),
-    /// `feature_disabled`, `no_space` when the node's disk cannot hold it.
+    /// node (on a cluster, the node `nodes.rs` chooses, recorded with it). Errors:
+    /// `invalid_argument` (name, size), `volume_exists`, `unsupported` (also for `storage:
+    /// "object"`, and on a cluster without a node that keeps volumes), `feature_disabled`,
+    /// `no_space` when the node's disk cannot hold it, `unavailable` when no node that keeps
+    /// volumes can take it now.
     pub async fn create_volume(&self, req: CreateVolumeRequest) -> Result<Volume, ServiceError> {
         self.require_volumes().await?;
         volumes::name("name", &req.name)?;
@@ -81,16 +86,18 @@ impl ControlPlane {
         if req.storage == VolumeStorage::Object {
             return Err(ServiceError::Unsupported(
                 "storage \"object\" is not supported in this version: volumes are ext4 disks \
-                 of the server's own node (use storage \"local\")"
+                 of one node (use storage \"local\")"
                     .into(),
             ));
         }
+        let (node, api) = self.node_for_new_volume(req.size_mib).await?;
         let record = VolumeRecord {
             id: ids::new_volume_id(),
             org: scope::acting_org(),
             name: req.name.clone(),
             size_mib: req.size_mib,
             created_at: Utc::now(),
+            node,
         };
         // Files calls wait until the node has made it (else one could mount a blank image).
         let no_files_calls = self.inner.volume_files_lock.write().await;
@@ -99,7 +106,7 @@ impl ControlPlane {
             Err(StoreError::Conflict(_)) => return Err(ServiceError::VolumeExists(req.name)),
             Err(e) => return Err(e.into()),
         }
-        if let Err(e) = self.node().create_volume(&record.id, record.size_mib).await {
+        if let Err(e) = api.create_volume(&record.id, record.size_mib).await {
             warn!(volume_id = %record.id, error = %e, "cannot make the volume on the node");
             if let Err(e) = self.store().delete_volume(&record.org, &record.name).await {
                 warn!(volume_id = %record.id, error = %e, "cannot forget a volume not made");
@@ -111,7 +118,13 @@ impl ControlPlane {
             });
         }
         drop(no_files_calls);
-        info!(volume_id = %record.id, org = %record.org, name = %record.name, "volume created");
+        info!(
+            volume_id = %record.id,
+            org = %record.org,
+            name = %record.name,
+            node = record.node.as_deref().unwrap_or(""),
+            "volume created"
+        );
         self.describe(record).await
     }
 
@@ -134,7 +147,8 @@ impl ControlPlane {
     }
 
     /// Deletes a volume and its data. Errors: `volume_in_use` while a sandbox (not deleted)
-    /// mounts it, naming them; `volume_not_found`.
+    /// mounts it, naming them; `volume_not_found`; `unavailable` while its node is lost (the
+    /// volume stays recorded).
     pub async fn delete_volume(&self, name: &str) -> Result<(), ServiceError> {
         self.require_volumes().await?;
         let _held = self.inner.volumes_lock.lock().await;
@@ -148,7 +162,8 @@ impl ControlPlane {
             )));
         }
         let _no_files_calls = self.inner.volume_files_lock.write().await;
-        self.node()
+        self.volume_node(&v)
+            .await?
             .delete_volume(&v.id)
             .await
             .map_err(|e| files::volume_err(e, &v.name))?;
@@ -158,7 +173,11 @@ impl ControlPlane {
     }
 
     async fn describe(&self, v: VolumeRecord) -> Result<Volume, ServiceError> {
-        let used_bytes = match self.node().volume_usage(&v.id).await {
+        let usage = match self.volume_node(&v).await {
+            Ok(node) => node.volume_usage(&v.id).await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let used_bytes = match usage {
             Ok(u) => Some(u.used_bytes),
             Err(e) => {
                 warn!(volume_id = %v.id, error = %e, "cannot read a volume's use");
@@ -174,12 +193,14 @@ impl ControlPlane {
             used_bytes,
             created_at: v.created_at,
             mounted_by,
+            node: v.node,
         })
     }
 
     /// Checks the `volumes` of a create: the feature and the server offer them, at most
     /// [`volumes::MAX_MOUNTS`], each path valid, no path and no volume twice, every volume in
-    /// the caller's org. Returns a guard to hold until the sandbox is recorded, so a volume
+    /// the caller's org, and on a cluster every volume on one node that takes sandboxes now
+    /// (`invalid_argument`, `unavailable`: see [`Self::check_volumes_node`]). Returns a guard to hold until the sandbox is recorded, so a volume
     /// delete cannot slip in between (`None` without volumes).
     pub(crate) async fn check_volume_mounts(
         &self,
@@ -217,23 +238,28 @@ impl ControlPlane {
             }
         }
         let held = self.inner.volumes_lock.lock().await;
-        for m in mounts {
-            self.volume_record(&m.name).await?;
+        let mut records = Vec::with_capacity(mounts.len());
+        for (i, m) in mounts.iter().enumerate() {
+            records.push((
+                format!("volumes[{i}].name"),
+                self.volume_record(&m.name).await?,
+            ));
         }
+        self.check_volumes_node(&records)?;
         Ok(Some(held))
     }
 
-    /// What the node needs to mount the volumes of a sandbox of `org`. Errors: `internal`
-    /// when a mounted volume is gone (a delete refuses while it is mounted).
-    pub(crate) async fn launch_volumes(
+    /// The stored volumes a sandbox of `org` mounts, in mount order. Errors: `internal` when a
+    /// mounted volume is gone (a delete refuses while it is mounted).
+    async fn mounted_volumes(
         &self,
         org: &str,
         mounts: &[VolumeMount],
-    ) -> Result<Vec<LaunchVolume>, ServiceError> {
+    ) -> Result<Vec<VolumeRecord>, ServiceError> {
         let mut out = Vec::with_capacity(mounts.len());
         for m in mounts {
-            let v = match self.store().get_volume(org, &m.name).await {
-                Ok(v) => v,
+            match self.store().get_volume(org, &m.name).await {
+                Ok(v) => out.push(v),
                 Err(StoreError::NotFound) => {
                     return Err(ServiceError::Internal(format!(
                         "volume {} of org {org} is mounted but gone",
@@ -241,13 +267,42 @@ impl ControlPlane {
                     )))
                 }
                 Err(e) => return Err(e.into()),
-            };
-            out.push(LaunchVolume {
+            }
+        }
+        Ok(out)
+    }
+
+    /// Checks that the volumes a fork mounts (its parent's, of `org`) can be mounted now: on
+    /// a cluster, their node takes sandboxes (`unavailable` otherwise; a fork runs only on
+    /// the volumes' node, as its parent does).
+    pub(crate) async fn check_fork_volumes(
+        &self,
+        org: &str,
+        mounts: &[VolumeMount],
+    ) -> Result<(), ServiceError> {
+        let records = self.mounted_volumes(org, mounts).await?;
+        let fields = (0..records.len()).map(|i| format!("volumes[{i}].name"));
+        self.check_volumes_node(&fields.zip(records).collect::<Vec<_>>())
+    }
+
+    /// What the node needs to mount the volumes of a sandbox of `org` (with the node that
+    /// keeps each, where a cluster places the sandbox). Errors: `internal` when a mounted
+    /// volume is gone (a delete refuses while it is mounted).
+    pub(crate) async fn launch_volumes(
+        &self,
+        org: &str,
+        mounts: &[VolumeMount],
+    ) -> Result<Vec<LaunchVolume>, ServiceError> {
+        let records = self.mounted_volumes(org, mounts).await?;
+        Ok(mounts
+            .iter()
+            .zip(records)
+            .map(|(m, v)| LaunchVolume {
                 id: v.id,
                 path: m.path.clone(),
                 read_only: m.read_only,
-            });
-        }
-        Ok(out)
+                node: v.node,
+            })
+            .collect())
     }
 }

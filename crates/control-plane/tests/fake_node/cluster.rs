@@ -13,16 +13,17 @@ use cove_test_support::{Call, FakeNode, Fault};
 
 use crate::harness::{code, Harness};
 
-const NAMES: [&str; 3] = ["a", "b", "c"];
+pub(crate) const NAMES: [&str; 3] = ["a", "b", "c"];
 
-struct Nodes {
-    h: Harness,
-    cluster: Arc<Cluster>,
-    fakes: Vec<FakeNode>,
+/// Three fake nodes (`a`, `b`, `c`, each with release 1 of `base`) behind a cluster.
+pub(crate) struct Nodes {
+    pub(crate) h: Harness,
+    pub(crate) cluster: Arc<Cluster>,
+    pub(crate) fakes: Vec<FakeNode>,
 }
 
 impl Nodes {
-    async fn new() -> Nodes {
+    pub(crate) async fn new() -> Nodes {
         use cove_node_api::NodeLifecycle;
         let runtime = FakeNode::new().capabilities().runtime;
         let cluster = Cluster::new(ClusterConfig {
@@ -47,23 +48,23 @@ impl Nodes {
         nodes
     }
 
-    fn fake(&self, name: &str) -> &FakeNode {
+    pub(crate) fn fake(&self, name: &str) -> &FakeNode {
         &self.fakes[NAMES.iter().position(|n| *n == name).expect("a node name")]
     }
 
     /// Heartbeats of `names` with their current reports.
-    async fn beat(&self, names: &[&str]) {
+    pub(crate) async fn beat(&self, names: &[&str]) {
         for name in names {
             let report = NodeReport::read(self.fake(name)).await.expect("report");
             self.cluster.heartbeat(name, report);
         }
     }
 
-    fn counts(&self) -> Vec<usize> {
+    pub(crate) fn counts(&self) -> Vec<usize> {
         self.fakes.iter().map(|f| f.sandbox_ids().len()).collect()
     }
 
-    fn state_of(&self, name: &str) -> NodeState {
+    pub(crate) fn state_of(&self, name: &str) -> NodeState {
         let nodes = self.cluster.nodes();
         nodes.iter().find(|n| n.name == name).expect("node").state
     }

@@ -31,3 +31,4 @@ mod rollback;
 mod streams;
 mod volume_tokens;
 mod volumes;
+mod volumes_nodes;

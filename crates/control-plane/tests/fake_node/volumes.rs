@@ -1,15 +1,12 @@
 //! Persistent volumes over the fake node: create, get, list, delete (`volume_exists`,
 //! `volume_in_use`), the checks of `volumes` on a create, the node getting each mount with
 //! the volume's id at create and wake, and where volumes are not offered: a disabled feature
-//! (`403 feature_disabled`), a node that cannot mount them (`400 unsupported`), a cluster
-//! (`400 unsupported`).
-
-use std::sync::Arc;
+//! (`403 feature_disabled`), a node that cannot mount them (`400 unsupported`). Volumes on a
+//! cluster: `volumes_nodes.rs`.
 
 use cove_api_types::{CreateSandboxRequest, CreateVolumeRequest, ErrorCode, VolumeMount};
-use cove_control_plane::cluster::{Cluster, ClusterConfig};
 use cove_control_plane::{Feature, LifecycleVerb};
-use cove_node_api::{NodeCapabilities, NodeLifecycle, NodeReport};
+use cove_node_api::NodeCapabilities;
 use cove_test_support::FakeNode;
 
 use crate::harness::{code, Harness};
@@ -200,33 +197,6 @@ async fn a_node_that_cannot_mount_volumes_refuses_them_with_unsupported() {
         ErrorCode::Unsupported
     );
     assert!(h.node.volume_ids().is_empty());
-}
-
-#[tokio::test]
-async fn a_cluster_refuses_volumes_with_unsupported() {
-    let fake = FakeNode::new();
-    fake.add_release("base", 1);
-    let cluster = Cluster::new(ClusterConfig {
-        runtime: fake.capabilities().runtime,
-        ..ClusterConfig::default()
-    });
-    let report = NodeReport::read(&fake).await.expect("report");
-    cluster.join("a", "fake", Arc::new(fake.clone()), report, false);
-    let h = Harness::with_cluster(fake.clone(), Some(cluster), |_| {}).await;
-    let err =
-        h.cp.create_volume(volume("data"))
-            .await
-            .expect_err("refused");
-    assert_eq!(err.code(), ErrorCode::Unsupported);
-    assert!(err.to_string().contains("node-local"), "{err}");
-    assert_eq!(
-        code(
-            h.cp.create_sandbox(mounting(&[("data", "/data", false)]), None)
-                .await
-        ),
-        ErrorCode::Unsupported
-    );
-    assert!(fake.volume_ids().is_empty());
 }
 
 #[tokio::test]
