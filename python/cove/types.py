@@ -570,7 +570,8 @@ class Capabilities:
     #: Each sandbox's root is an unprivileged host id range of its own (a user namespace;
     #: runc). ``False`` on qemu, whose boundary is the VM.
     user_namespaces: bool = False
-    #: Persistent volumes are offered (runc on a single-node server, the feature on).
+    #: Persistent volumes are offered (runc on the server's node or on a cluster's nodes, the
+    #: feature on).
     volumes: bool = False
     #: Seconds each class of record is kept (``operations_s``, ``events_s``, ``commands_s``,
     #: ``snapshots_s``, ``audit_s``); ``None``: kept until its owner goes.

@@ -82,9 +82,10 @@ pub struct RuntimeCapabilities {
     /// older servers.
     #[serde(default)]
     pub user_namespaces: bool,
-    /// Persistent volumes are offered (`POST /v1/volumes`): the runc runtime of a single-node
-    /// server, with the `volumes` feature on. False elsewhere, where they answer `400
-    /// unsupported` (or `403 feature_disabled`).
+    /// Persistent volumes are offered (`POST /v1/volumes`): the runc runtime of a single
+    /// server's node, or on a cluster a node (not lost) that keeps them, with the `volumes`
+    /// feature on. False elsewhere, where creates answer `400 unsupported` (or `403
+    /// feature_disabled`).
     #[serde(default)]
     pub volumes: bool,
     /// Size in MiB of the own disk a sandbox gets when its create names no

@@ -66,8 +66,9 @@ pub struct CreateSandboxRequest {
     #[serde(default, skip_serializing_if = "is_false")]
     pub public: bool,
     /// Volumes to mount (`POST /v1/volumes` made them; at most 16, no path or volume twice).
-    /// On the runc runtime of a single-node server only (`400 unsupported` elsewhere: volumes
-    /// are node-local disks in this version).
+    /// On the runc runtime only (`400 unsupported` elsewhere). Volumes are node-local: on a
+    /// cluster every one must be on one node (`400 invalid_argument` otherwise), and the
+    /// sandbox runs on that node only (`503 unavailable` while it is not ready).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<crate::VolumeMount>,
 }

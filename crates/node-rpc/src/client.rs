@@ -72,6 +72,7 @@ impl RemoteNode {
         let mut node = RemoteNode {
             client,
             token: token.to_string(),
+            // Replaced by the node's own answer (volumes included) right below.
             capabilities: NodeCapabilities {
                 runtime: String::new(),
                 boundary: String::new(),
