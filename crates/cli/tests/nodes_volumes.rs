@@ -5,12 +5,17 @@
 //! the other; a file written inside is read back through the volume files API (no sandbox,
 //! over the node link) and by a second sandbox; stat, mkdir, chmod and rm go to the node too;
 //! with the node drained a create that mounts the volume is refused (`503 unavailable` naming
-//! the node) while its files are still served; then sandboxes and the volume are deleted.
+//! the node) and a wake of a suspended one fails, leaving it suspended, while the volume's
+//! files are still served; ready again, the node takes the wake although spread would pick
+//! the other; then sandboxes and the volume are deleted.
 
 #![allow(clippy::unwrap_used)]
 
+use std::time::Duration;
+
 use cove_api_types::{
-    CreateSandboxRequest, ErrorCode, MakeVolumeDirRequest, NodeState, VolumeFileAttrs, VolumeMount,
+    CreateSandboxRequest, ErrorCode, MakeVolumeDirRequest, NodeState, OperationState, SandboxState,
+    VolumeFileAttrs, VolumeMount,
 };
 use cove_client::ClientError;
 use cove_e2e::{delete, sandbox, sandbox_with, sh};
@@ -141,8 +146,10 @@ async fn a_volume_lives_on_one_node_and_pins_the_sandboxes_that_mount_it() {
     let used = c.client.volume("shared").await.unwrap().used_bytes;
     assert!(used.is_some_and(|u| u > 0), "{used:?}");
 
-    // Drained, the volume's node takes no sandbox that mounts it: refused at once, naming the
-    // node; its files are still served, and sandboxes without volumes go elsewhere.
+    // Drained, the volume's node takes no sandbox that mounts it: a create is refused at once,
+    // naming the node, and a wake fails, leaving the sandbox suspended; its files are still
+    // served, and sandboxes without volumes go elsewhere.
+    c.wait_op(c.client.suspend_sandbox(&b).await.unwrap()).await;
     let drained = c.client.drain_node(&home).await.unwrap();
     assert_eq!(drained.state, NodeState::Draining);
     let req = CreateSandboxRequest {
@@ -155,6 +162,15 @@ async fn a_volume_lives_on_one_node_and_pins_the_sandboxes_that_mount_it() {
         message.contains(&home) && message.contains("draining"),
         "{message}"
     );
+    let wake = c.client.wake_sandbox(&b).await.unwrap();
+    let wake = c
+        .client
+        .wait_operation(&wake.id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(wake.state, OperationState::Failed, "{wake:?}");
+    assert_eq!(wake.error.map(|e| e.code), Some(ErrorCode::Unavailable));
+    assert_eq!(c.state(&b).await.0, SandboxState::Suspended);
     assert_eq!(
         c.client
             .read_volume_file("shared", "/in/note")
@@ -166,10 +182,20 @@ async fn a_volume_lives_on_one_node_and_pins_the_sandboxes_that_mount_it() {
     assert_eq!(c.node_of(&elsewhere).unwrap(), other);
     c.client.ready_node(&home).await.unwrap();
 
+    // Ready again, the volume's node takes the wake, though spread would pick the other (it
+    // has no sandbox left), and the woken sandbox sees the volume again.
+    for id in [&plain, &elsewhere] {
+        delete(&c.client, id).await;
+    }
+    c.wait_op(c.client.wake_sandbox(&b).await.unwrap()).await;
+    assert_eq!(c.node_of(&b).unwrap(), home);
+    let out = sh(&c.client, &b, "cat /mnt/v/in/note").await;
+    assert_eq!(out.stdout_text(), "from-a\n", "{}", out.stderr_text());
+
     // Mounted, the volume cannot go; unmounted, it goes from its node.
     let (in_use, _) = code(c.client.delete_volume("shared").await);
     assert_eq!(in_use, ErrorCode::VolumeInUse);
-    for id in [&a, &b, &plain, &elsewhere] {
+    for id in [&a, &b] {
         delete(&c.client, id).await;
     }
     c.client.delete_volume("shared").await.unwrap();
