@@ -490,17 +490,7 @@ impl Cluster {
         };
         let i =
             scheduler::place(&candidates, &demand).map_err(|e| match (&pinned, &members[..]) {
-                (Some(node), [(_, m)]) => NodeError::NoNodeAvailable(format!(
-                "node {node} keeps the sandbox's volumes and {}; a sandbox that mounts volumes \
-                 runs only on their node",
-                match e {
-                    scheduler::NoPlacement::NoReadyNode => format!("is {}", m.state),
-                    scheduler::NoPlacement::NoRuntime => "does not run this runtime".into(),
-                    scheduler::NoPlacement::NoRelease => "does not hold the release".into(),
-                    scheduler::NoPlacement::NoVolumes => "does not keep volumes".into(),
-                    scheduler::NoPlacement::NoRoom => "has no room for the sandbox".into(),
-                }
-            )),
+                (Some(node), [(_, m)]) => volumes::pinned_refusal(node, m.state, e),
                 _ => NodeError::NoNodeAvailable(e.to_string()),
             })?;
         let name = members[i].0.clone();

@@ -155,6 +155,23 @@ impl Cluster {
     }
 }
 
+/// Why a sandbox that mounts volumes kept on `node` (in `state`) cannot be placed there:
+/// the first placement rule that node fails.
+pub(super) fn pinned_refusal(node: &str, state: NodeState, e: scheduler::NoPlacement) -> NodeError {
+    use scheduler::NoPlacement::*;
+    let why = match e {
+        NoReadyNode => format!("is {state}"),
+        NoRuntime => "does not run this runtime".into(),
+        NoRelease => "does not hold the release".into(),
+        NoVolumes => "does not keep volumes".into(),
+        NoRoom => "has no room for the sandbox".into(),
+    };
+    NodeError::NoNodeAvailable(format!(
+        "node {node} keeps the sandbox's volumes and {why}; a sandbox that mounts volumes runs \
+         only on their node"
+    ))
+}
+
 fn member_of(st: &State, node: Option<&str>) -> Option<String> {
     match node {
         Some(n) => st.nodes.contains_key(n).then(|| n.to_string()),

@@ -196,12 +196,15 @@ async fn a_volume_stays_on_its_node_and_so_do_the_sandboxes_that_mount_it() {
         "{message}"
     );
     let op = n.h.call(&ids[2], Wake).await.expect("accepted");
-    n.h.ends(
-        &op,
-        cove_api_types::OperationState::Failed,
-        ErrorCode::Unavailable,
-    )
-    .await;
+    let failed =
+        n.h.ends(
+            &op,
+            cove_api_types::OperationState::Failed,
+            ErrorCode::Unavailable,
+        )
+        .await;
+    let why = failed.error.expect("an error").message;
+    assert!(why.contains(home) && why.contains("draining"), "{why}");
     assert_eq!(n.h.state(&ids[2]).await, SandboxState::Suspended);
     assert_eq!(
         code(
