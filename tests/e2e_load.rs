@@ -75,14 +75,16 @@ async fn mixed_load_has_no_server_errors_exact_outputs_and_bounded_memory() {
     assert_eq!(
         stats.server_errors.load(Ordering::Relaxed),
         0,
-        "5xx answers: {:#?}",
-        stats.failures()
+        "5xx answers: {:#?}\nserver log:\n{}",
+        stats.failures(),
+        server.log_problems()
     );
     assert_eq!(
         stats.total_failures(),
         0,
-        "failures: {:#?}",
-        stats.failures()
+        "failures: {:#?}\nserver log:\n{}",
+        stats.failures(),
+        server.log_problems()
     );
     assert!(stats.creates.load(Ordering::Relaxed) >= clients as u64);
     assert!(stats.commands.load(Ordering::Relaxed) > 0);

@@ -155,6 +155,17 @@ impl ServerProcess {
             .collect::<Vec<_>>()
             .join("\n")
     }
+
+    /// The warnings and errors of its log (lines with `WARN` or `ERROR`), at most the last
+    /// 40: what a failed assertion about the server's answers should show.
+    pub fn log_problems(&self) -> String {
+        let log = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+            .collect();
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    }
 }
 
 impl Drop for ServerProcess {
