@@ -62,6 +62,36 @@ impl VolumeDisks {
         self.dir(id).join("mnt")
     }
 
+    /// The image file of volume `id` (for an object volume's upload: unmount it first).
+    pub fn image_path(&self, id: &str) -> PathBuf {
+        self.image(id)
+    }
+
+    /// Unmounts volume `id` (its data reaches the image) unless it is not mounted.
+    pub fn unmount(&self, id: &str) -> Result<(), RuntimeError> {
+        check_id(id)?;
+        let _held = self.mounting.lock().unwrap_or_else(|p| p.into_inner());
+        mounts::unmount(&self.mount_point(id))
+    }
+
+    /// Installs `staged` (a complete image, on the same filesystem) as volume `id`'s image,
+    /// replacing any copy the node has (which is unmounted and removed first).
+    pub fn install(&self, id: &str, staged: &Path) -> Result<(), RuntimeError> {
+        self.remove(id)?;
+        let dir = self.dir(id);
+        std::fs::create_dir_all(&dir).map_err(io_err(format!("create {}", dir.display())))?;
+        std::fs::rename(staged, self.image(id))
+            .map_err(io_err(format!("install {}", staged.display())))
+    }
+
+    /// A path beside the volumes to stage a downloaded image of `id` in (its folder made).
+    pub fn staging_path(&self, id: &str) -> Result<PathBuf, RuntimeError> {
+        check_id(id)?;
+        std::fs::create_dir_all(&self.root)
+            .map_err(io_err(format!("create {}", self.root.display())))?;
+        Ok(self.root.join(format!(".{id}.download")))
+    }
+
     /// Whether the node has volume `id`'s image.
     pub fn exists(&self, id: &str) -> bool {
         self.image(id).is_file()

@@ -40,7 +40,11 @@ impl VolumeStore for PgStore {
         .bind(to_i64(v.size_mib)?)
         .bind(v.created_at)
         .bind(&v.node)
-        .bind(if v.object.is_some() { "object" } else { "local" })
+        .bind(if v.object.is_some() {
+            "object"
+        } else {
+            "local"
+        })
         .bind(to_i64(v.object.map_or(0, |o| o.generation))?)
         .bind(v.object.is_none_or(|o| o.attached))
         .execute(&self.pool)

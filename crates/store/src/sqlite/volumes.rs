@@ -39,7 +39,11 @@ impl VolumeStore for SqliteStore {
         .bind(v.size_mib as i64)
         .bind(v.created_at)
         .bind(&v.node)
-        .bind(if v.object.is_some() { "object" } else { "local" })
+        .bind(if v.object.is_some() {
+            "object"
+        } else {
+            "local"
+        })
         .bind(v.object.map_or(0, |o| o.generation as i64))
         .bind(v.object.is_none_or(|o| o.attached))
         .execute(&self.pool)

@@ -171,7 +171,10 @@ pub async fn object_volumes_attach_detach_and_flip_generations(store: Arc<dyn St
         .await
         .expect("attach here");
     let got = store.get_volume("default", "shared").await.expect("get");
-    assert_eq!((got.node, got.object.map(|o| o.attached)), (None, Some(true)));
+    assert_eq!(
+        (got.node, got.object.map(|o| o.attached)),
+        (None, Some(true))
+    );
     store
         .set_volume_attachment("vol-o1", 1, 1, Some(Some("node-b")))
         .await
@@ -189,7 +192,10 @@ pub async fn object_volumes_attach_detach_and_flip_generations(store: Arc<dyn St
         Err(StoreError::NotFound)
     ));
     // Node b is lost: its object volumes detach, its local ones stay.
-    assert_eq!(store.detach_node_volumes("node-b").await.expect("detach"), 1);
+    assert_eq!(
+        store.detach_node_volumes("node-b").await.expect("detach"),
+        1
+    );
     let got = store.get_volume("default", "shared").await.expect("get");
     assert_eq!(got.node, None);
     assert_eq!(
@@ -200,7 +206,12 @@ pub async fn object_volumes_attach_detach_and_flip_generations(store: Arc<dyn St
         })
     );
     assert_eq!(
-        store.get_volume("default", "local").await.expect("get").node.as_deref(),
+        store
+            .get_volume("default", "local")
+            .await
+            .expect("get")
+            .node
+            .as_deref(),
         Some("node-b")
     );
 }
