@@ -182,15 +182,20 @@ impl ControlPlane {
     }
 
     async fn describe(&self, v: VolumeRecord) -> Result<Volume, ServiceError> {
-        let usage = match self.volume_node(&v).await {
-            // A detached object volume is on no node: its use is not known.
-            _ if objects::detached(&v) => Ok(None),
-            Ok(node) => node
+        // A detached object volume is on no node: its use is not known.
+        let node = if objects::detached(&v) {
+            None
+        } else {
+            Some(self.volume_node(&v).await)
+        };
+        let usage = match node {
+            None => Ok(None),
+            Some(Ok(node)) => node
                 .volume_usage(&v.id)
                 .await
                 .map(Some)
                 .map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
+            Some(Err(e)) => Err(e.to_string()),
         };
         let used_bytes = match usage {
             Ok(u) => u.map(|u| u.used_bytes),
@@ -218,9 +223,11 @@ impl ControlPlane {
 
     /// Checks the `volumes` of a create: the feature and the server offer them, at most
     /// [`volumes::MAX_MOUNTS`], each path valid, no path and no volume twice, every volume in
-    /// the caller's org, and on a cluster every volume on one node that takes sandboxes now
-    /// (`invalid_argument`, `unavailable`: see [`Self::check_volumes_node`]). Returns a guard to hold until the sandbox is recorded, so a volume
-    /// delete cannot slip in between (`None` without volumes).
+    /// the caller's org, its object volumes attached to one node ([`Self::attach_volumes`]),
+    /// and on a cluster every volume on one node that takes sandboxes now (`invalid_argument`,
+    /// `unavailable`: see [`Self::check_volumes_node`]). Returns a guard to hold until the
+    /// sandbox is recorded, so a volume delete cannot slip in between (`None` without
+    /// volumes).
     pub(crate) async fn check_volume_mounts(
         &self,
         mounts: &[VolumeMount],
@@ -264,8 +271,10 @@ impl ControlPlane {
                 self.volume_record(&m.name).await?,
             ));
         }
-        self.check_volumes_node(&records)?;
+        // Object volumes first move to (or stay on) one node, then all must be on one that
+        // takes sandboxes.
         self.attach_volumes(&mut records).await?;
+        self.check_volumes_node(&records)?;
         Ok(Some(held))
     }
 
@@ -292,9 +301,10 @@ impl ControlPlane {
         Ok(out)
     }
 
-    /// Checks that the volumes a fork mounts (its parent's, of `org`) can be mounted now: on
-    /// a cluster, their node takes sandboxes (`unavailable` otherwise; a fork runs only on
-    /// the volumes' node, as its parent does).
+    /// Checks that the volumes a fork mounts (its parent's, of `org`) can be mounted now
+    /// (detached object volumes attached first): on a cluster, their node takes sandboxes
+    /// (`unavailable` otherwise; a fork runs only on the volumes' node, as its parent does).
+    /// The caller holds `volumes_lock`.
     pub(crate) async fn check_fork_volumes(
         &self,
         org: &str,
@@ -303,8 +313,8 @@ impl ControlPlane {
         let records = self.mounted_volumes(org, mounts).await?;
         let fields = (0..records.len()).map(|i| format!("volumes[{i}].name"));
         let mut records = fields.zip(records).collect::<Vec<_>>();
-        self.check_volumes_node(&records)?;
-        self.attach_volumes(&mut records).await
+        self.attach_volumes(&mut records).await?;
+        self.check_volumes_node(&records)
     }
 
     /// What the node needs to mount the volumes of a sandbox of `org` (with the node that

@@ -87,8 +87,6 @@ impl ControlPlane {
         let Some((_, first)) = volumes.first() else {
             return Ok(());
         };
-        // An object volume that no sandbox holds moves off a node that takes no sandboxes.
-        let movable = |v: &VolumeRecord| v.object.is_some();
         for (field, v) in &volumes[1..] {
             if v.node != first.node {
                 return Err(InvalidInput::new(
@@ -106,10 +104,6 @@ impl ControlPlane {
             }
         }
         let names: Vec<&str> = volumes.iter().map(|(_, v)| v.name.as_str()).collect();
-        if volumes.iter().all(|(_, v)| movable(v)) {
-            // Checked when they are attached (`objects.rs`): held ones stay, others move.
-            return Ok(());
-        }
         let why = match cluster.volume_node_state(first.node.as_deref()) {
             Some((_, NodeState::Ready)) => return Ok(()),
             Some((node, state)) => format!("node {node}, which is {state}"),
