@@ -1,7 +1,8 @@
 //! Object volumes (`storage: "object"`) on a cluster of three fake nodes sharing one store:
 //! attached to the node of the sandboxes that mount them, uploaded and detached when the last
 //! is suspended or deleted, attached again wherever the next one goes (a wake after a drain
-//! lands on another node with the data); a failed download leaves nothing attached; a lost
+//! lands on another node with the data); one held by a sandbox pins the others to its node,
+//! one held by none moves off a draining node; a failed download leaves nothing attached; a lost
 //! node's volume falls back to its last uploaded generation.
 
 use bytes::Bytes;
@@ -128,7 +129,51 @@ async fn an_object_volume_follows_its_sandbox_to_another_node() {
     assert_eq!(FakeNode::stored_volume_generations(&id), [2]);
     // A files call attaches it to a ready node, where it stays.
     assert_eq!(read(&n, "shared", "/b.txt").await, b"second");
-    assert_eq!(holders(&n, &id).len(), 1);
+    let held = holders(&n, &id);
+    assert_eq!(held.len(), 1);
+    assert_ne!(held[0], home, "not the draining node");
+    // A sandbox that mounts it pins others there while it holds it.
+    let one = n.h.running_with(mounting("shared")).await;
+    assert_eq!(n.cluster.node_of(&one).as_deref(), Some(held[0]));
+    let two = n.h.running_with(mounting("shared")).await;
+    assert_eq!(n.cluster.node_of(&two).as_deref(), Some(held[0]));
+    // Held on a node that drains: a new sandbox that mounts it is refused, as for a local one.
+    n.h.cp
+        .set_node_state(held[0], NodeState::Draining)
+        .await
+        .expect("drain");
+    assert_eq!(
+        code(n.h.cp.create_sandbox(mounting("shared"), None).await),
+        ErrorCode::Unavailable
+    );
+    // Held by none, it moves off the draining node to where the next sandbox goes.
+    for id in [&one, &two] {
+        let op = n.h.cp.delete_sandbox(id, None).await.expect("delete");
+        n.h.succeeds(&op).await;
+    }
+    assert!(holders(&n, &id).is_empty());
+    assert_eq!(FakeNode::stored_volume_generations(&id), [3]);
+    // Attached by a files call to a ready node X, held by no sandbox: when X drains, the
+    // next sandbox moves it (X uploads it, the sandbox's node fetches it).
+    n.h.cp
+        .set_node_state(held[0], NodeState::Ready)
+        .await
+        .expect("ready");
+    write(&n, "shared", "/c.txt", b"third").await;
+    let x = holders(&n, &id)[0];
+    assert_ne!(x, home);
+    n.h.cp
+        .set_node_state(x, NodeState::Draining)
+        .await
+        .expect("drain");
+    let three = n.h.running_with(mounting("shared")).await;
+    let moved = n.cluster.node_of(&three).expect("placed");
+    assert!(moved != home && moved != x, "{moved}");
+    assert_eq!(holders(&n, &id), [moved.as_str()]);
+    assert_eq!(FakeNode::stored_volume_generations(&id), [4]);
+    assert_eq!(read(&n, "shared", "/c.txt").await, b"third");
+    let op = n.h.cp.delete_sandbox(&three, None).await.expect("delete");
+    n.h.succeeds(&op).await;
     n.h.cp.delete_volume("shared").await.expect("delete");
     assert!(holders(&n, &id).is_empty());
     assert!(FakeNode::stored_volume_generations(&id).is_empty());
