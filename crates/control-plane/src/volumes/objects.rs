@@ -54,10 +54,11 @@ impl ControlPlane {
         records: &mut [(String, VolumeRecord)],
     ) -> Result<(), ServiceError> {
         for (_, v) in records.iter_mut() {
-            if v.object.is_some_and(|o| o.attached) && !self.node_takes_sandboxes(v) {
-                if !self.volume_held(v).await? {
-                    self.detach_volume(v).await?;
-                }
+            if v.object.is_some_and(|o| o.attached)
+                && !self.node_takes_sandboxes(v)
+                && !self.volume_held(v).await?
+            {
+                self.detach_volume(v).await?;
             }
         }
         if !records.iter().any(|(_, v)| detached(v)) {

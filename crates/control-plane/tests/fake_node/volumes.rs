@@ -218,7 +218,7 @@ async fn an_object_volume_on_one_server_is_uploaded_when_unmounted_and_fetched_a
     assert!(h.node.volume_ids().is_empty());
     assert_eq!(FakeNode::stored_volume_generations(&id), [1]);
     h.apply(&sb, Wake).await;
-    assert_eq!(h.node.volume_ids(), [id.clone()]);
+    assert_eq!(h.node.volume_ids(), std::slice::from_ref(&id));
     let op = h.cp.delete_sandbox(&sb, None).await.expect("delete");
     h.succeeds(&op).await;
     assert_eq!(FakeNode::stored_volume_generations(&id), [2]);
