@@ -85,7 +85,7 @@ pub trait NodeVolumes: Send + Sync + 'static {
     /// Fetches generation `generation` of object volume `id` from the snapshot store into
     /// this node's disk (generation 0: never uploaded, so an empty filesystem of `size_mib`
     /// MiB is made instead), so it can be mounted here. A copy already on the node is
-    /// replaced. A failed fetch leaves nothing of the volume on the node. Errors: `NoSpace`
+    /// replaced. A failed fetch changes nothing on the node. Errors: `NoSpace`
     /// when the node's disk cannot hold it, `FileNotFound` when that generation is not in the
     /// store, `Internal` for a store failure.
     async fn download_volume(
