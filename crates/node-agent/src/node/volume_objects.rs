@@ -207,10 +207,23 @@ impl NodeAgent {
     pub(super) async fn drop_volume(&self, id: &str, keep: Option<u64>) -> Result<(), NodeError> {
         let disks = self.volumes.clone();
         let id_owned = id.to_string();
-        tokio::task::spawn_blocking(move || disks.remove(&id_owned))
-            .await
-            .map_err(join_err)?
-            .map_err(runtime_err)?;
+        tokio::task::spawn_blocking(move || {
+            disks.remove(&id_owned)?;
+            // What an interrupted download left.
+            let staged = disks.staging_path(&id_owned)?;
+            match std::fs::remove_file(&staged) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(cove_runtime::RuntimeError::Io {
+                        context: format!("remove {}", staged.display()),
+                        source: e,
+                    })
+                }
+                _ => Ok(()),
+            }
+        })
+        .await
+        .map_err(join_err)?
+        .map_err(runtime_err)?;
         let store = self.cfg.snapshots.volumes();
         match keep {
             Some(g) => store.delete_except(id, &g.to_string()).await,

@@ -67,11 +67,30 @@ impl VolumeDisks {
         self.image(id)
     }
 
-    /// Unmounts volume `id` (its data reaches the image) unless it is not mounted.
+    /// Unmounts volume `id` so all its data is in the image (unless it is not mounted). Never
+    /// lazily: a mount still in use (a files call in flight) is an error (`EBUSY`), not a
+    /// detach that would leave data unwritten.
     pub fn unmount(&self, id: &str) -> Result<(), RuntimeError> {
         check_id(id)?;
         let _held = self.mounting.lock().unwrap_or_else(|p| p.into_inner());
-        mounts::unmount(&self.mount_point(id))
+        let mnt = self.mount_point(id);
+        if !mounts::is_mounted(&mnt)? {
+            return Ok(());
+        }
+        // Flushed first: the filesystem's data reaches the image even if another mount of it
+        // (a bind somewhere) kept it alive past the unmount.
+        let dir = std::fs::File::open(&mnt).map_err(io_err(format!("open {}", mnt.display())))?;
+        nix::unistd::syncfs(std::os::fd::AsRawFd::as_raw_fd(&dir)).map_err(|e| {
+            RuntimeError::Io {
+                context: format!("syncfs {}", mnt.display()),
+                source: e.into(),
+            }
+        })?;
+        drop(dir);
+        nix::mount::umount2(&mnt, nix::mount::MntFlags::empty()).map_err(|e| RuntimeError::Io {
+            context: format!("unmount {}", mnt.display()),
+            source: e.into(),
+        })
     }
 
     /// Installs `staged` (a complete image, on the same filesystem) as volume `id`'s image,
