@@ -443,10 +443,15 @@ def delete_pool(name: str) -> Call:
 # Volumes
 
 
-def create_volume(name: str, size_mib: int) -> Call:
+def create_volume(name: str, size_mib: int, storage: str = "local") -> Call:
     """Makes an empty volume of ``size_mib`` MiB in the caller's org (writes past the size fail
-    with ENOSPC in a sandbox, :class:`ApiError` ``insufficient_storage`` through the files API)."""
-    data = yield Req("POST", "/v1/volumes", json={"name": name, "size_mib": size_mib})
+    with ENOSPC in a sandbox, :class:`ApiError` ``insufficient_storage`` through the files API).
+    ``storage="object"`` keeps it in the server's snapshot store: it follows its sandboxes to
+    whichever node they run or wake on (``"local"``: the disk of one node)."""
+    body = {"name": name, "size_mib": size_mib}
+    if storage != "local":
+        body["storage"] = storage
+    data = yield Req("POST", "/v1/volumes", json=body)
     return Volume.from_json(data)
 
 

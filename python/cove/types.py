@@ -458,7 +458,9 @@ class Volume:
     at create (``create_sandbox(volumes=[...])``). ``used_bytes`` is what its filesystem uses
     now (``None`` when the node cannot tell); ``mounted_by`` the ids of the sandboxes that
     mount it (it cannot be deleted while any does); ``node`` the node that keeps it on a
-    cluster (``None`` for the server's own node): the sandboxes that mount it run there."""
+    cluster (``None`` for the server's own node): the sandboxes that mount it run there.
+    ``storage`` is ``"local"`` or ``"object"`` (kept in the snapshot store; while no sandbox
+    holds it, it is on no node: ``node`` and ``used_bytes`` are ``None``)."""
 
     name: str
     org: str
@@ -467,6 +469,7 @@ class Volume:
     used_bytes: Optional[int] = None
     mounted_by: List[str] = field(default_factory=list)
     node: Optional[str] = None
+    storage: str = "local"
 
     @classmethod
     def from_json(cls, data: Dict[str, Any]) -> "Volume":

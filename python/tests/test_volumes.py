@@ -67,3 +67,21 @@ def test_volume_paths_without_a_sandbox(client):
         assert err.value.code == "invalid_argument"
     finally:
         client.delete_volume("py-vol-ops")
+
+
+def test_object_volume_is_fetched_again_after_its_sandbox_is_deleted(client):
+    vol = client.create_volume("py-obj", 16, storage="object")
+    assert vol.storage == "object"
+    a = client.create_sandbox("tiny", volumes=["py-obj:/data"])
+    try:
+        assert client.run(a, "echo kept > /data/note").exit_code == 0
+    finally:
+        client.delete_sandbox(a)
+    # Uploaded and on no node while no sandbox holds it.
+    assert client.get_volume("py-obj").used_bytes is None
+    b = client.create_sandbox("tiny", volumes=["py-obj:/data"])
+    try:
+        assert client.run(b, "cat /data/note").stdout == b"kept\n"
+    finally:
+        client.delete_sandbox(b)
+    client.delete_volume("py-obj")

@@ -1,4 +1,5 @@
-//! Persistent volumes: node-local filesystems of a fixed size that sandboxes mount at create.
+//! Persistent volumes: filesystems of a fixed size that sandboxes mount at create, on one
+//! node's disk (`local`) or kept in the snapshot store (`object`).
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -12,8 +13,8 @@ pub struct CreateVolumeRequest {
     /// Size in MiB (16 to 1048576). Writes past it fail with `ENOSPC` in a sandbox and `507
     /// insufficient_storage` through the files API; ext4's own metadata takes a little of it.
     pub size_mib: u64,
-    /// Where the volume's data lives (default `local`). `object` answers `400 unsupported`
-    /// in this version.
+    /// Where the volume's data lives (default `local`): `object` keeps it in the server's
+    /// snapshot store so it follows its sandboxes between nodes.
     #[serde(default)]
     pub storage: VolumeStorage,
 }
@@ -26,9 +27,12 @@ pub enum VolumeStorage {
     /// node.
     #[default]
     Local,
-    /// Kept in the snapshot store and fetched onto the node where a sandbox mounting it
-    /// starts or wakes. Not offered in this version: a create asking for it answers `400
-    /// unsupported` (a volume stays on the node that made it).
+    /// Kept in the snapshot store and attached to one node at a time: while a sandbox that
+    /// mounts it is running or paused it is on that sandbox's node (the others that mount it
+    /// run there too); when the last is deleted or suspended the node uploads it and it is on
+    /// no node, and the next sandbox (a create, a wake, possibly on another node) or files
+    /// call fetches it onto its node first. A node lost while holding it loses what was
+    /// written since its last upload.
     Object,
 }
 
@@ -41,10 +45,11 @@ pub struct Volume {
     pub org: String,
     /// Size in MiB.
     pub size_mib: u64,
-    /// Where its data lives (always `local` in this version).
+    /// Where its data lives.
     #[serde(default)]
     pub storage: VolumeStorage,
-    /// Bytes its filesystem uses now (`None` when the node cannot tell).
+    /// Bytes its filesystem uses now (`None` when the node cannot tell, and for an `object`
+    /// volume on no node).
     #[serde(default)]
     pub used_bytes: Option<u64>,
     /// Creation time.
@@ -53,8 +58,8 @@ pub struct Volume {
     #[serde(default)]
     pub mounted_by: Vec<String>,
     /// The node that keeps it, on a control plane with nodes joined over the network (absent
-    /// for the server's own node). Volumes are node-local: the sandboxes that mount it run on
-    /// that node only.
+    /// for the server's own node, and for an `object` volume on no node). The sandboxes that
+    /// mount it run on that node only (an `object` volume that no sandbox holds moves).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
 }

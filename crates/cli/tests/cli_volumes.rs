@@ -1,5 +1,5 @@
-//! `cove volume` (with its path verbs) and `cove create --volume` against a real server (the
-//! e2e harness: runc, `tiny` sandboxes).
+//! `cove volume` (with its path verbs, and `create --storage object`) and `cove create
+//! --volume` against a real server (the e2e harness: runc, `tiny` sandboxes).
 
 use cove_e2e::{client, delete, ensure_template, sh};
 
@@ -96,4 +96,45 @@ async fn volume_stat_mkdir_chmod_rm_file() {
     assert_ne!(code, 0);
     assert!(stderr.contains("file_not_found"), "{stderr}");
     ok(&["volume", "rm", &name]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volume_create_storage_object() {
+    let c = client();
+    ensure_template(&c, "tiny").await;
+    let name = format!("cli-obj-{}", std::process::id());
+    let made = ok(&[
+        "volume",
+        "create",
+        &name,
+        "--size-mib",
+        "16",
+        "--storage",
+        "object",
+        "--json",
+    ])
+    .await;
+    let made: serde_json::Value = serde_json::from_str(&made).expect("json");
+    assert_eq!(made["storage"], "object", "{made}");
+    let mount = format!("{name}:/data");
+    let id = ok(&["create", "-t", "tiny", "--volume", &mount]).await;
+    let id = id.trim();
+    let out = sh(&c, id, "echo kept > /data/note").await;
+    assert_eq!(out.command.exit_code, Some(0), "{}", out.stderr_text());
+    delete(&c, id).await;
+    // Uploaded when its sandbox went; the files API fetches it again.
+    assert_eq!(ok(&["volume", "get", &name, "/note"]).await, "kept\n");
+    let (code, _, stderr) = cove(&[
+        "volume",
+        "create",
+        "x",
+        "--size-mib",
+        "16",
+        "--storage",
+        "s3",
+    ])
+    .await;
+    assert_ne!(code, 0);
+    assert!(stderr.contains("object"), "{stderr}");
+    assert_eq!(ok(&["volume", "rm", &name]).await.trim(), name);
 }

@@ -111,6 +111,9 @@ impl ControlPlane {
             if let Some(c) = &self.inner.cluster {
                 let lost = c.expire();
                 c.record_states(&lost).await;
+                for node in &lost {
+                    self.detach_lost_node_volumes(node).await;
+                }
                 node_lost = !lost.is_empty() | c.take_changed();
             }
             if node_lost || last_reconcile.elapsed() >= self.inner.cfg.reconcile_interval {

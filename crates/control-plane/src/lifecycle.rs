@@ -312,7 +312,17 @@ impl ControlPlane {
             // Deleted meanwhile: the delete, queued behind this call, removes the snapshot.
             info!(sandbox_id = %id, "sandbox suspended after it was deleted");
         }
+        self.release_volumes_of(id).await;
         Ok(())
+    }
+
+    /// Detaches the object volumes sandbox `id` mounted that no sandbox holds any more (after
+    /// it was suspended or deleted, or failed to wake).
+    pub(crate) async fn release_volumes_of(&self, id: &str) {
+        match self.store().get_sandbox(id).await {
+            Ok(s) => self.release_object_volumes(&s.org, &s.volumes).await,
+            Err(e) => warn!(sandbox_id = %id, error = %e, "cannot read a sandbox's volumes"),
+        }
     }
 
     /// Restores a suspended sandbox and starts it; a failure leaves it suspended.
@@ -372,6 +382,7 @@ impl ControlPlane {
                     Some(op_id),
                 )
                 .await?;
+                self.release_volumes_of(id).await;
                 Err(node_err(e, id))
             }
         }

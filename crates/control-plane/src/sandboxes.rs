@@ -729,6 +729,7 @@ impl ControlPlane {
         self.forget_lock(id);
         self.inner.repairs.forget(id);
         info!(sandbox_id = %id, "sandbox deleted");
+        self.release_volumes_of(id).await;
         Ok(())
     }
 }

@@ -76,9 +76,38 @@ pub trait NodeVolumes: Send + Sync + 'static {
         Err(unsupported())
     }
 
-    /// Removes volume `id` and its data. The caller ensures no sandbox mounts it. None is
-    /// fine.
+    /// Removes volume `id` and its data (for an object volume, its stored generations too).
+    /// The caller ensures no sandbox mounts it. None is fine.
     async fn delete_volume(&self, _id: &str) -> Result<(), NodeError> {
+        Err(unsupported())
+    }
+
+    /// Fetches generation `generation` of object volume `id` from the snapshot store into
+    /// this node's disk (generation 0: never uploaded, so an empty filesystem of `size_mib`
+    /// MiB is made instead), so it can be mounted here. A copy already on the node is
+    /// replaced. A failed fetch changes nothing on the node. Errors: `NoSpace`
+    /// when the node's disk cannot hold it, `FileNotFound` when that generation is not in the
+    /// store, `Internal` for a store failure.
+    async fn download_volume(
+        &self,
+        _id: &str,
+        _size_mib: u64,
+        _generation: u64,
+    ) -> Result<(), NodeError> {
+        Err(unsupported())
+    }
+
+    /// Uploads this node's copy of object volume `id` to the snapshot store as generation
+    /// `generation` (unmounted and flushed first; the whole image, sparse regions skipped),
+    /// keeping the copy. The caller ensures no sandbox mounts it. Returns the bytes stored.
+    /// Errors: `FileNotFound` when the node has no copy, `Internal` for a store failure.
+    async fn upload_volume(&self, _id: &str, _generation: u64) -> Result<u64, NodeError> {
+        Err(unsupported())
+    }
+
+    /// Drops this node's copy of object volume `id` (unmounting it) and every stored
+    /// generation of it but `keep`. The caller ensures no sandbox mounts it. None is fine.
+    async fn release_volume(&self, _id: &str, _keep: u64) -> Result<(), NodeError> {
         Err(unsupported())
     }
 

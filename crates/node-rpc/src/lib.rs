@@ -43,8 +43,10 @@ pub use server::NodeService;
 /// `BUILD_FILE_RELEASE`; version 5 carried the checkpoints (`CHECKPOINT_SANDBOX`,
 /// `RESTORE_CHECKPOINT`, `EXPORT_CHECKPOINT`, `IMPORT_CHECKPOINT`, `DELETE_CHECKPOINT`) and the
 /// volumes (`CREATE_VOLUME` .. `LIST_VOLUME_DIR`); version 6 the volume path calls
-/// (`STAT_VOLUME_PATH`, `REMOVE_VOLUME_PATH`, `MAKE_VOLUME_DIR`, `SET_VOLUME_ATTRS`).
-pub const PROTOCOL_VERSION: u32 = 6;
+/// (`STAT_VOLUME_PATH`, `REMOVE_VOLUME_PATH`, `MAKE_VOLUME_DIR`, `SET_VOLUME_ATTRS`); version 7
+/// moved object volumes to and from the snapshot store (`DOWNLOAD_VOLUME`, `UPLOAD_VOLUME`,
+/// `RELEASE_VOLUME`).
+pub const PROTOCOL_VERSION: u32 = 7;
 
 /// Most bytes in one message of a byte stream (file contents, bodies).
 pub const CHUNK_BYTES: usize = 256 * 1024;

@@ -327,6 +327,18 @@ impl Node for NodeService {
                 let (id, path, attrs): (String, String, VolumeEntryAttrs) = args(&a)?;
                 reply(n.set_volume_attrs(&id, path, attrs).await)
             }
+            Method::DownloadVolume => {
+                let (id, size_mib, generation): (String, u64, u64) = args(&a)?;
+                reply(n.download_volume(&id, size_mib, generation).await)
+            }
+            Method::UploadVolume => {
+                let (id, generation): (String, u64) = args(&a)?;
+                reply(n.upload_volume(&id, generation).await)
+            }
+            Method::ReleaseVolume => {
+                let (id, keep): (String, u64) = args(&a)?;
+                reply(n.release_volume(&id, keep).await)
+            }
             _ => Err(Status::unimplemented("not a unary method")),
         }
     }

@@ -1,5 +1,6 @@
 //! The [`NodeVolumes`] of a [`RemoteNode`]: unary calls (create, delete, usage, list since
-//! protocol v5; the path calls stat, remove, mkdir, owner and mode since v6), a file read as a
+//! protocol v5; the path calls stat, remove, mkdir, owner and mode since v6; an object volume's
+//! download, upload and release since v7), a file read as a
 //! server stream (its `FileInfo`, then its bytes) and a file write as a client stream (the
 //! call, then the bytes), as the sandbox files calls do. The control plane addresses each call
 //! to the node that keeps the volume.
@@ -24,6 +25,24 @@ impl NodeVolumes for RemoteNode {
 
     async fn delete_volume(&self, id: &str) -> Result<(), NodeError> {
         self.call(Method::DeleteVolume, (id,)).await
+    }
+
+    async fn download_volume(
+        &self,
+        id: &str,
+        size_mib: u64,
+        generation: u64,
+    ) -> Result<(), NodeError> {
+        self.call(Method::DownloadVolume, (id, size_mib, generation))
+            .await
+    }
+
+    async fn upload_volume(&self, id: &str, generation: u64) -> Result<u64, NodeError> {
+        self.call(Method::UploadVolume, (id, generation)).await
+    }
+
+    async fn release_volume(&self, id: &str, keep: u64) -> Result<(), NodeError> {
+        self.call(Method::ReleaseVolume, (id, keep)).await
     }
 
     async fn volume_usage(&self, id: &str) -> Result<VolumeUsage, NodeError> {

@@ -1,6 +1,7 @@
 //! Volume calls over real gRPC on loopback: a FakeNode served by `NodeService`, called through
 //! `RemoteNode` — create, usage, delete, the file streams (read, write), listings to a depth,
-//! and the path calls of protocol v6 (stat, remove, mkdir, owner and mode), with their
+//! the path calls of protocol v6 (stat, remove, mkdir, owner and mode), and the object volume
+//! moves of v7 (download, upload, release), with their
 //! arguments and typed errors crossing the wire as they are.
 
 #![allow(clippy::unwrap_used)]
@@ -158,4 +159,33 @@ async fn volume_calls_cross_the_wire() {
         remote.stat_volume_path("vol-1", "/a".into()).await,
         Err(NodeError::FileNotFound(_))
     ));
+}
+
+#[tokio::test]
+async fn object_volume_moves_cross_the_wire() {
+    let (fake, remote) = connect().await;
+    let id = format!("vol-rpc-{}", std::process::id());
+    // Generation 0: an empty volume of the size given.
+    remote.download_volume(&id, 32, 0).await.unwrap();
+    assert_eq!(fake.volume_ids(), vec![id.clone()]);
+    remote
+        .write_volume_file(&id, "/f".into(), VolumeEntryAttrs::default(), body(b"abc"))
+        .await
+        .unwrap();
+    assert_eq!(remote.upload_volume(&id, 1).await.unwrap(), 3);
+    remote.release_volume(&id, 1).await.unwrap();
+    assert!(fake.volume_ids().is_empty());
+    assert_eq!(FakeNode::stored_volume_generations(&id), [1]);
+    remote.download_volume(&id, 32, 1).await.unwrap();
+    assert_eq!(remote.volume_usage(&id).await.unwrap().used_bytes, 3);
+    assert!(matches!(
+        remote.download_volume(&id, 32, 9).await,
+        Err(NodeError::FileNotFound(_))
+    ));
+    assert!(matches!(
+        remote.upload_volume("vol-nope", 1).await,
+        Err(NodeError::FileNotFound(_))
+    ));
+    remote.delete_volume(&id).await.unwrap();
+    assert!(FakeNode::stored_volume_generations(&id).is_empty());
 }

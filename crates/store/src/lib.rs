@@ -52,7 +52,7 @@ pub use sandboxes::{SandboxFilter, SandboxStore};
 pub use sqlite::SqliteStore;
 pub use templates::{FileTemplate, TemplateStore};
 pub use tokens::TokenStore;
-pub use volumes::{VolumeRecord, VolumeStore};
+pub use volumes::{VolumeObject, VolumeRecord, VolumeStore};
 
 /// The whole store: every resource's methods, behind one object-safe trait. Share it as
 /// `Arc<dyn Store>`; every method takes `&self` and is safe to call concurrently.

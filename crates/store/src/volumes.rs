@@ -1,6 +1,7 @@
 //! Volume rows: a volume's name in its org, its size, its node-side id and the node that keeps
-//! it. The bytes live in an image on that node; which sandboxes mount a volume is read from the
-//! sandboxes' `volumes` column (a JSON list of mounts).
+//! it. The bytes live in an image on that node (for an object volume, also in the snapshot
+//! store, see [`VolumeObject`]); which sandboxes mount a volume is read from the sandboxes'
+//! `volumes` column (a JSON list of mounts).
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -25,6 +26,21 @@ pub struct VolumeRecord {
     /// volume of the server's own in-process node (and every volume made before nodes were
     /// recorded, which were all the in-process node's).
     pub node: Option<String>,
+    /// For a volume kept in the snapshot store (`storage: "object"`), its generation and
+    /// whether a node holds it now; `None` for a volume of one node's disk.
+    pub object: Option<VolumeObject>,
+}
+
+/// Where an object volume is: its durable copy in the snapshot store, and the node (the
+/// record's `node`) that holds it while `attached`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VolumeObject {
+    /// The generation of its last upload (`volumes/<id>/<generation>` in the snapshot store);
+    /// 0 when never uploaded (an empty filesystem).
+    pub generation: u64,
+    /// Whether a node holds it (its image is on that node, newer than the stored copy while
+    /// written to); detached, its record's `node` is `None` and any node may fetch it.
+    pub attached: bool,
 }
 
 /// Volume rows.
@@ -43,6 +59,22 @@ pub trait VolumeStore: Send + Sync {
     /// Ids of the sandboxes of `org` that are not `deleted` and mount volume `name`, oldest
     /// first.
     async fn volume_users(&self, org: &str, name: &str) -> Result<Vec<String>, StoreError>;
+
+    /// Records where object volume `id` is: `generation`, attached to `node` (`Some(None)`:
+    /// the server's own node) or detached (`None`), but only while its generation is still
+    /// `expected` (an upload flips it once). Errors: [`StoreError::Conflict`] when the
+    /// generation moved on, [`StoreError::NotFound`] when there is no such object volume.
+    async fn set_volume_attachment(
+        &self,
+        id: &str,
+        expected: u64,
+        generation: u64,
+        node: Option<Option<&str>>,
+    ) -> Result<(), StoreError>;
+
+    /// Detaches every object volume attached to `node` (a node declared lost): they keep their
+    /// last uploaded generation. Returns how many.
+    async fn detach_node_volumes(&self, node: &str) -> Result<u64, StoreError>;
 
     /// Removes volume `name` of `org`. Returns whether it existed.
     async fn delete_volume(&self, org: &str, name: &str) -> Result<bool, StoreError>;

@@ -97,6 +97,10 @@ pub enum Call {
     Capacity,
     /// `NodeMetrics::sandbox_metrics`.
     SandboxMetrics,
+    /// `NodeVolumes::download_volume` (its target is the volume id).
+    DownloadVolume,
+    /// `NodeVolumes::upload_volume` (its target is the volume id).
+    UploadVolume,
 }
 
 /// What an injected fault does.

@@ -4,6 +4,9 @@
 //! size is `NoSpace`. The errors are the real node's: a missing path `FileNotFound`, a file
 //! where a directory is needed (or the reverse) `WrongType`, the root removed
 //! `InvalidArgument`.
+//!
+//! Object volumes go to and from [`STORED`], one snapshot store shared by every fake node of
+//! the process (as nodes share one store), keyed by volume id (random) and generation.
 
 use std::collections::BTreeMap;
 
@@ -22,7 +25,16 @@ use crate::{FakeNode, State};
 /// Owner of what a volume call makes without one (`user` of the built-in templates).
 const DEFAULT_ID: u32 = 1000;
 
+/// The stored generations of object volumes, by (volume id, generation).
+static STORED: std::sync::Mutex<BTreeMap<(String, u64), FakeVolume>> =
+    std::sync::Mutex::new(BTreeMap::new());
+
+fn stored() -> std::sync::MutexGuard<'static, BTreeMap<(String, u64), FakeVolume>> {
+    STORED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// A volume of the fake node.
+#[derive(Clone)]
 pub(crate) struct FakeVolume {
     size_mib: u64,
     /// Absolute path in the volume → entry; the root `/` is always there.
@@ -181,6 +193,15 @@ impl FakeNode {
         self.lock().volumes.keys().cloned().collect()
     }
 
+    /// The generations of object volume `id` in the shared store, oldest first.
+    pub fn stored_volume_generations(id: &str) -> Vec<u64> {
+        stored()
+            .keys()
+            .filter(|(v, _)| v == id)
+            .map(|(_, g)| *g)
+            .collect()
+    }
+
     /// Runs `f` on volume `id` with the next timestamp.
     fn with_volume<T>(
         &self,
@@ -208,6 +229,49 @@ impl NodeVolumes for FakeNode {
 
     async fn delete_volume(&self, id: &str) -> Result<(), NodeError> {
         self.lock().volumes.remove(id);
+        stored().retain(|(v, _), _| v != id);
+        Ok(())
+    }
+
+    async fn download_volume(
+        &self,
+        id: &str,
+        size_mib: u64,
+        generation: u64,
+    ) -> Result<(), NodeError> {
+        self.run(crate::Call::DownloadVolume, id, None, |st| {
+            let now = st.tick() as i64;
+            let copy = if generation == 0 {
+                FakeVolume::new(size_mib, now)
+            } else {
+                stored()
+                    .get(&(id.to_string(), generation))
+                    .cloned()
+                    .ok_or_else(|| {
+                        NodeError::FileNotFound(format!(
+                            "generation {generation} of volume {id} is not in the snapshot store"
+                        ))
+                    })?
+            };
+            st.volumes.insert(id.to_string(), copy);
+            Ok(())
+        })
+        .await
+    }
+
+    async fn upload_volume(&self, id: &str, generation: u64) -> Result<u64, NodeError> {
+        self.run(crate::Call::UploadVolume, id, None, |st| {
+            let v = volume(st, id)?.clone();
+            let bytes = v.used_bytes();
+            stored().insert((id.to_string(), generation), v);
+            Ok(bytes)
+        })
+        .await
+    }
+
+    async fn release_volume(&self, id: &str, keep: u64) -> Result<(), NodeError> {
+        self.lock().volumes.remove(id);
+        stored().retain(|(v, g), _| v != id || *g == keep);
         Ok(())
     }
 

@@ -1,12 +1,12 @@
 //! `cove volume create|ls|rm|get|put|files|stat|mkdir|chmod|rm-file`: persistent volumes
-//! (node-local disks that sandboxes mount with `cove create --volume NAME:/path[:ro]`) and their
+//! (node-local disks, or kept in the snapshot store with `--storage object`, that sandboxes mount with `cove create --volume NAME:/path[:ro]`) and their
 //! files without a sandbox (the path verbs are in `volume_files.rs`).
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use cove_api_types::Volume;
+use cove_api_types::{CreateVolumeRequest, Volume, VolumeStorage};
 use cove_client::{Body, Client};
 use tokio_util::io::ReaderStream;
 
@@ -45,6 +45,10 @@ pub struct CreateArgs {
     /// Size in MiB (16 to 1048576): writes past it fail with ENOSPC.
     #[arg(long, value_name = "MIB")]
     pub size_mib: u64,
+    /// Where it is kept: `local` (the disk of one node; its sandboxes run there) or `object`
+    /// (kept in the snapshot store, so it follows its sandboxes to any node).
+    #[arg(long, value_parser = ["local", "object"], default_value = "local")]
+    pub storage: String,
     /// Print the volume as JSON instead of its name.
     #[arg(long)]
     pub json: bool,
@@ -108,7 +112,17 @@ pub struct FilesArgs {
 pub async fn run(client: &Client, verb: VolumeVerb) -> anyhow::Result<()> {
     match verb {
         VolumeVerb::Create(args) => {
-            let v = client.create_volume(&args.name, args.size_mib).await?;
+            let storage = match args.storage.as_str() {
+                "object" => VolumeStorage::Object,
+                _ => VolumeStorage::Local,
+            };
+            let v = client
+                .create_volume_with(&CreateVolumeRequest {
+                    name: args.name,
+                    size_mib: args.size_mib,
+                    storage,
+                })
+                .await?;
             if args.json {
                 crate::outln!("{}", serde_json::to_string_pretty(&v)?);
             } else {

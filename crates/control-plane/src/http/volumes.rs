@@ -49,7 +49,7 @@ pub(super) fn routes() -> Router<ControlPlane> {
     post,
     path = "/v1/volumes",
     tag = "volumes",
-    description = "Create a persistent volume: an empty filesystem of `size_mib` MiB on the node, mounted into sandboxes at create (`volumes` of `POST /v1/sandboxes`). A taken name is `409 volume_exists`. Node-local, on the runc runtime (`400 unsupported` elsewhere): on a cluster it is made on one node (`node`), chosen now, and the sandboxes that mount it run there only; `503 unavailable` when no node that keeps volumes can take it.",
+    description = "Create a persistent volume: an empty filesystem of `size_mib` MiB on the node, mounted into sandboxes at create (`volumes` of `POST /v1/sandboxes`). A taken name is `409 volume_exists`. Node-local, on the runc runtime (`400 unsupported` elsewhere): on a cluster it is made on one node (`node`), chosen now, and the sandboxes that mount it run there only; `503 unavailable` when no node that keeps volumes can take it. With `storage: \"object\"` it is kept in the server's snapshot store and attached to one node at a time (the node of the sandboxes that hold it; uploaded and on no node once the last is deleted or suspended; fetched by the next sandbox's node, or by a ready node for a files call), so a suspended sandbox that mounts it can wake on another node.",
     request_body = cove_api_types::CreateVolumeRequest,
     responses((status = 201, body = cove_api_types::Volume, description = "The volume")),
 )]

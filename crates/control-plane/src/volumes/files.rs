@@ -120,7 +120,7 @@ impl ControlPlane {
         let v = self.volume_record(name).await?;
         validate::path("path", q.path.as_bytes())?;
         check_mode(q.mode)?;
-        let node = self.volume_node(&v).await?;
+        let node = self.files_node(&v).await?;
         if let Some(len) = declared_len {
             if len > MAX_UPLOAD_BYTES {
                 return Err(ServiceError::TooLarge(format!(
@@ -162,7 +162,7 @@ impl ControlPlane {
         let v = self.volume_record(name).await?;
         validate::path("path", q.path.as_bytes())?;
         let (info, stream) = self
-            .volume_node(&v)
+            .files_node(&v)
             .await?
             .read_volume_file(&v.id, q.path)
             .await
@@ -189,7 +189,7 @@ impl ControlPlane {
             );
         }
         let entries = self
-            .volume_node(&v)
+            .files_node(&v)
             .await?
             .list_volume_dir(&v.id, path, depth)
             .await
@@ -210,7 +210,7 @@ impl ControlPlane {
         let v = self.volume_record(name).await?;
         validate::path("path", q.path.as_bytes())?;
         let entry = self
-            .volume_node(&v)
+            .files_node(&v)
             .await?
             .stat_volume_path(&v.id, q.path)
             .await
@@ -229,7 +229,7 @@ impl ControlPlane {
         let _not_deleted = self.inner.volume_files_lock.read().await;
         let v = self.volume_record(name).await?;
         validate::path("path", q.path.as_bytes())?;
-        self.volume_node(&v)
+        self.files_node(&v)
             .await?
             .remove_volume_path(&v.id, q.path)
             .await
@@ -255,7 +255,7 @@ impl ControlPlane {
             mode: req.mode,
         };
         let entry = self
-            .volume_node(&v)
+            .files_node(&v)
             .await?
             .make_volume_dir(&v.id, req.path, req.parents.unwrap_or(true), attrs)
             .await
@@ -277,7 +277,7 @@ impl ControlPlane {
         validate::path("path", q.path.as_bytes())?;
         check_mode(attrs.mode)?;
         let entry = self
-            .volume_node(&v)
+            .files_node(&v)
             .await?
             .set_volume_attrs(
                 &v.id,

@@ -2,7 +2,8 @@
 //! checks of `volumes` on a sandbox create ([`ControlPlane::check_volume_mounts`]), what a
 //! node needs to mount them ([`ControlPlane::launch_volumes`]), their files without a sandbox
 //! (`files.rs`), the content tokens that reach one volume's files (`tokens.rs`), and which node
-//! keeps each (`nodes.rs`).
+//! keeps each (`nodes.rs`), and how object volumes move between nodes through the snapshot
+//! store (`objects.rs`).
 //!
 //! A volume is an ext4 image on one node, offered on the runc runtime: the server's own node,
 //! or on a cluster a node chosen when the volume is made (a ready runc node with the most free
@@ -12,9 +13,15 @@
 //! volume's calls answer `503 unavailable` and nothing of it is deleted. A node without volumes
 //! (`qemu`) refuses them with `400 unsupported`. A volume belongs to the caller's org; another
 //! org's volume is reported exactly as a missing one.
+//!
+//! A volume made with `storage: "object"` is the same image, but its durable copy is kept in
+//! the snapshot store and it follows its sandboxes: it is attached to one node while used and
+//! detached (uploaded) when the last sandbox that mounts it is deleted or suspended, so a
+//! sandbox that mounts it may wake on another node (`objects.rs`).
 
 mod files;
 mod nodes;
+mod objects;
 mod tokens;
 
 use std::collections::HashSet;
@@ -23,7 +30,7 @@ use chrono::Utc;
 use cove_api_types::{CreateVolumeRequest, Volume, VolumeList, VolumeMount, VolumeStorage};
 use cove_domain::{ids, volumes, InvalidInput};
 use cove_node_api::LaunchVolume;
-use cove_store::{StoreError, VolumeRecord};
+use cove_store::{StoreError, VolumeObject, VolumeRecord};
 use tracing::{info, warn};
 
 pub use files::{VolumeFileQuery, VolumeListQuery, VolumeWriteQuery};
@@ -74,22 +81,16 @@ impl ControlPlane {
     }
 
     /// Makes a volume in the caller's org: a fresh, empty filesystem of `size_mib` MiB on the
-    /// node (on a cluster, the node `nodes.rs` chooses, recorded with it). Errors:
-    /// `invalid_argument` (name, size), `volume_exists`, `unsupported` (also for `storage:
-    /// "object"`, and on a cluster without a node that keeps volumes), `feature_disabled`,
+    /// node (on a cluster, the node `nodes.rs` chooses, recorded with it). With `storage:
+    /// "object"` it is attached to that node, at generation 0 (nothing uploaded yet). Errors:
+    /// `invalid_argument` (name, size), `volume_exists`, `unsupported` (on a cluster without a
+    /// node that keeps volumes), `feature_disabled`,
     /// `no_space` when the node's disk cannot hold it, `unavailable` when no node that keeps
     /// volumes can take it now.
     pub async fn create_volume(&self, req: CreateVolumeRequest) -> Result<Volume, ServiceError> {
         self.require_volumes().await?;
         volumes::name("name", &req.name)?;
         volumes::size_mib("size_mib", req.size_mib)?;
-        if req.storage == VolumeStorage::Object {
-            return Err(ServiceError::Unsupported(
-                "storage \"object\" is not supported in this version: volumes are ext4 disks \
-                 of one node (use storage \"local\")"
-                    .into(),
-            ));
-        }
         let (node, api) = self.node_for_new_volume(req.size_mib).await?;
         let record = VolumeRecord {
             id: ids::new_volume_id(),
@@ -98,6 +99,10 @@ impl ControlPlane {
             size_mib: req.size_mib,
             created_at: Utc::now(),
             node,
+            object: (req.storage == VolumeStorage::Object).then_some(VolumeObject {
+                generation: 0,
+                attached: true,
+            }),
         };
         // Files calls wait until the node has made it (else one could mount a blank image).
         let no_files_calls = self.inner.volume_files_lock.write().await;
@@ -162,9 +167,13 @@ impl ControlPlane {
             )));
         }
         let _no_files_calls = self.inner.volume_files_lock.write().await;
-        self.volume_node(&v)
-            .await?
-            .delete_volume(&v.id)
+        let node = if objects::detached(&v) {
+            // Any node reaches the snapshot store that keeps it.
+            self.node_for_new_volume(0).await?.1
+        } else {
+            self.volume_node(&v).await?
+        };
+        node.delete_volume(&v.id)
             .await
             .map_err(|e| files::volume_err(e, &v.name))?;
         self.store().delete_volume(&v.org, &v.name).await?;
@@ -173,12 +182,23 @@ impl ControlPlane {
     }
 
     async fn describe(&self, v: VolumeRecord) -> Result<Volume, ServiceError> {
-        let usage = match self.volume_node(&v).await {
-            Ok(node) => node.volume_usage(&v.id).await.map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
+        // A detached object volume is on no node: its use is not known.
+        let node = if objects::detached(&v) {
+            None
+        } else {
+            Some(self.volume_node(&v).await)
+        };
+        let usage = match node {
+            None => Ok(None),
+            Some(Ok(node)) => node
+                .volume_usage(&v.id)
+                .await
+                .map(Some)
+                .map_err(|e| e.to_string()),
+            Some(Err(e)) => Err(e.to_string()),
         };
         let used_bytes = match usage {
-            Ok(u) => Some(u.used_bytes),
+            Ok(u) => u.map(|u| u.used_bytes),
             Err(e) => {
                 warn!(volume_id = %v.id, error = %e, "cannot read a volume's use");
                 None
@@ -189,7 +209,11 @@ impl ControlPlane {
             name: v.name,
             org: v.org,
             size_mib: v.size_mib,
-            storage: VolumeStorage::Local,
+            storage: if v.object.is_some() {
+                VolumeStorage::Object
+            } else {
+                VolumeStorage::Local
+            },
             used_bytes,
             created_at: v.created_at,
             mounted_by,
@@ -199,9 +223,11 @@ impl ControlPlane {
 
     /// Checks the `volumes` of a create: the feature and the server offer them, at most
     /// [`volumes::MAX_MOUNTS`], each path valid, no path and no volume twice, every volume in
-    /// the caller's org, and on a cluster every volume on one node that takes sandboxes now
-    /// (`invalid_argument`, `unavailable`: see [`Self::check_volumes_node`]). Returns a guard to hold until the sandbox is recorded, so a volume
-    /// delete cannot slip in between (`None` without volumes).
+    /// the caller's org, its object volumes attached to one node ([`Self::attach_volumes`]),
+    /// and on a cluster every volume on one node that takes sandboxes now (`invalid_argument`,
+    /// `unavailable`: see [`Self::check_volumes_node`]). Returns a guard to hold until the
+    /// sandbox is recorded, so a volume delete cannot slip in between (`None` without
+    /// volumes).
     pub(crate) async fn check_volume_mounts(
         &self,
         mounts: &[VolumeMount],
@@ -245,6 +271,9 @@ impl ControlPlane {
                 self.volume_record(&m.name).await?,
             ));
         }
+        // Object volumes first move to (or stay on) one node, then all must be on one that
+        // takes sandboxes.
+        self.attach_volumes(&mut records).await?;
         self.check_volumes_node(&records)?;
         Ok(Some(held))
     }
@@ -272,9 +301,10 @@ impl ControlPlane {
         Ok(out)
     }
 
-    /// Checks that the volumes a fork mounts (its parent's, of `org`) can be mounted now: on
-    /// a cluster, their node takes sandboxes (`unavailable` otherwise; a fork runs only on
-    /// the volumes' node, as its parent does).
+    /// Checks that the volumes a fork mounts (its parent's, of `org`) can be mounted now
+    /// (detached object volumes attached first): on a cluster, their node takes sandboxes
+    /// (`unavailable` otherwise; a fork runs only on the volumes' node, as its parent does).
+    /// The caller holds `volumes_lock`.
     pub(crate) async fn check_fork_volumes(
         &self,
         org: &str,
@@ -282,18 +312,29 @@ impl ControlPlane {
     ) -> Result<(), ServiceError> {
         let records = self.mounted_volumes(org, mounts).await?;
         let fields = (0..records.len()).map(|i| format!("volumes[{i}].name"));
-        self.check_volumes_node(&fields.zip(records).collect::<Vec<_>>())
+        let mut records = fields.zip(records).collect::<Vec<_>>();
+        self.attach_volumes(&mut records).await?;
+        self.check_volumes_node(&records)
     }
 
     /// What the node needs to mount the volumes of a sandbox of `org` (with the node that
-    /// keeps each, where a cluster places the sandbox). Errors: `internal` when a mounted
-    /// volume is gone (a delete refuses while it is mounted).
+    /// keeps each, where a cluster places the sandbox), attaching detached object volumes
+    /// first (a wake after a suspend). Errors: `internal` when a mounted volume is gone (a
+    /// delete refuses while it is mounted); those of [`Self::attach_volumes`].
     pub(crate) async fn launch_volumes(
         &self,
         org: &str,
         mounts: &[VolumeMount],
     ) -> Result<Vec<LaunchVolume>, ServiceError> {
-        let records = self.mounted_volumes(org, mounts).await?;
+        let mut records = self.mounted_volumes(org, mounts).await?;
+        if records.iter().any(objects::detached) {
+            let _held = self.inner.volumes_lock.lock().await;
+            let fresh = self.mounted_volumes(org, mounts).await?;
+            let fields = (0..fresh.len()).map(|i| format!("volumes[{i}].name"));
+            let mut named = fields.zip(fresh).collect::<Vec<_>>();
+            self.attach_volumes(&mut named).await?;
+            records = named.into_iter().map(|(_, v)| v).collect();
+        }
         Ok(mounts
             .iter()
             .zip(records)

@@ -79,6 +79,11 @@ impl ControlPlane {
         let Some(cluster) = &self.inner.cluster else {
             return Ok(());
         };
+        // A detached object volume is on no node yet: it goes where the others are.
+        let volumes: Vec<&(String, VolumeRecord)> = volumes
+            .iter()
+            .filter(|(_, v)| !super::objects::detached(v))
+            .collect();
         let Some((_, first)) = volumes.first() else {
             return Ok(());
         };

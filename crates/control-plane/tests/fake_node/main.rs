@@ -32,3 +32,4 @@ mod streams;
 mod volume_tokens;
 mod volumes;
 mod volumes_nodes;
+mod volumes_objects;

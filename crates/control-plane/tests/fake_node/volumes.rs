@@ -200,22 +200,34 @@ async fn a_node_that_cannot_mount_volumes_refuses_them_with_unsupported() {
 }
 
 #[tokio::test]
-async fn object_storage_answers_unsupported_and_makes_nothing() {
+async fn an_object_volume_on_one_server_is_uploaded_when_unmounted_and_fetched_again() {
+    use LifecycleVerb::{Suspend, Wake};
     let h = Harness::new().await;
     let req = CreateVolumeRequest {
         storage: cove_api_types::VolumeStorage::Object,
         ..volume("remote")
     };
-    let e = h.cp.create_volume(req).await.expect_err("unsupported");
-    assert_eq!(e.code(), ErrorCode::Unsupported);
-    assert!(e.public_message().contains("object"), "{e}");
+    let made = h.cp.create_volume(req).await.expect("create");
+    assert_eq!(made.storage, cove_api_types::VolumeStorage::Object);
+    let id = h.node.volume_ids()[0].clone();
+    let sb = h
+        .running_with(mounting(&[("remote", "/data", false)]))
+        .await;
+    // Suspended: uploaded (generation 1) and dropped from the node; woken: fetched again.
+    h.apply(&sb, Suspend).await;
     assert!(h.node.volume_ids().is_empty());
+    assert_eq!(FakeNode::stored_volume_generations(&id), [1]);
+    h.apply(&sb, Wake).await;
+    assert_eq!(h.node.volume_ids(), std::slice::from_ref(&id));
+    let op = h.cp.delete_sandbox(&sb, None).await.expect("delete");
+    h.succeeds(&op).await;
+    assert_eq!(FakeNode::stored_volume_generations(&id), [2]);
+    h.cp.delete_volume("remote").await.expect("delete");
+    assert!(FakeNode::stored_volume_generations(&id).is_empty());
     assert_eq!(
         code(h.cp.get_volume("remote").await),
         ErrorCode::VolumeNotFound
     );
-    let local = h.cp.create_volume(volume("here")).await.expect("local");
-    assert_eq!(local.storage, cove_api_types::VolumeStorage::Local);
 }
 
 #[tokio::test]

@@ -167,5 +167,6 @@ mod release_store;
 mod releases;
 mod repair;
 mod volume_files;
+mod volume_objects;
 mod volume_paths;
 mod volumes;

@@ -84,13 +84,30 @@ impl NodeVolumes for NodeAgent {
 
     async fn delete_volume(&self, id: &str) -> Result<(), NodeError> {
         self.volume_disks()?;
-        let disks = self.volumes.clone();
-        let id_owned = id.to_string();
-        tokio::task::spawn_blocking(move || disks.remove(&id_owned))
-            .await
-            .map_err(join_err)?
-            .map_err(runtime_err)?;
+        self.drop_volume(id, None).await?;
         tracing::info!(volume_id = %id, "volume deleted");
+        Ok(())
+    }
+
+    async fn download_volume(
+        &self,
+        id: &str,
+        size_mib: u64,
+        generation: u64,
+    ) -> Result<(), NodeError> {
+        self.volume_disks()?;
+        self.fetch_volume(id, size_mib, generation).await
+    }
+
+    async fn upload_volume(&self, id: &str, generation: u64) -> Result<u64, NodeError> {
+        self.volume_disks()?;
+        self.store_volume(id, generation).await
+    }
+
+    async fn release_volume(&self, id: &str, keep: u64) -> Result<(), NodeError> {
+        self.volume_disks()?;
+        self.drop_volume(id, Some(keep)).await?;
+        tracing::info!(volume_id = %id, generation = keep, "volume released");
         Ok(())
     }
 

@@ -40,6 +40,8 @@ const SANDBOXES: &str = "sandboxes";
 const CHECKPOINTS: &str = "checkpoints";
 /// Folder of release root filesystems, keyed by the hex of their content digest.
 const RELEASES: &str = "releases";
+/// Folder of object volumes' images, keyed by volume id, one object per generation.
+const VOLUMES: &str = "volumes";
 /// Version of [`Manifest`]'s format.
 pub const MANIFEST_VERSION: u32 = 1;
 
@@ -181,6 +183,37 @@ impl SnapshotStore {
             scope: RELEASES,
             ..self.clone()
         }
+    }
+
+    /// The same store seen from its object volumes' folder (`<prefix>/volumes/<volume
+    /// id>/<generation>`): every method then takes a volume id where it names a sandbox id,
+    /// and a generation's number as the artifact name.
+    pub fn volumes(&self) -> SnapshotStore {
+        SnapshotStore {
+            scope: VOLUMES,
+            ..self.clone()
+        }
+    }
+
+    /// Deletes every object of `key` but `keep` (none is fine).
+    pub async fn delete_except(&self, key: &str, keep: &str) -> Result<(), SnapshotError> {
+        let kept = self.key(key, keep);
+        let mut listed = self.store.list(Some(&self.dir_key(key)));
+        let mut doomed = Vec::new();
+        while let Some(meta) = listed.next().await {
+            match meta {
+                Ok(meta) if meta.location != kept => doomed.push(meta.location),
+                Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        for key in doomed {
+            match self.store.delete(&key).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
     }
 
     /// Writes a small object `name` of `key` in one piece (a release's manifest).

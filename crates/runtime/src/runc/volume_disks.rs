@@ -62,6 +62,55 @@ impl VolumeDisks {
         self.dir(id).join("mnt")
     }
 
+    /// The image file of volume `id` (for an object volume's upload: unmount it first).
+    pub fn image_path(&self, id: &str) -> PathBuf {
+        self.image(id)
+    }
+
+    /// Unmounts volume `id` so all its data is in the image (unless it is not mounted). Never
+    /// lazily: a mount still in use (a files call in flight) is an error (`EBUSY`), not a
+    /// detach that would leave data unwritten.
+    pub fn unmount(&self, id: &str) -> Result<(), RuntimeError> {
+        check_id(id)?;
+        let _held = self.mounting.lock().unwrap_or_else(|p| p.into_inner());
+        let mnt = self.mount_point(id);
+        if !mounts::is_mounted(&mnt)? {
+            return Ok(());
+        }
+        // Flushed first: the filesystem's data reaches the image even if another mount of it
+        // (a bind somewhere) kept it alive past the unmount.
+        let dir = std::fs::File::open(&mnt).map_err(io_err(format!("open {}", mnt.display())))?;
+        nix::unistd::syncfs(std::os::fd::AsRawFd::as_raw_fd(&dir)).map_err(|e| {
+            RuntimeError::Io {
+                context: format!("syncfs {}", mnt.display()),
+                source: e.into(),
+            }
+        })?;
+        drop(dir);
+        nix::mount::umount2(&mnt, nix::mount::MntFlags::empty()).map_err(|e| RuntimeError::Io {
+            context: format!("unmount {}", mnt.display()),
+            source: e.into(),
+        })
+    }
+
+    /// Installs `staged` (a complete image, on the same filesystem) as volume `id`'s image,
+    /// replacing any copy the node has (which is unmounted and removed first).
+    pub fn install(&self, id: &str, staged: &Path) -> Result<(), RuntimeError> {
+        self.remove(id)?;
+        let dir = self.dir(id);
+        std::fs::create_dir_all(&dir).map_err(io_err(format!("create {}", dir.display())))?;
+        std::fs::rename(staged, self.image(id))
+            .map_err(io_err(format!("install {}", staged.display())))
+    }
+
+    /// A path beside the volumes to stage a downloaded image of `id` in (its folder made).
+    pub fn staging_path(&self, id: &str) -> Result<PathBuf, RuntimeError> {
+        check_id(id)?;
+        std::fs::create_dir_all(&self.root)
+            .map_err(io_err(format!("create {}", self.root.display())))?;
+        Ok(self.root.join(format!(".{id}.download")))
+    }
+
     /// Whether the node has volume `id`'s image.
     pub fn exists(&self, id: &str) -> bool {
         self.image(id).is_file()

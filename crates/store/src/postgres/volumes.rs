@@ -6,7 +6,7 @@ use sqlx::Row;
 use super::PgStore;
 use super::{from_i64, to_i64};
 use crate::error::map_unique;
-use crate::{StoreError, VolumeRecord, VolumeStore};
+use crate::{StoreError, VolumeObject, VolumeRecord, VolumeStore};
 
 fn row_to_volume(r: &sqlx::postgres::PgRow) -> Result<VolumeRecord, StoreError> {
     Ok(VolumeRecord {
@@ -16,6 +16,14 @@ fn row_to_volume(r: &sqlx::postgres::PgRow) -> Result<VolumeRecord, StoreError> 
         size_mib: from_i64(r.try_get("size_mib")?, "size_mib")?,
         created_at: r.try_get("created_at")?,
         node: r.try_get("node")?,
+        object: match r.try_get::<String, _>("storage")?.as_str() {
+            "local" => None,
+            "object" => Some(VolumeObject {
+                generation: from_i64(r.try_get("generation")?, "generation")?,
+                attached: r.try_get("attached")?,
+            }),
+            other => return Err(StoreError::Corrupt(format!("volume storage {other:?}"))),
+        },
     })
 }
 
@@ -23,8 +31,8 @@ fn row_to_volume(r: &sqlx::postgres::PgRow) -> Result<VolumeRecord, StoreError> 
 impl VolumeStore for PgStore {
     async fn insert_volume(&self, v: &VolumeRecord) -> Result<(), StoreError> {
         sqlx::query(
-            "INSERT INTO volumes (id, org, name, size_mib, created_at, node) \
-             VALUES ($1, $2, $3, $4, $5, $6)",
+            "INSERT INTO volumes (id, org, name, size_mib, created_at, node, storage, generation, \
+             attached) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(&v.id)
         .bind(&v.org)
@@ -32,6 +40,13 @@ impl VolumeStore for PgStore {
         .bind(to_i64(v.size_mib)?)
         .bind(v.created_at)
         .bind(&v.node)
+        .bind(if v.object.is_some() {
+            "object"
+        } else {
+            "local"
+        })
+        .bind(to_i64(v.object.map_or(0, |o| o.generation))?)
+        .bind(v.object.is_none_or(|o| o.attached))
         .execute(&self.pool)
         .await
         .map_err(map_unique)?;
@@ -71,6 +86,50 @@ impl VolumeStore for PgStore {
         rows.iter()
             .map(|r| r.try_get::<String, _>("id").map_err(StoreError::from))
             .collect()
+    }
+
+    async fn set_volume_attachment(
+        &self,
+        id: &str,
+        expected: u64,
+        generation: u64,
+        node: Option<Option<&str>>,
+    ) -> Result<(), StoreError> {
+        let res = sqlx::query(
+            "UPDATE volumes SET generation = $1, attached = $2, node = $3 \
+             WHERE id = $4 AND storage = 'object' AND generation = $5",
+        )
+        .bind(to_i64(generation)?)
+        .bind(node.is_some())
+        .bind(node.flatten())
+        .bind(id)
+        .bind(to_i64(expected)?)
+        .execute(&self.pool)
+        .await?;
+        if res.rows_affected() > 0 {
+            return Ok(());
+        }
+        let exists = sqlx::query("SELECT 1 FROM volumes WHERE id = $1 AND storage = 'object'")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        match exists {
+            Some(_) => Err(StoreError::Conflict(format!(
+                "volume {id} is no longer at generation {expected}"
+            ))),
+            None => Err(StoreError::NotFound),
+        }
+    }
+
+    async fn detach_node_volumes(&self, node: &str) -> Result<u64, StoreError> {
+        let res = sqlx::query(
+            "UPDATE volumes SET attached = FALSE, node = NULL \
+             WHERE storage = 'object' AND attached AND node = $1",
+        )
+        .bind(node)
+        .execute(&self.pool)
+        .await?;
+        Ok(res.rows_affected())
     }
 
     async fn delete_volume(&self, org: &str, name: &str) -> Result<bool, StoreError> {

@@ -95,6 +95,7 @@ conformance!(
     orgs::listings_are_scoped_to_an_org,
     orgs::audit_records_are_paged_scoped_and_purged,
     volumes::volumes_round_trip_and_names_are_unique_per_org,
+    volumes::object_volumes_attach_detach_and_flip_generations,
     volumes::volume_users_are_the_live_sandboxes_that_mount_it,
     cluster::nodes_join_heartbeat_and_keep_an_operators_state,
     cluster::placements_are_put_moved_and_deleted,

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use cove_api_types::{SandboxState, VolumeMount};
-use cove_store::{Store, StoreError, VolumeRecord};
+use cove_store::{Store, StoreError, VolumeObject, VolumeRecord};
 
 use crate::fixtures::{bare_sandbox, now};
 
@@ -15,6 +15,7 @@ fn record(id: &str, org: &str, name: &str) -> VolumeRecord {
         size_mib: 1 << 20,
         created_at: now(),
         node: None,
+        object: None,
     }
 }
 
@@ -130,4 +131,87 @@ pub async fn volume_users_are_the_live_sandboxes_that_mount_it(store: Arc<dyn St
         .await
         .expect("users")
         .is_empty());
+}
+
+pub async fn object_volumes_attach_detach_and_flip_generations(store: Arc<dyn Store>) {
+    let v = VolumeRecord {
+        node: Some("node-a".into()),
+        object: Some(VolumeObject {
+            generation: 0,
+            attached: true,
+        }),
+        ..record("vol-o1", "default", "shared")
+    };
+    store.insert_volume(&v).await.expect("insert");
+    assert_eq!(store.get_volume("default", "shared").await.expect("get"), v);
+    // An upload flips the generation once and detaches it.
+    store
+        .set_volume_attachment("vol-o1", 0, 1, None)
+        .await
+        .expect("detach at 1");
+    let got = store.get_volume("default", "shared").await.expect("get");
+    assert_eq!(got.node, None);
+    assert_eq!(
+        got.object,
+        Some(VolumeObject {
+            generation: 1,
+            attached: false
+        })
+    );
+    // A stale flip is refused and changes nothing.
+    assert!(matches!(
+        store
+            .set_volume_attachment("vol-o1", 0, 2, Some(Some("node-b")))
+            .await,
+        Err(StoreError::Conflict(_))
+    ));
+    // Attached to the server's own node (no name), then to a named node.
+    store
+        .set_volume_attachment("vol-o1", 1, 1, Some(None))
+        .await
+        .expect("attach here");
+    let got = store.get_volume("default", "shared").await.expect("get");
+    assert_eq!(
+        (got.node, got.object.map(|o| o.attached)),
+        (None, Some(true))
+    );
+    store
+        .set_volume_attachment("vol-o1", 1, 1, Some(Some("node-b")))
+        .await
+        .expect("attach on b");
+    // A local volume is not an object volume.
+    store
+        .insert_volume(&VolumeRecord {
+            node: Some("node-b".into()),
+            ..record("vol-l1", "default", "local")
+        })
+        .await
+        .expect("insert local");
+    assert!(matches!(
+        store.set_volume_attachment("vol-l1", 0, 1, None).await,
+        Err(StoreError::NotFound)
+    ));
+    // Node b is lost: its object volumes detach, its local ones stay.
+    assert_eq!(
+        store.detach_node_volumes("node-b").await.expect("detach"),
+        1
+    );
+    let got = store.get_volume("default", "shared").await.expect("get");
+    assert_eq!(got.node, None);
+    assert_eq!(
+        got.object,
+        Some(VolumeObject {
+            generation: 1,
+            attached: false
+        })
+    );
+    assert_eq!(
+        store
+            .get_volume("default", "local")
+            .await
+            .expect("get")
+            .node
+            .as_deref(),
+        Some("node-b")
+    );
 }
