@@ -183,25 +183,19 @@ impl ControlPlane {
 
     async fn describe(&self, v: VolumeRecord) -> Result<Volume, ServiceError> {
         // A detached object volume is on no node: its use is not known.
-        let node = if objects::detached(&v) {
+        let used_bytes = if objects::detached(&v) {
             None
         } else {
-            Some(self.volume_node(&v).await)
-        };
-        let usage = match node {
-            None => Ok(None),
-            Some(Ok(node)) => node
-                .volume_usage(&v.id)
-                .await
-                .map(Some)
-                .map_err(|e| e.to_string()),
-            Some(Err(e)) => Err(e.to_string()),
-        };
-        let used_bytes = match usage {
-            Ok(u) => u.map(|u| u.used_bytes),
-            Err(e) => {
-                warn!(volume_id = %v.id, error = %e, "cannot read a volume's use");
-                None
+            let usage = match self.volume_node(&v).await {
+                Ok(node) => node.volume_usage(&v.id).await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            match usage {
+                Ok(u) => Some(u.used_bytes),
+                Err(e) => {
+                    warn!(volume_id = %v.id, error = %e, "cannot read a volume's use");
+                    None
+                }
             }
         };
         let mounted_by = self.store().volume_users(&v.org, &v.name).await?;
@@ -265,12 +259,10 @@ impl ControlPlane {
         }
         let held = self.inner.volumes_lock.lock().await;
         let mut records = Vec::with_capacity(mounts.len());
-        for (i, m) in mounts.iter().enumerate() {
-            records.push((
-                format!("volumes[{i}].name"),
-                self.volume_record(&m.name).await?,
-            ));
+        for m in mounts {
+            records.push(self.volume_record(&m.name).await?);
         }
+        let mut records = named(records);
         // Object volumes first move to (or stay on) one node, then all must be on one that
         // takes sandboxes.
         self.attach_volumes(&mut records).await?;
@@ -310,9 +302,7 @@ impl ControlPlane {
         org: &str,
         mounts: &[VolumeMount],
     ) -> Result<(), ServiceError> {
-        let records = self.mounted_volumes(org, mounts).await?;
-        let fields = (0..records.len()).map(|i| format!("volumes[{i}].name"));
-        let mut records = fields.zip(records).collect::<Vec<_>>();
+        let mut records = named(self.mounted_volumes(org, mounts).await?);
         self.attach_volumes(&mut records).await?;
         self.check_volumes_node(&records)
     }
@@ -329,11 +319,9 @@ impl ControlPlane {
         let mut records = self.mounted_volumes(org, mounts).await?;
         if records.iter().any(objects::detached) {
             let _held = self.inner.volumes_lock.lock().await;
-            let fresh = self.mounted_volumes(org, mounts).await?;
-            let fields = (0..fresh.len()).map(|i| format!("volumes[{i}].name"));
-            let mut named = fields.zip(fresh).collect::<Vec<_>>();
-            self.attach_volumes(&mut named).await?;
-            records = named.into_iter().map(|(_, v)| v).collect();
+            let mut fresh = named(self.mounted_volumes(org, mounts).await?);
+            self.attach_volumes(&mut fresh).await?;
+            records = fresh.into_iter().map(|(_, v)| v).collect();
         }
         Ok(mounts
             .iter()
@@ -346,4 +334,13 @@ impl ControlPlane {
             })
             .collect())
     }
+}
+
+/// Each of a sandbox's volumes with the request field that names it (`volumes[i].name`), as
+/// the placement errors quote it.
+fn named(records: Vec<VolumeRecord>) -> Vec<(String, VolumeRecord)> {
+    (0..records.len())
+        .map(|i| format!("volumes[{i}].name"))
+        .zip(records)
+        .collect()
 }
