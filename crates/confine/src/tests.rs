@@ -73,7 +73,7 @@ fn a_planted_fifo_or_directory_is_replaced_without_blocking() {
     let lab = lab();
     rustix::fs::mknodat(
         rustix::fs::CWD,
-        &lab.tree.join("etc/hosts"),
+        lab.tree.join("etc/hosts"),
         FileType::Fifo,
         Mode::from_raw_mode(0o644),
         0,
@@ -102,7 +102,7 @@ fn reads_refuse_links_fifos_and_escapes() {
     symlink("/", lab.tree.join("up")).expect("symlink");
     rustix::fs::mknodat(
         rustix::fs::CWD,
-        &lab.tree.join("fifo"),
+        lab.tree.join("fifo"),
         FileType::Fifo,
         Mode::from_raw_mode(0o644),
         0,
