@@ -9,7 +9,7 @@ use cove_api_types::{
     CreateSandboxRequest, CreateTemplateQuery, OperationLogEvent, OperationState, ReleaseState,
 };
 use cove_client::{Client, ClientError};
-use cove_e2e::{client, delete, ensure_template, sh};
+use cove_e2e::{client, delete, ensure_template, oci_import_dir, server, sh};
 use futures::StreamExt;
 
 /// A context tar of `(path, content)` files.
@@ -364,14 +364,9 @@ fn oci_archive() -> Vec<u8> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oci_archive_imports_with_whiteouts_and_image_defaults() {
     let c = client();
-    let dir = tempfile::tempdir().expect("tmp");
-    let path = dir.path().join("image.tar");
-    std::fs::write(&path, oci_archive()).expect("write archive");
-    let file = format!(
-        "FROM oci-archive:{}\nRUN echo built > /work/built\n",
-        path.display()
-    );
-    let (state, log, _) = build(&c, "imported", &file, &[]).await;
+    std::fs::write(oci_import_dir().join("image.tar"), oci_archive()).expect("write archive");
+    let file = "FROM oci-archive:image.tar\nRUN echo built > /work/built\n";
+    let (state, log, _) = build(&c, "imported", file, &[]).await;
     assert_eq!(state, OperationState::Succeeded, "{log:#?}");
     let t = c.template("imported").await.expect("template");
     assert_eq!(
@@ -413,8 +408,7 @@ async fn an_oci_archive_imports_with_whiteouts_and_image_defaults() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oci_archive_with_a_corrupted_layer_fails_naming_the_layer() {
     let c = client();
-    let dir = tempfile::tempdir().expect("tmp");
-    let path = dir.path().join("image.tar");
+    let path = oci_import_dir().join("corrupted.tar");
     let mut archive = oci_archive();
     // The content of layer 2's `etc/new`: changed in place, so the archive still reads.
     let at = archive
@@ -423,14 +417,14 @@ async fn an_oci_archive_with_a_corrupted_layer_fails_naming_the_layer() {
         .expect("etc/new in the archive");
     archive[at] = b'N';
     std::fs::write(&path, archive).expect("write archive");
-    let file = format!("FROM oci-archive:{}\n", path.display());
+    let file = "FROM oci-archive:corrupted.tar\n";
     let resp = c
         .create_template(
             &CreateTemplateQuery {
                 name: "corrupted".into(),
                 ..Default::default()
             },
-            context(&[("Dockerfile", file.as_str())]),
+            context(&[("Dockerfile", file)]),
         )
         .await
         .expect("accepted");
@@ -454,4 +448,104 @@ async fn an_oci_archive_with_a_corrupted_layer_fails_naming_the_layer() {
     let t = c.template("corrupted").await.expect("template");
     assert!(t.releases.iter().all(|r| r.state == ReleaseState::Failed));
     c.delete_template("corrupted").await.expect("delete");
+}
+
+/// The client of a fresh org's API key (a tenant, not the admin).
+async fn tenant(name: &str) -> Client {
+    let admin = client();
+    let org = format!("{name}-{:08x}", rand::random::<u32>());
+    admin
+        .create_org(&org, cove_api_types::Quotas::default())
+        .await
+        .expect("org");
+    let key = admin.create_api_key(&org, "e2e").await.expect("key");
+    Client::new(&server().api_url, key.secret).expect("client")
+}
+
+/// Starts building `file` as template `name` with `c`; the failed build's error.
+async fn failed_build(c: &Client, name: &str, file: &str) -> cove_api_types::OperationError {
+    let resp = c
+        .create_template(
+            &CreateTemplateQuery {
+                name: name.into(),
+                ..Default::default()
+            },
+            context(&[("Dockerfile", file)]),
+        )
+        .await
+        .expect("accepted");
+    let op = c
+        .wait_operation(&resp.operation.id, Duration::from_secs(60))
+        .await
+        .expect("build ends");
+    assert_eq!(op.state, OperationState::Failed, "{file}");
+    let _ = c.delete_template(name).await;
+    op.error.expect("error")
+}
+
+/// Issue 26: `FROM oci-archive:` never opens a host path a tenant names. An absolute path is
+/// refused at once; a name in the import directory that is a link to a host file, a FIFO, a
+/// device link or missing fails with one message that quotes no byte of any file, and
+/// nothing blocks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oci_archive_never_opens_a_host_path_a_tenant_names() {
+    let c = tenant("oci").await;
+    let secret = b"root:$6$E2ESECRETHASH:19000:0:99999:7:::\n";
+    let host = tempfile::tempdir().expect("tmp");
+    let canary = host.path().join("shadow");
+    std::fs::write(&canary, secret.repeat(20)).expect("canary");
+    for path in ["/etc/shadow", "/dev/zero", "/proc/self/environ"] {
+        let file = format!("FROM oci-archive:{path}\n");
+        let err = c
+            .create_template(
+                &CreateTemplateQuery {
+                    name: "host-path".into(),
+                    ..Default::default()
+                },
+                context(&[("Dockerfile", file.as_str())]),
+            )
+            .await
+            .expect_err("refused");
+        match err {
+            ClientError::Api { status: 400, body } => {
+                assert_eq!(body.code, cove_api_types::ErrorCode::InvalidArgument);
+                assert!(body.message.contains("OCI import directory"), "{}", body.message);
+                assert!(!body.message.contains("root:"), "{}", body.message);
+            }
+            other => panic!("{path}: {other:?}"),
+        }
+    }
+
+    let dir = oci_import_dir();
+    std::os::unix::fs::symlink(&canary, dir.join("shadow-link.tar")).expect("symlink");
+    std::os::unix::fs::symlink("/dev/zero", dir.join("zero.tar")).expect("symlink");
+    std::os::unix::fs::symlink(host.path(), dir.join("hostdir")).expect("symlink");
+    let made = std::process::Command::new("mkfifo")
+        .arg(dir.join("fifo.tar"))
+        .status()
+        .expect("mkfifo");
+    assert!(made.success());
+    let mut messages = Vec::new();
+    let began = Instant::now();
+    for name in [
+        "missing.tar",
+        "shadow-link.tar",
+        "zero.tar",
+        "hostdir/shadow",
+        "fifo.tar",
+    ] {
+        let err = failed_build(&c, "via-import-dir", &format!("FROM oci-archive:{name}\n")).await;
+        assert_eq!(err.code, cove_api_types::ErrorCode::InvalidArgument, "{name}: {}", err.message);
+        assert!(!err.message.contains("E2ESECRETHASH"), "{name}: {}", err.message);
+        messages.push(err.message.replace(name, "NAME"));
+    }
+    assert!(began.elapsed() < Duration::from_secs(60), "nothing blocked");
+    messages.dedup();
+    assert_eq!(messages.len(), 1, "no existence oracle: {messages:#?}");
+
+    // A file that is not an image: a fixed message, never its bytes.
+    std::fs::write(dir.join("not-an-image.tar"), secret.repeat(20)).expect("write");
+    let err = failed_build(&c, "not-an-image", "FROM oci-archive:not-an-image.tar\n").await;
+    assert!(!err.message.contains("E2ESECRETHASH"), "{}", err.message);
+    assert_eq!(std::fs::read(&canary).expect("canary"), secret.repeat(20));
 }

@@ -261,6 +261,12 @@ fn release_userns_claims(dir: &Path) {
     }
 }
 
+/// The OCI import directory of this binary's server (`<data dir>/oci-import`, made at its
+/// start): `FROM oci-archive:NAME` finds NAME there.
+pub fn oci_import_dir() -> PathBuf {
+    server().data_dir.join("oci-import")
+}
+
 /// The server of this test binary (started on first call).
 pub fn server() -> &'static Server {
     server_with(|_| {})
@@ -308,7 +314,12 @@ pub fn server_with(tweak: fn(&mut cove_server::Config)) -> &'static Server {
             default_disk_mib: Some(cove_server::DEFAULT_DISK_MIB),
             cluster: None,
             user_namespaces: Default::default(),
+            oci_import: cove_server::OciImportSettings {
+                dir: Some(data_dir.join("oci-import")),
+                max_mib: None,
+            },
         };
+        std::fs::create_dir_all(data_dir.join("oci-import")).expect("oci import dir");
         let mut cfg = cfg;
         tweak(&mut cfg);
         let (tx, rx) = std::sync::mpsc::channel();

@@ -124,6 +124,7 @@ _BY_CODE: Dict[str, Type[CoveError]] = {
     "volume_exists": Conflict,
     "volume_in_use": Conflict,
     "unsupported": InvalidArgument,
+    "oci_import_disabled": PermissionDenied,
     "insufficient_storage": NoSpace,
     "method_not_allowed": InvalidArgument,
     "invalid_state": Conflict,

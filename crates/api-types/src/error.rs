@@ -114,6 +114,9 @@ error_codes! {
     /// (volumes on qemu, or on a cluster none of whose nodes keeps volumes); the message says
     /// why.
     Unsupported = "unsupported" => 400,
+    /// `FROM oci-archive:` in a template file, on a server whose operator set no OCI import
+    /// directory (`--oci-import-dir`): image archives are imported only from there.
+    OciImportDisabled = "oci_import_disabled" => 403,
     /// The request body is larger than allowed.
     PayloadTooLarge = "payload_too_large" => 413,
     /// An org's quota (running sandboxes, vCPUs, memory, creates per second) would be

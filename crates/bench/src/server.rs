@@ -124,6 +124,7 @@ impl CoveServer {
                 enabled: settings.user_namespaces,
                 ..Default::default()
             },
+            oci_import: Default::default(),
         };
         let mut cfg = cfg;
         tweak(&mut cfg);

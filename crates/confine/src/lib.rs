@@ -153,6 +153,8 @@ pub struct Meta {
     pub rdev: u64,
     /// Number of hard links.
     pub nlink: u64,
+    /// Inode number (with `dev`, an entry's identity: hard links share it).
+    pub ino: u64,
 }
 
 impl Meta {
@@ -166,6 +168,7 @@ impl Meta {
             dev: st.st_dev,
             rdev: st.st_rdev,
             nlink: st.st_nlink,
+            ino: st.st_ino,
         }
     }
 
@@ -201,6 +204,16 @@ fn components(rel: &Path) -> Result<Vec<&OsStr>> {
         }
     }
     Ok(out)
+}
+
+/// `.cove-<random>.<name>`: an `O_EXCL` temp name beside `name`.
+fn temp_name(name: &OsStr) -> Vec<u8> {
+    let mut tmp_name = Vec::with_capacity(name.len() + 24);
+    tmp_name.extend_from_slice(b".cove-");
+    tmp_name.extend_from_slice(format!("{:016x}", rand::random::<u64>()).as_bytes());
+    tmp_name.push(b'.');
+    tmp_name.extend_from_slice(&name.as_bytes()[..name.len().min(200)]);
+    tmp_name
 }
 
 /// A directory of a tenant-controlled tree, and the root every access through it resolves in.
@@ -295,6 +308,45 @@ impl Tree {
         Ok(File::from(fd))
     }
 
+    /// The directory `rel`, resolving symlinks on the way *as the sandbox would see them*:
+    /// `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)`, so an absolute link restarts at this
+    /// tree's root and `..` stops there; the kernel never lets the walk leave the root, and
+    /// `/proc`-style magic links are refused. For placing what a tenant's image or file asks
+    /// for (`COPY x /bin/` where `/bin -> usr/bin`); accesses through the returned tree are
+    /// confined as usual (no links followed).
+    ///
+    /// Errors: [`Error::BadPath`] for `..` in `rel`, [`Error::WrongKind`] when it is no
+    /// directory, [`Error::Io`] (`ENOENT`, `ELOOP` for a link cycle).
+    pub fn open_dir_in_root(&self, rel: &Path) -> Result<Tree> {
+        let rel_or_dot = if components(rel)?.is_empty() {
+            Path::new(".")
+        } else {
+            rel
+        };
+        let fd = rustix::fs::openat2(
+            &self.fd,
+            rel_or_dot,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+            ResolveFlags::IN_ROOT | ResolveFlags::NO_MAGICLINKS,
+        )
+        .map_err(|e| match e {
+            Errno::NOTDIR => Error::WrongKind {
+                path: rel.to_path_buf(),
+                expected: "directory",
+            },
+            e => Error::Io {
+                op: "open",
+                path: rel.to_path_buf(),
+                source: e.into(),
+            },
+        })?;
+        Ok(Tree {
+            fd,
+            label: self.label.join(rel),
+        })
+    }
+
     /// Why `rel` could not be opened as a directory (`ENOTDIR`): its last component is a link
     /// ([`Error::Link`]) or something else ([`Error::WrongKind`]).
     fn not_a_dir(&self, rel: &Path) -> Error {
@@ -368,6 +420,17 @@ impl Tree {
             Err(Errno::NOENT) => Ok(None),
             Err(e) => Err(io_err("stat", rel, e)),
         }
+    }
+
+    /// The target of the symlink `rel` (read, never followed; at most 4,096 bytes).
+    ///
+    /// Errors: [`Error::Link`] when a *parent* is a symlink, [`Error::Io`] (`EINVAL` when
+    /// `rel` is no symlink, `ENOENT`).
+    pub fn read_link(&self, rel: &Path) -> Result<PathBuf> {
+        let (parent, name) = self.parent_of(rel)?;
+        let target = rustix::fs::readlinkat(&parent.fd, name, Vec::with_capacity(256))
+            .map_err(|e| io_err("readlink", rel, e))?;
+        Ok(PathBuf::from(OsStr::from_bytes(target.as_bytes())))
     }
 
     /// What this directory itself is.
@@ -459,6 +522,78 @@ impl Tree {
         parent.replace_child(name, bytes, mode, owner, rel)
     }
 
+    /// Like [`Tree::replace_file`], the content streamed by `fill` into the new file (which
+    /// it gets positioned at its start); `fill`'s error is returned as [`Error::Io`] with op
+    /// `write` and nothing is left at `rel`'s temp name.
+    pub fn replace_file_with(
+        &self,
+        rel: &Path,
+        mode: u32,
+        owner: Option<(u32, u32)>,
+        fill: &mut dyn FnMut(&mut File) -> std::io::Result<()>,
+    ) -> Result<()> {
+        let (parent, name) = self.parent_of(rel)?;
+        parent.replace_child_with(name, mode, owner, rel, fill)
+    }
+
+    /// Makes the symlink `rel` → `target` (owned by `owner` when given), replacing whatever
+    /// is at `rel` the way [`Tree::replace_file`] does. The target is stored as it is: it is
+    /// data, never resolved here.
+    pub fn replace_symlink(
+        &self,
+        rel: &Path,
+        target: &Path,
+        owner: Option<(u32, u32)>,
+    ) -> Result<()> {
+        let (parent, name) = self.parent_of(rel)?;
+        let tmp_name = temp_name(name);
+        let tmp = OsStr::from_bytes(&tmp_name);
+        rustix::fs::symlinkat(target, &parent.fd, tmp).map_err(|e| io_err("symlink", rel, e))?;
+        let placed = (|| {
+            if let Some((uid, gid)) = owner {
+                parent.chown_child(tmp, Some(uid), Some(gid), rel)?;
+            }
+            parent.rename_over(tmp, name, rel)
+        })();
+        if placed.is_err() {
+            let _ = rustix::fs::unlinkat(&parent.fd, tmp, AtFlags::empty());
+        }
+        placed
+    }
+
+    /// Makes `rel` a hard link to the entry `target` of this tree (both resolved without
+    /// following links; a link to a symlink links the symlink itself), replacing whatever is
+    /// at `rel`.
+    ///
+    /// Errors: [`Error::Link`] for a link on the way to either, [`Error::Io`] (`ENOENT` when
+    /// `target` is missing, `EXDEV`, `EPERM` for a directory).
+    pub fn replace_hard_link(&self, target: &Path, rel: &Path) -> Result<()> {
+        let (from_dir, from_name) = self.parent_of(target)?;
+        let (parent, name) = self.parent_of(rel)?;
+        let tmp_name = temp_name(name);
+        let tmp = OsStr::from_bytes(&tmp_name);
+        rustix::fs::linkat(&from_dir.fd, from_name, &parent.fd, tmp, AtFlags::empty())
+            .map_err(|e| io_err("link", target, e))?;
+        let placed = parent.rename_over(tmp, name, rel);
+        if placed.is_err() {
+            let _ = rustix::fs::unlinkat(&parent.fd, tmp, AtFlags::empty());
+        }
+        placed
+    }
+
+    /// Renames `tmp` over `name` (both in this directory); a directory at `name` goes first.
+    fn rename_over(&self, tmp: &OsStr, name: &OsStr, shown: &Path) -> Result<()> {
+        match rustix::fs::renameat(&self.fd, tmp, &self.fd, name) {
+            Ok(()) => Ok(()),
+            Err(Errno::ISDIR) | Err(Errno::NOTEMPTY) | Err(Errno::EXIST) => {
+                self.remove_entry(name, shown)?;
+                rustix::fs::renameat(&self.fd, tmp, &self.fd, name)
+                    .map_err(|e| io_err("rename", shown, e))
+            }
+            Err(e) => Err(io_err("rename", shown, e)),
+        }
+    }
+
     fn replace_child(
         &self,
         name: &OsStr,
@@ -467,11 +602,18 @@ impl Tree {
         owner: Option<(u32, u32)>,
         shown: &Path,
     ) -> Result<()> {
-        let mut tmp_name = Vec::with_capacity(name.len() + 24);
-        tmp_name.extend_from_slice(b".cove-");
-        tmp_name.extend_from_slice(format!("{:016x}", rand::random::<u64>()).as_bytes());
-        tmp_name.push(b'.');
-        tmp_name.extend_from_slice(&name.as_bytes()[..name.len().min(200)]);
+        self.replace_child_with(name, mode, owner, shown, &mut |f| f.write_all(bytes))
+    }
+
+    fn replace_child_with(
+        &self,
+        name: &OsStr,
+        mode: u32,
+        owner: Option<(u32, u32)>,
+        shown: &Path,
+        fill: &mut dyn FnMut(&mut File) -> std::io::Result<()>,
+    ) -> Result<()> {
+        let tmp_name = temp_name(name);
         let tmp = OsStr::from_bytes(&tmp_name);
         let fd = rustix::fs::openat2(
             &self.fd,
@@ -483,7 +625,7 @@ impl Tree {
         .map_err(|e| io_err("create", shown, e))?;
         let written = (|| -> Result<()> {
             let mut file = File::from(fd);
-            file.write_all(bytes).map_err(|source| Error::Io {
+            fill(&mut file).map_err(|source| Error::Io {
                 op: "write",
                 path: shown.to_path_buf(),
                 source,
@@ -499,16 +641,8 @@ impl Tree {
             // After chown, which clears set-id bits.
             rustix::fs::fchmod(&file, Mode::from_raw_mode(mode & 0o7777))
                 .map_err(|e| io_err("chmod", shown, e))?;
-            match rustix::fs::renameat(&self.fd, tmp, &self.fd, name) {
-                Ok(()) => Ok(()),
-                Err(Errno::ISDIR) | Err(Errno::NOTEMPTY) | Err(Errno::EXIST) => {
-                    // A directory at the name: it goes, with everything below it.
-                    self.remove_entry(name, shown)?;
-                    rustix::fs::renameat(&self.fd, tmp, &self.fd, name)
-                        .map_err(|e| io_err("rename", shown, e))
-                }
-                Err(e) => Err(io_err("rename", shown, e)),
-            }
+            // A directory at the name goes, with everything below it.
+            self.rename_over(tmp, name, shown)
         })();
         if written.is_err() {
             let _ = rustix::fs::unlinkat(&self.fd, tmp, AtFlags::empty());

@@ -212,3 +212,98 @@ fn chmod_leaves_links_alone() {
         0o600
     );
 }
+
+#[test]
+fn links_and_streamed_files_replace_planted_entries_and_stay_inside() {
+    let lab = lab();
+    let tree = Tree::open(&lab.tree).expect("open");
+    // A planted link where a file, a symlink and a hard link are placed: replaced, not
+    // written through.
+    for name in ["etc/file", "etc/sym", "etc/hard"] {
+        symlink(&lab.canary_file, lab.tree.join(name)).expect("symlink");
+    }
+    tree.replace_file_with(Path::new("etc/file"), 0o640, None, &mut |f| {
+        std::io::Write::write_all(f, b"streamed")
+    })
+    .expect("file");
+    assert_eq!(
+        std::fs::read(lab.tree.join("etc/file")).expect("read"),
+        b"streamed"
+    );
+    assert_eq!(
+        std::fs::symlink_metadata(lab.tree.join("etc/file"))
+            .expect("stat")
+            .mode()
+            & 0o7777,
+        0o640
+    );
+    tree.replace_symlink(Path::new("etc/sym"), Path::new("/etc/shadow"), None)
+        .expect("symlink");
+    assert_eq!(
+        tree.read_link(Path::new("etc/sym")).expect("readlink"),
+        Path::new("/etc/shadow")
+    );
+    assert!(tree.read_link(Path::new("etc/file")).is_err(), "no symlink");
+    tree.replace_hard_link(Path::new("etc/file"), Path::new("etc/hard"))
+        .expect("hard link");
+    let (a, b) = (
+        std::fs::metadata(lab.tree.join("etc/file")).expect("stat"),
+        std::fs::metadata(lab.tree.join("etc/hard")).expect("stat"),
+    );
+    assert_eq!((a.ino(), a.nlink()), (b.ino(), 2));
+    // A hard link to a planted link links the link, never its host target.
+    symlink(&lab.canary_file, lab.tree.join("etc/planted")).expect("symlink");
+    tree.replace_hard_link(Path::new("etc/planted"), Path::new("etc/hard2"))
+        .expect("hard link");
+    assert!(std::fs::symlink_metadata(lab.tree.join("etc/hard2"))
+        .expect("stat")
+        .file_type()
+        .is_symlink());
+    // Targets that leave the tree or go through a link are refused.
+    symlink(&lab.canary_dir, lab.tree.join("out")).expect("symlink");
+    assert!(tree
+        .replace_hard_link(Path::new("../host/secret"), Path::new("etc/x"))
+        .is_err());
+    assert!(matches!(
+        tree.replace_hard_link(Path::new("out/f"), Path::new("etc/x")),
+        Err(Error::Link { .. })
+    ));
+    assert!(matches!(
+        tree.replace_symlink(Path::new("out/s"), Path::new("x"), None),
+        Err(Error::Link { .. })
+    ));
+    lab.assert_canaries_intact();
+}
+
+#[test]
+fn open_dir_in_root_follows_links_as_the_sandbox_would_and_never_leaves() {
+    let lab = lab();
+    std::fs::create_dir_all(lab.tree.join("usr/bin")).expect("mkdir");
+    symlink("usr/bin", lab.tree.join("bin")).expect("symlink");
+    symlink("/etc", lab.tree.join("abs")).expect("symlink");
+    symlink("../../../../..", lab.tree.join("up")).expect("symlink");
+    symlink(&lab.canary_dir, lab.tree.join("host")).expect("symlink");
+    let tree = Tree::open(&lab.tree).expect("open");
+    tree.open_dir_in_root(Path::new("bin"))
+        .expect("bin")
+        .replace_file(Path::new("tool"), b"t", 0o755, None)
+        .expect("write");
+    assert!(lab.tree.join("usr/bin/tool").exists());
+    tree.open_dir_in_root(Path::new("abs"))
+        .expect("abs")
+        .replace_file(Path::new("a"), b"a", 0o644, None)
+        .expect("write");
+    assert!(lab.tree.join("etc/a").exists());
+    tree.open_dir_in_root(Path::new("up/etc"))
+        .expect("up")
+        .replace_file(Path::new("b"), b"b", 0o644, None)
+        .expect("write");
+    assert!(lab.tree.join("etc/b").exists());
+    // An absolute link to the host's canary dir names `<tree>/<that path>`, missing here.
+    assert!(tree.open_dir_in_root(Path::new("host")).is_err());
+    assert!(matches!(
+        tree.open_dir_in_root(Path::new("../host")),
+        Err(Error::BadPath { .. })
+    ));
+    lab.assert_canaries_intact();
+}

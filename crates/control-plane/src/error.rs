@@ -127,6 +127,12 @@ pub enum ServiceError {
     /// Not built yet.
     #[error("{0}")]
     NotImplemented(String),
+    /// `FROM oci-archive:` on a server with no OCI import directory.
+    #[error(
+        "this server has no OCI import directory: FROM oci-archive: is off (an operator turns \
+         it on with --oci-import-dir DIR)"
+    )]
+    OciImportDisabled,
     /// Missing or bad credentials.
     #[error("{0}")]
     Unauthorized(String),
@@ -180,6 +186,7 @@ impl ServiceError {
             ReleaseCorrupt(_) => ErrorCode::ReleaseCorrupt,
             TooLarge(_) => ErrorCode::PayloadTooLarge,
             NotImplemented(_) => ErrorCode::NotImplemented,
+            OciImportDisabled => ErrorCode::OciImportDisabled,
             Unauthorized(_) => ErrorCode::Unauthorized,
             BadGateway(_) => ErrorCode::BadGateway,
             Unavailable(_) => ErrorCode::Unavailable,
@@ -235,6 +242,7 @@ pub fn from_node(e: NodeError, sandbox_id: &str) -> ServiceError {
         }
         N::Cancelled => ServiceError::Cancelled("cancelled".into()),
         N::Unsupported(m) => ServiceError::NotImplemented(m),
+        N::OciImportDisabled => ServiceError::OciImportDisabled,
         N::PortClosed(m) => ServiceError::BadGateway(m),
         N::NodeUnreachable(m) => ServiceError::Unavailable(format!(
             "the node of sandbox {sandbox_id} is unreachable: {m}"

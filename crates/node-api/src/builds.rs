@@ -115,9 +115,10 @@ pub enum BuildParent {
         /// Its defaults.
         defaults: ReleaseDefaults,
     },
-    /// `oci-archive:PATH`: a `docker save` or OCI image layout tarball on the node's disk.
+    /// `oci-archive:NAME`: a `docker save` or OCI image layout tarball in the node's OCI
+    /// import directory (`--oci-import-dir`; a node without one answers `OciImportDisabled`).
     OciArchive {
-        /// Absolute path on the node.
+        /// A plain relative name inside that directory (never a host path).
         path: String,
     },
 }

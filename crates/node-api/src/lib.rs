@@ -243,6 +243,13 @@ pub enum NodeError {
     /// read back); nothing of it is kept on the node.
     #[error("{0}")]
     ReleaseCorrupt(String),
+    /// `FROM oci-archive:` on a node whose operator set no OCI import directory
+    /// (`--oci-import-dir`), so it imports no image archive.
+    #[error(
+        "this server has no OCI import directory: FROM oci-archive: is off (an operator turns \
+         it on with --oci-import-dir DIR)"
+    )]
+    OciImportDisabled,
     /// Anything else on the node (details for the log, not for clients).
     #[error("node: {0}")]
     Internal(String),

@@ -91,7 +91,24 @@ pub struct Config {
     pub cluster: Option<ClusterSettings>,
     /// User namespaces for runc sandboxes (`--user-namespaces`, `--userns-base`).
     pub user_namespaces: UserNamespaceSettings,
+    /// Where `FROM oci-archive:NAME` finds image archives (`--oci-import-dir`; off by default).
+    pub oci_import: OciImportSettings,
 }
+
+/// The operator's directory of OCI image archives: `FROM oci-archive:NAME` in a template file
+/// names a regular file there (a plain relative name, opened without following links), never
+/// a host path. Off by default: such builds then fail with `oci_import_disabled`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OciImportSettings {
+    /// The directory (`--oci-import-dir`); `None`: no imports.
+    pub dir: Option<PathBuf>,
+    /// Largest archive imported, in MiB (`--oci-import-max-mib`); default
+    /// [`DEFAULT_OCI_IMPORT_MAX_MIB`].
+    pub max_mib: Option<u64>,
+}
+
+/// Default bound of an imported image archive, in MiB (8 GiB).
+pub const DEFAULT_OCI_IMPORT_MAX_MIB: u64 = 8192;
 
 /// User namespaces of runc sandboxes: each sandbox's root is an unprivileged host id range of
 /// its own (`--user-namespaces on`, the default). A server that is asked for them and cannot
@@ -495,6 +512,12 @@ pub(crate) async fn build_node_agent(
                 .unwrap_or(DEFAULT_LAYER_CACHE_MIB)
                 .saturating_mul(1 << 20),
             command_output: cfg.command_output,
+            oci_import_dir: cfg.oci_import.dir.clone(),
+            oci_import_max_bytes: cfg
+                .oci_import
+                .max_mib
+                .unwrap_or(DEFAULT_OCI_IMPORT_MAX_MIB)
+                .saturating_mul(1 << 20),
         },
         runtime,
     );

@@ -321,10 +321,13 @@ impl NodeReleases for FakeNode {
         events: tokio::sync::mpsc::Sender<BuildEvent>,
         cancel: CancellationToken,
     ) -> Result<cove_node_api::BuiltFileRelease, NodeError> {
-        // The fake applies the metadata steps and counts the others; it runs nothing.
+        // The fake applies the metadata steps and counts the others; it runs nothing. Like a
+        // node started without `--oci-import-dir`, it imports no image archive.
         let mut defaults = match &build.parent {
             cove_node_api::BuildParent::Release { defaults, .. } => defaults.clone(),
-            cove_node_api::BuildParent::OciArchive { .. } => Default::default(),
+            cove_node_api::BuildParent::OciArchive { .. } => {
+                return Err(NodeError::OciImportDisabled)
+            }
         };
         let mut steps_run = 0;
         for s in &build.steps {

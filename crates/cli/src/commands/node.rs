@@ -82,6 +82,14 @@ pub struct AgentArgs {
     /// that just ran; releases keep their own copies).
     #[arg(long, value_name = "MIB", default_value_t = cove_server::DEFAULT_LAYER_CACHE_MIB)]
     pub layer_cache_mib: u64,
+    /// Directory of OCI image archives that `FROM oci-archive:NAME` may name: NAME is a plain
+    /// relative name there, opened without following links, regular files only (off when
+    /// unset: such builds fail with `oci_import_disabled`).
+    #[arg(long, value_name = "DIR")]
+    pub oci_import_dir: Option<PathBuf>,
+    /// Largest image archive imported from `--oci-import-dir`, in MiB.
+    #[arg(long, value_name = "MIB", default_value_t = cove_server::DEFAULT_OCI_IMPORT_MAX_MIB)]
+    pub oci_import_max_mib: u64,
     /// The `runc` binary (default: `runc` in PATH).
     #[arg(long, value_name = "PATH")]
     pub runc: Option<PathBuf>,
@@ -144,6 +152,10 @@ impl AgentArgs {
             user_namespaces: cove_server::UserNamespaceSettings {
                 enabled: self.user_namespaces,
                 base: self.userns_base,
+            },
+            oci_import: cove_server::OciImportSettings {
+                dir: self.oci_import_dir.clone(),
+                max_mib: Some(self.oci_import_max_mib),
             },
             // The control plane resolves disk sizes before a launch reaches the node.
             default_disk_mib: None,

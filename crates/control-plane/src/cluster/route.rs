@@ -112,6 +112,10 @@ impl NodeReleases for Cluster {
                 Err(NodeError::Unsupported(m)) => {
                     last = NodeError::Unsupported(m);
                 }
+                // Another node may have an import directory.
+                Err(NodeError::OciImportDisabled) => {
+                    last = NodeError::OciImportDisabled;
+                }
                 Err(e) => {
                     warn!(node = %name, template, number, error = %e, "file build failed on a node");
                     let _ = api.remove_release(template, number).await;

@@ -2,7 +2,7 @@
 //! node's build steps.
 //!
 //! Supported: one `FROM` (a Cove template, optionally pinned `name:N` or `name@sha256:…`, or
-//! `oci-archive:PATH`), then `RUN` (shell or exec form), `COPY`/`ADD` (local context paths
+//! `oci-archive:NAME`, an image archive in the operator's OCI import directory), then `RUN` (shell or exec form), `COPY`/`ADD` (local context paths
 //! only, no flags, no globs, never outside the context), `ENV`, `WORKDIR`, `USER`, `ARG` (with
 //! a default), and Cove's `START CMD` and `READY [--timeout=SECONDS] CMD`. `$NAME` and
 //! `${NAME}` of earlier `ARG`s and `ENV`s expand in `ENV`, `WORKDIR`, `USER` and `COPY`;
@@ -23,7 +23,7 @@ pub const MAX_READY_TIMEOUT_S: u64 = 3600;
 pub enum FromRef {
     /// A Cove template, with its pin as written (`base`, `base:3`, `base@sha256:…`).
     Template(String),
-    /// An OCI image archive on the server's disk.
+    /// An OCI image archive in the server's OCI import directory, by its relative name there.
     OciArchive(String),
 }
 
@@ -51,6 +51,20 @@ fn err(line: u32, message: impl Into<String>) -> FileError {
         line,
         message: message.into(),
     }
+}
+
+/// Longest `oci-archive:` name, in bytes.
+const MAX_IMPORT_NAME_BYTES: usize = 1024;
+
+/// Whether `name` is a plain relative path (`app.tar`, `team/app.tar`): no leading `/`, no
+/// `.`/`..` or empty components, no control characters, at most [`MAX_IMPORT_NAME_BYTES`].
+fn import_name_ok(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_IMPORT_NAME_BYTES
+        && !name.chars().any(char::is_control)
+        && name
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != ".." && c.len() <= 255)
 }
 
 /// Parses a template file.
@@ -112,8 +126,15 @@ pub fn parse(text: &str) -> Result<TemplateFile, FileError> {
             }
             let image = f.image.content.trim();
             from = Some(match image.strip_prefix("oci-archive:") {
-                Some(path) if path.starts_with('/') => FromRef::OciArchive(path.to_string()),
-                Some(_) => return Err(err(line, "oci-archive: needs an absolute path")),
+                Some(name) if import_name_ok(name) => FromRef::OciArchive(name.to_string()),
+                Some(_) => {
+                    return Err(err(
+                        line,
+                        "oci-archive: takes the name of an image archive in the server's OCI \
+                         import directory (a relative path such as `app.tar`, without `..`), \
+                         never a host path",
+                    ))
+                }
                 None => FromRef::Template(image.to_string()),
             });
             continue;
@@ -433,9 +454,31 @@ mod tests {
             }
         );
         assert_eq!(
-            parse("FROM oci-archive:/tmp/img.tar\n").expect("oci").from,
-            FromRef::OciArchive("/tmp/img.tar".into())
+            parse("FROM oci-archive:img.tar\n").expect("oci").from,
+            FromRef::OciArchive("img.tar".into())
         );
+        assert_eq!(
+            parse("FROM oci-archive:team/app-1.tar\n").expect("oci").from,
+            FromRef::OciArchive("team/app-1.tar".into())
+        );
+    }
+
+    #[test]
+    fn oci_archive_names_are_plain_relative_names_never_host_paths() {
+        for name in [
+            "/etc/shadow",
+            "/dev/zero",
+            "../etc/shadow",
+            "a/../../b",
+            "./a.tar",
+            "a//b",
+            "a/",
+            "",
+        ] {
+            let e = parse(&format!("FROM oci-archive:{name}\n")).expect_err(name);
+            assert_eq!(e.line, 1, "{name}");
+            assert!(e.message.contains("OCI import directory"), "{name}: {e}");
+        }
     }
 
     #[test]

@@ -224,3 +224,56 @@ async fn a_build_policy_needs_a_node_network() {
         OperationState::Succeeded
     );
 }
+
+/// Runs `f` as an API key of `org`.
+async fn as_org<F: std::future::Future>(org: &str, f: F) -> F::Output {
+    let caller = cove_control_plane::orgs::Caller {
+        org: org.into(),
+        actor: cove_control_plane::orgs::Actor::Key(format!("key-of-{org}")),
+    };
+    cove_control_plane::orgs::scope::scoped(caller, f).await
+}
+
+/// Issue 26: an org key's `FROM oci-archive:<host path>` is refused before anything is
+/// recorded (never a host path), and on a node without an OCI import directory any
+/// `oci-archive:` build fails with `oci_import_disabled`; no message quotes a file.
+#[tokio::test]
+async fn oci_archive_takes_no_host_path_and_needs_an_import_dir() {
+    let h = Harness::new().await;
+    h.cp.create_org(cove_api_types::CreateOrgRequest {
+        id: "tenant".into(),
+        ..Default::default()
+    })
+    .await
+    .expect("org");
+    for path in ["/etc/shadow", "/dev/zero", "../../etc/shadow", "a/../../b"] {
+        let file = format!("FROM oci-archive:{path}\n");
+        let err = as_org(
+            "tenant",
+            h.cp.create_template_from_file(query("stolen"), context(&file)),
+        )
+        .await
+        .expect_err("refused");
+        assert_eq!(err.code(), ErrorCode::InvalidArgument, "{path}: {err}");
+        assert!(err.to_string().contains("OCI import directory"), "{err}");
+        assert!(!err.to_string().contains("root:"), "{err}");
+    }
+    assert_eq!(
+        code(h.cp.get_template("stolen").await),
+        ErrorCode::TemplateNotFound,
+        "nothing recorded"
+    );
+
+    let built = as_org(
+        "tenant",
+        h.cp.create_template_from_file(query("imported"), context("FROM oci-archive:app.tar\n")),
+    )
+    .await
+    .expect("accepted");
+    let op = h.settle(&built.operation.id).await;
+    assert_eq!(op.state, OperationState::Failed);
+    let err = op.error.expect("error");
+    assert_eq!(err.code, ErrorCode::OciImportDisabled, "{}", err.message);
+    assert_eq!(ErrorCode::OciImportDisabled.as_str(), "oci_import_disabled");
+    assert!(err.message.contains("--oci-import-dir"), "{}", err.message);
+}

@@ -147,20 +147,34 @@ impl NodeAgent {
                 )
             }
             BuildParent::OciArchive { path } => {
+                // Only a plain name in the operator's import directory, opened confined: a
+                // template file never names a host path.
+                let Some(import_dir) = &self.cfg.oci_import_dir else {
+                    return Err(NodeError::OciImportDisabled);
+                };
+                let archive = template::open_archive(
+                    import_dir,
+                    path,
+                    self.cfg.oci_import_max_bytes,
+                )
+                .map_err(|e| NodeError::InvalidArgument {
+                    field: "file".into(),
+                    message: format!("FROM {e}"),
+                })?;
                 let layers = LayerCache::new(self.cfg.data_dir.join("layers"));
                 let _ = events
                     .send(BuildEvent::Progress {
                         percent: 2,
-                        phase: format!("importing {path}"),
+                        phase: format!("importing oci-archive:{path}"),
                     })
                     .await;
                 let (tree, d, key) = layers
-                    .import_oci(PathBuf::from(path), build.no_cache)
+                    .import_oci(archive, build.no_cache, cancel.clone())
                     .await
                     .map_err(|e| match e {
-                        template::BuildError::Io { .. } => {
-                            NodeError::Build(format!("cannot read the image archive {path}"))
-                        }
+                        template::BuildError::Io { .. } => NodeError::Build(format!(
+                            "cannot read the image archive oci-archive:{path}"
+                        )),
                         other => build_err(other),
                     })?;
                 let defaults = ReleaseDefaults {
@@ -216,7 +230,7 @@ impl NodeAgent {
     ) -> Result<BuiltFileRelease, NodeError> {
         let (tx, forward) = forward_events(events.clone());
         let context = work.join("context");
-        template::unpack_context(build.context.clone(), context.clone())
+        template::unpack_context(build.context.clone(), context.clone(), cancel.clone())
             .await
             .map_err(build_err)?;
         let layers = LayerCache::new(self.cfg.data_dir.join("layers"));
@@ -273,9 +287,13 @@ impl NodeAgent {
                     Some((String::new(), Change::Mkdir(st.defaults.workdir.clone())))
                 }
                 BuildStep::Copy { sources, dest } => {
-                    let reads = template::hash_sources(context.clone(), sources.clone())
-                        .await
-                        .map_err(|e| NodeError::Build(format!("line {}: {e}", step.line)))?;
+                    let reads =
+                        template::hash_sources(context.clone(), sources.clone(), cancel.clone())
+                            .await
+                            .map_err(|e| match e {
+                                template::BuildError::Cancelled => NodeError::Cancelled,
+                                e => NodeError::Build(format!("line {}: {e}", step.line)),
+                            })?;
                     let dest = absolute_dest(&st.defaults.workdir, dest);
                     Some((reads, Change::Copy(sources.clone(), dest)))
                 }

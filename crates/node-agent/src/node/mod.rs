@@ -48,6 +48,11 @@ pub struct NodeConfig {
     pub layer_cache_bytes: u64,
     /// How much of each command's output the guest agents keep.
     pub command_output: crate::guest::OutputLimits,
+    /// The operator's directory of image archives that `FROM oci-archive:NAME` may name
+    /// (`--oci-import-dir`); `None`: such builds fail with `OciImportDisabled`.
+    pub oci_import_dir: Option<PathBuf>,
+    /// Largest image archive imported, in bytes (`--oci-import-max-mib`).
+    pub oci_import_max_bytes: u64,
 }
 
 /// The node agent of this host.

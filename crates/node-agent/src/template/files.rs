@@ -1,9 +1,9 @@
 //! Writing recipe files into a root filesystem, and measuring one.
 
 use std::collections::HashSet;
-use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
+
+use cove_confine::Tree;
 
 use super::BuildError;
 
@@ -18,6 +18,33 @@ pub(crate) fn io<'a>(
     }
 }
 
+/// A mapper of a confined access's error: a refused entry (a link, a FIFO, a path leaving
+/// the tree) fails `step` naming the entry; a system call's error is `Io`. Neither carries
+/// file bytes.
+pub(crate) fn confined(step: &str) -> impl FnOnce(cove_confine::Error) -> BuildError + '_ {
+    move |e| match e {
+        cove_confine::Error::Io { op, path, source } => BuildError::Io {
+            context: format!("{step}: {op} {}", shown(&path)),
+            source,
+        },
+        other => BuildError::Failed {
+            step: step.to_string(),
+            detail: other.to_string(),
+        },
+    }
+}
+
+/// A tenant-chosen path for a message: lossy UTF-8, control characters escaped, at most 200
+/// characters.
+pub(crate) fn shown(path: &Path) -> String {
+    let text = path.to_string_lossy();
+    let mut out: String = text.chars().take(200).collect();
+    if text.chars().count() > 200 {
+        out.push('…');
+    }
+    format!("{out:?}")
+}
+
 /// Writes `(relative path, content)` files with mode 0644.
 pub(crate) fn write_files(root: &Path, files: &[(&str, &str)]) -> Result<(), BuildError> {
     for (rel, content) in files {
@@ -26,56 +53,41 @@ pub(crate) fn write_files(root: &Path, files: &[(&str, &str)]) -> Result<(), Bui
     Ok(())
 }
 
-/// Writes one file under `root`, replacing whatever is there. The old entry is removed first, so
-/// a symlink left by a package cannot redirect the write outside the tree.
+/// Writes one file under `root`, replacing whatever is there (a link left by a package or an
+/// image is replaced, never written through; its parents must be directories, not links).
 pub(crate) fn write_file(
     root: &Path,
     rel: &str,
     content: &[u8],
     mode: u32,
 ) -> Result<(), BuildError> {
-    let path = root.join(rel);
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(io(parent, "create"))?;
+    let tree = Tree::open(root).map_err(confined("write files"))?;
+    if let Some(parent) = Path::new(rel).parent() {
+        tree.create_dir_all(parent, 0o755)
+            .map_err(confined("write files"))?;
     }
-    match std::fs::remove_file(&path) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io(&path, "replace")(e)),
-    }
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .open(&path)
-        .map_err(io(&path, "create"))?;
-    f.write_all(content).map_err(io(&path, "write"))?;
-    // The umask may have narrowed the mode.
-    f.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(mode))
-        .map_err(io(&path, "chmod"))
+    tree.replace_file(Path::new(rel), content, mode, None)
+        .map_err(confined("write files"))
 }
 
-/// Apparent size in bytes of the regular files and symlinks under `root`, each inode once.
+/// Most entries a release tree may hold (measured, digested or copied).
+pub(crate) const MAX_TREE_ENTRIES: u64 = 8_000_000;
+
+/// Apparent size in bytes of the regular files and symlinks under `root`, each inode once
+/// (walked without following links, at most [`MAX_TREE_ENTRIES`] entries).
 pub(crate) fn tree_size(root: &Path) -> Result<u64, BuildError> {
+    let tree = Tree::open(root).map_err(confined("measure"))?;
     let mut seen = HashSet::new();
     let mut total = 0u64;
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).map_err(io(&dir, "read"))? {
-            let entry = entry.map_err(io(&dir, "read"))?;
-            let meta = entry
-                .path()
-                .symlink_metadata()
-                .map_err(io(&entry.path(), "stat"))?;
-            if meta.is_dir() {
-                stack.push(entry.path());
-            } else if (meta.is_file() || meta.file_type().is_symlink())
-                && (meta.nlink() == 1 || seen.insert((meta.dev(), meta.ino())))
-            {
-                total += meta.len();
-            }
+    tree.walk(MAX_TREE_ENTRIES, &mut |_, _, meta| {
+        if (meta.is_file() || meta.is_symlink())
+            && (meta.nlink == 1 || seen.insert((meta.dev, meta.ino)))
+        {
+            total += meta.size;
         }
-    }
+        Ok(())
+    })
+    .map_err(confined("measure"))?;
     Ok(total)
 }
 

@@ -32,6 +32,7 @@ mod command;
 mod context;
 mod digest;
 mod files;
+mod guard;
 mod layer;
 mod layer_gc;
 mod oci;
@@ -42,6 +43,7 @@ mod tiny;
 
 pub(crate) use digest::manifest_digest;
 pub use layer_gc::{trim as trim_layers, Trimmed};
+pub use oci::{open_archive, ArchiveRefused, OciArchive, DEFAULT_MAX_ARCHIVE_BYTES};
 pub use recipe::{Recipe, TemplateDefaults};
 pub use steps::{hash_sources, publish_release, step_key, unpack_context, LayerCache, StepTree};
 

@@ -17,10 +17,16 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::command::Events;
+use super::guard::Guard;
+use super::oci::OciArchive;
 use super::staging::Staging;
 use super::{
     cache, context, digest, files, layer, layer_gc, oci, BuildError, BuildEvent, TemplateDefaults,
 };
+
+/// Time bound of one step's blocking work on tenant bytes (a build's own deadline is an hour;
+/// its cancellation stops the work sooner).
+const STEP_TIME: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// The cache key of a step: hex SHA-256 of `parent_key`, the step's canonical text and what it
 /// reads (the context hash of a `COPY`; empty otherwise).
@@ -96,7 +102,13 @@ impl LayerCache {
             cache::copy_tree(parent, &rootfs, &mut events).await?;
             events.check_cancelled()?;
             let dir = rootfs.clone();
-            tokio::task::spawn_blocking(move || apply(&dir, change))
+            let guard = Guard::new(
+                events.cancel().clone(),
+                "the step's changes",
+                layer::MAX_LAYER_BYTES,
+                STEP_TIME,
+            );
+            tokio::task::spawn_blocking(move || apply(&dir, change, &guard))
                 .await
                 .map_err(|e| BuildError::Failed {
                     step: "apply".into(),
@@ -115,15 +127,18 @@ impl LayerCache {
 }
 
 impl LayerCache {
-    /// The tree and defaults of the OCI image archive `archive` (see `oci.rs`), imported once
-    /// per archive content: the key is the hex SHA-256 of the archive's bytes.
+    /// The tree and defaults of the OCI image archive `archive` (opened by
+    /// `template::open_archive` in the operator's import directory; see `oci.rs`), imported
+    /// once per archive content: the key is the hex SHA-256 of the archive's bytes. Hashing
+    /// and unpacking stop within a chunk when `cancel` fires.
     ///
     /// # Errors
-    /// [`BuildError::Failed`] for an archive that is not an image; `Io`.
+    /// [`BuildError::Failed`] for an archive that is not an image; `Cancelled`; `Io`.
     pub async fn import_oci(
         &self,
-        archive: PathBuf,
+        archive: OciArchive,
         no_cache: bool,
+        cancel: CancellationToken,
     ) -> Result<(PathBuf, TemplateDefaults, String), BuildError> {
         std::fs::create_dir_all(&self.dir).map_err(files::io(&self.dir, "create"))?;
         let dir = self.dir.clone();
@@ -131,9 +146,10 @@ impl LayerCache {
             step: "oci import".into(),
             detail: e.to_string(),
         };
+        let guard = Guard::new(cancel, "the image import", u64::MAX, STEP_TIME);
         let key = {
-            let archive = archive.clone();
-            tokio::task::spawn_blocking(move || file_sha256(&archive))
+            let (archive, guard) = (archive.clone(), guard.clone());
+            tokio::task::spawn_blocking(move || archive.sha256(&guard))
                 .await
                 .map_err(join)??
         };
@@ -154,7 +170,7 @@ impl LayerCache {
         let rootfs = staging.rootfs();
         let whole = rootfs.parent().map(Path::to_path_buf).unwrap_or_default();
         let imported = tokio::task::spawn_blocking(move || {
-            let d = oci::import(&archive, &rootfs)?;
+            let d = oci::import(&archive, &rootfs, &guard)?;
             let json = serde_json::to_vec(&(&d.user, &d.workdir, &d.env)).map_err(|e| {
                 BuildError::Failed {
                     step: "oci import".into(),
@@ -205,36 +221,19 @@ impl LayerCache {
     }
 }
 
-fn file_sha256(path: &Path) -> Result<String, BuildError> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(path).map_err(files::io(path, "open"))?;
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 256 * 1024];
-    loop {
-        let n = f.read(&mut buf).map_err(files::io(path, "read"))?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(format!("{:x}", h.finalize()))
-}
-
-fn apply(root: &Path, change: StepTree) -> Result<(), BuildError> {
+fn apply(root: &Path, change: StepTree, guard: &Guard) -> Result<(), BuildError> {
     match change {
         StepTree::Layer(tar) => {
+            // The node's own file (the runtime wrote it); its content is the tenant's.
             let f = std::fs::File::open(&tar).map_err(files::io(&tar, "open"))?;
-            layer::apply_layer(root, std::io::BufReader::new(f)).map(drop)
+            layer::apply_layer(root, std::io::BufReader::new(f), guard).map(drop)
         }
         StepTree::Copy {
             context,
             sources,
             dest,
-        } => context::copy_into(root, &context, &sources, &dest),
-        StepTree::Mkdir(dir) => {
-            let host = layer::resolve_in_root(root, Path::new(&dir), true)?;
-            context::mkdir_p(&host)
-        }
+        } => context::copy_into(root, &context, &sources, &dest, guard),
+        StepTree::Mkdir(dir) => context::mkdir_in(root, &dir),
     }
 }
 
@@ -242,8 +241,13 @@ fn apply(root: &Path, change: StepTree) -> Result<(), BuildError> {
 ///
 /// # Errors
 /// [`BuildError::Failed`] for a bad archive.
-pub async fn unpack_context(archive: bytes::Bytes, dir: PathBuf) -> Result<(), BuildError> {
-    tokio::task::spawn_blocking(move || context::unpack(&archive, &dir))
+pub async fn unpack_context(
+    archive: bytes::Bytes,
+    dir: PathBuf,
+    cancel: CancellationToken,
+) -> Result<(), BuildError> {
+    let guard = Guard::new(cancel, "the build context", u64::MAX, STEP_TIME);
+    tokio::task::spawn_blocking(move || context::unpack(&archive, &dir, &guard))
         .await
         .map_err(|e| BuildError::Failed {
             step: "context".into(),
@@ -255,8 +259,13 @@ pub async fn unpack_context(archive: bytes::Bytes, dir: PathBuf) -> Result<(), B
 ///
 /// # Errors
 /// [`BuildError::Failed`] naming a source that is not in the context.
-pub async fn hash_sources(context: PathBuf, sources: Vec<String>) -> Result<String, BuildError> {
-    tokio::task::spawn_blocking(move || context::hash_sources(&context, &sources))
+pub async fn hash_sources(
+    context: PathBuf,
+    sources: Vec<String>,
+    cancel: CancellationToken,
+) -> Result<String, BuildError> {
+    let guard = Guard::new(cancel, "the COPY sources", u64::MAX, STEP_TIME);
+    tokio::task::spawn_blocking(move || context::hash_sources(&context, &sources, &guard))
         .await
         .map_err(|e| BuildError::Failed {
             step: "context".into(),
