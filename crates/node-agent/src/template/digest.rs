@@ -18,15 +18,23 @@
 //! `ld.so.cache` record times and package versions, which move with the mirror); a copy of a
 //! `base` release (the build cache) has the digest of the release it was copied from.
 
+use std::ffi::OsStr;
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
+use std::time::Duration;
 
+use cove_confine::{Meta, Tree};
+use rustix::fs::FileType;
 use sha2::{Digest, Sha256};
+use tokio_util::sync::CancellationToken;
 
-use super::files::io;
+use super::files::{confined, MAX_TREE_ENTRIES};
+use super::guard::Guard;
 use super::{BuildError, TemplateDefaults};
+
+/// Time bound of one digest (about 1 s per 260 MiB here).
+const DIGEST_TIME: Duration = Duration::from_secs(3600);
 
 /// The digest of the tree at `root` with `defaults`: `sha256:` + 64 hex digits. Reads every
 /// file once (about 1 s for the 260 MiB `base` tree here in a release build).
@@ -51,6 +59,27 @@ pub(crate) fn manifest_digest(
     defaults: &TemplateDefaults,
     extra: &[String],
 ) -> Result<String, BuildError> {
+    let guard = Guard::new(
+        CancellationToken::new(),
+        "the release tree",
+        u64::MAX,
+        DIGEST_TIME,
+    );
+    digest_with(root, defaults, extra, &guard)
+}
+
+/// [`manifest_digest`] reading through `guard` (a cancelled build stops within a chunk). The
+/// tree is walked through `cove_confine` (no link followed, files read only when regular, at
+/// most [`MAX_TREE_ENTRIES`] entries).
+///
+/// # Errors
+/// [`BuildError::Io`] when an entry cannot be read; `Cancelled`.
+pub(crate) fn digest_with(
+    root: &Path,
+    defaults: &TemplateDefaults,
+    extra: &[String],
+    guard: &Guard,
+) -> Result<String, BuildError> {
     let mut h = Sha256::new();
     h.update(b"cove-release-manifest v1\n");
     h.update(format!("user={}\nworkdir={}\n", defaults.user, defaults.workdir).as_bytes());
@@ -61,78 +90,114 @@ pub(crate) fn manifest_digest(
         h.update(line.replace('\n', "\\n").as_bytes());
         h.update(b"\n");
     }
-    entry(&mut h, root, b"/")?;
-    walk(&mut h, root, &mut Vec::new())?;
+    let tree = Tree::open(root).map_err(confined("digest"))?;
+    let meta = tree.meta().map_err(confined("digest"))?;
+    record(&mut h, &tree, None, &meta, b"/", guard)?;
+    let mut count = 0u64;
+    walk(&mut h, &tree, &mut Vec::new(), guard, &mut count, 0)?;
     Ok(format!("sha256:{:x}", h.finalize()))
 }
 
-/// Records the children of `root/rel`, depth first, siblings in byte order of their names.
-fn walk(h: &mut Sha256, root: &Path, rel: &mut Vec<u8>) -> Result<(), BuildError> {
-    // `rel` is `/`-prefixed (`/etc/sub`); joined as is it would name the host's tree.
-    let dir = root.join(std::ffi::OsStr::from_bytes(
-        rel.strip_prefix(b"/").unwrap_or(rel),
-    ));
-    let mut names: Vec<Vec<u8>> = std::fs::read_dir(&dir)
-        .map_err(io(&dir, "read"))?
-        .map(|e| e.map(|e| e.file_name().as_bytes().to_vec()))
-        .collect::<Result<_, _>>()
-        .map_err(io(&dir, "read"))?;
+/// Records the children of `dir` (at `rel`, `/`-prefixed), depth first, siblings in byte order
+/// of their names.
+fn walk(
+    h: &mut Sha256,
+    dir: &Tree,
+    rel: &mut Vec<u8>,
+    guard: &Guard,
+    count: &mut u64,
+    depth: usize,
+) -> Result<(), BuildError> {
+    if depth > cove_confine::MAX_DEPTH {
+        return Err(BuildError::Failed {
+            step: "digest".into(),
+            detail: "the tree is nested too deep".into(),
+        });
+    }
+    let mut names: Vec<Vec<u8>> = dir
+        .names()
+        .map_err(confined("digest"))?
+        .into_iter()
+        .map(|(n, _)| n.to_bytes().to_vec())
+        .collect();
     names.sort();
     for name in names {
+        *count += 1;
+        if *count > MAX_TREE_ENTRIES {
+            return Err(BuildError::Failed {
+                step: "digest".into(),
+                detail: format!("the tree has more than {MAX_TREE_ENTRIES} entries"),
+            });
+        }
+        guard.check()?;
+        let at = Path::new(OsStr::from_bytes(&name));
+        let Some(meta) = dir.stat(at).map_err(confined("digest"))? else {
+            continue;
+        };
         let len = rel.len();
         rel.push(b'/');
         rel.extend_from_slice(&name);
-        let path = root.join(std::ffi::OsStr::from_bytes(&rel[1..]));
-        if entry(h, &path, rel)? {
-            walk(h, root, rel)?;
+        record(h, dir, Some(at), &meta, rel, guard)?;
+        if meta.is_dir() {
+            let sub = dir.open_dir(at).map_err(confined("digest"))?;
+            walk(h, &sub, rel, guard, count, depth + 1)?;
         }
         rel.truncate(len);
     }
     Ok(())
 }
 
-/// Records one entry; returns whether it is a directory to descend into.
-fn entry(h: &mut Sha256, path: &Path, rel: &[u8]) -> Result<bool, BuildError> {
-    let meta = path.symlink_metadata().map_err(io(path, "stat"))?;
-    let t = meta.file_type();
-    let (kind, detail) = if t.is_dir() {
-        ("d", String::new())
-    } else if t.is_file() {
-        ("f", format!("{} {}", meta.len(), file_sha256(path)?))
-    } else if t.is_symlink() {
-        let target = std::fs::read_link(path).map_err(io(path, "readlink"))?;
-        (
-            "l",
-            String::from_utf8_lossy(target.as_os_str().as_bytes()).into_owned(),
-        )
-    } else if t.is_char_device() {
-        ("c", meta.rdev().to_string())
-    } else if t.is_block_device() {
-        ("b", meta.rdev().to_string())
-    } else if t.is_fifo() {
-        ("p", String::new())
-    } else {
-        ("s", String::new())
+/// Records one entry: `name` in `dir` (`None`: `dir` itself).
+fn record(
+    h: &mut Sha256,
+    dir: &Tree,
+    name: Option<&Path>,
+    meta: &Meta,
+    rel: &[u8],
+    guard: &Guard,
+) -> Result<(), BuildError> {
+    let at = name.unwrap_or(Path::new(""));
+    let (kind, detail) = match meta.kind {
+        FileType::Directory => ("d", String::new()),
+        FileType::RegularFile => (
+            "f",
+            format!("{} {}", meta.size, file_sha256(dir, at, guard)?),
+        ),
+        FileType::Symlink => {
+            let target = dir.read_link(at).map_err(confined("digest"))?;
+            (
+                "l",
+                String::from_utf8_lossy(target.as_os_str().as_bytes()).into_owned(),
+            )
+        }
+        FileType::CharacterDevice => ("c", meta.rdev.to_string()),
+        FileType::BlockDevice => ("b", meta.rdev.to_string()),
+        FileType::Fifo => ("p", String::new()),
+        _ => ("s", String::new()),
     };
     h.update(rel);
     h.update(
         format!(
             "\0{kind}\0{:o}\0{}\0{}\0{detail}\n",
-            meta.mode() & 0o7777,
-            meta.uid(),
-            meta.gid()
+            meta.mode, meta.uid, meta.gid
         )
         .as_bytes(),
     );
-    Ok(t.is_dir())
+    Ok(())
 }
 
-fn file_sha256(path: &Path) -> Result<String, BuildError> {
-    let mut f = std::fs::File::open(path).map_err(io(path, "open"))?;
+fn file_sha256(dir: &Tree, at: &Path, guard: &Guard) -> Result<String, BuildError> {
+    let f = dir.open_file(at).map_err(confined("digest"))?;
+    let mut r = guard.reader(f);
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 256 * 1024];
     loop {
-        let n = f.read(&mut buf).map_err(io(path, "read"))?;
+        let n = r.read(&mut buf).map_err(|source| {
+            guard.or(BuildError::Io {
+                context: "digest: read a file".into(),
+                source,
+            })
+        })?;
         if n == 0 {
             break;
         }

@@ -295,10 +295,16 @@ pub async fn publish_release(
     }
     staging.publish(dest, false).await?;
     let measured = dest.to_path_buf();
+    let guard = Guard::new(
+        events.cancel().clone(),
+        "the release tree",
+        u64::MAX,
+        STEP_TIME,
+    );
     tokio::task::spawn_blocking(move || {
         Ok::<_, BuildError>((
             files::tree_size(&measured)?,
-            digest::manifest_digest(&measured, &defaults, &extra)?,
+            digest::digest_with(&measured, &defaults, &extra, &guard)?,
         ))
     })
     .await
