@@ -11,6 +11,7 @@ use cove_api_types::{
     OperationState,
 };
 use cove_client::{Client, ClientError};
+use cove_e2e::archives::{archive, fs_tar};
 use cove_e2e::{client, delete, random_bytes, sandbox, server, sh, sha256_hex};
 use futures::TryStreamExt;
 
@@ -41,80 +42,6 @@ fn entries(archive: &[u8]) -> Vec<(String, Vec<u8>)> {
             (name, data)
         })
         .collect()
-}
-
-/// A tar entry with a raw name (no checks, so `..` and `/` can be written).
-fn raw(out: &mut Vec<u8>, name: &str, kind: tar::EntryType, link: &str, data: &[u8]) {
-    let mut h = tar::Header::new_ustar();
-    {
-        let old = h.as_old_mut();
-        old.name[..name.len()].copy_from_slice(name.as_bytes());
-        old.linkname[..link.len()].copy_from_slice(link.as_bytes());
-    }
-    h.set_entry_type(kind);
-    h.set_size(data.len() as u64);
-    h.set_mode(0o644);
-    if kind == tar::EntryType::Block || kind == tar::EntryType::Char {
-        h.set_device_major(8).expect("major");
-        h.set_device_minor(0).expect("minor");
-    }
-    h.set_cksum();
-    out.extend_from_slice(h.as_bytes());
-    out.extend_from_slice(data);
-    out.resize(out.len().div_ceil(512) * 512, 0);
-}
-
-fn end(out: &mut Vec<u8>) {
-    out.extend_from_slice(&[0u8; 1024]);
-}
-
-/// A checkpoint archive around `fs_tar`, with `header` and a runc manifest (runtime
-/// `runtime`).
-fn archive(header: &[u8], runtime: &str, fs_tar: &[u8]) -> Vec<u8> {
-    let manifest = serde_json::json!({
-        "version": 1, "runtime": runtime, "memory": false,
-        "artifacts": [{"name": "fs.tar", "content_bytes": 0}],
-    })
-    .to_string();
-    let mut out = Vec::new();
-    raw(
-        &mut out,
-        "cove-checkpoint.json",
-        tar::EntryType::Regular,
-        "",
-        header,
-    );
-    raw(
-        &mut out,
-        "snapshot.json",
-        tar::EntryType::Regular,
-        "",
-        manifest.as_bytes(),
-    );
-    raw(
-        &mut out,
-        "artifacts/fs.tar",
-        tar::EntryType::Regular,
-        "",
-        fs_tar,
-    );
-    end(&mut out);
-    out
-}
-
-/// An inner `fs.tar` of the given entries.
-fn fs_tar(items: &[(&str, tar::EntryType, &str)]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for (name, kind, link) in items {
-        let data: &[u8] = if *kind == tar::EntryType::Regular {
-            b"evil"
-        } else {
-            b""
-        };
-        raw(&mut out, name, *kind, link, data);
-    }
-    end(&mut out);
-    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

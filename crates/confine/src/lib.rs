@@ -110,9 +110,8 @@ impl Error {
 impl From<Error> for std::io::Error {
     fn from(e: Error) -> Self {
         match e {
-            Error::Io { source, op, path } => {
-                std::io::Error::new(source.kind(), format!("{op} {path:?}: {source}"))
-            }
+            // The OS error itself, so callers still tell `ENOSPC` apart.
+            Error::Io { source, .. } => source,
             other => std::io::Error::new(std::io::ErrorKind::InvalidData, other.to_string()),
         }
     }
@@ -153,8 +152,12 @@ pub struct Meta {
     pub rdev: u64,
     /// Number of hard links.
     pub nlink: u64,
-    /// Inode number (with `dev`, an entry's identity: hard links share it).
+    /// Inode number.
     pub ino: u64,
+    /// 512-byte blocks allocated to it.
+    pub blocks: u64,
+    /// Last modification, seconds since the epoch.
+    pub mtime: i64,
 }
 
 impl Meta {
@@ -169,6 +172,8 @@ impl Meta {
             rdev: st.st_rdev,
             nlink: st.st_nlink,
             ino: st.st_ino,
+            blocks: st.st_blocks as u64,
+            mtime: st.st_mtime,
         }
     }
 
@@ -420,17 +425,6 @@ impl Tree {
             Err(Errno::NOENT) => Ok(None),
             Err(e) => Err(io_err("stat", rel, e)),
         }
-    }
-
-    /// The target of the symlink `rel` (read, never followed; at most 4,096 bytes).
-    ///
-    /// Errors: [`Error::Link`] when a *parent* is a symlink, [`Error::Io`] (`EINVAL` when
-    /// `rel` is no symlink, `ENOENT`).
-    pub fn read_link(&self, rel: &Path) -> Result<PathBuf> {
-        let (parent, name) = self.parent_of(rel)?;
-        let target = rustix::fs::readlinkat(&parent.fd, name, Vec::with_capacity(256))
-            .map_err(|e| io_err("readlink", rel, e))?;
-        Ok(PathBuf::from(OsStr::from_bytes(target.as_bytes())))
     }
 
     /// What this directory itself is.
@@ -831,6 +825,50 @@ impl Tree {
             }
         }
         Ok(seen)
+    }
+
+    /// The target of the symlink `rel` (read, never followed), at most 4,096 bytes.
+    ///
+    /// Errors: [`Error::WrongKind`] when `rel` is not a symlink, [`Error::Io`].
+    pub fn read_link(&self, rel: &Path) -> Result<PathBuf> {
+        let (parent, name) = self.parent_of(rel)?;
+        match rustix::fs::readlinkat(&parent.fd, name, Vec::new()) {
+            Ok(target) if target.as_bytes().len() <= 4096 => {
+                Ok(PathBuf::from(OsStr::from_bytes(target.as_bytes())))
+            }
+            Ok(_) => Err(Error::TooLarge {
+                path: rel.to_path_buf(),
+                max: 4096,
+            }),
+            Err(Errno::INVAL) => Err(Error::WrongKind {
+                path: rel.to_path_buf(),
+                expected: "symbolic link",
+            }),
+            Err(e) => Err(io_err("readlink", rel, e)),
+        }
+    }
+
+    /// This directory as a [`File`] (a duplicate of its descriptor), for calls that take one
+    /// (extended attributes).
+    pub fn as_file(&self) -> Result<File> {
+        self.fd
+            .try_clone()
+            .map(File::from)
+            .map_err(|source| Error::Io {
+                op: "dup",
+                path: self.label.clone(),
+                source,
+            })
+    }
+
+    /// Changes the owner of this directory itself.
+    pub fn chown_self(&self, uid: Option<u32>, gid: Option<u32>) -> Result<()> {
+        rustix::fs::fchown(
+            &self.fd,
+            uid.map(rustix::fs::Uid::from_raw),
+            gid.map(rustix::fs::Gid::from_raw),
+        )
+        .map_err(|e| io_err("chown", &self.label, e))
     }
 
     /// Changes the owner of the entry `name` directly in this directory (not following it).

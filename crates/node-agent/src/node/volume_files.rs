@@ -151,7 +151,10 @@ fn info_of(st: &rustix::fs::Stat, rel: &[&str], target: Option<Vec<u8>>) -> File
 pub(super) fn open_read(root: &Path, path: &str) -> Result<(FileInfo, std::fs::File), NodeError> {
     let rel = components(path)?;
     let root_fd = open_root(root)?;
-    let fd = open_in(&root_fd, &rel, OFlags::RDONLY).map_err(|e| errno_err(e, path))?;
+    // O_NONBLOCK: a FIFO a sandbox left in the volume is seen for what it is (not a regular
+    // file) instead of blocking this thread until a writer comes.
+    let fd = open_in(&root_fd, &rel, OFlags::RDONLY | OFlags::NONBLOCK)
+        .map_err(|e| errno_err(e, path))?;
     let st = rustix::fs::fstat(&fd).map_err(|e| errno_err(e, path))?;
     let info = info_of(&st, &rel, None);
     if info.file_type != FileType::File {

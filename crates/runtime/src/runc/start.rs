@@ -17,7 +17,8 @@ use super::cli::Runc;
 use std::sync::Arc;
 
 use super::config::HostPrivileges;
-use super::layout::{io_err, validate_hostname, validate_id, write_identity, Layout};
+use super::identity::write_identity;
+use super::layout::{io_err, validate_hostname, validate_id, Layout};
 use super::userns::{IdRange, Record, UserNamespaces};
 use super::views::HostViews;
 use super::{command_cgroups, config, disk, join_error, mounts, stop};
@@ -34,6 +35,8 @@ const AGENT_POLL: Duration = Duration::from_millis(1);
 const LIVENESS_EVERY: u32 = 100;
 /// Name of the file in `bundle/` that `runc run` writes the init's pid to.
 const PID_FILE: &str = "init.pid";
+/// Largest trust bundle of a sandbox's own that is extended with the gateway's CA, in bytes.
+const MAX_CA_BUNDLE_BYTES: u64 = 16 << 20;
 /// Longest agent-log tail put into an error, in bytes.
 const LOG_TAIL_BYTES: u64 = 2048;
 
@@ -297,16 +300,17 @@ fn shift_upper(
 ) -> Result<(), RuntimeError> {
     let mut record = Record::read(&layout.dir);
     if record.upper == Some(range.host()) {
-        let identity = ["", "etc", "etc/hostname", "etc/hosts", ".cove", ".cove/bin"]
-            .into_iter()
-            .chain([".cove/bin/cove-guest-agent", ".cove/run"])
-            .map(|p| upper.join(p))
-            .collect::<Vec<_>>();
-        return super::shift::paths(
-            identity.iter().map(|p| p.as_path()),
-            range.host(),
-            userns.base,
-        )
+        let identity = [
+            "",
+            "etc",
+            "etc/hostname",
+            "etc/hosts",
+            ".cove",
+            ".cove/bin",
+            ".cove/bin/cove-guest-agent",
+            ".cove/run",
+        ];
+        return super::shift::paths_in(upper, &identity, range.host(), userns.base)
         .map_err(io_err(format!(
             "shift {} into the sandbox's ids",
             upper.display()
@@ -350,8 +354,23 @@ fn shift_host_paths<'a>(
     paths: impl IntoIterator<Item = &'a Path>,
     range: IdRange,
 ) -> Result<(), RuntimeError> {
-    super::shift::paths(paths, range.host(), range.host())
-        .map_err(io_err("give host files to the sandbox's root"))
+    let to = range.host();
+    for path in paths {
+        match std::fs::symlink_metadata(path) {
+            Ok(meta) => {
+                use std::os::unix::fs::MetadataExt;
+                let uid = super::shift::shifted(meta.uid(), to, to);
+                let gid = super::shift::shifted(meta.gid(), to, to);
+                if uid.is_some() || gid.is_some() {
+                    std::os::unix::fs::lchown(path, uid, gid)
+                        .map_err(io_err("give host files to the sandbox's root"))?;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("give host files to the sandbox's root")(e)),
+        }
+    }
+    Ok(())
 }
 
 /// Mounts the release's rootfs at `layout.lower`, idmapped into `range`.
@@ -375,14 +394,11 @@ fn write_network_files(net: &crate::SandboxNetwork, layout: &Layout) -> Result<(
         .map_err(io_err(format!("create {}", layout.net.display())))?;
     super::layout::write_file(&layout.resolv_conf(), net.resolv_conf.as_bytes())?;
     if let Some(ca) = &net.extra_ca_pem {
-        let own = layout
-            .rootfs
-            .join(config::CA_BUNDLE_PATH.trim_start_matches('/'));
-        // A symlink in the sandbox's tree is not followed out of it: only a regular file counts.
-        let mut bundle = match std::fs::symlink_metadata(&own) {
-            Ok(m) if m.is_file() => std::fs::read(&own).unwrap_or_default(),
-            _ => Vec::new(),
-        };
+        // The sandbox's tree is read confined (no link followed, in the middle of the path
+        // either; a FIFO not opened): only a regular file at the path counts.
+        let mut bundle = cove_confine::Tree::open(&layout.rootfs)
+            .and_then(|tree| tree.read_file(Path::new(config::CA_BUNDLE_PATH), MAX_CA_BUNDLE_BYTES))
+            .unwrap_or_default();
         if !bundle.is_empty() && !bundle.ends_with(b"\n") {
             bundle.push(b'\n');
         }
