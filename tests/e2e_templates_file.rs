@@ -509,7 +509,11 @@ async fn oci_archive_never_opens_a_host_path_a_tenant_names() {
         match err {
             ClientError::Api { status: 400, body } => {
                 assert_eq!(body.code, cove_api_types::ErrorCode::InvalidArgument);
-                assert!(body.message.contains("OCI import directory"), "{}", body.message);
+                assert!(
+                    body.message.contains("OCI import directory"),
+                    "{}",
+                    body.message
+                );
                 assert!(!body.message.contains("root:"), "{}", body.message);
             }
             other => panic!("{path}: {other:?}"),
@@ -535,8 +539,17 @@ async fn oci_archive_never_opens_a_host_path_a_tenant_names() {
         "fifo.tar",
     ] {
         let err = failed_build(&c, "via-import-dir", &format!("FROM oci-archive:{name}\n")).await;
-        assert_eq!(err.code, cove_api_types::ErrorCode::InvalidArgument, "{name}: {}", err.message);
-        assert!(!err.message.contains("E2ESECRETHASH"), "{name}: {}", err.message);
+        assert_eq!(
+            err.code,
+            cove_api_types::ErrorCode::InvalidArgument,
+            "{name}: {}",
+            err.message
+        );
+        assert!(
+            !err.message.contains("E2ESECRETHASH"),
+            "{name}: {}",
+            err.message
+        );
         messages.push(err.message.replace(name, "NAME"));
     }
     assert!(began.elapsed() < Duration::from_secs(60), "nothing blocked");

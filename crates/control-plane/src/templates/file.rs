@@ -458,7 +458,9 @@ mod tests {
             FromRef::OciArchive("img.tar".into())
         );
         assert_eq!(
-            parse("FROM oci-archive:team/app-1.tar\n").expect("oci").from,
+            parse("FROM oci-archive:team/app-1.tar\n")
+                .expect("oci")
+                .from,
             FromRef::OciArchive("team/app-1.tar".into())
         );
     }

@@ -152,15 +152,12 @@ impl NodeAgent {
                 let Some(import_dir) = &self.cfg.oci_import_dir else {
                     return Err(NodeError::OciImportDisabled);
                 };
-                let archive = template::open_archive(
-                    import_dir,
-                    path,
-                    self.cfg.oci_import_max_bytes,
-                )
-                .map_err(|e| NodeError::InvalidArgument {
-                    field: "file".into(),
-                    message: format!("FROM {e}"),
-                })?;
+                let archive =
+                    template::open_archive(import_dir, path, self.cfg.oci_import_max_bytes)
+                        .map_err(|e| NodeError::InvalidArgument {
+                            field: "file".into(),
+                            message: format!("FROM {e}"),
+                        })?;
                 let layers = LayerCache::new(self.cfg.data_dir.join("layers"));
                 let _ = events
                     .send(BuildEvent::Progress {

@@ -14,6 +14,8 @@
 //! are copied, not the directory. Reads go through the build's [`Guard`]; a `COPY` visits at
 //! most [`layer::MAX_ENTRIES`] entries.
 
+#![deny(clippy::disallowed_methods)]
+
 use std::ffi::OsStr;
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
@@ -43,6 +45,8 @@ fn failed(detail: impl Into<String>) -> BuildError {
 /// [`BuildError::Failed`] for an unreadable archive, an entry leaving `dir`, an entry below a
 /// link, or a FIFO, socket or device (named); `Cancelled`.
 pub(crate) fn unpack(archive: &[u8], dir: &Path, guard: &Guard) -> Result<(), BuildError> {
+    // The node's own directory under its work dir (not yet holding tenant data).
+    #[allow(clippy::disallowed_methods)]
     std::fs::create_dir_all(dir).map_err(io(dir, "create"))?;
     if archive.is_empty() {
         return Ok(());
@@ -54,13 +58,25 @@ pub(crate) fn unpack(archive: &[u8], dir: &Path, guard: &Guard) -> Result<(), Bu
 /// The directory holding the context entry `src` (resolved inside the context) and the
 /// entry's name; `None` for the context root itself (`.`).
 fn source(context: &Tree, src: &str) -> Result<(Tree, Option<PathBuf>), BuildError> {
-    let rel = clean_relative(Path::new(src))
-        .map_err(|_| failed(format!("{}: leaves the build context", shown(Path::new(src)))))?;
+    let rel = clean_relative(Path::new(src)).map_err(|_| {
+        failed(format!(
+            "{}: leaves the build context",
+            shown(Path::new(src))
+        ))
+    })?;
     let Some(name) = rel.file_name().map(PathBuf::from) else {
-        return Ok((context.open_dir(Path::new("")).map_err(confined(STEP))?, None));
+        return Ok((
+            context.open_dir(Path::new("")).map_err(confined(STEP))?,
+            None,
+        ));
     };
     let parent = rel.parent().unwrap_or(Path::new(""));
-    let missing = || failed(format!("{}: no such file in the build context", shown(Path::new(src))));
+    let missing = || {
+        failed(format!(
+            "{}: no such file in the build context",
+            shown(Path::new(src))
+        ))
+    };
     match context.open_dir_in_root(parent) {
         Ok(dir) => Ok((dir, Some(name))),
         Err(e) if e.is_not_found() => Err(missing()),
@@ -74,7 +90,12 @@ fn stat(dir: &Tree, name: Option<&Path>, src: &str) -> Result<Meta, BuildError> 
         Some(n) => dir.stat(n).map_err(confined(STEP))?,
         None => Some(dir.meta().map_err(confined(STEP))?),
     };
-    meta.ok_or_else(|| failed(format!("{}: no such file in the build context", shown(Path::new(src)))))
+    meta.ok_or_else(|| {
+        failed(format!(
+            "{}: no such file in the build context",
+            shown(Path::new(src))
+        ))
+    })
 }
 
 /// Entries visited by one hash or copy, against [`layer::MAX_ENTRIES`].
@@ -109,7 +130,15 @@ pub(crate) fn hash_sources(
         stat(&dir, name.as_deref(), src)?;
         h.update(src.as_bytes());
         h.update(b"\0");
-        hash_entry(&mut h, &dir, name.as_deref(), Path::new(""), guard, &mut count, 0)?;
+        hash_entry(
+            &mut h,
+            &dir,
+            name.as_deref(),
+            Path::new(""),
+            guard,
+            &mut count,
+            0,
+        )?;
     }
     Ok(format!("{:x}", h.finalize()))
 }
@@ -202,8 +231,12 @@ pub(crate) fn copy_into(
 ) -> Result<(), BuildError> {
     let tree = Tree::open(tree).map_err(confined(STEP))?;
     let ctx = Tree::open(context).map_err(confined(STEP))?;
-    let dest_rel = clean_relative(Path::new(dest))
-        .map_err(|_| failed(format!("COPY destination {} leaves the tree", shown(Path::new(dest)))))?;
+    let dest_rel = clean_relative(Path::new(dest)).map_err(|_| {
+        failed(format!(
+            "COPY destination {} leaves the tree",
+            shown(Path::new(dest))
+        ))
+    })?;
     let as_dir = dest.ends_with('/')
         || sources.len() > 1
         || dest_rel.as_os_str().is_empty()
@@ -228,7 +261,9 @@ pub(crate) fn copy_into(
             let to = dir_of(&tree, parent, true, STEP)?;
             let dest_name = dest_rel.file_name().map(Path::new).unwrap_or(Path::new(""));
             let n = name.as_deref().unwrap_or(Path::new(""));
-            copy_entry(&src_dir, n, &to, dest_name, &shown_src, guard, &mut count, 0)?;
+            copy_entry(
+                &src_dir, n, &to, dest_name, &shown_src, guard, &mut count, 0,
+            )?;
         }
     }
     Ok(())
@@ -274,17 +309,25 @@ fn copy_entry(
     if depth > cove_confine::MAX_DEPTH {
         return Err(failed("the build context is nested too deep"));
     }
-    let meta = src
-        .stat(name)
-        .map_err(confined(STEP))?
-        .ok_or_else(|| failed(format!("{}: no such file in the build context", shown(shown_src))))?;
+    let meta = src.stat(name).map_err(confined(STEP))?.ok_or_else(|| {
+        failed(format!(
+            "{}: no such file in the build context",
+            shown(shown_src)
+        ))
+    })?;
     let root = Some((0, 0));
     if meta.is_dir() {
-        if !dst.stat(dst_name).map_err(confined(STEP))?.is_some_and(|m| m.is_dir()) {
+        if !dst
+            .stat(dst_name)
+            .map_err(confined(STEP))?
+            .is_some_and(|m| m.is_dir())
+        {
             dst.remove(dst_name).map_err(confined(STEP))?;
-            dst.create_dir_all(dst_name, 0o755).map_err(confined(STEP))?;
+            dst.create_dir_all(dst_name, 0o755)
+                .map_err(confined(STEP))?;
         }
-        dst.chown(dst_name, Some(0), Some(0)).map_err(confined(STEP))?;
+        dst.chown(dst_name, Some(0), Some(0))
+            .map_err(confined(STEP))?;
         dst.chmod(dst_name, meta.mode).map_err(confined(STEP))?;
         let from = src.open_dir(name).map_err(confined(STEP))?;
         let to = dst.open_dir(dst_name).map_err(confined(STEP))?;
@@ -308,6 +351,8 @@ fn copy_entry(
 }
 
 #[cfg(test)]
+// Tests plant, with plain path calls, what a tenant would.
+#[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
     use tokio_util::sync::CancellationToken;
@@ -364,14 +409,20 @@ mod tests {
         std::os::unix::fs::symlink(host.join("secret"), ctx.join("d/inner")).expect("symlink");
         let g = guard();
         let intact = || {
-            assert_eq!(std::fs::read(host.join("secret")).expect("canary"), b"host secret");
+            assert_eq!(
+                std::fs::read(host.join("secret")).expect("canary"),
+                b"host secret"
+            );
             assert_eq!(std::fs::read_dir(host.join("dir")).expect("ls").count(), 0);
             assert_eq!(std::fs::read_dir(&host).expect("ls").count(), 2);
         };
 
         // A symlink to a host file is copied as a symlink, never read.
         copy_into(&tree, &ctx, &["sneaky".into()], "/x", &g).expect("symlink");
-        assert_eq!(std::fs::read_link(tree.join("x")).expect("link"), host.join("secret"));
+        assert_eq!(
+            std::fs::read_link(tree.join("x")).expect("link"),
+            host.join("secret")
+        );
         copy_into(&tree, &ctx, &["d".into()], "/bin/", &g).expect("into a linked dir");
         assert!(std::fs::symlink_metadata(tree.join("usr/bin/inner"))
             .expect("copied")
@@ -390,7 +441,10 @@ mod tests {
         nix::unistd::mkfifo(&ctx.join("d/fifo"), nix::sys::stat::Mode::S_IRWXU).expect("fifo");
         let began = std::time::Instant::now();
         let err = copy_into(&tree, &ctx, &["d".into()], "/z/", &g).expect_err("fifo");
-        assert!(err.to_string().contains("fifo") && err.to_string().contains("FIFO"), "{err}");
+        assert!(
+            err.to_string().contains("fifo") && err.to_string().contains("FIFO"),
+            "{err}"
+        );
         let err = hash_sources(&ctx, &["d".into()], &g).expect_err("fifo");
         assert!(err.to_string().contains("FIFO"), "{err}");
         assert!(began.elapsed() < std::time::Duration::from_secs(1));
@@ -402,31 +456,55 @@ mod tests {
         let tmp = tempfile::tempdir().expect("tmp");
         let host = tmp.path().join("host");
         std::fs::create_dir_all(&host).expect("dirs");
-        let entry = |b: &mut tar::Builder<Vec<u8>>, name: &str, kind: tar::EntryType, link: Option<&Path>| {
+        let entry = |b: &mut tar::Builder<Vec<u8>>,
+                     name: &str,
+                     kind: tar::EntryType,
+                     link: Option<&Path>| {
             let mut h = tar::Header::new_gnu();
             h.set_entry_type(kind);
             h.set_mode(0o644);
-            h.set_size(if kind == tar::EntryType::Regular { 1 } else { 0 });
+            h.set_size(if kind == tar::EntryType::Regular {
+                1
+            } else {
+                0
+            });
             if let Some(l) = link {
                 h.set_link_name(l).expect("link");
             }
-            let data: &[u8] = if kind == tar::EntryType::Regular { b"x" } else { b"" };
+            let data: &[u8] = if kind == tar::EntryType::Regular {
+                b"x"
+            } else {
+                b""
+            };
             b.append_data(&mut h, name, data).expect("append");
         };
-        for (i, (name, kind)) in [("f", tar::EntryType::Fifo), ("c", tar::EntryType::Char), ("b", tar::EntryType::Block)]
-            .into_iter()
-            .enumerate()
+        for (i, (name, kind)) in [
+            ("f", tar::EntryType::Fifo),
+            ("c", tar::EntryType::Char),
+            ("b", tar::EntryType::Block),
+        ]
+        .into_iter()
+        .enumerate()
         {
             let mut b = tar::Builder::new(Vec::new());
             entry(&mut b, name, kind, None);
-            let err = unpack(&b.into_inner().expect("tar"), &tmp.path().join(format!("c{i}")), &guard())
-                .expect_err("special");
+            let err = unpack(
+                &b.into_inner().expect("tar"),
+                &tmp.path().join(format!("c{i}")),
+                &guard(),
+            )
+            .expect_err("special");
             assert!(err.to_string().contains(&format!("{name:?}")), "{err}");
         }
         let mut b = tar::Builder::new(Vec::new());
         entry(&mut b, "a", tar::EntryType::Symlink, Some(&host));
         entry(&mut b, "a/planted", tar::EntryType::Regular, None);
-        assert!(unpack(&b.into_inner().expect("tar"), &tmp.path().join("c9"), &guard()).is_err());
+        assert!(unpack(
+            &b.into_inner().expect("tar"),
+            &tmp.path().join("c9"),
+            &guard()
+        )
+        .is_err());
         assert_eq!(std::fs::read_dir(&host).expect("ls").count(), 0);
     }
 }

@@ -25,6 +25,8 @@
 //! and leaves the parent untouched. Directories of a hard-link copy are its own, so their mode
 //! and owner are set in place. Extended attributes other than the opaque marker are skipped.
 
+#![deny(clippy::disallowed_methods)]
+
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
@@ -100,9 +102,7 @@ pub(crate) fn clean_relative(path: &Path) -> Result<PathBuf, BuildError> {
         match c {
             Component::Normal(p) => out.push(p),
             Component::CurDir | Component::RootDir => {}
-            _ => {
-                return Err(Unpack::Layer.bad(format!("entry {} leaves its tree", shown(path))))
-            }
+            _ => return Err(Unpack::Layer.bad(format!("entry {} leaves its tree", shown(path)))),
         }
     }
     Ok(out)
@@ -196,9 +196,7 @@ pub(crate) fn unpack<R: Read>(
             "the archive is not a readable tar (after {seen} entries)"
         ))
     };
-    let entries = archive
-        .entries()
-        .map_err(|_| guard.or(unreadable(0)))?;
+    let entries = archive.entries().map_err(|_| guard.or(unreadable(0)))?;
     for entry in entries {
         let mut entry = entry.map_err(|_| guard.or(unreadable(seen)))?;
         seen += 1;
@@ -206,16 +204,12 @@ pub(crate) fn unpack<R: Read>(
             return Err(kind.bad(format!("the archive has more than {MAX_ENTRIES} entries")));
         }
         guard.check()?;
-        let raw = entry
-            .path()
-            .map_err(|_| unreadable(seen))?
-            .into_owned();
+        let raw = entry.path().map_err(|_| unreadable(seen))?.into_owned();
         if raw.as_os_str().len() > MAX_PATH_BYTES {
             return Err(kind.bad(format!("entry {} has too long a path", shown(&raw))));
         }
-        let rel = clean_relative(&raw).map_err(|_| {
-            kind.bad(format!("entry {} leaves its tree", shown(&raw)))
-        })?;
+        let rel = clean_relative(&raw)
+            .map_err(|_| kind.bad(format!("entry {} leaves its tree", shown(&raw))))?;
         let Some(name) = rel.file_name().map(OsStr::to_os_string) else {
             continue; // the root itself
         };
@@ -226,9 +220,7 @@ pub(crate) fn unpack<R: Read>(
         let whiteout_device = entry_kind == EntryType::Char
             && header.device_major().ok().flatten() == Some(0)
             && header.device_minor().ok().flatten() == Some(0);
-        if kind == Unpack::Layer
-            && (name_str.starts_with(WHITEOUT_PREFIX) || whiteout_device)
-        {
+        if kind == Unpack::Layer && (name_str.starts_with(WHITEOUT_PREFIX) || whiteout_device) {
             let hidden: &OsStr = if whiteout_device {
                 &name
             } else if name_str == OPAQUE_MARKER {
@@ -236,11 +228,11 @@ pub(crate) fn unpack<R: Read>(
             } else {
                 OsStr::from_bytes(&name.as_bytes()[WHITEOUT_PREFIX.len()..])
             };
-            if !whiteout_device && name_str != OPAQUE_MARKER && matches!(hidden.as_bytes(), b"" | b"." | b"..") {
-                return Err(kind.bad(format!(
-                    "entry {} is a whiteout of no name",
-                    shown(&raw)
-                )));
+            if !whiteout_device
+                && name_str != OPAQUE_MARKER
+                && matches!(hidden.as_bytes(), b"" | b"." | b"..")
+            {
+                return Err(kind.bad(format!("entry {} is a whiteout of no name", shown(&raw))));
             }
             let dir = match tree.open_dir_in_root(&parent_rel) {
                 Ok(dir) => dir,
@@ -320,10 +312,7 @@ pub(crate) fn unpack<R: Read>(
                     .ok_or_else(|| kind.bad(format!("symlink {} has no target", shown(&raw))))?
                     .into_owned();
                 if climbs_out(&parent_rel, &target) {
-                    return Err(kind.bad(format!(
-                        "symlink {} points above the root",
-                        shown(&raw)
-                    )));
+                    return Err(kind.bad(format!("symlink {} points above the root", shown(&raw))));
                 }
                 dir.replace_symlink(at, &target, Some(owner))
                     .map_err(confined(kind.step()))?;
@@ -375,6 +364,8 @@ fn clear_lower(dir: &Tree, written: &HashSet<(u64, u64, OsString)>) -> Result<()
 }
 
 #[cfg(test)]
+// Tests plant, with plain path calls, what a tenant would.
+#[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
     use tokio_util::sync::CancellationToken;
@@ -518,10 +509,19 @@ mod tests {
         }
         fn intact(&self) {
             let t = self.tmp.path();
-            assert_eq!(std::fs::read(t.join("host/secret")).expect("canary"), b"host secret");
-            assert_eq!(std::fs::read_dir(t.join("host/dir")).expect("ls").count(), 0);
+            assert_eq!(
+                std::fs::read(t.join("host/secret")).expect("canary"),
+                b"host secret"
+            );
+            assert_eq!(
+                std::fs::read_dir(t.join("host/dir")).expect("ls").count(),
+                0
+            );
             assert_eq!(std::fs::read_dir(t.join("host")).expect("ls").count(), 2);
-            assert_eq!(std::fs::read(t.join("sandbox/keep")).expect("canary"), b"keep");
+            assert_eq!(
+                std::fs::read(t.join("sandbox/keep")).expect("canary"),
+                b"keep"
+            );
             assert!(self.root().is_dir(), "the root itself is still there");
         }
     }
@@ -540,8 +540,7 @@ mod tests {
             let mut b = tar::Builder::new(Vec::new());
             raw(&mut b, name, EntryType::Regular, b"", b"");
             let layer = b.into_inner().expect("tar");
-            let err = apply_layer(&lab.root(), layer.as_slice(), &guard())
-                .expect_err("refused");
+            let err = apply_layer(&lab.root(), layer.as_slice(), &guard()).expect_err("refused");
             assert!(err.to_string().contains("whiteout of no name"), "{err}");
             lab.intact();
             assert!(lab.root().join("etc").is_dir());
@@ -566,10 +565,22 @@ mod tests {
         raw(&mut b, b"a/passwd", EntryType::Regular, b"", b"pwned");
         // A link planted at a name, then a file written at that name: the link is replaced.
         let secret = host.join("secret");
-        raw(&mut b, b"etc/shadow", EntryType::Symlink, secret.as_os_str().as_bytes(), b"");
+        raw(
+            &mut b,
+            b"etc/shadow",
+            EntryType::Symlink,
+            secret.as_os_str().as_bytes(),
+            b"",
+        );
         raw(&mut b, b"etc/shadow", EntryType::Regular, b"", b"mine");
         // Whiteouts through a planted link stay inside too.
-        raw(&mut b, b"h", EntryType::Symlink, host.as_os_str().as_bytes(), b"");
+        raw(
+            &mut b,
+            b"h",
+            EntryType::Symlink,
+            host.as_os_str().as_bytes(),
+            b"",
+        );
         raw(&mut b, b"h/.wh.secret", EntryType::Regular, b"", b"");
         raw(&mut b, b"h/.wh.dir", EntryType::Regular, b"", b"");
         // FIFOs and devices are skipped, never made.
@@ -585,15 +596,27 @@ mod tests {
         let applied = apply_layer(&lab.root(), layer.as_slice(), &guard()).expect("apply");
         assert_eq!(applied.skipped, 2);
         lab.intact();
-        assert_eq!(std::fs::read(lab.root().join("etc/passwd")).expect("inside"), b"pwned");
+        assert_eq!(
+            std::fs::read(lab.root().join("etc/passwd")).expect("inside"),
+            b"pwned"
+        );
         assert_ne!(std::fs::read("/etc/passwd").expect("host"), b"pwned");
-        assert_eq!(std::fs::read(lab.root().join("etc/shadow")).expect("f"), b"mine");
+        assert_eq!(
+            std::fs::read(lab.root().join("etc/shadow")).expect("f"),
+            b"mine"
+        );
         assert!(!lab.root().join("fifo").exists() && !lab.root().join("zero").exists());
 
         // A link to a host directory that does not exist in the tree: refused, nothing made.
         let mut b = tar::Builder::new(Vec::new());
         let abs = host.join("dir");
-        raw(&mut b, b"d", EntryType::Symlink, abs.as_os_str().as_bytes(), b"");
+        raw(
+            &mut b,
+            b"d",
+            EntryType::Symlink,
+            abs.as_os_str().as_bytes(),
+            b"",
+        );
         raw(&mut b, b"d/x", EntryType::Regular, b"", b"pwned");
         let layer = b.into_inner().expect("tar");
         assert!(apply_layer(&lab.root(), layer.as_slice(), &guard()).is_err());
@@ -613,7 +636,13 @@ mod tests {
         }
         // Relative links that stay inside are data.
         let mut b = tar::Builder::new(Vec::new());
-        raw(&mut b, b"etc/mtab", EntryType::Symlink, b"../proc/self/mounts", b"");
+        raw(
+            &mut b,
+            b"etc/mtab",
+            EntryType::Symlink,
+            b"../proc/self/mounts",
+            b"",
+        );
         let layer = b.into_inner().expect("tar");
         apply_layer(&lab.root(), layer.as_slice(), &guard()).expect("inside");
     }
@@ -627,7 +656,12 @@ mod tests {
 
         // An endless layer stops when the build is cancelled.
         let cancel = CancellationToken::new();
-        let g = Guard::new(cancel.clone(), "the layer", u64::MAX, std::time::Duration::from_secs(600));
+        let g = Guard::new(
+            cancel.clone(),
+            "the layer",
+            u64::MAX,
+            std::time::Duration::from_secs(600),
+        );
         let mut b = tar::Builder::new(Vec::new());
         let mut h = tar::Header::new_gnu();
         h.set_entry_type(EntryType::Regular);
@@ -648,7 +682,12 @@ mod tests {
         assert!(began.elapsed() < std::time::Duration::from_secs(1));
 
         // And a byte bound ends it without a cancel.
-        let g = Guard::new(CancellationToken::new(), "the layer", 1 << 20, std::time::Duration::from_secs(600));
+        let g = Guard::new(
+            CancellationToken::new(),
+            "the layer",
+            1 << 20,
+            std::time::Duration::from_secs(600),
+        );
         let mut b = tar::Builder::new(Vec::new());
         let mut h = tar::Header::new_gnu();
         h.set_entry_type(EntryType::Regular);
@@ -657,7 +696,10 @@ mod tests {
         h.set_cksum();
         b.append_data(&mut h, "big", &b""[..]).ok();
         let head = b.into_inner().unwrap_or_default();
-        let endless = std::io::Read::chain(std::io::Cursor::new(head[..512].to_vec()), std::io::repeat(0));
+        let endless = std::io::Read::chain(
+            std::io::Cursor::new(head[..512].to_vec()),
+            std::io::repeat(0),
+        );
         let err = apply_layer(&lab.root(), endless, &g).expect_err("bounded");
         assert!(err.to_string().contains("larger than"), "{err}");
     }
