@@ -94,10 +94,26 @@ pub(crate) fn digest_with(
     }
     let tree = Tree::open(root).map_err(confined("digest"))?;
     let meta = tree.meta().map_err(confined("digest"))?;
-    record(&mut h, &tree, None, &meta, b"/", guard)?;
-    let mut count = 0u64;
-    walk(&mut h, &tree, &mut Vec::new(), guard, &mut count, 0)?;
+    record(
+        &mut h,
+        &tree,
+        None,
+        &meta,
+        b"/",
+        guard,
+        &mut Default::default(),
+    )?;
+    let mut seen = Seen::default();
+    walk(&mut h, &tree, &mut Vec::new(), guard, &mut seen, 0)?;
     Ok(format!("sha256:{:x}", h.finalize()))
+}
+
+/// What a walk has seen: entries, and the content hash of each hard-linked file (read once,
+/// however many names it has).
+#[derive(Default)]
+struct Seen {
+    entries: u64,
+    linked: std::collections::HashMap<(u64, u64), String>,
 }
 
 /// Records the children of `dir` (at `rel`, `/`-prefixed), depth first, siblings in byte order
@@ -107,7 +123,7 @@ fn walk(
     dir: &Tree,
     rel: &mut Vec<u8>,
     guard: &Guard,
-    count: &mut u64,
+    seen: &mut Seen,
     depth: usize,
 ) -> Result<(), BuildError> {
     if depth > cove_confine::MAX_DEPTH {
@@ -124,8 +140,8 @@ fn walk(
         .collect();
     names.sort();
     for name in names {
-        *count += 1;
-        if *count > MAX_TREE_ENTRIES {
+        seen.entries += 1;
+        if seen.entries > MAX_TREE_ENTRIES {
             return Err(BuildError::Failed {
                 step: "digest".into(),
                 detail: format!("the tree has more than {MAX_TREE_ENTRIES} entries"),
@@ -139,10 +155,10 @@ fn walk(
         let len = rel.len();
         rel.push(b'/');
         rel.extend_from_slice(&name);
-        record(h, dir, Some(at), &meta, rel, guard)?;
+        record(h, dir, Some(at), &meta, rel, guard, &mut seen.linked)?;
         if meta.is_dir() {
             let sub = dir.open_dir(at).map_err(confined("digest"))?;
-            walk(h, &sub, rel, guard, count, depth + 1)?;
+            walk(h, &sub, rel, guard, seen, depth + 1)?;
         }
         rel.truncate(len);
     }
@@ -157,14 +173,24 @@ fn record(
     meta: &Meta,
     rel: &[u8],
     guard: &Guard,
+    linked: &mut std::collections::HashMap<(u64, u64), String>,
 ) -> Result<(), BuildError> {
     let at = name.unwrap_or(Path::new(""));
     let (kind, detail) = match meta.kind {
         FileType::Directory => ("d", String::new()),
-        FileType::RegularFile => (
-            "f",
-            format!("{} {}", meta.size, file_sha256(dir, at, guard)?),
-        ),
+        FileType::RegularFile => {
+            let sha = match linked.get(&(meta.dev, meta.ino)) {
+                Some(sha) => sha.clone(),
+                None => {
+                    let sha = file_sha256(dir, at, guard)?;
+                    if meta.nlink > 1 {
+                        linked.insert((meta.dev, meta.ino), sha.clone());
+                    }
+                    sha
+                }
+            };
+            ("f", format!("{} {sha}", meta.size))
+        }
         FileType::Symlink => {
             let target = dir.read_link(at).map_err(confined("digest"))?;
             (
@@ -262,5 +288,24 @@ mod tests {
         let mut other = defaults();
         other.env.insert("LANG".into(), "C.UTF-8".into());
         assert_ne!(release_digest(&one, &other).expect("digest"), d);
+    }
+
+    #[test]
+    fn hard_links_digest_like_copies_and_special_files_are_never_opened() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (one, two) = (tmp.path().join("one"), tmp.path().join("two"));
+        tree(&one, b"hello");
+        tree(&two, b"hello");
+        std::fs::write(one.join("etc/c"), b"hello").expect("copy");
+        std::fs::hard_link(two.join("etc/a"), two.join("etc/c")).expect("link");
+        assert_eq!(
+            release_digest(&one, &defaults()).expect("digest"),
+            release_digest(&two, &defaults()).expect("digest")
+        );
+        // A FIFO in a tree is recorded, never opened (this would block).
+        nix::unistd::mkfifo(&one.join("etc/fifo"), nix::sys::stat::Mode::S_IRWXU).expect("fifo");
+        let began = std::time::Instant::now();
+        release_digest(&one, &defaults()).expect("digest");
+        assert!(began.elapsed() < std::time::Duration::from_secs(5));
     }
 }

@@ -11,11 +11,12 @@
 //! of one; dot names left by a crash go at the next trim.
 
 use std::collections::HashMap;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use super::files::io;
+use cove_confine::Tree;
+
+use super::files::{confined, io, MAX_TREE_ENTRIES};
 use super::BuildError;
 
 /// Name of the marker whose mtime is an entry's last use.
@@ -85,9 +86,9 @@ pub fn trim(dir: &Path, max_bytes: u64, keep_since: SystemTime) -> Result<Trimme
             .and_then(|m| m.modified())
             .map_err(io(&path, "stat"))?;
         let mut inodes = Vec::new();
-        walk(&path, &mut |m| {
-            let id = (m.dev(), m.ino());
-            let e = sizes.entry(id).or_insert((m.blocks() * 512, 0));
+        walk(&path, &mut |dev, ino, blocks| {
+            let id = (dev, ino);
+            let e = sizes.entry(id).or_insert((blocks * 512, 0));
             e.1 += 1;
             inodes.push(id);
         })?;
@@ -129,19 +130,18 @@ pub fn trim(dir: &Path, max_bytes: u64, keep_since: SystemTime) -> Result<Trimme
     Ok(done)
 }
 
-/// Calls `seen` with the metadata of `root` and of everything below it (not following
-/// symlinks).
-fn walk(root: &Path, seen: &mut dyn FnMut(&std::fs::Metadata)) -> Result<(), BuildError> {
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(p) = stack.pop() {
-        let m = std::fs::symlink_metadata(&p).map_err(io(&p, "stat"))?;
-        seen(&m);
-        if m.is_dir() {
-            for e in std::fs::read_dir(&p).map_err(io(&p, "read"))? {
-                stack.push(e.map_err(io(&p, "read"))?.path());
-            }
-        }
-    }
+/// Calls `seen` with the device, inode and 512-byte blocks of `root` and of everything below
+/// it, walked through `cove_confine` (entries are trees of tenant steps: no link followed, no
+/// other filesystem entered, at most [`MAX_TREE_ENTRIES`] entries).
+fn walk(root: &Path, seen: &mut dyn FnMut(u64, u64, u64)) -> Result<(), BuildError> {
+    let tree = Tree::open(root).map_err(confined("trim"))?;
+    let me = tree.meta().map_err(confined("trim"))?;
+    seen(me.dev, me.ino, me.blocks);
+    tree.walk(MAX_TREE_ENTRIES, &mut |_, _, m| {
+        seen(m.dev, m.ino, m.blocks);
+        Ok(())
+    })
+    .map_err(confined("trim"))?;
     Ok(())
 }
 

@@ -246,7 +246,12 @@ pub async fn unpack_context(
     dir: PathBuf,
     cancel: CancellationToken,
 ) -> Result<(), BuildError> {
-    let guard = Guard::new(cancel, "the build context", u64::MAX, STEP_TIME);
+    let guard = Guard::new(
+        cancel,
+        "the build context",
+        layer::MAX_LAYER_BYTES,
+        STEP_TIME,
+    );
     tokio::task::spawn_blocking(move || context::unpack(&archive, &dir, &guard))
         .await
         .map_err(|e| BuildError::Failed {
@@ -264,7 +269,13 @@ pub async fn hash_sources(
     sources: Vec<String>,
     cancel: CancellationToken,
 ) -> Result<String, BuildError> {
-    let guard = Guard::new(cancel, "the COPY sources", u64::MAX, STEP_TIME);
+    // Hard links in a context could make a small upload read terabytes: bounded.
+    let guard = Guard::new(
+        cancel,
+        "the COPY sources",
+        layer::MAX_LAYER_BYTES,
+        STEP_TIME,
+    );
     tokio::task::spawn_blocking(move || context::hash_sources(&context, &sources, &guard))
         .await
         .map_err(|e| BuildError::Failed {
