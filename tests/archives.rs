@@ -12,9 +12,19 @@ pub fn raw(out: &mut Vec<u8>, name: &str, kind: tar::EntryType, link: &str, data
     }
     h.set_entry_type(kind);
     h.set_size(data.len() as u64);
-    h.set_mode(0o644);
+    h.set_mode(if kind == tar::EntryType::Directory {
+        0o755
+    } else {
+        0o644
+    });
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(0);
     if kind == tar::EntryType::Block || kind == tar::EntryType::Char {
         h.set_device_major(8).expect("major");
+        h.set_device_minor(0).expect("minor");
+    } else {
+        h.set_device_major(0).expect("major");
         h.set_device_minor(0).expect("minor");
     }
     h.set_cksum();
@@ -76,4 +86,3 @@ pub fn fs_tar(items: &[(&str, tar::EntryType, &str)]) -> Vec<u8> {
     end(&mut out);
     out
 }
-

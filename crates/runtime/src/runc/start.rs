@@ -310,11 +310,9 @@ fn shift_upper(
             ".cove/bin/cove-guest-agent",
             ".cove/run",
         ];
-        return super::shift::paths_in(upper, &identity, range.host(), userns.base)
-        .map_err(io_err(format!(
-            "shift {} into the sandbox's ids",
-            upper.display()
-        )));
+        return super::shift::paths_in(upper, &identity, range.host(), userns.base).map_err(
+            io_err(format!("shift {} into the sandbox's ids", upper.display())),
+        );
     }
     let began = Instant::now();
     let changed = super::shift::tree(upper, range.host(), userns.base).map_err(io_err(format!(
