@@ -86,3 +86,32 @@ pub fn fs_tar(items: &[(&str, tar::EntryType, &str)]) -> Vec<u8> {
     end(&mut out);
     out
 }
+
+/// The whole archive of checkpoint `id`, as `GET /v1/checkpoints/{id}/archive` streams it.
+pub async fn export(c: &cove_client::Client, id: &str) -> Vec<u8> {
+    use futures::TryStreamExt;
+    c.checkpoint_archive(id)
+        .await
+        .expect("export")
+        .try_fold(Vec::new(), |mut all, chunk| async move {
+            all.extend_from_slice(&chunk);
+            Ok(all)
+        })
+        .await
+        .expect("archive bytes")
+}
+
+/// The entries of a tar: (name, bytes).
+pub fn entries(archive: &[u8]) -> Vec<(String, Vec<u8>)> {
+    let mut a = tar::Archive::new(archive);
+    a.entries()
+        .expect("tar")
+        .map(|e| {
+            let mut e = e.expect("entry");
+            let name = e.path().expect("path").display().to_string();
+            let mut data = Vec::new();
+            std::io::Read::read_to_end(&mut e, &mut data).expect("read");
+            (name, data)
+        })
+        .collect()
+}

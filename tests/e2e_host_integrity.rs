@@ -16,9 +16,8 @@ use cove_api_types::{
     OperationState, Quotas,
 };
 use cove_client::Client;
-use cove_e2e::archives::{archive, fs_tar};
+use cove_e2e::archives::{archive, entries, export, fs_tar};
 use cove_e2e::{client, delete, ensure_template, root_sh, sandbox, server, sh};
-use futures::TryStreamExt;
 
 /// One entry of a crafted `fs.tar`: name, type, link target.
 type Plant<'a> = (&'a str, tar::EntryType, &'a str);
@@ -232,27 +231,8 @@ async fn a_crafted_checkpoint_archive_never_reaches_the_host() {
         .await
         .expect("checkpoint");
     succeeds(&c, &ck.operation, "checkpoint").await;
-    let exported: Vec<u8> = c
-        .checkpoint_archive(&ck.checkpoint.id)
-        .await
-        .expect("export")
-        .try_fold(Vec::new(), |mut all, chunk| async move {
-            all.extend_from_slice(&chunk);
-            Ok(all)
-        })
-        .await
-        .expect("archive bytes");
-    let mut parts = tar::Archive::new(exported.as_slice());
-    let mut header = Vec::new();
-    {
-        let mut first = parts
-            .entries()
-            .expect("tar")
-            .next()
-            .expect("entry")
-            .expect("ok");
-        std::io::Read::read_to_end(&mut first, &mut header).expect("header");
-    }
+    let exported: Vec<u8> = export(&c, &ck.checkpoint.id).await;
+    let header = entries(&exported).swap_remove(0).1;
     delete(&c, &id).await;
 
     let crafted: Vec<(&str, Vec<Plant>)> = vec![
