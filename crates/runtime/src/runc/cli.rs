@@ -346,26 +346,6 @@ pub(crate) fn message(stderr: &[u8]) -> String {
     joined
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn message_extracts_logrus_msgs() {
-        let err = b"time=\"2026-11-29T10:14:54Z\" level=error msg=\"container does not exist\"\n";
-        assert_eq!(message(err), "container does not exist");
-        let err = b"time=\"x\" level=error msg=\"a \\\"quoted\\\" word\"\n";
-        assert_eq!(message(err), "a \"quoted\" word");
-        assert_eq!(message(b"  plain failure \n"), "plain failure");
-    }
-
-    #[test]
-    fn message_is_bounded() {
-        let long = vec![b'x'; 10_000];
-        assert!(message(&long).len() <= MAX_DETAIL_BYTES + '…'.len_utf8());
-    }
-}
-
 /// In a forked child: moves the descriptors `raw` to 3, 4, ... without close-on-exec. Each is
 /// first duplicated above every target, so no target overwrites a source not yet moved.
 fn place_fds(raw: &[RawFd]) -> std::io::Result<()> {
@@ -388,4 +368,24 @@ fn place_fds(raw: &[RawFd]) -> std::io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_extracts_logrus_msgs() {
+        let err = b"time=\"2026-11-29T10:14:54Z\" level=error msg=\"container does not exist\"\n";
+        assert_eq!(message(err), "container does not exist");
+        let err = b"time=\"x\" level=error msg=\"a \\\"quoted\\\" word\"\n";
+        assert_eq!(message(err), "a \"quoted\" word");
+        assert_eq!(message(b"  plain failure \n"), "plain failure");
+    }
+
+    #[test]
+    fn message_is_bounded() {
+        let long = vec![b'x'; 10_000];
+        assert!(message(&long).len() <= MAX_DETAIL_BYTES + '…'.len_utf8());
+    }
 }
