@@ -285,15 +285,25 @@ pub fn dns_query(
     name: &str,
     timeout: Duration,
 ) -> Result<std::result::Result<DnsAnswer, String>> {
+    let mut msg = Message::query();
+    msg.metadata.recursion_desired = true;
+    match Name::from_ascii(format!("{name}.")) {
+        Ok(n) => msg.add_query(Query::query(n, RecordType::A)),
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    dns_exchange(ns, server, msg, timeout)
+}
+
+/// Sends the DNS message `msg` (any question, records or options a test puts in it) to
+/// `server` from inside `ns` and reads the answer with its id.
+pub fn dns_exchange(
+    ns: &str,
+    server: SocketAddrV4,
+    msg: Message,
+    timeout: Duration,
+) -> Result<std::result::Result<DnsAnswer, String>> {
     check_route(ns, *server.ip())?;
-    let name = name.to_string();
     cmd::run_in_netns(ns, move || {
-        let mut msg = Message::query();
-        msg.metadata.recursion_desired = true;
-        msg.add_query(Query::query(
-            Name::from_ascii(format!("{name}.")).map_err(|e| e.to_string())?,
-            RecordType::A,
-        ));
         let id = msg.metadata.id;
         let sock = UdpSocket::bind("0.0.0.0:0").map_err(|e| e.to_string())?;
         sock.set_read_timeout(Some(timeout))

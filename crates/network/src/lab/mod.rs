@@ -27,8 +27,8 @@ use tokio::task::JoinHandle;
 
 pub use bench::{bench, BenchReport};
 pub use clients::{
-    check_route, dns_query, http_download, http_get, https_get, https_get_with, DnsAnswer,
-    Download, Reply,
+    check_route, dns_exchange, dns_query, http_download, http_get, https_get, https_get_with,
+    DnsAnswer, Download, Reply,
 };
 
 use crate::cmd;
@@ -65,11 +65,14 @@ const RANGES: &[&str] = &["203.0.113.0/24", "169.254.169.254/32", LAB_POOL];
 
 /// Most entries [`Seen`] keeps per list (later ones are dropped).
 const SEEN_MAX: usize = 10_000;
+/// Most DNS packets [`Seen`] keeps (each at most 4 KiB).
+const SEEN_PACKETS: usize = 1_000;
 
 /// What the fake internet's servers received, for tests to check what left the gateway.
 #[derive(Debug, Default)]
 pub struct Seen {
     dns_names: std::sync::Mutex<Vec<String>>,
+    dns_packets: std::sync::Mutex<Vec<Vec<u8>>>,
     authorizations: std::sync::Mutex<Vec<String>>,
 }
 
@@ -77,6 +80,14 @@ impl Seen {
     /// Every name asked of the fake DNS server (normalised), in order.
     pub fn dns_names(&self) -> Vec<String> {
         self.dns_names
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The raw packets the fake DNS server received (the first [`SEEN_PACKETS`]), in order.
+    pub fn dns_packets(&self) -> Vec<Vec<u8>> {
+        self.dns_packets
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
@@ -99,6 +110,13 @@ impl Seen {
 
     pub(crate) fn dns_name(&self, name: String) {
         Self::push(&self.dns_names, name);
+    }
+
+    pub(crate) fn dns_packet(&self, packet: &[u8]) {
+        let mut l = self.dns_packets.lock().unwrap_or_else(|e| e.into_inner());
+        if l.len() < SEEN_PACKETS {
+            l.push(packet.to_vec());
+        }
     }
 
     pub(crate) fn authorization(&self, value: String) {

@@ -200,6 +200,7 @@ async fn dns_server(socket: UdpSocket, queries: Arc<AtomicU64>, seen: Arc<Seen>)
     let mut buf = vec![0u8; 4096];
     while let Ok((n, from)) = socket.recv_from(&mut buf).await {
         queries.fetch_add(1, Ordering::Relaxed);
+        seen.dns_packet(&buf[..n]);
         let Ok(req) = Message::from_vec(&buf[..n]) else {
             continue;
         };
