@@ -274,12 +274,23 @@ fn prepare(
             command_cgroups::give_to(&d.dir, range.host())?;
         }
     }
-    // Handed to the agent as descriptors (`runc run --preserve-fds`), never mounted inside.
-    let cgroup_fds = command_cgroups
-        .iter()
-        .map(command_cgroups::Delegated::open)
-        .collect::<Result<Vec<_>, _>>()?;
-    let hierarchies: Vec<String> = command_cgroups.into_iter().map(|d| d.hierarchy).collect();
+    // Handed to the agent as descriptors (`runc run --preserve-fds`), never mounted inside. A
+    // kernel or node that cannot make the detached mount (no `open_tree`, no privilege) leaves
+    // that hierarchy out: the agent then tracks commands by their session.
+    let mut cgroup_fds = Vec::new();
+    let mut hierarchies = Vec::new();
+    for d in command_cgroups {
+        match d.open() {
+            Ok(fd) => {
+                cgroup_fds.push(fd);
+                hierarchies.push(d.hierarchy);
+            }
+            Err(error) => {
+                warn!(sandbox_id = %spec.id, hierarchy = %d.hierarchy, %error,
+                    "cannot hand the command cgroup to the agent; commands use sessions");
+            }
+        }
+    }
     let config = config::build(spec, layout, host, views, &hierarchies, ids)?;
     config::write(&config, layout)?;
 
