@@ -4,7 +4,9 @@
 //! - init = the guest agent, root, `oomScoreAdj: -1000` so the sandbox's own OOM never kills it
 //!   (the agent resets its children to 0) when the node agent has `CAP_SYS_RESOURCE` (without it
 //!   the kernel refuses to lower a score and runc would fail, so the field is left out),
-//!   `noNewPrivileges: false` so `sudo` works inside;
+//!   `noNewPrivileges: false` so `sudo` works inside; its environment is `PATH` and, when
+//!   command cgroups are delegated, [`COMMAND_CGROUP_FDS_ENV`] naming the descriptors runc
+//!   passes it (`command_cgroups.rs`: never mounted writable inside);
 //! - Docker's default capability set without `CAP_NET_RAW` (no raw sockets; ICMP echo through
 //!   datagram sockets for every group instead), in bounding/effective/permitted;
 //!   inheritable/ambient empty;
