@@ -12,9 +12,19 @@ pub fn raw(out: &mut Vec<u8>, name: &str, kind: tar::EntryType, link: &str, data
     }
     h.set_entry_type(kind);
     h.set_size(data.len() as u64);
-    h.set_mode(0o644);
+    h.set_mode(if kind == tar::EntryType::Directory {
+        0o755
+    } else {
+        0o644
+    });
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(0);
     if kind == tar::EntryType::Block || kind == tar::EntryType::Char {
         h.set_device_major(8).expect("major");
+        h.set_device_minor(0).expect("minor");
+    } else {
+        h.set_device_major(0).expect("major");
         h.set_device_minor(0).expect("minor");
     }
     h.set_cksum();
@@ -77,3 +87,31 @@ pub fn fs_tar(items: &[(&str, tar::EntryType, &str)]) -> Vec<u8> {
     out
 }
 
+/// The whole archive of checkpoint `id`, as `GET /v1/checkpoints/{id}/archive` streams it.
+pub async fn export(c: &cove_client::Client, id: &str) -> Vec<u8> {
+    use futures::TryStreamExt;
+    c.checkpoint_archive(id)
+        .await
+        .expect("export")
+        .try_fold(Vec::new(), |mut all, chunk| async move {
+            all.extend_from_slice(&chunk);
+            Ok(all)
+        })
+        .await
+        .expect("archive bytes")
+}
+
+/// The entries of a tar: (name, bytes).
+pub fn entries(archive: &[u8]) -> Vec<(String, Vec<u8>)> {
+    let mut a = tar::Archive::new(archive);
+    a.entries()
+        .expect("tar")
+        .map(|e| {
+            let mut e = e.expect("entry");
+            let name = e.path().expect("path").display().to_string();
+            let mut data = Vec::new();
+            std::io::Read::read_to_end(&mut e, &mut data).expect("read");
+            (name, data)
+        })
+        .collect()
+}

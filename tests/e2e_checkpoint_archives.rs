@@ -11,9 +11,8 @@ use cove_api_types::{
     OperationState,
 };
 use cove_client::{Client, ClientError};
-use cove_e2e::archives::{archive, fs_tar};
+use cove_e2e::archives::{archive, entries, export, fs_tar};
 use cove_e2e::{client, delete, random_bytes, sandbox, server, sh, sha256_hex};
-use futures::TryStreamExt;
 
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -27,21 +26,6 @@ async fn done(c: &Client, op: &Operation) {
 
 fn api_code(e: &ClientError) -> Option<ErrorCode> {
     e.api_body().map(|b| b.code)
-}
-
-/// The entries of a tar: (name, bytes).
-fn entries(archive: &[u8]) -> Vec<(String, Vec<u8>)> {
-    let mut a = tar::Archive::new(archive);
-    a.entries()
-        .expect("tar")
-        .map(|e| {
-            let mut e = e.expect("entry");
-            let name = e.path().expect("path").display().to_string();
-            let mut data = Vec::new();
-            std::io::Read::read_to_end(&mut e, &mut data).expect("read");
-            (name, data)
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -70,16 +54,7 @@ async fn export_import_round_trip_is_byte_exact_and_hostile_archives_are_refused
         .expect("checkpoint");
     done(&c, &r.operation).await;
 
-    let exported: Vec<u8> = c
-        .checkpoint_archive(&r.checkpoint.id)
-        .await
-        .expect("export")
-        .try_fold(Vec::new(), |mut all, chunk| async move {
-            all.extend_from_slice(&chunk);
-            Ok(all)
-        })
-        .await
-        .expect("archive bytes");
+    let exported: Vec<u8> = export(&c, &r.checkpoint.id).await;
     let parts = entries(&exported);
     let names: Vec<_> = parts.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(
@@ -96,16 +71,7 @@ async fn export_import_round_trip_is_byte_exact_and_hostile_archives_are_refused
         .expect("import");
     assert_ne!(imported.id, r.checkpoint.id);
     assert_eq!(imported.name.as_deref(), Some("imported"));
-    let again: Vec<u8> = c
-        .checkpoint_archive(&imported.id)
-        .await
-        .expect("export the import")
-        .try_fold(Vec::new(), |mut all, chunk| async move {
-            all.extend_from_slice(&chunk);
-            Ok(all)
-        })
-        .await
-        .expect("bytes");
+    let again: Vec<u8> = export(&c, &imported.id).await;
     assert_eq!(entries(&again)[2].1, parts[2].1, "artifact bytes differ");
 
     let created = c

@@ -13,12 +13,14 @@ use std::time::Duration;
 
 use cove_api_types::{
     CreateCheckpointRequest, CreateSandboxRequest, ErrorCode, ForkRequest, Operation,
-    OperationState,
+    OperationState, Quotas,
 };
 use cove_client::Client;
-use cove_e2e::archives::{archive, fs_tar};
-use cove_e2e::{client, delete, root_sh, sandbox, sh};
-use futures::TryStreamExt;
+use cove_e2e::archives::{archive, entries, export, fs_tar};
+use cove_e2e::{client, delete, ensure_template, root_sh, sandbox, server, sh};
+
+/// One entry of a crafted `fs.tar`: name, type, link target.
+type Plant<'a> = (&'a str, tar::EntryType, &'a str);
 
 /// Longest any one lifecycle step may take here (a blocked node thread shows up as this).
 const BOUND: Duration = Duration::from_secs(90);
@@ -153,7 +155,12 @@ async fn planted_links_and_fifos_never_reach_the_host_on_any_lifecycle_path() {
 
     // Suspend, then wake: the start of an existing tree writes the identity files.
     plant(&c, &id, &canary).await;
-    succeeds(&c, &c.suspend_sandbox(&id).await.expect("suspend"), "suspend").await;
+    succeeds(
+        &c,
+        &c.suspend_sandbox(&id).await.expect("suspend"),
+        "suspend",
+    )
+    .await;
     succeeds(&c, &c.wake_sandbox(&id).await.expect("wake"), "wake").await;
     identity_in_place(&c, &id, "wake").await;
     assert_eq!(canary.state(), before, "wake changed the host canary");
@@ -203,7 +210,16 @@ async fn planted_links_and_fifos_never_reach_the_host_on_any_lifecycle_path() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crafted_checkpoint_archive_never_reaches_the_host() {
     use tar::EntryType::{Directory, Fifo, Symlink};
-    let c = client();
+    // An org's key: what a tenant has, no admin token.
+    let admin = client();
+    ensure_template(&admin, "tiny").await;
+    let org = format!("hostile-{}", rand::random::<u32>());
+    admin
+        .create_org(&org, Quotas::default())
+        .await
+        .expect("org");
+    let key = admin.create_api_key(&org, "e2e").await.expect("key");
+    let c = Client::new(&server().api_url, key.secret).expect("org client");
     let canary = Canary::new();
     let before = canary.state();
     let (file, dir) = (canary.file(), canary.dir());
@@ -215,25 +231,11 @@ async fn a_crafted_checkpoint_archive_never_reaches_the_host() {
         .await
         .expect("checkpoint");
     succeeds(&c, &ck.operation, "checkpoint").await;
-    let exported: Vec<u8> = c
-        .checkpoint_archive(&ck.checkpoint.id)
-        .await
-        .expect("export")
-        .try_fold(Vec::new(), |mut all, chunk| async move {
-            all.extend_from_slice(&chunk);
-            Ok(all)
-        })
-        .await
-        .expect("archive bytes");
-    let mut parts = tar::Archive::new(exported.as_slice());
-    let mut header = Vec::new();
-    {
-        let mut first = parts.entries().expect("tar").next().expect("entry").expect("ok");
-        std::io::Read::read_to_end(&mut first, &mut header).expect("header");
-    }
+    let exported: Vec<u8> = export(&c, &ck.checkpoint.id).await;
+    let header = entries(&exported).swap_remove(0).1;
     delete(&c, &id).await;
 
-    let crafted: Vec<(&str, Vec<(&str, tar::EntryType, &str)>)> = vec![
+    let crafted: Vec<(&str, Vec<Plant>)> = vec![
         (
             "links at the identity files' temp names",
             vec![
@@ -244,6 +246,14 @@ async fn a_crafted_checkpoint_archive_never_reaches_the_host() {
             ],
         ),
         (
+            "FIFOs at the identity files' temp names",
+            vec![
+                ("etc", Directory, ""),
+                ("etc/hostname.cove-tmp", Fifo, ""),
+                ("etc/hosts.cove-tmp", Fifo, ""),
+            ],
+        ),
+        (
             "a FIFO where the node reads",
             vec![
                 ("etc", Directory, ""),
@@ -251,7 +261,10 @@ async fn a_crafted_checkpoint_archive_never_reaches_the_host() {
                 ("etc/hosts", Fifo, ""),
             ],
         ),
-        ("/.cove a link to a host directory", vec![(".cove", Symlink, &dir)]),
+        (
+            "/.cove a link to a host directory",
+            vec![(".cove", Symlink, &dir)],
+        ),
         (
             "/etc a link to a host directory",
             vec![("etc", Symlink, &dir)],

@@ -302,6 +302,16 @@ impl Tree {
     /// Errors: [`Error::WrongKind`] for anything but a regular file, [`Error::Link`],
     /// [`Error::Io`].
     pub fn open_file(&self, rel: &Path) -> Result<File> {
+        // Told apart before the open where it can be: opening a device reaches its driver. The
+        // check after the open covers an entry swapped in between.
+        if let Some(meta) = self.stat(rel)? {
+            if !meta.is_file() && !meta.is_symlink() {
+                return Err(Error::WrongKind {
+                    path: rel.to_path_buf(),
+                    expected: "regular file",
+                });
+            }
+        }
         let fd = self.open_raw(rel, OFlags::RDONLY | OFlags::NONBLOCK, Mode::empty())?;
         let st = rustix::fs::fstat(&fd).map_err(|e| io_err("stat", rel, e))?;
         if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
@@ -774,6 +784,11 @@ impl Tree {
     /// Sets the permission bits (with set-id bits) of the regular file or directory `rel`; a
     /// link, FIFO, socket or device is left as it is (`Ok(false)`).
     pub fn chmod(&self, rel: &Path, mode: u32) -> Result<bool> {
+        // Told apart before any open: opening a device (even `O_NONBLOCK`) reaches its driver.
+        match self.stat(rel)? {
+            Some(meta) if meta.is_file() || meta.is_dir() => {}
+            _ => return Ok(false),
+        }
         let fd = self.open_raw(rel, OFlags::RDONLY | OFlags::NONBLOCK, Mode::empty());
         let fd = match fd {
             Ok(fd) => fd,
@@ -825,6 +840,66 @@ impl Tree {
             }
         }
         Ok(seen)
+    }
+
+    /// Creates the regular file `rel` (which must not exist: `O_EXCL`) with mode `mode`
+    /// (before the umask) and opens it for writing. The parent must exist as a directory.
+    ///
+    /// Errors: [`Error::Io`] (`EEXIST` when something is at the name), [`Error::Link`] /
+    /// [`Error::WrongKind`] for a parent.
+    pub fn create_new(&self, rel: &Path, mode: u32) -> Result<File> {
+        let (parent, name) = self.parent_of(rel)?;
+        rustix::fs::openat2(
+            &parent.fd,
+            name,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(mode & 0o7777),
+            RESOLVE,
+        )
+        .map(File::from)
+        .map_err(|e| io_err("create", rel, e))
+    }
+
+    /// Creates the symlink `rel` pointing at `target` (stored as given, never resolved here).
+    pub fn symlink(&self, rel: &Path, target: &Path) -> Result<()> {
+        let (parent, name) = self.parent_of(rel)?;
+        rustix::fs::symlinkat(target, &parent.fd, name).map_err(|e| io_err("symlink", rel, e))
+    }
+
+    /// Makes `rel` a hard link to the existing entry `existing` of the same tree (the entry
+    /// itself when it is a symlink: never followed).
+    pub fn hard_link(&self, existing: &Path, rel: &Path) -> Result<()> {
+        let (from_dir, from_name) = self.parent_of(existing)?;
+        let (to_dir, to_name) = self.parent_of(rel)?;
+        rustix::fs::linkat(
+            &from_dir.fd,
+            from_name,
+            &to_dir.fd,
+            to_name,
+            AtFlags::empty(),
+        )
+        .map_err(|e| io_err("link", rel, e))
+    }
+
+    /// Creates the FIFO, character or block device `rel` (device number `dev`). It is never
+    /// opened here.
+    pub fn mknod(&self, rel: &Path, kind: FileType, mode: u32, dev: u64) -> Result<()> {
+        let (parent, name) = self.parent_of(rel)?;
+        rustix::fs::mknodat(
+            &parent.fd,
+            name,
+            kind,
+            Mode::from_raw_mode(mode & 0o7777),
+            dev,
+        )
+        .map_err(|e| io_err("mknod", rel, e))
+    }
+
+    /// Makes the directory `rel` (mode `mode`, before the umask); its parent must exist.
+    pub fn mkdir(&self, rel: &Path, mode: u32) -> Result<()> {
+        let (parent, name) = self.parent_of(rel)?;
+        rustix::fs::mkdirat(&parent.fd, name, Mode::from_raw_mode(mode & 0o7777))
+            .map_err(|e| io_err("mkdir", rel, e))
     }
 
     /// The target of the symlink `rel` (read, never followed), at most 4,096 bytes.

@@ -379,6 +379,27 @@ mod tests {
         futures::stream::iter([Ok(Bytes::from_static(bytes))]).boxed()
     }
 
+    #[test]
+    fn a_fifo_in_a_volume_is_refused_without_blocking() {
+        let outer = tempfile::tempdir().expect("tempdir");
+        let root = outer.path().join("vol");
+        std::fs::create_dir(&root).expect("mkdir");
+        nix::unistd::mkfifo(&root.join("pipe"), nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+        // Before O_NONBLOCK this open waited for a writer forever.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let at = root.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(open_read(&at, "pipe").map(|_| ()));
+        });
+        let got = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the open of a FIFO returns at once");
+        assert!(
+            matches!(got, Err(NodeError::WrongType { .. })),
+            "a FIFO is not a regular file: {got:?}"
+        );
+    }
+
     #[tokio::test]
     async fn paths_stay_inside_the_root() {
         let outer = tempfile::tempdir().expect("tempdir");

@@ -38,16 +38,17 @@ pub(crate) fn write_identity(upper: &Path, hostname: &str) -> Result<(), Runtime
     tree.write_if_changed(Path::new("etc/hosts"), hosts.as_bytes(), 0o644)
         .map_err(fail)?;
 
-    tree.ensure_dir(Path::new(".cove/bin"), 0o755).map_err(fail)?;
+    tree.ensure_dir(Path::new(".cove/bin"), 0o755)
+        .map_err(fail)?;
     let agent = Path::new(".cove/bin/cove-guest-agent");
     if !tree.stat(agent).map_err(fail)?.is_some_and(|m| m.is_file()) {
         // The mount point of the agent's bind: an empty regular file of Cove's.
         tree.replace_file(agent, b"", 0o644, None).map_err(fail)?;
     }
-    tree.ensure_dir(Path::new(".cove/run"), 0o755).map_err(fail)?;
+    tree.ensure_dir(Path::new(".cove/run"), 0o755)
+        .map_err(fail)?;
     Ok(())
 }
-
 
 #[cfg(test)]
 #[allow(clippy::disallowed_methods)]

@@ -5,9 +5,11 @@
 //! With user namespaces, preparing also claims the sandbox's id range, shifts its own files into
 //! it (once; `shift.rs`), mounts the release idmapped into it as the overlay's lower layer
 //! (`idmap.rs`), and gives the range's root what the agent writes on the host: its run dir, the
-//! delegated command cgroups, and the network files bound into it.
+//! delegated command cgroups (handed to the agent as descriptors, `command_cgroups.rs`), and the
+//! network files bound into it.
 
 use std::io::{Read, Seek, SeekFrom};
+use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -117,7 +119,7 @@ async fn run(
 ) -> Result<Started, RuntimeError> {
     let prepared_spec = spec.clone();
     let prepared_layout = layout.clone();
-    let (log, log_offset) = tokio::task::spawn_blocking(move || {
+    let (log, log_offset, cgroup_fds) = tokio::task::spawn_blocking(move || {
         prepare(
             &prepared_spec,
             &prepared_layout,
@@ -131,7 +133,7 @@ async fn run(
 
     let pid_file = layout.bundle.join(PID_FILE);
     if !runc
-        .run_detached(&spec.id, &layout.bundle, &pid_file, log)
+        .run_detached(&spec.id, &layout.bundle, &pid_file, log, &cgroup_fds)
         .await?
     {
         return Err(RuntimeError::Command {
@@ -186,7 +188,7 @@ fn prepare(
     host: HostPrivileges,
     views: &HostViews,
     userns: Option<&UserNamespaces>,
-) -> Result<(std::fs::File, u64), RuntimeError> {
+) -> Result<(std::fs::File, u64, Vec<OwnedFd>), RuntimeError> {
     if !spec.rootfs.is_dir() {
         return Err(RuntimeError::Io {
             context: format!("release rootfs {}", spec.rootfs.display()),
@@ -271,11 +273,28 @@ fn prepare(
     super::volumes::prepare(spec, layout, ids)?;
     let command_cgroups = command_cgroups::prepare(&spec.id)?;
     if let Some(range) = ids {
-        for (dir, _) in &command_cgroups {
-            command_cgroups::give_to(dir, range.host())?;
+        for d in &command_cgroups {
+            command_cgroups::give_to(&d.dir, range.host())?;
         }
     }
-    let config = config::build(spec, layout, host, views, &command_cgroups, ids)?;
+    // Handed to the agent as descriptors (`runc run --preserve-fds`), never mounted inside. A
+    // kernel or node that cannot make the detached mount (no `open_tree`, no privilege) leaves
+    // that hierarchy out: the agent then tracks commands by their session.
+    let mut cgroup_fds = Vec::new();
+    let mut hierarchies = Vec::new();
+    for d in command_cgroups {
+        match d.open() {
+            Ok(fd) => {
+                cgroup_fds.push(fd);
+                hierarchies.push(d.hierarchy);
+            }
+            Err(error) => {
+                warn!(sandbox_id = %spec.id, hierarchy = %d.hierarchy, %error,
+                    "cannot hand the command cgroup to the agent; commands use sessions");
+            }
+        }
+    }
+    let config = config::build(spec, layout, host, views, &hierarchies, ids)?;
     config::write(&config, layout)?;
 
     let log = std::fs::OpenOptions::new()
@@ -287,7 +306,7 @@ fn prepare(
         .metadata()
         .map_err(io_err(format!("stat {}", layout.agent_log.display())))?
         .len();
-    Ok((log, offset))
+    Ok((log, offset, cgroup_fds))
 }
 
 /// Shifts the sandbox's own files into `range`: the whole upper dir unless its record says it
@@ -310,11 +329,9 @@ fn shift_upper(
             ".cove/bin/cove-guest-agent",
             ".cove/run",
         ];
-        return super::shift::paths_in(upper, &identity, range.host(), userns.base)
-        .map_err(io_err(format!(
-            "shift {} into the sandbox's ids",
-            upper.display()
-        )));
+        return super::shift::paths_in(upper, &identity, range.host(), userns.base).map_err(
+            io_err(format!("shift {} into the sandbox's ids", upper.display())),
+        );
     }
     let began = Instant::now();
     let changed = super::shift::tree(upper, range.host(), userns.base).map_err(io_err(format!(

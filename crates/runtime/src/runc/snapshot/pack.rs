@@ -124,7 +124,11 @@ pub(crate) fn pack_relative<W: Write>(root: &Path, out: W, range: Option<u32>) -
                     header.set_size(len);
                     // Bound by the size recorded in the header, even if the file grows meanwhile.
                     let mut reader = io::Read::take(file, len);
-                    builder.append_data(&mut header, &rel_path, &mut PadTo::new(&mut reader, len))?;
+                    builder.append_data(
+                        &mut header,
+                        &rel_path,
+                        &mut PadTo::new(&mut reader, len),
+                    )?;
                     bytes += len;
                 }
                 FileType::CharacterDevice | FileType::BlockDevice | FileType::Fifo => {
