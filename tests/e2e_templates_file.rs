@@ -223,7 +223,9 @@ async fn env_expands_against_the_parent_environment() {
         .get("PATH")
         .cloned()
         // A parent without PATH gets the default one, as with Docker's BuildKit.
-        .unwrap_or_else(|| "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string());
+        .unwrap_or_else(|| {
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string()
+        });
     let file = "\
 FROM tiny
 ARG TOOL=/nowhere

@@ -183,7 +183,14 @@ mod tests {
     /// The body of a `pump` answer, as text (the envelopes' JSON shows in it).
     async fn body_of(events: Vec<OutputEvent>, own_deadline: bool) -> String {
         let stream = futures::stream::iter(events.into_iter().map(Ok)).boxed();
-        let resp = pump(7, stream, Duration::from_secs(60), false, None, own_deadline);
+        let resp = pump(
+            7,
+            stream,
+            Duration::from_secs(60),
+            false,
+            None,
+            own_deadline,
+        );
         let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
             .await
             .expect("body");
@@ -202,7 +209,11 @@ mod tests {
         assert!(body.contains(r#""end""#), "{body}");
         assert!(!body.contains("deadline_exceeded"), "{body}");
         // An ordinary exit is an end event on the Start stream too.
-        let body = body_of(vec![OutputEvent::Exited(Box::new(cmd(Some(0), None)))], true).await;
+        let body = body_of(
+            vec![OutputEvent::Exited(Box::new(cmd(Some(0), None)))],
+            true,
+        )
+        .await;
         assert!(body.contains(r#""status":"exit status 0""#), "{body}");
     }
 }
