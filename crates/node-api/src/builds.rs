@@ -211,7 +211,7 @@ pub enum BuildParent {
         /// Its content digest (the root of the step cache keys).
         digest: String,
         /// Its defaults.
-        defaults: ReleaseDefaults,
+        defaults: Box<ReleaseDefaults>,
     },
     /// `oci-archive:PATH`: a `docker save` or OCI image layout tarball on the node's disk.
     OciArchive {

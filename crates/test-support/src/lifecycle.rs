@@ -323,7 +323,7 @@ impl NodeReleases for FakeNode {
     ) -> Result<cove_node_api::BuiltFileRelease, NodeError> {
         // The fake applies the metadata steps and counts the others; it runs nothing.
         let mut defaults = match &build.parent {
-            cove_node_api::BuildParent::Release { defaults, .. } => defaults.clone(),
+            cove_node_api::BuildParent::Release { defaults, .. } => (**defaults).clone(),
             cove_node_api::BuildParent::OciArchive { .. } => Default::default(),
         };
         defaults

@@ -78,7 +78,7 @@ impl ControlPlane {
                         .unwrap_or_else(|| format!("{template}:{}", release.number)),
                     template,
                     number: release.number,
-                    defaults: node_defaults(d),
+                    defaults: Box::new(node_defaults(d)),
                 }
             }
             FromRef::OciArchive(path) => BuildParent::OciArchive { path: path.clone() },

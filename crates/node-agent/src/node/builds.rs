@@ -166,7 +166,7 @@ impl NodeAgent {
                 (
                     tree,
                     format!("{STEP_KEY_VERSION}\n{digest}"),
-                    defaults.clone(),
+                    (**defaults).clone(),
                 )
             }
             BuildParent::OciArchive { path } => {
