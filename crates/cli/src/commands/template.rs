@@ -427,4 +427,50 @@ mod tests {
         assert_eq!(shorten("abc", 5), "abc");
         assert_eq!(shorten("abcdefgh", 5), "abcd…");
     }
+
+    #[test]
+    fn a_context_alone_reads_its_dockerfile_and_build_args_parse() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            build: BuildArgs,
+        }
+        let dir = tempfile::tempdir().expect("tmp");
+        let ctx = dir.path().join("ctx");
+        std::fs::create_dir(&ctx).expect("dir");
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["cove", "web"];
+            argv.extend_from_slice(extra);
+            Cli::try_parse_from(argv).map(|c| c.build)
+        };
+        let ctx_s = ctx.to_string_lossy().into_owned();
+        let args = parse(&[&ctx_s]).expect("parse");
+        let err = template_file(&args).expect_err("no Dockerfile yet");
+        assert!(err.to_string().contains("has no Dockerfile"), "{err}");
+        std::fs::write(ctx.join("Dockerfile"), "FROM tiny\n").expect("file");
+        assert_eq!(
+            template_file(&args).expect("file"),
+            Some(ctx.join("Dockerfile"))
+        );
+        let args = parse(&["-f", "Other", &ctx_s]).expect("parse");
+        assert_eq!(
+            template_file(&args).expect("file"),
+            Some(PathBuf::from("Other"))
+        );
+        assert_eq!(
+            template_file(&parse(&[]).expect("parse")).expect("none"),
+            None
+        );
+        let args = parse(&["--build-arg", "V=1=2", "--build-arg", "E=", &ctx_s]).expect("parse");
+        assert_eq!(
+            args.build_args,
+            [
+                ("V".to_string(), "1=2".to_string()),
+                ("E".to_string(), String::new())
+            ]
+        );
+        assert!(parse(&["--build-arg", "=x"]).is_err());
+        assert!(parse(&["--build-arg", "novalue"]).is_err());
+    }
 }
