@@ -644,6 +644,18 @@ mod tests {
                 dest: "/x/".into()
             }
         );
+        // Pairs continued over lines keep their words as written too.
+        let f = parse_("FROM base\nENV LANG=C.UTF-8 \\\n    PATH=/x/bin:$PATH\n").expect("parse");
+        assert_eq!(
+            f.steps[0].step,
+            BuildStep::Env {
+                vars: vec![
+                    ("LANG".into(), "C.UTF-8".into()),
+                    ("PATH".into(), "/x/bin:$PATH".into())
+                ]
+            }
+        );
+        assert_eq!(f.steps[0].line, 2);
         assert_eq!(cove_node_api::exposed_port("8000"), Ok(Some(8000)));
         assert_eq!(cove_node_api::exposed_port("53/udp"), Ok(None));
         assert!(cove_node_api::exposed_port("0").is_err());
