@@ -53,10 +53,12 @@ pub const DEFAULT_TIMEOUT_S: u64 = 300;
 /// Settings of the compatibility layer.
 #[derive(Debug, Clone)]
 pub struct E2bConfig {
-    /// Domain returned to SDKs for `get_host()` (`{port}-{id}.{domain}`, see
-    /// [`sandbox_domain`]), and accepted in `Host` routing (its port, if any, aside); `None` =
-    /// no domain in answers (the SDK falls back to `E2B_DOMAIN`) and any domain routed.
+    /// The `--e2b-domain` given: `Host` routing accepts `{port}-{id}.{domain}` for it only
+    /// (its port, if any, aside); `None` = any domain is routed.
     pub domain: Option<String>,
+    /// Domain returned to SDKs for `get_host()` (`{port}-{id}.{domain}`, see
+    /// [`sandbox_domain`]); `None` = no domain in answers (the SDK falls back to `E2B_DOMAIN`).
+    pub answered_domain: Option<String>,
     /// Secret from which each sandbox's envd access token is derived (stable while it is).
     pub token_secret: Vec<u8>,
 }

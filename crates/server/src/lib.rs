@@ -719,7 +719,8 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     if let (Some(listener), Some(settings)) = (e2b_listener, &cfg.e2b) {
         let port = listener.local_addr()?.port();
         let e2b_cfg = cove_e2b_compat::E2bConfig {
-            domain: Some(cove_e2b_compat::sandbox_domain(
+            domain: settings.domain.clone(),
+            answered_domain: Some(cove_e2b_compat::sandbox_domain(
                 settings.domain.as_deref(),
                 port,
             )),
