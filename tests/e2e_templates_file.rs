@@ -2,11 +2,14 @@
 //! `tiny` and its sandboxes see its ENV, WORKDIR, USER, files and START/READY server; a second
 //! build is a cache hit; changing the last step reruns only it; a failing RUN leaves no
 //! release and logs its stderr; bad files are 400 naming the line; a release in use is 409.
+//! Words expand against the parent's environment (`ENV PATH=/opt/tool/bin:$PATH`), with
+//! `--build-arg`s, `LABEL` and `EXPOSE` recorded.
 
 use std::time::{Duration, Instant};
 
 use cove_api_types::{
-    CreateSandboxRequest, CreateTemplateQuery, OperationLogEvent, OperationState, ReleaseState,
+    CreateCommandRequest, CreateSandboxRequest, CreateTemplateQuery, OperationLogEvent,
+    OperationState, ReleaseState,
 };
 use cove_client::{Client, ClientError};
 use cove_e2e::{client, delete, ensure_template, oci_import_dir, server, sh};
@@ -204,6 +207,104 @@ async fn a_file_template_builds_caches_runs_and_deletes() {
     c.delete_template("web").await.expect("delete template");
 }
 
+/// Issue 32, item 1: `ENV PATH=/opt/tool/bin:$PATH` keeps the parent's `PATH`, so the next
+/// `RUN` finds `mkdir` and `ls` by name and the sandboxes' `PATH` is the tool dir, then the
+/// parent's. A `--build-arg` replaces an `ARG`'s default; `LABEL`/`EXPOSE` are recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn env_expands_against_the_parent_environment() {
+    let c = client();
+    ensure_template(&c, "tiny").await;
+    let parent_path = c
+        .template("tiny")
+        .await
+        .expect("tiny")
+        .defaults
+        .env
+        .get("PATH")
+        .cloned()
+        // A parent without PATH gets the default one, as with Docker's BuildKit.
+        .unwrap_or_else(|| {
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".to_string()
+        });
+    let file = "\
+FROM tiny
+ARG TOOL=/nowhere
+ENV PATH=$TOOL/bin:$PATH TOOL_HOME=${TOOL_HOME:-$TOOL}
+LABEL org.opencontainers.image.title=\"path test\"
+EXPOSE 8000 53/udp
+RUN mkdir -p /opt/tool/bin && ls / && printf '#!/bin/sh\\necho tool ran\\n' > /opt/tool/bin/mytool && chmod +x /opt/tool/bin/mytool
+";
+    let resp = c
+        .create_template(
+            &CreateTemplateQuery {
+                name: "pathy".into(),
+                build_args: [("TOOL".to_string(), "/opt/tool".to_string())].into(),
+                ..Default::default()
+            },
+            context(&[("Dockerfile", file)]),
+        )
+        .await
+        .expect("create template");
+    let op = c
+        .wait_operation(&resp.operation.id, Duration::from_secs(600))
+        .await
+        .expect("build ends");
+    assert_eq!(op.state, OperationState::Succeeded, "{:?}", op.error);
+    let t = c.template("pathy").await.expect("template");
+    let want = format!("/opt/tool/bin:{parent_path}");
+    assert_eq!(t.defaults.env.get("PATH"), Some(&want));
+    assert_eq!(
+        t.defaults.env.get("TOOL_HOME").map(String::as_str),
+        Some("/opt/tool")
+    );
+    assert_eq!(
+        t.defaults
+            .labels
+            .get("org.opencontainers.image.title")
+            .map(String::as_str),
+        Some("path test")
+    );
+    assert_eq!(t.defaults.ports, [8000]);
+
+    let resp = c
+        .create_sandbox(
+            &CreateSandboxRequest {
+                template: Some("pathy".into()),
+                ..Default::default()
+            },
+            None,
+        )
+        .await
+        .expect("create");
+    let op = c
+        .wait_operation(&resp.operation.id, Duration::from_secs(120))
+        .await
+        .expect("create ends");
+    assert_eq!(op.state, OperationState::Succeeded, "{:?}", op.error);
+    let id = resp.sandbox.id;
+    let out = cove_e2e::run(
+        &c,
+        &id,
+        CreateCommandRequest {
+            argv: Some(vec![
+                "sh".into(),
+                "-c".into(),
+                "echo $PATH; mytool; ls -d /opt".into(),
+            ]),
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(
+        out.stdout_text(),
+        format!("{want}\ntool ran\n/opt\n"),
+        "stderr: {}",
+        out.stderr_text()
+    );
+    delete(&c, &id).await;
+    c.delete_template("pathy").await.expect("delete");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_run_leaves_no_release_and_logs_its_stderr() {
     let c = client();
@@ -236,7 +337,8 @@ async fn a_failing_run_leaves_no_release_and_logs_its_stderr() {
 async fn bad_files_are_400_naming_the_line() {
     let c = client();
     for (file, extra, line) in [
-        ("FROM tiny\nRUN true\nEXPOSE 80\n", vec![], "line 3"),
+        ("FROM tiny\nRUN true\nVOLUME /data\n", vec![], "line 3"),
+        ("FROM tiny\nRUN true\nENV A=${B\n", vec![], "line 3"),
         ("FROM tiny\n\nCOPY ../secret /x\n", vec![], "line 3"),
         ("RUN true\n", vec![], "line 1"),
         (
@@ -365,7 +467,7 @@ fn oci_archive() -> Vec<u8> {
 async fn an_oci_archive_imports_with_whiteouts_and_image_defaults() {
     let c = client();
     std::fs::write(oci_import_dir().join("image.tar"), oci_archive()).expect("write archive");
-    let file = "FROM oci-archive:image.tar\nRUN echo built > /work/built\n";
+    let file = "FROM oci-archive:image.tar\nENV PATH=/opt/x:$PATH IMG2=${IMG}-2\nRUN echo built > /work/built\n";
     let (state, log, _) = build(&c, "imported", file, &[]).await;
     assert_eq!(state, OperationState::Succeeded, "{log:#?}");
     let t = c.template("imported").await.expect("template");
@@ -392,12 +494,12 @@ async fn an_oci_archive_imports_with_whiteouts_and_image_defaults() {
     let out = sh(
         &c,
         &id,
-        "echo $IMG; pwd; id -un; cat /etc/new built; test -e /etc/old && echo old-is-there",
+        "echo $IMG $IMG2 $PATH; pwd; id -un; cat /etc/new built; test -e /etc/old && echo old-is-there",
     )
     .await;
     assert_eq!(
         out.stdout_text(),
-        "oci\n/work\nroot\nnew\nbuilt\n",
+        "oci oci-2 /opt/x:/bin\n/work\nroot\nnew\nbuilt\n",
         "stderr: {}",
         out.stderr_text()
     );

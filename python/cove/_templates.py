@@ -37,12 +37,14 @@ def create_template(
     network: Union[NetworkPolicy, Mapping[str, Any], None] = None,
     wait: bool = True,
     timeout: float = 3600,
+    build_args: Optional[Mapping[str, str]] = None,
 ) -> Call:
     """Creates template ``name`` from a template file (a Dockerfile subset) in ``context``, or
     builds its next release; returns the build operation (final when ``wait``; a failed build
     raises :class:`OperationFailed`; a bad file is ``invalid_argument`` naming its line).
     ``file`` is its path in the context (default ``Dockerfile``); ``network`` the egress
-    policy of its ``RUN`` steps."""
+    policy of its ``RUN`` steps; ``build_args`` replace the defaults of the file's ``ARG``s
+    (``docker build --build-arg``)."""
     params: List[Tuple[str, str]] = [("name", name)]
     if file:
         params.append(("file", file))
@@ -51,6 +53,8 @@ def create_template(
     if network is not None:
         policy = network.to_json() if isinstance(network, NetworkPolicy) else dict(network)
         params.append(("network", json.dumps(policy)))
+    if build_args:
+        params.append(("build_args", json.dumps(dict(build_args))))
     data = yield Req(
         "POST",
         "/v1/templates",

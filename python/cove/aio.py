@@ -263,11 +263,12 @@ class AsyncClient:
         wait: bool = True,
         on_log: Optional[Callable[[BuildLog], Any]] = None,
         timeout: float = 3600,
+        build_args: Optional[Mapping[str, str]] = None,
     ) -> Operation:
         """As :meth:`cove.Client.create_template`."""
         if on_log is None:
-            return await self._run(_templates.create_template(name, context, file, no_cache, network, wait, timeout))
-        op = await self._run(_templates.create_template(name, context, file, no_cache, network, wait=False))
+            return await self._run(_templates.create_template(name, context, file, no_cache, network, wait, timeout, build_args))
+        op = await self._run(_templates.create_template(name, context, file, no_cache, network, wait=False, build_args=build_args))
         return await self._follow_build(op, on_log, timeout)
 
     async def _follow_build(self, op: Operation, on_log: Callable[[BuildLog], Any], timeout: float) -> Operation:

@@ -258,16 +258,18 @@ class Client:
         wait: bool = True,
         on_log: Optional[Callable[[BuildLog], Any]] = None,
         timeout: float = 3600,
+        build_args: Optional[Mapping[str, str]] = None,
     ) -> Operation:
         """Creates template ``name`` from a template file (a Dockerfile subset: FROM, RUN,
-        COPY/ADD, ENV, WORKDIR, USER, ARG, START, READY) or builds its next release. ``context``
-        is a local directory (packed into a tar) or tar bytes holding the file (``file``,
-        default ``Dockerfile``); ``network`` is the egress policy of its ``RUN`` steps. Returns
+        COPY/ADD, ENV, WORKDIR, USER, ARG, LABEL, EXPOSE, START, READY) or builds its next
+        release. ``context`` is a local directory (packed into a tar) or tar bytes holding the
+        file (``file``, default ``Dockerfile``); ``network`` is the egress policy of its ``RUN``
+        steps; ``build_args`` replace the defaults of its ``ARG``s. Returns
         the build operation (final when ``wait``; a failed build raises
         :class:`OperationFailed`); ``on_log`` gets each step's log as it builds."""
         if on_log is None:
-            return self._run(_templates.create_template(name, context, file, no_cache, network, wait, timeout))
-        op = self._run(_templates.create_template(name, context, file, no_cache, network, wait=False))
+            return self._run(_templates.create_template(name, context, file, no_cache, network, wait, timeout, build_args))
+        op = self._run(_templates.create_template(name, context, file, no_cache, network, wait=False, build_args=build_args))
         return self._follow_build(op, on_log, timeout)
 
     def _follow_build(self, op: Operation, on_log: Callable[[BuildLog], Any], timeout: float) -> Operation:

@@ -41,6 +41,16 @@ def test_tar_bytes_and_a_bad_file(client):
 
     op = client.create_template("py-fromtar", tar_of({"build/Cove.file": "FROM tiny\nENV WHO=tar\n"}), file="build/Cove.file")
     assert op.state == "succeeded"
+    # Build arguments replace an ARG's default; ENV expands against the parent's PATH.
+    op = client.create_template(
+        "py-args",
+        tar_of({"Dockerfile": "FROM tiny\nARG WHO=nobody\nENV WHO=$WHO PATH=/opt/x:$PATH\n"}),
+        build_args={"WHO": "arg"},
+    )
+    assert op.state == "succeeded"
+    env = client.get_template("py-args").defaults["env"]
+    assert env["WHO"] == "arg"
+    assert env["PATH"].startswith("/opt/x:/usr/local/sbin:"), env["PATH"]
     with pytest.raises(cove.CoveError) as err:
         client.create_template("py-bad", tar_of({"Dockerfile": "FROM tiny\nFROBNICATE everything\n"}))
     assert err.value.code == "invalid_argument"

@@ -37,6 +37,26 @@ def test_exit_codes_and_errors(sbx):
         sbx.commands.run("pwd", cwd="/no/such/dir")
     with pytest.raises(TimeoutException):
         sbx.commands.run("sleep 10", timeout=1)
+    # The server ends the process at the same deadline; its stream still ends as a timeout
+    # (deadline_exceeded), never as an exit of -1 (issue 31, item 3).
+    for _ in range(3):
+        with pytest.raises(TimeoutException):
+            sbx.commands.run("sleep 10", timeout=2)
+
+
+def test_login_shell_keeps_the_sandbox_path(sbx):
+    """`commands.run` is `bash -l -c`; Debian's /etc/profile resets PATH, yet the sandbox's
+    PATH stays, with ~/.local/bin on it before it exists (issue 31, item 2)."""
+    envs = {"PATH": "/opt/tool/bin:/usr/local/bin:/usr/bin:/bin"}
+    path = sbx.commands.run("echo $PATH", envs=envs).stdout.strip().split(":")
+    assert "/opt/tool/bin" in path, path
+    assert path.index("/opt/tool/bin") < path.index("/usr/bin"), path
+    r = sbx.commands.run(
+        "rm -rf ~/.local/bin && mkdir -p ~/.local/bin && "
+        "printf '#!/bin/sh\\necho local tool\\n' > ~/.local/bin/ltool && "
+        "chmod +x ~/.local/bin/ltool && ltool"
+    )
+    assert r.stdout == "local tool\n"
 
 
 def test_callbacks(sbx):

@@ -165,10 +165,13 @@ def test_metrics_come_from_the_sandboxs_usage():
         sbx.kill()
 
 
-def test_get_host_reaches_a_server_in_the_sandbox():
-    """`sandbox.get_host(port)` names `{port}-{id}.{domain}`; a request with that host on the
-    E2B listener reaches the port (sandboxes made through E2B are public, as on E2B)."""
+def test_get_host_reaches_a_server_in_the_sandbox(cove):
+    """`sandbox.get_host(port)` names `{port}-{id}.localhost:{e2b port}` by default, a URL a
+    plain HTTP client opens as it is (curl, like browsers, resolves `*.localhost` to
+    loopback); a request with that host on the E2B listener reaches the port (sandboxes made
+    through E2B are public, as on E2B)."""
     import os
+    import subprocess
     import urllib.error
     import urllib.request
 
@@ -180,7 +183,7 @@ def test_get_host_reaches_a_server_in_the_sandbox():
             background=True,
         )
         host = sbx.get_host(8000)
-        assert host.startswith(f"8000-{sbx.sandbox_id}."), host
+        assert host == f"8000-{sbx.sandbox_id}.localhost:{cove.e2b_port}", host
         base = os.environ["E2B_SANDBOX_URL"]
         body, status = None, None
         for _ in range(100):
@@ -195,6 +198,12 @@ def test_get_host_reaches_a_server_in_the_sandbox():
                     raise
                 time.sleep(0.1)
         assert (status, body) == (200, "hello-from-8000\n")
+        # The URL itself, with no header or override (issue 31, item 1).
+        out = subprocess.run(
+            ["curl", "-sS", "--max-time", "10", f"http://{host}/index.html"],
+            capture_output=True, text=True,
+        )
+        assert out.stdout == "hello-from-8000\n", out.stderr
         # Nothing listening: the proxy's 502 in E2B's words.
         req = urllib.request.Request(base + "/", headers={"Host": sbx.get_host(8001)})
         with pytest.raises(urllib.error.HTTPError) as err:

@@ -59,6 +59,12 @@ pub struct TemplateDefaults {
     /// A check that must pass before a sandbox counts as running (a template file's `READY`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready: Option<ReadyCheck>,
+    /// A template file's `LABEL`s (recorded only).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// TCP ports a template file `EXPOSE`s (recorded only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<u16>,
 }
 
 /// A readiness check: a shell command run until it exits 0, at most `timeout_s` seconds.
@@ -168,6 +174,37 @@ pub struct CreateTemplateQuery {
     #[serde(default, with = "policy_json", skip_serializing_if = "Option::is_none")]
     #[param(value_type = Option<String>)]
     pub network: Option<crate::EgressPolicy>,
+    /// Build arguments, as a JSON object of strings (`{"VERSION": "1.2"}`): each replaces the
+    /// default of the file's `ARG` of that name, literally (`docker build --build-arg`).
+    #[serde(
+        default,
+        with = "args_json",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    #[param(value_type = Option<String>)]
+    pub build_args: BTreeMap<String, String>,
+}
+
+/// Build arguments carried as one JSON string (a query parameter).
+mod args_json {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(
+        a: &BTreeMap<String, String>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        let text = serde_json::to_string(a).map_err(serde::ser::Error::custom)?;
+        s.serialize_str(&text)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<BTreeMap<String, String>, D::Error> {
+        let text = String::deserialize(d)?;
+        serde_json::from_str(&text).map_err(serde::de::Error::custom)
+    }
 }
 
 /// An egress policy carried as one JSON string (a query parameter).

@@ -58,6 +58,12 @@ impl Client {
             {
                 q.append_pair("network", &json);
             }
+            // A map of strings: its JSON cannot fail to serialise.
+            if !query.build_args.is_empty() {
+                if let Ok(json) = serde_json::to_string(&query.build_args) {
+                    q.append_pair("build_args", &json);
+                }
+            }
         }
         let request = self
             .request(Method::POST, url)

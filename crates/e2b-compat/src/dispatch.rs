@@ -168,18 +168,24 @@ fn sandbox_of(e2b: &E2b, headers: &HeaderMap) -> Result<Option<(String, u16)>, R
     Ok(get("host").and_then(|h| host_target(h, e2b.cfg.domain.as_deref())))
 }
 
-/// `{port}-{id}.{domain}[:listen-port]` → (id, port).
-pub(crate) fn host_target(host: &str, domain: Option<&str>) -> Option<(String, u16)> {
-    let host = host.rsplit_once(':').map_or(host, |(h, p)| {
+/// `name[:port]` → `name`.
+fn without_port(host: &str) -> &str {
+    host.rsplit_once(':').map_or(host, |(h, p)| {
         if p.bytes().all(|b| b.is_ascii_digit()) {
             h
         } else {
             host
         }
-    });
+    })
+}
+
+/// `{port}-{id}.{domain}[:listen-port]` → (id, port); the domain's own port, if it has one,
+/// is not compared (a client may omit a default port, a proxy may rewrite it).
+pub(crate) fn host_target(host: &str, domain: Option<&str>) -> Option<(String, u16)> {
+    let host = without_port(host);
     let (label, rest) = host.split_once('.')?;
     if let Some(d) = domain {
-        if !rest.eq_ignore_ascii_case(d) {
+        if !rest.eq_ignore_ascii_case(without_port(d).trim_end_matches('.')) {
             return None;
         }
     }
@@ -220,7 +226,39 @@ mod tests {
             Some(("abc".to_string(), 8080))
         );
         assert_eq!(host_target("127.0.0.1:7703", None), None);
+        // A domain given with the listener's port routes with or without it in Host.
+        for host in ["8080-abc.localhost:7703", "8080-abc.localhost"] {
+            assert_eq!(
+                host_target(host, Some("localhost:7703")),
+                Some(("abc".to_string(), 8080)),
+                "{host}"
+            );
+        }
+        assert_eq!(
+            host_target("8080-abc.other:7703", Some("localhost:7703")),
+            None
+        );
         assert_eq!(host_target("api.e2b.test", None), None);
         assert_eq!(host_target("x-abc.e2b.test", None), None);
+    }
+
+    #[test]
+    fn answered_domains_reach_the_listener() {
+        use crate::sandbox_domain;
+        assert_eq!(sandbox_domain(None, 7703), "localhost:7703");
+        assert_eq!(sandbox_domain(Some("localhost"), 7703), "localhost:7703");
+        assert_eq!(sandbox_domain(Some("e2b.localhost"), 9), "e2b.localhost:9");
+        assert_eq!(
+            sandbox_domain(Some("localhost:8000"), 7703),
+            "localhost:8000"
+        );
+        assert_eq!(
+            sandbox_domain(Some("sbx.example.com"), 7703),
+            "sbx.example.com"
+        );
+        assert_eq!(
+            sandbox_domain(Some("sbx.example.com:8443"), 7703),
+            "sbx.example.com:8443"
+        );
     }
 }

@@ -53,11 +53,37 @@ pub const DEFAULT_TIMEOUT_S: u64 = 300;
 /// Settings of the compatibility layer.
 #[derive(Debug, Clone)]
 pub struct E2bConfig {
-    /// Domain returned to SDKs for `get_host()` (`{port}-{id}.{domain}`), and accepted in
-    /// `Host` routing; `None` = no domain in answers (the SDK falls back to `E2B_DOMAIN`).
+    /// The `--e2b-domain` given: `Host` routing accepts `{port}-{id}.{domain}` for it only
+    /// (its port, if any, aside); `None` = any domain is routed.
     pub domain: Option<String>,
+    /// Domain returned to SDKs for `get_host()` (`{port}-{id}.{domain}`, see
+    /// [`sandbox_domain`]); `None` = no domain in answers (the SDK falls back to `E2B_DOMAIN`).
+    pub answered_domain: Option<String>,
     /// Secret from which each sandbox's envd access token is derived (stable while it is).
     pub token_secret: Vec<u8>,
+}
+
+/// The domain answered to SDKs, from `--e2b-domain` and the listener's port: by default
+/// `localhost:PORT` (browsers and curl resolve `*.localhost` to loopback, so
+/// `get_host(8080)` = `8080-<id>.localhost:PORT` reaches this listener); `localhost` or a
+/// `*.localhost` name without a port gets the listener's; any other name is answered as given
+/// (with its port when it has one; without, it is reached on its scheme's port, e.g. through a
+/// reverse proxy).
+pub fn sandbox_domain(configured: Option<&str>, listen_port: u16) -> String {
+    let Some(d) = configured.map(str::trim).filter(|d| !d.is_empty()) else {
+        return format!("localhost:{listen_port}");
+    };
+    let d = d.trim_end_matches('.');
+    let has_port = d
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    let local =
+        d.eq_ignore_ascii_case("localhost") || d.to_ascii_lowercase().ends_with(".localhost");
+    if !has_port && local {
+        format!("{d}:{listen_port}")
+    } else {
+        d.to_string()
+    }
 }
 
 /// What the layer keeps about one sandbox.

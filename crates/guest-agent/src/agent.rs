@@ -138,6 +138,7 @@ fn prepare_run_dir(run_dir: &Path) {
             fs::DirBuilder::new().mode(mode).create(&dir)?;
             fs::set_permissions(&dir, fs::Permissions::from_mode(mode))?;
         }
+        crate::commands::login_path::install(run_dir)?;
         Ok(())
     })();
     if let Err(e) = result {

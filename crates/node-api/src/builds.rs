@@ -6,6 +6,10 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+/// `PATH` a file build gives a parent without one (as Docker's BuildKit does, and the guest
+/// agent's default), so `ENV PATH=/x:$PATH` means the same on every parent.
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
 /// What a release gives its sandboxes unless a create request or command says otherwise.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReleaseDefaults {
@@ -21,6 +25,12 @@ pub struct ReleaseDefaults {
     /// A shell check that must exit 0 before a sandbox counts as running (`READY`).
     #[serde(default)]
     pub ready: Option<ReadyCheck>,
+    /// `LABEL`s of the file (recorded only).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// TCP ports the file `EXPOSE`s (recorded only).
+    #[serde(default)]
+    pub ports: Vec<u16>,
 }
 
 /// A readiness check (`READY [--timeout=SECONDS] CMD`).
@@ -33,7 +43,11 @@ pub struct ReadyCheck {
 }
 
 /// One step of a template file, as the node runs it. Paths are as written in the file
-/// (relative ones resolve against the working directory of the step).
+/// (relative ones resolve against the working directory of the step). The words of `ENV`,
+/// `ARG`, `WORKDIR`, `USER`, `LABEL`, `EXPOSE` and a `COPY` destination are as written: the
+/// node expands them ([`BuildStep::expanded`]) against the build's environment, the parent's
+/// included. `COPY` sources arrive expanded (the control plane checks them against the
+/// context).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum BuildStep {
     /// `RUN`: a shell command (`/bin/sh -c`) or an argv, as the step's user in its working
@@ -52,15 +66,26 @@ pub enum BuildStep {
     },
     /// `ENV`: variables of later steps and of sandboxes.
     Env {
-        /// Variables, in file order.
+        /// Variables, in file order (every value sees the environment before the line).
         vars: Vec<(String, String)>,
     },
     /// `ARG`: a build argument, in the environment of later `RUN` steps only.
     Arg {
         /// Name.
         name: String,
-        /// Value (the default of the file).
+        /// Value: the build's `--build-arg` (quoted to stay literal), else the file's
+        /// default.
         value: String,
+    },
+    /// `LABEL`: metadata of the release (recorded only).
+    Label {
+        /// Keys and values, in file order.
+        labels: Vec<(String, String)>,
+    },
+    /// `EXPOSE`: ports the release's sandboxes serve (recorded only; `N`, `N/tcp`, `N/udp`).
+    Expose {
+        /// Ports as written.
+        ports: Vec<String>,
     },
     /// `WORKDIR`: the working directory of later steps and of sandboxes (created if missing).
     Workdir {
@@ -79,6 +104,79 @@ pub enum BuildStep {
     },
     /// `READY`: must pass before a sandbox counts as running.
     Ready(ReadyCheck),
+}
+
+impl BuildStep {
+    /// This step with its words expanded (see [`crate::words`]) against `env` (the build's
+    /// environment before the step) and `args` (its build arguments).
+    ///
+    /// # Errors
+    /// A word that does not expand, naming the word's role.
+    pub fn expanded(
+        &self,
+        env: &BTreeMap<String, String>,
+        args: &BTreeMap<String, String>,
+    ) -> Result<BuildStep, String> {
+        let vars = crate::words::Vars {
+            env: Some(env),
+            args: Some(args),
+        };
+        let x = |what: &str, w: &str| {
+            crate::words::expand(w, &vars).map_err(|e| format!("{what}: {e}"))
+        };
+        let pairs = |what: &str, kv: &[(String, String)]| {
+            kv.iter()
+                .map(|(k, v)| Ok((x(what, k)?, x(what, v)?)))
+                .collect::<Result<Vec<_>, String>>()
+        };
+        Ok(match self {
+            BuildStep::Env { vars } => BuildStep::Env {
+                vars: pairs("ENV", vars)?,
+            },
+            BuildStep::Arg { name, value } => BuildStep::Arg {
+                name: name.clone(),
+                value: x("ARG", value)?,
+            },
+            BuildStep::Label { labels } => BuildStep::Label {
+                labels: pairs("LABEL", labels)?,
+            },
+            BuildStep::Expose { ports } => BuildStep::Expose {
+                ports: ports
+                    .iter()
+                    .map(|p| x("EXPOSE", p))
+                    .collect::<Result<_, _>>()?,
+            },
+            BuildStep::Workdir { path } => BuildStep::Workdir {
+                path: x("WORKDIR", path)?,
+            },
+            BuildStep::User { user } => BuildStep::User {
+                user: x("USER", user)?,
+            },
+            BuildStep::Copy { sources, dest } => BuildStep::Copy {
+                sources: sources.clone(),
+                dest: x("COPY destination", dest)?,
+            },
+            other => other.clone(),
+        })
+    }
+}
+
+/// The TCP port of an expanded `EXPOSE` word (`80`, `80/tcp`); `None` for a UDP one.
+///
+/// # Errors
+/// A word that is not a port 1-65535 with an optional `/tcp` or `/udp`.
+pub fn exposed_port(word: &str) -> Result<Option<u16>, String> {
+    let (port, proto) = word.split_once('/').unwrap_or((word, "tcp"));
+    let n: u16 = port
+        .parse()
+        .ok()
+        .filter(|n| *n > 0)
+        .ok_or_else(|| format!("EXPOSE {word}: not a port number"))?;
+    match proto.to_ascii_lowercase().as_str() {
+        "tcp" => Ok(Some(n)),
+        "udp" => Ok(None),
+        _ => Err(format!("EXPOSE {word}: the protocol is tcp or udp")),
+    }
 }
 
 /// What a `RUN` step executes.
@@ -113,7 +211,7 @@ pub enum BuildParent {
         /// Its content digest (the root of the step cache keys).
         digest: String,
         /// Its defaults.
-        defaults: ReleaseDefaults,
+        defaults: Box<ReleaseDefaults>,
     },
     /// `oci-archive:NAME`: a `docker save` or OCI image layout tarball in the node's OCI
     /// import directory (`--oci-import-dir`; a node without one answers `OciImportDisabled`).

@@ -27,8 +27,8 @@ mod report;
 mod volumes;
 
 pub use builds::{
-    BuildParent, BuildStep, BuiltFileRelease, FileBuild, FileStep, ReadyCheck, ReleaseDefaults,
-    StepProgram,
+    exposed_port, BuildParent, BuildStep, BuiltFileRelease, FileBuild, FileStep, ReadyCheck,
+    ReleaseDefaults, StepProgram, DEFAULT_PATH,
 };
 pub use checkpoints::{
     CheckpointInfo, ImportedCheckpoint, NodeCheckpoints, ARCHIVE_HEADER, ARCHIVE_HEADER_MAX_BYTES,
@@ -49,6 +49,7 @@ pub use report::NodeReport;
 pub use volumes::{LaunchVolume, NodeVolumes, VolumeEntry, VolumeEntryAttrs, VolumeUsage};
 
 pub mod types;
+pub mod words;
 
 pub use types::{
     CommandInfo, FileEvent, FileEventKind, FileInfo, FileType, OutputStream, Program, PtySize,

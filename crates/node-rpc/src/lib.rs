@@ -45,8 +45,10 @@ pub use server::NodeService;
 /// volumes (`CREATE_VOLUME` .. `LIST_VOLUME_DIR`); version 6 the volume path calls
 /// (`STAT_VOLUME_PATH`, `REMOVE_VOLUME_PATH`, `MAKE_VOLUME_DIR`, `SET_VOLUME_ATTRS`); version 7
 /// moved object volumes to and from the snapshot store (`DOWNLOAD_VOLUME`, `UPLOAD_VOLUME`,
-/// `RELEASE_VOLUME`).
-pub const PROTOCOL_VERSION: u32 = 7;
+/// `RELEASE_VOLUME`); version 8 sends a file build's words as written (the node expands
+/// `ENV`, `ARG`, `WORKDIR`, `USER` and `COPY` destinations against the parent's environment)
+/// and adds the `LABEL` and `EXPOSE` steps.
+pub const PROTOCOL_VERSION: u32 = 8;
 
 /// Most bytes in one message of a byte stream (file contents, bodies).
 pub const CHUNK_BYTES: usize = 256 * 1024;

@@ -267,7 +267,8 @@ fn network_config(
 pub struct E2bSettings {
     /// Address (port 0 picks a free port).
     pub listen: SocketAddr,
-    /// Domain given to SDKs for `{port}-{id}.{domain}` host names (`None`: none).
+    /// Domain given to SDKs for `{port}-{id}.{domain}` host names (`None`:
+    /// `localhost:PORT`, see [`cove_e2b_compat::sandbox_domain`]).
     pub domain: Option<String>,
 }
 
@@ -739,8 +740,13 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     }
     let (mut e2b_addr, mut e2b_reaper) = (None, None);
     if let (Some(listener), Some(settings)) = (e2b_listener, &cfg.e2b) {
+        let port = listener.local_addr()?.port();
         let e2b_cfg = cove_e2b_compat::E2bConfig {
             domain: settings.domain.clone(),
+            answered_domain: Some(cove_e2b_compat::sandbox_domain(
+                settings.domain.as_deref(),
+                port,
+            )),
             token_secret: e2b_secret(&data_dir)?,
         };
         let (router, reaper) = cove_e2b_compat::router(cp.clone(), e2b_cfg);

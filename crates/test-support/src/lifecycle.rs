@@ -324,14 +324,26 @@ impl NodeReleases for FakeNode {
         // The fake applies the metadata steps and counts the others; it runs nothing. Like a
         // node started without `--oci-import-dir`, it imports no image archive.
         let mut defaults = match &build.parent {
-            cove_node_api::BuildParent::Release { defaults, .. } => defaults.clone(),
+            cove_node_api::BuildParent::Release { defaults, .. } => (**defaults).clone(),
             cove_node_api::BuildParent::OciArchive { .. } => {
                 return Err(NodeError::OciImportDisabled)
             }
         };
+        defaults
+            .env
+            .entry("PATH".into())
+            .or_insert_with(|| cove_node_api::DEFAULT_PATH.into());
         let mut steps_run = 0;
+        let mut args = BTreeMap::new();
         for s in &build.steps {
-            match &s.step {
+            let step =
+                s.step
+                    .expanded(&defaults.env, &args)
+                    .map_err(|e| NodeError::InvalidArgument {
+                        field: "file".into(),
+                        message: format!("line {}: {e}", s.line),
+                    })?;
+            match &step {
                 cove_node_api::BuildStep::Env { vars } => defaults.env.extend(vars.iter().cloned()),
                 cove_node_api::BuildStep::User { user } => defaults.user = user.clone(),
                 cove_node_api::BuildStep::Workdir { path } => defaults.workdir = path.clone(),
@@ -339,7 +351,17 @@ impl NodeReleases for FakeNode {
                     defaults.start = Some(command.clone())
                 }
                 cove_node_api::BuildStep::Ready(r) => defaults.ready = Some(r.clone()),
-                cove_node_api::BuildStep::Arg { .. } => {}
+                cove_node_api::BuildStep::Arg { name, value } => {
+                    args.insert(name.clone(), value.clone());
+                }
+                cove_node_api::BuildStep::Label { labels } => {
+                    defaults.labels.extend(labels.iter().cloned())
+                }
+                cove_node_api::BuildStep::Expose { ports } => defaults.ports.extend(
+                    ports
+                        .iter()
+                        .filter_map(|p| cove_node_api::exposed_port(p).ok().flatten()),
+                ),
                 _ => steps_run += 1,
             }
         }

@@ -97,7 +97,8 @@ pub struct ServerArgs {
     /// `E2B_API_URL` and `E2B_SANDBOX_URL` at it), e.g. `127.0.0.1:7703`.
     #[arg(long, value_name = "ADDR")]
     pub e2b_listen: Option<SocketAddr>,
-    /// Domain returned to E2B SDKs for `{port}-{id}.{domain}` host names.
+    /// Domain returned to E2B SDKs for `sandbox.get_host(port)` = `{port}-{id}.{domain}`
+    /// (default `localhost:PORT` of --e2b-listen; `localhost` without a port gets that port).
     #[arg(long, value_name = "DOMAIN", requires = "e2b_listen")]
     pub e2b_domain: Option<String>,
     /// Serve sandbox ports by host name, `{port}-{sandbox id}.{domain}` (a browser on this

@@ -25,8 +25,8 @@ const BUILD_WAIT: Duration = Duration::from_secs(4 * 3600);
 #[derive(Debug, Subcommand)]
 pub enum TemplateVerb {
     /// Build a new release of a template, showing its progress; fails if the build fails.
-    /// With `-f FILE`, builds the template from a template file (a Dockerfile subset) and the
-    /// build context directory `CONTEXT` (default: none).
+    /// With a build context directory `CONTEXT` or `-f FILE`, builds the template from a
+    /// template file (a Dockerfile subset; default `CONTEXT/Dockerfile`) and the context.
     Build(BuildArgs),
     /// List templates.
     Ls(TemplateLsArgs),
@@ -50,11 +50,14 @@ pub struct BuildArgs {
     /// Template name.
     pub name: String,
     /// The template file (a Dockerfile subset: FROM, RUN, COPY/ADD, ENV, WORKDIR, USER, ARG,
-    /// START, READY).
+    /// LABEL, EXPOSE, START, READY); default: `CONTEXT/Dockerfile`.
     #[arg(short = 'f', long = "file")]
     pub file: Option<PathBuf>,
-    /// The build context directory COPY reads from (only with `-f`).
+    /// The build context directory COPY reads from.
     pub context: Option<PathBuf>,
+    /// A build argument: replaces the default of the file's `ARG NAME` (repeatable).
+    #[arg(long = "build-arg", value_name = "NAME=VALUE", value_parser = parse_build_arg)]
+    pub build_args: Vec<(String, String)>,
     /// Build from scratch, without the build cache.
     #[arg(long)]
     pub no_cache: bool,
@@ -138,19 +141,48 @@ fn pack_context(file: &Path, context: Option<&Path>) -> anyhow::Result<(Vec<u8>,
     Ok((tar.into_inner().context("finish the context tar")?, path))
 }
 
+/// `NAME=VALUE` of `--build-arg`.
+fn parse_build_arg(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((name, value)) if !name.is_empty() => Ok((name.to_string(), value.to_string())),
+        _ => Err("expected NAME=VALUE".into()),
+    }
+}
+
+/// The template file of a build: `-f FILE`, else `CONTEXT/Dockerfile` (as `docker build`).
+fn template_file(args: &BuildArgs) -> anyhow::Result<Option<PathBuf>> {
+    match (&args.file, &args.context) {
+        (Some(f), _) => Ok(Some(f.clone())),
+        (None, Some(dir)) => {
+            let f = dir.join("Dockerfile");
+            if !f.is_file() {
+                bail!(
+                    "{} has no Dockerfile; name the template file with -f FILE",
+                    dir.display()
+                );
+            }
+            Ok(Some(f))
+        }
+        (None, None) => Ok(None),
+    }
+}
+
 async fn build(client: &Client, args: BuildArgs) -> anyhow::Result<()> {
-    let started = match &args.file {
+    let started = match template_file(&args)? {
         Some(file) => {
-            let (context, path) = pack_context(file, args.context.as_deref())?;
+            let (context, path) = pack_context(&file, args.context.as_deref())?;
             let query = CreateTemplateQuery {
                 name: args.name.clone(),
                 file: Some(path),
                 no_cache: args.no_cache,
                 network: args.network.policy(),
+                build_args: args.build_args.iter().cloned().collect(),
             };
             client.create_template(&query, context).await?
         }
-        None if args.context.is_some() => bail!("a build context needs a template file (-f)"),
+        None if !args.build_args.is_empty() => {
+            bail!("--build-arg applies to builds from a template file (-f or a context)")
+        }
         None if args.network.any() => {
             bail!("--no-internet, --allow and --deny apply to builds from a template file (-f)")
         }
@@ -394,5 +426,51 @@ mod tests {
     fn long_lines_are_shortened() {
         assert_eq!(shorten("abc", 5), "abc");
         assert_eq!(shorten("abcdefgh", 5), "abcd…");
+    }
+
+    #[test]
+    fn a_context_alone_reads_its_dockerfile_and_build_args_parse() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            build: BuildArgs,
+        }
+        let dir = tempfile::tempdir().expect("tmp");
+        let ctx = dir.path().join("ctx");
+        std::fs::create_dir(&ctx).expect("dir");
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["cove", "web"];
+            argv.extend_from_slice(extra);
+            Cli::try_parse_from(argv).map(|c| c.build)
+        };
+        let ctx_s = ctx.to_string_lossy().into_owned();
+        let args = parse(&[&ctx_s]).expect("parse");
+        let err = template_file(&args).expect_err("no Dockerfile yet");
+        assert!(err.to_string().contains("has no Dockerfile"), "{err}");
+        std::fs::write(ctx.join("Dockerfile"), "FROM tiny\n").expect("file");
+        assert_eq!(
+            template_file(&args).expect("file"),
+            Some(ctx.join("Dockerfile"))
+        );
+        let args = parse(&["-f", "Other", &ctx_s]).expect("parse");
+        assert_eq!(
+            template_file(&args).expect("file"),
+            Some(PathBuf::from("Other"))
+        );
+        assert_eq!(
+            template_file(&parse(&[]).expect("parse")).expect("none"),
+            None
+        );
+        let args = parse(&["--build-arg", "V=1=2", "--build-arg", "E=", &ctx_s]).expect("parse");
+        assert_eq!(
+            args.build_args,
+            [
+                ("V".to_string(), "1=2".to_string()),
+                ("E".to_string(), String::new())
+            ]
+        );
+        assert!(parse(&["--build-arg", "=x"]).is_err());
+        assert!(parse(&["--build-arg", "novalue"]).is_err());
     }
 }

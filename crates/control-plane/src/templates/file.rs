@@ -2,12 +2,20 @@
 //! node's build steps.
 //!
 //! Supported: one `FROM` (a Cove template, optionally pinned `name:N` or `name@sha256:…`, or
-//! `oci-archive:NAME`, an image archive in the operator's OCI import directory), then `RUN` (shell or exec form), `COPY`/`ADD` (local context paths
-//! only, no flags, no globs, never outside the context), `ENV`, `WORKDIR`, `USER`, `ARG` (with
-//! a default), and Cove's `START CMD` and `READY [--timeout=SECONDS] CMD`. `$NAME` and
-//! `${NAME}` of earlier `ARG`s and `ENV`s expand in `ENV`, `WORKDIR`, `USER` and `COPY`;
-//! `RUN` leaves them to its shell. Anything else is an error naming its line.
+//! `oci-archive:NAME`, an image archive in the operator's OCI import directory), then `RUN`
+//! (shell or exec form), `COPY`/`ADD` (local context paths only, no flags, no globs, never outside the context), `ENV`, `WORKDIR`, `USER`, `ARG` (a
+//! `--build-arg` overrides its default; an `ARG` before `FROM` serves `FROM` and a later
+//! `ARG NAME` without a default), `LABEL` and `EXPOSE` (recorded in the release's defaults),
+//! and Cove's `START CMD` and `READY [--timeout=SECONDS] CMD`. Words expand as Docker expands
+//! them ([`cove_node_api::words`]): in `ENV`, `ARG`, `WORKDIR`, `USER`, `LABEL`, `EXPOSE` and a
+//! `COPY` destination the node expands them against the build's environment (the parent's
+//! `ENV` included, so `ENV PATH=/opt/tool/bin:$PATH` keeps the parent's `PATH`); `COPY`
+//! sources expand here, with the file's own `ARG`s and `ENV`s; `RUN` leaves them to its shell.
+//! Anything else is an error naming its line and what to use instead.
 
+use std::collections::{BTreeMap, BTreeSet};
+
+use cove_node_api::words::{self, Vars};
 use cove_node_api::{BuildStep, FileStep, ReadyCheck, StepProgram};
 use dockerfile_parser::{Dockerfile, Instruction, ShellOrExecExpr};
 
@@ -17,6 +25,8 @@ pub const MAX_FILE_BYTES: usize = 256 * 1024;
 pub const DEFAULT_READY_TIMEOUT_S: u64 = 60;
 /// Longest `READY` timeout, in seconds.
 pub const MAX_READY_TIMEOUT_S: u64 = 3600;
+/// Most `--build-arg`s of one build.
+pub const MAX_BUILD_ARGS: usize = 256;
 
 /// What a template file starts from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +44,8 @@ pub struct TemplateFile {
     pub from: FromRef,
     /// The steps after `FROM`.
     pub steps: Vec<FileStep>,
+    /// `--build-arg`s no `ARG` of the file declares (Docker warns about them).
+    pub unused_args: Vec<String>,
 }
 
 /// Why a template file is refused: the 1-based line and what is wrong.
@@ -68,13 +80,42 @@ fn import_name_ok(name: &str) -> bool {
 }
 
 /// Parses a template file.
+
+/// The variables the file itself defines so far: what `FROM` and `COPY` sources expand with.
+#[derive(Default)]
+struct Local {
+    env: BTreeMap<String, String>,
+    args: BTreeMap<String, String>,
+}
+
+impl Local {
+    fn expand(&self, line: u32, what: &str, word: &str) -> Result<String, FileError> {
+        words::expand(
+            word,
+            &Vars {
+                env: Some(&self.env),
+                args: Some(&self.args),
+            },
+        )
+        .map_err(|e| err(line, format!("{what}: {e}")))
+    }
+}
+
+/// Parses a template file; `build_args` are the build's `--build-arg NAME=VALUE`s.
 ///
 /// # Errors
 /// [`FileError`] for a syntax error, an unsupported instruction or flag, a `COPY` source
-/// outside the context, a missing or second `FROM`, or a file over [`MAX_FILE_BYTES`].
-pub fn parse(text: &str) -> Result<TemplateFile, FileError> {
+/// outside the context, a missing or second `FROM`, a word that does not expand, or a file
+/// over [`MAX_FILE_BYTES`].
+pub fn parse(text: &str, build_args: &BTreeMap<String, String>) -> Result<TemplateFile, FileError> {
     if text.len() > MAX_FILE_BYTES {
         return Err(err(0, format!("the file is over {MAX_FILE_BYTES} bytes")));
+    }
+    if build_args.len() > MAX_BUILD_ARGS {
+        return Err(err(
+            0,
+            format!("more than {MAX_BUILD_ARGS} build arguments"),
+        ));
     }
     let file = Dockerfile::parse(text).map_err(|e| {
         let msg = e.to_string();
@@ -99,9 +140,23 @@ pub fn parse(text: &str) -> Result<TemplateFile, FileError> {
             .count() as u32
             + 1
     };
+    // The raw `NAME=VALUE` text of a span (quotes and `$` as written), when it is one line.
+    let raw_value = |start: usize, end: usize, name: &str| -> Option<String> {
+        let raw = text.get(start..end.min(text.len()))?;
+        let rest = raw.trim().strip_prefix(name)?;
+        // `NAME=VALUE`, or the legacy `ENV NAME VALUE`.
+        let value = match rest.strip_prefix('=') {
+            Some(v) => v,
+            None if rest.starts_with([' ', '\t']) => rest.trim_start(),
+            None => return None,
+        };
+        (!value.contains('\n')).then(|| value.to_string())
+    };
     let mut from: Option<FromRef> = None;
     let mut steps = Vec::new();
-    let mut vars: Vec<(String, String)> = Vec::new();
+    let mut meta = Local::default();
+    let mut local = Local::default();
+    let mut used: BTreeSet<&str> = BTreeSet::new();
     for ins in &file.instructions {
         let span = instruction_span(ins);
         let line = line_of(span.0);
@@ -115,7 +170,8 @@ pub fn parse(text: &str) -> Result<TemplateFile, FileError> {
             if from.is_some() {
                 return Err(err(
                     line,
-                    "only one FROM is supported (no multi-stage builds)",
+                    "only one FROM is supported (no multi-stage builds: build the first stage \
+                     as its own template and start FROM it)",
                 ));
             }
             if !f.flags.is_empty() || f.alias.is_some() {
@@ -124,7 +180,7 @@ pub fn parse(text: &str) -> Result<TemplateFile, FileError> {
                     "FROM takes a template name only (no flags, no AS)",
                 ));
             }
-            let image = f.image.content.trim();
+            let image = meta.expand(line, "FROM", f.image.content.trim())?;
             from = Some(match image.strip_prefix("oci-archive:") {
                 Some(name) if import_name_ok(name) => FromRef::OciArchive(name.to_string()),
                 Some(_) => {
@@ -140,8 +196,21 @@ pub fn parse(text: &str) -> Result<TemplateFile, FileError> {
             continue;
         }
         if from.is_none() {
-            if let Instruction::Arg(_) = ins {
-                // ARGs before FROM are allowed but have no effect on the steps.
+            if let Instruction::Arg(a) = ins {
+                // ARGs before FROM serve FROM, and later ARGs of the same name without a
+                // default.
+                let name = a.name.content.clone();
+                let value = match build_args.get(&name) {
+                    Some(v) => {
+                        used.insert(a.name.content.as_str());
+                        v.clone()
+                    }
+                    None => match &a.value {
+                        Some(v) => meta.expand(line, "ARG", &v.content)?,
+                        None => String::new(),
+                    },
+                };
+                meta.args.insert(name, value);
                 continue;
             }
             return Err(err(line, "the file must start with FROM"));
@@ -162,81 +231,107 @@ pub fn parse(text: &str) -> Result<TemplateFile, FileError> {
                 if !c.flags.is_empty() {
                     return Err(err(
                         line,
-                        "COPY flags (--chown, --from, ...) are not supported",
+                        "COPY flags (--chown, --chmod, --from, ...) are not supported (COPY, \
+                         then RUN chown or chmod; for --from, build that stage as a template)",
                     ));
                 }
                 let sources = c
                     .sources
                     .iter()
-                    .map(|s| context_path(line, &expand(&s.content, &vars)))
+                    .map(|s| context_path(line, &local.expand(line, "COPY", &s.content)?))
                     .collect::<Result<Vec<_>, _>>()?;
+                local.expand(line, "COPY", &c.destination.content)?;
                 BuildStep::Copy {
                     sources,
-                    dest: expand(&c.destination.content, &vars),
+                    dest: c.destination.content.clone(),
                 }
             }
             Instruction::Env(e) => {
-                let parsed: Vec<(String, String)> = e
-                    .vars
-                    .iter()
-                    .map(|v| {
-                        (
-                            v.key.content.clone(),
-                            expand(&unquote(&v.value.to_string()), &vars),
-                        )
-                    })
-                    .collect();
-                vars.extend(parsed.iter().cloned());
-                BuildStep::Env { vars: parsed }
+                let mut vars = Vec::new();
+                for v in &e.vars {
+                    let key = v.key.content.clone();
+                    let raw = raw_value(v.span.start, v.span.end, &key)
+                        .unwrap_or_else(|| words::literal(&v.value.to_string()));
+                    vars.push((key, raw));
+                }
+                let before = Local {
+                    env: local.env.clone(),
+                    args: local.args.clone(),
+                };
+                for (k, raw) in &vars {
+                    let value = before.expand(line, "ENV", raw)?;
+                    local.env.insert(k.clone(), value);
+                }
+                BuildStep::Env { vars }
             }
             Instruction::Arg(a) => {
-                let value = a
-                    .value
-                    .as_ref()
-                    .map(|v| unquote(&v.content))
-                    .unwrap_or_default();
-                let value = expand(&value, &vars);
-                vars.push((a.name.content.clone(), value.clone()));
-                BuildStep::Arg {
-                    name: a.name.content.clone(),
-                    value,
+                let name = a.name.content.clone();
+                let value = if let Some(v) = build_args.get(&name) {
+                    used.insert(a.name.content.as_str());
+                    words::literal(v)
+                } else if let Some(v) = &a.value {
+                    v.content.clone()
+                } else if let Some(v) = meta.args.get(&name) {
+                    words::literal(v)
+                } else {
+                    String::new()
+                };
+                let local_value = local.expand(line, "ARG", &value)?;
+                local.args.insert(name.clone(), local_value);
+                BuildStep::Arg { name, value }
+            }
+            Instruction::Label(l) => {
+                let mut labels = Vec::new();
+                for label in &l.labels {
+                    let key = label.name.content.clone();
+                    let raw = raw_value(label.span.start, label.span.end, &key)
+                        .unwrap_or_else(|| words::literal(&label.value.content));
+                    local.expand(line, "LABEL", &raw)?;
+                    labels.push((words::literal(&key), raw));
                 }
+                BuildStep::Label { labels }
             }
             Instruction::Misc(m) => {
                 let args = m.arguments.to_string().trim().to_string();
                 match m.instruction.content.to_ascii_uppercase().as_str() {
-                    "ADD" => add_step(line, &args, &vars)?,
-                    "WORKDIR" if !args.is_empty() => BuildStep::Workdir {
-                        path: expand(&args, &vars),
-                    },
+                    "ADD" => add_step(line, &args, &local)?,
+                    "WORKDIR" if !args.is_empty() => {
+                        local.expand(line, "WORKDIR", &args)?;
+                        BuildStep::Workdir { path: args }
+                    }
                     "USER" if !args.is_empty() && !args.contains(char::is_whitespace) => {
-                        BuildStep::User {
-                            user: expand(&args, &vars),
+                        local.expand(line, "USER", &args)?;
+                        BuildStep::User { user: args }
+                    }
+                    "EXPOSE" if !args.is_empty() => {
+                        let ports: Vec<String> =
+                            args.split_whitespace().map(str::to_string).collect();
+                        for p in &ports {
+                            if !p.contains('$') {
+                                let p = local.expand(line, "EXPOSE", p)?;
+                                cove_node_api::exposed_port(&p).map_err(|e| err(line, e))?;
+                            }
                         }
+                        BuildStep::Expose { ports }
                     }
                     "START" if !args.is_empty() => BuildStep::Start { command: args },
                     "READY" => ready_step(line, &args)?,
-                    "WORKDIR" | "USER" | "START" => {
+                    "WORKDIR" | "USER" | "START" | "EXPOSE" => {
                         return Err(err(
                             line,
                             format!("{} needs one argument", m.instruction.content),
                         ))
                     }
-                    other => return Err(err(line, format!("unsupported instruction {other}"))),
+                    other => return Err(err(line, unsupported(other))),
                 }
             }
-            Instruction::Label(_) | Instruction::Entrypoint(_) | Instruction::Cmd(_) => {
+            Instruction::Entrypoint(_) | Instruction::Cmd(_) => {
                 let name = text_of
                     .split_whitespace()
                     .next()
                     .unwrap_or("")
                     .to_ascii_uppercase();
-                return Err(err(
-                    line,
-                    format!(
-                        "unsupported instruction {name} (use START for a command sandboxes start)"
-                    ),
-                ));
+                return Err(err(line, unsupported(&name)));
             }
         };
         steps.push(FileStep {
@@ -246,7 +341,31 @@ pub fn parse(text: &str) -> Result<TemplateFile, FileError> {
         });
     }
     let from = from.ok_or_else(|| err(1, "the file has no FROM"))?;
-    Ok(TemplateFile { from, steps })
+    let unused_args = build_args
+        .keys()
+        .filter(|k| !used.contains(k.as_str()))
+        .cloned()
+        .collect();
+    Ok(TemplateFile {
+        from,
+        steps,
+        unused_args,
+    })
+}
+
+/// The message of an instruction Cove does not run, with what to use instead.
+fn unsupported(name: &str) -> String {
+    let instead = match name {
+        "CMD" | "ENTRYPOINT" => "use START for a command sandboxes start",
+        "HEALTHCHECK" => "use READY for a check sandboxes must pass",
+        "VOLUME" => "use Cove volumes: cove create --volume",
+        "SHELL" => "RUN runs /bin/sh -c; use the exec form RUN [\"bash\", \"-c\", \"...\"]",
+        "STOPSIGNAL" => "sandboxes stop as a whole; there is no main process to signal",
+        "ONBUILD" => "put the steps in the templates that start FROM this one",
+        "MAINTAINER" => "use LABEL maintainer=...",
+        _ => "see the README's template file section for what is supported",
+    };
+    format!("unsupported instruction {name} ({instead})")
 }
 
 fn instruction_span(ins: &Instruction) -> (usize, usize) {
@@ -265,24 +384,35 @@ fn instruction_span(ins: &Instruction) -> (usize, usize) {
 }
 
 /// `ADD SRC... DEST`: like COPY for context paths; URLs and archives are not supported.
-fn add_step(line: u32, args: &str, vars: &[(String, String)]) -> Result<BuildStep, FileError> {
+fn add_step(line: u32, args: &str, local: &Local) -> Result<BuildStep, FileError> {
     if args.starts_with("--") {
-        return Err(err(line, "ADD flags are not supported"));
+        return Err(err(
+            line,
+            "ADD flags are not supported (ADD, then RUN chown or chmod)",
+        ));
     }
-    let words: Vec<String> = args.split_whitespace().map(|w| expand(w, vars)).collect();
-    if words.len() < 2 {
+    let raw: Vec<&str> = args.split_whitespace().collect();
+    if raw.len() < 2 {
         return Err(err(line, "ADD needs a source and a destination"));
     }
-    let (dest, sources) = words.split_last().unwrap_or((&words[0], &[]));
+    let (dest, sources) = raw.split_last().unwrap_or((&raw[0], &[]));
+    let sources = sources
+        .iter()
+        .map(|s| local.expand(line, "ADD", s))
+        .collect::<Result<Vec<_>, _>>()?;
     if sources.iter().any(|s| s.contains("://")) {
-        return Err(err(line, "ADD from a URL is not supported"));
+        return Err(err(
+            line,
+            "ADD from a URL is not supported (RUN curl -fsSLo DEST URL)",
+        ));
     }
+    local.expand(line, "ADD", dest)?;
     Ok(BuildStep::Copy {
         sources: sources
             .iter()
             .map(|s| context_path(line, s))
             .collect::<Result<_, _>>()?,
-        dest: dest.clone(),
+        dest: dest.to_string(),
     })
 }
 
@@ -345,64 +475,17 @@ fn context_path(line: u32, src: &str) -> Result<String, FileError> {
     })
 }
 
-fn unquote(v: &str) -> String {
-    let v = v.trim();
-    for q in ['"', '\''] {
-        if v.len() >= 2 && v.starts_with(q) && v.ends_with(q) {
-            return v[1..v.len() - 1].to_string();
-        }
-    }
-    v.to_string()
-}
-
-/// Expands `$NAME` and `${NAME}` with the latest value of `vars` (unknown names become empty,
-/// as in Docker).
-fn expand(s: &str, vars: &[(String, String)]) -> String {
-    let lookup = |name: &str| {
-        vars.iter()
-            .rev()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.clone())
-            .unwrap_or_default()
-    };
-    let mut out = String::new();
-    let mut chars = s.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c != '$' {
-            out.push(c);
-            continue;
-        }
-        if chars.peek() == Some(&'{') {
-            chars.next();
-            let name: String = chars.by_ref().take_while(|c| *c != '}').collect();
-            out.push_str(&lookup(&name));
-        } else {
-            let mut name = String::new();
-            while let Some(c) = chars
-                .peek()
-                .copied()
-                .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
-            {
-                name.push(c);
-                chars.next();
-            }
-            if name.is_empty() {
-                out.push('$');
-            } else {
-                out.push_str(&lookup(&name));
-            }
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn parse_(text: &str) -> Result<TemplateFile, FileError> {
+        parse(text, &BTreeMap::new())
+    }
+
     #[test]
     fn every_instruction_parses_into_steps() {
-        let f = parse(
+        let f = parse_(
             "# a template\nFROM base:3\nARG V=1.2\nENV A=x B=\"two words\" P=/opt/$V\nRUN echo a \\\n  && echo b\n\
              COPY app/ /srv/app/\nADD notes.txt /srv/\nWORKDIR ${P}\nUSER user\n\
              START python3 -m http.server 8000\nREADY --timeout=30 curl -s localhost:8000\nRUN [\"ls\", \"-l\"]\n",
@@ -416,8 +499,8 @@ mod tests {
             BuildStep::Env {
                 vars: vec![
                     ("A".into(), "x".into()),
-                    ("B".into(), "two words".into()),
-                    ("P".into(), "/opt/1.2".into())
+                    ("B".into(), "\"two words\"".into()),
+                    ("P".into(), "/opt/$V".into())
                 ]
             }
         );
@@ -437,7 +520,7 @@ mod tests {
         assert_eq!(
             f.steps[5].step,
             BuildStep::Workdir {
-                path: "/opt/1.2".into()
+                path: "${P}".into()
             }
         );
         assert_eq!(
@@ -454,11 +537,11 @@ mod tests {
             }
         );
         assert_eq!(
-            parse("FROM oci-archive:img.tar\n").expect("oci").from,
+            parse_("FROM oci-archive:img.tar\n").expect("oci").from,
             FromRef::OciArchive("img.tar".into())
         );
         assert_eq!(
-            parse("FROM oci-archive:team/app-1.tar\n")
+            parse_("FROM oci-archive:team/app-1.tar\n")
                 .expect("oci")
                 .from,
             FromRef::OciArchive("team/app-1.tar".into())
@@ -477,7 +560,7 @@ mod tests {
             "a/",
             "",
         ] {
-            let e = parse(&format!("FROM oci-archive:{name}\n")).expect_err(name);
+            let e = parse_(&format!("FROM oci-archive:{name}\n")).expect_err(name);
             assert_eq!(e.line, 1, "{name}");
             assert!(e.message.contains("OCI import directory"), "{name}: {e}");
         }
@@ -485,8 +568,10 @@ mod tests {
 
     #[test]
     fn bad_files_name_their_line() {
-        let line = |t: &str| parse(t).expect_err(t).line;
-        assert_eq!(line("FROM tiny\nRUN true\nEXPOSE 80\n"), 3);
+        let line = |t: &str| parse_(t).expect_err(t).line;
+        assert_eq!(line("FROM tiny\nRUN true\nEXPOSE http\n"), 3);
+        assert_eq!(line("FROM tiny\nRUN true\nVOLUME /data\n"), 3);
+        assert_eq!(line("FROM tiny\nENV A=${B\n"), 2);
         assert_eq!(line("FROM tiny\n\nCOPY ../secret /x\n"), 3);
         assert_eq!(line("FROM tiny\nCOPY a/../../b /x\n"), 2);
         assert_eq!(line("RUN true\n"), 1);
@@ -497,9 +582,129 @@ mod tests {
         assert_eq!(line("FROM tiny\nCOPY --chown=1 a /b\n"), 2);
         assert_eq!(line("FROM tiny\nREADY --timeout=0 true\n"), 2);
         assert_eq!(line("FROM tiny\nADD http://x/y /z\n"), 2);
-        let e = parse("FROM tiny\nHEALTHCHECK CMD true\n").expect_err("unsupported");
-        assert_eq!(e.to_string(), "line 2: unsupported instruction HEALTHCHECK");
+        let e = parse_("FROM tiny\nHEALTHCHECK CMD true\n").expect_err("unsupported");
+        assert_eq!(
+            e.to_string(),
+            "line 2: unsupported instruction HEALTHCHECK (use READY for a check sandboxes must pass)"
+        );
         // Inside the context is fine, however written.
-        assert!(parse("FROM tiny\nCOPY ./a/../b /x\n").is_ok());
+        assert!(parse_("FROM tiny\nCOPY ./a/../b /x\n").is_ok());
+    }
+
+    #[test]
+    fn words_reach_the_node_as_written() {
+        let f = parse_(
+            "FROM base\nENV PATH=/opt/tool/bin:$PATH\nENV GOPATH /go\nRUN mkdir -p /opt/tool/bin\n\
+             ENV LD=${LD_LIBRARY_PATH:-/usr/lib} HOME_BIN=\\$HOME/bin\n",
+        )
+        .expect("parse");
+        let env = |i: usize| match &f.steps[i].step {
+            BuildStep::Env { vars } => vars.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(env(0), [("PATH".into(), "/opt/tool/bin:$PATH".into())]);
+        assert_eq!(env(1), [("GOPATH".into(), "/go".into())]);
+        assert_eq!(
+            env(3),
+            [
+                ("LD".into(), "${LD_LIBRARY_PATH:-/usr/lib}".into()),
+                ("HOME_BIN".into(), "\\$HOME/bin".into())
+            ]
+        );
+        // What the node makes of them with a parent's PATH.
+        let parent: BTreeMap<String, String> =
+            [("PATH".to_string(), "/usr/bin:/bin".to_string())].into();
+        let expanded = f.steps[0]
+            .step
+            .expanded(&parent, &BTreeMap::new())
+            .expect("expand");
+        assert_eq!(
+            expanded,
+            BuildStep::Env {
+                vars: vec![("PATH".into(), "/opt/tool/bin:/usr/bin:/bin".into())]
+            }
+        );
+        let expanded = f.steps[3]
+            .step
+            .expanded(&parent, &BTreeMap::new())
+            .expect("expand");
+        assert_eq!(
+            expanded,
+            BuildStep::Env {
+                vars: vec![
+                    ("LD".into(), "/usr/lib".into()),
+                    ("HOME_BIN".into(), "$HOME/bin".into())
+                ]
+            }
+        );
+    }
+
+    #[test]
+    fn build_args_labels_and_ports() {
+        let args: BTreeMap<String, String> = [
+            ("VERSION".to_string(), "3".to_string()),
+            ("TOOL".to_string(), "a $b".to_string()),
+            ("UNUSED".to_string(), "x".to_string()),
+        ]
+        .into();
+        let f = parse(
+            "ARG VERSION=1\nFROM base:${VERSION}\nARG VERSION\nARG TOOL=dflt\nARG PLAIN=p\n\
+             LABEL org.opencontainers.image.title=\"My tool\" version=$VERSION\nEXPOSE 8000 53/udp\n\
+             COPY dir-$PLAIN /x/\n",
+            &args,
+        )
+        .expect("parse");
+        assert_eq!(f.from, FromRef::Template("base:3".into()));
+        assert_eq!(f.unused_args, ["UNUSED"]);
+        let empty = BTreeMap::new();
+        let mut arg_vals = BTreeMap::new();
+        for s in &f.steps[..3] {
+            match s.step.expanded(&empty, &arg_vals).expect("expand") {
+                BuildStep::Arg { name, value } => {
+                    arg_vals.insert(name, value);
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(arg_vals["VERSION"], "3");
+        assert_eq!(arg_vals["TOOL"], "a $b");
+        assert_eq!(arg_vals["PLAIN"], "p");
+        assert_eq!(
+            f.steps[3].step.expanded(&empty, &arg_vals).expect("label"),
+            BuildStep::Label {
+                labels: vec![
+                    ("org.opencontainers.image.title".into(), "My tool".into()),
+                    ("version".into(), "3".into())
+                ]
+            }
+        );
+        assert_eq!(
+            f.steps[4].step,
+            BuildStep::Expose {
+                ports: vec!["8000".into(), "53/udp".into()]
+            }
+        );
+        assert_eq!(
+            f.steps[5].step,
+            BuildStep::Copy {
+                sources: vec!["dir-p".into()],
+                dest: "/x/".into()
+            }
+        );
+        // Pairs continued over lines keep their words as written too.
+        let f = parse_("FROM base\nENV LANG=C.UTF-8 \\\n    PATH=/x/bin:$PATH\n").expect("parse");
+        assert_eq!(
+            f.steps[0].step,
+            BuildStep::Env {
+                vars: vec![
+                    ("LANG".into(), "C.UTF-8".into()),
+                    ("PATH".into(), "/x/bin:$PATH".into())
+                ]
+            }
+        );
+        assert_eq!(f.steps[0].line, 2);
+        assert_eq!(cove_node_api::exposed_port("8000"), Ok(Some(8000)));
+        assert_eq!(cove_node_api::exposed_port("53/udp"), Ok(None));
+        assert!(cove_node_api::exposed_port("0").is_err());
     }
 }

@@ -52,7 +52,8 @@ impl ControlPlane {
         self.check_network_supported(&network, false)?;
         let path = q.file.clone().unwrap_or_else(|| DEFAULT_FILE.to_string());
         let text = file_in_context(&context, &path)?;
-        let parsed = file::parse(&text).map_err(|e| invalid("file", e.to_string()))?;
+        let parsed =
+            file::parse(&text, &q.build_args).map_err(|e| invalid("file", e.to_string()))?;
         check_sources(&context, &parsed.steps)?;
         let parent = match &parsed.from {
             FromRef::Template(pin) => {
@@ -77,7 +78,7 @@ impl ControlPlane {
                         .unwrap_or_else(|| format!("{template}:{}", release.number)),
                     template,
                     number: release.number,
-                    defaults: node_defaults(d),
+                    defaults: Box::new(node_defaults(d)),
                 }
             }
             FromRef::OciArchive(path) => BuildParent::OciArchive { path: path.clone() },
@@ -120,6 +121,17 @@ impl ControlPlane {
             .await?;
         let mut release = release;
         release.build_operation_id = Some(op.id.clone());
+        if !parsed.unused_args.is_empty() {
+            self.operations()
+                .log(
+                    &op.id,
+                    &format!(
+                        "warning: build arguments not declared by an ARG: {}",
+                        parsed.unused_args.join(", ")
+                    ),
+                )
+                .await;
+        }
         let build = FileBuild {
             parent,
             steps: parsed.steps,
@@ -178,6 +190,8 @@ impl ControlPlane {
                         command: r.command,
                         timeout_s: r.timeout_s,
                     }),
+                    labels: d.labels,
+                    ports: d.ports,
                 };
                 let store = self.store();
                 store
@@ -362,6 +376,8 @@ fn node_defaults(d: TemplateDefaults) -> ReleaseDefaults {
             command: r.command,
             timeout_s: r.timeout_s,
         }),
+        labels: d.labels,
+        ports: d.ports,
     }
 }
 

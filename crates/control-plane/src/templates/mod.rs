@@ -102,6 +102,8 @@ impl ControlPlane {
             env: r.env,
             start: None,
             ready: None,
+            labels: Default::default(),
+            ports: Vec::new(),
         })
     }
 
@@ -135,6 +137,8 @@ impl ControlPlane {
                 env: r.env,
                 start: None,
                 ready: None,
+                labels: Default::default(),
+                ports: Vec::new(),
             },
             file: None,
             releases,
@@ -157,6 +161,8 @@ impl ControlPlane {
                 env: Default::default(),
                 start: None,
                 ready: None,
+                labels: Default::default(),
+                ports: Vec::new(),
             });
         Ok(Template {
             org: Some(t.org),

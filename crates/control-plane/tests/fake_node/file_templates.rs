@@ -100,7 +100,8 @@ async fn a_file_release_gives_creates_its_defaults_and_is_kept_while_used() {
 async fn bad_files_and_parents_record_nothing() {
     let h = Harness::new().await;
     for (file, want) in [
-        ("FROM base\nEXPOSE 80\n", ErrorCode::InvalidArgument),
+        ("FROM base\nVOLUME /data\n", ErrorCode::InvalidArgument),
+        ("FROM base\nEXPOSE http\n", ErrorCode::InvalidArgument),
         ("ENV A=1\n", ErrorCode::InvalidArgument),
         ("FROM base\nCOPY ../x /y\n", ErrorCode::InvalidArgument),
         ("FROM base\nCOPY missing /y\n", ErrorCode::InvalidArgument),

@@ -211,7 +211,7 @@ impl E2b {
             "envdAccessToken": self.access_token(&s.id),
             // Set when the sandbox's ports are private: E2B's `e2b-traffic-access-token`.
             "trafficAccessToken": (!s.public).then(|| self.cp.port_token_for(&s.id)).flatten(),
-            "domain": self.cfg.domain,
+            "domain": self.cfg.answered_domain,
         })
     }
 
@@ -232,7 +232,7 @@ impl E2b {
             "state": e2b_state(s.state).unwrap_or("running"),
             "metadata": user_metadata(s),
             "allowInternetAccess": s.network.internet,
-            "domain": self.cfg.domain,
+            "domain": self.cfg.answered_domain,
             "lifecycle": Lifecycle::of(s).to_json(),
             "pauseMode": "filesystem",
         });

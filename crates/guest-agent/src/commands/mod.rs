@@ -13,6 +13,7 @@
 pub mod attach;
 pub mod kill;
 pub mod list;
+pub mod login_path;
 pub mod resize;
 pub mod start;
 pub mod stdin;

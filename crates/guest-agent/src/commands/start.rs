@@ -3,9 +3,11 @@
 //! The environment starts empty: `HOME`, `USER`, `LOGNAME`, `SHELL` from the user's passwd entry,
 //! `PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin`, `LANG=C.UTF-8`, then the
 //! request's variables over them (and `TERM=xterm-256color` on a terminal unless the request
-//! sets `TERM`). A shell command runs as `/bin/bash -l -c <s>` (or `/bin/sh -c
-//! <s>` without bash); one longer than [`MAX_INLINE_SCRIPT`] is written to a file in the run dir
-//! and sourced (`. <file>`), since Linux limits one argument to 128 KiB.
+//! sets `TERM`), and `$HOME/.local/bin` first on `PATH` when that directory exists. A shell
+//! command runs as `/bin/bash -l -c <s>` (or `/bin/sh -c <s>` without bash); one longer than
+//! [`MAX_INLINE_SCRIPT`] is written to a file in the run dir and sourced (`. <file>`), since
+//! Linux limits one argument to 128 KiB. A login bash keeps the command's `PATH` through its
+//! profile ([`super::login_path`]).
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -183,6 +185,7 @@ fn prepare_and_spawn(agent: &Agent, req: SpawnRequest) -> Result<Started, AgentE
     }
     let cwd = working_dir(&user, req.cwd.as_ref())?;
     let (argv, script) = program_argv(agent, &req.command_id, req.program)?;
+    super::login_path::apply(&agent.config.run_dir, &argv, &mut env);
     let spec = SpawnSpec {
         argv,
         env,
@@ -294,6 +297,9 @@ pub fn build_env(
     env.insert("PATH".into(), DEFAULT_PATH.into());
     env.insert("LANG".into(), "C.UTF-8".into());
     env.extend(extra.iter().map(|(k, v)| (k.clone(), v.clone())));
+    if let Some(home) = env.get("HOME").cloned() {
+        super::login_path::with_local_bin(&mut env, &home);
+    }
     Ok(env.into_iter().collect())
 }
 

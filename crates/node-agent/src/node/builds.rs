@@ -34,10 +34,33 @@ const MAX_STEP_LOG_LINES: usize = 5000;
 /// Longest log line, in bytes.
 const MAX_LINE_BYTES: usize = 2048;
 /// Version of the step key scheme (bumped when a step's meaning changes).
-const STEP_KEY_VERSION: &str = "cove file build v1";
+/// v2: a step's words are expanded on the node (the key holds the expanded step).
+const STEP_KEY_VERSION: &str = "cove file build v2";
+/// Most bytes of a build's environment and arguments together (names and values).
+const MAX_ENV_BYTES: usize = 1024 * 1024;
+/// Most ports a build records from `EXPOSE`.
+const MAX_PORTS: usize = 1024;
 /// Id prefix of the sandboxes `RUN` steps run in (never a sandbox id of the control plane's,
 /// which start `sb-`); `list_sandboxes` leaves them out.
 pub(super) const BUILD_SANDBOX_PREFIX: &str = "build-";
+
+/// `invalid_argument` when the build's environment and arguments outgrow [`MAX_ENV_BYTES`].
+fn check_env_bytes(st: &State, line: u32) -> Result<(), NodeError> {
+    let bytes: usize = st
+        .defaults
+        .env
+        .iter()
+        .chain(st.args.iter())
+        .map(|(k, v)| k.len() + v.len() + 2)
+        .sum();
+    if bytes > MAX_ENV_BYTES {
+        return Err(NodeError::InvalidArgument {
+            field: "file".into(),
+            message: format!("line {line}: the build's environment is over {MAX_ENV_BYTES} bytes"),
+        });
+    }
+    Ok(())
+}
 
 /// The build state between steps.
 struct State {
@@ -143,7 +166,7 @@ impl NodeAgent {
                 (
                     tree,
                     format!("{STEP_KEY_VERSION}\n{digest}"),
-                    defaults.clone(),
+                    (**defaults).clone(),
                 )
             }
             BuildParent::OciArchive { path } => {
@@ -180,6 +203,8 @@ impl NodeAgent {
                     env: d.env,
                     start: None,
                     ready: None,
+                    labels: Default::default(),
+                    ports: Vec::new(),
                 };
                 (tree, format!("{STEP_KEY_VERSION}\n{key}"), defaults)
             }
@@ -231,6 +256,11 @@ impl NodeAgent {
             .await
             .map_err(build_err)?;
         let layers = LayerCache::new(self.cfg.data_dir.join("layers"));
+        let mut defaults = defaults;
+        defaults
+            .env
+            .entry("PATH".into())
+            .or_insert_with(|| cove_node_api::DEFAULT_PATH.into());
         let mut st = State {
             defaults,
             build_user: "root".into(),
@@ -255,15 +285,51 @@ impl NodeAgent {
                     phase: format!("step {}/{}: {}", i + 1, build.steps.len(), step.text),
                 })
                 .await;
-            let canonical = serde_json::to_string(&(&step.step, &st.build_user, &st.args))
+            let expanded = step
+                .step
+                .expanded(&st.defaults.env, &st.args)
+                .map_err(|e| NodeError::InvalidArgument {
+                    field: "file".into(),
+                    message: format!("line {}: {e}", step.line),
+                })?;
+            let canonical = serde_json::to_string(&(&expanded, &st.build_user, &st.args))
                 .map_err(|e| NodeError::Internal(format!("step key: {e}")))?;
-            let change = match &step.step {
+            let change = match &expanded {
                 BuildStep::Env { vars } => {
                     st.defaults.env.extend(vars.iter().cloned());
+                    check_env_bytes(&st, step.line)?;
                     None
                 }
                 BuildStep::Arg { name, value } => {
                     st.args.insert(name.clone(), value.clone());
+                    check_env_bytes(&st, step.line)?;
+                    None
+                }
+                BuildStep::Label { labels } => {
+                    st.defaults.labels.extend(labels.iter().cloned());
+                    None
+                }
+                BuildStep::Expose { ports } => {
+                    for p in ports {
+                        let port = cove_node_api::exposed_port(p).map_err(|e| {
+                            NodeError::InvalidArgument {
+                                field: "file".into(),
+                                message: format!("line {}: {e}", step.line),
+                            }
+                        })?;
+                        if let Some(port) = port.filter(|n| !st.defaults.ports.contains(n)) {
+                            if st.defaults.ports.len() >= MAX_PORTS {
+                                return Err(NodeError::InvalidArgument {
+                                    field: "file".into(),
+                                    message: format!(
+                                        "line {}: more than {MAX_PORTS} ports exposed",
+                                        step.line
+                                    ),
+                                });
+                            }
+                            st.defaults.ports.push(port);
+                        }
+                    }
                     None
                 }
                 BuildStep::User { user } => {

@@ -59,6 +59,8 @@ pub async fn release_defaults_round_trip_and_deleted_numbers_are_not_reused(stor
             command: "check".into(),
             timeout_s: 30,
         }),
+        labels: BTreeMap::from([("title".to_string(), "web".to_string())]),
+        ports: vec![8000],
     };
     store
         .set_release_defaults("web", r.number, &defaults)

@@ -18,13 +18,17 @@ use super::super::{end_frame, message_frame, stream_response};
 use crate::error::{ConnectCode, ConnectError};
 
 /// Streams `start{pid}`, then the output and the end event, then the end-of-stream frame.
-/// `ended` short-cuts a process that already exited (a `Connect` after its end).
+/// `ended` short-cuts a process that already exited (a `Connect` after its end). With
+/// `own_deadline` (the `Start` stream, whose `Connect-Timeout-Ms` is the process's timeout), a
+/// process its timeout ended closes the stream as Go's envd does when the request's context
+/// expires: `deadline_exceeded` and no `end` event (the SDK raises `TimeoutException`).
 pub(super) fn pump(
     pid: u32,
     mut events: OutputStream,
     keepalive: Duration,
     pty: bool,
     ended: Option<Command>,
+    own_deadline: bool,
 ) -> Response {
     let (tx, rx) = mpsc::channel::<Bytes>(16);
     tokio::spawn(async move {
@@ -53,6 +57,10 @@ pub(super) fn pump(
                     message_frame(&json!({"event": {"data": {key: b64}}}))
                 }
                 Ok(Some(Ok(OutputEvent::Gap { .. } | OutputEvent::End))) => continue,
+                Ok(Some(Ok(OutputEvent::Exited(cmd)))) if own_deadline && cmd.timed_out => {
+                    let _ = tx.send(end_frame(Some(&timed_out()))).await;
+                    return;
+                }
                 Ok(Some(Ok(OutputEvent::Exited(cmd)))) => {
                     let _ = tx.send(end_message(&cmd)).await;
                     let _ = tx.send(end_frame(None)).await;
@@ -86,6 +94,11 @@ pub(super) fn pump(
     stream_response(futures::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|b| (b, rx))
     }))
+}
+
+/// The stream error of a process its timeout ended (Go's `context.DeadlineExceeded` text).
+fn timed_out() -> ConnectError {
+    ConnectError::new(ConnectCode::DeadlineExceeded, "context deadline exceeded")
 }
 
 fn end_message(cmd: &Command) -> Bytes {
@@ -165,5 +178,42 @@ mod tests {
             end_event(&cmd(None, Some("SIGTERM"))).status,
             "signal: terminated"
         );
+    }
+
+    /// The body of a `pump` answer, as text (the envelopes' JSON shows in it).
+    async fn body_of(events: Vec<OutputEvent>, own_deadline: bool) -> String {
+        let stream = futures::stream::iter(events.into_iter().map(Ok)).boxed();
+        let resp = pump(
+            7,
+            stream,
+            Duration::from_secs(60),
+            false,
+            None,
+            own_deadline,
+        );
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20)
+            .await
+            .expect("body");
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    #[tokio::test]
+    async fn a_start_its_timeout_ended_is_deadline_exceeded_not_an_exit() {
+        let mut timed_out = cmd(None, Some("SIGKILL"));
+        timed_out.timed_out = true;
+        let body = body_of(vec![OutputEvent::Exited(Box::new(timed_out.clone()))], true).await;
+        assert!(body.contains(r#""code":"deadline_exceeded""#), "{body}");
+        assert!(!body.contains(r#""end""#), "{body}");
+        // A Connect stream (another request's deadline) reports the process's end.
+        let body = body_of(vec![OutputEvent::Exited(Box::new(timed_out))], false).await;
+        assert!(body.contains(r#""end""#), "{body}");
+        assert!(!body.contains("deadline_exceeded"), "{body}");
+        // An ordinary exit is an end event on the Start stream too.
+        let body = body_of(
+            vec![OutputEvent::Exited(Box::new(cmd(Some(0), None)))],
+            true,
+        )
+        .await;
+        assert!(body.contains(r#""status":"exit status 0""#), "{body}");
     }
 }

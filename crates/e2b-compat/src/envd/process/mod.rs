@@ -146,6 +146,7 @@ async fn start_stream(
         keepalive_interval(headers),
         cmd.pty,
         None,
+        true,
     ))
 }
 
@@ -201,14 +202,14 @@ pub async fn connect(
         let keepalive = keepalive_interval(&headers);
         if cmd.state != CommandState::Running {
             let events = futures::stream::empty().boxed();
-            return Ok(pump(cmd.pid, events, keepalive, cmd.pty, Some(cmd)));
+            return Ok(pump(cmd.pid, events, keepalive, cmd.pty, Some(cmd), false));
         }
         let events = e2b
             .cp
             .attach_output(&t.cove_id, &cmd.id, cmd.output_bytes, true)
             .await
             .map_err(ConnectError::from)?;
-        Ok::<_, ConnectError>(pump(cmd.pid, events, keepalive, cmd.pty, None))
+        Ok::<_, ConnectError>(pump(cmd.pid, events, keepalive, cmd.pty, None, false))
     };
     run.await.unwrap_or_else(stream_error)
 }
