@@ -4,8 +4,9 @@
 //! Supported: one `FROM` (a Cove template, optionally pinned `name:N` or `name@sha256:…`, or
 //! `oci-archive:NAME`, an image archive in the operator's OCI import directory), then `RUN`
 //! (shell or exec form), `COPY`/`ADD` (local context paths only, no flags, no globs, never
-//! outside the context), `ENV`, `WORKDIR`, `USER`, `ARG` (a `--build-arg` overrides its default; an `ARG` before `FROM` serves `FROM` and a later
-//! `ARG NAME` without a default), `LABEL` and `EXPOSE` (recorded in the release's defaults),
+//! outside the context), `ENV`, `WORKDIR`, `USER`, `ARG` (a `--build-arg` overrides its
+//! default; an `ARG` before `FROM` serves `FROM` and a later `ARG NAME` without a default),
+//! `LABEL` and `EXPOSE` (recorded in the release's defaults),
 //! and Cove's `START CMD` and `READY [--timeout=SECONDS] CMD`. Words expand as Docker expands
 //! them ([`cove_node_api::words`]): in `ENV`, `ARG`, `WORKDIR`, `USER`, `LABEL`, `EXPOSE` and a
 //! `COPY` destination the node expands them against the build's environment (the parent's
