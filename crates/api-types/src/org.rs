@@ -112,8 +112,8 @@ pub struct UpdateOrgRequest {
     pub checkpoint_retention: Option<CheckpointRetention>,
 }
 
-/// An org's quotas; an absent limit is unlimited (the default of every limit). Warm pool
-/// members that no create has claimed yet count toward none of them.
+/// An org's quotas; an absent limit is unlimited (the default of every limit). The members of
+/// the org's warm pools count like its other sandboxes (claimed or not).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Quotas {
@@ -127,9 +127,17 @@ pub struct Quotas {
     /// Most memory (MiB) of those sandboxes together.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_memory_mib: Option<u64>,
-    /// Most sandbox creates (and wakes) accepted per second.
+    /// Most sandbox creates (creates from a checkpoint and forks too) accepted per second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_creates_per_s: Option<u32>,
+    /// Most sandboxes that exist at once, in every state but `deleted` (suspended and failed
+    /// ones too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_sandboxes: Option<u32>,
+    /// Most disk (MiB): the `disk_mib` of those sandboxes together plus the sizes of the
+    /// org's volumes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_disk_mib: Option<u64>,
 }
 
 /// Body of `POST /v1/orgs`.

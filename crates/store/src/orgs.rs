@@ -7,16 +7,19 @@ use cove_api_types::{ApiKey, CheckpointRetention, Feature, Org, Quotas};
 
 use crate::StoreError;
 
-/// What an org's sandboxes hold now: those alive (every state but `suspended`, `failed` and
-/// `deleted`) that are not unclaimed warm pool members.
+/// What an org holds now. Its warm pools' unclaimed members count like its other sandboxes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct OrgUsage {
-    /// How many.
+    /// Sandboxes alive (every state but `suspended`, `failed` and `deleted`).
     pub running: u64,
-    /// Their vCPUs together.
+    /// The vCPUs of those alive together.
     pub vcpus: u64,
-    /// Their memory (MiB) together.
+    /// The memory (MiB) of those alive together.
     pub memory_mib: u64,
+    /// Sandboxes in every state but `deleted` (suspended and failed ones too).
+    pub sandboxes: u64,
+    /// The `disk_mib` of those sandboxes together plus the sizes of the org's volumes.
+    pub disk_mib: u64,
 }
 
 /// Org and API key rows.
@@ -62,7 +65,7 @@ pub trait OrgStore: Send + Sync {
         at: DateTime<Utc>,
     ) -> Result<bool, StoreError>;
 
-    /// What `org`'s sandboxes hold now ([`OrgUsage`]).
+    /// What `org` holds now ([`OrgUsage`]), read in one statement.
     async fn org_usage(&self, org: &str) -> Result<OrgUsage, StoreError>;
 }
 
