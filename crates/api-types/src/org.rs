@@ -25,6 +25,26 @@ pub struct Org {
     pub checkpoint_retention: CheckpointRetention,
     /// Creation time.
     pub created_at: DateTime<Utc>,
+    /// What it holds now, counted as each quota counts (`GET /v1/orgs/{org}` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<OrgUsage>,
+}
+
+/// What an org holds now, one count per quota that bounds it. Its warm pools' members count
+/// like its other sandboxes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct OrgUsage {
+    /// Sandboxes alive (every state but `suspended`, `failed` and `deleted`): `max_running`.
+    pub running: u64,
+    /// The vCPUs of those together: `max_vcpus`.
+    pub vcpus: u64,
+    /// The memory (MiB) of those together: `max_memory_mib`.
+    pub memory_mib: u64,
+    /// Sandboxes in every state but `deleted`: `max_sandboxes`.
+    pub sandboxes: u64,
+    /// The `disk_mib` of those sandboxes together plus the sizes of the org's volumes:
+    /// `max_disk_mib`.
+    pub disk_mib: u64,
 }
 
 /// An incubating feature that can be turned off for a server (`cove server

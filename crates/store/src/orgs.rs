@@ -7,20 +7,8 @@ use cove_api_types::{ApiKey, CheckpointRetention, Feature, Org, Quotas};
 
 use crate::StoreError;
 
-/// What an org holds now. Its warm pools' unclaimed members count like its other sandboxes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct OrgUsage {
-    /// Sandboxes alive (every state but `suspended`, `failed` and `deleted`).
-    pub running: u64,
-    /// The vCPUs of those alive together.
-    pub vcpus: u64,
-    /// The memory (MiB) of those alive together.
-    pub memory_mib: u64,
-    /// Sandboxes in every state but `deleted` (suspended and failed ones too).
-    pub sandboxes: u64,
-    /// The `disk_mib` of those sandboxes together plus the sizes of the org's volumes.
-    pub disk_mib: u64,
-}
+/// What an org holds now (the API's type: the store fills every count).
+pub use cove_api_types::OrgUsage;
 
 /// Org and API key rows.
 #[async_trait]

@@ -6,8 +6,8 @@ use std::future::Future;
 
 use cove_api_types::{
     CreateCheckpointRequest, CreateOrgRequest, CreateSandboxRequest, CreateVolumeRequest,
-    ErrorCode, ForkRequest, LifecycleRequest, Operation, PutPoolRequest, Quotas, ResourcesRequest,
-    SandboxState,
+    ErrorCode, ForkRequest, LifecycleRequest, Operation, OrgUsage, PutPoolRequest, Quotas,
+    ResourcesRequest, SandboxState,
 };
 use cove_control_plane::orgs::{scope, Actor, Caller};
 use cove_control_plane::{LifecycleVerb, ServiceError};
@@ -157,6 +157,22 @@ async fn pool_members_count_toward_their_org_and_the_controller_stops_at_its_quo
         "one member, then the quota"
     );
     assert_eq!(h.node.sandbox_ids().len(), 2);
+    // The org's usage shows the member beside its sandbox.
+    let usage = as_org("acme", h.cp.get_org("acme"))
+        .await
+        .expect("org")
+        .usage
+        .expect("usage");
+    assert_eq!(
+        usage,
+        OrgUsage {
+            running: 2,
+            vcpus: 3,
+            memory_mib: 768,
+            sandboxes: 2,
+            disk_mib: 2048,
+        }
+    );
 
     // The member counts: a cold start of the org is past max_running.
     let cold = as_org("acme", h.cp.create_sandbox(sized(2, 128, 1024), None)).await;

@@ -41,6 +41,7 @@ fn row_to_org(r: &sqlx::sqlite::SqliteRow) -> Result<Org, StoreError> {
                 .map(|v| v as u64),
         },
         created_at: r.try_get("created_at")?,
+        usage: None,
     })
 }
 

@@ -18,6 +18,7 @@ fn org(id: &str) -> Org {
         disabled_features: Vec::new(),
         checkpoint_retention: CheckpointRetention::default(),
         created_at: now(),
+        usage: None,
     }
 }
 
