@@ -116,17 +116,13 @@ pub(crate) fn over_quota(org: &str, quotas: &Quotas, used: &OrgUsage, ask: Ask) 
             "MiB of disk",
         ),
     ];
-    checks
-        .into_iter()
-        .find_map(|(name, max, used, more, what)| {
-            let max = max?;
-            (more > 0 && used.saturating_add(more) > max).then(|| {
-                format!(
-                "quota {name} of org {org} exceeded: {used} of {max} {what} in use, {more} more \
-                 asked"
-            )
-            })
+    checks.into_iter().find_map(|(name, max, used, more, what)| {
+        let max = max?;
+        let past = more > 0 && used.saturating_add(more) > max;
+        past.then(|| {
+            format!("quota {name} of org {org} exceeded: {used} of {max} {what} in use, {more} more asked")
         })
+    })
 }
 
 /// Held while a call of an org with quotas is checked and recorded.

@@ -186,17 +186,17 @@ impl OrgStore for PgStore {
     }
 
     async fn org_usage(&self, org: &str) -> Result<OrgUsage, StoreError> {
-        // Unclaimed pool members (`pool` set) count like any sandbox of the org.
+        // Unclaimed pool members (`pool` set) count like any sandbox of the org; `alive`:
+        // every state but suspended, failed (and deleted, not read).
         let (running, vcpus, memory_mib, sandboxes, disk_mib): (i64, i64, i64, i64, i64) =
             sqlx::query_as(
-                "SELECT \
-                 COALESCE(SUM(CASE WHEN state NOT IN ('suspended', 'failed') THEN 1 ELSE 0 END), 0)::BIGINT, \
-                 COALESCE(SUM(CASE WHEN state NOT IN ('suspended', 'failed') THEN vcpus ELSE 0 END), 0)::BIGINT, \
-                 COALESCE(SUM(CASE WHEN state NOT IN ('suspended', 'failed') THEN memory_mib ELSE 0 END), 0)::BIGINT, \
-                 COUNT(*), \
+                "SELECT COALESCE(SUM(alive), 0)::BIGINT, COALESCE(SUM(alive * vcpus), 0)::BIGINT, \
+                 COALESCE(SUM(alive * memory_mib), 0)::BIGINT, COUNT(*), \
                  COALESCE(SUM(COALESCE(disk_mib, 0)), 0)::BIGINT \
                  + (SELECT COALESCE(SUM(size_mib), 0)::BIGINT FROM volumes WHERE org = $1) \
-                 FROM sandboxes WHERE org = $1 AND state <> 'deleted'",
+                 FROM (SELECT vcpus, memory_mib, disk_mib, \
+                 CASE WHEN state IN ('suspended', 'failed') THEN 0 ELSE 1 END AS alive \
+                 FROM sandboxes WHERE org = $1 AND state <> 'deleted') AS s",
             )
             .bind(org)
             .fetch_one(&self.pool)
