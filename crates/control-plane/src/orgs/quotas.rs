@@ -5,7 +5,7 @@
 //! controller starts none past a quota, and a pool whose `min_ready` members alone exceed one
 //! is refused.
 //!
-//! What each call asks is an [`Ask`]: new sandboxes (create, create from a checkpoint, fork,
+//! What each call asks is an `Ask`: new sandboxes (create, create from a checkpoint, fork,
 //! pool fill), a wake (the sandbox exists and keeps its disk, so only the quotas on sandboxes
 //! alive grow), a volume (disk only).
 //!
