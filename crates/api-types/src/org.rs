@@ -25,6 +25,26 @@ pub struct Org {
     pub checkpoint_retention: CheckpointRetention,
     /// Creation time.
     pub created_at: DateTime<Utc>,
+    /// What it holds now, counted as each quota counts (`GET /v1/orgs/{org}` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<OrgUsage>,
+}
+
+/// What an org holds now, one count per quota that bounds it. Its warm pools' members count
+/// like its other sandboxes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct OrgUsage {
+    /// Sandboxes alive (every state but `suspended`, `failed` and `deleted`): `max_running`.
+    pub running: u64,
+    /// The vCPUs of those together: `max_vcpus`.
+    pub vcpus: u64,
+    /// The memory (MiB) of those together: `max_memory_mib`.
+    pub memory_mib: u64,
+    /// Sandboxes in every state but `deleted`: `max_sandboxes`.
+    pub sandboxes: u64,
+    /// The `disk_mib` of those sandboxes together plus the sizes of the org's volumes:
+    /// `max_disk_mib`.
+    pub disk_mib: u64,
 }
 
 /// An incubating feature that can be turned off for a server (`cove server
@@ -112,8 +132,8 @@ pub struct UpdateOrgRequest {
     pub checkpoint_retention: Option<CheckpointRetention>,
 }
 
-/// An org's quotas; an absent limit is unlimited (the default of every limit). Warm pool
-/// members that no create has claimed yet count toward none of them.
+/// An org's quotas; an absent limit is unlimited (the default of every limit). The members of
+/// the org's warm pools count like its other sandboxes (claimed or not).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Quotas {
@@ -127,9 +147,17 @@ pub struct Quotas {
     /// Most memory (MiB) of those sandboxes together.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_memory_mib: Option<u64>,
-    /// Most sandbox creates (and wakes) accepted per second.
+    /// Most sandbox creates (creates from a checkpoint and forks too) accepted per second.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_creates_per_s: Option<u32>,
+    /// Most sandboxes that exist at once, in every state but `deleted` (suspended and failed
+    /// ones too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_sandboxes: Option<u32>,
+    /// Most disk (MiB): the `disk_mib` of those sandboxes together plus the sizes of the
+    /// org's volumes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_disk_mib: Option<u64>,
 }
 
 /// Body of `POST /v1/orgs`.

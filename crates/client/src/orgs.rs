@@ -33,7 +33,7 @@ impl Client {
             .await
     }
 
-    /// `GET /v1/orgs/{org}`: one org and its quotas.
+    /// `GET /v1/orgs/{org}`: one org, its quotas and its `usage`.
     pub async fn org(&self, id: &str) -> Result<Org> {
         self.json(self.request(Method::GET, self.url(&["v1", "orgs", id])))
             .await

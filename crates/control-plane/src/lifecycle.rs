@@ -173,6 +173,13 @@ impl ControlPlane {
                 to: verb.target(),
             });
         }
+        // A wake makes a suspended sandbox hold CPU and memory again.
+        let _quota = if verb == LifecycleVerb::Wake && s.state == SandboxState::Suspended {
+            let ask = crate::orgs::quotas::Ask::Wake { size: s.resources };
+            Some(self.admit(&s.org, ask).await?)
+        } else {
+            None
+        };
         let new_op = NewOperation {
             id: ids::new_operation_id(),
             org: s.org.clone(),

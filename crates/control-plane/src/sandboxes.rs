@@ -148,10 +148,10 @@ impl ControlPlane {
             public: req.public,
             volumes: req.volumes.clone(),
         };
-        // Held until the sandbox is recorded, served by a pool or not.
-        let _quota = self
-            .admit_sandboxes(&sandbox.org, &sandbox.resources, 1)
-            .await?;
+        // Held until the sandbox is recorded, served by a pool or not. A pool member was
+        // charged to the org when it was started: a claim holds nothing more.
+        let quota = self.lock_quotas(&sandbox.org).await?;
+        self.check_create_rate(&quota, 1)?;
         if crate::pools::claimable(&req) {
             let key = idempotency_key.as_deref();
             if let Some(served) = self
@@ -161,6 +161,11 @@ impl ControlPlane {
                 return Ok(served);
             }
         }
+        let new = crate::orgs::quotas::Ask::Sandboxes {
+            size: sandbox.resources,
+            count: 1,
+        };
+        self.check_quota(&quota, new).await?;
         self.check_disk_room().await?;
         self.launch(
             sandbox,

@@ -7,17 +7,8 @@ use cove_api_types::{ApiKey, CheckpointRetention, Feature, Org, Quotas};
 
 use crate::StoreError;
 
-/// What an org's sandboxes hold now: those alive (every state but `suspended`, `failed` and
-/// `deleted`) that are not unclaimed warm pool members.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct OrgUsage {
-    /// How many.
-    pub running: u64,
-    /// Their vCPUs together.
-    pub vcpus: u64,
-    /// Their memory (MiB) together.
-    pub memory_mib: u64,
-}
+/// What an org holds now (the API's type: the store fills every count).
+pub use cove_api_types::OrgUsage;
 
 /// Org and API key rows.
 #[async_trait]
@@ -62,7 +53,7 @@ pub trait OrgStore: Send + Sync {
         at: DateTime<Utc>,
     ) -> Result<bool, StoreError>;
 
-    /// What `org`'s sandboxes hold now ([`OrgUsage`]).
+    /// What `org` holds now ([`OrgUsage`]), read in one statement.
     async fn org_usage(&self, org: &str) -> Result<OrgUsage, StoreError>;
 }
 

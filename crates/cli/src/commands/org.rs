@@ -127,6 +127,12 @@ pub struct QuotaArgs {
     /// Most creates per second.
     #[arg(long)]
     pub max_creates_per_s: Option<u32>,
+    /// Most sandboxes that exist at once (every state but deleted; suspended ones too).
+    #[arg(long)]
+    pub max_sandboxes: Option<u32>,
+    /// Most disk (MiB): its sandboxes' own disks and its volumes together.
+    #[arg(long)]
+    pub max_disk_mib: Option<u64>,
 }
 
 impl QuotaArgs {
@@ -136,6 +142,8 @@ impl QuotaArgs {
             max_vcpus: self.max_vcpus,
             max_memory_mib: self.max_memory_mib,
             max_creates_per_s: self.max_creates_per_s,
+            max_sandboxes: self.max_sandboxes,
+            max_disk_mib: self.max_disk_mib,
         }
     }
 }
@@ -203,6 +211,8 @@ fn print(orgs: &[Org]) {
                 limit(q.max_vcpus),
                 limit(q.max_memory_mib),
                 limit(q.max_creates_per_s),
+                limit(q.max_sandboxes),
+                limit(q.max_disk_mib),
                 if o.disabled_features.is_empty() {
                     "-".to_owned()
                 } else {
@@ -222,6 +232,8 @@ fn print(orgs: &[Org]) {
             "VCPUS",
             "MEMORY_MIB",
             "CREATES/S",
+            "SANDBOXES",
+            "DISK_MIB",
             "DISABLED",
             "CKPT_MAX",
             "CKPT_AGE_S",

@@ -43,7 +43,7 @@ pub(super) async fn list(
     get,
     path = "/v1/orgs/{org}",
     tag = "orgs",
-    description = "Get an org and its quotas (the admin token any org, a key its own).",
+    description = "Get an org, its quotas and what it holds now toward each (`usage`; the admin token any org, a key its own).",
     params(("org" = String, Path, description = "Org id")),
     responses((status = 200, body = cove_api_types::Org, description = "The org")),
 )]

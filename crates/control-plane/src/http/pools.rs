@@ -41,7 +41,7 @@ pub(super) async fn get_one(
     put,
     path = "/v1/pools/{name}",
     tag = "pools",
-    description = "Create or replace a warm pool: the controller keeps `min_ready` members booted, never more than `max`; a matching create claims one.",
+    description = "Create or replace a warm pool: the controller keeps `min_ready` members booted, never more than `max` and none past a quota of the pool's org (members count toward its quotas); a matching create claims one. `429 quota_exceeded` when `min_ready` members alone exceed a quota.",
     params(("name" = String, Path, description = "Pool name")),
     request_body = cove_api_types::PutPoolRequest,
     responses((status = 200, body = cove_api_types::Pool, description = "The pool")),

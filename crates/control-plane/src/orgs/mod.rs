@@ -96,6 +96,7 @@ impl ControlPlane {
             disabled_features: req.disabled_features,
             checkpoint_retention: req.checkpoint_retention,
             created_at: Utc::now(),
+            usage: None,
         };
         match self.store().insert_org(&org).await {
             Ok(()) => {}
@@ -119,7 +120,8 @@ impl ControlPlane {
         })
     }
 
-    /// `GET /v1/orgs/{org}`: the admin sees any org, a key only its own.
+    /// `GET /v1/orgs/{org}` with what it holds now (`usage`): the admin sees any org, a key
+    /// only its own.
     pub async fn get_org(&self, id: &str) -> Result<Org, ServiceError> {
         if let Some(c) = scope::current() {
             if !c.is_admin() && c.org != id {
@@ -127,7 +129,10 @@ impl ControlPlane {
             }
         }
         match self.store().get_org(id).await {
-            Ok(o) => Ok(o),
+            Ok(mut o) => {
+                o.usage = Some(self.store().org_usage(id).await?);
+                Ok(o)
+            }
             Err(StoreError::NotFound) => Err(org_not_found(id)),
             Err(e) => Err(e.into()),
         }

@@ -1,22 +1,29 @@
-//! Per-org quotas: sandboxes alive, their vCPUs and memory together, and creates per second.
-//! A refusal is `429 quota_exceeded` naming the quota, with `Retry-After`. Unclaimed warm pool
-//! members count toward none of them; a claimed one counts like any sandbox.
+//! Per-org quotas: sandboxes alive, their vCPUs and memory together, sandboxes that exist (any
+//! state but `deleted`), disk (the sandboxes' own disks and the org's volumes), and creates
+//! per second. A refusal is `429 quota_exceeded` naming the quota, with `Retry-After`. The
+//! members of an org's warm pools count like its other sandboxes, claimed or not: the pool
+//! controller starts none past a quota, and a pool whose `min_ready` members alone exceed one
+//! is refused.
 //!
-//! The check and the insert of the new sandbox run under the org's own lock, so concurrent
-//! creates of one org cannot pass the same last slot together. Creates per second are counted
+//! What each call asks is an `Ask`: new sandboxes (create, create from a checkpoint, fork,
+//! pool fill), a wake (the sandbox exists and keeps its disk, so only the quotas on sandboxes
+//! alive grow), a volume (disk only).
+//!
+//! The check and the record of what it admitted run under the org's own lock, so concurrent
+//! calls of one org cannot pass the same last slot together. Creates per second are counted
 //! in this process's memory, per fixed one-second window.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cove_api_types::{Quotas, Resources};
-use cove_store::StoreError;
+use cove_store::{OrgUsage, StoreError};
 
 use crate::{ControlPlane, ServiceError};
 
-/// `Retry-After` of a refusal for capacity (sandboxes, vCPUs, memory): a guess at when one of
-/// the org's sandboxes may have ended.
+/// `Retry-After` of a refusal for capacity (sandboxes, vCPUs, memory, disk): a guess at when
+/// one of the org's sandboxes may have ended.
 const CAPACITY_RETRY_S: u64 = 5;
 
 /// In-memory quota state.
@@ -24,12 +31,104 @@ const CAPACITY_RETRY_S: u64 = 5;
 pub(crate) struct QuotaState {
     /// Per org: the start of its current one-second window and the creates in it.
     windows: Mutex<HashMap<String, (Instant, u32)>>,
-    /// Per org: held from the quota check to the new sandbox's insert.
+    /// Per org: held from the quota check to the record of what it admitted.
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Pools whose refill a quota of their org stops (logged once until it starts one again).
+    blocked_pools: Mutex<HashSet<String>>,
 }
 
-/// Held while a create of an org with quotas is checked and recorded.
+/// What a call asks of an org's quotas.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Ask {
+    /// `count` new sandboxes of `size` (created, restored, forked, or warm pool members).
+    Sandboxes { size: Resources, count: u32 },
+    /// A suspended sandbox of `size` runs again.
+    Wake { size: Resources },
+    /// A new volume of `size_mib`.
+    Volume { size_mib: u64 },
+}
+
+impl Ask {
+    /// What it adds to each count of [`OrgUsage`].
+    fn adds(self) -> OrgUsage {
+        match self {
+            Ask::Sandboxes { size, count } => {
+                let n = u64::from(count);
+                OrgUsage {
+                    running: n,
+                    vcpus: u64::from(size.vcpus) * n,
+                    memory_mib: size.memory_mib * n,
+                    sandboxes: n,
+                    disk_mib: size.disk_mib.unwrap_or(0) * n,
+                }
+            }
+            Ask::Wake { size } => OrgUsage {
+                running: 1,
+                vcpus: u64::from(size.vcpus),
+                memory_mib: size.memory_mib,
+                ..OrgUsage::default()
+            },
+            Ask::Volume { size_mib } => OrgUsage {
+                disk_mib: size_mib,
+                ..OrgUsage::default()
+            },
+        }
+    }
+}
+
+/// The first quota of `quotas` that `used` plus `ask` goes past, as a refusal's message.
+pub(crate) fn over_quota(org: &str, quotas: &Quotas, used: &OrgUsage, ask: Ask) -> Option<String> {
+    let more = ask.adds();
+    let checks = [
+        (
+            "max_running",
+            quotas.max_running.map(u64::from),
+            used.running,
+            more.running,
+            "sandboxes alive",
+        ),
+        (
+            "max_vcpus",
+            quotas.max_vcpus.map(u64::from),
+            used.vcpus,
+            more.vcpus,
+            "vCPUs",
+        ),
+        (
+            "max_memory_mib",
+            quotas.max_memory_mib,
+            used.memory_mib,
+            more.memory_mib,
+            "MiB of memory",
+        ),
+        (
+            "max_sandboxes",
+            quotas.max_sandboxes.map(u64::from),
+            used.sandboxes,
+            more.sandboxes,
+            "sandboxes",
+        ),
+        (
+            "max_disk_mib",
+            quotas.max_disk_mib,
+            used.disk_mib,
+            more.disk_mib,
+            "MiB of disk",
+        ),
+    ];
+    checks.into_iter().find_map(|(name, max, used, more, what)| {
+        let max = max?;
+        let past = more > 0 && used.saturating_add(more) > max;
+        past.then(|| {
+            format!("quota {name} of org {org} exceeded: {used} of {max} {what} in use, {more} more asked")
+        })
+    })
+}
+
+/// Held while a call of an org with quotas is checked and recorded.
 pub(crate) struct QuotaGuard {
+    org: String,
+    quotas: Quotas,
     _held: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
@@ -41,21 +140,20 @@ fn exceeded(message: String, retry_after_s: u64) -> ServiceError {
 }
 
 impl ControlPlane {
-    /// Checks that `org` may start `count` more sandboxes of `size` now; the returned guard is
-    /// to be held until they are recorded. An org without quotas (or unknown) passes at once.
-    pub(crate) async fn admit_sandboxes(
-        &self,
-        org: &str,
-        size: &Resources,
-        count: u32,
-    ) -> Result<QuotaGuard, ServiceError> {
+    /// Reads `org`'s quotas and takes its quota lock (none for an org without quotas, or an
+    /// unknown one). Hold the guard until what is admitted under it is recorded.
+    pub(crate) async fn lock_quotas(&self, org: &str) -> Result<QuotaGuard, ServiceError> {
         let quotas = match self.store().get_org(org).await {
             Ok(o) => o.quotas,
             Err(StoreError::NotFound) => Quotas::default(),
             Err(e) => return Err(e.into()),
         };
         if quotas == Quotas::default() {
-            return Ok(QuotaGuard { _held: None });
+            return Ok(QuotaGuard {
+                org: org.to_string(),
+                quotas,
+                _held: None,
+            });
         }
         let lock = {
             let mut locks = self
@@ -67,54 +165,102 @@ impl ControlPlane {
             locks.entry(org.to_string()).or_default().clone()
         };
         let held = lock.lock_owned().await;
-        if quotas.max_running.is_some()
-            || quotas.max_vcpus.is_some()
-            || quotas.max_memory_mib.is_some()
-        {
-            let used = self.store().org_usage(org).await?;
-            if let Some(max) = quotas.max_running {
-                if used.running + u64::from(count) > u64::from(max) {
-                    return Err(exceeded(
-                        format!(
-                            "quota max_running of org {org} exceeded: {} of {max} sandboxes \
-                             are running",
-                            used.running
-                        ),
-                        CAPACITY_RETRY_S,
-                    ));
-                }
-            }
-            if let Some(max) = quotas.max_vcpus {
-                if used.vcpus + u64::from(size.vcpus * count) > u64::from(max) {
-                    return Err(exceeded(
-                        format!(
-                            "quota max_vcpus of org {org} exceeded: {} of {max} vCPUs in use, \
-                             {} more asked",
-                            used.vcpus,
-                            size.vcpus * count
-                        ),
-                        CAPACITY_RETRY_S,
-                    ));
-                }
-            }
-            if let Some(max) = quotas.max_memory_mib {
-                if used.memory_mib + size.memory_mib * u64::from(count) > max {
-                    return Err(exceeded(
-                        format!(
-                            "quota max_memory_mib of org {org} exceeded: {} of {max} MiB in use, \
-                             {} more asked",
-                            used.memory_mib,
-                            size.memory_mib * u64::from(count)
-                        ),
-                        CAPACITY_RETRY_S,
-                    ));
-                }
-            }
+        Ok(QuotaGuard {
+            org: org.to_string(),
+            quotas,
+            _held: Some(held),
+        })
+    }
+
+    /// Refuses `ask` when it would take the guard's org past a quota on what it holds.
+    pub(crate) async fn check_quota(&self, g: &QuotaGuard, ask: Ask) -> Result<(), ServiceError> {
+        let q = &g.quotas;
+        let capped = q.max_running.is_some()
+            || q.max_vcpus.is_some()
+            || q.max_memory_mib.is_some()
+            || q.max_sandboxes.is_some()
+            || q.max_disk_mib.is_some();
+        if !capped {
+            return Ok(());
         }
-        if let Some(max) = quotas.max_creates_per_s {
-            self.take_create_slots(org, max, count)?;
+        let used = self.store().org_usage(&g.org).await?;
+        match over_quota(&g.org, q, &used, ask) {
+            Some(message) => Err(exceeded(message, CAPACITY_RETRY_S)),
+            None => Ok(()),
         }
-        Ok(QuotaGuard { _held: Some(held) })
+    }
+
+    /// Counts `n` creates of the guard's org in its current second; refuses past its
+    /// `max_creates_per_s`.
+    pub(crate) fn check_create_rate(&self, g: &QuotaGuard, n: u32) -> Result<(), ServiceError> {
+        match g.quotas.max_creates_per_s {
+            Some(max) => self.take_create_slots(&g.org, max, n),
+            None => Ok(()),
+        }
+    }
+
+    /// Checks that `org` may start `count` more sandboxes of `size` now (every quota, creates
+    /// per second included); the returned guard is to be held until they are recorded.
+    pub(crate) async fn admit_sandboxes(
+        &self,
+        org: &str,
+        size: &Resources,
+        count: u32,
+    ) -> Result<QuotaGuard, ServiceError> {
+        let g = self.lock_quotas(org).await?;
+        self.check_quota(&g, Ask::Sandboxes { size: *size, count })
+            .await?;
+        self.check_create_rate(&g, count)?;
+        Ok(g)
+    }
+
+    /// Checks `ask` against `org`'s quotas on what it holds; hold the guard until it is
+    /// recorded.
+    pub(crate) async fn admit(&self, org: &str, ask: Ask) -> Result<QuotaGuard, ServiceError> {
+        let g = self.lock_quotas(org).await?;
+        self.check_quota(&g, ask).await?;
+        Ok(g)
+    }
+
+    /// Refuses a pool of `org` whose `min_ready` members of `size` alone exceed a quota.
+    pub(crate) async fn check_pool_quota(
+        &self,
+        org: &str,
+        size: &Resources,
+        min_ready: u32,
+    ) -> Result<(), ServiceError> {
+        let quotas = match self.store().get_org(org).await {
+            Ok(o) => o.quotas,
+            Err(StoreError::NotFound) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        let ask = Ask::Sandboxes {
+            size: *size,
+            count: min_ready,
+        };
+        match over_quota(org, &quotas, &OrgUsage::default(), ask) {
+            Some(why) => Err(exceeded(
+                format!("the pool's min_ready members alone exceed a quota: {why}"),
+                CAPACITY_RETRY_S,
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// Records whether pool `name`'s refill is stopped by a quota; returns whether that is
+    /// news (so it is logged once per stop).
+    pub(crate) fn pool_blocked(&self, name: &str, blocked: bool) -> bool {
+        let mut set = self
+            .inner
+            .quotas
+            .blocked_pools
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if blocked {
+            set.insert(name.to_string())
+        } else {
+            set.remove(name)
+        }
     }
 
     /// Counts `n` creates of `org` in its current second; refuses past `max`.
@@ -139,5 +285,61 @@ impl ControlPlane {
         }
         *count += n;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn size(disk_mib: Option<u64>) -> Resources {
+        Resources {
+            vcpus: 2,
+            memory_mib: 2048,
+            pids_max: 1024,
+            disk_mib,
+        }
+    }
+
+    #[test]
+    fn each_ask_is_held_against_the_quotas_it_grows() {
+        let quotas = Quotas {
+            max_sandboxes: Some(2),
+            max_disk_mib: Some(10_000),
+            ..Quotas::default()
+        };
+        let used = OrgUsage {
+            sandboxes: 2,
+            disk_mib: 9_000,
+            ..OrgUsage::default()
+        };
+        let new = Ask::Sandboxes {
+            size: size(Some(100)),
+            count: 1,
+        };
+        let why = over_quota("acme", &quotas, &used, new).expect("refused");
+        assert!(
+            why.contains("max_sandboxes") && why.contains("acme"),
+            "{why}"
+        );
+        // A wake adds no sandbox and no disk.
+        let wake = Ask::Wake {
+            size: size(Some(100)),
+        };
+        assert_eq!(over_quota("acme", &quotas, &used, wake), None);
+        let vol = Ask::Volume { size_mib: 1_001 };
+        let why = over_quota("acme", &quotas, &used, vol).expect("refused");
+        assert!(why.contains("max_disk_mib"), "{why}");
+        assert_eq!(
+            over_quota("acme", &quotas, &used, Ask::Volume { size_mib: 1_000 }),
+            None
+        );
+        let capped = Quotas {
+            max_running: Some(1),
+            ..Quotas::default()
+        };
+        let why =
+            over_quota("acme", &capped, &OrgUsage { running: 1, ..used }, wake).expect("refused");
+        assert!(why.contains("max_running"), "{why}");
     }
 }

@@ -6,7 +6,9 @@
 //! A pass, per pool: members that failed, run another release or size (a new release of a
 //! pool that follows the latest), or belong to a pool that no longer exists are retired
 //! (deleted); ready members beyond `max` are retired; then `min_ready - (ready + starting)`
-//! members are started, never more than `max - (ready + starting)`. Passes run one at a time.
+//! members are started, never more than `max - (ready + starting)`, and none that would take
+//! the pool's org past one of its quotas (members count toward them like any sandbox of the
+//! org; a stopped refill is logged once and retried every pass). Passes run one at a time.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -19,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::fits;
+use crate::orgs::quotas::Ask;
 
 /// How long the pool loop waits after being woken before it refills, so a burst of claims is
 /// served before members boot beside it.
@@ -114,13 +117,39 @@ impl ControlPlane {
                 .pick_release(&p.template, &crate::release_pins::Pin::Number(release))
                 .await?;
             let defaults = self.release_defaults(&p.template, &picked)?;
+            let mut started = 0;
             for _ in 0..start {
+                // Members are the org's sandboxes: each is checked against its quotas, and
+                // held under its quota lock until it is recorded.
+                let quota = self.lock_quotas(&p.org).await?;
+                let ask = Ask::Sandboxes {
+                    size: p.resources,
+                    count: 1,
+                };
+                match self.check_quota(&quota, ask).await {
+                    Ok(()) => {}
+                    Err(ServiceError::QuotaExceeded { message, .. }) => {
+                        if self.pool_blocked(&p.name, true) {
+                            warn!(pool = %p.name, org = %p.org, reason = %message,
+                                "pool refill stopped by a quota of its org; retrying every pass");
+                        }
+                        break;
+                    }
+                    Err(e) => return Err(e),
+                }
                 self.start_member(p, release, picked.digest.clone(), &defaults)
                     .await?;
+                drop(quota);
+                started += 1;
             }
-        }
-        if start > 0 {
-            info!(pool = %p.name, ready, starting, started = start, "pool refilling");
+            if started > 0 {
+                if self.pool_blocked(&p.name, false) {
+                    info!(pool = %p.name, "pool refill resumed within its org's quotas");
+                }
+                info!(pool = %p.name, ready, starting, started, "pool refilling");
+            }
+        } else {
+            self.pool_blocked(&p.name, false);
         }
         Ok(())
     }

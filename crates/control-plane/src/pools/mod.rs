@@ -11,7 +11,9 @@
 //!
 //! Members are sandbox rows marked with their pool in the store: `GET /v1/sandboxes` does not
 //! list them and their ids are handed out only when claimed. They use node resources like any
-//! sandbox (a node counts them) but belong to no caller until claimed. After a restart the
+//! sandbox (a node counts them) and count toward their pool's org's quotas, claimed or not
+//! (a pool whose `min_ready` members alone exceed one is refused with `quota_exceeded`); they
+//! belong to no caller until claimed. After a restart the
 //! start-up reconciliation adopts members the node still runs (or fails them, and the pool
 //! pass replaces them) like any other sandbox.
 
@@ -51,10 +53,13 @@ impl ControlPlane {
         if req.min_ready > req.max {
             return Err(InvalidInput::new("min_ready", "must be at most max").into());
         }
+        let org = scope::acting_org();
+        self.check_pool_quota(&org, &resources, req.min_ready)
+            .await?;
         let now = Utc::now();
         let record = PoolRecord {
             name: name.to_string(),
-            org: scope::acting_org(),
+            org,
             template: req.template,
             release: req.release,
             resources,

@@ -91,10 +91,16 @@ impl ControlPlane {
         self.require_volumes().await?;
         volumes::name("name", &req.name)?;
         volumes::size_mib("size_mib", req.size_mib)?;
+        let org = scope::acting_org();
+        // Held until the volume is recorded.
+        let ask = crate::orgs::quotas::Ask::Volume {
+            size_mib: req.size_mib,
+        };
+        let _quota = self.admit(&org, ask).await?;
         let (node, api) = self.node_for_new_volume(req.size_mib).await?;
         let record = VolumeRecord {
             id: ids::new_volume_id(),
-            org: scope::acting_org(),
+            org,
             name: req.name.clone(),
             size_mib: req.size_mib,
             created_at: Utc::now(),

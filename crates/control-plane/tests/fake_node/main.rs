@@ -24,6 +24,7 @@ mod org_settings;
 mod orgs;
 mod pools;
 mod ports;
+mod quotas;
 mod reconcile;
 mod release_pins;
 mod repair;

@@ -388,7 +388,8 @@ async fn keys_are_hashed_revocable_and_quotas_answer_429_with_retry_after() {
         .expect("message")
         .contains("max_running"));
     assert!(headers.get("retry-after").is_some());
-    // Warm pool members do not count; creates per second do.
+    // Quotas replaced by a rate alone: the second sandbox is created, the third in the same
+    // second is past max_creates_per_s.
     let (st, _, _) = send(
         &api,
         "PUT",

@@ -24,6 +24,12 @@ fn row_to_org(r: &sqlx::sqlite::SqliteRow) -> Result<Org, StoreError> {
             max_creates_per_s: r
                 .try_get::<Option<i64>, _>("max_creates_per_s")?
                 .map(|v| v as u32),
+            max_sandboxes: r
+                .try_get::<Option<i64>, _>("max_sandboxes")?
+                .map(|v| v as u32),
+            max_disk_mib: r
+                .try_get::<Option<i64>, _>("max_disk_mib")?
+                .map(|v| v as u64),
         },
         disabled_features: decode_features(&r.try_get::<String, _>("disabled_features")?)?,
         checkpoint_retention: CheckpointRetention {
@@ -35,6 +41,7 @@ fn row_to_org(r: &sqlx::sqlite::SqliteRow) -> Result<Org, StoreError> {
                 .map(|v| v as u64),
         },
         created_at: r.try_get("created_at")?,
+        usage: None,
     })
 }
 
@@ -55,7 +62,8 @@ impl OrgStore for SqliteStore {
         sqlx::query(
             "INSERT INTO orgs (id, created_at, max_running, max_vcpus, max_memory_mib, \
              max_creates_per_s, disabled_features, checkpoint_max_per_sandbox, \
-             checkpoint_max_age_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             checkpoint_max_age_s, max_sandboxes, max_disk_mib) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&org.id)
         .bind(org.created_at)
@@ -66,6 +74,8 @@ impl OrgStore for SqliteStore {
         .bind(encode_features(&org.disabled_features))
         .bind(org.checkpoint_retention.max_per_sandbox)
         .bind(org.checkpoint_retention.max_age_s.map(|v| v as i64))
+        .bind(org.quotas.max_sandboxes.map(i64::from))
+        .bind(org.quotas.max_disk_mib.map(|v| v as i64))
         .execute(&self.pool)
         .await
         .map_err(map_unique)?;
@@ -91,12 +101,14 @@ impl OrgStore for SqliteStore {
     async fn set_org_quotas(&self, id: &str, q: &Quotas) -> Result<bool, StoreError> {
         let done = sqlx::query(
             "UPDATE orgs SET max_running = ?, max_vcpus = ?, max_memory_mib = ?, \
-             max_creates_per_s = ? WHERE id = ?",
+             max_creates_per_s = ?, max_sandboxes = ?, max_disk_mib = ? WHERE id = ?",
         )
         .bind(q.max_running)
         .bind(q.max_vcpus)
         .bind(q.max_memory_mib.map(|v| v as i64))
         .bind(q.max_creates_per_s)
+        .bind(q.max_sandboxes.map(i64::from))
+        .bind(q.max_disk_mib.map(|v| v as i64))
         .bind(id)
         .execute(&self.pool)
         .await?;
@@ -174,18 +186,28 @@ impl OrgStore for SqliteStore {
     }
 
     async fn org_usage(&self, org: &str) -> Result<OrgUsage, StoreError> {
-        let (running, vcpus, memory_mib): (i64, i64, i64) = sqlx::query_as(
-            "SELECT COUNT(*), COALESCE(SUM(vcpus), 0), COALESCE(SUM(memory_mib), 0) \
-             FROM sandboxes WHERE org = ? AND pool IS NULL \
-             AND state NOT IN ('suspended', 'failed', 'deleted')",
-        )
-        .bind(org)
-        .fetch_one(&self.pool)
-        .await?;
+        // Unclaimed pool members (`pool` set) count like any sandbox of the org; `alive`:
+        // every state but suspended, failed (and deleted, not read).
+        let (running, vcpus, memory_mib, sandboxes, disk_mib): (i64, i64, i64, i64, i64) =
+            sqlx::query_as(
+                "SELECT COALESCE(SUM(alive), 0), COALESCE(SUM(alive * vcpus), 0), \
+                 COALESCE(SUM(alive * memory_mib), 0), COUNT(*), \
+                 COALESCE(SUM(COALESCE(disk_mib, 0)), 0) \
+                 + (SELECT COALESCE(SUM(size_mib), 0) FROM volumes WHERE org = ?) \
+                 FROM (SELECT vcpus, memory_mib, disk_mib, \
+                 CASE WHEN state IN ('suspended', 'failed') THEN 0 ELSE 1 END AS alive \
+                 FROM sandboxes WHERE org = ? AND state <> 'deleted') AS s",
+            )
+            .bind(org)
+            .bind(org)
+            .fetch_one(&self.pool)
+            .await?;
         Ok(OrgUsage {
             running: running as u64,
             vcpus: vcpus as u64,
             memory_mib: memory_mib as u64,
+            sandboxes: sandboxes as u64,
+            disk_mib: disk_mib as u64,
         })
     }
 }

@@ -7,7 +7,7 @@ use cove_api_types::{
     ApiKey, AuditEntry, CheckpointRetention, Feature, Org, Quotas, Resources, SandboxState,
     DEFAULT_ORG,
 };
-use cove_store::{SandboxFilter, Store, StoreError};
+use cove_store::{SandboxFilter, Store, StoreError, VolumeRecord};
 
 use crate::fixtures::{now, operation, sandbox};
 
@@ -18,6 +18,7 @@ fn org(id: &str) -> Org {
         disabled_features: Vec::new(),
         checkpoint_retention: CheckpointRetention::default(),
         created_at: now(),
+        usage: None,
     }
 }
 
@@ -41,6 +42,8 @@ pub async fn orgs_round_trip_and_the_default_org_exists(store: Arc<dyn Store>) {
             max_vcpus: Some(4),
             max_memory_mib: Some(1 << 40),
             max_creates_per_s: None,
+            max_sandboxes: Some(7),
+            max_disk_mib: Some(3 << 40),
         },
         ..org("acme")
     };
@@ -64,6 +67,8 @@ pub async fn orgs_round_trip_and_the_default_org_exists(store: Arc<dyn Store>) {
     assert_eq!(ids, ["acme", "default"]);
     let q = Quotas {
         max_creates_per_s: Some(5),
+        max_sandboxes: Some(9),
+        max_disk_mib: Some(4096),
         ..Quotas::default()
     };
     assert!(store.set_org_quotas("acme", &q).await.expect("set"));
@@ -161,7 +166,7 @@ pub async fn api_keys_are_found_by_hash_listed_and_revoked(store: Arc<dyn Store>
     );
 }
 
-pub async fn usage_counts_live_sandboxes_but_not_pool_members(store: Arc<dyn Store>) {
+pub async fn usage_counts_sandboxes_pool_members_disks_and_volumes(store: Arc<dyn Store>) {
     store.insert_org(&org("acme")).await.expect("org");
     let sized = |id: &str, org: &str, state: SandboxState, vcpus: u32, mib: u64| {
         let mut s = sandbox(id);
@@ -170,6 +175,7 @@ pub async fn usage_counts_live_sandboxes_but_not_pool_members(store: Arc<dyn Sto
         s.resources = Resources {
             vcpus,
             memory_mib: mib,
+            disk_mib: Some(mib * 2),
             ..s.resources
         };
         s
@@ -184,14 +190,47 @@ pub async fn usage_counts_live_sandboxes_but_not_pool_members(store: Arc<dyn Sto
     ] {
         store.insert_sandbox(&s).await.expect("insert");
     }
+    let mut no_disk = sized("sb-a6", "acme", SandboxState::Creating, 1, 64);
+    no_disk.resources.disk_mib = None;
+    store.insert_sandbox(&no_disk).await.expect("insert");
+    let u = store.org_usage("acme").await.expect("usage");
+    assert_eq!((u.running, u.vcpus, u.memory_mib), (3, 4, 832));
+    // Suspended and failed sandboxes exist and hold their disks; deleted ones do not.
+    assert_eq!(
+        (u.sandboxes, u.disk_mib),
+        (5, 2 * (512 + 256 + 8192 + 8192))
+    );
+
+    // An unclaimed warm pool member counts like any sandbox of its org.
     store
         .insert_pool_member(&sized("sb-p1", "acme", SandboxState::Running, 4, 4096), "p")
         .await
         .expect("member");
+    // So do the org's volumes (another org's do not).
+    for (id, owner, size_mib) in [("vol-a", "acme", 1000), ("vol-d", DEFAULT_ORG, 5000)] {
+        store
+            .insert_volume(&VolumeRecord {
+                id: id.into(),
+                org: owner.into(),
+                name: id.into(),
+                size_mib,
+                created_at: now(),
+                node: None,
+                object: None,
+            })
+            .await
+            .expect("volume");
+    }
     let u = store.org_usage("acme").await.expect("usage");
-    assert_eq!((u.running, u.vcpus, u.memory_mib), (2, 3, 768));
-    let u = store.org_usage("nobody").await.expect("usage");
-    assert_eq!((u.running, u.vcpus, u.memory_mib), (0, 0, 0));
+    assert_eq!((u.running, u.vcpus, u.memory_mib), (4, 8, 4928));
+    assert_eq!(
+        (u.sandboxes, u.disk_mib),
+        (6, 2 * (512 + 256 + 8192 + 8192 + 4096) + 1000)
+    );
+    assert_eq!(
+        store.org_usage("nobody").await.expect("usage"),
+        Default::default()
+    );
 }
 
 pub async fn listings_are_scoped_to_an_org(store: Arc<dyn Store>) {
