@@ -80,8 +80,6 @@ fn import_name_ok(name: &str) -> bool {
             .all(|c| !c.is_empty() && c != "." && c != ".." && c.len() <= 255)
 }
 
-/// Parses a template file.
-
 /// The variables the file itself defines so far: what `FROM` and `COPY` sources expand with.
 #[derive(Default)]
 struct Local {
