@@ -308,6 +308,7 @@ pub fn server_with(tweak: fn(&mut cove_server::Config)) -> &'static Server {
             default_disk_mib: Some(cove_server::DEFAULT_DISK_MIB),
             cluster: None,
             user_namespaces: Default::default(),
+            listen_limits: Default::default(),
         };
         let mut cfg = cfg;
         tweak(&mut cfg);

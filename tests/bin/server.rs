@@ -111,6 +111,7 @@ fn main() -> ExitCode {
             enabled: std::env::var("COVE_E2E_USER_NAMESPACES").as_deref() != Ok("off"),
             ..Default::default()
         },
+        listen_limits: Default::default(),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -124,6 +124,7 @@ impl CoveServer {
                 enabled: settings.user_namespaces,
                 ..Default::default()
             },
+            listen_limits: Default::default(),
         };
         let mut cfg = cfg;
         tweak(&mut cfg);
