@@ -23,9 +23,7 @@
 
 use std::collections::HashSet;
 
-use cove_api_types::{
-    ErrorCode, OperationError, OperationKind, OperationState, SandboxState,
-};
+use cove_api_types::{ErrorCode, OperationError, OperationKind, OperationState, SandboxState};
 use cove_node_api::NodeSandboxState;
 use tracing::{info, warn};
 

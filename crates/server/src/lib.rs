@@ -718,7 +718,11 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
             api_listener,
             http::management_router_with(cp.clone(), surfaces),
         ),
-        ("data-plane", dp_listener, http::data_plane_router(cp.clone())),
+        (
+            "data-plane",
+            dp_listener,
+            http::data_plane_router(cp.clone()),
+        ),
     ];
     if let Some(listener) = proxy_listener {
         listeners.push(("proxy", listener, http::ports_router(cp.clone())));

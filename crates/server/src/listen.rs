@@ -78,8 +78,7 @@ impl Default for ListenLimits {
 /// Connections refused for a cap are logged at most once per this interval.
 const REFUSED_LOG_INTERVAL: Duration = Duration::from_secs(10);
 static REFUSED: cove_network::RateLimit = cove_network::RateLimit::new(REFUSED_LOG_INTERVAL);
-static ACCEPT_FAILED: cove_network::RateLimit =
-    cove_network::RateLimit::new(REFUSED_LOG_INTERVAL);
+static ACCEPT_FAILED: cove_network::RateLimit = cove_network::RateLimit::new(REFUSED_LOG_INTERVAL);
 
 /// The connection caps of one process, shared by its listeners.
 #[derive(Clone)]
@@ -468,7 +467,9 @@ mod tests {
     #[test]
     fn an_ipv6_slash_64_is_one_peer_and_mapped_ipv4_is_ipv4() {
         let a = Admission::new(limits(10, 1));
-        let _p = a.admit("2001:db8:1:2::1".parse().expect("ip")).expect("first");
+        let _p = a
+            .admit("2001:db8:1:2::1".parse().expect("ip"))
+            .expect("first");
         assert!(a.admit("2001:db8:1:2::ffff".parse().expect("ip")).is_none());
         assert!(a.admit("2001:db8:1:3::1".parse().expect("ip")).is_some());
         let _q = a.admit("192.0.2.9".parse().expect("ip")).expect("v4");

@@ -306,7 +306,10 @@ impl ControlPlane {
             .set_release_state(template, number, ReleaseState::Failed, None)
             .await?;
         if self.recipe(template).is_ok()
-            || !self.store().delete_file_template_if_unbuilt(template).await?
+            || !self
+                .store()
+                .delete_file_template_if_unbuilt(template)
+                .await?
         {
             return Ok(());
         }

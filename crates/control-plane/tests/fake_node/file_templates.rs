@@ -286,7 +286,9 @@ async fn a_failed_first_build_leaves_no_template_and_frees_the_name() {
         h.settle(&built.operation.id).await.state,
         OperationState::Succeeded
     );
-    let t = as_org("b", h.cp.get_template("web")).await.expect("template");
+    let t = as_org("b", h.cp.get_template("web"))
+        .await
+        .expect("template");
     assert_eq!(t.org.as_deref(), Some("b"));
     let numbers: Vec<u32> = t.releases.iter().map(|r| r.number).collect();
     assert_eq!(numbers, [built.release.number]);
