@@ -332,7 +332,8 @@ async fn a_cancelled_first_build_leaves_no_template() {
     // The dropped build records its failure on a task of its own: bounded wait for it.
     let mut gone = false;
     for _ in 0..200 {
-        if code(h.cp.get_template("web").await) == ErrorCode::TemplateNotFound {
+        if matches!(h.cp.get_template("web").await, Err(e) if e.code() == ErrorCode::TemplateNotFound)
+        {
             gone = true;
             break;
         }
