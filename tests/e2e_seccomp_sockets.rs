@@ -14,17 +14,17 @@ async fn vsock_and_alg_sockets_are_refused_by_family() {
     // The raw syscall through ctypes reports the errno seccomp returns, with no Python
     // fallback in between. Families: AF_UNIX 1, AF_INET 2, AF_INET6 10, AF_ALG 38,
     // AF_VSOCK 40; types SOCK_STREAM 1, SOCK_SEQPACKET 5.
-    let script = "python3 -c '\n\
-import ctypes, os\n\
-libc = ctypes.CDLL(None, use_errno=True)\n\
-for name, family, kind in ((\"unix\", 1, 1), (\"inet\", 2, 1), (\"inet6\", 10, 1), (\"alg\", 38, 5), (\"vsock\", 40, 1)):\n\
-    fd = libc.socket(family, kind, 0)\n\
-    if fd >= 0:\n\
-        os.close(fd)\n\
-        print(name, \"open\")\n\
-    else:\n\
-        print(name, ctypes.get_errno())\n\
-'";
+    let script = r#"python3 - <<'EOF'
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+for name, family, kind in (("unix", 1, 1), ("inet", 2, 1), ("inet6", 10, 1), ("alg", 38, 5), ("vsock", 40, 1)):
+    fd = libc.socket(family, kind, 0)
+    if fd >= 0:
+        os.close(fd)
+        print(name, "open")
+    else:
+        print(name, ctypes.get_errno())
+EOF"#;
     let out = root_sh(&c, &id, script).await;
     let text = out.stdout_text();
     delete(&c, &id).await;
