@@ -121,5 +121,5 @@ EOF"#
             .any(|l| l.contains("malformed TLS hello from a sandbox") && l.contains(&id)),
         "the gateway's own (rate-limited) warning is missing: {new_warnings:?}"
     );
-    c.delete_sandbox(&id, None).await.expect("delete");
+    c.delete_sandbox(&id).await.expect("delete");
 }
