@@ -78,7 +78,12 @@ async function waitOperation(op) {
 
 test("a sandbox page on the path proxy cannot install a worker or read the console", { timeout: 240_000 }, async () => {
   mkdirSync(ARTIFACTS, { recursive: true });
-  const created = await api("POST", "/v1/sandboxes", { template: TEMPLATE });
+  // No internet: the sandbox only serves its port (the path proxy reaches it through its
+  // network namespace).
+  const created = await api("POST", "/v1/sandboxes", {
+    template: TEMPLATE,
+    network: { internet: false },
+  });
   const id = created.sandbox.id;
   assert.equal((await waitOperation(created.operation)).state, "succeeded");
   const browser = await chromium.launch({
