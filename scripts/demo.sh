@@ -6,9 +6,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/install-deps.sh
+# Each phase says how long it took, so a slow first run shows where the time went.
+phase_start=$SECONDS
+phase() {
+  [ -n "${phase_name:-}" ] && echo "    ($phase_name: $((SECONDS - phase_start)) s)" >&2
+  phase_name="$1"; phase_start=$SECONDS
+  [ -n "$1" ] && echo "==> $1" >&2
+  return 0
+}
+phase "installing what the main job needs (only what is missing)"
+scripts/install-deps.sh main
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/cove-target}"
-echo "==> building cove (release)" >&2
+phase "building cove (release)"
 cargo build --release --locked -q -p cove-cli
 scripts/build-guest-agent.sh --release >/dev/null
 BIN_DIR="$CARGO_TARGET_DIR/release"
@@ -22,7 +31,7 @@ mkdir -p "$COVE_DATA_DIR"
 
 started=""
 if ! curl -fsS "$COVE_URL/healthz" >/dev/null 2>&1; then
-  echo "==> starting cove server (log: $LOG)" >&2
+  phase "starting cove server (log: $LOG)"
   "$BIN_DIR/cove" server --data-dir "$COVE_DATA_DIR" --guest-agent "$AGENT" \
     --cache-dir /var/cache/cove/templates >"$LOG" 2>&1 &
   started=$!
@@ -40,18 +49,19 @@ cleanup() {
 trap cleanup EXIT
 
 if ! cove template ls --json | python3 -c 'import json,sys; d=json.load(sys.stdin); d=d["templates"] if isinstance(d,dict) else d; t={x["name"]:x for x in d}; sys.exit(0 if t["base"]["latest_release"] else 1)'; then
-  echo "==> building the base template (once; later runs reuse the cache)" >&2
+  phase "building the base template (once; later runs reuse the cache)"
   cove template build base >/dev/null
 fi
 
-echo "==> creating a sandbox" >&2
+phase "creating a sandbox"
 SANDBOX=$(cove create --template base)
 echo "    $SANDBOX" >&2
 cove cp examples/analysis/analyze.py "$SANDBOX:/home/user/analyze.py"
-echo "==> running the analysis inside the sandbox" >&2
+phase "running the analysis inside the sandbox"
 cove exec "$SANDBOX" -- python3 /home/user/analyze.py
 echo "==> report.csv (written inside the sandbox)" >&2
 cove cp "$SANDBOX:/home/user/report.csv" -
-echo "==> deleting the sandbox" >&2
+phase "deleting the sandbox"
 cove rm "$SANDBOX" >/dev/null
 SANDBOX=""
+phase ""

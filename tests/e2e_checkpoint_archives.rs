@@ -11,8 +11,8 @@ use cove_api_types::{
     OperationState,
 };
 use cove_client::{Client, ClientError};
+use cove_e2e::archives::{archive, entries, export, fs_tar};
 use cove_e2e::{client, delete, random_bytes, sandbox, server, sh, sha256_hex};
-use futures::TryStreamExt;
 
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -26,95 +26,6 @@ async fn done(c: &Client, op: &Operation) {
 
 fn api_code(e: &ClientError) -> Option<ErrorCode> {
     e.api_body().map(|b| b.code)
-}
-
-/// The entries of a tar: (name, bytes).
-fn entries(archive: &[u8]) -> Vec<(String, Vec<u8>)> {
-    let mut a = tar::Archive::new(archive);
-    a.entries()
-        .expect("tar")
-        .map(|e| {
-            let mut e = e.expect("entry");
-            let name = e.path().expect("path").display().to_string();
-            let mut data = Vec::new();
-            std::io::Read::read_to_end(&mut e, &mut data).expect("read");
-            (name, data)
-        })
-        .collect()
-}
-
-/// A tar entry with a raw name (no checks, so `..` and `/` can be written).
-fn raw(out: &mut Vec<u8>, name: &str, kind: tar::EntryType, link: &str, data: &[u8]) {
-    let mut h = tar::Header::new_ustar();
-    {
-        let old = h.as_old_mut();
-        old.name[..name.len()].copy_from_slice(name.as_bytes());
-        old.linkname[..link.len()].copy_from_slice(link.as_bytes());
-    }
-    h.set_entry_type(kind);
-    h.set_size(data.len() as u64);
-    h.set_mode(0o644);
-    if kind == tar::EntryType::Block || kind == tar::EntryType::Char {
-        h.set_device_major(8).expect("major");
-        h.set_device_minor(0).expect("minor");
-    }
-    h.set_cksum();
-    out.extend_from_slice(h.as_bytes());
-    out.extend_from_slice(data);
-    out.resize(out.len().div_ceil(512) * 512, 0);
-}
-
-fn end(out: &mut Vec<u8>) {
-    out.extend_from_slice(&[0u8; 1024]);
-}
-
-/// A checkpoint archive around `fs_tar`, with `header` and a runc manifest (runtime
-/// `runtime`).
-fn archive(header: &[u8], runtime: &str, fs_tar: &[u8]) -> Vec<u8> {
-    let manifest = serde_json::json!({
-        "version": 1, "runtime": runtime, "memory": false,
-        "artifacts": [{"name": "fs.tar", "content_bytes": 0}],
-    })
-    .to_string();
-    let mut out = Vec::new();
-    raw(
-        &mut out,
-        "cove-checkpoint.json",
-        tar::EntryType::Regular,
-        "",
-        header,
-    );
-    raw(
-        &mut out,
-        "snapshot.json",
-        tar::EntryType::Regular,
-        "",
-        manifest.as_bytes(),
-    );
-    raw(
-        &mut out,
-        "artifacts/fs.tar",
-        tar::EntryType::Regular,
-        "",
-        fs_tar,
-    );
-    end(&mut out);
-    out
-}
-
-/// An inner `fs.tar` of the given entries.
-fn fs_tar(items: &[(&str, tar::EntryType, &str)]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for (name, kind, link) in items {
-        let data: &[u8] = if *kind == tar::EntryType::Regular {
-            b"evil"
-        } else {
-            b""
-        };
-        raw(&mut out, name, *kind, link, data);
-    }
-    end(&mut out);
-    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -143,16 +54,7 @@ async fn export_import_round_trip_is_byte_exact_and_hostile_archives_are_refused
         .expect("checkpoint");
     done(&c, &r.operation).await;
 
-    let exported: Vec<u8> = c
-        .checkpoint_archive(&r.checkpoint.id)
-        .await
-        .expect("export")
-        .try_fold(Vec::new(), |mut all, chunk| async move {
-            all.extend_from_slice(&chunk);
-            Ok(all)
-        })
-        .await
-        .expect("archive bytes");
+    let exported: Vec<u8> = export(&c, &r.checkpoint.id).await;
     let parts = entries(&exported);
     let names: Vec<_> = parts.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(
@@ -169,16 +71,7 @@ async fn export_import_round_trip_is_byte_exact_and_hostile_archives_are_refused
         .expect("import");
     assert_ne!(imported.id, r.checkpoint.id);
     assert_eq!(imported.name.as_deref(), Some("imported"));
-    let again: Vec<u8> = c
-        .checkpoint_archive(&imported.id)
-        .await
-        .expect("export the import")
-        .try_fold(Vec::new(), |mut all, chunk| async move {
-            all.extend_from_slice(&chunk);
-            Ok(all)
-        })
-        .await
-        .expect("bytes");
+    let again: Vec<u8> = export(&c, &imported.id).await;
     assert_eq!(entries(&again)[2].1, parts[2].1, "artifact bytes differ");
 
     let created = c

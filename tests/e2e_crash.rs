@@ -449,7 +449,6 @@ async fn a_secret_survives_kill_9_of_the_server() {
     finished(&c, resp.operation).await;
     let id = resp.sandbox.id;
     let call = "curl -fsS -m 8 -H \"Authorization: Bearer $API_KEY\" https://allowed.test/";
-    let want = format!("site=tls-allowed.test host=allowed.test auth=Bearer {VALUE}");
     let placeholder = cove_e2e::sh(&c, &id, "printf %s \"$API_KEY\"")
         .await
         .stdout_text();
@@ -457,7 +456,11 @@ async fn a_secret_survives_kill_9_of_the_server() {
         placeholder.starts_with("cove-placeholder-"),
         "{placeholder}"
     );
+    // The server receives the value; its echo reaches the sandbox with the placeholder back.
+    let want = format!("site=tls-allowed.test host=allowed.test auth=Bearer {placeholder}");
+    let received = format!("Bearer {VALUE}");
     assert_eq!(cove_e2e::sh(&c, &id, call).await.stdout_text(), want);
+    assert_eq!(lab.seen.authorizations().last(), Some(&received));
     // The node records the counters every 5 s: wait (bounded) until the record holds them.
     let record = server.data_dir.join("network").join(format!("{id}.json"));
     let mut recorded = serde_json::Value::Null;
@@ -494,6 +497,7 @@ async fn a_secret_survives_kill_9_of_the_server() {
     assert_eq!(after, placeholder, "the placeholder is kept");
     let out = cove_e2e::sh(&c, &id, call).await;
     assert_eq!(out.stdout_text(), want, "{}", out.stderr_text());
+    assert_eq!(lab.seen.authorizations().last(), Some(&received));
     finished(&c, c.delete_sandbox(&id).await.expect("delete")).await;
     let log = std::fs::read_to_string(server.data_dir.join("server.log")).expect("log");
     assert!(

@@ -7,7 +7,8 @@
 //! another SNI and the raw IP are refused, DNS answers only that name); a denied CIDR inside an
 //! allowed range; the floor (metadata, the host's service, the control plane, another sandbox)
 //! whatever the policy; a live `PUT` that the next connection follows, with counters; a
-//! `network.denied` event; a secret (the HTTPS API sees the value, the sandbox and every other
+//! `network.denied` event; a secret (the HTTPS API sees the value, its echo comes back with the
+//! placeholder; the sandbox and every other
 //! host see the placeholder, the store and the API never hold the value in clear).
 
 use std::net::Ipv4Addr;
@@ -508,13 +509,21 @@ async fn a_secret_reaches_its_host_only_and_never_rests_in_clear() {
         "the value is nowhere in the sandbox's environment"
     );
     // The HTTPS API it is meant for sees the value (the sandbox trusts the gateway's CA through
-    // its system trust store: no --cacert).
+    // its system trust store: no --cacert); its echo of the header comes back to the sandbox
+    // with the placeholder in the value's place (issue 27, finding 6).
     let auth = "-H \"Authorization: Bearer $API_KEY\"";
+    let received = || fake_internet().seen.authorizations();
+    let before = received().len();
     assert_eq!(
         curl(&c, &id, &format!("{auth} https://allowed.test/"))
             .await
             .as_deref(),
-        Ok(format!("site=tls-allowed.test host=allowed.test auth=Bearer {VALUE}").as_str())
+        Ok(format!("site=tls-allowed.test host=allowed.test auth=Bearer {env}").as_str())
+    );
+    assert_eq!(
+        received()[before..],
+        [format!("Bearer {VALUE}")],
+        "the server received the value"
     );
     let py = sh(
         &c,
@@ -527,10 +536,11 @@ async fn a_secret_reaches_its_host_only_and_never_rests_in_clear() {
     .await;
     assert_eq!(
         py.stdout_text().trim(),
-        format!("site=tls-allowed.test host=allowed.test auth=Bearer {VALUE}"),
+        format!("site=tls-allowed.test host=allowed.test auth=Bearer {env}"),
         "{}",
         py.stderr_text()
     );
+    assert_eq!(received().last(), Some(&format!("Bearer {VALUE}")));
     // Other hosts get the placeholder: plain HTTP, and HTTPS to another name on the same IP.
     let plain = curl(&c, &id, &format!("{auth} http://b.test/"))
         .await
@@ -582,7 +592,12 @@ async fn a_secret_reaches_its_host_only_and_never_rests_in_clear() {
         curl(&c, &id, &format!("{auth} https://allowed.test/"))
             .await
             .as_deref(),
-        Ok(format!("site=tls-allowed.test host=allowed.test auth=Bearer {VALUE}").as_str()),
+        Ok(format!("site=tls-allowed.test host=allowed.test auth=Bearer {env2}").as_str()),
+        "after a wake"
+    );
+    assert_eq!(
+        received().last(),
+        Some(&format!("Bearer {VALUE}")),
         "after a wake"
     );
     delete(&c, &id).await;

@@ -13,6 +13,7 @@
 
 #![allow(unsafe_code)]
 
+pub mod archives;
 pub mod lab;
 pub mod load;
 pub mod s3;

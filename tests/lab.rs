@@ -3,7 +3,7 @@
 //! the whole process and removed at exit, and the server setting that makes it the gateway's
 //! upstream. Test traffic goes only to addresses inside these namespaces or to loopback.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use cove_network::lab::{self, DNS_ADDR};
 
@@ -15,6 +15,8 @@ pub struct Lab {
     pub upstream_ns: String,
     /// The CA of its HTTPS servers.
     pub ca_pem: String,
+    /// What its servers received (DNS names, `Authorization` headers).
+    pub seen: Arc<lab::Seen>,
 }
 
 static LAB: OnceLock<Lab> = OnceLock::new();
@@ -39,13 +41,17 @@ pub fn fake_internet() -> &'static Lab {
                 .expect("runtime");
             rt.block_on(async move {
                 let lab = lab::FakeInternet::create(&p).await.expect("fake internet");
-                tx.send((lab.upstream_ns.clone(), lab.ca_pem.clone()))
-                    .expect("send");
+                tx.send((
+                    lab.upstream_ns.clone(),
+                    lab.ca_pem.clone(),
+                    lab.seen.clone(),
+                ))
+                .expect("send");
                 std::future::pending::<()>().await;
                 drop(lab);
             });
         });
-        let (upstream_ns, ca_pem) = rx.recv().expect("lab up");
+        let (upstream_ns, ca_pem, seen) = rx.recv().expect("lab up");
         // SAFETY: registers a plain `extern "C"` function; it only reads a OnceLock and runs
         // `ip`, which is sound at exit.
         unsafe {
@@ -55,6 +61,7 @@ pub fn fake_internet() -> &'static Lab {
             prefix,
             upstream_ns,
             ca_pem,
+            seen,
         }
     })
 }

@@ -9,7 +9,7 @@ pub mod lifecycle;
 pub mod output;
 mod table;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context as _};
@@ -65,7 +65,34 @@ pub struct GlobalArgs {
     pub data_dir: PathBuf,
 }
 
+/// The `--url` and `--data-dir` defaults: a token read from that data dir belongs to the server
+/// at that URL.
+const DEFAULT_URL: &str = "http://127.0.0.1:7700";
+const DEFAULT_DATA_DIR: &str = "/var/lib/cove";
+
 impl GlobalArgs {
+    /// Where the token comes from, in words: `--token/COVE_TOKEN`, or the token file's path.
+    pub fn token_source(&self) -> String {
+        match &self.token {
+            Some(_) => "--token/COVE_TOKEN".to_string(),
+            None => self.data_dir.join("admin.token").display().to_string(),
+        }
+    }
+
+    /// A one-line notice when the token is the default data dir's (the local server's own) but
+    /// the URL names another server: such a token is almost never that server's.
+    pub fn token_mismatch(&self) -> Option<String> {
+        let default_file = self.token.is_none() && self.data_dir == Path::new(DEFAULT_DATA_DIR);
+        (default_file && self.url.trim_end_matches('/') != DEFAULT_URL).then(|| {
+            format!(
+                "using the token of {} (the local server's) for {}; pass --token or set \
+                 COVE_TOKEN for another server",
+                self.token_source(),
+                self.url
+            )
+        })
+    }
+
     /// A client of the server, with the token from `--token`, `COVE_TOKEN` or the data dir.
     pub fn client(&self) -> anyhow::Result<Client> {
         let token = match &self.token {
@@ -232,8 +259,26 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
     init_client_logging();
     let client = global.client()?;
+    if let Some(notice) = global.token_mismatch() {
+        eprintln!("cove: {notice}");
+    }
     let target = cli.verb.hint_target();
     let result = run_verb(&client, cli.verb).await;
+    let result = result.map_err(|err| {
+        let refused = err
+            .downcast_ref::<cove_client::ClientError>()
+            .and_then(|e| e.api_body())
+            .is_some_and(|b| b.code == cove_api_types::ErrorCode::Unauthorized);
+        if refused {
+            err.context(format!(
+                "{} refused the token from {}",
+                global.url,
+                global.token_source()
+            ))
+        } else {
+            err
+        }
+    });
     match (result, target) {
         (Err(err), Some((id, verb))) => Err(hints::explain(&client, &id, verb, err).await),
         (result, _) => result,
@@ -348,6 +393,35 @@ mod tests {
         let err = missing.client().expect_err("no token");
         assert!(format!("{err:#}").contains("no token"), "{err:#}");
         std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
+
+    #[test]
+    fn the_local_token_for_another_server_is_said() {
+        let local = GlobalArgs {
+            url: DEFAULT_URL.into(),
+            token: None,
+            data_dir: DEFAULT_DATA_DIR.into(),
+        };
+        assert_eq!(local.token_mismatch(), None);
+        let other = GlobalArgs {
+            url: "https://cove.example.internal:7700".into(),
+            ..local.clone()
+        };
+        let notice = other.token_mismatch().expect("a notice");
+        assert!(notice.contains("/var/lib/cove/admin.token"), "{notice}");
+        assert!(notice.contains("cove.example.internal"), "{notice}");
+        // A token given, or another data dir's token file: that server's, no notice.
+        let given = GlobalArgs {
+            token: Some("t".into()),
+            ..other.clone()
+        };
+        assert_eq!(given.token_mismatch(), None);
+        assert_eq!(given.token_source(), "--token/COVE_TOKEN");
+        let own_dir = GlobalArgs {
+            data_dir: "/tmp/cove/cp".into(),
+            ..other
+        };
+        assert_eq!(own_dir.token_mismatch(), None);
     }
 
     #[test]

@@ -42,6 +42,8 @@ pub enum StartError {
 /// dir gets search permission for everyone so a non-root user can read its script), start the
 /// reaper, then listen (socket mode 0600: only the sandbox's root can use it).
 pub async fn run(config: Config) -> Result<(), StartError> {
+    // First: the delegated cgroups arrive as inherited descriptors, close-on-exec from here on.
+    let cgroups = CgroupRoots::discover();
     if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
         warn!(error = %e, "cannot become a child subreaper");
     }
@@ -67,7 +69,7 @@ pub async fn run(config: Config) -> Result<(), StartError> {
         commands: CommandTable::default(),
         reaper,
         users: UserFiles::default(),
-        cgroups: CgroupRoots::discover(),
+        cgroups,
     });
     if !agent.cgroups.enabled() {
         info!("no delegated command cgroups: commands are tracked by their session");

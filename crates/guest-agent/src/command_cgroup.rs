@@ -1,36 +1,46 @@
-//! One cgroup per command, below the cgroups the node delegates to the agent
-//! (`/sys/fs/cgroup/{freezer,memory}/`[`COMMAND_CGROUP_DIR`], cgroup v1).
+//! One cgroup per command, below the cgroups the node delegates to the agent (cgroup v1): the
+//! [`COMMAND_CGROUP_DIR`] of the `freezer` and `memory` hierarchies, handed over as open
+//! descriptors of detached mounts of those directories ([`COMMAND_CGROUP_FDS_ENV`]) and reached
+//! as `/proc/self/fd/N/...`. They are never mounted writable in the sandbox, so nothing there,
+//! its root included, can make a cgroup or move a process (the agent above all: it could be
+//! frozen or OOM-killed in a cgroup of a few pages) into one; the descriptors are close-on-exec
+//! and the agent is not dumpable, so `/proc/1/fd` does not lead to them either.
 //!
 //! The child joins its command's cgroups between `fork` and `exec`, so everything it starts stays
-//! in them however it daemonises (`setsid`, double fork): a non-root process cannot move itself
-//! out, because the cgroup files belong to root. The freezer cgroup lists every process of the
-//! command and freezes them, so a kill cannot be outrun by forks; the memory cgroup counts the
-//! OOM kills of that command alone (cgroup v1 counts an OOM kill in the victim's own memory
-//! cgroup only, not its parents'). Root inside the sandbox may move its own processes between
-//! these cgroups; the sandbox's limits sit above them, read-only, either way.
+//! in them however it daemonises (`setsid`, double fork): no process of the sandbox can move
+//! itself out. The freezer cgroup lists every process of the command and freezes them, so a
+//! kill cannot be outrun by forks; the memory cgroup counts the OOM kills of that command alone
+//! (cgroup v1 counts an OOM kill in the victim's own memory cgroup only, not its parents').
 //!
-//! Where the delegated cgroups are missing (cgroup v2, a VM, the agent run on a host in tests),
+//! Where nothing is delegated (cgroup v2, a VM, the agent run on a host in tests),
 //! [`CgroupRoots::create`] answers `None` and commands are tracked by their session only.
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[cfg(doc)]
 use cove_guest_protocol::COMMAND_CGROUP_DIR;
+use cove_guest_protocol::{COMMAND_CGROUP_FDS_ENV, COMMAND_CGROUP_FIRST_FD};
 
-/// Where cgroup v1 hierarchies are mounted inside a sandbox.
-const CGROUP_MOUNT: &str = "/sys/fs/cgroup";
 /// Longest wait for a freezer cgroup to report `FROZEN` before its tasks are killed anyway.
 const FREEZE_WAIT: Duration = Duration::from_millis(200);
+/// Most delegated descriptors read (there are two hierarchies).
+const MAX_DELEGATED: usize = 4;
+/// `f_type` of a cgroup v1 file system (`CGROUP_SUPER_MAGIC`).
+const CGROUP_SUPER_MAGIC: i64 = 0x0027_e0eb;
 
 /// The delegated parents found at start-up.
 #[derive(Debug, Clone, Default)]
 pub struct CgroupRoots {
     freezer: Option<PathBuf>,
     memory: Option<PathBuf>,
+    /// The descriptors the paths go through, held for the agent's life.
+    _held: Vec<Arc<OwnedFd>>,
 }
 
 /// The cgroups of one command.
@@ -40,24 +50,57 @@ pub struct CommandCgroup {
     memory: Option<PathBuf>,
 }
 
-fn delegated(hierarchy: &str) -> Option<PathBuf> {
-    let dir = Path::new(CGROUP_MOUNT)
-        .join(hierarchy)
-        .join(COMMAND_CGROUP_DIR);
-    let procs = dir.join("cgroup.procs");
-    let writable = nix::unistd::access(&procs, nix::unistd::AccessFlags::W_OK).is_ok();
-    writable.then_some(dir)
+/// Takes descriptor `fd` when it is an open directory of a cgroup v1 file system, making it
+/// close-on-exec (commands must not inherit it).
+fn adopt(fd: i32) -> Option<OwnedFd> {
+    // SAFETY: fstatfs writes into a zeroed struct of the right type; a closed `fd` gives -1.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstatfs(fd, &mut st) } != 0 {
+        return None;
+    }
+    #[allow(clippy::unnecessary_cast)]
+    if st.f_type as i64 != CGROUP_SUPER_MAGIC {
+        return None;
+    }
+    // SAFETY: fcntl on a descriptor just checked to be open.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } != 0 {
+        return None;
+    }
+    // SAFETY: the node passed this descriptor to this process for it alone; nothing else in the
+    // agent opens or owns descriptor numbers it did not get from the kernel itself.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 impl CgroupRoots {
-    /// Looks for the delegated `freezer` and `memory` cgroups (writable `cgroup.procs`).
+    /// Takes the delegated cgroups the node passed as descriptors ([`COMMAND_CGROUP_FDS_ENV`]);
+    /// none without that variable. Call once, first thing at start-up (before any child is
+    /// started: until then the descriptors are inherited across exec).
     pub fn discover() -> Self {
-        Self::at(delegated("freezer"), delegated("memory"))
+        let Ok(names) = std::env::var(COMMAND_CGROUP_FDS_ENV) else {
+            return Self::default();
+        };
+        let mut roots = Self::default();
+        for (i, name) in names.split(',').take(MAX_DELEGATED).enumerate() {
+            let fd = COMMAND_CGROUP_FIRST_FD + i as i32;
+            let slot = match name {
+                "freezer" => &mut roots.freezer,
+                "memory" => &mut roots.memory,
+                _ => continue,
+            };
+            let Some(owned) = adopt(fd) else { continue };
+            *slot = Some(PathBuf::from(format!("/proc/self/fd/{fd}")));
+            roots._held.push(Arc::new(owned));
+        }
+        roots
     }
 
     /// Roots at explicit directories (tests).
     pub fn at(freezer: Option<PathBuf>, memory: Option<PathBuf>) -> Self {
-        CgroupRoots { freezer, memory }
+        CgroupRoots {
+            freezer,
+            memory,
+            _held: Vec::new(),
+        }
     }
 
     /// Whether commands get their own cgroups.

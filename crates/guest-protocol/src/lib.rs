@@ -89,11 +89,22 @@ pub const GUEST_RUN_DIR: &str = "/.cove/run";
 pub const GUEST_AGENT_PATH: &str = "/.cove/bin/cove-guest-agent";
 
 /// Name of the cgroup the node delegates to the guest agent inside each cgroup v1 hierarchy it
-/// delegates (`/sys/fs/cgroup/freezer/cove-commands`, `/sys/fs/cgroup/memory/cove-commands`):
-/// writable while the sandbox's own cgroup above it (which holds the limits) is read-only. The
-/// agent makes one cgroup per command below it; where it is missing (cgroup v2, a VM) commands
-/// are tracked by their session.
+/// delegates (`cove/<id>/cove-commands` in the `freezer` and `memory` hierarchies). The agent
+/// makes one cgroup per command below it; where it is missing (cgroup v2, a VM) commands are
+/// tracked by their session. Inside the sandbox it is visible read-only only (through the
+/// sandbox's read-only cgroup mount): the agent reaches it through descriptors the node hands
+/// it ([`COMMAND_CGROUP_FDS_ENV`]), so nothing in the sandbox, its root included, can make a
+/// cgroup there or move a process (the agent above all) into one.
 pub const COMMAND_CGROUP_DIR: &str = "cove-commands";
+
+/// Environment variable of the guest agent naming the delegated cgroup hierarchies whose
+/// [`COMMAND_CGROUP_DIR`] the node passed it as open descriptors, in descriptor order from 3:
+/// `freezer,memory` means descriptor 3 is the freezer one and 4 the memory one. Each is a
+/// detached mount of that one directory (`..` stays inside it).
+pub const COMMAND_CGROUP_FDS_ENV: &str = "COVE_COMMAND_CGROUP_FDS";
+
+/// The first descriptor of [`COMMAND_CGROUP_FDS_ENV`].
+pub const COMMAND_CGROUP_FIRST_FD: i32 = 3;
 
 /// A frame from the host to the guest.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,8 +1,10 @@
 //! The gateway's DNS server (the sandbox's only resolver) and its upstream forwarding.
 //!
-//! A question from a sandbox is answered only when the sandbox's policy allows the name: then it
-//! is forwarded to the configured upstream resolver from the upstream namespace. Otherwise the
-//! answer is REFUSED and nothing is sent upstream. AAAA questions get an empty answer (sandboxes
+//! A question from a sandbox is answered only when the sandbox's policy allows the name (internet
+//! on, or an allow rule matches it): then the question alone, in a query the gateway builds, is
+//! forwarded to the configured upstream resolver from the upstream namespace. Otherwise the
+//! answer is REFUSED and nothing is sent upstream. The proxy looks names up under the same rule
+//! ([`resolves_to`] is called only for names the policy lets be looked up). AAAA questions get an empty answer (sandboxes
 //! have IPv4 only). The A records seen are remembered so the proxy can check that a connection
 //! carrying an allowed name goes to an address that name really has.
 
@@ -191,9 +193,12 @@ async fn answer(shared: &Shared, from: Ipv4Addr, packet: &[u8]) -> Option<Vec<u8
     if q.query_type == RecordType::AAAA {
         return reply_with(&request, ResponseCode::NoError).to_vec().ok();
     }
-    let id = Message::query().metadata.id;
-    let mut forwarded = request.clone();
-    forwarded.metadata.id = id;
+    // Only the question goes upstream, in a query the gateway builds: nothing else the sandbox
+    // put in its packet (additional records, EDNS options, flags) leaves the node.
+    let mut forwarded = Message::query();
+    forwarded.metadata.recursion_desired = true;
+    forwarded.add_query(Query::query(q.name.clone(), q.query_type));
+    let id = forwarded.metadata.id;
     let bytes = forwarded.to_vec().ok()?;
     match ask_upstream(
         &shared.upstream,

@@ -1,7 +1,12 @@
-//! TLS interception for secret substitution: toward a host a sandbox secret names, the gateway
-//! terminates the sandbox's TLS with a certificate from the sandbox's own CA, opens verified TLS
-//! upstream, and forwards HTTP/1.1 requests, replacing the secret's placeholder with its value in
-//! request headers. Every other connection stays end-to-end and carries the placeholder.
+//! TLS interception for secret substitution: toward a host a sandbox secret names (on an address
+//! the gateway's own lookup gives that host, `proxy.rs`), the gateway terminates the sandbox's
+//! TLS with a certificate from the sandbox's own CA, opens verified TLS upstream, and forwards
+//! HTTP/1.1 requests, replacing the secret's placeholder with its value in request headers.
+//! Responses come back with the value replaced by the placeholder again (headers, trailers and
+//! the streamed body, `scrub.rs`), so an upstream that echoes its request hands the sandbox
+//! nothing it did not have. Requests ask for `accept-encoding: identity`; a response that is
+//! encoded anyway (compressed: it could hide the value) is refused with a 502. Every other
+//! connection stays end-to-end and carries the placeholder.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
@@ -18,6 +23,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::error::{NetworkError, Result};
 use crate::policy::{normalize_name, EgressRule};
+use crate::scrub::{ScrubbedBody, Scrubber};
 
 /// A secret of a sandbox: the real value and the hosts it may be sent to.
 #[derive(Debug, Clone)]
@@ -228,6 +234,16 @@ impl SandboxTls {
         Ok(config)
     }
 
+    /// The scrubber of responses from `name`: each value sent there back to its placeholder.
+    fn scrubber(&self, name: &str) -> Scrubber {
+        Scrubber::new(
+            self.subs
+                .iter()
+                .filter(|s| s.hosts.iter().any(|h| h.matches_name(name)))
+                .map(|s| (s.value.clone(), s.placeholder.clone())),
+        )
+    }
+
     fn substitute(&self, name: &str, headers: &mut http::HeaderMap) {
         for s in self
             .subs
@@ -324,7 +340,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Prefixed<S> {
     }
 }
 
-type Body = Either<Incoming, Full<Bytes>>;
+type Body = Either<ScrubbedBody<Incoming>, Full<Bytes>>;
 
 fn misdirected(name: &str) -> Response<Body> {
     let body = format!(
@@ -333,6 +349,51 @@ fn misdirected(name: &str) -> Response<Body> {
     let mut r = Response::new(Either::Right(Full::new(Bytes::from(body))));
     *r.status_mut() = StatusCode::MISDIRECTED_REQUEST;
     r
+}
+
+/// The answer to a response from a secret's host whose body is encoded (compressed), which the
+/// gateway cannot check for the secret's value.
+fn encoded_refused() -> Response<Body> {
+    let body = r#"{"code":"network_denied","message":"a secret's host answered with an encoded (compressed) body, which the gateway cannot check for the secret's value; ask with accept-encoding: identity"}"#;
+    let mut r = Response::new(Either::Right(Full::new(Bytes::from(body))));
+    *r.status_mut() = StatusCode::BAD_GATEWAY;
+    r
+}
+
+/// Whether a response's `content-encoding` is other than `identity`.
+fn is_encoded(headers: &http::HeaderMap) -> bool {
+    headers
+        .get_all(http::header::CONTENT_ENCODING)
+        .iter()
+        .any(|v| {
+            v.to_str().map_or(true, |v| {
+                v.split(',')
+                    .map(str::trim)
+                    .any(|e| !e.is_empty() && !e.eq_ignore_ascii_case("identity"))
+            })
+        })
+}
+
+/// A response from the secret's host with every value back to its placeholder: headers now,
+/// the body as it streams (its length changes, so `content-length` goes and the body is sent
+/// chunked, except where a response has no body).
+fn scrubbed(resp: Response<Incoming>, scrubber: &Scrubber, head: bool) -> Response<Body> {
+    if scrubber.is_empty() {
+        return resp.map(|b| Either::Left(Scrubber::default().body(b)));
+    }
+    if is_encoded(resp.headers()) {
+        return encoded_refused();
+    }
+    let (mut parts, body) = resp.into_parts();
+    scrubber.headers(&mut parts.headers);
+    let bodiless = head
+        || parts.status.is_informational()
+        || parts.status == StatusCode::NO_CONTENT
+        || parts.status == StatusCode::NOT_MODIFIED;
+    if !bodiless {
+        parts.headers.remove(http::header::CONTENT_LENGTH);
+    }
+    Response::from_parts(parts, Either::Left(scrubber.body(body)))
 }
 
 /// Serves one intercepted connection: `sandbox` is the sandbox side (ClientHello included),
@@ -383,8 +444,13 @@ where
                 return Ok::<_, hyper::Error>(misdirected(&name));
             }
             tls.substitute(&name, req.headers_mut());
+            req.headers_mut().insert(
+                http::header::ACCEPT_ENCODING,
+                http::HeaderValue::from_static("identity"),
+            );
+            let head = req.method() == http::Method::HEAD;
             let resp = sender.lock().await.send_request(req).await?;
-            Ok(resp.map(Either::Left))
+            Ok(scrubbed(resp, &tls.scrubber(&name), head))
         }
     });
     hyper::server::conn::http1::Builder::new()

@@ -59,8 +59,10 @@
 //! shows at most a short escaped prefix of the sandbox's bytes ([`warn::escaped_prefix`]).
 //!
 //! # Limits
-//! Interception covers TLS on port 443 toward hosts a secret names, HTTP/1.1 inside (ALPN
-//! `http/1.1`); plain HTTP never gets a secret. UDP other than DNS and IPv6 are not forwarded.
+//! Interception covers TLS on port 443 toward hosts a secret names, on an address the gateway's
+//! own lookup gives that host, HTTP/1.1 inside (ALPN `http/1.1`); plain HTTP never gets a
+//! secret. Responses there come back with each value replaced by its placeholder; an encoded
+//! (compressed) response is refused. UDP other than DNS and IPv6 are not forwarded.
 //! DNS is UDP only.
 
 pub mod cmd;
@@ -75,6 +77,7 @@ pub mod plumbing;
 pub mod policy;
 mod proxy;
 mod relay;
+mod scrub;
 pub mod sniff;
 mod sockets;
 pub mod warn;

@@ -115,8 +115,12 @@ async fn handle(shared: Arc<Shared>, mut stream: TcpStream, peer: Ipv4Addr) {
         verdict = policy.judge_connection(ip, name.as_deref(), false);
         if let (Verdict::NotAllowed, Some(n)) = (verdict, &name) {
             // Only an allowed name can still open it, and only on an address it resolves to.
-            let resolves = shared.resolves_to(n, ip).await;
-            verdict = policy.judge_connection(ip, Some(n), resolves);
+            // A name no allow rule matches is never looked up: the lookup itself would carry
+            // sandbox-chosen bytes (`<data>.exfil.test`) to the upstream resolver.
+            if policy.allows_lookup(n) {
+                let resolves = shared.resolves_to(n, ip).await;
+                verdict = policy.judge_connection(ip, Some(n), resolves);
+            }
         }
     }
     match verdict {
@@ -151,7 +155,16 @@ async fn handle(shared: Arc<Shared>, mut stream: TcpStream, peer: Ipv4Addr) {
         };
     if let (Some(tls), Some(n)) = (tls, &name) {
         let is_tls = head.first() == Some(&0x16);
-        if is_tls && dst.port() == 443 && tls.wants(n) {
+        // Secrets go only to an address the secret's host resolves to by the gateway's own
+        // lookup (asked only when the policy lets the name be looked up): a connection that
+        // carries the host's name toward any other address stays end-to-end, placeholder and
+        // all.
+        if is_tls
+            && dst.port() == 443
+            && tls.wants(n)
+            && policy.allows_lookup(n)
+            && shared.resolves_to(n, ip).await
+        {
             let client = match shared.upstream_tls() {
                 Ok(c) => c,
                 Err(e) => {

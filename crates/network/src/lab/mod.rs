@@ -6,7 +6,7 @@
 //! ```text
 //!  {p}-up      203.0.113.1/30  ── veth ──  203.0.113.2/30   {p}-inet
 //!  (stands for the host: the gateway's         on lo: 203.0.113.10 (HTTP :80, HTTPS :443),
-//!   upstream namespace; HTTP "host service"               203.0.113.20 (HTTP :80),
+//!   upstream namespace; HTTP "host service"               203.0.113.20 (HTTP :80, HTTPS :443),
 //!   on 0.0.0.0:8081)                                      203.0.113.53 (DNS :53),
 //!                                                         169.254.169.254 (metadata HTTP :80)
 //!  {p}-direct  203.0.113.6/30  ── veth ──  203.0.113.5/30   {p}-inet   (a path without gateway)
@@ -27,8 +27,8 @@ use tokio::task::JoinHandle;
 
 pub use bench::{bench, BenchReport};
 pub use clients::{
-    check_route, dns_query, http_download, http_get, https_get, https_get_with, DnsAnswer,
-    Download, Reply,
+    check_route, dns_exchange, dns_query, http_download, http_get, https_get, https_get_with,
+    DnsAnswer, Download, Reply,
 };
 
 use crate::cmd;
@@ -40,7 +40,8 @@ use crate::sockets::SocketMaker;
 pub const UP_ADDR: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 1);
 /// Web server A: HTTP on 80, HTTPS on 443 (certificate for `allowed.test` and `other.test`).
 pub const WEB_A: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
-/// Web server B: HTTP on 80.
+/// Web server B: HTTP on 80, HTTPS on 443 (the same certificate as A, so a TLS server name of
+/// A's can be sent to B).
 pub const WEB_B: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 20);
 /// The fake internet's DNS server.
 pub const DNS_ADDR: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 53);
@@ -62,6 +63,67 @@ pub const NAMES: &[(&str, Ipv4Addr)] = &[
 
 const RANGES: &[&str] = &["203.0.113.0/24", "169.254.169.254/32", LAB_POOL];
 
+/// Most entries [`Seen`] keeps per list (later ones are dropped).
+const SEEN_MAX: usize = 10_000;
+/// Most DNS packets [`Seen`] keeps (each at most 4 KiB).
+const SEEN_PACKETS: usize = 1_000;
+
+/// What the fake internet's servers received, for tests to check what left the gateway.
+#[derive(Debug, Default)]
+pub struct Seen {
+    dns_names: std::sync::Mutex<Vec<String>>,
+    dns_packets: std::sync::Mutex<Vec<Vec<u8>>>,
+    authorizations: std::sync::Mutex<Vec<String>>,
+}
+
+impl Seen {
+    /// Every name asked of the fake DNS server (normalised), in order.
+    pub fn dns_names(&self) -> Vec<String> {
+        self.dns_names
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The raw packets the fake DNS server received (the first [`SEEN_PACKETS`]), in order.
+    pub fn dns_packets(&self) -> Vec<Vec<u8>> {
+        self.dns_packets
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Every non-empty `Authorization` header the HTTPS servers received, in order.
+    pub fn authorizations(&self) -> Vec<String> {
+        self.authorizations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn push(list: &std::sync::Mutex<Vec<String>>, value: String) {
+        let mut l = list.lock().unwrap_or_else(|e| e.into_inner());
+        if l.len() < SEEN_MAX {
+            l.push(value);
+        }
+    }
+
+    pub(crate) fn dns_name(&self, name: String) {
+        Self::push(&self.dns_names, name);
+    }
+
+    pub(crate) fn dns_packet(&self, packet: &[u8]) {
+        let mut l = self.dns_packets.lock().unwrap_or_else(|e| e.into_inner());
+        if l.len() < SEEN_PACKETS {
+            l.push(packet.to_vec());
+        }
+    }
+
+    pub(crate) fn authorization(&self, value: String) {
+        Self::push(&self.authorizations, value);
+    }
+}
+
 /// The namespaces and servers of one fake internet. Drop does not clean up; call
 /// [`FakeInternet::destroy`].
 pub struct FakeInternet {
@@ -77,6 +139,9 @@ pub struct FakeInternet {
     pub ca_pem: String,
     /// DNS questions the fake DNS server has received.
     pub dns_queries: Arc<AtomicU64>,
+    /// What the servers saw: the names asked of the DNS server and the `Authorization` headers
+    /// the HTTPS servers received.
+    pub seen: Arc<Seen>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -123,11 +188,12 @@ impl FakeInternet {
             cmd::ip_batch(Some(&direct), "link set lo up\naddr add 203.0.113.6/30 dev eth0\nlink set eth0 up\nroute add default via 203.0.113.5\n")?;
             let inet_maker = SocketMaker::new(Some(&inet))?;
             let up_maker = SocketMaker::new(Some(&up))?;
-            let (ca_pem, tasks, dns_queries) = servers::start(&inet_maker, &up_maker).await?;
-            Ok::<_, NetworkError>((ca_pem, tasks, dns_queries))
+            let (ca_pem, tasks, dns_queries, seen) =
+                servers::start(&inet_maker, &up_maker).await?;
+            Ok::<_, NetworkError>((ca_pem, tasks, dns_queries, seen))
         }
         .await;
-        let (ca_pem, tasks, dns_queries) = match built {
+        let (ca_pem, tasks, dns_queries, seen) = match built {
             Ok(v) => v,
             Err(e) => {
                 let _ = destroy_namespaces(prefix);
@@ -141,6 +207,7 @@ impl FakeInternet {
             direct_ns: direct,
             ca_pem,
             dns_queries,
+            seen,
             tasks,
         })
     }

@@ -11,7 +11,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::task::JoinHandle;
 
-use super::{DNS_ADDR, HOST_SERVICE_PORT, METADATA, NAMES, WEB_A, WEB_B};
+use super::{Seen, DNS_ADDR, HOST_SERVICE_PORT, METADATA, NAMES, WEB_A, WEB_B};
 use crate::error::{NetworkError, Result};
 use crate::policy::normalize_name;
 use crate::sockets::SocketMaker;
@@ -27,11 +27,12 @@ fn tls_err(e: impl std::fmt::Display) -> NetworkError {
     )
 }
 
-/// Starts every server; returns the CA PEM, the tasks and the DNS question counter.
-pub(super) async fn start(
-    inet: &SocketMaker,
-    up: &SocketMaker,
-) -> Result<(String, Vec<JoinHandle<()>>, Arc<AtomicU64>)> {
+/// What [`start`] returns: the CA PEM, the tasks, the DNS question counter and what the
+/// servers saw.
+type Started = (String, Vec<JoinHandle<()>>, Arc<AtomicU64>, Arc<Seen>);
+
+/// Starts every server.
+pub(super) async fn start(inet: &SocketMaker, up: &SocketMaker) -> Result<Started> {
     let mut tasks = Vec::new();
     for (ip, label) in [(WEB_A, "web-a"), (WEB_B, "web-b"), (METADATA, "metadata")] {
         let l = inet
@@ -45,19 +46,24 @@ pub(super) async fn start(
         .await
         .map_err(bind_err("host service"))?;
     tasks.push(tokio::spawn(http_server(l, "host-service")));
+    let seen = Arc::new(Seen::default());
     let (ca_pem, acceptor) = tls_setup()?;
-    let l = inet
-        .listen(SocketAddrV4::new(WEB_A, 443))
-        .await
-        .map_err(bind_err("https"))?;
-    tasks.push(tokio::spawn(https_server(l, acceptor)));
+    // Labels `tls-{sni}` (A) and `tls-b-{sni}` (B).
+    for (ip, label) in [(WEB_A, "tls"), (WEB_B, "tls-b")] {
+        let l = inet
+            .listen(SocketAddrV4::new(ip, 443))
+            .await
+            .map_err(bind_err("https"))?;
+        let server = https_server(l, label, acceptor.clone(), seen.clone());
+        tasks.push(tokio::spawn(server));
+    }
     let dns = inet
         .udp_bound(SocketAddrV4::new(DNS_ADDR, 53))
         .await
         .map_err(bind_err("dns"))?;
     let queries = Arc::new(AtomicU64::new(0));
-    tasks.push(tokio::spawn(dns_server(dns, queries.clone())));
-    Ok((ca_pem, tasks, queries))
+    tasks.push(tokio::spawn(dns_server(dns, queries.clone(), seen.clone())));
+    Ok((ca_pem, tasks, queries, seen))
 }
 
 fn tls_setup() -> Result<(String, tokio_rustls::TlsAcceptor)> {
@@ -167,25 +173,34 @@ async fn http_server(l: TcpListener, label: &'static str) {
     }
 }
 
-async fn https_server(l: TcpListener, acceptor: tokio_rustls::TlsAcceptor) {
+async fn https_server(
+    l: TcpListener,
+    label: &'static str,
+    acceptor: tokio_rustls::TlsAcceptor,
+    seen: Arc<Seen>,
+) {
     while let Ok((s, _)) = l.accept().await {
-        let acceptor = acceptor.clone();
+        let (acceptor, seen) = (acceptor.clone(), seen.clone());
         tokio::spawn(async move {
             let Ok(mut tls) = acceptor.accept(s).await else {
                 return;
             };
             let sni = tls.get_ref().1.server_name().unwrap_or("").to_string();
             if let Some((path, host, auth)) = read_head(&mut tls).await {
-                let _ = respond(&mut tls, &format!("tls-{sni}"), &path, &host, &auth).await;
+                if !auth.is_empty() {
+                    seen.authorization(auth.clone());
+                }
+                let _ = respond(&mut tls, &format!("{label}-{sni}"), &path, &host, &auth).await;
             }
         });
     }
 }
 
-async fn dns_server(socket: UdpSocket, queries: Arc<AtomicU64>) {
+async fn dns_server(socket: UdpSocket, queries: Arc<AtomicU64>, seen: Arc<Seen>) {
     let mut buf = vec![0u8; 4096];
     while let Ok((n, from)) = socket.recv_from(&mut buf).await {
         queries.fetch_add(1, Ordering::Relaxed);
+        seen.dns_packet(&buf[..n]);
         let Ok(req) = Message::from_vec(&buf[..n]) else {
             continue;
         };
@@ -193,6 +208,7 @@ async fn dns_server(socket: UdpSocket, queries: Arc<AtomicU64>) {
             continue;
         };
         let name = normalize_name(&q.name.to_ascii());
+        seen.dns_name(name.clone());
         let mut reply = Message::response(req.metadata.id, req.metadata.op_code);
         reply.metadata.message_type = MessageType::Response;
         reply.metadata.recursion_desired = req.metadata.recursion_desired;

@@ -151,7 +151,10 @@ fn info_of(st: &rustix::fs::Stat, rel: &[&str], target: Option<Vec<u8>>) -> File
 pub(super) fn open_read(root: &Path, path: &str) -> Result<(FileInfo, std::fs::File), NodeError> {
     let rel = components(path)?;
     let root_fd = open_root(root)?;
-    let fd = open_in(&root_fd, &rel, OFlags::RDONLY).map_err(|e| errno_err(e, path))?;
+    // O_NONBLOCK: a FIFO a sandbox left in the volume is seen for what it is (not a regular
+    // file) instead of blocking this thread until a writer comes.
+    let fd = open_in(&root_fd, &rel, OFlags::RDONLY | OFlags::NONBLOCK)
+        .map_err(|e| errno_err(e, path))?;
     let st = rustix::fs::fstat(&fd).map_err(|e| errno_err(e, path))?;
     let info = info_of(&st, &rel, None);
     if info.file_type != FileType::File {
@@ -374,6 +377,27 @@ mod tests {
 
     fn body(bytes: &'static [u8]) -> ByteStream {
         futures::stream::iter([Ok(Bytes::from_static(bytes))]).boxed()
+    }
+
+    #[test]
+    fn a_fifo_in_a_volume_is_refused_without_blocking() {
+        let outer = tempfile::tempdir().expect("tempdir");
+        let root = outer.path().join("vol");
+        std::fs::create_dir(&root).expect("mkdir");
+        nix::unistd::mkfifo(&root.join("pipe"), nix::sys::stat::Mode::S_IRWXU).expect("mkfifo");
+        // Before O_NONBLOCK this open waited for a writer forever.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let at = root.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(open_read(&at, "pipe").map(|_| ()));
+        });
+        let got = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the open of a FIFO returns at once");
+        assert!(
+            matches!(got, Err(NodeError::WrongType { .. })),
+            "a FIFO is not a regular file: {got:?}"
+        );
     }
 
     #[tokio::test]

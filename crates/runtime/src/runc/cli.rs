@@ -2,7 +2,13 @@
 //!
 //! Every call runs `runc --root <state_root> ...` with stdin from `/dev/null` and a timeout, and is
 //! killed if the caller's future is dropped.
+//!
+//! Passing descriptors to the container (`run_detached`) needs a `pre_exec` hook, the one
+//! `unsafe` here.
 
+#![allow(unsafe_code)]
+
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -176,20 +182,32 @@ impl Runc {
     /// failure the caller reads them from there. A crash of the caller meanwhile leaves at most a
     /// `creating`/`running` container under the state root, which adoption or a stop handles as
     /// before.
+    ///
+    /// `fds` are handed to the container's init as descriptors 3, 4, ... (`--preserve-fds`).
     pub(crate) async fn run_detached(
         &self,
         id: &str,
         bundle: &Path,
         pid_file: &Path,
         log: std::fs::File,
+        fds: &[OwnedFd],
     ) -> Result<bool, RuntimeError> {
         let log2 = log.try_clone().map_err(|source| RuntimeError::Io {
             context: "duplicate agent log handle".to_string(),
             source,
         })?;
         let mut cmd = self.command();
-        cmd.arg("run")
-            .arg("--detach")
+        cmd.arg("run");
+        if !fds.is_empty() {
+            cmd.arg("--preserve-fds").arg(fds.len().to_string());
+            let raw: Vec<RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
+            // SAFETY: the closure runs in the forked child before exec and only calls `fcntl`
+            // and `dup2`, which are async-signal-safe; `raw` was allocated before the fork.
+            unsafe {
+                cmd.pre_exec(move || place_fds(&raw));
+            }
+        }
+        cmd.arg("--detach")
             .arg("--bundle")
             .arg(bundle)
             .arg("--pid-file")
@@ -326,6 +344,30 @@ pub(crate) fn message(stderr: &[u8]) -> String {
         joined.push('…');
     }
     joined
+}
+
+/// In a forked child: moves the descriptors `raw` to 3, 4, ... without close-on-exec. Each is
+/// first duplicated above every target, so no target overwrites a source not yet moved.
+fn place_fds(raw: &[RawFd]) -> std::io::Result<()> {
+    let first = cove_guest_protocol::COMMAND_CGROUP_FIRST_FD;
+    let above = first + i32::try_from(raw.len()).unwrap_or(i32::MAX);
+    let mut high = Vec::with_capacity(raw.len());
+    for &fd in raw {
+        // SAFETY: fcntl on a descriptor this process holds; returns a new one or -1.
+        let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, above) };
+        if dup < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        high.push(dup);
+    }
+    for (i, &fd) in high.iter().enumerate() {
+        let target = first + i32::try_from(i).unwrap_or(i32::MAX);
+        // SAFETY: dup2 between descriptors of this process; the copy is not close-on-exec.
+        if unsafe { libc::dup2(fd, target) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

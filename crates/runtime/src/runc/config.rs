@@ -4,7 +4,9 @@
 //! - init = the guest agent, root, `oomScoreAdj: -1000` so the sandbox's own OOM never kills it
 //!   (the agent resets its children to 0) when the node agent has `CAP_SYS_RESOURCE` (without it
 //!   the kernel refuses to lower a score and runc would fail, so the field is left out),
-//!   `noNewPrivileges: false` so `sudo` works inside;
+//!   `noNewPrivileges: false` so `sudo` works inside; its environment is `PATH` and, when
+//!   command cgroups are delegated, [`COMMAND_CGROUP_FDS_ENV`] naming the descriptors runc
+//!   passes it (`command_cgroups.rs`: never mounted writable inside);
 //! - Docker's default capability set without `CAP_NET_RAW` (no raw sockets; ICMP echo through
 //!   datagram sockets for every group instead), in bounding/effective/permitted;
 //!   inheritable/ambient empty;
@@ -36,7 +38,9 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use cove_guest_protocol::{GUEST_AGENT_PATH, GUEST_RUN_DIR, GUEST_SOCKET_PATH};
+use cove_guest_protocol::{
+    COMMAND_CGROUP_FDS_ENV, GUEST_AGENT_PATH, GUEST_RUN_DIR, GUEST_SOCKET_PATH,
+};
 use oci_spec::runtime::{
     Capability, LinuxBuilder, LinuxCapabilities, LinuxCpu, LinuxDeviceCgroup, LinuxIdMapping,
     LinuxIdMappingBuilder, LinuxMemoryBuilder, LinuxNamespace, LinuxNamespaceType, LinuxPids,
@@ -176,7 +180,7 @@ pub(crate) fn build(
     layout: &Layout,
     host: HostPrivileges,
     views: &HostViews,
-    command_cgroups: &[(std::path::PathBuf, String)],
+    command_cgroups: &[String],
     ids: Option<IdRange>,
 ) -> Result<Spec, RuntimeError> {
     let mut args = vec![
@@ -210,7 +214,15 @@ pub(crate) fn build(
     process.set_terminal(Some(false));
     process.set_user(user);
     process.set_args(Some(args));
-    process.set_env(Some(vec![PATH_ENV.to_string()]));
+    let mut env = vec![PATH_ENV.to_string()];
+    if !command_cgroups.is_empty() {
+        // The delegated command cgroups arrive as descriptors 3, 4, ... (`command_cgroups.rs`).
+        env.push(format!(
+            "{COMMAND_CGROUP_FDS_ENV}={}",
+            command_cgroups.join(",")
+        ));
+    }
+    process.set_env(Some(env));
     process.set_cwd("/".into());
     process.set_capabilities(Some(capabilities));
     process.set_rlimits(Some(vec![nofile]));
@@ -268,7 +280,6 @@ pub(crate) fn build(
         spec,
         layout,
         &views.lxcfs_mounts(),
-        command_cgroups,
         ids.is_some(),
     )?));
     config.set_annotations(None);
@@ -351,7 +362,6 @@ fn mounts(
     spec: &SandboxSpec,
     layout: &Layout,
     lxcfs: &[(std::path::PathBuf, String)],
-    command_cgroups: &[(std::path::PathBuf, String)],
     userns: bool,
 ) -> Result<Vec<Mount>, RuntimeError> {
     let m = |dest: &str, typ: &str, source: &str, opts: &[&str]| {
@@ -442,13 +452,6 @@ fn mounts(
     ];
     // After /proc and /sys: the views are mounted over their files.
     all.extend(views);
-    // After the read-only cgroup mount: the agent's per-command cgroups are bound over their
-    // place in it, read-write (`command_cgroups.rs`).
-    all.extend(command_cgroups.iter().map(|(src, dest)| {
-        let mut delegated = m(dest, "bind", "", &["bind", "nosuid", "nodev", "noexec"]);
-        delegated.set_source(Some(src.clone()));
-        delegated
-    }));
     // Volumes, before the network files: a volume cannot hide them.
     let sources = super::volumes::sources(spec, layout, userns);
     for (v, source) in spec.volumes.iter().zip(sources) {

@@ -181,31 +181,24 @@ pub(crate) fn usage(layout: &Layout) -> Result<crate::DiskUsage, RuntimeError> {
     })
 }
 
-/// Bytes allocated to the files below `root` (symlinks not followed; unreadable entries
-/// skipped), walking at most `max_entries` entries.
+/// Bytes allocated to the files below `root` (a tenant's tree, walked confined: no link
+/// followed), walking at most `max_entries` entries; unreadable parts count as nothing.
 fn allocated_bytes(root: &Path, max_entries: usize) -> u64 {
-    use std::os::unix::fs::MetadataExt;
+    let Ok(tree) = cove_confine::Tree::open(root) else {
+        return 0;
+    };
     let mut total = 0u64;
     let mut seen = 0usize;
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            seen += 1;
-            if seen > max_entries {
-                return total;
-            }
-            let Ok(meta) = entry.path().symlink_metadata() else {
-                continue;
-            };
-            total = total.saturating_add(meta.blocks().saturating_mul(512));
-            if meta.is_dir() {
-                stack.push(entry.path());
-            }
+    let _ = tree.walk(u64::MAX, &mut |_, _, meta| {
+        seen += 1;
+        if seen > max_entries {
+            return Err(cove_confine::Error::TooMany {
+                max: max_entries as u64,
+            });
         }
-    }
+        total = total.saturating_add(meta.blocks.saturating_mul(512));
+        Ok(())
+    });
     total
 }
 

@@ -124,6 +124,29 @@ impl Freezer {
         }
     }
 
+    /// Blocking: clears the freeze of every cgroup below this one (at most [`MAX_BELOW`] of
+    /// them, [`MAX_DEPTH`] deep; the walk reads cgroup directories only, which hold no links).
+    /// The cgroup itself is left as it is. Errors are skipped: a cgroup may go meanwhile.
+    pub(crate) fn thaw_below(&self) {
+        let mut below = Vec::new();
+        collect_below(self.dir(), 0, &mut below);
+        // Deepest first.
+        below.sort_by_key(|(depth, _)| std::cmp::Reverse(*depth));
+        for (_, dir) in below {
+            let this = match self {
+                Freezer::V1(_) => Freezer::V1(dir),
+                Freezer::V2(_) => Freezer::V2(dir),
+            };
+            let _ = this.write(false);
+        }
+    }
+
+    fn dir(&self) -> &Path {
+        match self {
+            Freezer::V1(dir) | Freezer::V2(dir) => dir,
+        }
+    }
+
     /// The file written to freeze or thaw.
     fn control(&self) -> PathBuf {
         match self {
@@ -191,21 +214,66 @@ impl Tracked {
         self.freezer.is_paused().ok()
     }
 
-    /// Blocking: kills the init if it still runs (thawing a frozen cgroup first, since frozen
-    /// tasks do not die) and waits for it to exit (`kill.rs`).
+    /// Blocking: kills the init if it still runs and waits for it to exit (`kill.rs`), within
+    /// a bound whatever the sandbox did to its cgroups.
+    ///
+    /// Frozen tasks do not die, and a dying init waits for every task of its pid namespace; a
+    /// freezer cgroup below the container's (cgroup v1 and v2 both nest them) may hold some,
+    /// frozen by the sandbox itself. So: freeze the container's cgroup (nothing inside runs, so
+    /// nothing freezes anything again), clear the freeze of every cgroup below it, send the
+    /// SIGKILL, and thaw the container's cgroup: every task wakes with the kill pending.
     pub(crate) fn kill(&self, id: &str) -> Result<super::kill::Killed, RuntimeError> {
-        if self.live_state() == Some(true) {
-            match self.freezer.set(id, false) {
-                Ok(()) | Err(RuntimeError::NotFound { .. }) => {}
-                Err(e) => return Err(e),
-            }
+        let running = start_time(self.pid) == Some(self.start_time);
+        if running {
+            // Best effort: a cgroup already gone means a container already gone.
+            let _ = self.freezer.write(true);
+            self.freezer.thaw_below();
         }
-        super::kill::kill_init(self.pid, self.start_time, start_time).map_err(|source| {
-            RuntimeError::Io {
-                context: format!("kill the init (pid {}) of {id}", self.pid),
-                source,
-            }
-        })
+        let thaw = || match self.freezer.set(id, false) {
+            Ok(()) | Err(RuntimeError::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e),
+        };
+        let mut thawed = Ok(());
+        let killed = super::kill::kill_init(self.pid, self.start_time, start_time, || {
+            thawed = thaw();
+        });
+        if running {
+            // Also when the init was gone meanwhile: never leave the container frozen here.
+            thawed = thawed.and_then(|()| thaw());
+        }
+        let killed = killed.map_err(|source| RuntimeError::Io {
+            context: format!("kill the init (pid {}) of {id}", self.pid),
+            source,
+        })?;
+        thawed?;
+        Ok(killed)
+    }
+}
+
+/// Most cgroups below a container's that [`Freezer::thaw_below`] visits.
+const MAX_BELOW: usize = 4096;
+/// Deepest nesting below a container's cgroup that [`Freezer::thaw_below`] visits (cgroup v1
+/// allows any depth; what the sandbox could make there is bounded by its own limits).
+const MAX_DEPTH: usize = 32;
+
+/// Adds every cgroup directory below `dir` (with its depth) to `out`, within the bounds.
+fn collect_below(dir: &Path, depth: usize, out: &mut Vec<(usize, PathBuf)>) {
+    if depth >= MAX_DEPTH {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if out.len() >= MAX_BELOW {
+            return;
+        }
+        // `file_type` does not follow links (and cgroup file systems have none).
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            let path = entry.path();
+            out.push((depth + 1, path.clone()));
+            collect_below(&path, depth + 1, out);
+        }
     }
 }
 
@@ -276,6 +344,36 @@ mod tests {
         let t = start_time(me).expect("own start time");
         assert_eq!(start_time(me), Some(t));
         assert_eq!(start_time(u32::MAX), None);
+    }
+
+    #[test]
+    fn every_cgroup_below_is_thawed_and_the_top_left_alone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let top = dir.path().to_path_buf();
+        let deep = top.join("cove-commands").join("evil").join("deeper");
+        std::fs::create_dir_all(&deep).expect("mkdir");
+        for d in [
+            &top,
+            &top.join("cove-commands"),
+            &top.join("cove-commands/evil"),
+            &deep,
+        ] {
+            std::fs::write(d.join("cgroup.freeze"), "1\n").expect("write");
+        }
+        Freezer::V2(top.clone()).thaw_below();
+        let read = |d: &Path| std::fs::read_to_string(d.join("cgroup.freeze")).expect("read");
+        assert_eq!(
+            read(&top).trim(),
+            "1",
+            "the container's own state is the caller's"
+        );
+        for d in [
+            top.join("cove-commands"),
+            top.join("cove-commands/evil"),
+            deep,
+        ] {
+            assert_eq!(read(&d).trim(), "0", "{} still frozen", d.display());
+        }
     }
 
     #[test]

@@ -26,8 +26,8 @@ pub(crate) enum Killed {
 }
 
 /// Blocking: sends SIGKILL to process `pid` if it still is the one that started at
-/// `start_time` (clock ticks since boot, `/proc/<pid>/stat` field 22), and waits up to
-/// [`EXIT_TIMEOUT`] for it to exit.
+/// `start_time` (clock ticks since boot, `/proc/<pid>/stat` field 22), calls `after_signal`
+/// (the caller thaws the container there), and waits up to [`EXIT_TIMEOUT`] for it to exit.
 ///
 /// Errors: the io error of `pidfd_open`, `pidfd_send_signal` or `poll` (other than the process
 /// being gone), or `TimedOut` when the process outlives the wait (a frozen cgroup: thaw first).
@@ -35,6 +35,7 @@ pub(crate) fn kill_init(
     pid: u32,
     start_time: u64,
     start_time_of: impl Fn(u32) -> Option<u64>,
+    after_signal: impl FnOnce(),
 ) -> std::io::Result<Killed> {
     let pidfd = match pidfd_open(pid) {
         Ok(fd) => fd,
@@ -63,6 +64,7 @@ pub(crate) fn kill_init(
         }
         return Err(e);
     }
+    after_signal();
     wait_exit(&pidfd)?;
     Ok(Killed::Exited)
 }
@@ -127,16 +129,22 @@ mod tests {
             .expect("spawn sleep");
         let pid = child.id();
         // A wrong start time: the process is not the one recorded, so it is left alone.
-        assert_eq!(kill_init(pid, 1, |_| Some(2)).expect("kill"), Killed::Gone);
+        assert_eq!(
+            kill_init(pid, 1, |_| Some(2), || {}).expect("kill"),
+            Killed::Gone
+        );
         // `Exited` only once the pidfd said so: the child is a zombie now, reaped here.
         assert_eq!(
-            kill_init(pid, 7, |_| Some(7)).expect("kill"),
+            kill_init(pid, 7, |_| Some(7), || {}).expect("kill"),
             Killed::Exited
         );
         let status = child.wait().expect("wait");
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(status.signal(), Some(libc::SIGKILL));
         // Gone for good (and, were the pid reused, not the recorded process either).
-        assert_eq!(kill_init(pid, 7, |_| None).expect("kill"), Killed::Gone);
+        assert_eq!(
+            kill_init(pid, 7, |_| None, || {}).expect("kill"),
+            Killed::Gone
+        );
     }
 }

@@ -91,43 +91,8 @@ pub(crate) fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) 
     move |source| RuntimeError::Io { context, source }
 }
 
-/// Writes `/etc/hostname` and `/etc/hosts` into `upper/` so the sandbox sees its own name, and
-/// pre-creates the mount points under `/.cove` (so runc need not create them in the overlay).
-///
-/// Both files are rewritten on every start where they differ: the hostname belongs to the
-/// platform. Files that are already right are left alone, so a sandbox whose disk is full still
-/// starts.
-pub(crate) fn write_identity(upper: &Path, hostname: &str) -> Result<(), RuntimeError> {
-    let etc = upper.join("etc");
-    std::fs::create_dir_all(&etc).map_err(io_err(format!("create {}", etc.display())))?;
-    write_if_changed(&etc.join("hostname"), format!("{hostname}\n").as_bytes())?;
-    let hosts = format!(
-        "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{hostname}\n"
-    );
-    write_if_changed(&etc.join("hosts"), hosts.as_bytes())?;
-
-    let cove_bin = upper.join(".cove/bin");
-    std::fs::create_dir_all(&cove_bin).map_err(io_err(format!("create {}", cove_bin.display())))?;
-    let agent = cove_bin.join("cove-guest-agent");
-    if !agent.exists() {
-        write_file(&agent, b"")?;
-    }
-    let cove_run = upper.join(".cove/run");
-    std::fs::create_dir_all(&cove_run).map_err(io_err(format!("create {}", cove_run.display())))?;
-    Ok(())
-}
-
-/// [`write_file`] unless `path` already holds exactly `bytes` (a regular file, not a link).
-fn write_if_changed(path: &Path, bytes: &[u8]) -> Result<(), RuntimeError> {
-    let same = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file())
-        && std::fs::read(path).is_ok_and(|old| old == bytes);
-    if same {
-        return Ok(());
-    }
-    write_file(path, bytes)
-}
-
-/// Writes `bytes` to `path` through a temp file + rename.
+/// Writes `bytes` to `path` through a temp file + rename. Only for host-owned directories (the
+/// sandbox's `net/`, `bundle/`): never inside a tenant's tree (see `identity.rs`).
 pub(crate) fn write_file(path: &Path, bytes: &[u8]) -> Result<(), RuntimeError> {
     let tmp = path.with_extension("cove-tmp");
     let mut f = std::fs::File::create(&tmp).map_err(io_err(format!("create {}", tmp.display())))?;

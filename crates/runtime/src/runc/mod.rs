@@ -42,6 +42,7 @@ mod command_cgroups;
 mod config;
 mod disk;
 mod freezer;
+mod identity;
 mod idmap;
 mod kill;
 mod layout;

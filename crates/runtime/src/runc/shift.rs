@@ -11,9 +11,15 @@
 //! `chown` clears set-user-ID and set-group-ID bits, which are put back, and file capabilities
 //! (`security.capability`), which are not: a capability set on a file in the sandbox's own layer
 //! is lost by a shift (the release's files keep theirs). Blocking.
+//!
+//! The trees are the tenants' own: every access goes through [`Tree`] (no link followed, no
+//! other filesystem entered); plain path calls are denied in this module.
+#![deny(clippy::disallowed_methods)]
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::ffi::CStr;
 use std::path::Path;
+
+use cove_confine::{Meta, Tree};
 
 use super::userns::RANGE_SIZE;
 
@@ -31,64 +37,80 @@ pub(crate) fn shifted(id: u32, to: u32, base: u32) -> Option<u32> {
     (new != id).then_some(new)
 }
 
-/// Shifts `root` and everything below it (not following symlinks or crossing into other
-/// filesystems' mounts) into the range starting at `to`; returns how many entries changed.
+/// Most entries a shift walks in one tree: the walk is over a tenant's files, so it has a
+/// bound; a sandbox with more files than this does not start (`TooMany`).
+const MAX_SHIFT_ENTRIES: u64 = 50_000_000;
+
+/// Shifts `root` and everything below it into the range starting at `to`; returns how many
+/// entries changed. `root` may be a tenant's tree: the walk goes through [`Tree`] (no link
+/// followed, no other filesystem entered, nothing opened but directories).
 /// Errors: the first entry that could not be read or changed.
 pub(crate) fn tree(root: &Path, to: u32, base: u32) -> std::io::Result<u64> {
-    let root_dev = std::fs::symlink_metadata(root)?.dev();
+    let tree = Tree::open(root)?;
     let mut changed = 0;
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(path) = stack.pop() {
-        let meta = std::fs::symlink_metadata(&path)?;
-        if one(&path, &meta, to, base)? {
+    let meta = tree.meta()?;
+    let (uid, gid) = (shifted(meta.uid, to, base), shifted(meta.gid, to, base));
+    if uid.is_some() || gid.is_some() {
+        tree.chown_self(uid, gid)?;
+        changed += 1;
+    }
+    tree.walk(MAX_SHIFT_ENTRIES, &mut |dir, name, meta| {
+        if one(dir, name, meta, to, base)? {
             changed += 1;
         }
-        if meta.is_dir() && meta.dev() == root_dev {
-            for entry in std::fs::read_dir(&path)? {
-                stack.push(entry?.path());
-            }
-        }
-    }
+        Ok(())
+    })?;
     Ok(changed)
 }
 
-/// Shifts the entries at `paths` (each alone, not what is below); missing ones are skipped.
-pub(crate) fn paths<'a>(
-    paths: impl IntoIterator<Item = &'a Path>,
-    to: u32,
-    base: u32,
-) -> std::io::Result<()> {
-    for path in paths {
-        match std::fs::symlink_metadata(path) {
-            Ok(meta) => {
-                one(path, &meta, to, base)?;
+/// Shifts the entries at `rels` below `root` (each alone, not what is below); missing ones
+/// are skipped. Confined to `root` like [`tree`].
+pub(crate) fn paths_in(root: &Path, rels: &[&str], to: u32, base: u32) -> std::io::Result<()> {
+    let tree = Tree::open(root)?;
+    for rel in rels {
+        let rel = Path::new(rel);
+        if rel.as_os_str().is_empty() {
+            let meta = tree.meta()?;
+            tree.chown_self(shifted(meta.uid, to, base), shifted(meta.gid, to, base))?;
+            continue;
+        }
+        match tree.stat(rel) {
+            Ok(Some(meta)) => {
+                let (uid, gid) = (shifted(meta.uid, to, base), shifted(meta.gid, to, base));
+                if uid.is_some() || gid.is_some() {
+                    tree.chown(rel, uid, gid)?;
+                    if meta.is_file() && meta.mode & 0o6000 != 0 {
+                        tree.chmod(rel, meta.mode)?;
+                    }
+                }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
+            Ok(None) | Err(cove_confine::Error::Link { .. }) => {}
+            Err(e) => return Err(e.into()),
         }
     }
     Ok(())
 }
 
-/// Shifts one entry; whether it changed.
-fn one(path: &Path, meta: &std::fs::Metadata, to: u32, base: u32) -> std::io::Result<bool> {
-    let uid = shifted(meta.uid(), to, base);
-    let gid = shifted(meta.gid(), to, base);
+/// Shifts one entry (`name` in `dir`); whether it changed.
+fn one(dir: &Tree, name: &CStr, meta: &Meta, to: u32, base: u32) -> cove_confine::Result<bool> {
+    let uid = shifted(meta.uid, to, base);
+    let gid = shifted(meta.gid, to, base);
     if uid.is_none() && gid.is_none() {
         return Ok(false);
     }
-    std::os::unix::fs::lchown(path, uid, gid)?;
-    let mode = meta.mode();
-    if meta.is_file() && mode & 0o6000 != 0 {
+    dir.chown_at(name, uid, gid)?;
+    if meta.is_file() && meta.mode & 0o6000 != 0 {
         // chown cleared them.
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & 0o7777))?;
+        dir.chmod_at(name, meta.mode)?;
     }
     Ok(true)
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
     const BASE: u32 = 1 << 30;
 

@@ -5,9 +5,11 @@
 //! With user namespaces, preparing also claims the sandbox's id range, shifts its own files into
 //! it (once; `shift.rs`), mounts the release idmapped into it as the overlay's lower layer
 //! (`idmap.rs`), and gives the range's root what the agent writes on the host: its run dir, the
-//! delegated command cgroups, and the network files bound into it.
+//! delegated command cgroups (handed to the agent as descriptors, `command_cgroups.rs`), and the
+//! network files bound into it.
 
 use std::io::{Read, Seek, SeekFrom};
+use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -17,7 +19,8 @@ use super::cli::Runc;
 use std::sync::Arc;
 
 use super::config::HostPrivileges;
-use super::layout::{io_err, validate_hostname, validate_id, write_identity, Layout};
+use super::identity::write_identity;
+use super::layout::{io_err, validate_hostname, validate_id, Layout};
 use super::userns::{IdRange, Record, UserNamespaces};
 use super::views::HostViews;
 use super::{command_cgroups, config, disk, join_error, mounts, stop};
@@ -34,6 +37,8 @@ const AGENT_POLL: Duration = Duration::from_millis(1);
 const LIVENESS_EVERY: u32 = 100;
 /// Name of the file in `bundle/` that `runc run` writes the init's pid to.
 const PID_FILE: &str = "init.pid";
+/// Largest trust bundle of a sandbox's own that is extended with the gateway's CA, in bytes.
+const MAX_CA_BUNDLE_BYTES: u64 = 16 << 20;
 /// Longest agent-log tail put into an error, in bytes.
 const LOG_TAIL_BYTES: u64 = 2048;
 
@@ -114,7 +119,7 @@ async fn run(
 ) -> Result<Started, RuntimeError> {
     let prepared_spec = spec.clone();
     let prepared_layout = layout.clone();
-    let (log, log_offset) = tokio::task::spawn_blocking(move || {
+    let (log, log_offset, cgroup_fds) = tokio::task::spawn_blocking(move || {
         prepare(
             &prepared_spec,
             &prepared_layout,
@@ -128,7 +133,7 @@ async fn run(
 
     let pid_file = layout.bundle.join(PID_FILE);
     if !runc
-        .run_detached(&spec.id, &layout.bundle, &pid_file, log)
+        .run_detached(&spec.id, &layout.bundle, &pid_file, log, &cgroup_fds)
         .await?
     {
         return Err(RuntimeError::Command {
@@ -183,7 +188,7 @@ fn prepare(
     host: HostPrivileges,
     views: &HostViews,
     userns: Option<&UserNamespaces>,
-) -> Result<(std::fs::File, u64), RuntimeError> {
+) -> Result<(std::fs::File, u64, Vec<OwnedFd>), RuntimeError> {
     if !spec.rootfs.is_dir() {
         return Err(RuntimeError::Io {
             context: format!("release rootfs {}", spec.rootfs.display()),
@@ -268,11 +273,28 @@ fn prepare(
     super::volumes::prepare(spec, layout, ids)?;
     let command_cgroups = command_cgroups::prepare(&spec.id)?;
     if let Some(range) = ids {
-        for (dir, _) in &command_cgroups {
-            command_cgroups::give_to(dir, range.host())?;
+        for d in &command_cgroups {
+            command_cgroups::give_to(&d.dir, range.host())?;
         }
     }
-    let config = config::build(spec, layout, host, views, &command_cgroups, ids)?;
+    // Handed to the agent as descriptors (`runc run --preserve-fds`), never mounted inside. A
+    // kernel or node that cannot make the detached mount (no `open_tree`, no privilege) leaves
+    // that hierarchy out: the agent then tracks commands by their session.
+    let mut cgroup_fds = Vec::new();
+    let mut hierarchies = Vec::new();
+    for d in command_cgroups {
+        match d.open() {
+            Ok(fd) => {
+                cgroup_fds.push(fd);
+                hierarchies.push(d.hierarchy);
+            }
+            Err(error) => {
+                warn!(sandbox_id = %spec.id, hierarchy = %d.hierarchy, %error,
+                    "cannot hand the command cgroup to the agent; commands use sessions");
+            }
+        }
+    }
+    let config = config::build(spec, layout, host, views, &hierarchies, ids)?;
     config::write(&config, layout)?;
 
     let log = std::fs::OpenOptions::new()
@@ -284,7 +306,7 @@ fn prepare(
         .metadata()
         .map_err(io_err(format!("stat {}", layout.agent_log.display())))?
         .len();
-    Ok((log, offset))
+    Ok((log, offset, cgroup_fds))
 }
 
 /// Shifts the sandbox's own files into `range`: the whole upper dir unless its record says it
@@ -297,20 +319,19 @@ fn shift_upper(
 ) -> Result<(), RuntimeError> {
     let mut record = Record::read(&layout.dir);
     if record.upper == Some(range.host()) {
-        let identity = ["", "etc", "etc/hostname", "etc/hosts", ".cove", ".cove/bin"]
-            .into_iter()
-            .chain([".cove/bin/cove-guest-agent", ".cove/run"])
-            .map(|p| upper.join(p))
-            .collect::<Vec<_>>();
-        return super::shift::paths(
-            identity.iter().map(|p| p.as_path()),
-            range.host(),
-            userns.base,
-        )
-        .map_err(io_err(format!(
-            "shift {} into the sandbox's ids",
-            upper.display()
-        )));
+        let identity = [
+            "",
+            "etc",
+            "etc/hostname",
+            "etc/hosts",
+            ".cove",
+            ".cove/bin",
+            ".cove/bin/cove-guest-agent",
+            ".cove/run",
+        ];
+        return super::shift::paths_in(upper, &identity, range.host(), userns.base).map_err(
+            io_err(format!("shift {} into the sandbox's ids", upper.display())),
+        );
     }
     let began = Instant::now();
     let changed = super::shift::tree(upper, range.host(), userns.base).map_err(io_err(format!(
@@ -350,8 +371,23 @@ fn shift_host_paths<'a>(
     paths: impl IntoIterator<Item = &'a Path>,
     range: IdRange,
 ) -> Result<(), RuntimeError> {
-    super::shift::paths(paths, range.host(), range.host())
-        .map_err(io_err("give host files to the sandbox's root"))
+    let to = range.host();
+    for path in paths {
+        match std::fs::symlink_metadata(path) {
+            Ok(meta) => {
+                use std::os::unix::fs::MetadataExt;
+                let uid = super::shift::shifted(meta.uid(), to, to);
+                let gid = super::shift::shifted(meta.gid(), to, to);
+                if uid.is_some() || gid.is_some() {
+                    std::os::unix::fs::lchown(path, uid, gid)
+                        .map_err(io_err("give host files to the sandbox's root"))?;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err("give host files to the sandbox's root")(e)),
+        }
+    }
+    Ok(())
 }
 
 /// Mounts the release's rootfs at `layout.lower`, idmapped into `range`.
@@ -375,14 +411,11 @@ fn write_network_files(net: &crate::SandboxNetwork, layout: &Layout) -> Result<(
         .map_err(io_err(format!("create {}", layout.net.display())))?;
     super::layout::write_file(&layout.resolv_conf(), net.resolv_conf.as_bytes())?;
     if let Some(ca) = &net.extra_ca_pem {
-        let own = layout
-            .rootfs
-            .join(config::CA_BUNDLE_PATH.trim_start_matches('/'));
-        // A symlink in the sandbox's tree is not followed out of it: only a regular file counts.
-        let mut bundle = match std::fs::symlink_metadata(&own) {
-            Ok(m) if m.is_file() => std::fs::read(&own).unwrap_or_default(),
-            _ => Vec::new(),
-        };
+        // The sandbox's tree is read confined (no link followed, in the middle of the path
+        // either; a FIFO not opened): only a regular file at the path counts.
+        let mut bundle = cove_confine::Tree::open(&layout.rootfs)
+            .and_then(|tree| tree.read_file(Path::new(config::CA_BUNDLE_PATH), MAX_CA_BUNDLE_BYTES))
+            .unwrap_or_default();
         if !bundle.is_empty() && !bundle.ends_with(b"\n") {
             bundle.push(b'\n');
         }

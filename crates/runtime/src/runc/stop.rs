@@ -12,7 +12,7 @@ use std::path::Path;
 use tracing::{debug, info};
 
 use super::cli::Runc;
-use super::freezer::Tracked;
+use super::freezer::{Freezer, Tracked};
 use super::layout::{validate_id, Layout};
 use super::userns::UserNamespaces;
 use super::{disk, join_error, mounts};
@@ -79,6 +79,15 @@ async fn kill_through_runc(runc: &Runc, id: &str) -> Result<(), RuntimeError> {
     match runc.state(id).await? {
         None => {}
         Some(state) => {
+            if state.pid > 0 && state.status != RuntimeState::Stopped {
+                // A cgroup the sandbox froze below its own keeps its tasks alive through any
+                // kill (`freezer.rs`, `Tracked::kill`).
+                if let Ok(freezer) = Freezer::of_pid(state.pid) {
+                    tokio::task::spawn_blocking(move || freezer.thaw_below())
+                        .await
+                        .map_err(join_error)?;
+                }
+            }
             if state.status == RuntimeState::Paused {
                 // Frozen tasks do not die until thawed.
                 let thawed = runc.resume(id).await;

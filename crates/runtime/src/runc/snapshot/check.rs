@@ -34,6 +34,20 @@ pub fn check<R: Read>(input: R) -> io::Result<u64> {
             return Err(refused("goes through a symlink", &rel));
         }
         let header = entry.header().clone();
+        // The numeric fields restore reads: a header without them is refused here, at import,
+        // not found out when a sandbox starts from it.
+        let special = matches!(
+            header.entry_type(),
+            EntryType::Char | EntryType::Block | EntryType::Fifo
+        );
+        let numeric = header.mode().is_ok()
+            && header.uid().is_ok()
+            && header.gid().is_ok()
+            && header.mtime().is_ok()
+            && (!special || (header.device_major().is_ok() && header.device_minor().is_ok()));
+        if !numeric {
+            return Err(refused("has a malformed header", &rel));
+        }
         match header.entry_type() {
             EntryType::Directory | EntryType::Fifo => {}
             EntryType::Regular | EntryType::Continuous => {
@@ -127,6 +141,9 @@ mod tests {
         };
         h.set_size(data.len() as u64);
         h.set_mode(0o644);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(0);
         h.set_device_major(dev.0).expect("major");
         h.set_device_minor(dev.1).expect("minor");
         h.set_cksum();

@@ -240,3 +240,64 @@ fn hostile_snapshots_are_refused_or_contained() {
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
     assert!(err.to_string().contains("exceeds"), "{err}");
 }
+
+/// A crafted stream (as an imported checkpoint's `fs.tar` may be) with links to a host file at
+/// the names the node writes: it unpacks, the identity files then replace the links, and the
+/// host file is untouched.
+#[test]
+fn a_crafted_tree_with_links_at_the_nodes_names_unpacks_and_is_then_replaced() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let secret = tmp.path().join("secret");
+    std::fs::write(&secret, b"host").expect("write");
+    let mut b = tar::Builder::new(Vec::new());
+    let mut dir = tar::Header::new_ustar();
+    dir.set_entry_type(tar::EntryType::Directory);
+    dir.set_mode(0o755);
+    dir.set_size(0);
+    dir.set_uid(0);
+    dir.set_gid(0);
+    dir.set_mtime(0);
+    b.append_data(&mut dir, "etc", std::io::empty())
+        .expect("dir");
+    for name in [
+        "etc/hostname.cove-tmp",
+        "etc/hosts.cove-tmp",
+        "etc/hosts",
+        ".cove",
+    ] {
+        let mut h = tar::Header::new_ustar();
+        h.set_entry_type(tar::EntryType::Symlink);
+        h.set_mode(0o644);
+        h.set_size(0);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(0);
+        b.append_link(&mut h, name, &secret).expect("link");
+    }
+    let mut fifo = tar::Header::new_ustar();
+    fifo.set_entry_type(tar::EntryType::Fifo);
+    fifo.set_mode(0o644);
+    fifo.set_size(0);
+    fifo.set_uid(0);
+    fifo.set_gid(0);
+    fifo.set_mtime(0);
+    fifo.set_device_major(0).expect("major");
+    fifo.set_device_minor(0).expect("minor");
+    b.append_data(&mut fifo, "etc/hostname", std::io::empty())
+        .expect("fifo");
+    let archive = b.into_inner().expect("tar");
+    let upper = tmp.path().join("upper");
+    std::fs::create_dir(&upper).expect("mkdir");
+    unpack(&archive[..], &upper).expect("unpack");
+    crate::runc::identity::write_identity(&upper, "sbx").expect("identity");
+    crate::runc::shift::tree(&upper, (1 << 30) + 65536, 1 << 30).expect("shift");
+    assert_eq!(std::fs::read(&secret).expect("read"), b"host");
+    assert_eq!(
+        std::fs::read(upper.join("etc/hostname")).expect("read"),
+        b"sbx\n"
+    );
+}

@@ -6,16 +6,22 @@
 //! through a symlink are refused, so a tampered snapshot cannot write outside the sandbox; hard
 //! links must name a target inside it, and metadata entries (long names, PAX headers) larger
 //! than 1 MiB are refused before they are read into memory (`guard.rs`).
+//!
+//! Every write goes through `cove_confine` (entries made with `O_EXCL`/`mkdirat`/`symlinkat`
+//! under parents opened without following links); plain path calls are denied here.
+#![deny(clippy::disallowed_methods)]
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
-use nix::sys::stat::{makedev, mknod, Mode, SFlag};
+use cove_confine::Tree;
+use nix::sys::stat::makedev;
+use rustix::fs::FileType;
 use tar::{Archive, EntryType};
 use tracing::debug;
+use xattr::FileExt as _;
 
 use super::pack::{XATTR_HEX_PAX_PREFIX, XATTR_PAX_PREFIX};
 
@@ -25,6 +31,7 @@ const COPY_BUF_BYTES: usize = 1 << 20;
 /// Unpacks the tar stream `input` into `root` (which must exist); returns the number of file
 /// content bytes written.
 pub fn unpack<R: Read>(input: R, root: &Path) -> io::Result<u64> {
+    let tree = Tree::open(root)?;
     let mut archive = Archive::new(super::guard::HeaderGuard::new(input));
     let mut bytes = 0u64;
     let mut buf = vec![0u8; COPY_BUF_BYTES];
@@ -34,75 +41,107 @@ pub fn unpack<R: Read>(input: R, root: &Path) -> io::Result<u64> {
         if rel.as_os_str().is_empty() {
             continue;
         }
-        let dst = root.join(&rel);
-        check_parents(root, &rel)?;
         let xattrs = pax_xattrs(&mut entry)?;
         let header = entry.header().clone();
         let mode = header.mode()? & 0o7777;
         let (uid, gid) = (header.uid()? as u32, header.gid()? as u32);
         let kind = header.entry_type();
-        remove_existing(&dst, kind)?;
+        remove_existing(&tree, &rel, kind)?;
+        // Directories and files get their extended attributes through their own descriptor,
+        // after chown (which would clear `security.capability`).
+        let mut opened: Option<std::fs::File> = None;
         match kind {
             EntryType::Directory => {
-                if !dst.is_dir() {
-                    std::fs::create_dir(&dst)?;
+                match tree.mkdir(&rel, 0o700) {
+                    Ok(()) => {}
+                    Err(e) if is_exists(&e) => {}
+                    Err(e) => return Err(refuse_link(e, &rel)),
                 }
+                let dir = tree.open_dir(&rel).map_err(|e| refuse_link(e, &rel))?;
+                opened = Some(dir.as_file().map_err(io::Error::from)?);
             }
             EntryType::Regular | EntryType::Continuous => {
-                let mut file = std::fs::File::create(&dst)?;
+                let mut file = tree
+                    .create_new(&rel, 0o600)
+                    .map_err(|e| refuse_link(e, &rel))?;
                 bytes += copy_large(&mut entry, &mut file, &mut buf)?;
                 let mtime = SystemTime::UNIX_EPOCH + Duration::from_secs(header.mtime()?);
                 file.set_modified(mtime)?;
+                opened = Some(file);
             }
             EntryType::Symlink => {
                 let target = entry
                     .link_name()?
                     .ok_or_else(|| invalid("symlink entry without a target"))?;
-                std::os::unix::fs::symlink(target, &dst)?;
+                tree.symlink(&rel, &target)
+                    .map_err(|e| refuse_link(e, &rel))?;
             }
             EntryType::Link => {
                 let target = entry
                     .link_name()?
                     .ok_or_else(|| invalid("hard link entry without a target"))?;
                 let target = safe_relative(&target)?;
-                check_parents(root, &target)?;
-                std::fs::hard_link(root.join(target), &dst)?;
+                tree.hard_link(&target, &rel)
+                    .map_err(|e| refuse_link(e, &rel))?;
                 // A hard link shares the first entry's owner, mode and attributes.
                 continue;
             }
             EntryType::Char | EntryType::Block | EntryType::Fifo => {
-                let flag = match kind {
-                    EntryType::Char => SFlag::S_IFCHR,
-                    EntryType::Block => SFlag::S_IFBLK,
-                    _ => SFlag::S_IFIFO,
+                let file_type = match kind {
+                    EntryType::Char => FileType::CharacterDevice,
+                    EntryType::Block => FileType::BlockDevice,
+                    _ => FileType::Fifo,
                 };
                 let major = u64::from(header.device_major()?.unwrap_or(0));
                 let minor = u64::from(header.device_minor()?.unwrap_or(0));
-                mknod(
-                    &dst,
-                    flag,
-                    Mode::from_bits_truncate(mode),
-                    makedev(major, minor),
-                )
-                .map_err(io::Error::from)?;
+                tree.mknod(&rel, file_type, mode, makedev(major, minor))
+                    .map_err(|e| refuse_link(e, &rel))?;
             }
             other => {
                 debug!(kind = ?other, path = %rel.display(), "skipping unsupported tar entry");
                 continue;
             }
         }
-        std::os::unix::fs::lchown(&dst, Some(uid), Some(gid))?;
+        tree.chown(&rel, Some(uid), Some(gid))
+            .map_err(io::Error::from)?;
+        // After chown, which clears set-id bits. FIFOs and devices keep the mode `mknod` gave
+        // them (never opened to change it).
         if kind != EntryType::Symlink {
-            // After chown, which clears set-id bits.
-            std::fs::set_permissions(&dst, std::fs::Permissions::from_mode(mode))?;
+            tree.chmod(&rel, mode).map_err(io::Error::from)?;
         }
-        for (name, value) in &xattrs {
-            if let Err(e) = xattr::set(&dst, name, value) {
-                debug!(path = %rel.display(), xattr = %name, error = %e, "cannot restore xattr");
-            }
+        if let Some(file) = opened {
+            set_xattrs(&file, &xattrs, &rel);
         }
     }
     Ok(bytes)
+}
+
+/// Sets extended attributes on an entry through its own descriptor; one that cannot be set
+/// (an unsupported name on this filesystem) is skipped.
+fn set_xattrs(file: &std::fs::File, xattrs: &HashMap<String, Vec<u8>>, rel: &Path) {
+    for (name, value) in xattrs {
+        if let Err(e) = file.set_xattr(name, value) {
+            debug!(path = %rel.display(), xattr = %name, error = %e, "cannot restore xattr");
+        }
+    }
+}
+
+fn is_exists(e: &cove_confine::Error) -> bool {
+    matches!(e, cove_confine::Error::Io { source, .. } if source.kind() == io::ErrorKind::AlreadyExists)
+}
+
+/// An entry whose path goes through a symlink or a non-directory is refused (`InvalidData`),
+/// as a tampered snapshot's; other errors pass as they are.
+fn refuse_link(e: cove_confine::Error, rel: &Path) -> io::Error {
+    match e {
+        cove_confine::Error::Link { .. } | cove_confine::Error::WrongKind { .. } => {
+            invalid(&format!(
+                "snapshot path goes through a non-directory: {}",
+                rel.display()
+            ))
+        }
+        other => other.into(),
+    }
 }
 
 /// Copies `from` to `to` through `buf` (large reads and writes: few system calls per file).
@@ -165,39 +204,14 @@ pub(super) fn safe_relative(path: &Path) -> io::Result<PathBuf> {
     Ok(out)
 }
 
-/// Refuses a path whose existing parents (below `root`) include a symlink or a non-directory.
-fn check_parents(root: &Path, rel: &Path) -> io::Result<()> {
-    let mut at = root.to_path_buf();
-    let Some(parent) = rel.parent() else {
-        return Ok(());
-    };
-    for c in parent.components() {
-        at.push(c);
-        let meta = std::fs::symlink_metadata(&at)?;
-        if !meta.is_dir() {
-            return Err(invalid(&format!(
-                "snapshot path goes through a non-directory: {}",
-                rel.display()
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// Makes room for an entry at `dst`: an existing directory stays for a directory entry;
+/// Makes room for an entry at `rel`: an existing directory stays for a directory entry;
 /// anything else already there is removed (a later entry wins, as with `tar -x`).
-fn remove_existing(dst: &Path, kind: EntryType) -> io::Result<()> {
-    match std::fs::symlink_metadata(dst) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
-        Ok(meta) if meta.is_dir() => {
-            if kind == EntryType::Directory {
-                Ok(())
-            } else {
-                std::fs::remove_dir_all(dst)
-            }
-        }
-        Ok(_) => std::fs::remove_file(dst),
+fn remove_existing(tree: &Tree, rel: &Path, kind: EntryType) -> io::Result<()> {
+    match tree.stat(rel) {
+        Ok(None) => Ok(()),
+        Ok(Some(meta)) if meta.is_dir() && kind == EntryType::Directory => Ok(()),
+        Ok(Some(_)) => tree.remove(rel).map_err(|e| refuse_link(e, rel)),
+        Err(e) => Err(refuse_link(e, rel)),
     }
 }
 
