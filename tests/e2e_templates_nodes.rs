@@ -88,6 +88,7 @@ fn second_node() -> PathBuf {
         default_disk_mib: Some(cove_server::DEFAULT_DISK_MIB),
         cluster: None,
         user_namespaces: Default::default(),
+        listen_limits: Default::default(),
     };
     let settings = cove_server::NodeSettings {
         name: "n2".into(),
