@@ -46,9 +46,10 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# Sandboxes need no network here (loopback only).
+# Sandbox networks on (the port proxy reaches a sandbox's port through its namespace); the
+# tests' sandboxes get no internet (their policy), and the browser reaches loopback only.
 "$COVE_BIN" server --data-dir "$data_dir" --listen "127.0.0.1:$api_port" \
-  --data-plane-listen "127.0.0.1:$dp_port" --guest-agent "$AGENT" --network off \
+  --data-plane-listen "127.0.0.1:$dp_port" --guest-agent "$AGENT" --network on \
   --proxy-listen off --cache-dir "$COVE_TEST_CACHE_DIR" >"$data_dir/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 1 600); do

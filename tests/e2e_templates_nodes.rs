@@ -89,6 +89,7 @@ fn second_node() -> PathBuf {
         cluster: None,
         user_namespaces: Default::default(),
         oci_import: Default::default(),
+        listen_limits: Default::default(),
     };
     let settings = cove_server::NodeSettings {
         name: "n2".into(),

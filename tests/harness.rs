@@ -319,6 +319,7 @@ pub fn server_with(tweak: fn(&mut cove_server::Config)) -> &'static Server {
                 dir: Some(data_dir.join("oci-import")),
                 max_mib: None,
             },
+            listen_limits: Default::default(),
         };
         std::fs::create_dir_all(data_dir.join("oci-import")).expect("oci import dir");
         let mut cfg = cfg;

@@ -1,5 +1,9 @@
 // Port previews: a link to a port of the sandbox through the server's port proxy
-// (`GET /v1/sandboxes/{id}/ports` gives the path and the sandbox's port token).
+// (`GET /v1/sandboxes/{id}/ports` gives the host, the path and the sandbox's port token).
+// The link goes to the proxy listener's host name (`{port}-{id}.{domain}`), an origin of the
+// sandbox's own, whenever the server has one: a sandbox's page is never opened on the
+// console's origin, where it could reach the console's storage. Without a proxy listener the
+// path proxy is the only way; it answers pages as sandboxed documents (an opaque origin).
 
 import { el, showError } from "./dom.js";
 
@@ -20,9 +24,13 @@ export function renderPorts(root, api, id) {
       link.textContent = "";
       return;
     }
-    const url = `${access.path}${Number(port.value)}/?cove_port_token=${encodeURIComponent(access.token)}`;
+    const n = Number(port.value);
+    const query = `?cove_port_token=${encodeURIComponent(access.token)}`;
+    const url = access.host
+      ? `${location.protocol}//${access.host.replace("{port}", String(n))}/${query}`
+      : `${access.path}${n}/${query}`;
     link.href = url;
-    link.textContent = `open port ${Number(port.value)}`;
+    link.textContent = `open port ${n}`;
   });
   return null;
 }

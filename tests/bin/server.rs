@@ -112,6 +112,7 @@ fn main() -> ExitCode {
             ..Default::default()
         },
         oci_import: Default::default(),
+        listen_limits: Default::default(),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

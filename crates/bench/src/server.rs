@@ -125,6 +125,7 @@ impl CoveServer {
                 ..Default::default()
             },
             oci_import: Default::default(),
+            listen_limits: Default::default(),
         };
         let mut cfg = cfg;
         tweak(&mut cfg);

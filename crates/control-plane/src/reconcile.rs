@@ -23,9 +23,7 @@
 
 use std::collections::HashSet;
 
-use cove_api_types::{
-    ErrorCode, OperationError, OperationKind, OperationState, ReleaseState, SandboxState,
-};
+use cove_api_types::{ErrorCode, OperationError, OperationKind, OperationState, SandboxState};
 use cove_node_api::NodeSandboxState;
 use tracing::{info, warn};
 
@@ -48,10 +46,7 @@ impl ControlPlane {
     /// Start-up reconciliation. Run once, before serving and before the controller starts.
     pub async fn reconcile(&self) -> Result<(), ServiceError> {
         for r in self.store().building_releases().await? {
-            let _ = self.node().remove_release(&r.template, r.number).await;
-            self.store()
-                .set_release_state(&r.template, r.number, ReleaseState::Failed, None)
-                .await?;
+            self.fail_release_build(&r.template, r.number).await?;
         }
         if let Err(e) = self.node().sweep_snapshots().await {
             warn!(error = %e, "cannot sweep half-written snapshots");

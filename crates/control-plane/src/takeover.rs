@@ -17,7 +17,7 @@
 //!   left `building` ends `failed`.
 
 use cove_api_types::{
-    ErrorCode, Operation, OperationError, OperationKind, OperationState, ReleaseState, SandboxState,
+    ErrorCode, Operation, OperationError, OperationKind, OperationState, SandboxState,
 };
 use cove_node_api::NodeSandboxState;
 use tokio_util::sync::CancellationToken;
@@ -118,11 +118,7 @@ impl ControlPlane {
             if let (OperationKind::BuildRelease, Some(t), Some(n)) =
                 (op.kind, &op.template, op.release)
             {
-                if let Err(e) = self
-                    .store()
-                    .set_release_state(t, n, ReleaseState::Failed, None)
-                    .await
-                {
+                if let Err(e) = self.fail_release_build(t, n).await {
                     warn!(op_id = %op.id, error = %e, "cannot fail an interrupted build");
                 }
             }

@@ -53,6 +53,11 @@
 //! request setup and a download through the gateway beside a direct veth path (also as
 //! `cargo run -p cove-network --release --example gateway_bench -- ROUNDS MIB`). All need root.
 //!
+//! # Logs
+//! Whatever a sandbox sends, the gateway's log stays bounded: a warning a sandbox can cause
+//! (a TLS hello the gateway cannot parse) is rate-limited per sandbox ([`warn::RateLimit`]) and
+//! shows at most a short escaped prefix of the sandbox's bytes ([`warn::escaped_prefix`]).
+//!
 //! # Limits
 //! Interception covers TLS on port 443 toward hosts a secret names, on an address the gateway's
 //! own lookup gives that host, HTTP/1.1 inside (ALPN `http/1.1`); plain HTTP never gets a
@@ -75,6 +80,7 @@ mod relay;
 mod scrub;
 pub mod sniff;
 mod sockets;
+pub mod warn;
 
 pub use cmd::run_in_netns;
 pub use config::{Floor, NetworkConfig, Upstream};
@@ -84,3 +90,4 @@ pub use intercept::{Interception, Reuse, Secret};
 pub use network::{Adopt, Attachment, Network, Recovery, MAX_CONNECTIONS};
 pub use plumbing::{inventory, Inventory};
 pub use policy::{EgressPolicy, EgressRule, Verdict};
+pub use warn::RateLimit;

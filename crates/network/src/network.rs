@@ -76,6 +76,8 @@ pub(crate) struct SandboxEntry {
     pub counters: Counters,
     /// Open proxied connections allowed at once ([`MAX_CONNECTIONS`]).
     pub connections: Arc<tokio::sync::Semaphore>,
+    /// This sandbox's warnings about malformed TLS hellos.
+    pub malformed_hellos: crate::warn::RateLimit,
 }
 
 /// Connections one sandbox may have open through the gateway at once; more are closed.
@@ -212,6 +214,7 @@ impl Shared {
             tls: RwLock::new(None),
             counters: Counters::default(),
             connections: Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS)),
+            malformed_hellos: crate::warn::RateLimit::new(crate::proxy::MALFORMED_HELLO_INTERVAL),
         });
         self.sandboxes
             .write()

@@ -16,6 +16,12 @@ use crate::network::{SandboxEntry, Shared};
 use crate::policy::Verdict;
 use crate::sniff::{sniff, Sniffed, MAX_SNIFF};
 
+/// One warning per sandbox per this interval for malformed TLS hellos.
+pub(crate) const MALFORMED_HELLO_INTERVAL: Duration = Duration::from_secs(10);
+
+/// Accept failures (out of file descriptors, say) are logged at most once per this interval.
+static ACCEPT_FAILED: crate::warn::RateLimit = crate::warn::RateLimit::new(Duration::from_secs(10));
+
 /// Accepts sandbox connections until the task is aborted.
 pub(crate) async fn serve(shared: Arc<Shared>, listener: TcpListener) {
     loop {
@@ -26,7 +32,9 @@ pub(crate) async fn serve(shared: Arc<Shared>, listener: TcpListener) {
             }
             Ok(_) => {}
             Err(e) => {
-                warn!(error = %e, "gateway accept failed");
+                if let Some(suppressed) = ACCEPT_FAILED.allow() {
+                    warn!(error = %e, suppressed, "gateway accept failed");
+                }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
@@ -43,7 +51,10 @@ fn original_dst(stream: &TcpStream) -> std::io::Result<SocketAddrV4> {
 }
 
 /// Reads the client's first bytes until they name a host, carry none, or time/size runs out.
+/// A malformed TLS hello is worth a warning, at most one per sandbox per
+/// [`MALFORMED_HELLO_INTERVAL`], showing only a short escaped prefix of the sandbox's bytes.
 async fn read_name(
+    entry: &SandboxEntry,
     stream: &mut TcpStream,
     head: &mut Vec<u8>,
     timeout: Duration,
@@ -54,6 +65,14 @@ async fn read_name(
         match sniff(head) {
             Sniffed::Name(n) => return Some(n),
             Sniffed::NoName => return None,
+            Sniffed::Malformed => {
+                if let Some(suppressed) = entry.malformed_hellos.allow() {
+                    warn!(sandbox_id = %entry.id, len = head.len(),
+                        prefix = %crate::warn::escaped_prefix(head), suppressed,
+                        "malformed TLS hello from a sandbox");
+                }
+                return None;
+            }
             Sniffed::Incomplete if head.len() >= MAX_SNIFF => return None,
             Sniffed::Incomplete => {}
         }
@@ -92,7 +111,7 @@ async fn handle(shared: Arc<Shared>, mut stream: TcpStream, peer: Ipv4Addr) {
     let tls = entry.tls();
     let intercepting = tls.is_some() && dst.port() == 443 && verdict == Verdict::Allow;
     if verdict == Verdict::NeedName || intercepting {
-        name = read_name(&mut stream, &mut head, shared.config.sniff_timeout).await;
+        name = read_name(&entry, &mut stream, &mut head, shared.config.sniff_timeout).await;
         verdict = policy.judge_connection(ip, name.as_deref(), false);
         if let (Verdict::NotAllowed, Some(n)) = (verdict, &name) {
             // Only an allowed name can still open it, and only on an address it resolves to.

@@ -15,6 +15,9 @@ pub enum Sniffed {
     Name(String),
     /// The connection carries no name (not TLS/HTTP, no SNI, no Host).
     NoName,
+    /// A TLS record that is not a well-formed client hello: no name, and worth a (rate-limited)
+    /// warning.
+    Malformed,
 }
 
 /// Looks for a name in `buf` (everything the client sent so far).
@@ -33,7 +36,7 @@ fn sniff_tls(buf: &[u8]) -> Sniffed {
         match acceptor.read_tls(&mut rest) {
             Ok(0) => break,
             Ok(_) => {}
-            Err(_) => return Sniffed::NoName,
+            Err(_) => return Sniffed::Malformed,
         }
     }
     match acceptor.accept() {
@@ -42,7 +45,7 @@ fn sniff_tls(buf: &[u8]) -> Sniffed {
             Some(name) => Sniffed::Name(normalize_name(name)),
             None => Sniffed::NoName,
         },
-        Err(_) => Sniffed::NoName,
+        Err(_) => Sniffed::Malformed,
     }
 }
 
@@ -108,5 +111,11 @@ mod tests {
         conn.write_tls(&mut hello).expect("hello");
         assert_eq!(sniff(&hello), Sniffed::Name("api.example.test".into()));
         assert_eq!(sniff(&hello[..hello.len() / 2]), Sniffed::Incomplete);
+        // A handshake record whose body is not a client hello.
+        let mut bad = hello[..5].to_vec();
+        let body = [0x01, 0x00, 0x00, 0x04, 0xff, 0xff, 0xff, 0xff];
+        bad[3..5].copy_from_slice(&(body.len() as u16).to_be_bytes());
+        bad.extend_from_slice(&body);
+        assert_eq!(sniff(&bad), Sniffed::Malformed);
     }
 }

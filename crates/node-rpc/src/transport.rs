@@ -2,7 +2,9 @@
 //! (server side) and a channel whose connector makes one (client side). TLS is done here with
 //! tokio-rustls rather than by tonic so both sides can pin certificates ([`crate::tls`]).
 
+use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -19,17 +21,42 @@ use tracing::debug;
 
 use crate::tls::LINK_NAME;
 
-/// Longest a TLS handshake may take before the connection is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bounds of a node-link listener (the server's `--node-listen`, `cove node`'s listener).
+pub struct IncomingBounds {
+    /// Longest a TLS handshake may take before the connection is dropped.
+    pub handshake_timeout: Duration,
+    /// A link that sends nothing for this long is closed (a node-link client pings every
+    /// 10 s while a call is open, and reconnects when it needs the link again).
+    pub idle_timeout: Duration,
+    /// A place for a connection from this peer in the process's connection caps (held until
+    /// the connection closes), or `None` to close it at once.
+    pub admit: Box<dyn Fn(IpAddr) -> Option<Box<dyn Send + Sync>> + Send + Sync>,
+}
 
-/// One accepted connection after its TLS handshake.
-pub struct TlsIo(tokio_rustls::server::TlsStream<TcpStream>);
+impl Default for IncomingBounds {
+    /// 10 s handshakes, 120 s idle, no cap.
+    fn default() -> Self {
+        IncomingBounds {
+            handshake_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(120),
+            admit: Box::new(|_| Some(Box::new(()))),
+        }
+    }
+}
+
+/// One accepted connection after its TLS handshake, holding its place in the caps.
+pub struct TlsIo {
+    tls: tokio_rustls::server::TlsStream<TcpStream>,
+    idle: Duration,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+    _permit: Box<dyn Send + Sync>,
+}
 
 impl Connected for TlsIo {
     type ConnectInfo = TcpConnectInfo;
 
     fn connect_info(&self) -> TcpConnectInfo {
-        self.0.get_ref().0.connect_info()
+        self.tls.get_ref().0.connect_info()
     }
 }
 
@@ -39,7 +66,24 @@ impl AsyncRead for TlsIo {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
+        let before = buf.filled().len();
+        match Pin::new(&mut self.tls).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before {
+                    let next = tokio::time::Instant::now() + self.idle;
+                    self.deadline.as_mut().reset(next);
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending => match self.deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the node link was idle too long",
+                ))),
+                Poll::Pending => Poll::Pending,
+            },
+            other => other,
+        }
     }
 }
 
@@ -49,24 +93,26 @@ impl AsyncWrite for TlsIo {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
+        Pin::new(&mut self.tls).poll_write(cx, buf)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
+        Pin::new(&mut self.tls).poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
+        Pin::new(&mut self.tls).poll_shutdown(cx)
     }
 }
 
 /// The connections of `listener` after a TLS handshake with `config`, for tonic's
-/// `serve_with_incoming`. Handshakes run concurrently, each bounded by 10 s; a failed one is
-/// dropped (logged at debug). Accepting stops when the stream is dropped.
+/// `serve_with_incoming`, within `bounds`: a connection the caps refuse is closed before its
+/// handshake; handshakes run concurrently, each bounded by the handshake timeout; a failed
+/// one is dropped (logged at debug). Accepting stops when the stream is dropped.
 pub fn tls_incoming(
     listener: TcpListener,
     config: Arc<rustls::ServerConfig>,
+    bounds: IncomingBounds,
 ) -> ReceiverStream<io::Result<TlsIo>> {
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
@@ -84,12 +130,23 @@ pub fn tls_incoming(
                     continue;
                 }
             };
+            let Some(permit) = (bounds.admit)(peer.ip()) else {
+                debug!(%peer, "node link connection over the connection cap");
+                continue;
+            };
             let _ = tcp.set_nodelay(true);
             let (acceptor, tx) = (acceptor.clone(), tx.clone());
+            let (handshake, idle) = (bounds.handshake_timeout, bounds.idle_timeout);
             tokio::spawn(async move {
-                match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                match tokio::time::timeout(handshake, acceptor.accept(tcp)).await {
                     Ok(Ok(tls)) => {
-                        let _ = tx.send(Ok(TlsIo(tls))).await;
+                        let io = TlsIo {
+                            tls,
+                            idle,
+                            deadline: Box::pin(tokio::time::sleep(idle)),
+                            _permit: permit,
+                        };
+                        let _ = tx.send(Ok(io)).await;
                     }
                     Ok(Err(e)) => debug!(%peer, error = %e, "TLS handshake on the node link"),
                     Err(_) => debug!(%peer, "TLS handshake on the node link timed out"),

@@ -254,7 +254,11 @@ async fn serve_registry(token: &str) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let identity = TlsIdentity::generate().unwrap();
-    let incoming = tls_incoming(listener, identity.server_config().unwrap());
+    let incoming = tls_incoming(
+        listener,
+        identity.server_config().unwrap(),
+        Default::default(),
+    );
     let service = ClusterService::new(Arc::new(Registry), token, identity.cert.clone());
     tokio::spawn(
         tonic::transport::Server::builder()

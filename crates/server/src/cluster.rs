@@ -199,6 +199,7 @@ impl Joined {
     pub(crate) fn serve(
         self,
         listener: TcpListener,
+        admission: &crate::listen::Admission,
         stop: tokio::sync::watch::Receiver<bool>,
     ) -> anyhow::Result<Vec<tokio::task::JoinHandle<std::io::Result<()>>>> {
         let tls = self.identity.server_config()?;
@@ -210,8 +211,9 @@ impl Joined {
         let service =
             ClusterService::new(registry, &self.token, self.identity.cert.clone()).into_server();
         let mut rx = stop.clone();
+        let bounds = crate::listen::node_link_bounds(admission);
         tasks.push(tokio::spawn(async move {
-            let incoming = cove_node_rpc::transport::tls_incoming(listener, tls);
+            let incoming = cove_node_rpc::transport::tls_incoming(listener, tls, bounds);
             tonic::transport::Server::builder()
                 .add_service(service)
                 .serve_with_incoming_shutdown(incoming, async move {

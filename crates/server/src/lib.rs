@@ -23,10 +23,12 @@ use tokio::net::TcpListener;
 use tracing::info;
 
 mod cluster;
+pub mod listen;
 pub mod metrics;
 mod node;
 
 pub use cluster::ClusterSettings;
+pub use listen::ListenLimits;
 pub use node::{run_node, start_node, NodeSettings, RunningNode};
 
 /// Default management API address.
@@ -93,6 +95,10 @@ pub struct Config {
     pub user_namespaces: UserNamespaceSettings,
     /// Where `FROM oci-archive:NAME` finds image archives (`--oci-import-dir`; off by default).
     pub oci_import: OciImportSettings,
+    /// Bounds of every listener: connection caps, head and idle timeouts
+    /// (`--max-connections`, `--max-connections-per-peer`, `--listen-header-timeout`,
+    /// `--listen-idle-timeout`).
+    pub listen_limits: ListenLimits,
 }
 
 /// The operator's directory of OCI image archives: `FROM oci-archive:NAME` in a template file
@@ -708,6 +714,8 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
 
     let (shutdown, rx) = tokio::sync::watch::channel(false);
     let mut tasks = Vec::new();
+    // One set of connection caps for every listener of the process (`listen.rs`).
+    let admission = listen::Admission::new(cfg.listen_limits);
     if let Some(sampled) = node.clone() {
         let mut stop = rx.clone();
         tasks.push(tokio::spawn(async move {
@@ -722,7 +730,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     let node_addr = match (node_listener, cluster_tasks) {
         (Some(listener), Some(joined)) => {
             let addr = listener.local_addr()?;
-            tasks.extend(joined.serve(listener, rx.clone())?);
+            tasks.extend(joined.serve(listener, &admission, rx.clone())?);
             Some(addr)
         }
         _ => None,
@@ -730,13 +738,18 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     let surfaces = other_surfaces(api_addr)?;
     let mut listeners = vec![
         (
+            "api",
             api_listener,
             http::management_router_with(cp.clone(), surfaces),
         ),
-        (dp_listener, http::data_plane_router(cp.clone())),
+        (
+            "data-plane",
+            dp_listener,
+            http::data_plane_router(cp.clone()),
+        ),
     ];
     if let Some(listener) = proxy_listener {
-        listeners.push((listener, http::ports_router(cp.clone())));
+        listeners.push(("proxy", listener, http::ports_router(cp.clone())));
     }
     let (mut e2b_addr, mut e2b_reaper) = (None, None);
     if let (Some(listener), Some(settings)) = (e2b_listener, &cfg.e2b) {
@@ -752,22 +765,16 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         let (router, reaper) = cove_e2b_compat::router(cp.clone(), e2b_cfg);
         e2b_addr = Some(listener.local_addr()?);
         e2b_reaper = Some(reaper);
-        listeners.push((listener, router));
+        listeners.push(("e2b", listener, router));
     }
-    for (listener, router) in listeners {
-        let mut rx = rx.clone();
-        tasks.push(tokio::spawn(async move {
-            // Small SSE events and JSON answers must not wait for delayed ACKs (Nagle): without
-            // TCP_NODELAY a keep-alive exec round trip costs ~40 ms instead of a few.
-            let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-                let _ = tcp.set_nodelay(true);
-            });
-            axum::serve(listener, router)
-                .with_graceful_shutdown(async move {
-                    let _ = rx.wait_for(|stop| *stop).await;
-                })
-                .await
-        }));
+    for (name, listener, router) in listeners {
+        tasks.push(tokio::spawn(listen::serve_http(
+            name,
+            listener,
+            router,
+            admission.clone(),
+            rx.clone(),
+        )));
     }
     info!(%api_addr, %data_plane_addr, e2b_addr = ?e2b_addr, proxy_addr = ?proxy_addr,
         node_addr = ?node_addr,
@@ -905,10 +912,9 @@ pub async fn run(cfg: Config) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Installs the tracing subscriber (`RUST_LOG`, default `info`) on stderr.
+/// Installs the tracing subscriber ([`log_filter`]) on stderr.
 pub fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = log_filter(std::env::var("RUST_LOG").ok().as_deref());
     // A log that cannot be written (stderr on a full disk) loses the line: reporting that
     // would print to the same stderr, and `eprintln!` panics when it fails, which killed the
     // request being logged (its client saw the connection drop instead of a 507).
@@ -917,4 +923,22 @@ pub fn init_tracing() {
         .with_writer(std::io::stderr)
         .log_internal_errors(false)
         .try_init();
+}
+
+/// The log filter of `cove server` and `cove node`: `rust_log` (the `RUST_LOG` variable),
+/// default `info`, with `rustls` held to errors unless `rust_log` names it. rustls warns about
+/// each malformed TLS message with the peer's bytes in the line (an illegal SNI name verbatim,
+/// up to 64 KiB), and a sandbox is such a peer: its handshakes with the egress gateway would
+/// put unbounded sandbox-chosen text in the node's log. The gateway logs those itself,
+/// rate-limited per sandbox (`cove_network::warn`).
+pub fn log_filter(rust_log: Option<&str>) -> tracing_subscriber::EnvFilter {
+    let rust_log = rust_log.unwrap_or("info");
+    let mut filter = tracing_subscriber::EnvFilter::try_new(rust_log)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    if !rust_log.contains("rustls") {
+        if let Ok(d) = "rustls=error".parse() {
+            filter = filter.add_directive(d);
+        }
+    }
+    filter
 }

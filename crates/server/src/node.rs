@@ -87,8 +87,9 @@ pub async fn start_node(cfg: Config, settings: NodeSettings) -> anyhow::Result<R
     let tls = identity.server_config()?;
     let service = NodeService::new(node.clone() as Arc<dyn NodeApi>, &settings.join_token);
     let mut stop = rx.clone();
+    let bounds = crate::listen::node_link_bounds(&crate::listen::Admission::new(cfg.listen_limits));
     tasks.push(tokio::spawn(async move {
-        let incoming = cove_node_rpc::transport::tls_incoming(listener, tls);
+        let incoming = cove_node_rpc::transport::tls_incoming(listener, tls, bounds);
         let served = tonic::transport::Server::builder()
             .add_service(service.into_server())
             .serve_with_incoming_shutdown(incoming, async move {

@@ -37,4 +37,10 @@ pub trait TemplateStore: Send + Sync {
     /// Deletes the file template `name`; whether it was there. Its releases' rows stay (their
     /// numbers are never reused).
     async fn delete_file_template(&self, name: &str) -> Result<bool, StoreError>;
+
+    /// Deletes the file template `name` only when none of its releases is `ready` or
+    /// `building` (one conditional statement, so a release another replica has just recorded
+    /// keeps it); whether it was deleted. A template whose builds all failed is gone this way,
+    /// and its name is free again.
+    async fn delete_file_template_if_unbuilt(&self, name: &str) -> Result<bool, StoreError>;
 }

@@ -118,6 +118,9 @@ pub struct AgentArgs {
     /// Name prefix of the node's network namespaces [default: from the data dir].
     #[arg(long, value_name = "PREFIX")]
     pub network_prefix: Option<String>,
+    /// Connection caps and timeouts of the node's listener.
+    #[command(flatten)]
+    pub listen_limits: crate::commands::server::ListenArgs,
 }
 
 impl AgentArgs {
@@ -159,6 +162,7 @@ impl AgentArgs {
             },
             // The control plane resolves disk sizes before a launch reaches the node.
             default_disk_mib: None,
+            listen_limits: self.listen_limits.limits(),
         }
     }
 }

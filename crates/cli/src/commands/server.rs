@@ -186,6 +186,41 @@ pub struct ServerArgs {
         requires = "join_token"
     )]
     pub operation_lease_ms: u64,
+    /// Connection caps and timeouts of every listener.
+    #[command(flatten)]
+    pub listen_limits: ListenArgs,
+}
+
+/// Bounds of every listener of the process (API with console and MCP, data plane, E2B, port
+/// proxy, node link): connections over either cap are closed at once.
+#[derive(Debug, Clone, Args)]
+pub struct ListenArgs {
+    /// Open connections over all listeners of the process.
+    #[arg(long, value_name = "N", default_value_t = cove_server::listen::DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+    /// Open connections from one peer (an IPv4 address or an IPv6 /64), over all listeners.
+    #[arg(long, value_name = "N", default_value_t = cove_server::listen::DEFAULT_MAX_CONNECTIONS_PER_PEER)]
+    pub max_connections_per_peer: usize,
+    /// Seconds a client has to send a request's head (and the node link its TLS handshake),
+    /// counted from when the server starts waiting for it.
+    #[arg(long, value_name = "S", default_value_t = cove_server::listen::DEFAULT_HEADER_TIMEOUT.as_secs())]
+    pub listen_header_timeout_s: u64,
+    /// Seconds a connection with no request in flight stays open (the node link: sending
+    /// nothing, at least 30).
+    #[arg(long, value_name = "S", default_value_t = cove_server::listen::DEFAULT_IDLE_TIMEOUT.as_secs())]
+    pub listen_idle_timeout_s: u64,
+}
+
+impl ListenArgs {
+    /// The limits these flags set (a zero becomes the smallest value that serves: 1).
+    pub fn limits(&self) -> cove_server::ListenLimits {
+        cove_server::ListenLimits {
+            header_timeout: Duration::from_secs(self.listen_header_timeout_s.max(1)),
+            idle_timeout: Duration::from_secs(self.listen_idle_timeout_s.max(1)),
+            max_connections: self.max_connections.max(1),
+            max_connections_per_peer: self.max_connections_per_peer.max(1),
+        }
+    }
 }
 
 impl ServerArgs {
@@ -253,6 +288,7 @@ impl ServerArgs {
                 dir: self.oci_import_dir.clone(),
                 max_mib: Some(self.oci_import_max_mib),
             },
+            listen_limits: self.listen_limits.limits(),
             cluster: self
                 .join_token
                 .as_ref()

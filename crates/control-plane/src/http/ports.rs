@@ -4,6 +4,12 @@
 //! host name (`{port}-{id}.{domain}`). Both proxies frame requests with [`serve_port`] (the E2B
 //! listener too); who may pass is [`ControlPlane::authorize_port`]'s decision.
 //!
+//! The path proxy serves a sandbox's bytes on the management API's origin, the console's: it
+//! answers them as a sandboxed document ([`PATH_PROXY_CSP`]), drops the response headers that
+//! would act on that origin (a service worker's scope, cookies, `Clear-Site-Data`) and refuses
+//! service-worker script fetches, so a sandbox page can neither install a worker over the
+//! console nor read its storage. Browsers are sent to the proxy listener's host names.
+//!
 //! A request is HTTP/1.1 with its body streamed both ways. A WebSocket (any `Upgrade`) is passed
 //! on with its upgrade headers; when the sandbox answers `101`, the client's upgraded
 //! connection and the sandbox's are spliced until either side closes.
@@ -48,7 +54,7 @@ pub enum PortSurface {
     get,
     path = "/v1/sandboxes/{id}/ports",
     tag = "sandboxes",
-    description = "How to reach the sandbox's ports: any method on `{path}{port}/{rest}` (this API) or on `host` with the port in place of `{port}` (the proxy listener) reaches that port inside the sandbox. Unless `public`, send the port token as header `x-cove-port-token` or query `cove_port_token`, the admin token (path proxy only), or visit a one-time link first (`POST .../ports:link`). Nothing listening answers `502 bad_gateway`.",
+    description = "How to reach the sandbox's ports: any method on `{path}{port}/{rest}` (this API) or on `host` with the port in place of `{port}` (the proxy listener) reaches that port inside the sandbox. Unless `public`, send the port token as header `x-cove-port-token` or query `cove_port_token`, the admin token (path proxy only), or visit a one-time link first (`POST .../ports:link`). Nothing listening answers `502 bad_gateway`. The path proxy is on this API's origin, so it answers every page as a sandboxed document (`Content-Security-Policy: sandbox`, an opaque origin), drops `Service-Worker-Allowed`, `Set-Cookie` and `Clear-Site-Data`, and refuses service-worker script fetches (`403`): a browser should use `host`.",
     params(("id" = String, Path, description = "Sandbox id")),
     responses((status = 200, body = cove_api_types::SandboxPorts, description = "Its port path, host and token")),
 )]
@@ -227,6 +233,25 @@ fn upgrade_of(headers: &HeaderMap) -> Option<String> {
     connection_upgrade.then(|| protocol.to_string())
 }
 
+/// What the path proxy answers with, whatever the sandbox sent: the page is a sandboxed
+/// document with an opaque origin (scripts run, but it has no access to the API origin's
+/// storage, cookies or service workers, and what it fetches from there is cross-origin).
+pub const PATH_PROXY_CSP: &str =
+    "sandbox allow-scripts allow-forms allow-popups allow-modals allow-downloads";
+
+/// Response headers of a sandbox's port that the path proxy drops: they would act on the
+/// management API's origin (a service worker's scope, its cookies, its stored data).
+const PATH_PROXY_DROPPED: &[&str] = &["service-worker-allowed", "set-cookie", "clear-site-data"];
+
+/// Whether `req` fetches a service worker's script (`Service-Worker: script`, which browsers
+/// send with that fetch only).
+fn is_service_worker_script(headers: &HeaderMap) -> bool {
+    headers
+        .get("service-worker")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("script"))
+}
+
 async fn forward(
     cp: &ControlPlane,
     surface: PortSurface,
@@ -235,6 +260,16 @@ async fn forward(
     path: &str,
     mut req: Request,
 ) -> Result<Response, ServiceError> {
+    // The path proxy serves sandbox bytes on the management API's origin (the console's): a
+    // service worker registered from there would see every later request of the console,
+    // the admin token included. Its script is never fetched through it.
+    if surface == PortSurface::Path && is_service_worker_script(req.headers()) {
+        return Err(ServiceError::Forbidden(
+            "a service worker cannot be loaded through the path proxy: use the proxy \
+             listener's host name ({port}-{id}.{domain})"
+                .into(),
+        ));
+    }
     let query = split_query(req.uri().query());
     let mut path_and_query = path.to_string();
     if !query.rest.is_empty() {
@@ -347,12 +382,23 @@ async fn forward(
         if !passes(k) {
             continue;
         }
+        if surface == PortSurface::Path
+            && PATH_PROXY_DROPPED.contains(&k.to_ascii_lowercase().as_str())
+        {
+            continue;
+        }
         if let (Ok(name), Ok(value)) = (
             HeaderName::from_bytes(k.as_bytes()),
             HeaderValue::from_bytes(v),
         ) {
             resp.headers_mut().append(name, value);
         }
+    }
+    if surface == PortSurface::Path {
+        resp.headers_mut().append(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(PATH_PROXY_CSP),
+        );
     }
     resp.extensions_mut().insert(FromSandboxPort);
     if !switching {
@@ -447,6 +493,15 @@ mod tests {
         let mut h = HeaderMap::new();
         h.append(header::COOKIE, HeaderValue::from_static("cove_port=1.x"));
         assert_eq!(split_cookies(&h).1, None);
+    }
+
+    #[test]
+    fn service_worker_script_fetches_are_recognised() {
+        let mut h = HeaderMap::new();
+        assert!(!is_service_worker_script(&h));
+        h.insert("service-worker", HeaderValue::from_static("script"));
+        assert!(is_service_worker_script(&h));
+        assert!(!PATH_PROXY_CSP.contains("allow-same-origin"));
     }
 
     #[test]

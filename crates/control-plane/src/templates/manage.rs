@@ -157,6 +157,7 @@ impl ControlPlane {
         number: u32,
         build: FileBuild,
     ) -> Result<(), ServiceError> {
+        let mut guard = super::FailOnDrop::new(self, template, number);
         let (tx, mut rx) = tokio::sync::mpsc::channel::<BuildEvent>(256);
         let cancel = CancellationToken::new();
         let _cancel_on_drop = cancel.clone().drop_guard();
@@ -180,6 +181,7 @@ impl ControlPlane {
         let _ = forward.await;
         match result {
             Ok(built) => {
+                guard.disarm();
                 let d = built.defaults;
                 let defaults = TemplateDefaults {
                     user: d.user,
@@ -214,10 +216,8 @@ impl ControlPlane {
             Err(e) => {
                 warn!(template, number, error = %e, "file release build failed");
                 self.operations().log(op_id, &format!("error: {e}")).await;
-                let _ = self.node().remove_release(template, number).await;
-                self.store()
-                    .set_release_state(template, number, ReleaseState::Failed, None)
-                    .await?;
+                guard.disarm();
+                self.fail_release_build(template, number).await?;
                 Err(match e {
                     cove_node_api::NodeError::Build(m) => ServiceError::FailedPrecondition(m),
                     other => from_node(other, "-"),

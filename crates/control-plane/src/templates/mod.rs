@@ -11,7 +11,7 @@ use cove_domain::ids;
 use cove_node_api::{BuildEvent, RecipeInfo};
 use cove_store::NewOperation;
 use tokio_util::sync::CancellationToken;
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::error::from_node;
 use crate::operations::Begun;
@@ -242,6 +242,7 @@ impl ControlPlane {
         number: u32,
         no_cache: bool,
     ) -> Result<(), ServiceError> {
+        let mut guard = FailOnDrop::new(self, template, number);
         let (tx, mut rx) = tokio::sync::mpsc::channel::<BuildEvent>(256);
         let cancel = CancellationToken::new();
         // Cancel the build if this future is dropped (deadline).
@@ -266,6 +267,7 @@ impl ControlPlane {
         let _ = forward.await;
         match result {
             Ok(built) => {
+                guard.disarm();
                 self.store()
                     .set_release_digest(template, number, &built.digest)
                     .await?;
@@ -283,16 +285,84 @@ impl ControlPlane {
             Err(e) => {
                 warn!(template, number, error = %e, "release build failed");
                 self.operations().log(op_id, &format!("error: {e}")).await;
-                let _ = self.node().remove_release(template, number).await;
-                self.store()
-                    .set_release_state(template, number, ReleaseState::Failed, None)
-                    .await?;
+                guard.disarm();
+                self.fail_release_build(template, number).await?;
                 Err(match e {
                     cove_node_api::NodeError::Build(m) => ServiceError::FailedPrecondition(m),
                     other => from_node(other, "-"),
                 })
             }
         }
+    }
+}
+
+impl ControlPlane {
+    /// Records that the build of release `number` of `template` failed, was cancelled or was
+    /// interrupted: the node's copy goes, the release is `failed`, and a file template left
+    /// with no ready or building release goes too (its failed releases become `deleted`), so a
+    /// failed first build does not keep a name every org shares. Built-in templates have no
+    /// row and keep their failed releases.
+    pub(crate) async fn fail_release_build(
+        &self,
+        template: &str,
+        number: u32,
+    ) -> Result<(), ServiceError> {
+        let _ = self.node().remove_release(template, number).await;
+        self.store()
+            .set_release_state(template, number, ReleaseState::Failed, None)
+            .await?;
+        if self.recipe(template).is_ok()
+            || !self
+                .store()
+                .delete_file_template_if_unbuilt(template)
+                .await?
+        {
+            return Ok(());
+        }
+        info!(template, "template removed: it has no release that built");
+        for r in self.store().list_releases(template).await? {
+            if r.state == ReleaseState::Failed {
+                self.store()
+                    .set_release_state(template, r.number, ReleaseState::Deleted, None)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Fails a release whose build future is dropped before it finished (a cancel request or the
+/// operation's deadline drops it): armed until the build's own outcome is recorded.
+pub(crate) struct FailOnDrop {
+    cp: Option<(ControlPlane, String, u32)>,
+}
+
+impl FailOnDrop {
+    pub(crate) fn new(cp: &ControlPlane, template: &str, number: u32) -> Self {
+        Self {
+            cp: Some((cp.clone(), template.to_string(), number)),
+        }
+    }
+
+    /// The outcome is recorded by the caller.
+    pub(crate) fn disarm(&mut self) {
+        self.cp = None;
+    }
+}
+
+impl Drop for FailOnDrop {
+    fn drop(&mut self) {
+        let Some((cp, template, number)) = self.cp.take() else {
+            return;
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        rt.spawn(async move {
+            if let Err(e) = cp.fail_release_build(&template, number).await {
+                warn!(template, number, error = %e, "cannot fail a stopped build");
+            }
+        });
     }
 }
 

@@ -4,8 +4,8 @@
 use cove_api_types::{
     CreateSandboxRequest, CreateTemplateQuery, EgressPolicy, ErrorCode, OperationState,
 };
-use cove_node_api::NodeCapabilities;
-use cove_test_support::{Call, FakeNode};
+use cove_node_api::{NodeCapabilities, NodeError};
+use cove_test_support::{Call, FakeNode, Fault};
 
 use crate::harness::{code, Harness};
 
@@ -277,4 +277,118 @@ async fn oci_archive_takes_no_host_path_and_needs_an_import_dir() {
     assert_eq!(err.code, ErrorCode::OciImportDisabled, "{}", err.message);
     assert_eq!(ErrorCode::OciImportDisabled.as_str(), "oci_import_disabled");
     assert!(err.message.contains("--oci-import-dir"), "{}", err.message);
+}
+
+/// Issue 27 finding 9: template names are shared by every org, so a template whose first
+/// build fails (or is cancelled) must not keep its name: it is gone, its failed release is not
+/// listed, and another org can take the name. A failed later build keeps the template.
+#[tokio::test]
+async fn a_failed_first_build_leaves_no_template_and_frees_the_name() {
+    let h = Harness::new().await;
+    for org in ["a", "b"] {
+        h.cp.create_org(cove_api_types::CreateOrgRequest {
+            id: org.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("org");
+    }
+    h.node.inject(
+        Call::BuildRelease,
+        Fault::fail(NodeError::Build("RUN exited 1".into())),
+    );
+    let failed = as_org(
+        "a",
+        h.cp.create_template_from_file(query("web"), context("FROM base:1\nRUN false\n")),
+    )
+    .await
+    .expect("accepted");
+    assert_eq!(
+        h.settle(&failed.operation.id).await.state,
+        OperationState::Failed
+    );
+    assert_eq!(
+        code(as_org("a", h.cp.get_template("web")).await),
+        ErrorCode::TemplateNotFound
+    );
+    assert!(!h
+        .cp
+        .list_templates()
+        .await
+        .expect("list")
+        .templates
+        .iter()
+        .any(|t| t.name == "web"));
+
+    // Another org takes the name, and sees none of the first org's releases.
+    let built = as_org(
+        "b",
+        h.cp.create_template_from_file(query("web"), context("FROM base:1\n")),
+    )
+    .await
+    .expect("name is free");
+    assert_eq!(
+        h.settle(&built.operation.id).await.state,
+        OperationState::Succeeded
+    );
+    let t = as_org("b", h.cp.get_template("web"))
+        .await
+        .expect("template");
+    assert_eq!(t.org.as_deref(), Some("b"));
+    let numbers: Vec<u32> = t.releases.iter().map(|r| r.number).collect();
+    assert_eq!(numbers, [built.release.number]);
+    assert_ne!(built.release.number, failed.release.number, "never reused");
+
+    // A failed later build keeps the template and its ready release.
+    h.node.inject(
+        Call::BuildRelease,
+        Fault::fail(NodeError::Build("RUN exited 1".into())),
+    );
+    let again = as_org(
+        "b",
+        h.cp.create_template_from_file(query("web"), context("FROM base:1\nRUN false\n")),
+    )
+    .await
+    .expect("accepted");
+    assert_eq!(
+        h.settle(&again.operation.id).await.state,
+        OperationState::Failed
+    );
+    let t = as_org("b", h.cp.get_template("web")).await.expect("kept");
+    assert_eq!(t.latest_release, Some(built.release.number));
+}
+
+#[tokio::test]
+async fn a_cancelled_first_build_leaves_no_template() {
+    let h = Harness::new().await;
+    h.node.inject(Call::BuildRelease, Fault::hang());
+    let building =
+        h.cp.create_template_from_file(query("web"), context("FROM base:1\nRUN sleep 1d\n"))
+            .await
+            .expect("accepted");
+    // `base` release 1, then this build.
+    h.node.wait_for_calls(Call::BuildRelease, 2).await;
+    let done =
+        h.cp.operations()
+            .cancel(&building.operation.id)
+            .await
+            .expect("cancel");
+    assert_eq!(done.state, OperationState::Cancelled);
+    // The dropped build records its failure on a task of its own: bounded wait for it.
+    let mut gone = false;
+    for _ in 0..200 {
+        if matches!(h.cp.get_template("web").await, Err(e) if e.code() == ErrorCode::TemplateNotFound)
+        {
+            gone = true;
+            break;
+        }
+        tokio::task::spawn_blocking(|| std::thread::sleep(std::time::Duration::from_millis(5)))
+            .await
+            .expect("sleep");
+    }
+    assert!(gone, "a cancelled first build kept its template");
+    let releases = h.cp.store().list_releases("web").await.expect("releases");
+    assert!(releases
+        .iter()
+        .all(|r| r.state == cove_api_types::ReleaseState::Deleted));
 }

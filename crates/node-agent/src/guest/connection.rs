@@ -24,7 +24,7 @@ use tokio::task::AbortHandle;
 use tracing::warn;
 
 use super::error::GuestError;
-use super::warn::RateLimit;
+use cove_network::RateLimit;
 
 /// Most entries of one directory listing accepted from the guest.
 pub const MAX_LIST_ENTRIES: usize = 200_000;

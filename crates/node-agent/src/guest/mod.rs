@@ -16,7 +16,6 @@ mod connection;
 mod error;
 mod files;
 mod output;
-mod warn;
 mod watch;
 
 pub use attach::AttachEvent;

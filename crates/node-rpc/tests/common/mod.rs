@@ -19,7 +19,11 @@ pub async fn serve(node: Arc<dyn NodeApi>) -> (String, CertificateDer<'static>) 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let identity = TlsIdentity::generate().unwrap();
-    let incoming = tls_incoming(listener, identity.server_config().unwrap());
+    let incoming = tls_incoming(
+        listener,
+        identity.server_config().unwrap(),
+        Default::default(),
+    );
     tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(NodeService::new(node, TOKEN).into_server())

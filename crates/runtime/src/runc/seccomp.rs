@@ -2,7 +2,7 @@
 //!
 //! It follows Docker's default profile (moby `profiles/seccomp/default.json`) for a container
 //! without extra capabilities, written as a deny-list for brevity: the default action is ALLOW and
-//! the syscalls Docker's profile does not allow such a container fail with `EPERM`. Two groups:
+//! the syscalls Docker's profile does not allow such a container fail with `EPERM`. Three groups:
 //!
 //! - [`DENIED`]: kernel-wide or host-wide effects (modules, kexec, reboot, swap, clock, accounting,
 //!   quotas, keyrings), filesystem and namespace administration (mount family, `pivot_root`,
@@ -13,6 +13,14 @@
 //!   `NEWNET`, `NEWCGROUP`) fails with `EPERM`, like Docker's argument filter; `clone3`, whose
 //!   flags seccomp cannot read, fails with `ENOSYS` exactly as in Docker, so libc falls back to
 //!   `clone`.
+//! - `socket` with address family `AF_VSOCK` or `AF_ALG` fails with `EAFNOSUPPORT`, like Docker's
+//!   profile (which allows `socket` only when the family is not `AF_VSOCK`). vsock is node-wide,
+//!   not per network namespace: a sandbox could listen on the node's vsock ports and reach the
+//!   hypervisor's side when the node is a VM. `AF_ALG` is the kernel crypto API, a long line of
+//!   kernel bugs reachable from unprivileged code and of no use to a sandbox that has userspace
+//!   crypto. As in Docker, 32-bit x86 code that multiplexes `socket` through `socketcall`
+//!   passes the family in memory, where seccomp cannot read it; the rule covers the direct
+//!   `socket` call of every ABI.
 //!
 //! Allowed on purpose, as Docker does on kernels ≥ 4.8: `ptrace`, `process_vm_readv`,
 //! `process_vm_writev` (debuggers work inside the sandbox; the pid namespace bounds them).
@@ -101,8 +109,12 @@ const CLONE_NAMESPACE_FLAGS: &[u64] = &[
     0x4000_0000, // CLONE_NEWNET
 ];
 
+/// Address families `socket(2)` may not open: `AF_ALG` (38) and `AF_VSOCK` (40).
+const DENIED_SOCKET_FAMILIES: &[u64] = &[38, 40];
+
 const EPERM: u32 = 1;
 const ENOSYS: u32 = 38;
+const EAFNOSUPPORT: u32 = 97;
 
 /// The filter described in the module docs, for x86-64 (with its x86 and x32 ABIs).
 pub(crate) fn profile() -> Result<LinuxSeccomp, OciSpecError> {
@@ -124,6 +136,21 @@ pub(crate) fn profile() -> Result<LinuxSeccomp, OciSpecError> {
         rule.set_names(vec!["clone".to_string()]);
         rule.set_action(LinuxSeccompAction::ScmpActErrno);
         rule.set_errno_ret(Some(EPERM));
+        rule.set_args(Some(vec![arg]));
+        syscalls.push(rule);
+    }
+
+    // The family is arg 0 of socket; an equality test per family.
+    for family in DENIED_SOCKET_FAMILIES {
+        let arg = LinuxSeccompArgBuilder::default()
+            .index(0usize)
+            .value(*family)
+            .op(LinuxSeccompOperator::ScmpCmpEq)
+            .build()?;
+        let mut rule = LinuxSyscall::default();
+        rule.set_names(vec!["socket".to_string()]);
+        rule.set_action(LinuxSeccompAction::ScmpActErrno);
+        rule.set_errno_ret(Some(EAFNOSUPPORT));
         rule.set_args(Some(vec![arg]));
         syscalls.push(rule);
     }
@@ -183,5 +210,27 @@ mod tests {
         assert_eq!(json["defaultAction"], "SCMP_ACT_ALLOW");
         assert_eq!(json["syscalls"][0]["action"], "SCMP_ACT_ERRNO");
         assert_eq!(json["syscalls"][1]["args"][0]["op"], "SCMP_CMP_MASKED_EQ");
+    }
+
+    #[test]
+    fn socket_of_vsock_and_alg_fails_with_eafnosupport() {
+        let json = serde_json::to_value(profile().expect("profile")).expect("serialise");
+        let rules: Vec<_> = json["syscalls"]
+            .as_array()
+            .expect("syscalls")
+            .iter()
+            .filter(|r| r["names"] == serde_json::json!(["socket"]))
+            .collect();
+        let families: Vec<_> = rules
+            .iter()
+            .map(|r| {
+                assert_eq!(r["action"], "SCMP_ACT_ERRNO");
+                assert_eq!(r["errnoRet"], 97);
+                assert_eq!(r["args"][0]["index"], 0);
+                assert_eq!(r["args"][0]["op"], "SCMP_CMP_EQ");
+                r["args"][0]["value"].as_u64().expect("family")
+            })
+            .collect();
+        assert_eq!(families, [38, 40], "AF_ALG and AF_VSOCK");
     }
 }

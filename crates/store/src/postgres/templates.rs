@@ -63,4 +63,16 @@ impl TemplateStore for PgStore {
             .await?;
         Ok(done.rows_affected() > 0)
     }
+
+    async fn delete_file_template_if_unbuilt(&self, name: &str) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "DELETE FROM file_templates WHERE name = $1 AND NOT EXISTS \
+             (SELECT 1 FROM releases WHERE releases.template = file_templates.name \
+             AND releases.state IN ('ready', 'building'))",
+        )
+        .bind(name)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
 }

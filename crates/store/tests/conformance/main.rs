@@ -48,6 +48,7 @@ macro_rules! conformance {
 conformance!(
     templates::file_templates_are_put_replaced_listed_and_deleted,
     templates::release_defaults_round_trip_and_deleted_numbers_are_not_reused,
+    templates::a_template_with_no_ready_or_building_release_is_deleted_conditionally,
     sandboxes::sandboxes_round_trip,
     sandboxes::sandbox_ids_are_unique,
     sandboxes::sandbox_transitions_are_compare_and_set,

@@ -81,3 +81,45 @@ pub async fn release_defaults_round_trip_and_deleted_numbers_are_not_reused(stor
     let next = store.insert_next_release("web", "file").await.expect("r2");
     assert_eq!(next.number, 2);
 }
+
+pub async fn a_template_with_no_ready_or_building_release_is_deleted_conditionally(
+    store: Arc<dyn Store>,
+) {
+    store
+        .put_file_template("web", "default", "FROM base\n")
+        .await
+        .expect("put");
+    let first = store.insert_next_release("web", "file").await.expect("r1");
+    assert_eq!(first.state, ReleaseState::Building);
+    assert!(!store
+        .delete_file_template_if_unbuilt("web")
+        .await
+        .expect("building keeps it"));
+    store
+        .set_release_state("web", first.number, ReleaseState::Ready, Some(1))
+        .await
+        .expect("ready");
+    assert!(!store
+        .delete_file_template_if_unbuilt("web")
+        .await
+        .expect("ready keeps it"));
+    store
+        .set_release_state("web", first.number, ReleaseState::Failed, None)
+        .await
+        .expect("failed");
+    // Another template's ready release does not count.
+    let other = store.insert_next_release("api", "file").await.expect("api");
+    store
+        .set_release_state("api", other.number, ReleaseState::Ready, Some(1))
+        .await
+        .expect("ready");
+    assert!(store
+        .delete_file_template_if_unbuilt("web")
+        .await
+        .expect("only failed: deleted"));
+    assert_eq!(store.file_template("web").await.expect("get"), None);
+    assert!(!store
+        .delete_file_template_if_unbuilt("web")
+        .await
+        .expect("already gone"));
+}
