@@ -85,7 +85,7 @@ impl Seen {
             .clone()
     }
 
-    /// The raw packets the fake DNS server received (the first [`SEEN_PACKETS`]), in order.
+    /// The raw packets the fake DNS server received (the first `SEEN_PACKETS` of them), in order.
     pub fn dns_packets(&self) -> Vec<Vec<u8>> {
         self.dns_packets
             .lock()
