@@ -21,7 +21,6 @@
 #![deny(clippy::disallowed_methods)]
 
 use std::ffi::OsStr;
-use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::Duration;
@@ -216,22 +215,7 @@ fn record(
 
 fn file_sha256(dir: &Tree, at: &Path, guard: &Guard) -> Result<String, BuildError> {
     let f = dir.open_file(at).map_err(confined("digest"))?;
-    let mut r = guard.reader(f);
-    let mut h = Sha256::new();
-    let mut buf = vec![0u8; 256 * 1024];
-    loop {
-        let n = r.read(&mut buf).map_err(|source| {
-            guard.or(BuildError::Io {
-                context: "digest: read a file".into(),
-                source,
-            })
-        })?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(format!("{:x}", h.finalize()))
+    guard.sha256_hex(&mut guard.reader(f), "digest: read a file")
 }
 
 #[cfg(test)]

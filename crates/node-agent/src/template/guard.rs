@@ -126,6 +126,31 @@ impl Guard {
         }
     }
 
+    /// Hex SHA-256 of everything `r` yields (a reader made by [`Guard::reader`]), read 256 KiB
+    /// at a time; a read error is `context`'s I/O error unless the guard stopped the read.
+    pub(crate) fn sha256_hex<R: Read>(
+        &self,
+        r: &mut R,
+        context: &str,
+    ) -> Result<String, BuildError> {
+        use sha2::{Digest as _, Sha256};
+        let mut h = Sha256::new();
+        let mut buf = vec![0u8; 256 * 1024];
+        loop {
+            let n = r.read(&mut buf).map_err(|source| {
+                self.or(BuildError::Io {
+                    context: context.into(),
+                    source,
+                })
+            })?;
+            if n == 0 {
+                break;
+            }
+            h.update(&buf[..n]);
+        }
+        Ok(format!("{:x}", h.finalize()))
+    }
+
     /// `inner` read through this guard.
     pub(crate) fn reader<R: Read>(&self, inner: R) -> Metered<R> {
         Metered {

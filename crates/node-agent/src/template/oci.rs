@@ -122,21 +122,7 @@ impl OciArchive {
     /// Hex SHA-256 of the archive's bytes, read through `guard`.
     pub(crate) fn sha256(&self, guard: &Guard) -> Result<String, BuildError> {
         let (guard, mut r) = self.reader(guard)?;
-        let mut h = Sha256::new();
-        let mut buf = vec![0u8; 256 * 1024];
-        loop {
-            let n = r.read(&mut buf).map_err(|source| {
-                guard.or(BuildError::Io {
-                    context: "read the image archive".into(),
-                    source,
-                })
-            })?;
-            if n == 0 {
-                break;
-            }
-            h.update(&buf[..n]);
-        }
-        Ok(format!("{:x}", h.finalize()))
+        guard.sha256_hex(&mut r, "read the image archive")
     }
 }
 
