@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use cove_api_types::{
     CreateCommandRequest, CreateSandboxRequest, CreateTemplateQuery, OperationLogEvent,
-    OperationState, ReleaseState,
+    OperationState,
 };
 use cove_client::{Client, ClientError};
 use cove_e2e::{client, delete, ensure_template, oci_import_dir, server, sh};
@@ -321,16 +321,15 @@ async fn a_failing_run_leaves_no_release_and_logs_its_stderr() {
             .any(|l| l.contains("line 3") && l.contains("code 3")),
         "{log:#?}"
     );
-    let t = c.template("broken").await.expect("template");
-    assert_eq!(t.latest_release, None);
-    assert!(
-        t.releases.iter().all(|r| r.state == ReleaseState::Failed),
-        "{:?}",
-        t.releases
+    // A failed first build leaves no template: the name is free again (names are shared by
+    // every org), and nothing of the release stays on disk.
+    let gone = c.template("broken").await.expect_err("no template");
+    assert_eq!(
+        gone.api_body().map(|b| b.code),
+        Some(cove_api_types::ErrorCode::TemplateNotFound)
     );
     let s = cove_e2e::server();
     assert!(!s.data_dir.join("releases/broken/1").exists());
-    c.delete_template("broken").await.expect("delete");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -547,9 +546,12 @@ async fn an_oci_archive_with_a_corrupted_layer_fails_naming_the_layer() {
         "{}",
         err.message
     );
-    let t = c.template("corrupted").await.expect("template");
-    assert!(t.releases.iter().all(|r| r.state == ReleaseState::Failed));
-    c.delete_template("corrupted").await.expect("delete");
+    // A failed first build leaves no template.
+    let gone = c.template("corrupted").await.expect_err("no template");
+    assert_eq!(
+        gone.api_body().map(|b| b.code),
+        Some(cove_api_types::ErrorCode::TemplateNotFound)
+    );
 }
 
 /// The client of a fresh org's API key (a tenant, not the admin).

@@ -12,7 +12,7 @@ use cove_api_types::{
 use cove_control_plane::orgs::{scope, Actor, Caller};
 use cove_control_plane::{LifecycleVerb, ServiceError};
 
-use crate::harness::{code, Harness};
+use crate::harness::{code, eventually, Harness};
 
 /// Runs `f` as a key of `org`.
 async fn as_org<F: Future>(org: &str, f: F) -> F::Output {
@@ -73,11 +73,22 @@ async fn members(h: &Harness, name: &str) -> (u32, u32) {
     (p.ready, p.starting)
 }
 
-/// Runs pool passes until the node's count stops changing.
+/// Runs pool passes, each followed by a bounded wait until no member of the org's pools is
+/// still starting (members boot on tasks of their own: on a loaded machine one pass's members
+/// may not have settled by the next).
 async fn pool_passes(h: &Harness) {
     for _ in 0..3 {
         h.cp.reconcile_pools().await.expect("pool pass");
         h.advance(std::time::Duration::from_secs(1)).await;
+        eventually("pool members to settle", || async {
+            as_org("acme", h.cp.list_pools())
+                .await
+                .expect("pools")
+                .pools
+                .iter()
+                .all(|p| p.starting == 0)
+        })
+        .await;
     }
 }
 
