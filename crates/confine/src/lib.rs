@@ -818,8 +818,25 @@ impl Tree {
     ) -> Result<u64> {
         let root_dev = self.meta()?.dev;
         let mut seen = 0u64;
-        let mut stack: Vec<(Tree, usize)> = vec![(self.open_dir(Path::new(""))?, 0)];
-        while let Some((dir, depth)) = stack.pop() {
+        // Pending directories are kept as (parent, name) and opened when their turn comes, so
+        // the descriptors held at once follow the depth of the walk, not the width of a
+        // directory (one with 100,000 subdirectories must not exhaust the process's fds).
+        let root = std::rc::Rc::new(self.open_dir(Path::new(""))?);
+        let mut stack: Vec<(std::rc::Rc<Tree>, Option<std::ffi::CString>, usize)> =
+            vec![(root, None, 0)];
+        while let Some((parent, name, depth)) = stack.pop() {
+            let dir = match name {
+                None => parent,
+                Some(name) => {
+                    match parent.open_dir(Path::new(OsStr::from_bytes(name.to_bytes()))) {
+                        Ok(dir) => std::rc::Rc::new(dir),
+                        // Gone or replaced by a link since it was listed: nothing to walk.
+                        Err(Error::Link { .. }) | Err(Error::WrongKind { .. }) => continue,
+                        Err(e) if e.is_not_found() => continue,
+                        Err(e) => return Err(e),
+                    }
+                }
+            };
             for (name, _) in dir.names()? {
                 seen += 1;
                 if seen > max_entries || depth > MAX_DEPTH {
@@ -834,8 +851,7 @@ impl Tree {
                 let meta = Meta::from_stat(&st);
                 visit(&dir, &name, &meta)?;
                 if meta.is_dir() && meta.dev == root_dev {
-                    let sub = dir.open_dir(Path::new(OsStr::from_bytes(name.to_bytes())))?;
-                    stack.push((sub, depth + 1));
+                    stack.push((dir.clone(), Some(name), depth + 1));
                 }
             }
         }

@@ -307,3 +307,20 @@ fn open_dir_in_root_follows_links_as_the_sandbox_would_and_never_leaves() {
     ));
     lab.assert_canaries_intact();
 }
+
+#[test]
+fn a_wide_tree_is_walked_with_few_descriptors_open() {
+    let lab = lab();
+    for i in 0..2000 {
+        std::fs::create_dir(lab.tree.join(format!("d{i}"))).expect("mkdir");
+    }
+    let tree = Tree::open(&lab.tree).expect("open");
+    let mut most = 0;
+    tree.walk(10_000, &mut |_, _, _| {
+        let open = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count());
+        most = most.max(open);
+        Ok(())
+    })
+    .expect("walk");
+    assert!(most < 500, "{most} descriptors open at once");
+}

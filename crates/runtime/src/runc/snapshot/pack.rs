@@ -15,6 +15,7 @@ use std::ffi::OsStr;
 use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use cove_confine::Tree;
 use rustix::fs::FileType;
@@ -55,8 +56,19 @@ pub(crate) fn pack_relative<W: Write>(root: &Path, out: W, range: Option<u32>) -
     let mut links: HashMap<(u64, u64), PathBuf> = HashMap::new();
     let mut bytes = 0u64;
     let mut seen = 0u64;
-    let mut stack = vec![(Tree::open(root)?, PathBuf::new())];
-    while let Some((dir, rel)) = stack.pop() {
+    // Pending directories are (parent, name, path) and opened when their turn comes: the
+    // descriptors held at once follow the tree's depth, not a directory's width.
+    let mut stack: Vec<(Rc<Tree>, Option<PathBuf>, PathBuf)> =
+        vec![(Rc::new(Tree::open(root)?), None, PathBuf::new())];
+    while let Some((parent, name, rel)) = stack.pop() {
+        let dir = match name {
+            None => parent,
+            Some(name) => match parent.open_dir(&name) {
+                Ok(dir) => Rc::new(dir),
+                Err(e) if vanished(&e) => continue,
+                Err(e) => return Err(e.into()),
+            },
+        };
         let mut names = dir.names()?;
         names.sort_by(|a, b| a.0.cmp(&b.0));
         // Reverse so that popping keeps the sorted order for subdirectories.
@@ -88,9 +100,10 @@ pub(crate) fn pack_relative<W: Write>(root: &Path, out: W, range: Option<u32>) -
                         Err(e) => return Err(e.into()),
                     };
                     append_xattrs(&mut builder, &sub.as_file()?)?;
+                    drop(sub);
                     header.set_entry_type(EntryType::Directory);
                     builder.append_data(&mut header, &rel_path, io::empty())?;
-                    subdirs.push((sub, rel_path));
+                    subdirs.push((dir.clone(), Some(name.to_path_buf()), rel_path));
                 }
                 FileType::Symlink => {
                     let target = match dir.read_link(name) {
