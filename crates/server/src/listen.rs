@@ -42,8 +42,11 @@ use tokio::time::Instant;
 use tower::ServiceExt;
 use tracing::warn;
 
-/// Default of `--listen-header-timeout`.
-pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default of `--listen-header-timeout`. hyper counts it from when it starts waiting for a
+/// head, which on a kept-alive connection is right after the last response: it must outlast
+/// the idle time of clients' connection pools (reqwest's, under E2B's Python SDK, keeps an idle
+/// connection 90 s), or a client reusing a pooled connection meets a reset.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(100);
 /// Default of `--listen-idle-timeout`.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
 /// Default of `--max-connections`.
