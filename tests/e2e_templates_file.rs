@@ -266,22 +266,14 @@ RUN mkdir -p /opt/tool/bin && ls / && printf '#!/bin/sh\\necho tool ran\\n' > /o
     );
     assert_eq!(t.defaults.ports, [8000]);
 
-    let resp = c
-        .create_sandbox(
-            &CreateSandboxRequest {
-                template: Some("pathy".into()),
-                ..Default::default()
-            },
-            None,
-        )
-        .await
-        .expect("create");
-    let op = c
-        .wait_operation(&resp.operation.id, Duration::from_secs(120))
-        .await
-        .expect("create ends");
-    assert_eq!(op.state, OperationState::Succeeded, "{:?}", op.error);
-    let id = resp.sandbox.id;
+    let id = cove_e2e::create_running(
+        &c,
+        &CreateSandboxRequest {
+            template: Some("pathy".into()),
+            ..Default::default()
+        },
+    )
+    .await;
     let out = cove_e2e::run(
         &c,
         &id,

@@ -407,7 +407,13 @@ pub async fn sandbox_with(
 ) -> String {
     ensure_template(client, template).await;
     req.template = Some(template.to_string());
-    let resp = client.create_sandbox(&req, None).await.expect("create");
+    create_running(client, &req).await
+}
+
+/// Creates a sandbox as `req` asks (its template as it is: nothing is built) and waits until
+/// it runs; its id.
+pub async fn create_running(client: &Client, req: &CreateSandboxRequest) -> String {
+    let resp = client.create_sandbox(req, None).await.expect("create");
     let op = client
         .wait_operation(&resp.operation.id, Duration::from_secs(120))
         .await
