@@ -362,7 +362,7 @@ fn unsupported(name: &str) -> String {
         "STOPSIGNAL" => "sandboxes stop as a whole; there is no main process to signal",
         "ONBUILD" => "put the steps in the templates that start FROM this one",
         "MAINTAINER" => "use LABEL maintainer=...",
-        _ => "see the README's template file section for what is supported",
+        _ => "see docs/templates.md for what is supported",
     };
     format!("unsupported instruction {name} ({instead})")
 }
