@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use cove_api_types::{CreateSandboxRequest, ErrorCode, ResourcesRequest};
+use cove_api_types::{CreateSandboxRequest, ErrorCode, PutPoolRequest, ResourcesRequest};
 use cove_e2e::{delete, ensure_template, root_sh, sandbox, sandbox_with, sh};
 
 /// This binary's server gives sandboxes no default disk, so a sandbox without one (its
@@ -147,6 +147,81 @@ async fn prometheus_counts_exactly_what_happened() {
                 && *v != get(&before, k)),
         "an operation failed: {after:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_requests_and_warm_pools_have_series() {
+    let _serial = SERIAL.lock().await;
+    let c = client();
+    ensure_template(&c, "tiny").await;
+    let before = scrape().await;
+
+    // Two answered requests of one route: counted under its template, never the tenant's path.
+    for _ in 0..2 {
+        let e = c.get_sandbox("sb-nope").await.expect_err("no such sandbox");
+        assert_eq!(
+            e.api_body().map(|b| b.code),
+            Some(ErrorCode::SandboxNotFound)
+        );
+    }
+    let unmatched = reqwest::get(format!("{}/no/such/route", server().api_url))
+        .await
+        .expect("GET");
+    assert_eq!(unmatched.status(), 404);
+
+    // A pool with a ready member, then a create it serves.
+    let size = Some(ResourcesRequest {
+        memory_mib: Some(320),
+        ..Default::default()
+    });
+    let put = PutPoolRequest {
+        template: "tiny".into(),
+        release: None,
+        resources: size.clone(),
+        min_ready: 1,
+        max: 1,
+    };
+    c.put_pool("metrics-warm", &put).await.expect("put pool");
+    let start = Instant::now();
+    while c.pool("metrics-warm").await.expect("pool").ready < 1 {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "no ready member"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let warm = scrape().await;
+    assert!(get(&warm, "cove_pools") >= 1.0);
+    assert!(get(&warm, "cove_pool_min_ready") >= 1.0);
+    assert!(get(&warm, "cove_pool_members{state=\"ready\"}") >= 1.0);
+    let req = CreateSandboxRequest {
+        resources: size,
+        ..Default::default()
+    };
+    let id = sandbox_with(&c, "tiny", req).await;
+    let pool = c.pool("metrics-warm").await.expect("pool");
+    c.delete_pool("metrics-warm").await.expect("delete pool");
+    delete(&c, &id).await;
+    let after = scrape().await;
+
+    let route = "cove_http_requests_total{listener=\"api\",method=\"GET\",\
+                 route=\"/v1/sandboxes/{id}\",status=\"404\"}";
+    assert_eq!(delta(&before, &after, route), 2.0, "{after:?}");
+    let nowhere = "cove_http_requests_total{listener=\"api\",method=\"GET\",\
+                   route=\"unmatched\",status=\"404\"}";
+    assert_eq!(delta(&before, &after, nowhere), 1.0);
+    let timed = "cove_http_request_duration_seconds_count{listener=\"api\",\
+                 route=\"/v1/sandboxes/{id}\"}";
+    assert!(delta(&before, &after, timed) >= 2.0);
+    assert!(
+        !after
+            .keys()
+            .any(|k| k.contains("sb-nope") || k.contains("metrics-warm")),
+        "a tenant's words became a label"
+    );
+    let hits = "cove_pool_claims_total{result=\"hit\"}";
+    assert_eq!(pool.hits, 1, "the create was served from the pool: {pool:?}");
+    assert_eq!(delta(&warm, &after, hits), 1.0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -16,7 +16,8 @@ TOOLS = {
     "create_sandbox", "list_sandboxes", "get_sandbox", "pause_sandbox", "resume_sandbox",
     "suspend_sandbox", "wake_sandbox", "delete_sandbox", "run_command",
     "start_background_command", "read_output", "kill_command", "write_file", "read_file",
-    "list_files",
+    "list_files", "list_templates", "get_network_policy", "set_network_policy", "preview_url",
+    "create_checkpoint", "list_checkpoints", "rollback_sandbox", "fork_sandbox",
 }
 
 
@@ -175,3 +176,58 @@ async def test_bad_arguments_and_tokens_are_refused(cove):
             assert r.status_code == 401, r.text
             assert r.json()["code"] == "unauthorized"
             assert r.json()["request_id"] == r.headers["x-request-id"]
+
+
+async def test_templates_network_previews_checkpoints_and_forks(cove):
+    async with stdio_client(cove) as client:
+        templates = await call(client, "list_templates")
+        base = [t for t in templates["templates"] if t["name"] == "base"]
+        assert base and base[0]["latest_release"] is not None
+
+        sid = (await call(client, "create_sandbox", template="base"))["id"]
+        forks = []
+        try:
+            # The egress policy, live: replaced, read back; a bad rule is invalid_argument.
+            net = await call(client, "set_network_policy", sandbox_id=sid, internet=False,
+                             allow=["pypi.org", "10.0.0.0/8"], deny=["evil.example"])
+            assert net["network"]["internet"] is False
+            assert net["network"]["allow"] == ["pypi.org", "10.0.0.0/8"]
+            got = await call(client, "get_network_policy", sandbox_id=sid)
+            assert got["network"] == net["network"]
+            assert "connections_denied" in got["counters"]
+            bad = await call_error(client, "set_network_policy", sandbox_id=sid,
+                                   allow=["not a rule!"])
+            assert bad["code"] == "invalid_argument"
+
+            # A preview link to a port: one use, on the proxy listener, for that port.
+            link = await call(client, "preview_url", sandbox_id=sid, port=8000, path="/x")
+            assert link["port"] == 8000 and link["url"].startswith("http")
+            assert (await call_error(client, "preview_url", sandbox_id=sid,
+                                     port=0))["code"] == "invalid_argument"
+
+            # Checkpoint, change, roll back: the file is as it was at the checkpoint.
+            await call(client, "run_command", sandbox_id=sid, command="echo before > /tmp/f")
+            ck = await call(client, "create_checkpoint", sandbox_id=sid, name="mcp")
+            assert ck["state"] == "ready" and ck["sandbox_id"] == sid
+            listed = await call(client, "list_checkpoints", sandbox_id=sid)
+            assert ck["id"] in [c["id"] for c in listed["checkpoints"]]
+            await call(client, "run_command", sandbox_id=sid, command="echo after > /tmp/f")
+            rolled = await call(client, "rollback_sandbox", sandbox_id=sid,
+                                checkpoint_id=ck["id"])
+            assert rolled["state"] == "running"
+            out = await call(client, "run_command", sandbox_id=sid, command="cat /tmp/f")
+            assert out["stdout"] == "before\n"
+
+            # Fork: a running copy with the same files.
+            forked = await call(client, "fork_sandbox", sandbox_id=sid, count=1)
+            forks = [s["id"] for s in forked["sandboxes"]]
+            assert len(forks) == 1 and forks[0] != sid
+            assert forked["sandboxes"][0]["state"] == "running"
+            out = await call(client, "run_command", sandbox_id=forks[0], command="cat /tmp/f")
+            assert out["stdout"] == "before\n"
+            too_many = await call_error(client, "fork_sandbox", sandbox_id=sid, count=99)
+            assert too_many["code"] == "invalid_argument"
+        finally:
+            for f in forks:
+                await call(client, "delete_sandbox", sandbox_id=f)
+            await call(client, "delete_sandbox", sandbox_id=sid)

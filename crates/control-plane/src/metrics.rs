@@ -44,6 +44,23 @@ pub const ALLOTTED_VCPUS: &str = "cove_sandboxes_allotted_vcpus";
 /// [`NODE_MEMORY`]).
 pub const ALLOTTED_MEMORY: &str = "cove_sandboxes_allotted_memory_bytes";
 
+/// HTTP requests answered (counter, labels `listener` = `api`/`data`/`proxy`, `method`,
+/// `route` = the matched route's template such as `/v1/sandboxes/{id}` (`unmatched` for none),
+/// `status` = the response's code).
+pub const HTTP_REQUESTS: &str = "cove_http_requests_total";
+/// Seconds from a request's arrival to its response's head (histogram, labels `listener` and
+/// `route`); a stream's own length is not in it.
+pub const HTTP_DURATION: &str = "cove_http_request_duration_seconds";
+/// Warm pools (gauge).
+pub const POOLS: &str = "cove_pools";
+/// Members of every warm pool (gauge, label `state`: `ready` or `starting`).
+pub const POOL_MEMBERS: &str = "cove_pool_members";
+/// Ready members every pool keeps, summed (gauge; compare with [`POOL_MEMBERS`]).
+pub const POOL_MIN_READY: &str = "cove_pool_min_ready";
+/// Creates a pool matched (counter, label `result`: `hit` = served by a ready member, `miss` =
+/// none was ready, started cold), as this replica served them.
+pub const POOL_CLAIMS: &str = "cove_pool_claims_total";
+
 /// Renders the installed recorder's series in the Prometheus text format; set by the
 /// composition root in [`crate::ControlPlaneConfig::metrics`].
 #[derive(Clone)]
@@ -92,6 +109,38 @@ pub(crate) fn data_plane_bytes(stream: &'static str, bytes: usize) {
     metrics::counter!(DATA_PLANE_BYTES, "stream" => stream).increment(bytes as u64);
 }
 
+/// Counts one answered HTTP request of `listener`; `route` is a route template (never a
+/// tenant's path), so the series stay few.
+pub(crate) fn http_request(
+    listener: &'static str,
+    method: &axum::http::Method,
+    route: String,
+    status: u16,
+    took: Duration,
+) {
+    use axum::http::Method;
+    let method = match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    };
+    metrics::counter!(HTTP_REQUESTS, "listener" => listener, "method" => method,
+        "route" => route.clone(), "status" => status.to_string())
+    .increment(1);
+    metrics::histogram!(HTTP_DURATION, "listener" => listener, "route" => route)
+        .record(took.as_secs_f64());
+}
+
+/// Counts a create a pool matched: `hit` or `miss`.
+pub(crate) fn pool_claim(result: &'static str) {
+    metrics::counter!(POOL_CLAIMS, "result" => result).increment(1);
+}
+
 /// States whose sandboxes hold node resources for the allotment gauges.
 const HOLDING: [SandboxState; 2] = [SandboxState::Running, SandboxState::Paused];
 
@@ -125,6 +174,7 @@ impl ControlPlane {
         });
         metrics::gauge!(ALLOTTED_VCPUS).set(vcpus as f64);
         metrics::gauge!(ALLOTTED_MEMORY).set(memory as f64);
+        self.pool_gauges().await?;
         match self.node().capacity().await {
             Ok(cap) => {
                 metrics::gauge!(NODE_CPUS).set(f64::from(cap.cpus));
@@ -135,5 +185,25 @@ impl ControlPlane {
             Err(e) => warn!(error = %e, "node capacity unavailable for /metrics"),
         }
         Ok(Some((render.0)()))
+    }
+
+    /// Sets the warm-pool series from the store: totals over every pool, no pool names (they
+    /// are tenants' words, and `/metrics` needs no token).
+    async fn pool_gauges(&self) -> Result<(), ServiceError> {
+        let pools = self.store().list_pools().await?;
+        let members = self.store().pool_members().await?;
+        let (ready, starting) = members.iter().fold((0u64, 0u64), |(r, s), m| {
+            if m.sandbox.state == SandboxState::Running {
+                (r + 1, s)
+            } else {
+                (r, s + 1)
+            }
+        });
+        metrics::gauge!(POOLS).set(pools.len() as f64);
+        metrics::gauge!(POOL_MEMBERS, "state" => "ready").set(ready as f64);
+        metrics::gauge!(POOL_MEMBERS, "state" => "starting").set(starting as f64);
+        let min_ready: u64 = pools.iter().map(|p| u64::from(p.min_ready)).sum();
+        metrics::gauge!(POOL_MIN_READY).set(min_ready as f64);
+        Ok(())
     }
 }

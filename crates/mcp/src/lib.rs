@@ -13,6 +13,10 @@
 //!   note when large), `start_background_command`, `read_output` (from a byte offset),
 //!   `kill_command`.
 //! - [`tools::files`]: `write_file`, `read_file`, `list_files`.
+//! - [`tools::templates`]: the one tool `list_templates`.
+//! - [`tools::network`]: `get_network_policy`, `set_network_policy`, `preview_url`.
+//! - [`tools::checkpoints`]: `create_checkpoint`, `list_checkpoints`, `rollback_sandbox`,
+//!   `fork_sandbox`.
 //!
 //! A failed call is an MCP tool error (`isError: true`) whose text starts with the API's error
 //! code and whose structured content is `{code, message, request_id}` (see [`error`]).
@@ -71,7 +75,12 @@ impl CoveMcp {
     fn new(access: Access) -> Self {
         CoveMcp {
             access,
-            tool_router: Self::sandbox_tools() + Self::command_tools() + Self::file_tools(),
+            tool_router: Self::sandbox_tools()
+                + Self::command_tools()
+                + Self::file_tools()
+                + Self::template_tools()
+                + Self::network_tools()
+                + Self::checkpoint_tools(),
         }
     }
 

@@ -9,15 +9,62 @@ use std::task::{Context, Poll};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// Live counters of one sandbox (relaxed atomics).
-#[derive(Debug, Default)]
+/// Live counters of one sandbox (relaxed atomics). Each also feeds a node-wide Prometheus
+/// series through the `metrics` facade (a no-op where no recorder is installed), so operators
+/// see the gateway's totals without a label per sandbox.
+#[derive(Debug)]
 pub(crate) struct Counters {
-    pub bytes_out: AtomicU64,
-    pub bytes_in: AtomicU64,
-    pub connections_allowed: AtomicU64,
-    pub connections_denied: AtomicU64,
-    pub dns_answered: AtomicU64,
-    pub dns_refused: AtomicU64,
+    pub bytes_out: Tally,
+    pub bytes_in: Tally,
+    pub connections_allowed: Tally,
+    pub connections_denied: Tally,
+    pub dns_answered: Tally,
+    pub dns_refused: Tally,
+}
+
+/// Bytes relayed by the gateway (counter, label `direction`: `out` = sent by sandboxes, `in` =
+/// delivered to them).
+pub const GATEWAY_BYTES: &str = "cove_gateway_bytes_total";
+/// TCP connections the gateway decided on (counter, label `verdict`: `allowed` or `denied`).
+pub const GATEWAY_CONNECTIONS: &str = "cove_gateway_connections_total";
+/// DNS questions the gateway decided on (counter, label `result`: `answered` or `refused`).
+pub const GATEWAY_DNS: &str = "cove_gateway_dns_queries_total";
+
+/// One counter of a sandbox and the node-wide series it adds to.
+#[derive(Debug)]
+pub(crate) struct Tally {
+    local: AtomicU64,
+    series: metrics::Counter,
+}
+
+impl Tally {
+    fn new(series: metrics::Counter) -> Self {
+        Tally {
+            local: AtomicU64::new(0),
+            series,
+        }
+    }
+
+    fn get(&self) -> u64 {
+        self.local.load(Ordering::Relaxed)
+    }
+}
+
+impl Default for Counters {
+    fn default() -> Self {
+        Counters {
+            bytes_out: Tally::new(metrics::counter!(GATEWAY_BYTES, "direction" => "out")),
+            bytes_in: Tally::new(metrics::counter!(GATEWAY_BYTES, "direction" => "in")),
+            connections_allowed: Tally::new(
+                metrics::counter!(GATEWAY_CONNECTIONS, "verdict" => "allowed"),
+            ),
+            connections_denied: Tally::new(
+                metrics::counter!(GATEWAY_CONNECTIONS, "verdict" => "denied"),
+            ),
+            dns_answered: Tally::new(metrics::counter!(GATEWAY_DNS, "result" => "answered")),
+            dns_refused: Tally::new(metrics::counter!(GATEWAY_DNS, "result" => "refused")),
+        }
+    }
 }
 
 /// A snapshot of a sandbox's counters since it was attached (plus what
@@ -40,29 +87,32 @@ pub struct NetworkCounters {
 
 impl Counters {
     pub(crate) fn snapshot(&self) -> NetworkCounters {
-        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         NetworkCounters {
-            bytes_out: g(&self.bytes_out),
-            bytes_in: g(&self.bytes_in),
-            connections_allowed: g(&self.connections_allowed),
-            connections_denied: g(&self.connections_denied),
-            dns_answered: g(&self.dns_answered),
-            dns_refused: g(&self.dns_refused),
+            bytes_out: self.bytes_out.get(),
+            bytes_in: self.bytes_in.get(),
+            connections_allowed: self.connections_allowed.get(),
+            connections_denied: self.connections_denied.get(),
+            dns_answered: self.dns_answered.get(),
+            dns_refused: self.dns_refused.get(),
         }
     }
 
-    /// Adds `base` to every counter (counts carried over from an earlier attachment).
+    /// Adds `base` to every counter (counts carried over from an earlier attachment; the
+    /// node-wide series counted them already).
     pub(crate) fn add_all(&self, base: &NetworkCounters) {
-        Self::add(&self.bytes_out, base.bytes_out);
-        Self::add(&self.bytes_in, base.bytes_in);
-        Self::add(&self.connections_allowed, base.connections_allowed);
-        Self::add(&self.connections_denied, base.connections_denied);
-        Self::add(&self.dns_answered, base.dns_answered);
-        Self::add(&self.dns_refused, base.dns_refused);
+        let carry = |t: &Tally, n: u64| t.local.fetch_add(n, Ordering::Relaxed);
+        carry(&self.bytes_out, base.bytes_out);
+        carry(&self.bytes_in, base.bytes_in);
+        carry(&self.connections_allowed, base.connections_allowed);
+        carry(&self.connections_denied, base.connections_denied);
+        carry(&self.dns_answered, base.dns_answered);
+        carry(&self.dns_refused, base.dns_refused);
     }
 
-    pub(crate) fn add(counter: &AtomicU64, n: u64) {
-        counter.fetch_add(n, Ordering::Relaxed);
+    /// Counts `n` on a sandbox's counter and on its node-wide series.
+    pub(crate) fn add(counter: &Tally, n: u64) {
+        counter.local.fetch_add(n, Ordering::Relaxed);
+        counter.series.increment(n);
     }
 }
 
@@ -139,5 +189,46 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sandbox_counter_also_counts_node_wide_and_carry_over_does_not() {
+        let recorder = metrics_exporter_prometheus::PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let (a, b) =
+            metrics::with_local_recorder(&recorder, || (Counters::default(), Counters::default()));
+        Counters::add(&a.connections_denied, 1);
+        Counters::add(&b.connections_denied, 2);
+        Counters::add(&a.bytes_out, 100);
+        Counters::add(&b.dns_refused, 1);
+        b.add_all(&NetworkCounters {
+            bytes_in: 7,
+            ..Default::default()
+        });
+        assert_eq!(a.snapshot().connections_denied, 1);
+        assert_eq!(b.snapshot().connections_denied, 2);
+        assert_eq!(b.snapshot().bytes_in, 7);
+        let text = handle.render();
+        let value = |series: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(series)?.trim().parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        assert_eq!(
+            value("cove_gateway_connections_total{verdict=\"denied\"}"),
+            3
+        );
+        assert_eq!(value("cove_gateway_bytes_total{direction=\"out\"}"), 100);
+        assert_eq!(
+            value("cove_gateway_dns_queries_total{result=\"refused\"}"),
+            1
+        );
+        // Carried-over counts were counted node-wide when they happened.
+        assert_eq!(value("cove_gateway_bytes_total{direction=\"in\"}"), 0);
     }
 }

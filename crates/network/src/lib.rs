@@ -84,7 +84,9 @@ pub mod warn;
 
 pub use cmd::run_in_netns;
 pub use config::{Floor, NetworkConfig, Upstream};
-pub use counters::{DeniedEvent, DeniedReason, NetworkCounters};
+pub use counters::{
+    DeniedEvent, DeniedReason, NetworkCounters, GATEWAY_BYTES, GATEWAY_CONNECTIONS, GATEWAY_DNS,
+};
 pub use error::{NetworkError, Result};
 pub use intercept::{Interception, Reuse, Secret};
 pub use network::{Adopt, Attachment, Network, Recovery, MAX_CONNECTIONS};

@@ -6,7 +6,7 @@
 
 use std::any::Any;
 
-use axum::extract::Request;
+use axum::extract::{MatchedPath, Request};
 use axum::http::{HeaderName, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::Response;
@@ -54,11 +54,15 @@ pub(crate) async fn with_request_id(
 }
 
 /// Wraps a router in the per-request layers, outermost first: drop an unusable client id → set
-/// an id → trace span → echo the id → header bound and id scope → catch panics → routes.
-pub(crate) fn layers(router: Router) -> Router {
+/// an id → trace span → echo the id → header bound and id scope → request metrics (labelled
+/// `listener`) → catch panics → routes.
+pub(crate) fn layers(router: Router, listener: &'static str) -> Router {
     let header = HeaderName::from_static(REQUEST_ID_HEADER);
     router
         .layer(CatchPanicLayer::custom(panic_response))
+        .layer(middleware::from_fn(move |req: Request, next: Next| {
+            count_request(listener, req, next)
+        }))
         .layer(middleware::from_fn(scope_and_bound))
         .layer(PropagateRequestIdLayer::new(header.clone()))
         .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
@@ -104,6 +108,26 @@ async fn drop_unusable_id(mut req: Request) -> Request {
         req.headers_mut().remove(REQUEST_ID_HEADER);
     }
     req
+}
+
+/// Records the request in the HTTP series of [`crate::metrics`]: its route template (axum's
+/// matched path; `unmatched` when no route matched), method, status and time to the response head.
+async fn count_request(listener: &'static str, req: Request, next: Next) -> Response {
+    let started = std::time::Instant::now();
+    let method = req.method().clone();
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let resp = next.run(req).await;
+    crate::metrics::http_request(
+        listener,
+        &method,
+        route,
+        resp.status().as_u16(),
+        started.elapsed(),
+    );
+    resp
 }
 
 async fn scope_and_bound(req: Request, next: Next) -> Response {
@@ -167,6 +191,7 @@ mod tests {
             Router::new()
                 .route("/ok", get(|| async { "ok" }))
                 .route("/boom", get(boom)),
+            "api",
         )
     }
 

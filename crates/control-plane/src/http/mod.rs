@@ -171,7 +171,7 @@ pub fn management_router_with(cp: ControlPlane, extra: Router) -> Router {
         .merge(extra)
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed);
-    context::layers(router)
+    context::layers(router, "api")
 }
 
 /// The data-plane router: command output (SSE) and stdin, authorised per command.
@@ -188,14 +188,17 @@ pub fn data_plane_router(cp: ControlPlane) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(cp);
-    context::layers(router)
+    context::layers(router, "data")
 }
 
 /// The proxy listener's router (`cove server --proxy-listen`): every request goes to the sandbox
 /// port its host names, `{port}-{sandbox id}.{domain}` (see [`crate::ports`]); any other host
 /// is `404 not_found`.
 pub fn ports_router(cp: ControlPlane) -> Router {
-    context::layers(Router::new().fallback(ports::by_host).with_state(cp))
+    context::layers(
+        Router::new().fallback(ports::by_host).with_state(cp),
+        "proxy",
+    )
 }
 
 /// `GET /metrics`: the Prometheus text format, without authentication (like `/healthz`).

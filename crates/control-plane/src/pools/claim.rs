@@ -128,12 +128,14 @@ impl ControlPlane {
         };
         self.wake_pools();
         let Some((member, operation)) = claimed else {
+            crate::metrics::pool_claim("miss");
             if let Err(e) = self.store().record_pool_misses(&matching).await {
                 warn!(error = %e, "cannot count a pool miss");
             }
             info!(template = %wanted.template, release = wanted.release, "warm pool empty; cold start");
             return Ok(None);
         };
+        crate::metrics::pool_claim("hit");
         self.inner.events.notify();
         let mut sandbox = member.sandbox;
         if wanted.public {

@@ -3,9 +3,12 @@
 //! descriptions) and whose answer carries a short text for the model and the same facts as
 //! structured content (JSON).
 
+pub mod checkpoints;
 pub mod commands;
 pub mod files;
+pub mod network;
 pub mod sandboxes;
+pub mod templates;
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;

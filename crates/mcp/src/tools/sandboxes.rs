@@ -235,12 +235,16 @@ impl CoveMcp {
 }
 
 /// The wait a caller asked for, bounded.
-fn wait(wait_s: Option<u64>) -> Duration {
+pub(super) fn wait(wait_s: Option<u64>) -> Duration {
     Duration::from_secs(wait_s.unwrap_or(DEFAULT_WAIT_S).min(MAX_WAIT_S))
 }
 
 /// Waits for `op`; a failed or cancelled operation is a failure with its error's code.
-async fn settle(client: &Client, op: &Operation, wait_s: Option<u64>) -> Result<(), ToolFailure> {
+pub(super) async fn settle(
+    client: &Client,
+    op: &Operation,
+    wait_s: Option<u64>,
+) -> Result<(), ToolFailure> {
     let op = client.wait_operation(&op.id, wait(wait_s)).await?;
     match (op.state, op.error) {
         (OperationState::Succeeded, _) => Ok(()),
@@ -260,7 +264,7 @@ async fn settle(client: &Client, op: &Operation, wait_s: Option<u64>) -> Result<
     }
 }
 
-fn sandbox_answer(sandbox: &Sandbox) -> CallToolResult {
+pub(super) fn sandbox_answer(sandbox: &Sandbox) -> CallToolResult {
     let summary = SandboxSummary::from(sandbox);
     let text = format!(
         "sandbox {} is {} (template {}, release {}; {} vCPU, {} MiB; commands run as {} in {})",
