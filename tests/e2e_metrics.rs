@@ -220,7 +220,10 @@ async fn http_requests_and_warm_pools_have_series() {
         "a tenant's words became a label"
     );
     let hits = "cove_pool_claims_total{result=\"hit\"}";
-    assert_eq!(pool.hits, 1, "the create was served from the pool: {pool:?}");
+    assert_eq!(
+        pool.hits, 1,
+        "the create was served from the pool: {pool:?}"
+    );
     assert_eq!(delta(&warm, &after, hits), 1.0);
 }
 

@@ -459,7 +459,8 @@ fn command_request_hash(req: &CreateCommandRequest) -> String {
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    use subtle::ConstantTimeEq;
+    a.ct_eq(b).into()
 }
 
 fn ms_to_time(ms: u64) -> DateTime<Utc> {

@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use cove_api_types::{NodeState, Operation};
 use tokio::sync::watch;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::StoreError;
 
@@ -56,19 +57,11 @@ pub struct PlacementRecord {
 /// never loses.
 pub struct Leadership {
     lost: watch::Receiver<bool>,
-    /// Keeps the lock's connection alive (PostgreSQL); dropping it releases the lock.
-    _keeper: Option<KeeperHandle>,
+    /// Keeps the lock's connection alive (PostgreSQL); dropping it aborts the keeper task,
+    /// which closes the connection and so releases the lock.
+    _keeper: Option<AbortOnDropHandle<()>>,
     /// The sender of a leadership that is never lost (SQLite), kept so `lost` never closes.
     _never: Option<watch::Sender<bool>>,
-}
-
-/// Aborts the keeper task (and so closes the lock's connection) when dropped.
-struct KeeperHandle(tokio::task::JoinHandle<()>);
-
-impl Drop for KeeperHandle {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 impl Leadership {
@@ -86,7 +79,7 @@ impl Leadership {
     pub(crate) fn kept(lost: watch::Receiver<bool>, keeper: tokio::task::JoinHandle<()>) -> Self {
         Leadership {
             lost,
-            _keeper: Some(KeeperHandle(keeper)),
+            _keeper: Some(AbortOnDropHandle::new(keeper)),
             _never: None,
         }
     }

@@ -26,11 +26,8 @@ fn message(org: &str, volume_id: &str) -> Vec<u8> {
 
 /// Compares in constant time (for equal lengths).
 fn equal(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
+    use subtle::ConstantTimeEq;
+    a.as_bytes().ct_eq(b.as_bytes()).into()
 }
 
 impl ControlPlane {

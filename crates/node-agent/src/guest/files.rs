@@ -11,6 +11,7 @@ use cove_guest_protocol::{
 use cove_runtime::GuestStream;
 use futures::{stream, StreamExt};
 use tokio::sync::oneshot;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::attach::STREAM_ID;
 use super::client::{GuestClient, CONNECT_TIMEOUT};
@@ -149,13 +150,12 @@ impl GuestClient {
         let conn = open(self.connector(), CONNECT_TIMEOUT).await?;
         let (mut rd, mut wr) = tokio::io::split(conn);
         let (answer_tx, mut answer) = oneshot::channel();
-        let reader = tokio::spawn(async move {
+        let _abort_reader = AbortOnDropHandle::new(tokio::spawn(async move {
             let frame = read_frame::<_, GuestFrame>(&mut rd)
                 .await
                 .map_err(frame_error);
             let _ = answer_tx.send(frame);
-        });
-        let _abort_reader = AbortOnDrop(reader.abort_handle());
+        }));
 
         let early = |answer: Result<Result<GuestFrame, GuestError>, oneshot::error::RecvError>| {
             match answer {
@@ -251,13 +251,5 @@ impl GuestClient {
                 kind(&other)
             ))),
         }
-    }
-}
-
-struct AbortOnDrop(tokio::task::AbortHandle);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
