@@ -342,14 +342,21 @@ impl ControlPlane {
         cancel: &CancellationToken,
     ) -> Result<(), ServiceError> {
         let id = s.id.as_str();
-        self.move_or_conflict(
-            id,
-            SandboxState::Suspended,
-            SandboxState::Waking,
-            op_id,
-            None,
-        )
-        .await?;
+        {
+            // Checked again where the wake is recorded, under the org's quota lock: another
+            // wake or create of the org (through any replica) may have taken the room since
+            // this one was accepted.
+            let ask = crate::orgs::quotas::Ask::Wake { size: s.resources };
+            let _quota = self.admit(&s.org, ask).await?;
+            self.move_or_conflict(
+                id,
+                SandboxState::Suspended,
+                SandboxState::Waking,
+                op_id,
+                None,
+            )
+            .await?;
+        }
         let launch = match self.launch_of(s).await {
             Ok(l) => l,
             Err(e) => {

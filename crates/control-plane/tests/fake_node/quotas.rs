@@ -8,8 +8,8 @@ use std::future::Future;
 
 use cove_api_types::{
     CreateCheckpointRequest, CreateOrgRequest, CreateSandboxRequest, CreateVolumeRequest,
-    ErrorCode, ForkRequest, LifecycleRequest, Operation, OrgUsage, PutPoolRequest, Quotas,
-    ResourcesRequest, SandboxState,
+    ErrorCode, ForkRequest, LifecycleRequest, Operation, OperationState, OrgUsage, PutPoolRequest,
+    Quotas, ResourcesRequest, SandboxState,
 };
 use cove_control_plane::orgs::{scope, Actor, Caller};
 use cove_control_plane::{LifecycleVerb, ServiceError, WriteFileQuery};
@@ -502,4 +502,43 @@ async fn a_sandbox_that_failed_holding_node_resources_counts_until_deleted() {
     assert!(!h.node.sandbox_ids().contains(&id), "gone from the node");
     assert_eq!(usage(&h).await.running, 0);
     running(&h, sized(1, 512, 1024)).await;
+}
+
+#[tokio::test]
+async fn of_two_wakes_past_max_running_one_is_refused_and_stays_suspended() {
+    let h = Harness::new().await;
+    org_with(
+        &h,
+        Quotas {
+            max_running: Some(1),
+            ..Quotas::default()
+        },
+    )
+    .await;
+    let first = running(&h, sized(1, 256, 1024)).await;
+    suspend(&h, &first).await;
+    let second = running(&h, sized(1, 256, 1024)).await;
+    suspend(&h, &second).await;
+    // Asked together: whether refused when accepted or where the wake is recorded (under the
+    // org's quota lock, after another took the room), one of them runs.
+    let asked = [wake(&h, &first).await, wake(&h, &second).await];
+    let mut refused = 0;
+    for a in asked {
+        let e = match a {
+            Ok(op) => match h.settle(&op.id).await {
+                done if done.state == OperationState::Succeeded => continue,
+                done => done.error.map(|e| e.code),
+            },
+            Err(e) => Some(e.code()),
+        };
+        assert_eq!(e, Some(ErrorCode::QuotaExceeded));
+        refused += 1;
+    }
+    assert_eq!(refused, 1);
+    assert_eq!(usage(&h).await.running, 1);
+    let states = [h.state(&first).await, h.state(&second).await];
+    assert!(
+        states.contains(&SandboxState::Running) && states.contains(&SandboxState::Suspended),
+        "{states:?}"
+    );
 }

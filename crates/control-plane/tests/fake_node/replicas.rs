@@ -1,7 +1,8 @@
 //! Two control-plane replicas on one PostgreSQL (each its own `PgStore`, so its own
 //! connections, in one schema of the database at `COVE_TEST_POSTGRES_URL`) over one fake
-//! node, racing each other: creates of one org never exceed its quota, and a volume delete
-//! racing a create that mounts the volume never leaves a mount of a deleted volume. Each race
+//! node, racing each other: creates of one org never exceed its quota, nor do wakes, and a
+//! volume delete racing a create that mounts the volume never leaves a mount of a deleted
+//! volume. Each race
 //! is first forced (a create through one replica hangs in the node while holding what it
 //! checked; the other replica's call must wait for it), then run free many times.
 //!
@@ -13,10 +14,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cove_api_types::{
-    CreateOrgRequest, CreateSandboxRequest, CreateVolumeRequest, ErrorCode, OperationState, Quotas,
-    SandboxState, VolumeMount,
+    CreateOrgRequest, CreateSandboxRequest, CreateVolumeRequest, ErrorCode, LifecycleRequest,
+    OperationState, Quotas, SandboxState, VolumeMount,
 };
-use cove_control_plane::{ControlPlane, ControlPlaneConfig, ServiceError};
+use cove_control_plane::{ControlPlane, ControlPlaneConfig, LifecycleVerb, ServiceError};
 use cove_store::{PgStore, SandboxFilter, Store, StoreError};
 use cove_test_support::{Call, FakeNode, Fault};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -333,5 +334,95 @@ async fn a_volume_delete_racing_a_create_that_mounts_it_never_leaves_a_mount_of_
         assert!(bad.is_empty(), "round {round}: {bad:?}");
         r.delete_all().await;
     }
+    r.stop().await;
+}
+
+/// A lifecycle call on acme's sandbox `id` through `cp`, run on a task of its own; the final
+/// state of its operation, or the refusal of the call.
+fn lifecycle(
+    r: &Replicas,
+    cp: &ControlPlane,
+    id: &str,
+    verb: LifecycleVerb,
+) -> tokio::task::JoinHandle<Result<OperationState, ServiceError>> {
+    let (cp, settler, id) = (cp.clone(), r.a.clone(), id.to_string());
+    tokio::spawn(async move {
+        let op = as_org(
+            "acme",
+            cp.lifecycle(&id, verb, LifecycleRequest::default(), None),
+        )
+        .await?;
+        loop {
+            let done = settler
+                .operations()
+                .wait(&op.id, Duration::from_secs(1))
+                .await?;
+            if done.state.is_final() {
+                return Ok(done.state);
+            }
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn wakes_of_one_org_through_two_replicas_never_exceed_its_quota() {
+    let Some(r) = Replicas::start().await else {
+        return;
+    };
+    r.a.set_org_quotas(
+        "acme",
+        Quotas {
+            max_running: Some(1),
+            ..Quotas::default()
+        },
+    )
+    .await
+    .expect("quotas");
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let made = as_org(
+            "acme",
+            r.a.create_sandbox(CreateSandboxRequest::default(), None),
+        )
+        .await
+        .expect("create");
+        assert_eq!(
+            r.settled(&made.operation.id).await,
+            OperationState::Succeeded
+        );
+        let id = made.sandbox.id;
+        let st = lifecycle(&r, &r.a, &id, LifecycleVerb::Suspend).await;
+        assert_eq!(
+            st.expect("task").expect("suspend"),
+            OperationState::Succeeded
+        );
+        ids.push(id);
+    }
+    for round in 0..6 {
+        let woken = [
+            lifecycle(&r, &r.a, &ids[0], LifecycleVerb::Wake),
+            lifecycle(&r, &r.b, &ids[1], LifecycleVerb::Wake),
+        ];
+        for w in woken {
+            match w.await.expect("task") {
+                Ok(OperationState::Succeeded | OperationState::Failed) => {}
+                Ok(other) => panic!("round {round}: {other:?}"),
+                Err(e) => assert_eq!(e.code(), ErrorCode::QuotaExceeded, "{e}"),
+            }
+        }
+        let running: Vec<_> = r
+            .sandboxes()
+            .await
+            .into_iter()
+            .filter(|s| s.state != SandboxState::Suspended)
+            .collect();
+        assert_eq!(running.len(), 1, "round {round}: {running:?}");
+        let back = lifecycle(&r, &r.b, &running[0].id, LifecycleVerb::Suspend);
+        assert_eq!(
+            back.await.expect("task").expect("suspend"),
+            OperationState::Succeeded
+        );
+    }
+    r.delete_all().await;
     r.stop().await;
 }
