@@ -19,28 +19,10 @@ use cove_api_types::{
 };
 use cove_control_plane::{ControlPlane, ControlPlaneConfig, LifecycleVerb, ServiceError};
 use cove_store::{PgStore, SandboxFilter, Store, StoreError};
-use cove_test_support::{Call, FakeNode, Fault};
+use cove_test_support::{postgres_url, Call, FakeNode, Fault};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::quotas::as_org;
-
-const URL_VAR: &str = "COVE_TEST_POSTGRES_URL";
-
-/// The PostgreSQL URL; `None` (skip, with the reason printed) outside CI, a failure in CI.
-fn postgres_url() -> Option<String> {
-    match std::env::var(URL_VAR) {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            let ci = std::env::var("CI").unwrap_or_default();
-            assert!(
-                ci.is_empty() || ci == "false" || ci == "0",
-                "{URL_VAR} is unset under CI (scripts/test.sh starts a cluster and sets it)"
-            );
-            eprintln!("skipping: {URL_VAR} is unset");
-            None
-        }
-    }
-}
 
 /// Two replicas on one schema, and the node they share.
 struct Replicas {
