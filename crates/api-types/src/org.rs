@@ -34,7 +34,8 @@ pub struct Org {
 /// like its other sandboxes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct OrgUsage {
-    /// Sandboxes alive (every state but `suspended`, `failed` and `deleted`): `max_running`.
+    /// Sandboxes alive (every state but `suspended` and `deleted`; a `failed` one may still
+    /// hold node resources, so it counts until deleted): `max_running`.
     pub running: u64,
     /// The vCPUs of those together: `max_vcpus`.
     pub vcpus: u64,
@@ -45,6 +46,10 @@ pub struct OrgUsage {
     /// The `disk_mib` of those sandboxes together plus the sizes of the org's volumes:
     /// `max_disk_mib`.
     pub disk_mib: u64,
+    /// The bytes of the org's checkpoints (imported ones too) and of its suspended sandboxes'
+    /// snapshots, in MiB rounded up: `max_snapshot_mib`.
+    #[serde(default)]
+    pub snapshot_mib: u64,
 }
 
 /// An incubating feature that can be turned off for a server (`cove server
@@ -137,8 +142,8 @@ pub struct UpdateOrgRequest {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Quotas {
-    /// Most sandboxes alive at once (every state but `suspended`, `failed` and `deleted`:
-    /// those hold no CPU or memory).
+    /// Most sandboxes alive at once (every state but `suspended` and `deleted`: those hold no
+    /// CPU or memory; a `failed` one counts until deleted, as it may still hold them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_running: Option<u32>,
     /// Most vCPUs of those sandboxes together.
@@ -158,6 +163,11 @@ pub struct Quotas {
     /// org's volumes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_disk_mib: Option<u64>,
+    /// Most snapshot bytes (MiB) in the snapshot store: the org's checkpoints (imported ones
+    /// too) and the snapshots of its suspended sandboxes. A checkpoint is refused while the
+    /// org is at or past it (its size is known once saved); an import, once its size is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_snapshot_mib: Option<u64>,
 }
 
 /// Body of `POST /v1/orgs`.

@@ -60,13 +60,15 @@ async fn org_quotas_are_set_replaced_and_shown() {
         "7",
         "--max-disk-mib",
         "40960",
+        "--max-snapshot-mib",
+        "2048",
         "--json",
     ])
     .await;
     let made: serde_json::Value = serde_json::from_str(&made).expect("json");
     assert_eq!(
         made[0]["quotas"],
-        serde_json::json!({"max_sandboxes": 7, "max_disk_mib": 40960})
+        serde_json::json!({"max_sandboxes": 7, "max_disk_mib": 40960, "max_snapshot_mib": 2048})
     );
     // `quota` replaces every limit.
     let set = ok(&[
@@ -77,15 +79,19 @@ async fn org_quotas_are_set_replaced_and_shown() {
         "2",
         "--max-disk-mib",
         "1024",
+        "--max-snapshot-mib",
+        "512",
     ])
     .await;
     let header = set.lines().next().expect("a header");
     assert!(
-        header.contains(" SANDBOXES ") && header.contains(" DISK_MIB "),
+        header.contains(" SANDBOXES ")
+            && header.contains(" DISK_MIB ")
+            && header.contains(" SNAPSHOT_MIB "),
         "{set}"
     );
     let row = set.lines().nth(1).expect("a row");
-    assert!(row.contains(" 1024 "), "{set}");
+    assert!(row.contains(" 1024 ") && row.contains(" 512 "), "{set}");
     let listed = ok(&["org", "ls", "--json"]).await;
     let listed: serde_json::Value = serde_json::from_str(&listed).expect("json");
     let mine = listed
@@ -96,6 +102,6 @@ async fn org_quotas_are_set_replaced_and_shown() {
         .expect("listed");
     assert_eq!(
         mine["quotas"],
-        serde_json::json!({"max_running": 2, "max_disk_mib": 1024})
+        serde_json::json!({"max_running": 2, "max_disk_mib": 1024, "max_snapshot_mib": 512})
     );
 }

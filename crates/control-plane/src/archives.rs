@@ -10,16 +10,21 @@ use cove_api_types::{
     CHECKPOINT_ARCHIVE_FORMAT,
 };
 use cove_domain::{ids, resources, validate, InvalidInput};
-use cove_node_api::{ByteStream, ARCHIVE_VERSION};
+use cove_node_api::{ByteStream, NodeError, ARCHIVE_VERSION};
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::error::from_node;
 use crate::features::Feature;
+use crate::orgs::quotas::{exceeded, Ask, CAPACITY_RETRY_S};
 use crate::{ControlPlane, ServiceError};
 
 /// Largest archive an import accepts (64 GiB).
 pub const MAX_ARCHIVE_BYTES: u64 = 64 << 30;
+
+/// Bytes an archive may carry past the snapshot it holds (tar headers, the header and the
+/// manifest), when an import is cut off at what is left of the org's `max_snapshot_mib`.
+const ARCHIVE_OVERHEAD_BYTES: u64 = 16 << 20;
 
 impl ControlPlane {
     /// The archive of `ready` checkpoint `id`: the checkpoint and the archive's bytes (an
@@ -59,7 +64,9 @@ impl ControlPlane {
     /// # Errors
     /// `feature_disabled` (`export`), `invalid_argument` (field `archive`: not an archive of
     /// this format and version, an entry out of the sandbox, a device, another runtime's;
-    /// or a header field), `payload_too_large`, `no_space`.
+    /// or a header field), `payload_too_large`, `no_space`, `quota_exceeded` (the org's
+    /// `max_snapshot_mib`: checked before the upload, which is cut off past what is left,
+    /// and again once the snapshot's size is known).
     pub async fn import_checkpoint(
         &self,
         body: ByteStream,
@@ -68,12 +75,27 @@ impl ControlPlane {
         let org = crate::orgs::scope::acting_org();
         self.require_feature(Feature::Checkpoints, &org).await?;
         self.require_feature(Feature::Export, &org).await?;
+        let room = self.snapshot_room(&org).await?;
+        let limit = room.map_or(MAX_ARCHIVE_BYTES, |r| {
+            r.saturating_add(ARCHIVE_OVERHEAD_BYTES)
+                .min(MAX_ARCHIVE_BYTES)
+        });
         let id = ids::new_checkpoint_id();
         let imported = self
             .node()
-            .import_checkpoint(&id, body, MAX_ARCHIVE_BYTES, CancellationToken::new())
+            .import_checkpoint(&id, body, limit, CancellationToken::new())
             .await
-            .map_err(|e| from_node(e, ""))?;
+            .map_err(|e| match e {
+                NodeError::TooLarge(_) if limit < MAX_ARCHIVE_BYTES => exceeded(
+                    format!(
+                        "quota max_snapshot_mib of org {org} exceeded: the archive is larger \
+                         than the {} MiB left",
+                        room.unwrap_or(0) >> 20
+                    ),
+                    CAPACITY_RETRY_S,
+                ),
+                e => from_node(e, ""),
+            })?;
         let checked = checked_header(&imported.header).map(|h| {
             let c = h.checkpoint;
             Checkpoint {
@@ -97,13 +119,20 @@ impl ControlPlane {
                 created_at: Utc::now(),
             }
         });
+        // Held until the checkpoint is recorded: its bytes are the org's from then on.
+        let ask = Ask::Snapshot {
+            mib: imported.file_bytes.div_ceil(1 << 20),
+        };
         let stored = match checked {
-            Ok(c) => self
-                .store()
-                .insert_checkpoint(&c)
-                .await
-                .map(|()| c)
-                .map_err(Into::into),
+            Ok(c) => match self.admit(&org, ask).await {
+                Ok(_quota) => self
+                    .store()
+                    .insert_checkpoint(&c)
+                    .await
+                    .map(|()| c)
+                    .map_err(Into::into),
+                Err(e) => Err(e),
+            },
             Err(e) => Err(e),
         };
         if stored.is_err() {

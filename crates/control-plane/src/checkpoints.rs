@@ -84,6 +84,11 @@ impl ControlPlane {
             let body = serde_json::json!({ "sandbox_id": s.id, "name": req.name });
             request_hash(OperationKind::CheckpointSandbox, &body)
         });
+        // Its size is known once saved: refused only while the org is at or past its
+        // `max_snapshot_mib` (held until the checkpoint is recorded).
+        let _quota = self
+            .admit(&s.org, crate::orgs::quotas::Ask::Snapshot { mib: 1 })
+            .await?;
         let (checkpoint, operation) = self
             .begin_checkpoint(&s, req.name, idempotency_key, hash)
             .await?;
@@ -266,12 +271,15 @@ impl ControlPlane {
         } else {
             self.volumes_offered()?;
             self.require_feature(Feature::Volumes, &s.org).await?;
-            let held = self.inner.volumes_lock.lock().await;
+            let held = self.lock_volumes(&s.org).await?;
             self.check_fork_volumes(&s.org, &s.volumes).await?;
             Some(held)
         };
-        let _quota = self
+        let quota = self
             .admit_sandboxes(&s.org, &s.resources, req.count)
+            .await?;
+        // The fork's checkpoint is kept too: snapshot bytes of the org.
+        self.check_quota(&quota, crate::orgs::quotas::Ask::Snapshot { mib: 1 })
             .await?;
         let (checkpoint, operation) = self
             .begin_checkpoint(&s, Some(format!("fork of {}", s.id)), None, None)

@@ -270,6 +270,8 @@ impl ControlPlane {
         match result {
             Ok(info) => {
                 info!(sandbox_id = %id, file_bytes = info.file_bytes, "sandbox suspended");
+                // Its snapshot's bytes are its org's (`max_snapshot_mib`) until a wake.
+                self.store().set_snapshot_bytes(id, info.file_bytes).await?;
                 self.finish_suspend(id, Some(op_id), reason).await
             }
             Err(e) => {
@@ -340,14 +342,21 @@ impl ControlPlane {
         cancel: &CancellationToken,
     ) -> Result<(), ServiceError> {
         let id = s.id.as_str();
-        self.move_or_conflict(
-            id,
-            SandboxState::Suspended,
-            SandboxState::Waking,
-            op_id,
-            None,
-        )
-        .await?;
+        {
+            // Checked again where the wake is recorded, under the org's quota lock: another
+            // wake or create of the org (through any replica) may have taken the room since
+            // this one was accepted.
+            let ask = crate::orgs::quotas::Ask::Wake { size: s.resources };
+            let _quota = self.admit(&s.org, ask).await?;
+            self.move_or_conflict(
+                id,
+                SandboxState::Suspended,
+                SandboxState::Waking,
+                op_id,
+                None,
+            )
+            .await?;
+        }
         let launch = match self.launch_of(s).await {
             Ok(l) => l,
             Err(e) => {
@@ -414,6 +423,7 @@ impl ControlPlane {
         }
         self.transition(id, SandboxState::Waking, SandboxState::Running, None, op_id)
             .await?;
+        self.store().set_snapshot_bytes(id, 0).await?;
         if let Err(e) = self.node().delete_snapshot(id).await {
             // A stale snapshot is removed by the next start-up reconciliation.
             warn!(sandbox_id = %id, error = %e, "cannot delete the snapshot of a woken sandbox");

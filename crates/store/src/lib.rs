@@ -25,6 +25,7 @@ mod commands;
 mod error;
 mod events;
 mod lifecycle;
+mod locks;
 mod operations;
 mod orgs;
 mod pools;
@@ -43,6 +44,7 @@ pub use commands::{CommandRecord, CommandStore};
 pub use error::StoreError;
 pub use events::EventStore;
 pub use lifecycle::{LifecycleStore, NewEvent};
+pub use locks::{LockStore, StoreLock};
 pub use operations::{NewOperation, OperationStore, OperationUpdate};
 pub use orgs::{OrgStore, OrgUsage};
 pub use pools::{PoolClaim, PoolMember, PoolRecord, PoolStore};
@@ -72,6 +74,7 @@ pub trait Store:
     + AuditStore
     + VolumeStore
     + ClusterStore
+    + LockStore
     + std::fmt::Debug
     + Send
     + Sync

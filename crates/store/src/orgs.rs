@@ -57,6 +57,11 @@ pub trait OrgStore: Send + Sync {
     async fn org_usage(&self, org: &str) -> Result<OrgUsage, StoreError>;
 }
 
+/// A stored byte count in MiB, rounded up (a negative count, which no row holds, is 0).
+pub(crate) fn mib_of_bytes(bytes: i64) -> u64 {
+    u64::try_from(bytes).unwrap_or(0).div_ceil(1 << 20)
+}
+
 /// The `disabled_features` column of a set of features: their names, comma-separated, sorted,
 /// each once (`''` for none).
 pub(crate) fn encode_features(features: &[Feature]) -> String {

@@ -63,6 +63,11 @@ pub trait SandboxStore: Send + Sync {
     /// sandbox exists.
     async fn set_sandbox_public(&self, id: &str, public: bool) -> Result<bool, StoreError>;
 
+    /// Records the size in bytes of the snapshot a suspend saved of sandbox `id` (0: it has
+    /// none, after a wake); counted toward its org's `max_snapshot_mib` until it is deleted.
+    /// Returns whether the sandbox exists.
+    async fn set_snapshot_bytes(&self, id: &str, bytes: u64) -> Result<bool, StoreError>;
+
     /// Stores the sealed values of a sandbox's secrets (an opaque string made by the control
     /// plane; never a value in clear). Returns whether the sandbox exists.
     async fn set_sealed_secrets(&self, id: &str, sealed: &str) -> Result<bool, StoreError>;

@@ -24,6 +24,7 @@ mod files;
 mod lifecycle;
 mod metrics;
 mod network;
+mod postgres;
 mod volumes;
 
 pub use commands::{End, Script};
@@ -32,6 +33,7 @@ pub use lifecycle::fake_digest;
 pub use metrics::{
     FAKE_CPUS, FAKE_MEMORY_AVAILABLE_BYTES, FAKE_MEMORY_BYTES, FAKE_SANDBOX_MEMORY_BYTES,
 };
+pub use postgres::{postgres_url, POSTGRES_URL_VAR};
 
 use commands::FakeCommand;
 use files::Tree;

@@ -133,6 +133,10 @@ pub struct QuotaArgs {
     /// Most disk (MiB): its sandboxes' own disks and its volumes together.
     #[arg(long)]
     pub max_disk_mib: Option<u64>,
+    /// Most snapshot bytes (MiB): its checkpoints (imported ones too) and its suspended
+    /// sandboxes' snapshots together.
+    #[arg(long)]
+    pub max_snapshot_mib: Option<u64>,
 }
 
 impl QuotaArgs {
@@ -144,6 +148,7 @@ impl QuotaArgs {
             max_creates_per_s: self.max_creates_per_s,
             max_sandboxes: self.max_sandboxes,
             max_disk_mib: self.max_disk_mib,
+            max_snapshot_mib: self.max_snapshot_mib,
         }
     }
 }
@@ -213,6 +218,7 @@ fn print(orgs: &[Org]) {
                 limit(q.max_creates_per_s),
                 limit(q.max_sandboxes),
                 limit(q.max_disk_mib),
+                limit(q.max_snapshot_mib),
                 if o.disabled_features.is_empty() {
                     "-".to_owned()
                 } else {
@@ -234,6 +240,7 @@ fn print(orgs: &[Org]) {
             "CREATES/S",
             "SANDBOXES",
             "DISK_MIB",
+            "SNAPSHOT_MIB",
             "DISABLED",
             "CKPT_MAX",
             "CKPT_AGE_S",

@@ -1,5 +1,7 @@
-//! Per-org quotas: sandboxes alive, their vCPUs and memory together, sandboxes that exist (any
-//! state but `deleted`), disk (the sandboxes' own disks and the org's volumes), and creates
+//! Per-org quotas: sandboxes alive (failed ones too, until deleted: they may still hold node
+//! resources), their vCPUs and memory together, sandboxes that exist (any state but
+//! `deleted`), disk (the sandboxes' own disks and the org's volumes), snapshot bytes (the
+//! org's checkpoints, imported ones too, and its suspended sandboxes' snapshots), and creates
 //! per second. A refusal is `429 quota_exceeded` naming the quota, with `Retry-After`. The
 //! members of an org's warm pools count like its other sandboxes, claimed or not: the pool
 //! controller starts none past a quota, and a pool whose `min_ready` members alone exceed one
@@ -7,32 +9,32 @@
 //!
 //! What each call asks is an `Ask`: new sandboxes (create, create from a checkpoint, fork,
 //! pool fill), a wake (the sandbox exists and keeps its disk, so only the quotas on sandboxes
-//! alive grow), a volume (disk only).
+//! alive grow), a volume (disk only), a checkpoint or an import (snapshot bytes).
 //!
-//! The check and the record of what it admitted run under the org's own lock, so concurrent
-//! calls of one org cannot pass the same last slot together. Creates per second are counted
-//! in this process's memory, per fixed one-second window.
+//! The check and the record of what it admitted run under the org's quota lock, a lock of the
+//! store ([`cove_store::LockStore`], key `quota:<org>`): on PostgreSQL a transaction-scoped
+//! advisory lock, so concurrent calls of one org through any replicas cannot pass the same
+//! last slot together. Creates per second are counted in this process's memory, per fixed
+//! one-second window.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use cove_api_types::{Quotas, Resources};
-use cove_store::{OrgUsage, StoreError};
+use cove_store::{OrgUsage, StoreError, StoreLock};
 
 use crate::{ControlPlane, ServiceError};
 
 /// `Retry-After` of a refusal for capacity (sandboxes, vCPUs, memory, disk): a guess at when
 /// one of the org's sandboxes may have ended.
-const CAPACITY_RETRY_S: u64 = 5;
+pub(crate) const CAPACITY_RETRY_S: u64 = 5;
 
 /// In-memory quota state.
 #[derive(Default)]
 pub(crate) struct QuotaState {
     /// Per org: the start of its current one-second window and the creates in it.
     windows: Mutex<HashMap<String, (Instant, u32)>>,
-    /// Per org: held from the quota check to the record of what it admitted.
-    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
     /// Pools whose refill a quota of their org stops (logged once until it starts one again).
     blocked_pools: Mutex<HashSet<String>>,
 }
@@ -46,6 +48,15 @@ pub(crate) enum Ask {
     Wake { size: Resources },
     /// A new volume of `size_mib`.
     Volume { size_mib: u64 },
+    /// New snapshot bytes, `mib` rounded up: a checkpoint about to be saved asks 1 (its size
+    /// is known once saved, so it is refused only when the org is at or past the quota); an
+    /// import asks its size.
+    Snapshot { mib: u64 },
+}
+
+/// The store lock key of `org`'s quotas.
+fn quota_key(org: &str) -> String {
+    format!("quota:{org}")
 }
 
 impl Ask {
@@ -60,6 +71,7 @@ impl Ask {
                     memory_mib: size.memory_mib * n,
                     sandboxes: n,
                     disk_mib: size.disk_mib.unwrap_or(0) * n,
+                    snapshot_mib: 0,
                 }
             }
             Ask::Wake { size } => OrgUsage {
@@ -70,6 +82,10 @@ impl Ask {
             },
             Ask::Volume { size_mib } => OrgUsage {
                 disk_mib: size_mib,
+                ..OrgUsage::default()
+            },
+            Ask::Snapshot { mib } => OrgUsage {
+                snapshot_mib: mib,
                 ..OrgUsage::default()
             },
         }
@@ -115,6 +131,13 @@ pub(crate) fn over_quota(org: &str, quotas: &Quotas, used: &OrgUsage, ask: Ask) 
             more.disk_mib,
             "MiB of disk",
         ),
+        (
+            "max_snapshot_mib",
+            quotas.max_snapshot_mib,
+            used.snapshot_mib,
+            more.snapshot_mib,
+            "MiB of snapshots",
+        ),
     ];
     checks.into_iter().find_map(|(name, max, used, more, what)| {
         let max = max?;
@@ -129,10 +152,11 @@ pub(crate) fn over_quota(org: &str, quotas: &Quotas, used: &OrgUsage, ask: Ask) 
 pub(crate) struct QuotaGuard {
     org: String,
     quotas: Quotas,
-    _held: Option<tokio::sync::OwnedMutexGuard<()>>,
+    _held: Option<StoreLock>,
 }
 
-fn exceeded(message: String, retry_after_s: u64) -> ServiceError {
+/// A refusal for quota: `message` names it, `Retry-After` is `retry_after_s`.
+pub(crate) fn exceeded(message: String, retry_after_s: u64) -> ServiceError {
     ServiceError::QuotaExceeded {
         message,
         retry_after_s,
@@ -140,8 +164,8 @@ fn exceeded(message: String, retry_after_s: u64) -> ServiceError {
 }
 
 impl ControlPlane {
-    /// Reads `org`'s quotas and takes its quota lock (none for an org without quotas, or an
-    /// unknown one). Hold the guard until what is admitted under it is recorded.
+    /// Reads `org`'s quotas and takes its quota lock in the store (none for an org without
+    /// quotas, or an unknown one). Hold the guard until what is admitted under it is recorded.
     pub(crate) async fn lock_quotas(&self, org: &str) -> Result<QuotaGuard, ServiceError> {
         let quotas = match self.store().get_org(org).await {
             Ok(o) => o.quotas,
@@ -155,16 +179,7 @@ impl ControlPlane {
                 _held: None,
             });
         }
-        let lock = {
-            let mut locks = self
-                .inner
-                .quotas
-                .locks
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            locks.entry(org.to_string()).or_default().clone()
-        };
-        let held = lock.lock_owned().await;
+        let held = self.store().lock(&quota_key(org)).await?;
         Ok(QuotaGuard {
             org: org.to_string(),
             quotas,
@@ -179,7 +194,8 @@ impl ControlPlane {
             || q.max_vcpus.is_some()
             || q.max_memory_mib.is_some()
             || q.max_sandboxes.is_some()
-            || q.max_disk_mib.is_some();
+            || q.max_disk_mib.is_some()
+            || q.max_snapshot_mib.is_some();
         if !capped {
             return Ok(());
         }
@@ -220,6 +236,17 @@ impl ControlPlane {
         let g = self.lock_quotas(org).await?;
         self.check_quota(&g, ask).await?;
         Ok(g)
+    }
+
+    /// The snapshot bytes `org` may still add (`None`: no `max_snapshot_mib`); refuses with
+    /// `quota_exceeded` when it has none left.
+    pub(crate) async fn snapshot_room(&self, org: &str) -> Result<Option<u64>, ServiceError> {
+        let g = self.admit(org, Ask::Snapshot { mib: 1 }).await?;
+        let Some(max) = g.quotas.max_snapshot_mib else {
+            return Ok(None);
+        };
+        let used = self.store().org_usage(org).await?.snapshot_mib;
+        Ok(Some(max.saturating_sub(used).saturating_mul(1 << 20)))
     }
 
     /// Refuses a pool of `org` whose `min_ready` members of `size` alone exceed a quota.

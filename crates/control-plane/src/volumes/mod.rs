@@ -18,6 +18,11 @@
 //! the snapshot store and it follows its sandboxes: it is attached to one node while used and
 //! detached (uploaded) when the last sandbox that mounts it is deleted or suspended, so a
 //! sandbox that mounts it may wake on another node (`objects.rs`).
+//!
+//! A volume delete and a create (or fork) that mounts volumes of the same org exclude each
+//! other from their check to their write ([`ControlPlane::lock_volumes`]): this process's
+//! `volumes_lock` and the store lock `volumes:<org>`, which on PostgreSQL every replica
+//! shares, so no replica records a mount of a volume another is deleting.
 
 mod files;
 mod nodes;
@@ -30,7 +35,7 @@ use chrono::Utc;
 use cove_api_types::{CreateVolumeRequest, Volume, VolumeList, VolumeMount, VolumeStorage};
 use cove_domain::{ids, volumes, InvalidInput};
 use cove_node_api::LaunchVolume;
-use cove_store::{StoreError, VolumeObject, VolumeRecord};
+use cove_store::{StoreError, StoreLock, VolumeObject, VolumeRecord};
 use tracing::{info, warn};
 
 pub use files::{VolumeFileQuery, VolumeListQuery, VolumeWriteQuery};
@@ -39,7 +44,25 @@ use crate::features::Feature;
 use crate::orgs::scope;
 use crate::{ControlPlane, ServiceError};
 
+/// Held while a volume delete, or a create that mounts volumes, checks and writes: see
+/// [`ControlPlane::lock_volumes`].
+pub(crate) struct VolumesHeld<'a> {
+    _local: tokio::sync::MutexGuard<'a, ()>,
+    _store: StoreLock,
+}
+
 impl ControlPlane {
+    /// Takes this process's `volumes_lock` (object volumes move under it), then the store lock
+    /// of `org`'s volumes, which every replica on the store shares. Always in that order.
+    pub(crate) async fn lock_volumes(&self, org: &str) -> Result<VolumesHeld<'_>, ServiceError> {
+        let local = self.inner.volumes_lock.lock().await;
+        let store = self.store().lock(&format!("volumes:{org}")).await?;
+        Ok(VolumesHeld {
+            _local: local,
+            _store: store,
+        })
+    }
+
     /// `Ok` when this server offers volumes to the caller's org: [`Self::volumes_offered`]
     /// and the feature is on for the org (else `403 feature_disabled`).
     pub(crate) async fn require_volumes(&self) -> Result<(), ServiceError> {
@@ -162,7 +185,7 @@ impl ControlPlane {
     /// volume stays recorded).
     pub async fn delete_volume(&self, name: &str) -> Result<(), ServiceError> {
         self.require_volumes().await?;
-        let _held = self.inner.volumes_lock.lock().await;
+        let _held = self.lock_volumes(&scope::acting_org()).await?;
         let v = self.volume_record(name).await?;
         let users = self.store().volume_users(&v.org, &v.name).await?;
         if !users.is_empty() {
@@ -231,7 +254,7 @@ impl ControlPlane {
     pub(crate) async fn check_volume_mounts(
         &self,
         mounts: &[VolumeMount],
-    ) -> Result<Option<tokio::sync::MutexGuard<'_, ()>>, ServiceError> {
+    ) -> Result<Option<VolumesHeld<'_>>, ServiceError> {
         if mounts.is_empty() {
             return Ok(None);
         }
@@ -263,7 +286,7 @@ impl ControlPlane {
                 .into());
             }
         }
-        let held = self.inner.volumes_lock.lock().await;
+        let held = self.lock_volumes(&scope::acting_org()).await?;
         let mut records = Vec::with_capacity(mounts.len());
         for m in mounts {
             records.push(self.volume_record(&m.name).await?);
@@ -302,7 +325,7 @@ impl ControlPlane {
     /// Checks that the volumes a fork mounts (its parent's, of `org`) can be mounted now
     /// (detached object volumes attached first): on a cluster, their node takes sandboxes
     /// (`unavailable` otherwise; a fork runs only on the volumes' node, as its parent does).
-    /// The caller holds `volumes_lock`.
+    /// The caller holds [`Self::lock_volumes`].
     pub(crate) async fn check_fork_volumes(
         &self,
         org: &str,

@@ -28,6 +28,7 @@ mod quotas;
 mod reconcile;
 mod release_pins;
 mod repair;
+mod replicas;
 mod rollback;
 mod streams;
 mod volume_tokens;

@@ -1,21 +1,26 @@
 //! Quotas cover everything an org holds: its warm pools' members (claimed or not), sandboxes in
-//! every state but `deleted` (`max_sandboxes`: suspended and failed ones too), and disk
-//! (`max_disk_mib`: the sandboxes' own disks and the org's volumes); a wake is checked too.
+//! every state but `deleted` (`max_sandboxes`: suspended and failed ones too; failed ones are
+//! alive for `max_running` until deleted), disk (`max_disk_mib`: the sandboxes' own disks and
+//! the org's volumes) and snapshot bytes (`max_snapshot_mib`: checkpoints, imports, suspended
+//! sandboxes' snapshots); a wake is checked too.
 
 use std::future::Future;
 
 use cove_api_types::{
     CreateCheckpointRequest, CreateOrgRequest, CreateSandboxRequest, CreateVolumeRequest,
-    ErrorCode, ForkRequest, LifecycleRequest, Operation, OrgUsage, PutPoolRequest, Quotas,
-    ResourcesRequest, SandboxState,
+    ErrorCode, ForkRequest, LifecycleRequest, Operation, OperationState, OrgUsage, PutPoolRequest,
+    Quotas, ResourcesRequest, SandboxState,
 };
 use cove_control_plane::orgs::{scope, Actor, Caller};
-use cove_control_plane::{LifecycleVerb, ServiceError};
+use cove_control_plane::{LifecycleVerb, ServiceError, WriteFileQuery};
+use cove_node_api::NodeError;
+use cove_test_support::{Call, Fault};
+use futures::StreamExt;
 
 use crate::harness::{code, eventually, Harness};
 
 /// Runs `f` as a key of `org`.
-async fn as_org<F: Future>(org: &str, f: F) -> F::Output {
+pub(crate) async fn as_org<F: Future>(org: &str, f: F) -> F::Output {
     let caller = Caller {
         org: org.into(),
         actor: Actor::Key(format!("key-of-{org}")),
@@ -182,6 +187,7 @@ async fn pool_members_count_toward_their_org_and_the_controller_stops_at_its_quo
             memory_mib: 768,
             sandboxes: 2,
             disk_mib: 2048,
+            snapshot_mib: 0,
         }
     );
 
@@ -338,4 +344,212 @@ async fn max_disk_mib_counts_sandbox_disks_and_volumes() {
     as_org("acme", h.cp.create_volume(volume("more", 2048)))
         .await
         .expect("room made");
+}
+
+async fn usage(h: &Harness) -> OrgUsage {
+    as_org("acme", h.cp.get_org("acme"))
+        .await
+        .expect("org")
+        .usage
+        .expect("usage")
+}
+
+/// Writes `mib` MiB of zeros at `path` in sandbox `id` of acme.
+async fn fill(h: &Harness, id: &str, path: &str, mib: usize) {
+    let q = WriteFileQuery {
+        path: Some(path.into()),
+        ..Default::default()
+    };
+    let body = futures::stream::iter([Ok(bytes::Bytes::from(vec![0u8; mib << 20]))]).boxed();
+    as_org("acme", h.cp.write_file(id, q, None, body))
+        .await
+        .expect("write");
+}
+
+/// A ready checkpoint of acme's sandbox `id`, or the refusal of its create.
+async fn checkpoint_of(h: &Harness, id: &str) -> Result<String, ServiceError> {
+    let r = as_org(
+        "acme",
+        h.cp.create_checkpoint(id, CreateCheckpointRequest::default(), None),
+    )
+    .await?;
+    h.succeeds(&r.operation).await;
+    Ok(r.checkpoint.id)
+}
+
+async fn import(h: &Harness, body: cove_node_api::ByteStream) -> Result<String, ServiceError> {
+    as_org("acme", h.cp.import_checkpoint(body, None))
+        .await
+        .map(|c| c.id)
+}
+
+fn over(e: ServiceError, quota: &str) {
+    assert_eq!(e.code(), ErrorCode::QuotaExceeded, "{e}");
+    assert!(e.public_message().contains(quota), "{e}");
+}
+
+#[tokio::test]
+async fn max_snapshot_mib_counts_checkpoints_imports_and_suspended_snapshots() {
+    let h = Harness::new().await;
+    org_with(
+        &h,
+        Quotas {
+            max_snapshot_mib: Some(30),
+            ..Quotas::default()
+        },
+    )
+    .await;
+    let id = running(&h, sized(1, 256, 1024)).await;
+    fill(&h, &id, "/home/user/a", 12).await;
+    let first = checkpoint_of(&h, &id).await.expect("within the quota");
+    assert_eq!(usage(&h).await.snapshot_mib, 12);
+    // An import is the org's too: 12 + 12 of 30.
+    let (_, body) = h.cp.export_checkpoint(&first).await.expect("export");
+    import(&h, body).await.expect("import within the quota");
+    assert_eq!(usage(&h).await.snapshot_mib, 24);
+    // A third copy is refused once its size is known, and nothing of it is kept.
+    let kept = h.node.checkpoint_ids().len();
+    let (_, body) = h.cp.export_checkpoint(&first).await.expect("export");
+    over(
+        import(&h, body).await.expect_err("past"),
+        "max_snapshot_mib",
+    );
+    assert_eq!(
+        h.node.checkpoint_ids().len(),
+        kept,
+        "the refused import is gone"
+    );
+
+    // A checkpoint's size is known once saved: one is taken while there is room left...
+    fill(&h, &id, "/home/user/b", 12).await;
+    let big = checkpoint_of(&h, &id)
+        .await
+        .expect("24 of 30 used: room left");
+    assert_eq!(usage(&h).await.snapshot_mib, 48);
+    // ...and none past it, a fork's neither.
+    over(
+        checkpoint_of(&h, &id).await.expect_err("at the quota"),
+        "max_snapshot_mib",
+    );
+    let fork = ForkRequest {
+        count: 1,
+        ..Default::default()
+    };
+    over(
+        as_org("acme", h.cp.fork(&id, fork))
+            .await
+            .expect_err("fork"),
+        "max_snapshot_mib",
+    );
+    // An upload larger than what is left plus an archive's overhead (6 + 16 MiB) is cut
+    // off before it is read whole.
+    as_org("acme", h.cp.delete_checkpoint(&big))
+        .await
+        .expect("delete");
+    assert_eq!(usage(&h).await.snapshot_mib, 24);
+    let junk = futures::stream::iter([Ok(bytes::Bytes::from(vec![0u8; 23 << 20]))]).boxed();
+    over(
+        import(&h, junk).await.expect_err("cut off"),
+        "max_snapshot_mib",
+    );
+    assert_eq!(h.node.checkpoint_ids().len(), kept);
+
+    // A suspended sandbox's snapshot counts until its wake; a suspend itself is never
+    // refused (it releases more than it keeps).
+    suspend(&h, &id).await;
+    assert_eq!(usage(&h).await.snapshot_mib, 48);
+    over(
+        import(&h, h.cp.export_checkpoint(&first).await.expect("export").1)
+            .await
+            .expect_err("past"),
+        "max_snapshot_mib",
+    );
+    h.succeeds(&wake(&h, &id).await.expect("wake")).await;
+    assert_eq!(usage(&h).await.snapshot_mib, 24);
+}
+
+#[tokio::test]
+async fn a_sandbox_that_failed_holding_node_resources_counts_until_deleted() {
+    let h = Harness::new().await;
+    org_with(
+        &h,
+        Quotas {
+            max_running: Some(1),
+            max_memory_mib: Some(512),
+            ..Quotas::default()
+        },
+    )
+    .await;
+    let id = running(&h, sized(1, 512, 1024)).await;
+    // The node cannot destroy it: the delete fails and the sandbox stays on the node.
+    h.node.inject(
+        Call::Destroy,
+        Fault::fail(NodeError::Runtime("frozen".into())),
+    );
+    let del = as_org("acme", h.cp.delete_sandbox(&id, None))
+        .await
+        .expect("delete");
+    h.settle(&del.id).await;
+    assert_eq!(h.state(&id).await, SandboxState::Failed);
+    assert!(h.node.sandbox_ids().contains(&id), "still on the node");
+    let u = usage(&h).await;
+    assert_eq!((u.running, u.memory_mib), (1, 512), "{u:?}");
+    // It holds its org's quota: no other sandbox, however often asked.
+    for _ in 0..3 {
+        over(
+            as_org("acme", h.cp.create_sandbox(sized(1, 256, 1024), None))
+                .await
+                .expect_err("past"),
+            "max_running",
+        );
+    }
+    // A delete that works releases the node's resources and the quota.
+    h.node.clear_faults();
+    let del = as_org("acme", h.cp.delete_sandbox(&id, None))
+        .await
+        .expect("delete again");
+    h.succeeds(&del).await;
+    assert_eq!(h.state(&id).await, SandboxState::Deleted);
+    assert!(!h.node.sandbox_ids().contains(&id), "gone from the node");
+    assert_eq!(usage(&h).await.running, 0);
+    running(&h, sized(1, 512, 1024)).await;
+}
+
+#[tokio::test]
+async fn of_two_wakes_past_max_running_one_is_refused_and_stays_suspended() {
+    let h = Harness::new().await;
+    org_with(
+        &h,
+        Quotas {
+            max_running: Some(1),
+            ..Quotas::default()
+        },
+    )
+    .await;
+    let first = running(&h, sized(1, 256, 1024)).await;
+    suspend(&h, &first).await;
+    let second = running(&h, sized(1, 256, 1024)).await;
+    suspend(&h, &second).await;
+    // Asked together: whether refused when accepted or where the wake is recorded (under the
+    // org's quota lock, after another took the room), one of them runs.
+    let asked = [wake(&h, &first).await, wake(&h, &second).await];
+    let mut refused = 0;
+    for a in asked {
+        let e = match a {
+            Ok(op) => match h.settle(&op.id).await {
+                done if done.state == OperationState::Succeeded => continue,
+                done => done.error.map(|e| e.code),
+            },
+            Err(e) => Some(e.code()),
+        };
+        assert_eq!(e, Some(ErrorCode::QuotaExceeded));
+        refused += 1;
+    }
+    assert_eq!(refused, 1);
+    assert_eq!(usage(&h).await.running, 1);
+    let states = [h.state(&first).await, h.state(&second).await];
+    assert!(
+        states.contains(&SandboxState::Running) && states.contains(&SandboxState::Suspended),
+        "{states:?}"
+    );
 }

@@ -8,6 +8,8 @@
 //!   transaction-scoped advisory lock, keyed `(LOCK_OPERATION_LOG, hashtext(id))` and
 //!   `(LOCK_RELEASE_NUMBER, hashtext(template))`.
 //!
+//! - the named locks of `LockStore` (quota check-and-record, volume delete against mount) are
+//!   transaction-scoped advisory locks keyed `(LOCK_NAMED, hashtext(key))` (`locks.rs`);
 //! - the leader of the controllers holds a session advisory lock (`cluster.rs`).
 //!
 //! PostgreSQL keeps times to the microsecond; a finer time reads back truncated.
@@ -27,6 +29,7 @@ mod cluster;
 mod commands;
 mod events;
 mod lifecycle;
+mod locks;
 mod operations;
 mod orgs;
 mod pools;
@@ -43,10 +46,19 @@ pub(crate) const LOCK_RELEASE_NUMBER: i32 = 0x636f_0002;
 /// First key of the session advisory lock the leader of the controllers holds.
 pub(crate) const LOCK_LEADER: i32 = 0x636f_0003;
 
+/// First key of the transaction-scoped advisory locks of [`crate::LockStore`].
+pub(crate) const LOCK_NAMED: i32 = 0x636f_0004;
+
+/// Most named locks held (or waited for) at once by one replica.
+const LOCK_CONNECTIONS: u32 = 16;
+
 /// The PostgreSQL store; cheap to clone (a connection pool).
 #[derive(Clone, Debug)]
 pub struct PgStore {
     pool: PgPool,
+    /// Connections that hold the named locks of [`crate::LockStore`], apart from `pool` so
+    /// a holder waiting for a connection of `pool` never waits on a waiter for a lock.
+    locks: PgPool,
     /// How to connect, kept for the leader lock's own connection.
     opts: PgConnectOptions,
 }
@@ -69,7 +81,12 @@ impl PgStore {
             .connect_with(opts.clone())
             .await?;
         sqlx::migrate!("./migrations/postgres").run(&pool).await?;
-        Ok(PgStore { pool, opts })
+        let locks = PgPoolOptions::new()
+            .max_connections(LOCK_CONNECTIONS)
+            .min_connections(0)
+            .acquire_timeout(Duration::from_secs(60))
+            .connect_lazy_with(opts.clone());
+        Ok(PgStore { pool, locks, opts })
     }
 }
 
@@ -80,6 +97,7 @@ impl Store for PgStore {
     }
 
     async fn close(&self) {
+        self.locks.close().await;
         self.pool.close().await;
     }
 }

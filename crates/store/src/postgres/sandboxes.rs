@@ -158,6 +158,17 @@ impl SandboxStore for PgStore {
         Ok(res.rows_affected() > 0)
     }
 
+    async fn set_snapshot_bytes(&self, id: &str, bytes: u64) -> Result<bool, StoreError> {
+        let bytes = i64::try_from(bytes)
+            .map_err(|_| StoreError::Corrupt(format!("{bytes} does not fit a row")))?;
+        let res = sqlx::query("UPDATE sandboxes SET snapshot_bytes = $1 WHERE id = $2")
+            .bind(bytes)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(res.rows_affected() > 0)
+    }
+
     async fn set_sealed_secrets(&self, id: &str, sealed: &str) -> Result<bool, StoreError> {
         let res = sqlx::query("UPDATE sandboxes SET secrets_sealed = $1 WHERE id = $2")
             .bind(sealed)

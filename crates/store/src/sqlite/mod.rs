@@ -17,6 +17,7 @@ mod cluster;
 mod commands;
 mod events;
 mod lifecycle;
+mod locks;
 mod operations;
 mod orgs;
 mod pools;
@@ -30,6 +31,8 @@ mod volumes;
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
     pool: SqlitePool,
+    /// The named locks of [`crate::LockStore`] (this process is the store's one writer).
+    locks: locks::Locks,
 }
 
 impl SqliteStore {
@@ -49,7 +52,10 @@ impl SqliteStore {
             .connect_with(opts)
             .await?;
         sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
-        Ok(SqliteStore { pool })
+        Ok(SqliteStore {
+            pool,
+            locks: locks::Locks::default(),
+        })
     }
 }
 

@@ -30,6 +30,9 @@ fn row_to_org(r: &sqlx::sqlite::SqliteRow) -> Result<Org, StoreError> {
             max_disk_mib: r
                 .try_get::<Option<i64>, _>("max_disk_mib")?
                 .map(|v| v as u64),
+            max_snapshot_mib: r
+                .try_get::<Option<i64>, _>("max_snapshot_mib")?
+                .map(|v| v as u64),
         },
         disabled_features: decode_features(&r.try_get::<String, _>("disabled_features")?)?,
         checkpoint_retention: CheckpointRetention {
@@ -62,8 +65,8 @@ impl OrgStore for SqliteStore {
         sqlx::query(
             "INSERT INTO orgs (id, created_at, max_running, max_vcpus, max_memory_mib, \
              max_creates_per_s, disabled_features, checkpoint_max_per_sandbox, \
-             checkpoint_max_age_s, max_sandboxes, max_disk_mib) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             checkpoint_max_age_s, max_sandboxes, max_disk_mib, max_snapshot_mib) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&org.id)
         .bind(org.created_at)
@@ -76,6 +79,7 @@ impl OrgStore for SqliteStore {
         .bind(org.checkpoint_retention.max_age_s.map(|v| v as i64))
         .bind(org.quotas.max_sandboxes.map(i64::from))
         .bind(org.quotas.max_disk_mib.map(|v| v as i64))
+        .bind(org.quotas.max_snapshot_mib.map(|v| v as i64))
         .execute(&self.pool)
         .await
         .map_err(map_unique)?;
@@ -101,7 +105,8 @@ impl OrgStore for SqliteStore {
     async fn set_org_quotas(&self, id: &str, q: &Quotas) -> Result<bool, StoreError> {
         let done = sqlx::query(
             "UPDATE orgs SET max_running = ?, max_vcpus = ?, max_memory_mib = ?, \
-             max_creates_per_s = ?, max_sandboxes = ?, max_disk_mib = ? WHERE id = ?",
+             max_creates_per_s = ?, max_sandboxes = ?, max_disk_mib = ?, max_snapshot_mib = ? \
+             WHERE id = ?",
         )
         .bind(q.max_running)
         .bind(q.max_vcpus)
@@ -109,6 +114,7 @@ impl OrgStore for SqliteStore {
         .bind(q.max_creates_per_s)
         .bind(q.max_sandboxes.map(i64::from))
         .bind(q.max_disk_mib.map(|v| v as i64))
+        .bind(q.max_snapshot_mib.map(|v| v as i64))
         .bind(id)
         .execute(&self.pool)
         .await?;
@@ -187,27 +193,36 @@ impl OrgStore for SqliteStore {
 
     async fn org_usage(&self, org: &str) -> Result<OrgUsage, StoreError> {
         // Unclaimed pool members (`pool` set) count like any sandbox of the org; `alive`:
-        // every state but suspended, failed (and deleted, not read).
-        let (running, vcpus, memory_mib, sandboxes, disk_mib): (i64, i64, i64, i64, i64) =
-            sqlx::query_as(
-                "SELECT COALESCE(SUM(alive), 0), COALESCE(SUM(alive * vcpus), 0), \
-                 COALESCE(SUM(alive * memory_mib), 0), COUNT(*), \
-                 COALESCE(SUM(COALESCE(disk_mib, 0)), 0) \
-                 + (SELECT COALESCE(SUM(size_mib), 0) FROM volumes WHERE org = ?) \
-                 FROM (SELECT vcpus, memory_mib, disk_mib, \
-                 CASE WHEN state IN ('suspended', 'failed') THEN 0 ELSE 1 END AS alive \
-                 FROM sandboxes WHERE org = ? AND state <> 'deleted') AS s",
-            )
-            .bind(org)
-            .bind(org)
-            .fetch_one(&self.pool)
-            .await?;
+        // every state but suspended (and deleted, not read). A failed sandbox may hold node
+        // resources until it is deleted, so it counts as alive.
+        let (running, vcpus, memory_mib, sandboxes, disk_mib, snapshot_bytes): (
+            i64,
+            i64,
+            i64,
+            i64,
+            i64,
+            i64,
+        ) = sqlx::query_as(
+            "SELECT COALESCE(SUM(alive), 0), COALESCE(SUM(alive * vcpus), 0), \
+             COALESCE(SUM(alive * memory_mib), 0), COUNT(*), \
+             COALESCE(SUM(COALESCE(disk_mib, 0)), 0) \
+             + (SELECT COALESCE(SUM(size_mib), 0) FROM volumes WHERE org = ?1), \
+             COALESCE(SUM(snapshot_bytes), 0) \
+             + (SELECT COALESCE(SUM(file_bytes), 0) FROM checkpoints WHERE org = ?1) \
+             FROM (SELECT vcpus, memory_mib, disk_mib, snapshot_bytes, \
+             CASE WHEN state = 'suspended' THEN 0 ELSE 1 END AS alive \
+             FROM sandboxes WHERE org = ?1 AND state <> 'deleted') AS s",
+        )
+        .bind(org)
+        .fetch_one(&self.pool)
+        .await?;
         Ok(OrgUsage {
             running: running as u64,
             vcpus: vcpus as u64,
             memory_mib: memory_mib as u64,
             sandboxes: sandboxes as u64,
             disk_mib: disk_mib as u64,
+            snapshot_mib: crate::orgs::mib_of_bytes(snapshot_bytes),
         })
     }
 }

@@ -10,7 +10,8 @@ use cove_store::{Store, StoreError};
 
 use crate::fixtures::{now, sandbox};
 
-fn checkpoint(id: &str, sandbox_id: &str, age_s: i64) -> Checkpoint {
+/// A `creating` checkpoint `id` of `sandbox_id` (org `default`), made `age_s` ago.
+pub fn checkpoint(id: &str, sandbox_id: &str, age_s: i64) -> Checkpoint {
     let s = sandbox(sandbox_id);
     Checkpoint {
         id: id.into(),

@@ -13,6 +13,7 @@ mod commands;
 mod events;
 mod fixtures;
 mod lifecycle;
+mod locks;
 mod operations;
 mod orgs;
 mod pools;
@@ -92,7 +93,8 @@ conformance!(
     checkpoints::unfinished_checkpoints_are_failed,
     orgs::orgs_round_trip_and_the_default_org_exists,
     orgs::api_keys_are_found_by_hash_listed_and_revoked,
-    orgs::usage_counts_sandboxes_pool_members_disks_and_volumes,
+    orgs::usage_counts_sandboxes_pool_members_disks_volumes_and_snapshots,
+    locks::a_named_lock_is_held_until_dropped_and_other_keys_are_free,
     orgs::listings_are_scoped_to_an_org,
     orgs::audit_records_are_paged_scoped_and_purged,
     volumes::volumes_round_trip_and_names_are_unique_per_org,

@@ -44,6 +44,7 @@ pub async fn orgs_round_trip_and_the_default_org_exists(store: Arc<dyn Store>) {
             max_creates_per_s: None,
             max_sandboxes: Some(7),
             max_disk_mib: Some(3 << 40),
+            max_snapshot_mib: Some(5 << 40),
         },
         ..org("acme")
     };
@@ -69,6 +70,7 @@ pub async fn orgs_round_trip_and_the_default_org_exists(store: Arc<dyn Store>) {
         max_creates_per_s: Some(5),
         max_sandboxes: Some(9),
         max_disk_mib: Some(4096),
+        max_snapshot_mib: Some(2048),
         ..Quotas::default()
     };
     assert!(store.set_org_quotas("acme", &q).await.expect("set"));
@@ -166,7 +168,9 @@ pub async fn api_keys_are_found_by_hash_listed_and_revoked(store: Arc<dyn Store>
     );
 }
 
-pub async fn usage_counts_sandboxes_pool_members_disks_and_volumes(store: Arc<dyn Store>) {
+pub async fn usage_counts_sandboxes_pool_members_disks_volumes_and_snapshots(
+    store: Arc<dyn Store>,
+) {
     store.insert_org(&org("acme")).await.expect("org");
     let sized = |id: &str, org: &str, state: SandboxState, vcpus: u32, mib: u64| {
         let mut s = sandbox(id);
@@ -194,7 +198,8 @@ pub async fn usage_counts_sandboxes_pool_members_disks_and_volumes(store: Arc<dy
     no_disk.resources.disk_mib = None;
     store.insert_sandbox(&no_disk).await.expect("insert");
     let u = store.org_usage("acme").await.expect("usage");
-    assert_eq!((u.running, u.vcpus, u.memory_mib), (3, 4, 832));
+    // A failed sandbox may still hold node resources: it counts as alive until deleted.
+    assert_eq!((u.running, u.vcpus, u.memory_mib), (4, 12, 9024));
     // Suspended and failed sandboxes exist and hold their disks; deleted ones do not.
     assert_eq!(
         (u.sandboxes, u.disk_mib),
@@ -222,10 +227,51 @@ pub async fn usage_counts_sandboxes_pool_members_disks_and_volumes(store: Arc<dy
             .expect("volume");
     }
     let u = store.org_usage("acme").await.expect("usage");
-    assert_eq!((u.running, u.vcpus, u.memory_mib), (4, 8, 4928));
+    assert_eq!((u.running, u.vcpus, u.memory_mib), (5, 16, 13120));
     assert_eq!(
         (u.sandboxes, u.disk_mib),
         (6, 2 * (512 + 256 + 8192 + 8192 + 4096) + 1000)
+    );
+    assert_eq!(u.snapshot_mib, 0);
+
+    // Snapshot bytes: the org's checkpoints (any state; a failed or creating one has none)
+    // and the snapshots of its sandboxes not deleted, in MiB rounded up.
+    for (id, owner, bytes) in [
+        ("ck-a1", "acme", 3 << 20),
+        ("ck-a2", "acme", 1),
+        ("ck-d1", DEFAULT_ORG, 9 << 20),
+    ] {
+        let mut c = crate::checkpoints::checkpoint(id, "sb-a1", 0);
+        c.org = owner.into();
+        store.insert_checkpoint(&c).await.expect("checkpoint");
+        assert!(store
+            .checkpoint_ready(id, bytes, false, 1)
+            .await
+            .expect("ready"));
+    }
+    let mut creating = crate::checkpoints::checkpoint("ck-a3", "sb-a1", 0);
+    creating.org = "acme".into();
+    store
+        .insert_checkpoint(&creating)
+        .await
+        .expect("checkpoint");
+    assert!(store
+        .set_snapshot_bytes("sb-a3", 2 << 20)
+        .await
+        .expect("set"));
+    assert!(store
+        .set_snapshot_bytes("sb-a5", 7 << 20)
+        .await
+        .expect("set"));
+    assert!(!store.set_snapshot_bytes("sb-none", 1).await.expect("set"));
+    let u = store.org_usage("acme").await.expect("usage");
+    assert_eq!(u.snapshot_mib, 6, "3 MiB + 1 byte + 2 MiB, rounded up");
+    // A wake drops the snapshot; a deleted checkpoint is gone.
+    assert!(store.set_snapshot_bytes("sb-a3", 0).await.expect("set"));
+    assert!(store.delete_checkpoint("ck-a2").await.expect("delete"));
+    assert_eq!(
+        store.org_usage("acme").await.expect("usage").snapshot_mib,
+        3
     );
     assert_eq!(
         store.org_usage("nobody").await.expect("usage"),
