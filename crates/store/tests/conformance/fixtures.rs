@@ -39,6 +39,8 @@ pub fn sandbox(id: &str) -> Sandbox {
         updated_at: t,
         idle_timeout_s: 2,
         ttl_s: Some(60),
+        expires_at: None,
+        on_expiry: cove_api_types::OnExpiry::Delete,
         last_activity_at: Some(t),
         memory_restored: Some(true),
         network: EgressPolicy::parse(
