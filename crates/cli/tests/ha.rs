@@ -323,7 +323,11 @@ async fn a_replica_killed_mid_creates_and_suspends_is_taken_over_by_the_other() 
     let Some(url) = postgres_url() else { return };
     let test_start = Instant::now();
     let (mut setup, token, a, b) = two_replicas(&url).await;
-    let (root, store, schema) = (setup.root.clone(), setup.store.clone(), setup.schema.clone());
+    let (root, store, schema) = (
+        setup.root.clone(),
+        setup.store.clone(),
+        setup.schema.clone(),
+    );
     let a_nodes = setup.node_ports[0];
     build_template(&a, "tiny").await;
     let req = CreateSandboxRequest {
@@ -469,7 +473,12 @@ async fn a_replica_killed_mid_creates_and_suspends_is_taken_over_by_the_other() 
 }
 
 /// `POST /sandboxes` of E2B's REST API at `port`: the new sandbox's Cove id.
-async fn e2b_create(http: &reqwest::Client, port: u16, token: &str, body: serde_json::Value) -> String {
+async fn e2b_create(
+    http: &reqwest::Client,
+    port: u16,
+    token: &str,
+    body: serde_json::Value,
+) -> String {
     let answer = http
         .post(format!("http://127.0.0.1:{port}/sandboxes"))
         .header("X-API-Key", token)
@@ -486,7 +495,9 @@ async fn e2b_create(http: &reqwest::Client, port: u16, token: &str, body: serde_
 async fn e2b_set_timeout(http: &reqwest::Client, port: u16, token: &str, id: &str, secs: u64) {
     let e2b_id = id.strip_prefix("sb-").unwrap();
     let answer = http
-        .post(format!("http://127.0.0.1:{port}/sandboxes/{e2b_id}/timeout"))
+        .post(format!(
+            "http://127.0.0.1:{port}/sandboxes/{e2b_id}/timeout"
+        ))
         .header("X-API-Key", token)
         .json(&serde_json::json!({ "timeout": secs }))
         .send()
@@ -501,9 +512,11 @@ async fn restart_replica(setup: &mut Setup, i: usize, name: &str, token: &str) -
     let _ = setup.replicas[i].process.wait().await;
     setup.replicas[i] = replica(&setup.root, name, &setup.store, setup.node_ports[i]);
     let c = client(setup.replicas[i].api, token);
-    until(&format!("{name} serving again"), Duration::from_secs(30), || {
-        ready_node(&c)
-    })
+    until(
+        &format!("{name} serving again"),
+        Duration::from_secs(30),
+        || ready_node(&c),
+    )
     .await;
     c
 }
@@ -517,7 +530,13 @@ async fn an_e2b_timeout_set_through_one_replica_fires_after_both_restart() {
     let http = reqwest::Client::new();
     let a_e2b = setup.replicas[0].e2b;
     // Made through A's E2B API with E2B's default timeout (300 s), then shortened through A.
-    let killed = e2b_create(&http, a_e2b, &token, serde_json::json!({"templateID": "tiny"})).await;
+    let killed = e2b_create(
+        &http,
+        a_e2b,
+        &token,
+        serde_json::json!({"templateID": "tiny"}),
+    )
+    .await;
     let paused = e2b_create(
         &http,
         a_e2b,
@@ -538,14 +557,21 @@ async fn an_e2b_timeout_set_through_one_replica_fires_after_both_restart() {
         chrono::Utc::now() < ends,
         "the restarts took longer than the timeout: the test would prove nothing"
     );
-    assert_eq!(a.get_sandbox(&killed).await.unwrap().state, SandboxState::Running);
+    assert_eq!(
+        a.get_sandbox(&killed).await.unwrap().state,
+        SandboxState::Running
+    );
 
-    until("both timeouts fired", Duration::from_secs(TIMEOUT_S + 40), || async {
-        a.get_sandbox(&killed).await.is_err()
-            && a.get_sandbox(&paused)
-                .await
-                .is_ok_and(|s| s.state == SandboxState::Suspended)
-    })
+    until(
+        "both timeouts fired",
+        Duration::from_secs(TIMEOUT_S + 40),
+        || async {
+            a.get_sandbox(&killed).await.is_err()
+                && a.get_sandbox(&paused)
+                    .await
+                    .is_ok_and(|s| s.state == SandboxState::Suspended)
+        },
+    )
     .await;
     let (schema, end) = (&setup.schema, ends.to_rfc3339());
     for (id, state) in [(&killed, "deleted"), (&paused, "suspended")] {

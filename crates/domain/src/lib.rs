@@ -15,8 +15,8 @@ mod wire;
 pub use egress::{EgressPolicy, EgressRule, Verdict};
 pub use resources::{Resources, ResourcesRequest};
 pub use states::{
-    CheckpointState, CommandState, EventType, NodeState, OnExpiry, OperationKind,
-    OperationState, SandboxState,
+    CheckpointState, CommandState, EventType, NodeState, OnExpiry, OperationKind, OperationState,
+    SandboxState,
 };
 
 /// A request that breaks a domain rule; `field` names the offending input.

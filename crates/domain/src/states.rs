@@ -158,4 +158,3 @@ crate::wire_enum! {
         Suspend = "suspend",
     }
 }
-

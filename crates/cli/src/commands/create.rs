@@ -5,8 +5,8 @@ use std::time::Duration;
 use anyhow::bail;
 use clap::Args;
 use cove_api_types::{
-    CreateSandboxRequest, EgressPolicy, EgressRule, OnExpiry, OperationState, ResourcesRequest, Sandbox,
-    VolumeMount,
+    CreateSandboxRequest, EgressPolicy, EgressRule, OnExpiry, OperationState, ResourcesRequest,
+    Sandbox, VolumeMount,
 };
 use cove_client::Client;
 

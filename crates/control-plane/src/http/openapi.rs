@@ -9,8 +9,8 @@ use utoipa::openapi::{ContentBuilder, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
 use super::{
-    checkpoints, commands, events, expiry, files, files_upload, lifecycle, nodes, operations, orgs, pools,
-    ports, sandboxes, templates, volumes,
+    checkpoints, commands, events, expiry, files, files_upload, lifecycle, nodes, operations, orgs,
+    pools, ports, sandboxes, templates, volumes,
 };
 
 /// The document.

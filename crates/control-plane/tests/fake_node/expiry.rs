@@ -79,7 +79,10 @@ async fn an_expiry_suspends_or_deletes_and_says_why() {
             Some(&(EventType::SandboxSuspended, Some("expired".to_string())))
         );
     }
-    assert_eq!(settled_ops(&h, &deleted, OperationKind::DeleteSandbox).await, 1);
+    assert_eq!(
+        settled_ops(&h, &deleted, OperationKind::DeleteSandbox).await,
+        1
+    );
     assert_eq!(h.state(&deleted).await, SandboxState::Deleted);
     assert_eq!(
         h.event_log(&deleted).await.last(),
@@ -89,7 +92,10 @@ async fn an_expiry_suspends_or_deletes_and_says_why() {
     // Later passes do nothing more.
     h.advance(60 * SECOND).await;
     h.controller_pass().await;
-    assert_eq!(settled_ops(&h, &running, OperationKind::SuspendSandbox).await, 1);
+    assert_eq!(
+        settled_ops(&h, &running, OperationKind::SuspendSandbox).await,
+        1
+    );
 }
 
 #[tokio::test]
@@ -99,7 +105,10 @@ async fn a_live_sandboxes_expiry_is_set_moved_and_cleared() {
     assert_eq!(h.sandbox(&id).await.expires_at, None);
 
     let s = h.cp.set_expiry(&id, in_s(60, None)).await.expect("set");
-    assert_eq!(s.expires_at, Some(h.cfg.clock.now() + ChronoDuration::seconds(60)));
+    assert_eq!(
+        s.expires_at,
+        Some(h.cfg.clock.now() + ChronoDuration::seconds(60))
+    );
     assert_eq!(s.on_expiry, OnExpiry::Delete);
     // Set may shorten; extend only lengthens.
     h.cp.set_expiry(&id, in_s(10, Some(OnExpiry::Suspend)))
@@ -109,7 +118,10 @@ async fn a_live_sandboxes_expiry_is_set_moved_and_cleared() {
         .await
         .expect("extend");
     let s = h.sandbox(&id).await;
-    assert_eq!(s.expires_at, Some(h.cfg.clock.now() + ChronoDuration::seconds(10)));
+    assert_eq!(
+        s.expires_at,
+        Some(h.cfg.clock.now() + ChronoDuration::seconds(10))
+    );
     assert_eq!(s.on_expiry, OnExpiry::Suspend);
     h.cp.extend_expiry(&id, 40, OnExpiry::Suspend)
         .await

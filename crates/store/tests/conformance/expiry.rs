@@ -9,14 +9,20 @@ use cove_store::Store;
 
 use crate::fixtures::{bare_sandbox, now};
 
-async fn expiry_of(store: &Arc<dyn Store>, id: &str) -> (Option<chrono::DateTime<chrono::Utc>>, OnExpiry) {
+async fn expiry_of(
+    store: &Arc<dyn Store>,
+    id: &str,
+) -> (Option<chrono::DateTime<chrono::Utc>>, OnExpiry) {
     let s = store.get_sandbox(id).await.expect("get");
     (s.expires_at, s.on_expiry)
 }
 
 pub async fn expiry_is_set_extended_and_cleared(store: Arc<dyn Store>) {
     let t = now();
-    store.insert_sandbox(&bare_sandbox("sb-1")).await.expect("insert");
+    store
+        .insert_sandbox(&bare_sandbox("sb-1"))
+        .await
+        .expect("insert");
     assert_eq!(expiry_of(&store, "sb-1").await, (None, OnExpiry::Delete));
 
     let at = t + Duration::seconds(300);
@@ -24,20 +30,29 @@ pub async fn expiry_is_set_extended_and_cleared(store: Arc<dyn Store>) {
         .set_sandbox_expiry("sb-1", Some(at), OnExpiry::Suspend)
         .await
         .expect("set"));
-    assert_eq!(expiry_of(&store, "sb-1").await, (Some(at), OnExpiry::Suspend));
+    assert_eq!(
+        expiry_of(&store, "sb-1").await,
+        (Some(at), OnExpiry::Suspend)
+    );
     // Set may move it earlier; extend may not.
     let earlier = t + Duration::seconds(100);
     assert!(!store
         .extend_sandbox_expiry("sb-1", earlier, OnExpiry::Delete)
         .await
         .expect("extend"));
-    assert_eq!(expiry_of(&store, "sb-1").await, (Some(at), OnExpiry::Suspend));
+    assert_eq!(
+        expiry_of(&store, "sb-1").await,
+        (Some(at), OnExpiry::Suspend)
+    );
     let later = t + Duration::seconds(600);
     assert!(store
         .extend_sandbox_expiry("sb-1", later, OnExpiry::Delete)
         .await
         .expect("extend"));
-    assert_eq!(expiry_of(&store, "sb-1").await, (Some(later), OnExpiry::Delete));
+    assert_eq!(
+        expiry_of(&store, "sb-1").await,
+        (Some(later), OnExpiry::Delete)
+    );
     assert!(store
         .set_sandbox_expiry("sb-1", Some(earlier), OnExpiry::Delete)
         .await
@@ -53,14 +68,20 @@ pub async fn expiry_is_set_extended_and_cleared(store: Arc<dyn Store>) {
         .extend_sandbox_expiry("sb-1", at, OnExpiry::Suspend)
         .await
         .expect("extend"));
-    assert_eq!(expiry_of(&store, "sb-1").await, (Some(at), OnExpiry::Suspend));
+    assert_eq!(
+        expiry_of(&store, "sb-1").await,
+        (Some(at), OnExpiry::Suspend)
+    );
 
     // Unknown, deleting or deleted sandboxes get none.
     assert!(!store
         .set_sandbox_expiry("sb-none", Some(at), OnExpiry::Delete)
         .await
         .expect("set"));
-    for (id, state) in [("sb-2", SandboxState::Deleting), ("sb-3", SandboxState::Deleted)] {
+    for (id, state) in [
+        ("sb-2", SandboxState::Deleting),
+        ("sb-3", SandboxState::Deleted),
+    ] {
         let s = Sandbox {
             state,
             ..bare_sandbox(id)
@@ -80,13 +101,33 @@ pub async fn expiry_is_set_extended_and_cleared(store: Arc<dyn Store>) {
 pub async fn expired_sandboxes_are_listed_earliest_first(store: Arc<dyn Store>) {
     let t = now();
     let rows = [
-        ("sb-late", Some(t - Duration::seconds(10)), SandboxState::Running),
-        ("sb-early", Some(t - Duration::seconds(500)), SandboxState::Suspended),
+        (
+            "sb-late",
+            Some(t - Duration::seconds(10)),
+            SandboxState::Running,
+        ),
+        (
+            "sb-early",
+            Some(t - Duration::seconds(500)),
+            SandboxState::Suspended,
+        ),
         ("sb-now", Some(t), SandboxState::Paused),
-        ("sb-future", Some(t + Duration::milliseconds(1)), SandboxState::Running),
+        (
+            "sb-future",
+            Some(t + Duration::milliseconds(1)),
+            SandboxState::Running,
+        ),
         ("sb-never", None, SandboxState::Running),
-        ("sb-deleting", Some(t - Duration::seconds(60)), SandboxState::Deleting),
-        ("sb-deleted", Some(t - Duration::seconds(60)), SandboxState::Deleted),
+        (
+            "sb-deleting",
+            Some(t - Duration::seconds(60)),
+            SandboxState::Deleting,
+        ),
+        (
+            "sb-deleted",
+            Some(t - Duration::seconds(60)),
+            SandboxState::Deleted,
+        ),
     ];
     for (id, at, state) in rows {
         let s = Sandbox {
@@ -129,7 +170,11 @@ pub async fn one_of_racing_claims_wins_and_a_moved_expiry_is_not_claimed(store: 
     }
     assert_eq!(won, 1);
     assert_eq!(expiry_of(&store, "sb-1").await.0, None);
-    assert!(store.expired_sandboxes(t, 10).await.expect("expired").is_empty());
+    assert!(store
+        .expired_sandboxes(t, 10)
+        .await
+        .expect("expired")
+        .is_empty());
 
     // An expiry moved later after it was read is not claimed by the stale reader.
     let s = Sandbox {
@@ -137,7 +182,10 @@ pub async fn one_of_racing_claims_wins_and_a_moved_expiry_is_not_claimed(store: 
         ..bare_sandbox("sb-2")
     };
     store.insert_sandbox(&s).await.expect("insert");
-    assert_eq!(store.expired_sandboxes(t, 10).await.expect("expired").len(), 1);
+    assert_eq!(
+        store.expired_sandboxes(t, 10).await.expect("expired").len(),
+        1
+    );
     let later = t + Duration::seconds(30);
     store
         .extend_sandbox_expiry("sb-2", later, OnExpiry::Delete)
