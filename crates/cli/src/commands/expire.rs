@@ -30,7 +30,7 @@ pub struct ExpireArgs {
 impl ExpireArgs {
     /// The request these options describe (`None`: clear the expiry).
     pub fn request(&self) -> Option<SetExpiryRequest> {
-        (!self.never).then(|| SetExpiryRequest {
+        (!self.never).then_some(SetExpiryRequest {
             expires_at: self.at,
             in_s: self.in_s,
             on_expiry: self.on_expiry,
