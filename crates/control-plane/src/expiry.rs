@@ -2,7 +2,7 @@
 //! store, so every replica sees them and a restart keeps them. Cove's TTL (`ttl_s` at create)
 //! and E2B's timeout (create `timeout`, `set_timeout`, `connect`, auto-pause) both set them.
 //!
-//! The expiry pass ([`ControlPlane::end_expired`]) runs on every replica: it reads the
+//! The expiry pass (`ControlPlane::end_expired`) runs on every replica: it reads the
 //! sandboxes whose expiry has passed and claims each one with a conditional write
 //! ([`cove_store::SandboxStore::claim_expiry`] clears `expires_at` only while it is still
 //! past), so of replicas racing for one expiry exactly one acts. It then deletes or suspends
