@@ -15,6 +15,7 @@ import builtins
 import os
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Dict, Generator, List, Mapping, Optional, Sequence, Tuple, Union
 from urllib.parse import quote
 
@@ -223,6 +224,8 @@ def create_sandbox(
     user: Optional[str] = None,
     idle_timeout_s: Optional[int] = None,
     ttl_s: Optional[int] = None,
+    expires_at: Optional[datetime] = None,
+    on_expiry: Optional[str] = None,
     network: Union[NetworkPolicy, Mapping[str, Any], None] = None,
     secrets: Optional[Mapping[str, Mapping[str, Any]]] = None,
     public: bool = False,
@@ -241,7 +244,10 @@ def create_sandbox(
     ``public`` makes its ports reachable without a credential (:meth:`set_ports` changes it).
     ``volumes`` mounts volumes (:meth:`create_volume`): ``"NAME:/path"``, ``"NAME:/path:ro"``
     or ``{"name", "path", "read_only"}`` each. ``checkpoint`` starts it from a ``ready``
-    checkpoint (or its id; its template, release and resources, so leave those out)."""
+    checkpoint (or its id; its template, release and resources, so leave those out).
+    ``ttl_s`` (seconds after creation) or ``expires_at`` (an aware datetime) is when it
+    expires; ``on_expiry`` (``"delete"``, the default, or ``"suspend"``) what that does
+    (:meth:`set_expiry` changes both live)."""
     if isinstance(resources, Resources):
         resources = drop_none(**vars(resources))
     if isinstance(network, NetworkPolicy):
@@ -257,6 +263,8 @@ def create_sandbox(
         user=user,
         idle_timeout_s=idle_timeout_s,
         ttl_s=ttl_s,
+        expires_at=expires_at.isoformat() if expires_at is not None else None,
+        on_expiry=on_expiry,
         network=dict(network) if network is not None else None,
         secrets={k: dict(v) for k, v in secrets.items()} if secrets else None,
         public=True if public else None,
@@ -318,6 +326,33 @@ def set_network(
         body = {"internet": internet, "allow": list(allow), "deny": list(deny)}
     data = yield Req("PUT", sandbox_path(sandbox, "/network"), json=body)
     return SandboxNetwork.from_json(data)
+
+
+def set_expiry(
+    sandbox: Sandboxish,
+    in_s: Optional[int] = None,
+    *,
+    at: Optional[datetime] = None,
+    on_expiry: Optional[str] = None,
+) -> Call:
+    """Sets when a sandbox expires: ``in_s`` seconds from now, or ``at`` (an aware datetime);
+    a time past expires it at once. ``on_expiry`` (``"delete"`` or ``"suspend"``) says what
+    the expiry does (default: what it did before). Returns the sandbox."""
+    if (in_s is None) == (at is None):
+        raise ValueError("give exactly one of in_s and at")
+    body = drop_none(
+        in_s=in_s,
+        expires_at=at.isoformat() if at is not None else None,
+        on_expiry=on_expiry,
+    )
+    data = yield Req("PUT", sandbox_path(sandbox, "/expiry"), json=body)
+    return Sandbox.from_json(data)
+
+
+def clear_expiry(sandbox: Sandboxish) -> Call:
+    """The sandbox expires no more (its TTL included). Returns the sandbox."""
+    data = yield Req("DELETE", sandbox_path(sandbox, "/expiry"))
+    return Sandbox.from_json(data)
 
 
 def ports(sandbox: Sandboxish) -> Call:

@@ -188,6 +188,8 @@ class AsyncClient:
     sandbox_metrics = _async(_core.sandbox_metrics)
     network = _async(_core.network)
     set_network = _async(_core.set_network)
+    set_expiry = _async(_core.set_expiry)
+    clear_expiry = _async(_core.clear_expiry)
     ports = _async(_core.ports)
     set_ports = _async(_core.set_ports)
     port_link = _async(_core.port_link)

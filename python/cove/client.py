@@ -178,6 +178,8 @@ class Client:
     sandbox_metrics = _sync(_core.sandbox_metrics)
     network = _sync(_core.network)
     set_network = _sync(_core.set_network)
+    set_expiry = _sync(_core.set_expiry)
+    clear_expiry = _sync(_core.clear_expiry)
     ports = _sync(_core.ports)
     set_ports = _sync(_core.set_ports)
     port_link = _sync(_core.port_link)

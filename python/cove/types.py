@@ -231,6 +231,10 @@ class Sandbox:
     public: bool = False
     #: The volumes it mounts: ``{"name", "path", "read_only"?}`` each.
     volumes: List[Dict[str, Any]] = field(default_factory=list)
+    #: When it expires (``None``: never); then it is deleted or suspended (``on_expiry``).
+    expires_at: Optional[datetime] = None
+    #: What its expiry does: ``"delete"`` or ``"suspend"``.
+    on_expiry: str = "delete"
 
     @classmethod
     def from_json(cls, data: Dict[str, Any]) -> "Sandbox":
@@ -238,7 +242,7 @@ class Sandbox:
         d["resources"] = Resources.from_json(data["resources"])
         d["network"] = NetworkPolicy.from_json(data.get("network"))
         d["secrets"] = {k: list(v.get("hosts", [])) for k, v in (data.get("secrets") or {}).items()}
-        for k in ("created_at", "updated_at", "last_activity_at"):
+        for k in ("created_at", "updated_at", "last_activity_at", "expires_at"):
             d[k] = _time(data.get(k))
         return cls(**d)
 

@@ -100,3 +100,35 @@ def test_network_types_round_trip():
     )
     assert net.network.deny == ["10.0.0.0/8"] and net.counters.bytes_in == 5
     assert net.counters.connections_denied == 2 and net.counters.bytes_out == 0
+
+
+def test_expiry_requests_and_answers():
+    from datetime import datetime, timezone
+
+    call = _core.set_expiry("sb-1", 60, on_expiry="suspend")
+    req = next(call)
+    assert (req.method, req.path, req.json) == ("PUT", "/v1/sandboxes/sb-1/expiry", {"in_s": 60, "on_expiry": "suspend"})
+    at = datetime(2030, 1, 1, tzinfo=timezone.utc)
+    req = next(_core.set_expiry("sb-1", at=at))
+    assert req.json == {"expires_at": "2030-01-01T00:00:00+00:00"}
+    for bad in ({}, {"in_s": 5, "at": at}):
+        try:
+            next(_core.set_expiry("sb-1", **bad))
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(bad)
+    assert next(_core.clear_expiry("sb-1")).method == "DELETE"
+    req = next(_core.create_sandbox(ttl_s=30, on_expiry="suspend"))
+    assert req.json == {"ttl_s": 30, "on_expiry": "suspend"}
+    base = {
+        "id": "sb-1", "template": "base", "release": 1, "state": "running", "state_reason": None,
+        "runtime": "runc", "resources": {"vcpus": 1, "memory_mib": 512, "pids_max": 1024},
+        "env": {}, "metadata": {}, "cwd": "/", "user": "user",
+        "created_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z",
+    }
+    s = cove.Sandbox.from_json(base)
+    assert (s.expires_at, s.on_expiry) == (None, "delete")
+    s = cove.Sandbox.from_json({**base, "expires_at": "2026-01-01T00:05:00Z", "on_expiry": "suspend"})
+    assert s.expires_at == datetime(2026, 1, 1, 0, 5, tzinfo=timezone.utc)
+    assert s.on_expiry == "suspend"

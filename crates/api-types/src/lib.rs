@@ -35,7 +35,7 @@ pub use volume::*;
 
 // States, kinds and resources are the domain's; the API speaks them as they are.
 pub use cove_domain::{
-    CheckpointState, CommandState, EgressPolicy, EgressRule, EventType, OperationKind,
+    CheckpointState, CommandState, EgressPolicy, EgressRule, EventType, OnExpiry, OperationKind,
     OperationState, Resources, ResourcesRequest, SandboxState,
 };
 

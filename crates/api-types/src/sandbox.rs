@@ -42,9 +42,16 @@ pub struct CreateSandboxRequest {
     #[serde(default)]
     pub idle_timeout_s: Option<u64>,
     /// Delete the sandbox this many seconds after its creation, whatever its state (default:
-    /// never).
+    /// never). It sets the sandbox's `expires_at`; not with `expires_at`.
     #[serde(default)]
     pub ttl_s: Option<u64>,
+    /// When the sandbox expires (RFC 3339, in the future, at most 10 years ahead; default:
+    /// never, or `ttl_s` after creation). `PUT /v1/sandboxes/{id}/expiry` changes it live.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<DateTime<Utc>>,
+    /// What its expiry does: `delete` (default) or `suspend`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_expiry: Option<crate::OnExpiry>,
     /// Egress policy: `{internet (default true), allow: [..], deny: [..]}`; entries are IPv4
     /// CIDRs, IPv4 addresses, domains or `*.domain`. Default: the internet open, no rules.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -179,9 +186,17 @@ pub struct Sandbox {
     /// Seconds without activity after which the sandbox is suspended (0 = never).
     #[serde(default)]
     pub idle_timeout_s: u64,
-    /// Seconds after creation at which the sandbox is deleted (`None` = never).
+    /// Seconds after creation at which the sandbox is deleted (`None` = never), as created.
     #[serde(default)]
     pub ttl_s: Option<u64>,
+    /// When the sandbox expires (`None` = never): it is then deleted or suspended, as
+    /// `on_expiry` says. Set by `ttl_s` or `expires_at` at create, and by `PUT
+    /// /v1/sandboxes/{id}/expiry`; an expiry that suspends clears it.
+    #[serde(default)]
+    pub expires_at: Option<DateTime<Utc>>,
+    /// What its expiry does: `delete` or `suspend`.
+    #[serde(default)]
+    pub on_expiry: crate::OnExpiry,
     /// Last command activity or API access (flushed from memory every few seconds, so it may lag
     /// by that much).
     #[serde(default)]
@@ -204,6 +219,22 @@ pub struct Sandbox {
     /// The volumes it mounts (kept across suspend, wake and restarts).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<crate::VolumeMount>,
+}
+
+/// `PUT /v1/sandboxes/{id}/expiry` body: exactly one of `expires_at` and `in_s`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetExpiryRequest {
+    /// When the sandbox expires (RFC 3339; at most 10 years ahead; a time past makes it
+    /// expire at once).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<DateTime<Utc>>,
+    /// Or: this many seconds from now (0 to 315360000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_s: Option<u64>,
+    /// What the expiry does: `delete` or `suspend` (default: what it did before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_expiry: Option<crate::OnExpiry>,
 }
 
 /// `202` answer of `POST /v1/sandboxes`.

@@ -192,6 +192,9 @@ pub enum Verb {
     /// snapshot, a paused one is thawed (as `cove resume`), a running one is left as it is;
     /// prints the final state.
     Wake(lifecycle::LifecycleArgs),
+    /// Set when a sandbox expires (--in SECONDS, --at TIME or --never) and what its expiry
+    /// does (--on-expiry delete|suspend).
+    Expire(commands::expire::ExpireArgs),
     /// Show a sandbox's egress policy and traffic counters; with --no-internet/--allow/--deny,
     /// replace the policy (live: the next connection follows it).
     Network(commands::network::NetworkVerbArgs),
@@ -226,6 +229,7 @@ impl Verb {
             Verb::Cp(a) => a.sandbox_id().map(|s| (s, None)),
             Verb::Files(a) => Some((a.verb.sandbox().to_owned(), None)),
             Verb::Network(a) => Some((a.id.clone(), None)),
+            Verb::Expire(a) => Some((a.id.clone(), None)),
             Verb::Ports(a) => Some((a.id.clone(), None)),
             Verb::Rollback(a) => id(&a.sandbox),
             Verb::Fork(a) => id(&a.sandbox),
@@ -322,6 +326,7 @@ async fn run_verb(client: &Client, verb: Verb) -> anyhow::Result<ExitCode> {
         Verb::Wake(args) => commands::wake::run(client, args).await?,
         Verb::Ops(args) => commands::ops::run(client, args).await?,
         Verb::Network(args) => commands::network::run(client, args).await?,
+        Verb::Expire(args) => commands::expire::run(client, args).await?,
         Verb::Ports(args) => commands::ports::run(client, args).await?,
         Verb::Events(args) => commands::events::run(client, args).await?,
         Verb::Mcp(args) => commands::mcp::run(client, args).await?,

@@ -7,6 +7,9 @@
 //! `suspended`), and through B the node takes new sandboxes, a suspended one wakes and a
 //! command runs. Then A starts again, B is SIGKILLed in the middle of a wake and a delete, and
 //! A finishes those, and settles a sandbox left `deleting` with no operation.
+//!
+//! And E2B timeouts set through one replica fire after the other replica restarts and after a
+//! restart of the one that set them (they live in the store, not in a replica's memory).
 
 #![allow(clippy::unwrap_used)]
 
@@ -84,16 +87,21 @@ where
     }
 }
 
-/// A replica: its process, API client and node listener port.
+/// A replica: its process and the ports of its API and E2B listeners.
 struct Replica {
     process: tokio::process::Child,
     api: u16,
+    e2b: u16,
 }
 
 struct Setup {
     root: PathBuf,
     url: String,
     schema: String,
+    /// The store URL the replicas are given (the schema's search path).
+    store: String,
+    /// The node listener ports of A and B.
+    node_ports: [u16; 2],
     replicas: Vec<Replica>,
     node: Option<tokio::process::Child>,
     forwarder: tokio::task::JoinHandle<()>,
@@ -169,7 +177,7 @@ fn forwarder(listen: TcpListener, targets: Vec<u16>) -> tokio::task::JoinHandle<
 }
 
 fn replica(root: &Path, name: &str, store: &str, node_port: u16) -> Replica {
-    let (api, dp) = (free_port(), free_port());
+    let (api, dp, e2b) = (free_port(), free_port(), free_port());
     let snapshots = format!("file://{}", root.join("snapshots").display());
     let process = cove(
         &root.join(name),
@@ -183,6 +191,8 @@ fn replica(root: &Path, name: &str, store: &str, node_port: u16) -> Replica {
             &format!("127.0.0.1:{dp}"),
             "--proxy-listen",
             "127.0.0.1:0",
+            "--e2b-listen",
+            &format!("127.0.0.1:{e2b}"),
             "--join-token",
             TOKEN,
             "--node-listen",
@@ -204,7 +214,7 @@ fn replica(root: &Path, name: &str, store: &str, node_port: u16) -> Replica {
     )
     .spawn()
     .unwrap();
-    Replica { process, api }
+    Replica { process, api, e2b }
 }
 
 fn client(api: u16, token: &str) -> Client {
@@ -217,10 +227,9 @@ async fn ready_node(c: &Client) -> bool {
         .is_ok_and(|l| l.nodes.len() == 1 && l.nodes[0].state == NodeState::Ready)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replica_killed_mid_creates_and_suspends_is_taken_over_by_the_other() {
-    let Some(url) = postgres_url() else { return };
-    let test_start = Instant::now();
+/// Two replicas (A, then B) on a schema of their own at `url`, and a node that joined them
+/// through the forwarder, ready at both: the setup, the admin token and a client of each.
+async fn two_replicas(url: &str) -> (Setup, String, Client, Client) {
     let schema = format!(
         "cove_ha_{}_{}",
         std::process::id(),
@@ -229,7 +238,7 @@ async fn a_replica_killed_mid_creates_and_suspends_is_taken_over_by_the_other() 
             .unwrap()
             .subsec_nanos()
     );
-    psql(&url, &format!("CREATE SCHEMA {schema}"));
+    psql(url, &format!("CREATE SCHEMA {schema}"));
     let sep = if url.contains('?') { '&' } else { '?' };
     let store = format!("{url}{sep}options[search_path]={schema}");
     let root = tempfile::Builder::new()
@@ -243,8 +252,10 @@ async fn a_replica_killed_mid_creates_and_suspends_is_taken_over_by_the_other() 
     let front_url = format!("https://{}", front.local_addr().unwrap());
     let mut setup = Setup {
         root: root.clone(),
-        url: url.clone(),
+        url: url.to_string(),
         schema: schema.clone(),
+        store: store.clone(),
+        node_ports: [a_nodes, b_nodes],
         replicas: Vec::new(),
         node: None,
         forwarder: forwarder(front, vec![a_nodes, b_nodes]),
@@ -304,6 +315,20 @@ async fn a_replica_killed_mid_creates_and_suspends_is_taken_over_by_the_other() 
     })
     .await;
 
+    (setup, token, a, b)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_killed_mid_creates_and_suspends_is_taken_over_by_the_other() {
+    let Some(url) = postgres_url() else { return };
+    let test_start = Instant::now();
+    let (mut setup, token, a, b) = two_replicas(&url).await;
+    let (root, store, schema) = (
+        setup.root.clone(),
+        setup.store.clone(),
+        setup.schema.clone(),
+    );
+    let a_nodes = setup.node_ports[0];
     build_template(&a, "tiny").await;
     let req = CreateSandboxRequest {
         template: Some("tiny".into()),
@@ -444,5 +469,125 @@ async fn a_replica_killed_mid_creates_and_suspends_is_taken_over_by_the_other() 
         "two replicas: B took over {taken} of {} operations, A then {by_a} of B's 2; {:?} in all",
         ops.len(),
         test_start.elapsed()
+    );
+}
+
+/// `POST /sandboxes` of E2B's REST API at `port`: the new sandbox's Cove id.
+async fn e2b_create(
+    http: &reqwest::Client,
+    port: u16,
+    token: &str,
+    body: serde_json::Value,
+) -> String {
+    let answer = http
+        .post(format!("http://127.0.0.1:{port}/sandboxes"))
+        .header("X-API-Key", token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 201, "{:?}", answer.text().await);
+    let made: serde_json::Value = answer.json().await.unwrap();
+    format!("sb-{}", made["sandboxID"].as_str().unwrap())
+}
+
+/// `POST /sandboxes/{id}/timeout` (the SDK's `set_timeout`) of E2B's REST API at `port`.
+async fn e2b_set_timeout(http: &reqwest::Client, port: u16, token: &str, id: &str, secs: u64) {
+    let e2b_id = id.strip_prefix("sb-").unwrap();
+    let answer = http
+        .post(format!(
+            "http://127.0.0.1:{port}/sandboxes/{e2b_id}/timeout"
+        ))
+        .header("X-API-Key", token)
+        .json(&serde_json::json!({ "timeout": secs }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answer.status(), 204, "{:?}", answer.text().await);
+}
+
+/// Restarts replica `i` (SIGKILL, a new process on new ports) and waits until it serves.
+async fn restart_replica(setup: &mut Setup, i: usize, name: &str, token: &str) -> Client {
+    setup.replicas[i].process.start_kill().unwrap();
+    let _ = setup.replicas[i].process.wait().await;
+    setup.replicas[i] = replica(&setup.root, name, &setup.store, setup.node_ports[i]);
+    let c = client(setup.replicas[i].api, token);
+    until(
+        &format!("{name} serving again"),
+        Duration::from_secs(30),
+        || ready_node(&c),
+    )
+    .await;
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_e2b_timeout_set_through_one_replica_fires_after_both_restart() {
+    const TIMEOUT_S: u64 = 40;
+    let Some(url) = postgres_url() else { return };
+    let (mut setup, token, a, _b) = two_replicas(&url).await;
+    build_template(&a, "tiny").await;
+    let http = reqwest::Client::new();
+    let a_e2b = setup.replicas[0].e2b;
+    // Made through A's E2B API with E2B's default timeout (300 s), then shortened through A.
+    let killed = e2b_create(
+        &http,
+        a_e2b,
+        &token,
+        serde_json::json!({"templateID": "tiny"}),
+    )
+    .await;
+    let paused = e2b_create(
+        &http,
+        a_e2b,
+        &token,
+        serde_json::json!({"templateID": "tiny", "autoPause": true}),
+    )
+    .await;
+    let set_at = chrono::Utc::now();
+    for id in [&killed, &paused] {
+        e2b_set_timeout(&http, a_e2b, &token, id, TIMEOUT_S).await;
+    }
+    let ends = set_at + chrono::Duration::seconds(TIMEOUT_S as i64);
+
+    // B restarts, then A (the replica that set them): neither keeps anything in memory.
+    restart_replica(&mut setup, 1, "cp-b", &token).await;
+    let a = restart_replica(&mut setup, 0, "cp-a", &token).await;
+    assert!(
+        chrono::Utc::now() < ends,
+        "the restarts took longer than the timeout: the test would prove nothing"
+    );
+    assert_eq!(
+        a.get_sandbox(&killed).await.unwrap().state,
+        SandboxState::Running
+    );
+
+    until(
+        "both timeouts fired",
+        Duration::from_secs(TIMEOUT_S + 40),
+        || async {
+            a.get_sandbox(&killed).await.is_err()
+                && a.get_sandbox(&paused)
+                    .await
+                    .is_ok_and(|s| s.state == SandboxState::Suspended)
+        },
+    )
+    .await;
+    let (schema, end) = (&setup.schema, ends.to_rfc3339());
+    for (id, state) in [(&killed, "deleted"), (&paused, "suspended")] {
+        let row = psql(
+            &url,
+            &format!(
+                "SELECT state, coalesce(state_reason, ''), updated_at >= '{end}', \
+                 expires_at IS NULL FROM {schema}.sandboxes WHERE id = '{id}'"
+            ),
+        );
+        assert_eq!(row, format!("{state}|expired|t|t"), "{id}");
+    }
+    let paused_state = a.get_sandbox(&paused).await.unwrap();
+    assert_eq!(paused_state.state_reason.as_deref(), Some("expired"));
+    eprintln!(
+        "e2b timeouts fired {:?} after they were due",
+        chrono::Utc::now() - ends
     );
 }

@@ -3,7 +3,7 @@
 use cove_api_types::{
     CreateSandboxRequest, CreateSandboxResponse, EgressPolicy, Operation, PortLink,
     PortLinkRequest, Sandbox, SandboxList, SandboxNetwork, SandboxPorts, SandboxState,
-    SetPortsRequest, IDEMPOTENCY_KEY_HEADER,
+    SetExpiryRequest, SetPortsRequest, IDEMPOTENCY_KEY_HEADER,
 };
 use reqwest::Method;
 
@@ -94,6 +94,20 @@ impl Client {
         let request = self
             .request(Method::PUT, self.url(&["v1", "sandboxes", id, "network"]))
             .json(policy);
+        self.json(request).await
+    }
+
+    /// `PUT /v1/sandboxes/{id}/expiry`: when the sandbox expires and what its expiry does.
+    pub async fn set_sandbox_expiry(&self, id: &str, req: &SetExpiryRequest) -> Result<Sandbox> {
+        let request = self
+            .request(Method::PUT, self.url(&["v1", "sandboxes", id, "expiry"]))
+            .json(req);
+        self.json(request).await
+    }
+
+    /// `DELETE /v1/sandboxes/{id}/expiry`: the sandbox expires no more.
+    pub async fn clear_sandbox_expiry(&self, id: &str) -> Result<Sandbox> {
+        let request = self.request(Method::DELETE, self.url(&["v1", "sandboxes", id, "expiry"]));
         self.json(request).await
     }
 

@@ -332,6 +332,8 @@ impl ControlPlane {
             updated_at: now,
             idle_timeout_s: like.idle_timeout_s,
             ttl_s: None,
+            expires_at: None,
+            on_expiry: cove_api_types::OnExpiry::Delete,
             last_activity_at: Some(now),
             memory_restored: None,
             network: like.network.clone(),

@@ -1,11 +1,12 @@
 //! The controller: a background loop started by the server and stopped at shutdown. Every
 //! `controller_interval` it flushes activity times to the store, suspends idle sandboxes,
-//! deletes sandboxes whose TTL has passed, and (every minute) enforces the retention of operations,
+//! and (every minute) enforces the retention of operations,
 //! events, ended commands and suspended sandboxes (`retention.rs`);
 //! every `reconcile_interval` it re-checks desired against actual state
-//! (`ControlPlane::reconcile_running`). Beside it run the pool loop and the repair loop
+//! (`ControlPlane::reconcile_running`). Beside it run the pool loop, the repair loop
 //! (`repair.rs`: guest agents checked every `agent_repair.interval`, degraded sandboxes
-//! repaired).
+//! repaired) and, on a single server, the expiry loop ([`Expiry`], `expiry.rs`), which every
+//! replica on a shared store runs whether it leads or not.
 //!
 //! Idle means: no API or data-plane access, no state change and no command running in the
 //! guest for the sandbox's `idle_timeout_s` (0 = never). A running sandbox with a running command is
@@ -27,6 +28,8 @@ use crate::{ControlPlane, ServiceError};
 const PURGE_EVERY: Duration = Duration::from_secs(60);
 /// How long the idle check waits for a guest to list its commands.
 const COMMANDS_TIMEOUT: Duration = Duration::from_secs(2);
+/// Longest time between expiry passes (`controller_interval` when shorter).
+const EXPIRY_EVERY: Duration = Duration::from_secs(1);
 
 /// A running controller loop, and the pool loop beside it (`ControlPlane::reconcile_pools`
 /// at start, when woken, and every `controller_interval`).
@@ -35,11 +38,21 @@ pub struct Controller {
     task: JoinHandle<()>,
     pools: JoinHandle<()>,
     repair: JoinHandle<()>,
+    expiry: Option<Expiry>,
 }
 
 impl Controller {
-    /// Starts the loop over `cp`.
+    /// Starts the loops over `cp`, the expiry loop among them (a server alone on its store).
     pub fn start(cp: ControlPlane) -> Controller {
+        let expiry = Expiry::start(cp.clone());
+        let mut c = Controller::start_leading(cp);
+        c.expiry = Some(expiry);
+        c
+    }
+
+    /// Starts the loops a leader among replicas runs (every replica runs its own expiry
+    /// loop).
+    pub(crate) fn start_leading(cp: ControlPlane) -> Controller {
         let stop = CancellationToken::new();
         let token = stop.clone();
         let span = tracing::info_span!("controller");
@@ -63,6 +76,7 @@ impl Controller {
             task,
             pools,
             repair,
+            expiry: None,
         }
     }
 
@@ -73,6 +87,52 @@ impl Controller {
         let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
         let _ = tokio::time::timeout(Duration::from_secs(10), self.pools).await;
         let _ = tokio::time::timeout(Duration::from_secs(10), self.repair).await;
+        if let Some(expiry) = self.expiry {
+            expiry.stop().await;
+        }
+    }
+}
+
+/// The expiry loop (`expiry.rs`): every `controller_interval`, at most every second, claims
+/// the sandboxes whose expiry has passed and deletes or suspends them. Every replica runs one.
+pub struct Expiry {
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Expiry {
+    /// Starts the loop over `cp`.
+    pub fn start(cp: ControlPlane) -> Expiry {
+        let stop = CancellationToken::new();
+        let token = stop.clone();
+        let every = cp
+            .inner
+            .cfg
+            .controller_interval
+            .min(EXPIRY_EVERY)
+            .max(Duration::from_millis(50));
+        let span = tracing::info_span!("expiry");
+        let task = tokio::spawn(
+            async move {
+                loop {
+                    tokio::select! {
+                        () = token.cancelled() => break,
+                        () = tokio::time::sleep(every) => {}
+                    }
+                    if let Err(e) = cp.end_expired().await {
+                        warn!(error = %e, "expiry pass failed");
+                    }
+                }
+            }
+            .instrument(span),
+        );
+        Expiry { stop, task }
+    }
+
+    /// Stops the loop and waits (at most 10 s) for its current pass to end.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
     }
 }
 
@@ -95,9 +155,6 @@ impl ControlPlane {
             }
             if let Err(e) = self.suspend_idle().await {
                 warn!(error = %e, "idle check failed");
-            }
-            if let Err(e) = self.end_expired().await {
-                warn!(error = %e, "TTL check failed");
             }
             if last_purge.is_none_or(|t| t.elapsed() >= PURGE_EVERY) {
                 last_purge = Some(Instant::now());
@@ -188,31 +245,5 @@ impl ControlPlane {
             // An agent that does not answer is not proof of activity.
             _ => false,
         }
-    }
-
-    /// Deletes every sandbox whose TTL has passed.
-    async fn end_expired(&self) -> Result<(), ServiceError> {
-        let now = self.inner.cfg.clock.now();
-        let states = [
-            SandboxState::Creating,
-            SandboxState::Running,
-            SandboxState::Paused,
-            SandboxState::Suspended,
-            SandboxState::Failed,
-        ];
-        for s in self.store().sandboxes_in(&states).await? {
-            let Some(ttl) = s.ttl_s else { continue };
-            let ends = s.created_at + chrono::Duration::seconds(ttl.min(i64::MAX as u64) as i64);
-            if now < ends {
-                continue;
-            }
-            match self.delete_sandbox(&s.id, None).await {
-                Ok(op) => {
-                    info!(sandbox_id = %s.id, op_id = %op.id, "deleting a sandbox at its TTL")
-                }
-                Err(e) => warn!(sandbox_id = %s.id, error = %e, "cannot delete an expired sandbox"),
-            }
-        }
-        Ok(())
     }
 }

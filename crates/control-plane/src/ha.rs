@@ -1,11 +1,13 @@
 //! Replicas on one shared store (PostgreSQL): every replica serves the API; one at a time, the
-//! leader, runs the controllers ([`Controller`]: idle suspends, TTLs, retention, node-loss
+//! leader, runs the controllers ([`Controller`]: idle suspends, retention, node-loss
 //! detection, reconciliation, pools, repairs) and takes over operations whose replica stopped
 //! (`takeover.rs`).
 //!
 //! - Leadership is the store's ([`cove_store::ClusterStore::try_lead`]: a PostgreSQL advisory
 //!   lock on a connection of its own). A replica that loses it stops its controllers and tries
 //!   again every 2 s; a replica that dies loses it with its connection.
+//! - Every replica runs the expiry loop ([`Expiry`]): a claim of an expired sandbox is a
+//!   conditional write, so one replica acts on it whichever leads.
 //! - Every replica renews the leases of the operations it runs every third of the lease, reads
 //!   the shared node registry every second, and wakes its event and operation-log streams every
 //!   second (what other replicas recorded reaches them so).
@@ -19,7 +21,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
 
-use crate::{ControlPlane, Controller};
+use crate::{ControlPlane, Controller, Expiry};
 
 /// How long a replica that does not lead waits before trying again.
 const LEAD_RETRY: Duration = Duration::from_secs(2);
@@ -44,6 +46,13 @@ impl Replica {
             async move { lead_cp.lead_loop(token).await }
                 .instrument(tracing::info_span!("leadership", replica = %id)),
         ));
+        // Expiries are claimed by a conditional write: every replica looks for them.
+        let (expiry_cp, token) = (cp.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            let expiry = Expiry::start(expiry_cp);
+            token.cancelled().await;
+            expiry.stop().await;
+        }));
         let (renew_cp, token) = (cp.clone(), stop.clone());
         tasks.push(tokio::spawn(async move {
             let every = renew_cp
@@ -134,7 +143,7 @@ impl ControlPlane {
             };
             info!("leading the controllers");
             crate::metrics::leader(true);
-            let controller = Controller::start(self.clone());
+            let controller = Controller::start_leading(self.clone());
             loop {
                 self.take_over_expired().await;
                 if let Err(e) = self.settle_orphans().await {

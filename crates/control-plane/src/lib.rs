@@ -24,6 +24,7 @@ mod commands;
 mod controller;
 pub mod error;
 mod events;
+pub mod expiry;
 pub mod features;
 mod files;
 mod ha;
@@ -47,7 +48,7 @@ mod templates;
 mod volumes;
 
 pub use clock::{Clock, SystemClock};
-pub use controller::Controller;
+pub use controller::{Controller, Expiry};
 pub use error::ServiceError;
 pub use features::{Feature, Features};
 pub use files::{ListQuery, PathQuery, ReadFileQuery, WatchQuery, WriteFileQuery};

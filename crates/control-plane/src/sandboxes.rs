@@ -97,11 +97,8 @@ impl ControlPlane {
         if idle_timeout_s > MAX_TIMEOUT_S {
             return Err(InvalidInput::new("idle_timeout_s", "must be at most 315360000").into());
         }
-        if let Some(ttl) = req.ttl_s {
-            if ttl == 0 || ttl > MAX_TIMEOUT_S {
-                return Err(InvalidInput::new("ttl_s", "must be 1 to 315360000").into());
-            }
-        }
+        let now = Utc::now();
+        let (expires_at, on_expiry) = crate::expiry::of_create(&req, now)?;
         let network = req.network.clone().unwrap_or_default();
         network.validate()?;
         crate::network::validate_secrets(&req.secrets, &req.env)?;
@@ -122,7 +119,6 @@ impl ControlPlane {
             .map(|_| request_hash(OperationKind::CreateSandbox, &body));
         let mut env = recipe.env.clone();
         env.extend(req.env.clone());
-        let now = Utc::now();
         let sandbox = Sandbox {
             id: ids::new_sandbox_id(),
             org: scope::acting_org(),
@@ -147,6 +143,8 @@ impl ControlPlane {
             secrets: crate::network::public_secrets(&req.secrets),
             public: req.public,
             volumes: req.volumes.clone(),
+            expires_at,
+            on_expiry,
         };
         // Held until the sandbox is recorded, served by a pool or not. A pool member was
         // charged to the org when it was started: a claim holds nothing more.
@@ -250,11 +248,8 @@ impl ControlPlane {
         if idle_timeout_s > MAX_TIMEOUT_S {
             return Err(InvalidInput::new("idle_timeout_s", "must be at most 315360000").into());
         }
-        if let Some(ttl) = req.ttl_s {
-            if ttl == 0 || ttl > MAX_TIMEOUT_S {
-                return Err(InvalidInput::new("ttl_s", "must be 1 to 315360000").into());
-            }
-        }
+        let now = Utc::now();
+        let (expires_at, on_expiry) = crate::expiry::of_create(&req, now)?;
         let network = req.network.clone().unwrap_or_default();
         network.validate()?;
         crate::network::validate_secrets(&req.secrets, &req.env)?;
@@ -275,7 +270,6 @@ impl ControlPlane {
             .map(|_| request_hash(OperationKind::CreateSandbox, &body));
         let mut env = c.env.clone();
         env.extend(req.env.clone());
-        let now = Utc::now();
         let sandbox = Sandbox {
             id: ids::new_sandbox_id(),
             org: c.org.clone(),
@@ -300,6 +294,8 @@ impl ControlPlane {
             secrets: crate::network::public_secrets(&req.secrets),
             public: req.public,
             volumes: req.volumes.clone(),
+            expires_at,
+            on_expiry,
         };
         let restore = crate::checkpoints::Restore {
             checkpoint_id: c.id,
@@ -646,6 +642,17 @@ impl ControlPlane {
         id: &str,
         deadline_s: Option<u64>,
     ) -> Result<Operation, ServiceError> {
+        self.delete_sandbox_because(id, deadline_s, None).await
+    }
+
+    /// [`ControlPlane::delete_sandbox`] that records `reason` (e.g. `ttl`, `expired`) as the
+    /// sandbox's `state_reason` and on its `sandbox.deleted` event.
+    pub(crate) async fn delete_sandbox_because(
+        &self,
+        id: &str,
+        deadline_s: Option<u64>,
+        reason: Option<&'static str>,
+    ) -> Result<Operation, ServiceError> {
         let deadline = crate::operations::deadline_from(deadline_s)?;
         // A lifecycle call running meanwhile may move the sandbox between the read and the
         // compare-and-set; read again then (a delete wins over any other state but `deleting`).
@@ -660,14 +667,14 @@ impl ControlPlane {
                 });
             }
             if self
-                .transition(id, s.state, SandboxState::Deleting, None, None)
+                .transition(id, s.state, SandboxState::Deleting, reason, None)
                 .await?
             {
                 break s.org;
             }
             attempts += 1;
         };
-        self.run_delete(id, &org, deadline).await
+        self.run_delete(id, &org, deadline, reason).await
     }
 
     /// Records the delete operation of sandbox `id` of `org` (already moved to `deleting`)
@@ -677,6 +684,7 @@ impl ControlPlane {
         id: &str,
         org: &str,
         deadline: DateTime<Utc>,
+        reason: Option<&'static str>,
     ) -> Result<Operation, ServiceError> {
         let new_op = NewOperation {
             id: ids::new_operation_id(),
@@ -698,7 +706,7 @@ impl ControlPlane {
         let op_id = op.id.clone();
         self.operations().run(&op, async move {
             let turn = ticket.wait(&CancellationToken::new()).await?;
-            this.destroy(&sandbox_id, &op_id, turn).await
+            this.destroy(&sandbox_id, &op_id, turn, reason).await
         });
         Ok(op)
     }
@@ -708,6 +716,7 @@ impl ControlPlane {
         id: &str,
         op_id: &str,
         turn: tokio::sync::OwnedMutexGuard<()>,
+        reason: Option<&str>,
     ) -> Result<(), ServiceError> {
         if let Err(e) = self.node().destroy_sandbox(id).await {
             let reason = format!("delete failed: {e}");
@@ -726,7 +735,7 @@ impl ControlPlane {
             id,
             SandboxState::Deleting,
             SandboxState::Deleted,
-            None,
+            reason,
             Some(op_id),
         )
         .await?;

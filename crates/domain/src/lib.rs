@@ -15,7 +15,7 @@ mod wire;
 pub use egress::{EgressPolicy, EgressRule, Verdict};
 pub use resources::{Resources, ResourcesRequest};
 pub use states::{
-    CheckpointState, CommandState, EventType, NodeState, OperationKind, OperationState,
+    CheckpointState, CommandState, EventType, NodeState, OnExpiry, OperationKind, OperationState,
     SandboxState,
 };
 

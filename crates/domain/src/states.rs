@@ -146,3 +146,15 @@ crate::wire_enum! {
         Lost = "lost",
     }
 }
+
+crate::wire_enum! {
+    /// What happens to a sandbox when its `expires_at` passes.
+    #[derive(Default)]
+    pub enum OnExpiry {
+        /// It is deleted.
+        #[default]
+        Delete = "delete",
+        /// It is suspended (and expires no more until its expiry is set again).
+        Suspend = "suspend",
+    }
+}

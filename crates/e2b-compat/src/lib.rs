@@ -13,17 +13,16 @@
 //! [`ControlPlane`] service methods as Cove's own `/v1` API.
 //!
 //! E2B sandbox ids are Cove sandbox ids without their `sb-` prefix (16 lowercase letters and
-//! digits, so `{port}-{id}.{domain}` host names work). State that only E2B has (the sandbox's
-//! end of life and its timeout action, watcher buffers, the configs processes were started
-//! with) lives in memory in [`E2b`]; after a server restart every sandbox gets the default
-//! timeout again.
+//! digits, so `{port}-{id}.{domain}` host names work). A sandbox's E2B end of life and its
+//! timeout action are Cove's expiry (`expires_at`, `on_expiry`: `delete`, or `suspend` for
+//! `autoPause`), kept in the store: every replica sees it, a restart keeps it, and Cove's
+//! expiry controller ends the sandbox. What else only E2B has (watcher buffers, the configs
+//! processes were started with) lives in memory in [`E2b`].
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::Router;
 use base64::Engine;
-use chrono::{DateTime, Utc};
 use cove_control_plane::ControlPlane;
 
 use sha2::{Digest, Sha256};
@@ -32,7 +31,6 @@ pub mod dispatch;
 pub mod envd;
 pub mod envelope;
 pub mod error;
-pub mod reaper;
 pub mod rest;
 
 /// Default address of the compatibility listener.
@@ -86,21 +84,11 @@ pub fn sandbox_domain(configured: Option<&str>, listen_port: u16) -> String {
     }
 }
 
-/// What the layer keeps about one sandbox.
-#[derive(Debug, Clone)]
-pub(crate) struct SandboxTtl {
-    /// When the sandbox expires.
-    pub end_at: DateTime<Utc>,
-    /// Suspend instead of delete at `end_at`.
-    pub auto_pause: bool,
-}
-
 /// The compatibility layer's state; cheap to clone.
 #[derive(Clone)]
 pub struct E2b {
     pub(crate) cp: ControlPlane,
     pub(crate) cfg: Arc<E2bConfig>,
-    pub(crate) ttls: Arc<Mutex<HashMap<String, SandboxTtl>>>,
     pub(crate) watchers: envd::watchers::Watchers,
     pub(crate) configs: envd::process::Configs,
 }
@@ -111,7 +99,6 @@ impl E2b {
         E2b {
             cp,
             cfg: Arc::new(cfg),
-            ttls: Arc::default(),
             watchers: Default::default(),
             configs: Default::default(),
         }
@@ -147,34 +134,19 @@ impl E2b {
         }
     }
 
-    pub(crate) fn ttl_of(&self, cove_id: &str) -> Option<SandboxTtl> {
-        self.ttls
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(cove_id)
-            .cloned()
-    }
-
-    pub(crate) fn set_ttl(&self, cove_id: &str, ttl: SandboxTtl) {
-        self.ttls
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(cove_id.to_string(), ttl);
-    }
-
-    pub(crate) fn clear_ttl(&self, cove_id: &str) {
-        self.ttls
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(cove_id);
-    }
-
     pub(crate) fn forget(&self, cove_id: &str) {
-        self.ttls
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(cove_id);
         self.configs.forget_sandbox(cove_id);
+    }
+
+    /// The sandbox lives at least `secs` more seconds (its expiry moves later, never
+    /// earlier), and its expiry does what its create asked (`autoPause`: suspend).
+    pub(crate) async fn live_for(
+        &self,
+        s: &cove_api_types::Sandbox,
+        secs: u64,
+    ) -> Result<(), cove_control_plane::ServiceError> {
+        let on_expiry = rest::lifecycle::Lifecycle::of(s).on_expiry();
+        self.cp.extend_expiry(&s.id, secs, on_expiry).await
     }
 }
 
@@ -189,12 +161,10 @@ pub fn e2b_id(cove_id: &str) -> &str {
     cove_id.strip_prefix("sb-").unwrap_or(cove_id)
 }
 
-/// The compatibility listener's router (REST and envd on one port), and the reaper that ends
-/// sandboxes at their E2B timeout; run the reaper for as long as the router serves.
-pub fn router(cp: ControlPlane, cfg: E2bConfig) -> (Router, reaper::Reaper) {
-    let e2b = E2b::new(cp, cfg);
-    let reaper = reaper::Reaper::start(e2b.clone());
-    (dispatch::router(e2b), reaper)
+/// The compatibility listener's router (REST and envd on one port). Sandboxes end at their
+/// E2B timeout by Cove's expiry controller, which the server runs.
+pub fn router(cp: ControlPlane, cfg: E2bConfig) -> Router {
+    dispatch::router(E2b::new(cp, cfg))
 }
 
 #[cfg(test)]

@@ -402,7 +402,6 @@ pub struct Running {
     /// The admin token when it was created by this start (also written to the token file).
     pub new_admin_token: Option<String>,
     tasks: Vec<tokio::task::JoinHandle<std::io::Result<()>>>,
-    e2b_reaper: Option<cove_e2b_compat::reaper::Reaper>,
     shutdown: tokio::sync::watch::Sender<bool>,
     controllers: Controllers,
     node: Option<Arc<NodeAgent>>,
@@ -422,9 +421,6 @@ impl Running {
     /// removes the sandbox network gateway when no sandbox uses it (else leaves it for the next
     /// start to adopt), returns.
     pub async fn shutdown(self) {
-        if let Some(r) = self.e2b_reaper {
-            r.stop();
-        }
         match self.controllers {
             Controllers::Single(c) => c.stop().await,
             Controllers::Replica(r) => r.stop().await,
@@ -751,7 +747,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     if let Some(listener) = proxy_listener {
         listeners.push(("proxy", listener, http::ports_router(cp.clone())));
     }
-    let (mut e2b_addr, mut e2b_reaper) = (None, None);
+    let mut e2b_addr = None;
     if let (Some(listener), Some(settings)) = (e2b_listener, &cfg.e2b) {
         let port = listener.local_addr()?.port();
         let e2b_cfg = cove_e2b_compat::E2bConfig {
@@ -762,9 +758,8 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
             )),
             token_secret: e2b_secret(&data_dir)?,
         };
-        let (router, reaper) = cove_e2b_compat::router(cp.clone(), e2b_cfg);
+        let router = cove_e2b_compat::router(cp.clone(), e2b_cfg);
         e2b_addr = Some(listener.local_addr()?);
-        e2b_reaper = Some(reaper);
         listeners.push(("e2b", listener, router));
     }
     for (name, listener, router) in listeners {
@@ -787,7 +782,6 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         node_addr,
         new_admin_token,
         tasks,
-        e2b_reaper,
         shutdown,
         controllers,
         node,

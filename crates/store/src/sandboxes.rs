@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use cove_api_types::{EgressPolicy, Sandbox, SandboxState};
+use cove_api_types::{EgressPolicy, OnExpiry, Sandbox, SandboxState};
 
 use crate::StoreError;
 
@@ -75,4 +75,35 @@ pub trait SandboxStore: Send + Sync {
     /// The sealed values of a sandbox's secrets (`None`: none stored);
     /// [`StoreError::NotFound`] for an unknown sandbox.
     async fn sealed_secrets(&self, id: &str) -> Result<Option<String>, StoreError>;
+
+    /// Sets when sandbox `id` expires (`None`: never) and what its expiry does. Returns
+    /// whether a sandbox not deleting or deleted has it now.
+    async fn set_sandbox_expiry(
+        &self,
+        id: &str,
+        expires_at: Option<DateTime<Utc>>,
+        on_expiry: OnExpiry,
+    ) -> Result<bool, StoreError>;
+
+    /// Moves the expiry of sandbox `id` to `at` when it has none or an earlier one (never
+    /// earlier), with `on_expiry`. Returns whether it moved.
+    async fn extend_sandbox_expiry(
+        &self,
+        id: &str,
+        at: DateTime<Utc>,
+        on_expiry: OnExpiry,
+    ) -> Result<bool, StoreError>;
+
+    /// At most `limit` sandboxes (not deleting or deleted) whose expiry is at or before
+    /// `now`, the earliest first.
+    async fn expired_sandboxes(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<Sandbox>, StoreError>;
+
+    /// Claims the expiry of sandbox `id`: clears its `expires_at` if it is still at or before
+    /// `now` (a conditional write). Of replicas racing for one expiry, exactly one gets
+    /// `true` and acts on it; an expiry moved later meanwhile is not claimed.
+    async fn claim_expiry(&self, id: &str, now: DateTime<Utc>) -> Result<bool, StoreError>;
 }

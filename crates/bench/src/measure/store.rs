@@ -127,6 +127,8 @@ async fn one_create(store: &dyn Store, i: usize) -> anyhow::Result<()> {
             updated_at: now,
             idle_timeout_s: 21600,
             ttl_s: None,
+            expires_at: None,
+            on_expiry: cove_api_types::OnExpiry::Delete,
             last_activity_at: None,
             memory_restored: None,
             network: Default::default(),

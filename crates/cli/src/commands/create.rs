@@ -5,8 +5,8 @@ use std::time::Duration;
 use anyhow::bail;
 use clap::Args;
 use cove_api_types::{
-    CreateSandboxRequest, EgressPolicy, EgressRule, OperationState, ResourcesRequest, Sandbox,
-    VolumeMount,
+    CreateSandboxRequest, EgressPolicy, EgressRule, OnExpiry, OperationState, ResourcesRequest,
+    Sandbox, VolumeMount,
 };
 use cove_client::Client;
 
@@ -52,6 +52,10 @@ pub struct CreateArgs {
     /// Delete the sandbox this many seconds after its creation (default: never).
     #[arg(long, value_name = "SECONDS")]
     pub ttl: Option<u64>,
+    /// What the end of --ttl does: `delete` (default) or `suspend` (`cove expire` changes it
+    /// live).
+    #[arg(long, value_name = "ACTION", value_parser = parse_on_expiry)]
+    pub on_expiry: Option<OnExpiry>,
     /// Start from this checkpoint (`ck-…`, see `cove checkpoint`): its files, template,
     /// release and size (then --template, --release and the resource flags must be absent).
     #[arg(long, value_name = "CHECKPOINT")]
@@ -86,6 +90,8 @@ impl CreateArgs {
             user: self.user.clone(),
             idle_timeout_s: self.idle_timeout,
             ttl_s: self.ttl,
+            expires_at: None,
+            on_expiry: self.on_expiry,
             network: self.network.policy(),
             secrets: Default::default(),
             checkpoint: self.checkpoint.clone(),
@@ -93,6 +99,11 @@ impl CreateArgs {
             volumes: self.volumes.clone(),
         }
     }
+}
+
+/// Parses `delete` or `suspend`.
+pub(crate) fn parse_on_expiry(s: &str) -> Result<OnExpiry, String> {
+    OnExpiry::parse(s).ok_or_else(|| format!("{s:?} is not `delete` or `suspend`"))
 }
 
 /// Parses one `--volume NAME:/path[:ro]`.

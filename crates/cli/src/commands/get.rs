@@ -59,6 +59,10 @@ fn describe(s: &Sandbox) -> String {
         &s.updated_at
             .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
     );
+    if let Some(at) = s.expires_at {
+        let at = at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        field("expires:", &format!("{at} ({})", s.on_expiry.as_str()));
+    }
     for (title, map) in [("env:", &s.env), ("metadata:", &s.metadata)] {
         if !map.is_empty() {
             out.push_str(title);
@@ -93,5 +97,16 @@ mod tests {
         assert!(text.contains("state:     running\n"), "{text}");
         assert!(text.contains("env:\n  A=1\n"), "{text}");
         assert!(!text.contains("metadata:"), "{text}");
+        assert!(!text.contains("expires:"), "{text}");
+        let expiring = Sandbox {
+            expires_at: Some("2025-01-01T01:00:00Z".parse().expect("time")),
+            on_expiry: cove_api_types::OnExpiry::Suspend,
+            ..sandbox
+        };
+        assert!(
+            describe(&expiring).contains("expires:   2025-01-01T01:00:00Z (suspend)\n"),
+            "{}",
+            describe(&expiring)
+        );
     }
 }

@@ -8,6 +8,7 @@ pub mod cp;
 pub mod create;
 pub mod events;
 pub mod exec;
+pub mod expire;
 pub mod files;
 pub mod fork;
 pub mod get;

@@ -19,6 +19,7 @@ mod commands;
 mod context;
 mod data_plane;
 mod events;
+mod expiry;
 mod extract;
 mod files;
 mod files_upload;
@@ -73,6 +74,10 @@ pub fn management_router_with(cp: ControlPlane, extra: Router) -> Router {
             get(sandboxes::get_one).delete(sandboxes::delete),
         )
         .route("/v1/sandboxes/{id}/metrics", get(sandboxes::metrics))
+        .route(
+            "/v1/sandboxes/{id}/expiry",
+            axum::routing::put(expiry::set).delete(expiry::clear),
+        )
         .route(
             "/v1/sandboxes/{id}/network",
             get(sandboxes::network).put(sandboxes::set_network),

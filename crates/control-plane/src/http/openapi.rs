@@ -9,8 +9,8 @@ use utoipa::openapi::{ContentBuilder, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
 use super::{
-    checkpoints, commands, events, files, files_upload, lifecycle, nodes, operations, orgs, pools,
-    ports, sandboxes, templates, volumes,
+    checkpoints, commands, events, expiry, files, files_upload, lifecycle, nodes, operations, orgs,
+    pools, ports, sandboxes, templates, volumes,
 };
 
 /// The document.
@@ -35,7 +35,8 @@ use super::{
     ),
     paths(
         sandboxes::create, sandboxes::list, sandboxes::get_one, sandboxes::delete,
-        sandboxes::metrics, sandboxes::network, sandboxes::set_network, ports::access,
+        sandboxes::metrics, sandboxes::network, sandboxes::set_network, expiry::set, expiry::clear,
+        ports::access,
         ports::set_access, ports::create_link,
         lifecycle::pause, lifecycle::resume, lifecycle::suspend, lifecycle::wake,
         lifecycle::capabilities,

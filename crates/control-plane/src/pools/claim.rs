@@ -33,6 +33,9 @@ pub(crate) fn claimable(req: &CreateSandboxRequest) -> bool {
         user: _,
         idle_timeout_s: _,
         ttl_s: _,
+        // Set on the claimed member right after the claim.
+        expires_at: _,
+        on_expiry: _,
         network,
         secrets,
         checkpoint,
@@ -141,6 +144,13 @@ impl ControlPlane {
         if wanted.public {
             self.store().set_sandbox_public(&sandbox.id, true).await?;
             sandbox.public = true;
+        }
+        if wanted.expires_at.is_some() {
+            self.store()
+                .set_sandbox_expiry(&sandbox.id, wanted.expires_at, wanted.on_expiry)
+                .await?;
+            sandbox.expires_at = wanted.expires_at;
+            sandbox.on_expiry = wanted.on_expiry;
         }
         self.touch(&sandbox.id);
         info!(sandbox_id = %sandbox.id, op_id = %operation.id, pool = %member.pool, "sandbox served by a warm pool");

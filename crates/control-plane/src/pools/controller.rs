@@ -182,6 +182,8 @@ impl ControlPlane {
             // Idle members are what a pool is for: no idle suspend, no TTL until claimed.
             idle_timeout_s: 0,
             ttl_s: None,
+            expires_at: None,
+            on_expiry: cove_api_types::OnExpiry::Delete,
             last_activity_at: Some(now),
             memory_restored: None,
             // Members boot with the default egress policy: creates asking for another (or for
@@ -203,7 +205,7 @@ impl ControlPlane {
             Ok(true) => {
                 info!(sandbox_id = %id, pool = %m.pool, reason = why, "retiring a pool member");
                 if let Err(e) = self
-                    .run_delete(id, &m.sandbox.org, crate::sandboxes::deadline())
+                    .run_delete(id, &m.sandbox.org, crate::sandboxes::deadline(), None)
                     .await
                 {
                     warn!(sandbox_id = %id, error = %e, "cannot delete a retired member");

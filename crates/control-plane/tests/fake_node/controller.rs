@@ -144,6 +144,14 @@ async fn sandboxes_past_their_ttl_are_deleted() {
     }
     assert!(!h.node.snapshot_exists(&suspended));
     assert_eq!(h.state(&long).await, SandboxState::Running);
+    // A TTL delete says why (issue 32 item 6: it used to record `reason: null`).
+    for id in [&short, &suspended] {
+        assert_eq!(
+            h.event_log(id).await.last(),
+            Some(&(EventType::SandboxDeleted, Some("ttl".to_string())))
+        );
+        assert_eq!(h.sandbox(id).await.state_reason.as_deref(), Some("ttl"));
+    }
 }
 
 #[tokio::test]

@@ -144,6 +144,14 @@ impl Harness {
         self.cp = control_plane(&self.store, &self.node, self.cluster.as_ref(), &self.cfg);
     }
 
+    /// Another replica beside [`Harness::cp`]: a second control plane over the same store and
+    /// node, with its own replica id.
+    pub fn replica(&self) -> ControlPlane {
+        let mut cfg = self.cfg.clone();
+        cfg.replica_id = format!("{}-other", cfg.replica_id);
+        control_plane(&self.store, &self.node, self.cluster.as_ref(), &cfg)
+    }
+
     /// Moves tokio's clock (and so the control plane's) forward by `d`, and 1 ms more:
     /// tokio rounds timer deadlines up to the next millisecond, so a timer set `d` ago would
     /// otherwise be a fraction of a millisecond short. Then gives woken tasks their turn.

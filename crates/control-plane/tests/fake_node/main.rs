@@ -12,6 +12,7 @@ mod controller;
 mod create;
 mod deadlines;
 mod delete;
+mod expiry;
 mod file_templates;
 mod files;
 mod harness;

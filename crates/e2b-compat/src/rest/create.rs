@@ -13,7 +13,6 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use chrono::Utc;
 use cove_api_types::CreateSandboxRequest;
 use cove_control_plane::ServiceError;
 use serde::Deserialize;
@@ -24,7 +23,7 @@ use super::network::{egress_policy, public_traffic, NetworkConfig};
 use super::snapshots::{checkpoint_named, is_checkpoint_id};
 use super::{parse_body, E2B_MARKER_KEY};
 use crate::error::RestError;
-use crate::{E2b, SandboxTtl, DEFAULT_TIMEOUT_S};
+use crate::{E2b, DEFAULT_TIMEOUT_S};
 
 /// `NewSandbox` / `NewSandboxV2`.
 #[derive(Debug, Default, Deserialize)]
@@ -119,18 +118,16 @@ pub(super) async fn create(
         },
         other => other?,
     };
+    // The expiry is in the store from the start (a create that never finishes ends too);
+    // the timeout counts from when the sandbox runs, as on E2B.
+    e2b.live_for(&resp.sandbox, timeout).await?;
     e2b.finish(&resp.operation.id).await?;
-    let s = e2b.cp.get_sandbox(&resp.sandbox.id).await?;
-    if e2b.ttl_of(&s.id).is_none() {
-        e2b.set_ttl(
-            &s.id,
-            SandboxTtl {
-                end_at: Utc::now()
-                    + chrono::Duration::seconds(timeout.min(i64::MAX as u64 / 2) as i64),
-                auto_pause: lifecycle.auto_pause(),
-            },
-        );
-    }
+    let expiry = cove_api_types::SetExpiryRequest {
+        in_s: Some(timeout.min(cove_control_plane::expiry::MAX_IN_S)),
+        on_expiry: Some(lifecycle.on_expiry()),
+        ..Default::default()
+    };
+    let s = e2b.cp.set_expiry(&resp.sandbox.id, expiry).await?;
     tracing::info!(sandbox_id = %s.id, timeout_s = timeout, "e2b sandbox created");
     Ok((StatusCode::CREATED, axum::Json(e2b.sandbox_json(&s))).into_response())
 }

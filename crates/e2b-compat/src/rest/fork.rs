@@ -11,7 +11,6 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use chrono::Utc;
 use cove_api_types::ForkRequest;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -19,7 +18,7 @@ use serde_json::{json, Value};
 use super::lifecycle::Lifecycle;
 use super::{e2b_sandbox, parse_body, user_metadata, E2B_MARKER_KEY};
 use crate::error::RestError;
-use crate::{E2b, SandboxTtl, DEFAULT_TIMEOUT_S};
+use crate::{E2b, DEFAULT_TIMEOUT_S};
 
 /// Most forks E2B's API takes in one call.
 pub const E2B_MAX_FORKS: u32 = 20;
@@ -62,14 +61,9 @@ pub(super) async fn fork(
         .await;
         match made {
             Ok(sb) => {
-                e2b.set_ttl(
-                    &sb.id,
-                    SandboxTtl {
-                        end_at: Utc::now()
-                            + chrono::Duration::seconds(timeout.min(i64::MAX as u64 / 2) as i64),
-                        auto_pause: lifecycle.auto_pause(),
-                    },
-                );
+                if let Err(e) = e2b.live_for(&sb, timeout).await {
+                    tracing::warn!(sandbox_id = %sb.id, error = %e, "e2b fork: cannot set the timeout");
+                }
                 items.push(json!({ "sandbox": e2b.sandbox_json(&sb) }));
             }
             Err(e) => {

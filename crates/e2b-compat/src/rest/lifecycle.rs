@@ -7,14 +7,13 @@
 //! The marker's value is a small JSON object (`{"v":1,"onTimeout":"pause","autoResume":true,
 //! "timeout":300}`); sandboxes created before it existed carry `"1"` and read as the defaults.
 
-use chrono::Utc;
-use cove_api_types::{LifecycleRequest, Sandbox, SandboxState};
+use cove_api_types::{LifecycleRequest, OnExpiry, Sandbox, SandboxState};
 use cove_control_plane::LifecycleVerb;
 use serde::{Deserialize, Serialize};
 
 use super::E2B_MARKER_KEY;
 use crate::error::RestError;
-use crate::{E2b, SandboxTtl, DEFAULT_TIMEOUT_S};
+use crate::{E2b, DEFAULT_TIMEOUT_S};
 
 /// A sandbox's E2B lifecycle settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -85,6 +84,15 @@ impl Lifecycle {
         self.on_timeout == OnTimeout::Pause
     }
 
+    /// What Cove's expiry does at the end of the timeout: suspend for a pause, else delete.
+    pub fn on_expiry(&self) -> OnExpiry {
+        if self.auto_pause() {
+            OnExpiry::Suspend
+        } else {
+            OnExpiry::Delete
+        }
+    }
+
     /// E2B's `lifecycle` object of a sandbox detail.
     pub fn to_json(self) -> serde_json::Value {
         serde_json::json!({
@@ -114,17 +122,7 @@ impl E2b {
                 .await?;
             self.finish(&op.id).await?;
         }
-        let wanted =
-            Utc::now() + chrono::Duration::seconds(timeout.min(i64::MAX as u64 / 2) as i64);
-        let current = self.ttl_of(&s.id);
-        let end_at = current.as_ref().map_or(wanted, |t| t.end_at.max(wanted));
-        self.set_ttl(
-            &s.id,
-            SandboxTtl {
-                end_at,
-                auto_pause: Lifecycle::of(s).auto_pause(),
-            },
-        );
+        self.live_for(s, timeout).await?;
         Ok(verb.is_some())
     }
 }
@@ -161,6 +159,8 @@ mod tests {
         let back: Lifecycle = serde_json::from_str(&l.marker()).expect("json");
         assert_eq!(back, l);
         assert!(back.auto_pause());
+        assert_eq!(back.on_expiry(), OnExpiry::Suspend);
+        assert_eq!(Lifecycle::default().on_expiry(), OnExpiry::Delete);
         assert_eq!(
             l.to_json(),
             serde_json::json!({"autoResume": true, "onTimeout": "pause"})

@@ -189,15 +189,10 @@ pub(crate) fn rfc3339(t: DateTime<Utc>) -> String {
 }
 
 impl E2b {
-    /// The sandbox's E2B end of life (tracked, else from Cove's TTL, else far away).
+    /// The sandbox's E2B end of life: its expiry, else far away.
     fn end_at(&self, s: &Sandbox) -> DateTime<Utc> {
-        if let Some(t) = self.ttl_of(&s.id) {
-            return t.end_at;
-        }
-        match s.ttl_s {
-            Some(ttl) => s.created_at + chrono::Duration::seconds(ttl.min(i64::MAX as u64) as i64),
-            None => s.created_at + chrono::Duration::days(3650),
-        }
+        s.expires_at
+            .unwrap_or_else(|| s.created_at + chrono::Duration::days(3650))
     }
 
     /// `Sandbox` (create, connect and fork answers).
@@ -348,7 +343,7 @@ async fn pause(State(e2b): State<E2b>, Path(id): Path<String>) -> Result<Respons
         .await?;
     e2b.finish(&op.id).await?;
     // Paused sandboxes do not expire; a connect (or auto-resume) sets a new end of life.
-    e2b.clear_ttl(&s.id);
+    e2b.cp.clear_expiry(&s.id).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 

@@ -6,13 +6,13 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use chrono::Utc;
+use cove_api_types::SetExpiryRequest;
 use serde::Deserialize;
 
 use super::lifecycle::Lifecycle;
 use super::{e2b_sandbox, e2b_state, parse_body};
 use crate::error::RestError;
-use crate::{E2b, SandboxTtl};
+use crate::E2b;
 
 /// A refresh without `duration`, or with a shorter one, keeps the sandbox this long (E2B's).
 pub const MIN_REFRESH_S: u64 = 15;
@@ -27,7 +27,7 @@ struct TimeoutBody {
 }
 
 /// `POST /sandboxes/{id}/timeout`: the sandbox ends `timeout` seconds from now (may shorten;
-/// 0 ends it at the reaper's next pass).
+/// 0 ends it at the expiry controller's next pass).
 pub(super) async fn set_timeout(
     State(e2b): State<E2b>,
     Path(id): Path<String>,
@@ -36,13 +36,12 @@ pub(super) async fn set_timeout(
     let req: TimeoutBody = parse_body(&body)?;
     let s = e2b_sandbox(&e2b, &id).await?;
     let t = req.timeout.unwrap_or(0);
-    e2b.set_ttl(
-        &s.id,
-        SandboxTtl {
-            end_at: Utc::now() + chrono::Duration::seconds(t.min(i64::MAX as u64 / 2) as i64),
-            auto_pause: Lifecycle::of(&s).auto_pause(),
-        },
-    );
+    let expiry = SetExpiryRequest {
+        in_s: Some(t.min(cove_control_plane::expiry::MAX_IN_S)),
+        on_expiry: Some(Lifecycle::of(&s).on_expiry()),
+        ..Default::default()
+    };
+    e2b.cp.set_expiry(&s.id, expiry).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -75,15 +74,6 @@ pub(super) async fn refresh(
             format!("sandbox {id} is not running"),
         ));
     }
-    let wanted = Utc::now() + chrono::Duration::seconds(d.max(MIN_REFRESH_S) as i64);
-    let current = e2b.ttl_of(&s.id);
-    let end_at = current.as_ref().map_or(wanted, |t| t.end_at.max(wanted));
-    e2b.set_ttl(
-        &s.id,
-        SandboxTtl {
-            end_at,
-            auto_pause: Lifecycle::of(&s).auto_pause(),
-        },
-    );
+    e2b.live_for(&s, d.max(MIN_REFRESH_S)).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }

@@ -1,8 +1,8 @@
 //! Sandboxes (PostgreSQL).
 
 use async_trait::async_trait;
-use chrono::Utc;
-use cove_api_types::{Resources, Sandbox, SandboxState};
+use chrono::{DateTime, Utc};
+use cove_api_types::{OnExpiry, Resources, Sandbox, SandboxState};
 use sqlx::postgres::PgRow;
 use sqlx::{Postgres, QueryBuilder, Row};
 
@@ -54,6 +54,8 @@ pub(super) fn row_to_sandbox(r: &PgRow) -> Result<Sandbox, StoreError> {
         secrets: json_secrets(&r.try_get::<String, _>("secrets")?)?,
         public: r.try_get::<bool, _>("public")?,
         volumes: crate::volumes::json_mounts(&r.try_get::<String, _>("volumes")?)?,
+        expires_at: r.try_get("expires_at")?,
+        on_expiry: parse_enum(&r.try_get::<String, _>("on_expiry")?, OnExpiry::parse)?,
     })
 }
 
@@ -186,6 +188,72 @@ impl SandboxStore for PgStore {
             .ok_or(StoreError::NotFound)?;
         Ok(row.try_get("secrets_sealed")?)
     }
+
+    async fn set_sandbox_expiry(
+        &self,
+        id: &str,
+        expires_at: Option<DateTime<Utc>>,
+        on_expiry: OnExpiry,
+    ) -> Result<bool, StoreError> {
+        let res = sqlx::query(
+            "UPDATE sandboxes SET expires_at = $1, on_expiry = $2 \
+             WHERE id = $3 AND state NOT IN ('deleting', 'deleted')",
+        )
+        .bind(expires_at)
+        .bind(on_expiry.as_str())
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        Ok(res.rows_affected() > 0)
+    }
+
+    async fn extend_sandbox_expiry(
+        &self,
+        id: &str,
+        at: DateTime<Utc>,
+        on_expiry: OnExpiry,
+    ) -> Result<bool, StoreError> {
+        let res = sqlx::query(
+            "UPDATE sandboxes SET expires_at = $1, on_expiry = $2 \
+             WHERE id = $3 AND state NOT IN ('deleting', 'deleted') \
+             AND (expires_at IS NULL OR expires_at < $4)",
+        )
+        .bind(at)
+        .bind(on_expiry.as_str())
+        .bind(id)
+        .bind(at)
+        .execute(&self.pool)
+        .await?;
+        Ok(res.rows_affected() > 0)
+    }
+
+    async fn expired_sandboxes(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<Sandbox>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT * FROM sandboxes WHERE expires_at IS NOT NULL AND expires_at <= $1 \
+             AND state NOT IN ('deleting', 'deleted') ORDER BY expires_at, id LIMIT $2",
+        )
+        .bind(now)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(row_to_sandbox).collect()
+    }
+
+    async fn claim_expiry(&self, id: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        let res = sqlx::query(
+            "UPDATE sandboxes SET expires_at = NULL \
+             WHERE id = $1 AND expires_at IS NOT NULL AND expires_at <= $2",
+        )
+        .bind(id)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(res.rows_affected() == 1)
+    }
 }
 
 /// Inserts `s`, as a member of `pool` when given.
@@ -198,9 +266,9 @@ pub(super) async fn insert(
         "INSERT INTO sandboxes (id, template, release, state, state_reason, runtime, vcpus, \
          memory_mib, pids_max, env, metadata, cwd, user_name, created_at, updated_at, \
          idle_timeout_s, ttl_s, last_activity_at, memory_restored, disk_mib, pool, \
-         release_digest, network, secrets, public, org, volumes) \
+         release_digest, network, secrets, public, org, volumes, expires_at, on_expiry) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
-         $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27)",
+         $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29)",
     )
     .bind(&s.id)
     .bind(&s.template)
@@ -229,6 +297,8 @@ pub(super) async fn insert(
     .bind(s.public)
     .bind(&s.org)
     .bind(crate::volumes::mounts_json(&s.volumes)?)
+    .bind(s.expires_at)
+    .bind(s.on_expiry.as_str())
     .execute(db)
     .await
     .map_err(map_unique)?;

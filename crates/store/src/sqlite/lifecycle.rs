@@ -147,6 +147,8 @@ mod tests {
             updated_at: now,
             idle_timeout_s: 2,
             ttl_s: Some(60),
+            expires_at: None,
+            on_expiry: cove_api_types::OnExpiry::Delete,
             last_activity_at: None,
             memory_restored: None,
             network: Default::default(),

@@ -1,8 +1,8 @@
 //! Sandboxes (SQLite).
 
 use async_trait::async_trait;
-use chrono::Utc;
-use cove_api_types::{Resources, Sandbox, SandboxState};
+use chrono::{DateTime, Utc};
+use cove_api_types::{OnExpiry, Resources, Sandbox, SandboxState};
 use sqlx::Row;
 
 use super::SqliteStore;
@@ -43,6 +43,8 @@ pub(super) fn row_to_sandbox(r: &sqlx::sqlite::SqliteRow) -> Result<Sandbox, Sto
         secrets: json_secrets(&r.try_get::<String, _>("secrets")?)?,
         public: r.try_get::<bool, _>("public")?,
         volumes: crate::volumes::json_mounts(&r.try_get::<String, _>("volumes")?)?,
+        expires_at: r.try_get("expires_at")?,
+        on_expiry: parse_enum(&r.try_get::<String, _>("on_expiry")?, OnExpiry::parse)?,
     })
 }
 
@@ -197,6 +199,72 @@ impl SandboxStore for SqliteStore {
             .ok_or(StoreError::NotFound)?;
         Ok(row.try_get("secrets_sealed")?)
     }
+
+    async fn set_sandbox_expiry(
+        &self,
+        id: &str,
+        expires_at: Option<DateTime<Utc>>,
+        on_expiry: OnExpiry,
+    ) -> Result<bool, StoreError> {
+        let res = sqlx::query(
+            "UPDATE sandboxes SET expires_at = ?, on_expiry = ? \
+             WHERE id = ? AND state NOT IN ('deleting', 'deleted')",
+        )
+        .bind(expires_at)
+        .bind(on_expiry.as_str())
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        Ok(res.rows_affected() > 0)
+    }
+
+    async fn extend_sandbox_expiry(
+        &self,
+        id: &str,
+        at: DateTime<Utc>,
+        on_expiry: OnExpiry,
+    ) -> Result<bool, StoreError> {
+        let res = sqlx::query(
+            "UPDATE sandboxes SET expires_at = ?, on_expiry = ? \
+             WHERE id = ? AND state NOT IN ('deleting', 'deleted') \
+             AND (expires_at IS NULL OR expires_at < ?)",
+        )
+        .bind(at)
+        .bind(on_expiry.as_str())
+        .bind(id)
+        .bind(at)
+        .execute(&self.pool)
+        .await?;
+        Ok(res.rows_affected() > 0)
+    }
+
+    async fn expired_sandboxes(
+        &self,
+        now: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<Sandbox>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT * FROM sandboxes WHERE expires_at IS NOT NULL AND expires_at <= ? \
+             AND state NOT IN ('deleting', 'deleted') ORDER BY expires_at, id LIMIT ?",
+        )
+        .bind(now)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(row_to_sandbox).collect()
+    }
+
+    async fn claim_expiry(&self, id: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        let res = sqlx::query(
+            "UPDATE sandboxes SET expires_at = NULL \
+             WHERE id = ? AND expires_at IS NOT NULL AND expires_at <= ?",
+        )
+        .bind(id)
+        .bind(now)
+        .execute(&self.pool)
+        .await?;
+        Ok(res.rows_affected() == 1)
+    }
 }
 
 /// Inserts `s`, as a member of `pool` when given.
@@ -211,8 +279,8 @@ pub(super) async fn insert(
         "INSERT INTO sandboxes (id, template, release, state, state_reason, runtime, vcpus, \
          memory_mib, pids_max, env, metadata, cwd, user_name, created_at, updated_at, \
          idle_timeout_s, ttl_s, last_activity_at, memory_restored, disk_mib, pool, \
-         release_digest, network, secrets, public, org, volumes) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         release_digest, network, secrets, public, org, volumes, expires_at, on_expiry) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(&s.id)
     .bind(&s.template)
@@ -241,6 +309,8 @@ pub(super) async fn insert(
     .bind(s.public)
     .bind(&s.org)
     .bind(crate::volumes::mounts_json(&s.volumes)?)
+    .bind(s.expires_at)
+    .bind(s.on_expiry.as_str())
     .execute(db)
     .await
     .map_err(map_unique)?;

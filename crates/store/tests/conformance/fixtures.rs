@@ -39,6 +39,8 @@ pub fn sandbox(id: &str) -> Sandbox {
         updated_at: t,
         idle_timeout_s: 2,
         ttl_s: Some(60),
+        expires_at: Some(t + chrono::Duration::seconds(60)),
+        on_expiry: cove_api_types::OnExpiry::Suspend,
         last_activity_at: Some(t),
         memory_restored: Some(true),
         network: EgressPolicy::parse(
@@ -80,6 +82,8 @@ pub fn bare_sandbox(id: &str) -> Sandbox {
         env: BTreeMap::new(),
         metadata: BTreeMap::new(),
         ttl_s: None,
+        expires_at: None,
+        on_expiry: cove_api_types::OnExpiry::Delete,
         last_activity_at: None,
         memory_restored: None,
         network: EgressPolicy::default(),

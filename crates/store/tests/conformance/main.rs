@@ -11,6 +11,7 @@ mod checkpoints;
 mod cluster;
 mod commands;
 mod events;
+mod expiry;
 mod fixtures;
 mod lifecycle;
 mod locks;
@@ -57,6 +58,9 @@ conformance!(
     sandboxes::cursor_paging_visits_every_row_once,
     sandboxes::sandboxes_in_returns_the_asked_states,
     sandboxes::network_policy_is_replaced_and_secrets_stay_sealed,
+    expiry::expiry_is_set_extended_and_cleared,
+    expiry::expired_sandboxes_are_listed_earliest_first,
+    expiry::one_of_racing_claims_wins_and_a_moved_expiry_is_not_claimed,
     lifecycle::transitions_record_events_and_remember_the_state_left,
     lifecycle::a_transition_that_does_not_happen_records_nothing,
     lifecycle::activity_only_moves_forward,
