@@ -6,6 +6,8 @@
 //!   built with `scripts/build-guest-agent.sh` when missing.
 //! - `COVE_TEST_CACHE_DIR`: release build cache shared by test runs (default
 //!   `/var/cache/cove/templates`), so `base` is built once per machine.
+//! - `COVE_TEST_RUNTIME`: the runtime of the shared server, `runc` (default) or `gvisor` (the
+//!   same suites on gVisor's `runsc`; a run asking for it fails when runsc is missing).
 //!
 //! At process exit every container the server started is killed, its network namespaces
 //! deleted and the data dir removed, so a failed test leaves no runc container, mount, namespace
@@ -66,6 +68,38 @@ pub fn have_qemu() -> bool {
         .is_ok_and(|o| o.status.success());
     if !ok {
         eprintln!("skipped: no qemu-system-x86_64");
+    }
+    ok
+}
+
+/// The runtime the shared server runs (`COVE_TEST_RUNTIME`: `runc` when unset, or `gvisor`).
+/// Panics when gvisor is asked for and `runsc` does not run: a suite meant for gVisor never
+/// passes without it.
+pub fn test_runtime() -> cove_server::RuntimeChoice {
+    let name = std::env::var("COVE_TEST_RUNTIME").unwrap_or_else(|_| "runc".to_string());
+    let choice: cove_server::RuntimeChoice = name.parse().expect("COVE_TEST_RUNTIME");
+    if choice == cove_server::RuntimeChoice::Gvisor {
+        assert!(
+            have_runsc(),
+            "COVE_TEST_RUNTIME=gvisor but runsc does not run (apt-get install runsc)"
+        );
+    }
+    choice
+}
+
+/// Whether gVisor's `runsc` runs here. Under `CI=true` a missing runsc fails the caller (a
+/// test that needs it must run in CI); elsewhere it says "skipped" on stderr.
+pub fn have_runsc() -> bool {
+    let ok = std::process::Command::new("runsc")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "runsc is missing under CI=true (scripts/install-deps.sh installs it)"
+        );
+        eprintln!("skipped: no runsc");
     }
     ok
 }
@@ -192,6 +226,26 @@ pub fn release_node_resources(dir: &Path) {
             .args(["delete", "-f", &id])
             .output();
     }
+    // Sandboxes of the gvisor runtime (runsc keeps one state file per container).
+    let runsc_root = dir.join("runsc");
+    if runsc_root.is_dir() {
+        let listed = std::process::Command::new("runsc")
+            .arg("--root")
+            .arg(&runsc_root)
+            .args(["list", "-quiet"])
+            .output();
+        for id in listed
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+            .lines()
+        {
+            let _ = std::process::Command::new("runsc")
+                .arg("--root")
+                .arg(&runsc_root)
+                .args(["delete", "-force", id.trim()])
+                .output();
+        }
+    }
     // QEMU VMs of the qemu runtime (their pid files; QEMU outlives the server by design).
     if let Ok(entries) = std::fs::read_dir(dir.join("qemu")) {
         for e in entries.flatten() {
@@ -301,7 +355,8 @@ pub fn server_with(tweak: fn(&mut cove_server::Config)) -> &'static Server {
             cache_dir: Some(PathBuf::from(cache)),
             layer_cache_mib: None,
             runc: None,
-            runtime: Default::default(),
+            gvisor: Default::default(),
+            runtime: test_runtime(),
             public_data_plane_url: None,
             lifecycle: cove_server::LifecycleSettings {
                 // Idle suspends and TTLs are tested with timeouts of seconds.

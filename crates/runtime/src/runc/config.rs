@@ -287,6 +287,24 @@ pub(crate) fn build(
     Ok(config)
 }
 
+/// Adapts a runc config for gVisor's `runsc`: the network namespace is the one runsc runs in
+/// (joined by `run_detached`), not a path; no seccomp profile (gVisor's kernel answers the
+/// system calls; runsc ignores an OCI profile by default) and no sysctls (gVisor's network
+/// stack has its own).
+pub(crate) fn for_gvisor(config: &mut Spec) {
+    if let Some(linux) = config.linux_mut() {
+        if let Some(namespaces) = linux.namespaces_mut() {
+            for ns in namespaces.iter_mut() {
+                if ns.typ() == LinuxNamespaceType::Network {
+                    ns.set_path(None);
+                }
+            }
+        }
+        linux.set_seccomp(None);
+        linux.set_sysctl(None);
+    }
+}
+
 /// Writes `config.json` into the bundle directory.
 pub(crate) fn write(config: &Spec, layout: &Layout) -> Result<(), RuntimeError> {
     let json = serde_json::to_vec_pretty(config).map_err(|e| RuntimeError::Io {
