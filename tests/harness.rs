@@ -134,7 +134,8 @@ extern "C" fn cleanup_at_exit() {
     }
 }
 
-/// Ids of the runc containers under `data_dir`'s runc root (empty when runc has none).
+/// Ids of the runc containers under `data_dir`'s runc root (empty when runc has none), and of
+/// the gvisor runtime's under its runsc root.
 ///
 /// `runc list` that fails (it can, while a container is being created or deleted beside it)
 /// is retried up to 5 times, 100 ms apart; a failure that persists panics with runc's stderr
@@ -149,15 +150,32 @@ pub fn runc_containers(data_dir: &Path) -> BTreeSet<String> {
             .output()
             .expect("runc runs");
         if out.status.success() {
-            return String::from_utf8_lossy(&out.stdout)
+            let mut ids: BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
                 .lines()
                 .map(str::to_string)
                 .collect();
+            ids.extend(runsc_containers(data_dir));
+            return ids;
         }
         last = String::from_utf8_lossy(&out.stderr).into_owned();
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     panic!("runc list keeps failing: {last}");
+}
+
+/// Ids of the gvisor runtime's containers under `data_dir`'s runsc root (its state files, as
+/// `runsc list` reads them; none without the root).
+pub fn runsc_containers(data_dir: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(data_dir.join("runsc"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_str()?.to_string();
+            let (c, s) = name.strip_suffix(".state")?.split_once("_sandbox:")?;
+            (c == s).then(|| c.to_string())
+        })
+        .collect()
 }
 
 /// Lines of /proc/self/mountinfo that mention `needle` (a sandbox id, a data dir).
@@ -226,25 +244,13 @@ pub fn release_node_resources(dir: &Path) {
             .args(["delete", "-f", &id])
             .output();
     }
-    // Sandboxes of the gvisor runtime (runsc keeps one state file per container).
-    let runsc_root = dir.join("runsc");
-    if runsc_root.is_dir() {
-        let listed = std::process::Command::new("runsc")
+    // Sandboxes of the gvisor runtime.
+    for id in runsc_containers(dir) {
+        let _ = std::process::Command::new("runsc")
             .arg("--root")
-            .arg(&runsc_root)
-            .args(["list", "-quiet"])
+            .arg(dir.join("runsc"))
+            .args(["delete", "-force", &id])
             .output();
-        for id in listed
-            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-            .unwrap_or_default()
-            .lines()
-        {
-            let _ = std::process::Command::new("runsc")
-                .arg("--root")
-                .arg(&runsc_root)
-                .args(["delete", "-force", id.trim()])
-                .output();
-        }
     }
     // QEMU VMs of the qemu runtime (their pid files; QEMU outlives the server by design).
     if let Ok(entries) = std::fs::read_dir(dir.join("qemu")) {
