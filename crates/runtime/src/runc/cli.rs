@@ -513,6 +513,28 @@ mod tests {
     }
 
     #[test]
+    fn runsc_containers_are_read_from_their_state_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for name in [
+            "sb-a_sandbox:sb-a.state",
+            "sb-a_sandbox:sb-a.lock",
+            "sb-b_sandbox:sb-b.state",
+            "other_sandbox:sb-b.state",
+            "stray",
+        ] {
+            std::fs::write(dir.path().join(name), b"").expect("write");
+        }
+        assert_eq!(list_runsc_states(dir.path()).expect("list"), ["sb-a", "sb-b"]);
+        assert!(list_runsc_states(&dir.path().join("missing"))
+            .expect("missing root")
+            .is_empty());
+        let runsc = Runc::runsc("runsc".into(), dir.path().into(), "ptrace".into());
+        assert!(runsc.exists("sb-a"));
+        assert!(!runsc.exists("other"));
+        assert_eq!(runsc.platform(), Some("ptrace"));
+    }
+
+    #[test]
     fn message_is_bounded() {
         let long = vec![b'x'; 10_000];
         assert!(message(&long).len() <= MAX_DETAIL_BYTES + '…'.len_utf8());
