@@ -369,11 +369,11 @@ impl Runc {
                 list_dirs(&root)
             }
         })
-            .await
-            .map_err(|e| RuntimeError::Io {
-                context: "blocking task failed".to_string(),
-                source: std::io::Error::other(e),
-            })?;
+        .await
+        .map_err(|e| RuntimeError::Io {
+            context: "blocking task failed".to_string(),
+            source: std::io::Error::other(e),
+        })?;
         listed.map_err(|source| RuntimeError::Io {
             context: format!("list runc state root {}", self.root.display()),
             source,
@@ -524,7 +524,10 @@ mod tests {
         ] {
             std::fs::write(dir.path().join(name), b"").expect("write");
         }
-        assert_eq!(list_runsc_states(dir.path()).expect("list"), ["sb-a", "sb-b"]);
+        assert_eq!(
+            list_runsc_states(dir.path()).expect("list"),
+            ["sb-a", "sb-b"]
+        );
         assert!(list_runsc_states(&dir.path().join("missing"))
             .expect("missing root")
             .is_empty());
