@@ -8,7 +8,8 @@
 # postgresql (the server the store's conformance suite runs its PostgreSQL half on), chromium
 # (the web console's browser test drives it headless through playwright-core from npm, which
 # scripts/test-console.sh installs with `npm ci` in console/), protobuf-compiler (`protoc`,
-# which builds the node gRPC code of crates/node-rpc).
+# which builds the node gRPC code of crates/node-rpc), runsc (gVisor: the `gvisor` runtime,
+# whose suites the tests run with COVE_TEST_RUNTIME=gvisor).
 # Safe to run again: it installs only what is missing.
 # `scripts/install-deps.sh main` installs only what README command 1 (scripts/demo.sh: build
 # Cove, run a server, build `base`, run a sandbox) needs; with no argument (or `all`) it also
@@ -42,6 +43,8 @@ if [ "$scope" = all ]; then
   command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
   command -v qemu-img >/dev/null || need+=(qemu-utils)
   command -v lz4 >/dev/null || need+=(lz4)
+  # The gvisor runtime (`cove server --runtime gvisor`): its suites run in the tests.
+  command -v runsc >/dev/null || need+=(runsc)
   # The E2B compatibility tests drive the real E2B SDKs (Python in a venv, JavaScript via npm).
   command -v npm >/dev/null || need+=(nodejs npm)
   ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
@@ -64,7 +67,7 @@ if [ "$scope" = all ] && ! command -v qemu-img >/dev/null && [ "$(id -u)" = 0 ];
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-utils >/dev/null
 fi
 tools=(nft runc mmdebstrap protoc)
-[ "$scope" = all ] && tools+=(qemu-system-x86_64 qemu-img chromium)
+[ "$scope" = all ] && tools+=(qemu-system-x86_64 qemu-img chromium runsc)
 for tool in "${tools[@]}"; do
   command -v "$tool" >/dev/null || { echo "install-deps: $tool is still missing" >&2; exit 1; }
 done

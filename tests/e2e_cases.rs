@@ -423,7 +423,9 @@ async fn c09_cwd_and_user_are_enforced() {
         &id,
         as_user(
             "user",
-            "stat -c %U /home/user/n1 /home/user/n1/n2 /home/user/n1/n2/f.txt",
+            // `find`, not coreutils' `stat`: the statx flags `stat` passes are refused
+            // (EINVAL) by the gVisor release Debian 12 ships, and the case runs there too.
+            "find /home/user/n1 -printf '%u\\n'",
         ),
     )
     .await;

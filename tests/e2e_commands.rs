@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use base64::Engine as _;
 use cove_api_types::{CommandState, CreateCommandRequest, ErrorCode};
 use cove_client::{AttachEvent, Client, PtyEvent};
-use cove_e2e::{client, collect, delete, sandbox, server, sh, shell};
+use cove_e2e::{client, collect, delete, root_sh, sandbox, sh, shell};
 use futures::StreamExt;
 
 fn api_code(err: &cove_client::ClientError) -> Option<ErrorCode> {
@@ -236,16 +236,22 @@ fn proc_kib(pid: &str, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// Host pid of a sandbox's init, the guest agent (`runc state`).
-fn agent_pid(sandbox: &str) -> String {
-    let out = std::process::Command::new("runc")
-        .arg("--root")
-        .arg(server().data_dir.join("runc"))
-        .args(["state", sandbox])
-        .output()
-        .expect("runc state");
-    let state: serde_json::Value = serde_json::from_slice(&out.stdout).expect("state json");
-    state["pid"].as_u64().expect("pid").to_string()
+/// Peak resident memory of a sandbox's guest agent (its PID 1) in KiB, read inside the sandbox
+/// so it is the agent's on every runtime (on gVisor the host sees only gVisor's kernel). gVisor
+/// keeps no high-water mark (`VmHWM`): there its current `VmRSS` stands in.
+async fn agent_peak_kib(c: &cove_client::Client, sandbox: &str) -> u64 {
+    let status = root_sh(c, sandbox, "cat /proc/1/status")
+        .await
+        .stdout_text();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+    };
+    field("VmHWM:")
+        .or_else(|| field("VmRSS:"))
+        .expect("the agent's memory in /proc/1/status")
 }
 
 const C04_SCRIPT: &str = "head -c 104857600 /dev/zero | tr '\\000' 'A'; \
@@ -256,7 +262,6 @@ const C04_STDOUT_BYTES: u64 = 104_857_615;
 async fn c04_100_mb_streamed_and_collected_with_bounded_memory() {
     let c = client();
     let id = sandbox(&c, "base").await;
-    let agent = agent_pid(&id);
 
     // The test process is the API server (in-process) and the client: sample its memory.
     let baseline_kib = proc_kib("self", "VmRSS:");
@@ -358,7 +363,7 @@ async fn c04_100_mb_streamed_and_collected_with_bounded_memory() {
     let _ = stop_tx.send(());
     let peak_kib = sampler.await.expect("sampler");
     let server_growth_mib = peak_kib.saturating_sub(baseline_kib) / 1024;
-    let agent_peak_mib = proc_kib(&agent, "VmHWM:") / 1024;
+    let agent_peak_mib = agent_peak_kib(&c, &id).await / 1024;
 
     // Throughput beside `cat` of the same bytes on the host, in the same run.
     let file = tempfile::NamedTempFile::new().expect("temp file");

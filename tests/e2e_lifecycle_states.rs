@@ -143,7 +143,7 @@ async fn suspend_releases_the_node_and_wake_restores_files_without_memory() {
     let caps = c.capabilities().await.expect("capabilities");
     assert_eq!(
         (caps.runtime.as_str(), caps.pause, caps.suspend_memory),
-        ("runc", true, false)
+        (cove_e2e::test_runtime().name(), true, false)
     );
     assert_eq!(caps.snapshot_store, "file");
 

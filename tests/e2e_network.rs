@@ -342,7 +342,20 @@ async fn a_live_put_applies_to_the_next_connection() {
     )
     .await
     .expect("download");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The download has begun (its first bytes are written) before the policy changes: a fixed
+    // pause is too short where processes start slowly (gVisor's ptrace platform under load).
+    let began = std::time::Instant::now();
+    while sh(&c, &id, "[ -s /tmp/big ] && echo yes")
+        .await
+        .stdout_text()
+        .is_empty()
+    {
+        assert!(
+            began.elapsed() < Duration::from_secs(20),
+            "the download never began"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let set = c
         .set_sandbox_network(&id, &policy(true, &[], &["203.0.113.20"]))
         .await
@@ -368,7 +381,8 @@ async fn a_live_put_applies_to_the_next_connection() {
         rc = sh(
             &c,
             &id,
-            "cat /tmp/big.rc 2>/dev/null; stat -c %s /tmp/big 2>/dev/null",
+            // `wc`, not coreutils' `stat` (whose statx flags gVisor 2022 refuses).
+            "cat /tmp/big.rc 2>/dev/null; wc -c < /tmp/big 2>/dev/null",
         )
         .await
         .stdout_text();

@@ -72,6 +72,7 @@ fn second_node() -> PathBuf {
         cache_dir: Some(PathBuf::from(cache)),
         layer_cache_mib: None,
         runc: None,
+        gvisor: Default::default(),
         runtime: Default::default(),
         public_data_plane_url: None,
         lifecycle: cove_server::LifecycleSettings {

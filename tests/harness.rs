@@ -6,6 +6,8 @@
 //!   built with `scripts/build-guest-agent.sh` when missing.
 //! - `COVE_TEST_CACHE_DIR`: release build cache shared by test runs (default
 //!   `/var/cache/cove/templates`), so `base` is built once per machine.
+//! - `COVE_TEST_RUNTIME`: the runtime of the shared server, `runc` (default) or `gvisor` (the
+//!   same suites on gVisor's `runsc`; a run asking for it fails when runsc is missing).
 //!
 //! At process exit every container the server started is killed, its network namespaces
 //! deleted and the data dir removed, so a failed test leaves no runc container, mount, namespace
@@ -70,6 +72,38 @@ pub fn have_qemu() -> bool {
     ok
 }
 
+/// The runtime the shared server runs (`COVE_TEST_RUNTIME`: `runc` when unset, or `gvisor`).
+/// Panics when gvisor is asked for and `runsc` does not run: a suite meant for gVisor never
+/// passes without it.
+pub fn test_runtime() -> cove_server::RuntimeChoice {
+    let name = std::env::var("COVE_TEST_RUNTIME").unwrap_or_else(|_| "runc".to_string());
+    let choice: cove_server::RuntimeChoice = name.parse().expect("COVE_TEST_RUNTIME");
+    if choice == cove_server::RuntimeChoice::Gvisor {
+        assert!(
+            have_runsc(),
+            "COVE_TEST_RUNTIME=gvisor but runsc does not run (apt-get install runsc)"
+        );
+    }
+    choice
+}
+
+/// Whether gVisor's `runsc` runs here. Under `CI=true` a missing runsc fails the caller (a
+/// test that needs it must run in CI); elsewhere it says "skipped" on stderr.
+pub fn have_runsc() -> bool {
+    let ok = std::process::Command::new("runsc")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "runsc is missing under CI=true (scripts/install-deps.sh installs it)"
+        );
+        eprintln!("skipped: no runsc");
+    }
+    ok
+}
+
 /// The guest agent binary, built once if needed.
 pub fn guest_agent() -> PathBuf {
     static AGENT: OnceLock<PathBuf> = OnceLock::new();
@@ -100,7 +134,8 @@ extern "C" fn cleanup_at_exit() {
     }
 }
 
-/// Ids of the runc containers under `data_dir`'s runc root (empty when runc has none).
+/// Ids of the runc containers under `data_dir`'s runc root (empty when runc has none), and of
+/// the gvisor runtime's under its runsc root.
 ///
 /// `runc list` that fails (it can, while a container is being created or deleted beside it)
 /// is retried up to 5 times, 100 ms apart; a failure that persists panics with runc's stderr
@@ -115,15 +150,32 @@ pub fn runc_containers(data_dir: &Path) -> BTreeSet<String> {
             .output()
             .expect("runc runs");
         if out.status.success() {
-            return String::from_utf8_lossy(&out.stdout)
+            let mut ids: BTreeSet<String> = String::from_utf8_lossy(&out.stdout)
                 .lines()
                 .map(str::to_string)
                 .collect();
+            ids.extend(runsc_containers(data_dir));
+            return ids;
         }
         last = String::from_utf8_lossy(&out.stderr).into_owned();
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     panic!("runc list keeps failing: {last}");
+}
+
+/// Ids of the gvisor runtime's containers under `data_dir`'s runsc root (its state files, as
+/// `runsc list` reads them; none without the root).
+pub fn runsc_containers(data_dir: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(data_dir.join("runsc"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_str()?.to_string();
+            let (c, s) = name.strip_suffix(".state")?.split_once("_sandbox:")?;
+            (c == s).then(|| c.to_string())
+        })
+        .collect()
 }
 
 /// Lines of /proc/self/mountinfo that mention `needle` (a sandbox id, a data dir).
@@ -190,6 +242,14 @@ pub fn release_node_resources(dir: &Path) {
             .arg("--root")
             .arg(&root)
             .args(["delete", "-f", &id])
+            .output();
+    }
+    // Sandboxes of the gvisor runtime.
+    for id in runsc_containers(dir) {
+        let _ = std::process::Command::new("runsc")
+            .arg("--root")
+            .arg(dir.join("runsc"))
+            .args(["delete", "-force", &id])
             .output();
     }
     // QEMU VMs of the qemu runtime (their pid files; QEMU outlives the server by design).
@@ -301,7 +361,8 @@ pub fn server_with(tweak: fn(&mut cove_server::Config)) -> &'static Server {
             cache_dir: Some(PathBuf::from(cache)),
             layer_cache_mib: None,
             runc: None,
-            runtime: Default::default(),
+            gvisor: Default::default(),
+            runtime: test_runtime(),
             public_data_plane_url: None,
             lifecycle: cove_server::LifecycleSettings {
                 // Idle suspends and TTLs are tested with timeouts of seconds.

@@ -72,6 +72,7 @@ fn main() -> ExitCode {
         cache_dir: Some(PathBuf::from(cache)),
         layer_cache_mib: None,
         runc: None,
+        gvisor: Default::default(),
         // The runtime from COVE_E2E_RUNTIME (`runc` when unset), for the qemu tests.
         runtime: std::env::var("COVE_E2E_RUNTIME")
             .ok()

@@ -59,16 +59,17 @@ pub struct Event {
 /// `GET /v1/capabilities`: what this server's runtime can do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct RuntimeCapabilities {
-    /// Runtime name (`runc`, `qemu`).
+    /// Runtime name (`runc`, `qemu`, `gvisor`).
     pub runtime: String,
     /// The isolation boundary: `container` (namespaces, cgroups, seccomp; the host kernel is
-    /// shared) or `vm` (its own kernel behind a hypervisor). Older servers omit it.
+    /// shared), `vm` (its own kernel behind a hypervisor) or `application_kernel` (gVisor: a
+    /// kernel in user space answers the sandbox's system calls). Older servers omit it.
     #[serde(default)]
     pub boundary: String,
     /// `pause` keeps processes frozen in memory.
     pub pause: bool,
-    /// `suspend` saves process memory too. When false (runc), `wake` restarts the sandbox from
-    /// its saved files: processes and commands from before the suspend are gone.
+    /// `suspend` saves process memory too. When false (runc, gvisor), `wake` restarts the
+    /// sandbox from its saved files: processes and commands from before the suspend are gone.
     pub suspend_memory: bool,
     /// Where suspended sandboxes are kept (`file` or `s3`).
     pub snapshot_store: String,

@@ -15,7 +15,7 @@ pub struct Node {
     pub state: NodeState,
     /// Why it is quarantined or lost.
     pub reason: Option<String>,
-    /// Its runtime (`runc`, `qemu`).
+    /// Its runtime (`runc`, `qemu`, `gvisor`).
     pub runtime: String,
     /// CPUs it offers.
     pub cpus: u32,

@@ -17,7 +17,8 @@ pub struct CreateSandboxRequest {
     /// Release number of the template (default: its latest ready release).
     #[serde(default)]
     pub release: Option<u32>,
-    /// The runtime to run on (`runc`, `qemu`; `GET /v1/capabilities` names the server's).
+    /// The runtime to run on (`runc`, `qemu`, `gvisor`; `GET /v1/capabilities` names the
+    /// server's).
     /// Default: the server's. One the server does not offer is `400 invalid_argument`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub runtime: Option<String>,
@@ -167,7 +168,7 @@ pub struct Sandbox {
     pub state: SandboxState,
     /// Why it is `failed` (or other detail of the state).
     pub state_reason: Option<String>,
-    /// Runtime isolating it (`runc`).
+    /// Runtime isolating it (`runc`, `qemu`, `gvisor`).
     pub runtime: String,
     /// Resource limits.
     pub resources: Resources,

@@ -104,6 +104,7 @@ impl CoveServer {
             cache_dir: Some(settings.cache_dir.clone()),
             layer_cache_mib: None,
             runc: Some(settings.runc.clone()),
+            gvisor: Default::default(),
             runtime: settings.runtime,
             public_data_plane_url: None,
             lifecycle: Default::default(),

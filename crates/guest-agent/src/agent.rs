@@ -115,8 +115,19 @@ fn listen(path: &Path) -> io::Result<UnixListener> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(e),
     }
-    let listener = UnixListener::bind(path)?;
-    fs::set_permissions(path, fs::Permissions::from_mode(0o600))?;
+    // Created 0600 (the umask): under gVisor the socket is a host socket (`runsc
+    // --host-uds=create`) whose mode cannot be changed afterwards (`EPERM`).
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+    let bound = UnixListener::bind(path);
+    nix::sys::stat::umask(old);
+    let listener = bound?;
+    match fs::metadata(path) {
+        Ok(meta) if meta.permissions().mode() & 0o777 == 0o600 => {}
+        Ok(_) => fs::set_permissions(path, fs::Permissions::from_mode(0o600))?,
+        // gVisor's host sockets cannot be looked at from inside (`EPERM`); the umask made it.
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {}
+        Err(e) => return Err(e),
+    }
     Ok(listener)
 }
 

@@ -5,7 +5,8 @@
 //! channel to its guest agent ([`GuestConnector`], returned by [`Runtime::start`] and
 //! [`Runtime::adopt`]). Commands and files go through the guest agent, not the runtime.
 //!
-//! Drivers: [`runc::RuncRuntime`] (OCI container), [`qemu::QemuRuntime`] (microvm).
+//! Drivers: [`runc::RuncRuntime`] (OCI container; with [`runc::GvisorConfig`] the same driver
+//! runs gVisor's `runsc`), [`qemu::QemuRuntime`] (microvm).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -27,22 +28,27 @@ pub enum RuntimeKind {
     Runc,
     /// QEMU microvm (KVM, or TCG where there is no usable KVM).
     Qemu,
+    /// OCI container run by gVisor's `runsc` on its application kernel.
+    Gvisor,
 }
 
 impl RuntimeKind {
-    /// Wire name (`runc`, `qemu`).
+    /// Wire name (`runc`, `qemu`, `gvisor`).
     pub fn as_str(self) -> &'static str {
         match self {
             RuntimeKind::Runc => "runc",
             RuntimeKind::Qemu => "qemu",
+            RuntimeKind::Gvisor => "gvisor",
         }
     }
 
-    /// The isolation boundary (`container` or `vm`).
+    /// The isolation boundary (`container`, `vm`, or `application_kernel`: gVisor's kernel in
+    /// user space answers the sandbox's system calls).
     pub fn boundary(self) -> &'static str {
         match self {
             RuntimeKind::Runc => "container",
             RuntimeKind::Qemu => "vm",
+            RuntimeKind::Gvisor => "application_kernel",
         }
     }
 }

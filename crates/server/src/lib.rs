@@ -72,6 +72,8 @@ pub struct Config {
     pub runc: Option<PathBuf>,
     /// Which runtime isolates sandboxes (`--runtime`).
     pub runtime: RuntimeChoice,
+    /// The `gvisor` runtime's runsc binary and platform (`--runsc`, `--runsc-platform`).
+    pub gvisor: GvisorSettings,
     /// URL clients use for the data plane; default `http://<data-plane address>`.
     pub public_data_plane_url: Option<String>,
     /// Snapshot store, controller and retention settings.
@@ -288,6 +290,16 @@ pub struct ProxySettings {
     pub domain: String,
 }
 
+/// Settings of the `gvisor` runtime.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GvisorSettings {
+    /// The runsc binary; default `runsc` from PATH.
+    pub runsc: Option<PathBuf>,
+    /// gVisor's platform (`systrap`, `ptrace`, `kvm`); default `systrap` where this runsc has
+    /// it, else `ptrace`.
+    pub platform: Option<String>,
+}
+
 /// The runtime a node uses.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum RuntimeChoice {
@@ -298,6 +310,9 @@ pub enum RuntimeChoice {
     Qemu,
     /// QEMU when hardware KVM is usable and QEMU is installed, else runc.
     Auto,
+    /// OCI containers on gVisor's application kernel through `runsc`: no hardware
+    /// virtualisation needed; suspend keeps process memory.
+    Gvisor,
 }
 
 impl RuntimeChoice {
@@ -306,6 +321,7 @@ impl RuntimeChoice {
     pub fn name(self) -> &'static str {
         match self {
             RuntimeChoice::Qemu => "qemu",
+            RuntimeChoice::Gvisor => "gvisor",
             RuntimeChoice::Runc | RuntimeChoice::Auto => "runc",
         }
     }
@@ -319,7 +335,10 @@ impl std::str::FromStr for RuntimeChoice {
             "runc" => Ok(RuntimeChoice::Runc),
             "qemu" => Ok(RuntimeChoice::Qemu),
             "auto" => Ok(RuntimeChoice::Auto),
-            other => Err(format!("unknown runtime {other:?} (runc, qemu or auto)")),
+            "gvisor" => Ok(RuntimeChoice::Gvisor),
+            other => Err(format!(
+                "unknown runtime {other:?} (runc, qemu, gvisor or auto)"
+            )),
         }
     }
 }
@@ -345,6 +364,20 @@ fn make_runtime(
     info!(runtime = ?choice, requested = ?cfg.runtime, "runtime chosen");
     Ok(match choice {
         RuntimeChoice::Qemu => Arc::new(QemuRuntime::new(qemu_cfg).context("qemu runtime")?),
+        RuntimeChoice::Gvisor => {
+            let gvisor = RuncRuntime::gvisor(cove_runtime::runc::GvisorConfig {
+                runsc_binary: cfg
+                    .gvisor
+                    .runsc
+                    .clone()
+                    .unwrap_or_else(|| PathBuf::from("runsc")),
+                state_root: data_dir.join("runsc"),
+                platform: cfg.gvisor.platform.clone(),
+            })
+            .context("gvisor runtime")?;
+            info!(platform = ?gvisor.gvisor_platform(), "gVisor platform");
+            Arc::new(gvisor)
+        }
         _ => Arc::new(
             RuncRuntime::new(RuncConfig {
                 runc_binary: cfg.runc.clone().unwrap_or_else(|| PathBuf::from("runc")),

@@ -93,7 +93,14 @@ pub struct AgentArgs {
     /// The `runc` binary (default: `runc` in PATH).
     #[arg(long, value_name = "PATH")]
     pub runc: Option<PathBuf>,
-    /// How sandboxes are isolated: `runc`, `qemu` or `auto`.
+    /// The `runsc` binary of the `gvisor` runtime (default: `runsc` in PATH).
+    #[arg(long, value_name = "PATH")]
+    pub runsc: Option<PathBuf>,
+    /// gVisor's platform: `systrap`, `ptrace` or `kvm` (default: `systrap` where this runsc
+    /// has it, else `ptrace`).
+    #[arg(long, value_name = "PLATFORM", value_parser = ["systrap", "ptrace", "kvm"])]
+    pub runsc_platform: Option<String>,
+    /// How sandboxes are isolated: `runc`, `qemu`, `gvisor` or `auto`.
     #[arg(long, value_name = "RUNTIME", default_value = "runc")]
     pub runtime: cove_server::RuntimeChoice,
     /// Where suspended sandboxes are kept; every node of a control plane must share it
@@ -136,6 +143,10 @@ impl AgentArgs {
             cache_dir: self.cache_dir.clone(),
             layer_cache_mib: Some(self.layer_cache_mib),
             runc: self.runc.clone(),
+            gvisor: cove_server::GvisorSettings {
+                runsc: self.runsc.clone(),
+                platform: self.runsc_platform.clone(),
+            },
             runtime: self.runtime,
             public_data_plane_url: None,
             lifecycle: cove_server::LifecycleSettings {

@@ -45,8 +45,16 @@ pub struct ServerArgs {
     /// The `runc` binary (default: `runc` in PATH).
     #[arg(long, value_name = "PATH")]
     pub runc: Option<PathBuf>,
+    /// The `runsc` binary of the `gvisor` runtime (default: `runsc` in PATH).
+    #[arg(long, value_name = "PATH")]
+    pub runsc: Option<PathBuf>,
+    /// gVisor's platform: `systrap`, `ptrace` or `kvm` (default: `systrap` where this runsc
+    /// has it, else `ptrace`).
+    #[arg(long, value_name = "PLATFORM", value_parser = ["systrap", "ptrace", "kvm"])]
+    pub runsc_platform: Option<String>,
     /// How sandboxes are isolated: `runc` (containers), `qemu` (microvms with their own kernel;
-    /// KVM where usable, else the much slower TCG), or `auto` (qemu when KVM is usable).
+    /// KVM where usable, else the much slower TCG), `gvisor` (containers on gVisor's
+    /// application kernel, `runsc`), or `auto` (qemu when KVM is usable).
     #[arg(long, value_name = "RUNTIME", default_value = "runc")]
     pub runtime: cove_server::RuntimeChoice,
     /// Data-plane base URL given to clients in attachments, when they reach the data plane
@@ -247,6 +255,10 @@ impl ServerArgs {
             cache_dir: self.cache_dir.clone(),
             layer_cache_mib: Some(self.layer_cache_mib),
             runc: self.runc.clone(),
+            gvisor: cove_server::GvisorSettings {
+                runsc: self.runsc.clone(),
+                platform: self.runsc_platform.clone(),
+            },
             runtime: self.runtime,
             public_data_plane_url: self.public_data_plane_url.clone(),
             lifecycle: cove_server::LifecycleSettings {

@@ -13,6 +13,11 @@
 //! own dumpable flag (as found at the first switch; the agent makes itself non-dumpable at
 //! start-up) is put back with its identity, so the agent's `/proc` entries stay as they were.
 //!
+//! gVisor's kernel has no `setfsuid`/`setfsgid` (`ENOSYS`): there the thread's effective ids are
+//! switched instead, with the raw `setresuid`/`setresgid` (one thread only; the real and saved
+//! ids stay root, so the thread can always return). The effective uid drives the filesystem uid
+//! and the capabilities the same way.
+//!
 //! Root (uid 0) keeps the agent's own identity, and so does everything when the agent itself
 //! does not run as root (tests on a host).
 
@@ -134,21 +139,46 @@ fn switch_error(what: &str, err: std::io::Error) -> AgentError {
     )
 }
 
-/// The thread's current filesystem uid (`setfsuid(-1)` changes nothing and returns it).
+/// Whether the kernel has `setfsuid`/`setfsgid` (not gVisor's: see the module documentation).
+fn has_fs_ids() -> bool {
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| {
+        // SAFETY: setfsuid takes a plain integer; an invalid id (-1) changes nothing.
+        let rc = unsafe { libc::syscall(libc::SYS_setfsuid, -1i64) };
+        !(rc == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ENOSYS))
+    })
+}
+
+/// The thread's current filesystem uid (`setfsuid(-1)` changes nothing and returns it; without
+/// it, the thread's effective uid).
 fn current_fsuid() -> libc::uid_t {
+    if !has_fs_ids() {
+        // SAFETY: geteuid takes nothing and reads the calling thread's credentials.
+        return unsafe { libc::syscall(libc::SYS_geteuid) as libc::uid_t };
+    }
     // SAFETY: setfsuid takes a plain integer; an invalid id (-1) changes nothing.
     unsafe { libc::syscall(libc::SYS_setfsuid, -1i64) as libc::uid_t }
 }
 
 /// The thread's current filesystem gid.
 fn current_fsgid() -> libc::gid_t {
+    if !has_fs_ids() {
+        // SAFETY: getegid takes nothing and reads the calling thread's credentials.
+        return unsafe { libc::syscall(libc::SYS_getegid) as libc::gid_t };
+    }
     // SAFETY: setfsgid takes a plain integer; an invalid id (-1) changes nothing.
     unsafe { libc::syscall(libc::SYS_setfsgid, -1i64) as libc::gid_t }
 }
 
 fn set_fsuid(uid: libc::uid_t) -> Result<(), AgentError> {
-    // SAFETY: setfsuid takes a plain integer and changes the calling thread only.
-    unsafe { libc::syscall(libc::SYS_setfsuid, i64::from(uid)) };
+    if has_fs_ids() {
+        // SAFETY: setfsuid takes a plain integer and changes the calling thread only.
+        unsafe { libc::syscall(libc::SYS_setfsuid, i64::from(uid)) };
+    } else {
+        // SAFETY: the raw setresuid takes plain integers (-1: unchanged) and changes the
+        // calling thread only.
+        unsafe { libc::syscall(libc::SYS_setresuid, -1i64, i64::from(uid), -1i64) };
+    }
     if current_fsuid() != uid {
         return Err(switch_error(
             "setfsuid",
@@ -159,8 +189,14 @@ fn set_fsuid(uid: libc::uid_t) -> Result<(), AgentError> {
 }
 
 fn set_fsgid(gid: libc::gid_t) -> Result<(), AgentError> {
-    // SAFETY: setfsgid takes a plain integer and changes the calling thread only.
-    unsafe { libc::syscall(libc::SYS_setfsgid, i64::from(gid)) };
+    if has_fs_ids() {
+        // SAFETY: setfsgid takes a plain integer and changes the calling thread only.
+        unsafe { libc::syscall(libc::SYS_setfsgid, i64::from(gid)) };
+    } else {
+        // SAFETY: the raw setresgid takes plain integers (-1: unchanged) and changes the
+        // calling thread only.
+        unsafe { libc::syscall(libc::SYS_setresgid, -1i64, i64::from(gid), -1i64) };
+    }
     if current_fsgid() != gid {
         return Err(switch_error(
             "setfsgid",

@@ -29,6 +29,22 @@ const MAX_DETAIL_BYTES: usize = 2048;
 pub(crate) struct Runc {
     binary: PathBuf,
     root: PathBuf,
+    engine: Engine,
+}
+
+/// Which OCI runtime speaks behind the runc verbs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Engine {
+    /// `runc`: the container runs on the host's kernel.
+    Runc,
+    /// gVisor's `runsc`: the container runs on gVisor's application kernel, on `platform`
+    /// (`systrap`, `ptrace` or `kvm`). The agent's socket is a host socket it creates through
+    /// `--host-uds=create`; the network is the node's namespace, joined by `runsc` itself
+    /// (`--network=host` inside it) or gVisor's loopback only (`--network=none`).
+    Runsc {
+        /// `runsc --platform`.
+        platform: String,
+    },
 }
 
 /// The part of `runc state` we use.
@@ -41,14 +57,41 @@ pub(crate) struct ContainerState {
 
 #[derive(Deserialize)]
 struct StateJson {
+    /// runsc says -1 for a stopped container.
     #[serde(default)]
-    pid: u32,
+    pid: i64,
     status: String,
 }
 
 impl Runc {
     pub(crate) fn new(binary: PathBuf, root: PathBuf) -> Self {
-        Runc { binary, root }
+        Runc {
+            binary,
+            root,
+            engine: Engine::Runc,
+        }
+    }
+
+    /// gVisor's `runsc` on `platform`, with the same verbs.
+    pub(crate) fn runsc(binary: PathBuf, root: PathBuf, platform: String) -> Self {
+        Runc {
+            binary,
+            root,
+            engine: Engine::Runsc { platform },
+        }
+    }
+
+    /// runsc's platform (`None` for runc).
+    pub(crate) fn platform(&self) -> Option<&str> {
+        match &self.engine {
+            Engine::Runc => None,
+            Engine::Runsc { platform } => Some(platform),
+        }
+    }
+
+    /// Whether this is gVisor's `runsc`.
+    pub(crate) fn is_runsc(&self) -> bool {
+        matches!(self.engine, Engine::Runsc { .. })
     }
 
     pub(crate) fn root(&self) -> &Path {
@@ -80,6 +123,10 @@ impl Runc {
             .arg(&self.root)
             .stdin(Stdio::null())
             .kill_on_drop(true);
+        if let Engine::Runsc { platform } = &self.engine {
+            cmd.arg(format!("--platform={platform}"))
+                .arg("--host-uds=create");
+        }
         cmd
     }
 
@@ -130,7 +177,10 @@ impl Runc {
     /// Whether runc has a container `id`: its directory under the state root, which is what
     /// `runc run` refuses to reuse (read directly, without starting runc).
     pub(crate) fn exists(&self, id: &str) -> bool {
-        self.root.join(id).exists()
+        match self.engine {
+            Engine::Runc => self.root.join(id).exists(),
+            Engine::Runsc { .. } => self.root.join(runsc_state_file(id)).exists(),
+        }
     }
 
     /// `runc state <id>`; `None` when runc has no such container.
@@ -168,7 +218,7 @@ impl Runc {
             }
         };
         Ok(Some(ContainerState {
-            pid: parsed.pid,
+            pid: u32::try_from(parsed.pid).unwrap_or(0),
             status,
         }))
     }
@@ -183,7 +233,14 @@ impl Runc {
     /// `creating`/`running` container under the state root, which adoption or a stop handles as
     /// before.
     ///
-    /// `fds` are handed to the container's init as descriptors 3, 4, ... (`--preserve-fds`).
+    /// `fds` are handed to the container's init as descriptors 3, 4, ... (`--preserve-fds`;
+    /// runc only).
+    ///
+    /// runsc: with `netns` (the node's namespace of the sandbox), runsc itself runs in it and
+    /// the sandbox uses it as its host network (`--network=host`: gVisor's own network stack
+    /// refuses to start in a namespace on this kernel, see `gvisor.rs`); without, the sandbox
+    /// has gVisor's loopback only (`--network=none`). runc joins the namespace through the
+    /// config instead.
     pub(crate) async fn run_detached(
         &self,
         id: &str,
@@ -191,14 +248,43 @@ impl Runc {
         pid_file: &Path,
         log: std::fs::File,
         fds: &[OwnedFd],
+        netns: Option<&Path>,
     ) -> Result<bool, RuntimeError> {
         let log2 = log.try_clone().map_err(|source| RuntimeError::Io {
             context: "duplicate agent log handle".to_string(),
             source,
         })?;
         let mut cmd = self.command();
+        // Kept open until the child is spawned: its descriptor is what the child joins.
+        let mut _netns_file = None;
+        if self.is_runsc() {
+            match netns {
+                Some(path) => {
+                    let file = std::fs::File::open(path).map_err(|source| RuntimeError::Io {
+                        context: format!("open network namespace {}", path.display()),
+                        source,
+                    })?;
+                    let fd = file.as_raw_fd();
+                    cmd.arg("--network=host");
+                    // SAFETY: the closure runs in the forked child before exec and only calls
+                    // `setns`, which is async-signal-safe; `fd` stays open until after spawn.
+                    unsafe {
+                        cmd.pre_exec(move || {
+                            if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                                return Err(std::io::Error::last_os_error());
+                            }
+                            Ok(())
+                        });
+                    }
+                    _netns_file = Some(file);
+                }
+                None => {
+                    cmd.arg("--network=none");
+                }
+            }
+        }
         cmd.arg("run");
-        if !fds.is_empty() {
+        if !fds.is_empty() && !self.is_runsc() {
             cmd.arg("--preserve-fds").arg(fds.len().to_string());
             let raw: Vec<RawFd> = fds.iter().map(AsRawFd::as_raw_fd).collect();
             // SAFETY: the closure runs in the forked child before exec and only calls `fcntl`
@@ -244,7 +330,13 @@ impl Runc {
         let mut cmd = self.command();
         cmd.arg("kill").arg(id).arg("KILL");
         let (ok, _, err) = self.run("kill", id, cmd).await?;
-        if ok || is_not_found(&err) || err.contains("not running") {
+        // runsc: a sandbox whose processes are gone refuses the connection to its control
+        // server.
+        if ok
+            || is_not_found(&err)
+            || err.contains("not running")
+            || (self.is_runsc() && err.contains("connection refused"))
+        {
             return Ok(());
         }
         Err(RuntimeError::Command {
@@ -269,12 +361,19 @@ impl Runc {
     /// meanwhile may still be listed; callers treat the list as a hint (stopping is idempotent).
     pub(crate) async fn list(&self) -> Result<Vec<String>, RuntimeError> {
         let root = self.root.clone();
-        let listed = tokio::task::spawn_blocking(move || list_dirs(&root))
-            .await
-            .map_err(|e| RuntimeError::Io {
-                context: "blocking task failed".to_string(),
-                source: std::io::Error::other(e),
-            })?;
+        let runsc = self.is_runsc();
+        let listed = tokio::task::spawn_blocking(move || {
+            if runsc {
+                list_runsc_states(&root)
+            } else {
+                list_dirs(&root)
+            }
+        })
+        .await
+        .map_err(|e| RuntimeError::Io {
+            context: "blocking task failed".to_string(),
+            source: std::io::Error::other(e),
+        })?;
         listed.map_err(|source| RuntimeError::Io {
             context: format!("list runc state root {}", self.root.display()),
             source,
@@ -296,6 +395,36 @@ fn list_dirs(root: &Path) -> std::io::Result<Vec<String>> {
         if entry.file_type().is_ok_and(|t| t.is_dir()) {
             if let Some(name) = entry.file_name().to_str() {
                 ids.push(name.to_string());
+            }
+        }
+    }
+    ids.sort();
+    Ok(ids)
+}
+
+/// The state file `runsc` keeps for a container `id` that is its sandbox's only container.
+fn runsc_state_file(id: &str) -> String {
+    format!("{id}_sandbox:{id}.state")
+}
+
+/// Ids of the containers whose `runsc` state files are in `root` (none when it is missing).
+fn list_runsc_states(root: &Path) -> std::io::Result<Vec<String>> {
+    let entries = match std::fs::read_dir(root) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut ids = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        if let Some(name) = entry.file_name().to_str() {
+            if let Some(id) = name
+                .strip_suffix(".state")
+                .and_then(|n| n.split_once("_sandbox:"))
+                .filter(|(c, s)| c == s)
+                .map(|(c, _)| c.to_string())
+            {
+                ids.push(id);
             }
         }
     }
@@ -381,6 +510,31 @@ mod tests {
         let err = b"time=\"x\" level=error msg=\"a \\\"quoted\\\" word\"\n";
         assert_eq!(message(err), "a \"quoted\" word");
         assert_eq!(message(b"  plain failure \n"), "plain failure");
+    }
+
+    #[test]
+    fn runsc_containers_are_read_from_their_state_files() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for name in [
+            "sb-a_sandbox:sb-a.state",
+            "sb-a_sandbox:sb-a.lock",
+            "sb-b_sandbox:sb-b.state",
+            "other_sandbox:sb-b.state",
+            "stray",
+        ] {
+            std::fs::write(dir.path().join(name), b"").expect("write");
+        }
+        assert_eq!(
+            list_runsc_states(dir.path()).expect("list"),
+            ["sb-a", "sb-b"]
+        );
+        assert!(list_runsc_states(&dir.path().join("missing"))
+            .expect("missing root")
+            .is_empty());
+        let runsc = Runc::runsc("runsc".into(), dir.path().into(), "ptrace".into());
+        assert!(runsc.exists("sb-a"));
+        assert!(!runsc.exists("other"));
+        assert_eq!(runsc.platform(), Some("ptrace"));
     }
 
     #[test]

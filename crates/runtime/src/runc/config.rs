@@ -287,6 +287,23 @@ pub(crate) fn build(
     Ok(config)
 }
 
+/// Adapts a runc config for gVisor's `runsc`: the network namespace is the one runsc runs in
+/// (joined by `run_detached`), not one of the config's; no seccomp profile (gVisor's kernel answers the
+/// system calls; runsc ignores an OCI profile by default) and no sysctls (gVisor's network
+/// stack has its own).
+pub(crate) fn for_gvisor(config: &mut Spec) {
+    if let Some(linux) = config.linux_mut() {
+        // No network namespace in the config at all: runsc would make a new one for an entry
+        // without a path, even with `--network=host`. It then stays in the namespace it runs
+        // in (the node's for the sandbox), or makes an empty one for `--network=none`.
+        if let Some(namespaces) = linux.namespaces_mut() {
+            namespaces.retain(|ns| ns.typ() != LinuxNamespaceType::Network);
+        }
+        linux.set_seccomp(None);
+        linux.set_sysctl(None);
+    }
+}
+
 /// Writes `config.json` into the bundle directory.
 pub(crate) fn write(config: &Spec, layout: &Layout) -> Result<(), RuntimeError> {
     let json = serde_json::to_vec_pretty(config).map_err(|e| RuntimeError::Io {
@@ -568,6 +585,42 @@ mod tests {
             network: None,
             volumes: Vec::new(),
         }
+    }
+
+    #[test]
+    fn for_gvisor_leaves_the_network_to_runsc_and_drops_seccomp_and_sysctls() {
+        let mut s = spec();
+        s.network = Some(crate::SandboxNetwork {
+            netns_path: "/run/netns/cove-s7".into(),
+            resolv_conf: "nameserver 10.239.0.1\n".into(),
+            extra_ca_pem: None,
+            address: std::net::Ipv4Addr::new(10, 239, 0, 7),
+            gateway: std::net::Ipv4Addr::new(10, 239, 0, 1),
+            tap: None,
+        });
+        let layout = Layout::new(&s.dir);
+        let views = HostViews::without_lxcfs(vec![0, 1]);
+        let mut config = build(&s, &layout, PRIVILEGED, &views, &[], None).expect("build");
+        for_gvisor(&mut config);
+        let json = serde_json::to_value(config).expect("json");
+        let types: Vec<_> = json["linux"]["namespaces"]
+            .as_array()
+            .expect("namespaces")
+            .iter()
+            .map(|n| n["type"].as_str().unwrap_or_default().to_string())
+            .collect();
+        assert_eq!(types, ["pid", "mount", "uts", "ipc", "cgroup"]);
+        assert!(json["linux"].get("seccomp").is_none());
+        assert!(json["linux"].get("sysctl").is_none());
+        // The same limits and cgroup as on runc.
+        assert_eq!(json["linux"]["cgroupsPath"], "cove/sbx1");
+        assert_eq!(json["linux"]["resources"]["pids"]["limit"], 256);
+        // The resolver file is still bound in.
+        assert!(json["mounts"]
+            .as_array()
+            .expect("mounts")
+            .iter()
+            .any(|m| m["destination"] == "/etc/resolv.conf"));
     }
 
     #[test]

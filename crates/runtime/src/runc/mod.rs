@@ -92,6 +92,45 @@ impl RuncConfig {
     }
 }
 
+/// Configuration of the runc driver running gVisor's `runsc` instead of runc (the `gvisor`
+/// runtime): the same bundle, overlay, disk, limits and agent; no user namespaces and no lxcfs
+/// views (gVisor's kernel keeps its own ids and `/proc`).
+#[derive(Debug, Clone)]
+pub struct GvisorConfig {
+    /// The runsc binary (default `runsc`, looked up in `PATH`).
+    pub runsc_binary: PathBuf,
+    /// runsc's state directory (`runsc --root`). Created if missing.
+    pub state_root: PathBuf,
+    /// `runsc --platform` (`None`: [`gvisor_default_platform`]).
+    pub platform: Option<String>,
+}
+
+impl GvisorConfig {
+    /// `runsc` from `PATH` with the given state root and the default platform.
+    pub fn new(state_root: impl Into<PathBuf>) -> Self {
+        GvisorConfig {
+            runsc_binary: PathBuf::from("runsc"),
+            state_root: state_root.into(),
+            platform: None,
+        }
+    }
+}
+
+/// The platform gVisor uses by default with `runsc`: `systrap` when this runsc has it (gVisor
+/// releases from 2023 on), else `ptrace` (every system call stops the process for a tracer:
+/// slow, but needs nothing of the host). `kvm` is never picked by itself.
+pub fn gvisor_default_platform(runsc: &Path) -> String {
+    let out = std::process::Command::new(runsc)
+        .arg("flags")
+        .stdin(std::process::Stdio::null())
+        .output();
+    let has_systrap = out.is_ok_and(|o| {
+        String::from_utf8_lossy(&o.stdout).contains("systrap")
+            || String::from_utf8_lossy(&o.stderr).contains("systrap")
+    });
+    if has_systrap { "systrap" } else { "ptrace" }.to_string()
+}
+
 /// The runc driver. Cheap to share: it holds paths and the freezer of each container it
 /// started or adopted.
 #[derive(Debug, Clone)]
@@ -142,6 +181,37 @@ impl RuncRuntime {
             views,
             userns: config.user_namespaces.map(std::sync::Arc::new),
         })
+    }
+
+    /// The driver running gVisor's `runsc` (the `gvisor` runtime). Returns
+    /// [`RuntimeError::Unavailable`] when runsc cannot be run or the platform is unknown.
+    pub fn gvisor(config: GvisorConfig) -> Result<Self, RuntimeError> {
+        let platform = config
+            .platform
+            .unwrap_or_else(|| gvisor_default_platform(&config.runsc_binary));
+        if !["systrap", "ptrace", "kvm"].contains(&platform.as_str()) {
+            return Err(RuntimeError::Unavailable(format!(
+                "unknown gVisor platform {platform:?} (systrap, ptrace or kvm)"
+            )));
+        }
+        let runc = Runc::runsc(config.runsc_binary, config.state_root, platform);
+        runc.check_version()?;
+        std::fs::create_dir_all(runc.root()).map_err(|source| RuntimeError::Io {
+            context: format!("create runsc state root {}", runc.root().display()),
+            source,
+        })?;
+        Ok(RuncRuntime {
+            runc,
+            freezers: Default::default(),
+            host: config::HostPrivileges::probe(),
+            views: std::sync::Arc::new(views::HostViews::probe(None)),
+            userns: None,
+        })
+    }
+
+    /// The gVisor platform, when this driver runs runsc.
+    pub fn gvisor_platform(&self) -> Option<&str> {
+        self.runc.platform()
     }
 
     fn lock_freezers(&self) -> std::sync::MutexGuard<'_, HashMap<String, freezer::Tracked>> {
@@ -195,7 +265,11 @@ impl RuncRuntime {
 #[async_trait]
 impl Runtime for RuncRuntime {
     fn kind(&self) -> RuntimeKind {
-        RuntimeKind::Runc
+        if self.runc.is_runsc() {
+            RuntimeKind::Gvisor
+        } else {
+            RuntimeKind::Runc
+        }
     }
 
     fn capabilities(&self) -> Capabilities {

@@ -119,6 +119,7 @@ async fn run(
 ) -> Result<Started, RuntimeError> {
     let prepared_spec = spec.clone();
     let prepared_layout = layout.clone();
+    let gvisor = runc.is_runsc();
     let (log, log_offset, cgroup_fds) = tokio::task::spawn_blocking(move || {
         prepare(
             &prepared_spec,
@@ -126,6 +127,7 @@ async fn run(
             host,
             &views,
             userns.as_ref(),
+            gvisor,
         )
     })
     .await
@@ -133,7 +135,14 @@ async fn run(
 
     let pid_file = layout.bundle.join(PID_FILE);
     if !runc
-        .run_detached(&spec.id, &layout.bundle, &pid_file, log, &cgroup_fds)
+        .run_detached(
+            &spec.id,
+            &layout.bundle,
+            &pid_file,
+            log,
+            &cgroup_fds,
+            spec.network.as_ref().map(|n| n.netns_path.as_path()),
+        )
         .await?
     {
         return Err(RuntimeError::Command {
@@ -188,6 +197,7 @@ fn prepare(
     host: HostPrivileges,
     views: &HostViews,
     userns: Option<&UserNamespaces>,
+    gvisor: bool,
 ) -> Result<(std::fs::File, u64, Vec<OwnedFd>), RuntimeError> {
     if !spec.rootfs.is_dir() {
         return Err(RuntimeError::Io {
@@ -271,7 +281,13 @@ fn prepare(
         }
     }
     super::volumes::prepare(spec, layout, ids)?;
-    let command_cgroups = command_cgroups::prepare(&spec.id)?;
+    // gVisor's agent sees gVisor's cgroups, not the host's, and runsc passes no descriptors:
+    // its commands are tracked by their session.
+    let command_cgroups = if gvisor {
+        Vec::new()
+    } else {
+        command_cgroups::prepare(&spec.id)?
+    };
     if let Some(range) = ids {
         for d in &command_cgroups {
             command_cgroups::give_to(&d.dir, range.host())?;
@@ -294,7 +310,10 @@ fn prepare(
             }
         }
     }
-    let config = config::build(spec, layout, host, views, &hierarchies, ids)?;
+    let mut config = config::build(spec, layout, host, views, &hierarchies, ids)?;
+    if gvisor {
+        config::for_gvisor(&mut config);
+    }
     config::write(&config, layout)?;
 
     let log = std::fs::OpenOptions::new()
