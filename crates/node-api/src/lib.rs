@@ -27,7 +27,7 @@ mod report;
 mod volumes;
 
 pub use builds::{
-    exposed_port, BuildParent, BuildStep, BuiltFileRelease, FileBuild, FileStep, ReadyCheck,
+    exposed_port, BuildParent, BuildStage, BuildStep, BuiltFileRelease, FileBuild, FileStep, ReadyCheck,
     ReleaseDefaults, StepProgram, DEFAULT_PATH,
 };
 pub use checkpoints::{
