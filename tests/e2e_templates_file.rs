@@ -29,6 +29,23 @@ fn context(files: &[(&str, &str)]) -> Vec<u8> {
     b.into_inner().expect("tar")
 }
 
+/// The log lines of operation `op_id`, until it is done.
+async fn op_log(c: &Client, op_id: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut logs = std::pin::pin!(c.operation_logs(op_id, None));
+    while let Some(ev) = tokio::time::timeout(Duration::from_secs(10), logs.next())
+        .await
+        .expect("log stream answers")
+    {
+        match ev.expect("log event") {
+            OperationLogEvent::Log { line, .. } => lines.push(line),
+            OperationLogEvent::Done { .. } => break,
+            OperationLogEvent::Progress { .. } => {}
+        }
+    }
+    lines
+}
+
 /// Builds `file` as template `name` and waits; the final state, the build log and its time.
 async fn build(
     c: &Client,
@@ -790,18 +807,7 @@ async fn build_with_args(
         .wait_operation(&resp.operation.id, Duration::from_secs(600))
         .await
         .expect("build ends");
-    let mut lines = Vec::new();
-    let mut logs = std::pin::pin!(c.operation_logs(&resp.operation.id, None));
-    while let Some(ev) = tokio::time::timeout(Duration::from_secs(10), logs.next())
-        .await
-        .expect("log stream answers")
-    {
-        match ev.expect("log event") {
-            OperationLogEvent::Log { line, .. } => lines.push(line),
-            OperationLogEvent::Done { .. } => break,
-            OperationLogEvent::Progress { .. } => {}
-        }
-    }
+    let lines = op_log(c, &resp.operation.id).await;
     let took = t0.elapsed();
     eprintln!("build of {name}: {:?} in {took:?}", op.state);
     (op.state, lines, took)
@@ -830,6 +836,9 @@ async fn a_corpus_of_real_world_dockerfiles_builds_and_runs() {
         },
     )
     .await;
+    // EXPOSE is what port previews offer.
+    let ports = c.sandbox_ports(&id).await.expect("ports");
+    assert_eq!(ports.exposed, [8000]);
     let out = sh(
         &c,
         &id,
@@ -877,9 +886,14 @@ async fn a_corpus_of_real_world_dockerfiles_builds_and_runs() {
 
     // Compiled: a build stage with a --build-arg, a test stage FROM it, one binary copied
     // into `tiny`, ENTRYPOINT as the start command.
-    let (state, log, _) =
-        build_with_args(&c, "corpus-build", BUILD_FILE, BUILD_CONTEXT, &[("VERSION", "1.2.3")])
-            .await;
+    let (state, log, _) = build_with_args(
+        &c,
+        "corpus-build",
+        BUILD_FILE,
+        BUILD_CONTEXT,
+        &[("VERSION", "1.2.3")],
+    )
+    .await;
     assert_eq!(state, OperationState::Succeeded, "{log:#?}");
     assert!(
         log.iter().any(|l| l == "stage build") && log.iter().any(|l| l == "stage test"),
@@ -895,9 +909,13 @@ async fn a_corpus_of_real_world_dockerfiles_builds_and_runs() {
     .await;
     let mut out = String::new();
     for _ in 0..50 {
-        out = sh(&c, &id, "cat /tmp/app.out 2>/dev/null; app --version; ls /src 2>&1 | head -1")
-            .await
-            .stdout_text();
+        out = sh(
+            &c,
+            &id,
+            "cat /tmp/app.out 2>/dev/null; app --version; ls /src 2>&1 | head -1",
+        )
+        .await
+        .stdout_text();
         if out.starts_with("app 1.2.3 serving") {
             break;
         }
@@ -917,4 +935,59 @@ async fn a_corpus_of_real_world_dockerfiles_builds_and_runs() {
     for t in ["corpus-python", "corpus-node", "corpus-build"] {
         c.delete_template(t).await.expect("delete template");
     }
+}
+
+/// A sandbox whose `READY` never passes fails with what its `START` and last `READY` attempt
+/// printed in the create operation's log, and a one-line summary of both in its reason (what
+/// the `failed` event carries).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_ready_leaves_its_output_in_the_log_and_the_reason() {
+    let c = client();
+    ensure_template(&c, "tiny").await;
+    let file = "FROM tiny\n\
+                START echo start-says-hello; echo start-is-broken >&2; exit 3\n\
+                READY --timeout=3 echo not-ready-yet; echo port 8080 refused >&2; exit 7\n";
+    let (state, log, _) = build(&c, "failing-ready", file, &[]).await;
+    assert_eq!(state, OperationState::Succeeded, "{log:#?}");
+    let resp = c
+        .create_sandbox(
+            &CreateSandboxRequest {
+                template: Some("failing-ready".into()),
+                ..Default::default()
+            },
+            None,
+        )
+        .await
+        .expect("create");
+    let op = c
+        .wait_operation(&resp.operation.id, Duration::from_secs(120))
+        .await
+        .expect("create ends");
+    assert_eq!(op.state, OperationState::Failed);
+    let message = op.error.map(|e| e.message).unwrap_or_default();
+    assert!(
+        message.contains("READY did not pass within 3 s")
+            && message.contains("last attempt exited with code 7: port 8080 refused")
+            && message.contains("START exited with code 3: start-is-broken"),
+        "{message}"
+    );
+    let s = c.get_sandbox(&resp.sandbox.id).await.expect("sandbox");
+    let reason = s.state_reason.unwrap_or_default();
+    assert!(
+        reason.contains("port 8080 refused") && reason.contains("start-is-broken"),
+        "{reason}"
+    );
+    let lines = op_log(&c, &resp.operation.id).await;
+    for want in [
+        "READY `echo not-ready-yet; echo port 8080 refused >&2; exit 7` exited with code 7",
+        "READY | not-ready-yet",
+        "READY | port 8080 refused",
+        "START `echo start-says-hello; echo start-is-broken >&2; exit 3` exited with code 3",
+        "START | start-says-hello",
+        "START | start-is-broken",
+    ] {
+        assert!(lines.iter().any(|l| l == want), "{want}: {lines:#?}");
+    }
+    delete(&c, &resp.sandbox.id).await;
+    c.delete_template("failing-ready").await.expect("delete");
 }

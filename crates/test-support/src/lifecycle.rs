@@ -386,15 +386,13 @@ fn fake_parent(
     match parent {
         cove_node_api::BuildParent::Release { defaults, .. } => Ok((**defaults).clone()),
         cove_node_api::BuildParent::OciArchive { .. } => Err(NodeError::OciImportDisabled),
-        cove_node_api::BuildParent::Stage { index } => {
-            stages
-                .get(*index as usize)
-                .cloned()
-                .ok_or_else(|| NodeError::InvalidArgument {
-                    field: "file".into(),
-                    message: format!("stage {index} is not an earlier stage"),
-                })
-        }
+        cove_node_api::BuildParent::Stage { index } => stages
+            .get(*index as usize)
+            .cloned()
+            .ok_or_else(|| NodeError::InvalidArgument {
+                field: "file".into(),
+                message: format!("stage {index} is not an earlier stage"),
+            }),
     }
 }
 
@@ -410,13 +408,13 @@ fn fake_steps(
         .or_insert_with(|| cove_node_api::DEFAULT_PATH.into());
     let mut args = BTreeMap::new();
     for s in steps {
-        let step = s
-            .step
-            .expanded(&defaults.env, &args)
-            .map_err(|e| NodeError::InvalidArgument {
-                field: "file".into(),
-                message: format!("line {}: {e}", s.line),
-            })?;
+        let step =
+            s.step
+                .expanded(&defaults.env, &args)
+                .map_err(|e| NodeError::InvalidArgument {
+                    field: "file".into(),
+                    message: format!("line {}: {e}", s.line),
+                })?;
         match &step {
             cove_node_api::BuildStep::Env { vars } => defaults.env.extend(vars.iter().cloned()),
             cove_node_api::BuildStep::User { user } => defaults.user = user.clone(),

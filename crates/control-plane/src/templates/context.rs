@@ -152,7 +152,9 @@ impl Ignore {
                 patterns.push(p);
             }
             if patterns.len() > MAX_PATTERNS {
-                return Err(format!("{IGNORE_FILE} has more than {MAX_PATTERNS} patterns"));
+                return Err(format!(
+                    "{IGNORE_FILE} has more than {MAX_PATTERNS} patterns"
+                ));
             }
         }
         Ok(Ignore { patterns })
@@ -167,10 +169,8 @@ impl Ignore {
             if p.exclusion != excluded {
                 continue;
             }
-            let hit = p.matches(path)
-                || path
-                    .match_indices('/')
-                    .any(|(i, _)| p.matches(&path[..i]));
+            let hit =
+                p.matches(path) || path.match_indices('/').any(|(i, _)| p.matches(&path[..i]));
             if hit {
                 excluded = !p.exclusion;
             }
@@ -236,7 +236,10 @@ pub fn apply_ignore(context: Bytes) -> Result<Bytes, ServiceError> {
         if began.elapsed() > MAX_TIME {
             return Err(invalid(
                 "body",
-                format!("the build context took over {} s to filter", MAX_TIME.as_secs()),
+                format!(
+                    "the build context took over {} s to filter",
+                    MAX_TIME.as_secs()
+                ),
             ));
         }
         let mut entry = entry.map_err(|_| bad_archive())?;
@@ -261,9 +264,7 @@ pub fn apply_ignore(context: Bytes) -> Result<Bytes, ServiceError> {
                 .map_err(|_| bad_archive())?;
         }
     }
-    out.into_inner()
-        .map(Bytes::from)
-        .map_err(|_| bad_archive())
+    out.into_inner().map(Bytes::from).map_err(|_| bad_archive())
 }
 
 /// The names of the context's entries (clean, relative) and whether it holds symlinks.
@@ -296,7 +297,9 @@ pub fn resolve_sources(context: &[u8], steps: &mut [FileStep]) -> Result<(), Ser
     for step in steps {
         let line = step.line;
         let BuildStep::Copy {
-            sources, from: None, ..
+            sources,
+            from: None,
+            ..
         } = &mut step.step
         else {
             continue;
@@ -310,9 +313,10 @@ pub fn resolve_sources(context: &[u8], steps: &mut [FileStep]) -> Result<(), Ser
                 let before = out.len();
                 // Matches whose parent also matched are copied with it.
                 for n in &names {
-                    let covered = out[before..]
-                        .iter()
-                        .any(|m: &String| n.strip_prefix(m.as_str()).is_some_and(|r| r.starts_with('/')));
+                    let covered = out[before..].iter().any(|m: &String| {
+                        n.strip_prefix(m.as_str())
+                            .is_some_and(|r| r.starts_with('/'))
+                    });
                     if p.matches(n) && !covered {
                         out.push(n.clone());
                         if out.len() - before > MAX_MATCHES {
@@ -326,7 +330,9 @@ pub fn resolve_sources(context: &[u8], steps: &mut [FileStep]) -> Result<(), Ser
                 if out.len() == before {
                     return Err(invalid(
                         "file",
-                        format!("line {line}: COPY source {src} matches nothing in the build context"),
+                        format!(
+                            "line {line}: COPY source {src} matches nothing in the build context"
+                        ),
                     ));
                 }
                 continue;
@@ -334,7 +340,9 @@ pub fn resolve_sources(context: &[u8], steps: &mut [FileStep]) -> Result<(), Ser
             let found = links
                 || src == "."
                 || names.iter().any(|n| {
-                    n == src || n.strip_prefix(src.as_str()).is_some_and(|r| r.starts_with('/'))
+                    n == src
+                        || n.strip_prefix(src.as_str())
+                            .is_some_and(|r| r.starts_with('/'))
                 });
             if !found {
                 return Err(invalid(
@@ -359,7 +367,8 @@ mod tests {
             let mut h = tar::Header::new_gnu();
             h.set_size(content.len() as u64);
             h.set_mode(0o644);
-            b.append_data(&mut h, path, content.as_bytes()).expect("append");
+            b.append_data(&mut h, path, content.as_bytes())
+                .expect("append");
         }
         Bytes::from(b.into_inner().expect("tar"))
     }
@@ -415,12 +424,14 @@ mod tests {
             let mut h = tar::Header::new_gnu();
             h.set_size(content.len() as u64);
             h.set_mode(0o644);
-            b.append_data(&mut h, path, content.as_bytes()).expect("append");
+            b.append_data(&mut h, path, content.as_bytes())
+                .expect("append");
         }
         let mut h = tar::Header::new_gnu();
         h.set_entry_type(tar::EntryType::Symlink);
         h.set_size(0);
-        b.append_link(&mut h, "app/link", "/etc/passwd").expect("link");
+        b.append_link(&mut h, "app/link", "/etc/passwd")
+            .expect("link");
         let ctx = Bytes::from(b.into_inner().expect("tar"));
         let out = apply_ignore(ctx).expect("filter");
         let mut ar = tar::Archive::new(&out[..]);
@@ -473,7 +484,10 @@ mod tests {
             _ => unreachable!(),
         };
         assert_eq!(srcs(&steps[0]), ["package-lock.json", "package.json"]);
-        assert_eq!(srcs(&steps[1]), ["src/index.js", "src/util.js", "README.md"]);
+        assert_eq!(
+            srcs(&steps[1]),
+            ["src/index.js", "src/util.js", "README.md"]
+        );
         let e = resolve_sources(&ctx, &mut [copy(&["*.toml"])]).expect_err("none");
         assert!(e.to_string().contains("line 3"), "{e}");
         let e = resolve_sources(&ctx, &mut [copy(&["missing.txt"])]).expect_err("missing");

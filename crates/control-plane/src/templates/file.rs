@@ -601,7 +601,11 @@ fn stage_index(name: &str, names: &[(String, u32)], froms: &[u32]) -> Option<u32
         .iter()
         .find(|(n, _)| *n == lower)
         .map(|(_, i)| *i)
-        .or_else(|| name.parse::<usize>().ok().and_then(|n| froms.get(n).copied()))
+        .or_else(|| {
+            name.parse::<usize>()
+                .ok()
+                .and_then(|n| froms.get(n).copied())
+        })
 }
 
 /// What `FROM IMAGE` (expanded) starts from: an earlier stage by name, an OCI archive, or a
@@ -889,7 +893,10 @@ mod tests {
         assert_eq!(line("FROM tiny AS 1x\n"), 1);
         assert_eq!(line("FROM scratch\n"), 1);
         assert_eq!(line("FROM --platform=linux/arm64 tiny\n"), 1);
-        assert_eq!(line("FROM tiny AS a\nFROM tiny\nCOPY --from=a /x/*.so /b\n"), 3);
+        assert_eq!(
+            line("FROM tiny AS a\nFROM tiny\nCOPY --from=a /x/*.so /b\n"),
+            3
+        );
         assert_eq!(line("FROM tiny\nREADY --timeout=0 true\n"), 2);
         assert_eq!(line("FROM tiny\nADD http://x/y /z\n"), 2);
         let e = parse_("FROM tiny\nHEALTHCHECK CMD true\n").expect_err("unsupported");
@@ -1076,7 +1083,11 @@ mod tests {
         .expect("parse");
         assert_eq!(f.stages.len(), 3, "{:#?}", f.stages);
         assert_eq!(
-            (f.stages[0].name.as_str(), &f.stages[0].from, f.stages[0].line),
+            (
+                f.stages[0].name.as_str(),
+                &f.stages[0].from,
+                f.stages[0].line
+            ),
             ("Build", &FromRef::Template("base".into()), 2)
         );
         assert_eq!(f.stages[0].steps.len(), 4);
@@ -1095,7 +1106,11 @@ mod tests {
             ("test", &FromRef::Stage(0))
         );
         assert_eq!(
-            (f.stages[2].name.as_str(), &f.stages[2].from, f.stages[2].steps.len()),
+            (
+                f.stages[2].name.as_str(),
+                &f.stages[2].from,
+                f.stages[2].steps.len()
+            ),
             ("other:2", &FromRef::Template("other:2".into()), 0)
         );
         assert_eq!(f.from, FromRef::Template("tiny".into()));
@@ -1131,6 +1146,8 @@ mod tests {
         assert_eq!(start_of(&f).as_deref(), Some("exec 'app'"));
         // Wildcards in the context stay for the control plane to expand.
         let f = parse_("FROM base\nCOPY package*.json ./\n").expect("parse");
-        assert!(matches!(&f.steps[0].step, BuildStep::Copy { sources, .. } if sources == &["package*.json"]));
+        assert!(
+            matches!(&f.steps[0].step, BuildStep::Copy { sources, .. } if sources == &["package*.json"])
+        );
     }
 }

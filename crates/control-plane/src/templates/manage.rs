@@ -15,8 +15,8 @@ use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use super::file::{self, FromRef, MAX_FILE_BYTES};
 use super::context;
+use super::file::{self, FromRef, MAX_FILE_BYTES};
 use super::BUILD_DEADLINE_MIN;
 use crate::error::from_node;
 use crate::operations::Begun;

@@ -150,13 +150,15 @@ impl NodeAgent {
         cancel: &CancellationToken,
     ) -> Result<Built, NodeError> {
         Ok(match parent {
-            BuildParent::Stage { index } => stages
-                .get(*index as usize)
-                .cloned()
-                .ok_or_else(|| NodeError::InvalidArgument {
-                    field: "file".into(),
-                    message: format!("stage {index} is not an earlier stage"),
-                })?,
+            BuildParent::Stage { index } => {
+                stages
+                    .get(*index as usize)
+                    .cloned()
+                    .ok_or_else(|| NodeError::InvalidArgument {
+                        field: "file".into(),
+                        message: format!("stage {index} is not an earlier stage"),
+                    })?
+            }
             BuildParent::Release {
                 template,
                 number,
@@ -391,7 +393,8 @@ impl NodeAgent {
                 return Err(NodeError::Cancelled);
             }
             let percent = 5 + (85 * i / run.total) as u8;
-            let _ = run.events
+            let _ = run
+                .events
                 .send(BuildEvent::Progress {
                     percent,
                     phase: format!("step {}/{}: {}", i + 1, run.total, step.text),
@@ -520,7 +523,8 @@ impl NodeAgent {
             };
             if !run.no_cache {
                 if let Some(tree) = run.layers.lookup(&st.key) {
-                    let _ = run.events
+                    let _ = run
+                        .events
                         .send(BuildEvent::Log(format!(
                             "line {}: {} (cached)",
                             step.line, step.text
@@ -531,7 +535,8 @@ impl NodeAgent {
                     continue;
                 }
             }
-            let _ = run.events
+            let _ = run
+                .events
                 .send(BuildEvent::Log(format!(
                     "line {}: {}",
                     step.line, step.text

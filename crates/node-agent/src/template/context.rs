@@ -468,8 +468,24 @@ mod tests {
         std::fs::write(ctx.join("dir/sub/b"), b"b").expect("file");
         let g = guard();
 
-        copy_into(&tree, &ctx, &["a.txt".into()], "/opt/renamed", CopyAttrs::default(), &g).expect("file");
-        copy_into(&tree, &ctx, &["dir".into()], "/srv/", CopyAttrs::default(), &g).expect("dir");
+        copy_into(
+            &tree,
+            &ctx,
+            &["a.txt".into()],
+            "/opt/renamed",
+            CopyAttrs::default(),
+            &g,
+        )
+        .expect("file");
+        copy_into(
+            &tree,
+            &ctx,
+            &["dir".into()],
+            "/srv/",
+            CopyAttrs::default(),
+            &g,
+        )
+        .expect("dir");
         assert_eq!(std::fs::read(tree.join("opt/renamed")).expect("f"), b"a");
         assert_eq!(std::fs::read(tree.join("srv/sub/b")).expect("f"), b"b");
 
@@ -549,29 +565,62 @@ mod tests {
         };
 
         // A symlink to a host file is copied as a symlink, never read.
-        copy_into(&tree, &ctx, &["sneaky".into()], "/x", CopyAttrs::default(), &g).expect("symlink");
+        copy_into(
+            &tree,
+            &ctx,
+            &["sneaky".into()],
+            "/x",
+            CopyAttrs::default(),
+            &g,
+        )
+        .expect("symlink");
         assert_eq!(
             std::fs::read_link(tree.join("x")).expect("link"),
             host.join("secret")
         );
-        copy_into(&tree, &ctx, &["d".into()], "/bin/", CopyAttrs::default(), &g).expect("into a linked dir");
+        copy_into(
+            &tree,
+            &ctx,
+            &["d".into()],
+            "/bin/",
+            CopyAttrs::default(),
+            &g,
+        )
+        .expect("into a linked dir");
         assert!(std::fs::symlink_metadata(tree.join("usr/bin/inner"))
             .expect("copied")
             .file_type()
             .is_symlink());
         hash_sources(&ctx, &["sneaky".into(), "d".into()], &g).expect("hash");
         // Through a link to a host directory: resolved inside the context, where it is missing.
-        assert!(copy_into(&tree, &ctx, &["hostdir/secret".into()], "/y", CopyAttrs::default(), &g).is_err());
+        assert!(copy_into(
+            &tree,
+            &ctx,
+            &["hostdir/secret".into()],
+            "/y",
+            CopyAttrs::default(),
+            &g
+        )
+        .is_err());
         assert!(hash_sources(&ctx, &["hostdir/secret".into()], &g).is_err());
         // A destination through a link to a host directory: resolved inside the tree, where
         // it names nothing, so refused.
-        assert!(copy_into(&tree, &ctx, &["d".into()], "/out/dir/", CopyAttrs::default(), &g).is_err());
+        assert!(copy_into(
+            &tree,
+            &ctx,
+            &["d".into()],
+            "/out/dir/",
+            CopyAttrs::default(),
+            &g
+        )
+        .is_err());
         intact();
 
         // A FIFO or device in the context: a clear error naming it, at once.
         nix::unistd::mkfifo(&ctx.join("d/fifo"), nix::sys::stat::Mode::S_IRWXU).expect("fifo");
         let began = std::time::Instant::now();
-        let err = copy_into(&tree, &ctx, &["d".into()], "/z/", CopyAttrs::default(), &g).expect_err("fifo");
+        let err = copy_into(&tree, &ctx, &["d".into()], "/z/", CopyAttrs::default(), &g)
+            .expect_err("fifo");
         assert!(
             err.to_string().contains("fifo") && err.to_string().contains("FIFO"),
             "{err}"
