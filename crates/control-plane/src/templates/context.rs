@@ -194,7 +194,7 @@ fn bad_archive() -> ServiceError {
 ///
 /// # Errors
 /// `invalid_argument` for a bad `.dockerignore`, an archive that is not a tar, more than
-/// [`MAX_ENTRIES`] entries, or a context that takes longer than [`MAX_TIME`] to filter.
+/// `MAX_ENTRIES` entries, or a context that takes longer than `MAX_TIME` to filter.
 pub fn apply_ignore(context: Bytes) -> Result<Bytes, ServiceError> {
     let mut ignore_text = None;
     let mut ar = tar::Archive::new(&context[..]);
@@ -311,9 +311,11 @@ pub fn resolve_sources(context: &[u8], steps: &mut [FileStep]) -> Result<(), Ser
                     .map_err(|e| invalid("file", format!("line {line}: COPY source {e}")))?
                     .ok_or_else(|| invalid("file", format!("line {line}: empty COPY source")))?;
                 let before = out.len();
-                // Matches whose parent also matched are copied with it.
+                // Matches whose parent also matched are copied with it. Names are sorted, so
+                // a parent's entries follow it closely; one that does not directly (`a-b`
+                // sorts between `a` and `a/x`) is copied twice to the same place.
                 for n in &names {
-                    let covered = out[before..].iter().any(|m: &String| {
+                    let covered = out[before..].last().is_some_and(|m: &String| {
                         n.strip_prefix(m.as_str())
                             .is_some_and(|r| r.starts_with('/'))
                     });

@@ -55,7 +55,10 @@ impl ControlPlane {
         let text = file_in_context(&context, &path)?;
         let parsed =
             file::parse(&text, &q.build_args).map_err(|e| invalid("file", e.to_string()))?;
-        let context = context::apply_ignore(context)?;
+        // Bounded (entries, patterns, time), but long enough to keep off the async workers.
+        let context = tokio::task::spawn_blocking(move || context::apply_ignore(context))
+            .await
+            .map_err(|e| ServiceError::Internal(format!("context filter: {e}")))??;
         let mut parsed = parsed;
         context::resolve_sources(&context, &mut parsed.steps)?;
         let mut stages = Vec::with_capacity(parsed.stages.len());

@@ -221,21 +221,12 @@ fn special(rel: &Path) -> BuildError {
 
 /// Owner and mode of the entries one `COPY` writes: root's and their own mode, unless
 /// `--chown`/`--chmod` say otherwise.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CopyAttrs {
     /// Owner (uid, gid) of every copied entry.
     pub owner: (u32, u32),
     /// Mode of every copied file and directory (`None`: the source's).
     pub mode: Option<u32>,
-}
-
-impl Default for CopyAttrs {
-    fn default() -> Self {
-        CopyAttrs {
-            owner: (0, 0),
-            mode: None,
-        }
-    }
 }
 
 /// Longest `/etc/passwd` or `/etc/group` read to resolve a `--chown` name.
