@@ -29,33 +29,10 @@ fn context(files: &[(&str, &str)]) -> Vec<u8> {
     b.into_inner().expect("tar")
 }
 
-/// Builds `file` as template `name` and waits; the final state and the build log.
-async fn build(
-    c: &Client,
-    name: &str,
-    file: &str,
-    extra: &[(&str, &str)],
-) -> (OperationState, Vec<String>, Duration) {
-    let mut files = vec![("Dockerfile", file)];
-    files.extend_from_slice(extra);
-    let t0 = Instant::now();
-    let resp = c
-        .create_template(
-            &CreateTemplateQuery {
-                name: name.into(),
-                ..Default::default()
-            },
-            context(&files),
-        )
-        .await
-        .expect("create template");
-    let op = c
-        .wait_operation(&resp.operation.id, Duration::from_secs(600))
-        .await
-        .expect("build ends");
-    let took = t0.elapsed();
+/// The log lines of operation `op_id`, until it is done.
+async fn op_log(c: &Client, op_id: &str) -> Vec<String> {
     let mut lines = Vec::new();
-    let mut logs = std::pin::pin!(c.operation_logs(&resp.operation.id, None));
+    let mut logs = std::pin::pin!(c.operation_logs(op_id, None));
     while let Some(ev) = tokio::time::timeout(Duration::from_secs(10), logs.next())
         .await
         .expect("log stream answers")
@@ -66,8 +43,17 @@ async fn build(
             OperationLogEvent::Progress { .. } => {}
         }
     }
-    eprintln!("build of {name}: {:?} in {took:?}", op.state);
-    (op.state, lines, took)
+    lines
+}
+
+/// Builds `file` as template `name` and waits; the final state, the build log and its time.
+async fn build(
+    c: &Client,
+    name: &str,
+    file: &str,
+    extra: &[(&str, &str)],
+) -> (OperationState, Vec<String>, Duration) {
+    build_with_args(c, name, file, extra, &[]).await
 }
 
 const APP_FILE: &str = "\
@@ -657,4 +643,351 @@ async fn oci_archive_never_opens_a_host_path_a_tenant_names() {
     let err = failed_build(&c, "not-an-image", "FROM oci-archive:not-an-image.tar\n").await;
     assert!(!err.message.contains("E2ESECRETHASH"), "{}", err.message);
     assert_eq!(std::fs::read(&canary).expect("canary"), secret.repeat(20));
+}
+
+// A corpus of Dockerfiles shaped as well-known projects write them, built end to end FROM the
+// cached `base` (and `tiny`) with nothing fetched from the internet: their packages come from
+// the context (a wheel built in a stage, a vendored dependency tree) instead of a registry.
+
+/// A Python service (the shape of a Flask/FastAPI project's Dockerfile): a wheel-building
+/// stage, a venv first on `PATH`, `pip install -r requirements.txt` from local wheels, the
+/// code copied `--chown` as a non-root user, `.dockerignore` keeping caches and `.git` out,
+/// `EXPOSE` and an exec-form `CMD`.
+const PYTHON_FILE: &str = r#"# syntax=docker/dockerfile:1
+FROM base AS wheels
+WORKDIR /build
+COPY pkg/ ./
+RUN python3 -m zipfile -c /build/greet-1.0-py3-none-any.whl greet greet-1.0.dist-info
+
+FROM base
+LABEL org.opencontainers.image.source="https://example.com/app"
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    VIRTUAL_ENV=/opt/venv
+RUN python3 -m venv $VIRTUAL_ENV
+ENV PATH="$VIRTUAL_ENV/bin:$PATH"
+WORKDIR /app
+COPY requirements.txt .
+COPY --from=wheels /build/greet-1.0-py3-none-any.whl /wheels/
+RUN pip install --no-cache-dir --no-index --find-links=/wheels -r requirements.txt
+COPY --chown=user:user . .
+USER user
+EXPOSE 8000
+CMD ["python", "app.py", "--port", "8000"]
+READY --timeout=30 python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/')"
+"#;
+
+const PYTHON_CONTEXT: &[(&str, &str)] = &[
+    (".dockerignore", "**/__pycache__\n*.pyc\n.git\nDockerfile\n"),
+    ("requirements.txt", "greet==1.0\n"),
+    (
+        "app.py",
+        "import http.server, sys, greet\n\
+         class H(http.server.BaseHTTPRequestHandler):\n\
+         \x20   def do_GET(self):\n\
+         \x20       self.send_response(200); self.end_headers(); self.wfile.write(greet.hello().encode())\n\
+         http.server.HTTPServer(('127.0.0.1', int(sys.argv[2])), H).serve_forever()\n",
+    ),
+    ("__pycache__/app.cpython-311.pyc", "stale"),
+    ("lib/__pycache__/x.pyc", "stale"),
+    ("lib/util.py", "X = 1\n"),
+    (".git/HEAD", "ref: refs/heads/main\n"),
+    ("pkg/greet/__init__.py", "def hello():\n    return 'hello from greet'\n"),
+    (
+        "pkg/greet-1.0.dist-info/METADATA",
+        "Metadata-Version: 2.1\nName: greet\nVersion: 1.0\n",
+    ),
+    (
+        "pkg/greet-1.0.dist-info/WHEEL",
+        "Wheel-Version: 1.0\nGenerator: corpus\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    ),
+    (
+        "pkg/greet-1.0.dist-info/RECORD",
+        "greet/__init__.py,,\ngreet-1.0.dist-info/METADATA,,\n\
+         greet-1.0.dist-info/WHEEL,,\ngreet-1.0.dist-info/RECORD,,\n",
+    ),
+];
+
+/// A Node service (the shape of the Node.js docker guide's Dockerfile): `package*.json`
+/// first, an `npm ci`-like install from the lock file (here a vendored tree, no registry),
+/// the rest copied over a `.dockerignore`d local `node_modules`, an entrypoint script copied
+/// `--chmod`, and `ENTRYPOINT` + `CMD` combined as Docker combines them.
+const NODE_FILE: &str = r#"FROM base
+ENV NODE_ENV=production
+WORKDIR /usr/src/app
+COPY package*.json ./
+COPY vendor/ /tmp/vendor/
+RUN set -eu; mkdir node_modules; \
+    for dep in $(sed -n 's/.*"node_modules\/\([a-z-]*\)".*/\1/p' package-lock.json); do \
+      cp -r /tmp/vendor/$dep node_modules/$dep; \
+    done; rm -rf /tmp/vendor
+COPY --chown=user . .
+COPY --chmod=0755 docker-entrypoint.sh /usr/local/bin/
+USER user
+EXPOSE 3000
+ENTRYPOINT ["docker-entrypoint.sh"]
+CMD ["serve", "3000"]
+READY --timeout=30 curl -sf http://127.0.0.1:3000/
+"#;
+
+const NODE_CONTEXT: &[(&str, &str)] = &[
+    (".dockerignore", "node_modules\nnpm-debug.log\n"),
+    ("package.json", "{\"name\": \"app\", \"dependencies\": {\"left-pad\": \"1\"}}\n"),
+    (
+        "package-lock.json",
+        "{\"packages\": {\"node_modules/left-pad\": {\"version\": \"1.3.0\"}}}\n",
+    ),
+    ("vendor/left-pad/index.js", "module.exports = 'left-pad 1.3.0';\n"),
+    ("vendor/unused/index.js", "not in the lock file\n"),
+    ("node_modules/left-pad/index.js", "a developer's local copy\n"),
+    ("npm-debug.log", "noise\n"),
+    ("server.js", "// the app\n"),
+    (
+        "docker-entrypoint.sh",
+        "#!/bin/sh\nset -e\nif [ \"$1\" = serve ]; then\n  mkdir -p /tmp/www\n  \
+         cat node_modules/left-pad/index.js > /tmp/www/index.html\n  \
+         exec python3 -m http.server \"$2\" --bind 127.0.0.1 --directory /tmp/www\nfi\nexec \"$@\"\n",
+    ),
+];
+
+/// A compiled service (the shape of a Go or C project's Dockerfile): a build stage that
+/// compiles with a `--build-arg` version, a test stage `FROM` the build stage, and a final
+/// stage on the smallest template that copies the one binary and runs it as `ENTRYPOINT`.
+const BUILD_FILE: &str = r#"ARG VERSION=dev
+FROM base AS build
+ARG VERSION
+WORKDIR /src
+COPY . .
+RUN mkdir -p /out && sed "s/@VERSION@/${VERSION}/" main.sh.in > /out/app && chmod 0755 /out/app
+
+FROM build AS test
+RUN /out/app --version | grep -q "^app "
+
+FROM tiny
+COPY --from=build /out/app /usr/local/bin/app
+ENTRYPOINT ["/usr/local/bin/app"]
+"#;
+
+const BUILD_CONTEXT: &[(&str, &str)] = &[
+    (
+        "main.sh.in",
+        "#!/bin/sh\nif [ \"$1\" = --version ]; then echo \"app @VERSION@\"; exit 0; fi\n\
+         echo \"app @VERSION@ serving\" > /tmp/app.out\nexec sleep 3600\n",
+    ),
+    ("README.md", "# app\n"),
+];
+
+/// Builds `file` as template `name` with `extra` context files and `build_args`, and
+/// waits; the final state, the build log and its time.
+async fn build_with_args(
+    c: &Client,
+    name: &str,
+    file: &str,
+    extra: &[(&str, &str)],
+    build_args: &[(&str, &str)],
+) -> (OperationState, Vec<String>, Duration) {
+    let mut files = vec![("Dockerfile", file)];
+    files.extend_from_slice(extra);
+    let t0 = Instant::now();
+    let resp = c
+        .create_template(
+            &CreateTemplateQuery {
+                name: name.into(),
+                build_args: build_args
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                ..Default::default()
+            },
+            context(&files),
+        )
+        .await
+        .expect("create template");
+    let op = c
+        .wait_operation(&resp.operation.id, Duration::from_secs(600))
+        .await
+        .expect("build ends");
+    let lines = op_log(c, &resp.operation.id).await;
+    let took = t0.elapsed();
+    eprintln!("build of {name}: {:?} in {took:?}", op.state);
+    (op.state, lines, took)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corpus_of_real_world_dockerfiles_builds_and_runs() {
+    let c = client();
+    ensure_template(&c, "base").await;
+    ensure_template(&c, "tiny").await;
+
+    // Python: venv, pip from local wheels, --chown, .dockerignore, CMD as the start command.
+    let (state, log, _) = build(&c, "corpus-python", PYTHON_FILE, PYTHON_CONTEXT).await;
+    assert_eq!(state, OperationState::Succeeded, "{log:#?}");
+    let t = c.template("corpus-python").await.expect("template");
+    assert_eq!(t.defaults.ports, [8000]);
+    assert_eq!(
+        t.defaults.start.as_deref(),
+        Some("exec 'python' 'app.py' '--port' '8000'")
+    );
+    let id = cove_e2e::create_running(
+        &c,
+        &CreateSandboxRequest {
+            template: Some("corpus-python".into()),
+            ..Default::default()
+        },
+    )
+    .await;
+    // EXPOSE is what port previews offer.
+    let ports = c.sandbox_ports(&id).await.expect("ports");
+    assert_eq!(ports.exposed, [8000]);
+    let out = sh(
+        &c,
+        &id,
+        "command -v python pip; python -c 'import greet; print(greet.hello())'; \
+         curl -s http://127.0.0.1:8000/; echo; ls -A /app | tr '\\n' ' '; echo; \
+         stat -c '%U %G' /app/app.py /app/lib/util.py; test -e /wheels/greet-1.0-py3-none-any.whl && echo wheel",
+    )
+    .await;
+    assert_eq!(
+        out.stdout_text(),
+        "/opt/venv/bin/python\n/opt/venv/bin/pip\nhello from greet\nhello from greet\n\
+         .dockerignore app.py lib pkg requirements.txt \nuser user\nuser user\nwheel\n",
+        "stderr: {}",
+        out.stderr_text()
+    );
+    delete(&c, &id).await;
+
+    // Node: package*.json, an npm-ci-like install, ENTRYPOINT + CMD, --chmod.
+    let (state, log, _) = build(&c, "corpus-node", NODE_FILE, NODE_CONTEXT).await;
+    assert_eq!(state, OperationState::Succeeded, "{log:#?}");
+    let id = cove_e2e::create_running(
+        &c,
+        &CreateSandboxRequest {
+            template: Some("corpus-node".into()),
+            ..Default::default()
+        },
+    )
+    .await;
+    let out = sh(
+        &c,
+        &id,
+        "pwd; echo $NODE_ENV; curl -s http://127.0.0.1:3000/; ls node_modules; \
+         test -e npm-debug.log || echo no-log; stat -c '%a %U' /usr/local/bin/docker-entrypoint.sh; \
+         stat -c '%U' server.js node_modules/left-pad/index.js",
+    )
+    .await;
+    assert_eq!(
+        out.stdout_text(),
+        "/usr/src/app\nproduction\nmodule.exports = 'left-pad 1.3.0';\nleft-pad\nno-log\n\
+         755 root\nuser\nroot\n",
+        "stderr: {}",
+        out.stderr_text()
+    );
+    delete(&c, &id).await;
+
+    // Compiled: a build stage with a --build-arg, a test stage FROM it, one binary copied
+    // into `tiny`, ENTRYPOINT as the start command.
+    let (state, log, _) = build_with_args(
+        &c,
+        "corpus-build",
+        BUILD_FILE,
+        BUILD_CONTEXT,
+        &[("VERSION", "1.2.3")],
+    )
+    .await;
+    assert_eq!(state, OperationState::Succeeded, "{log:#?}");
+    assert!(
+        log.iter().any(|l| l == "stage build") && log.iter().any(|l| l == "stage test"),
+        "{log:#?}"
+    );
+    let id = cove_e2e::create_running(
+        &c,
+        &CreateSandboxRequest {
+            template: Some("corpus-build".into()),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut out = String::new();
+    for _ in 0..50 {
+        out = sh(
+            &c,
+            &id,
+            "cat /tmp/app.out 2>/dev/null; app --version; ls /src 2>&1 | head -1",
+        )
+        .await
+        .stdout_text();
+        if out.starts_with("app 1.2.3 serving") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        out.starts_with("app 1.2.3 serving\napp 1.2.3\n") && out.contains("No such file"),
+        "{out}"
+    );
+    delete(&c, &id).await;
+
+    // A test stage that fails fails the build, naming its line.
+    let failing = BUILD_FILE.replace("grep -q \"^app \"", "grep -q \"^nope \"");
+    let (state, log, _) = build(&c, "corpus-build", &failing, BUILD_CONTEXT).await;
+    assert_eq!(state, OperationState::Failed, "{log:#?}");
+    assert!(log.iter().any(|l| l.contains("line 9")), "{log:#?}");
+    for t in ["corpus-python", "corpus-node", "corpus-build"] {
+        c.delete_template(t).await.expect("delete template");
+    }
+}
+
+/// A sandbox whose `READY` never passes fails with what its `START` and last `READY` attempt
+/// printed in the create operation's log, and a one-line summary of both in its reason (what
+/// the `failed` event carries).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_ready_leaves_its_output_in_the_log_and_the_reason() {
+    let c = client();
+    ensure_template(&c, "tiny").await;
+    let file = "FROM tiny\n\
+                START echo start-says-hello; echo start-is-broken >&2; exit 3\n\
+                READY --timeout=3 echo not-ready-yet; echo port 8080 refused >&2; exit 7\n";
+    let (state, log, _) = build(&c, "failing-ready", file, &[]).await;
+    assert_eq!(state, OperationState::Succeeded, "{log:#?}");
+    let resp = c
+        .create_sandbox(
+            &CreateSandboxRequest {
+                template: Some("failing-ready".into()),
+                ..Default::default()
+            },
+            None,
+        )
+        .await
+        .expect("create");
+    let op = c
+        .wait_operation(&resp.operation.id, Duration::from_secs(120))
+        .await
+        .expect("create ends");
+    assert_eq!(op.state, OperationState::Failed);
+    let message = op.error.map(|e| e.message).unwrap_or_default();
+    assert!(
+        message.contains("READY did not pass within 3 s")
+            && message.contains("last attempt exited with code 7: port 8080 refused")
+            && message.contains("START exited with code 3: start-is-broken"),
+        "{message}"
+    );
+    let s = c.get_sandbox(&resp.sandbox.id).await.expect("sandbox");
+    let reason = s.state_reason.unwrap_or_default();
+    assert!(
+        reason.contains("port 8080 refused") && reason.contains("start-is-broken"),
+        "{reason}"
+    );
+    let lines = op_log(&c, &resp.operation.id).await;
+    for want in [
+        "READY `echo not-ready-yet; echo port 8080 refused >&2; exit 7` exited with code 7",
+        "READY | not-ready-yet",
+        "READY | port 8080 refused",
+        "START `echo start-says-hello; echo start-is-broken >&2; exit 3` exited with code 3",
+        "START | start-says-hello",
+        "START | start-is-broken",
+    ] {
+        assert!(lines.iter().any(|l| l == want), "{want}: {lines:#?}");
+    }
+    delete(&c, &resp.sandbox.id).await;
+    c.delete_template("failing-ready").await.expect("delete");
 }

@@ -164,13 +164,15 @@ class SandboxNetwork:
 class SandboxPorts:
     """How to reach a sandbox's ports: ``host`` on the proxy listener with ``{port}`` in place
     of the port (``None`` without a proxy listener), ``path`` on the API, the port ``token``
-    (header ``x-cove-port-token``), and whether they are ``public`` (no credential needed)."""
+    (header ``x-cove-port-token``), whether they are ``public`` (no credential needed), and
+    the TCP ports its release ``EXPOSE``s (``exposed``: the ports to preview)."""
 
     sandbox_id: str
     token: str
     path: str
     public: bool = False
     host: Optional[str] = None
+    exposed: List[int] = field(default_factory=list)
 
     def url(self, port: int, path: str = "/") -> Optional[str]:
         """``http://{port}-{id}.{domain}:{proxy port}{path}``, or ``None`` without a proxy."""

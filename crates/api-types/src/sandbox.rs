@@ -281,6 +281,10 @@ pub struct SandboxPorts {
     /// has no proxy listener.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// TCP ports its release `EXPOSE`s (its template file's `EXPOSE` lines): the ports to
+    /// preview, at `{path}{port}/` or on `host`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exposed: Vec<u16>,
 }
 
 /// `PUT /v1/sandboxes/{id}/ports` body.

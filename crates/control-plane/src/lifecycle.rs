@@ -378,7 +378,7 @@ impl ControlPlane {
                 self.resync_network(id, &policy).await;
                 if !woken.memory_restored {
                     // Its processes restarted: so does the template's START.
-                    if let Err(e) = self.run_startup(id, cancel).await {
+                    if let Err(e) = self.run_startup(id, op_id, cancel).await {
                         warn!(sandbox_id = %id, error = %e, "woken sandbox did not become ready");
                     }
                 }

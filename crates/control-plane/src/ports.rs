@@ -214,11 +214,21 @@ impl ControlPlane {
             .is_some_and(|key| equal(&key.port_token(id), token))
     }
 
-    /// `GET /v1/sandboxes/{id}/ports`: its port token, whether it is public, and its host on the
-    /// proxy listener.
+    /// `GET /v1/sandboxes/{id}/ports`: its port token, whether it is public, its host on the
+    /// proxy listener, and the ports its release `EXPOSE`s.
     pub async fn sandbox_ports(&self, id: &str) -> Result<SandboxPorts, ServiceError> {
         let s = self.get_sandbox(id).await?;
+        let exposed = self
+            .store()
+            .list_releases(&s.template)
+            .await?
+            .into_iter()
+            .find(|r| r.number == s.release)
+            .and_then(|r| r.defaults)
+            .map(|d| d.ports)
+            .unwrap_or_default();
         Ok(SandboxPorts {
+            exposed,
             token: self.ports_key()?.port_token(&s.id),
             path: format!("/v1/sandboxes/{}/ports/", s.id),
             public: s.public,

@@ -500,7 +500,7 @@ impl ControlPlane {
         match started {
             Ok(()) => {
                 self.resync_network(&id, &policy).await;
-                if let Err(e) = self.run_startup(&id, &cancel).await {
+                if let Err(e) = self.run_startup(&id, op_id, &cancel).await {
                     warn!(sandbox_id = %id, error = %e, "sandbox did not become ready");
                     let _ = self.node().destroy_sandbox(&id).await;
                     if cancel.is_cancelled() {

@@ -239,7 +239,7 @@ impl ControlPlane {
             failed = match self.node().start_sandbox(launch).await {
                 Ok(()) => {
                     self.resync_network(id, &policy).await;
-                    self.run_startup(id, cancel).await.err()
+                    self.run_startup(id, op_id, cancel).await.err()
                 }
                 Err(e) => {
                     warn!(sandbox_id = %id, attempt, error = %e, "taken-over create did not start");

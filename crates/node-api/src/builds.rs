@@ -57,12 +57,24 @@ pub enum BuildStep {
         program: StepProgram,
     },
     /// `COPY`/`ADD`: files of the build context (paths relative to its root, already checked
-    /// to stay inside it) to `dest` in the tree; a source directory's contents are copied.
+    /// to stay inside it), or of an earlier stage's tree (`--from`), to `dest` in the tree; a
+    /// source directory's contents are copied.
     Copy {
-        /// Source paths in the context.
+        /// Source paths in the context (or in the stage's tree, relative to its root).
         sources: Vec<String>,
         /// Destination in the tree.
         dest: String,
+        /// `--from`: the index of an earlier stage of [`FileBuild::stages`] to copy from
+        /// instead of the context.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        from: Option<u32>,
+        /// `--chown=USER[:GROUP]` as written (names resolve against the tree's `/etc/passwd`
+        /// and `/etc/group`); copied entries are root's without it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        chown: Option<String>,
+        /// `--chmod=OCTAL`: the mode of every copied file and directory.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        chmod: Option<u32>,
     },
     /// `ENV`: variables of later steps and of sandboxes.
     Env {
@@ -152,9 +164,18 @@ impl BuildStep {
             BuildStep::User { user } => BuildStep::User {
                 user: x("USER", user)?,
             },
-            BuildStep::Copy { sources, dest } => BuildStep::Copy {
+            BuildStep::Copy {
+                sources,
+                dest,
+                from,
+                chown,
+                chmod,
+            } => BuildStep::Copy {
                 sources: sources.clone(),
                 dest: x("COPY destination", dest)?,
+                from: *from,
+                chown: chown.as_deref().map(|c| x("COPY --chown", c)).transpose()?,
+                chmod: *chmod,
             },
             other => other.clone(),
         })
@@ -199,9 +220,16 @@ pub struct FileStep {
     pub step: BuildStep,
 }
 
-/// The release a file build starts from (its `FROM`).
+/// The release a file build (or one of its stages) starts from (its `FROM`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum BuildParent {
+    /// An earlier stage of the same build (`FROM build`, where an earlier line said
+    /// `FROM … AS build`), by its index in [`FileBuild::stages`]: it starts from that stage's
+    /// tree and defaults.
+    Stage {
+        /// Index in [`FileBuild::stages`] (lower than the stage that names it).
+        index: u32,
+    },
     /// A ready release of a template on this node.
     Release {
         /// Template.
@@ -221,13 +249,28 @@ pub enum BuildParent {
     },
 }
 
+/// A stage of a multi-stage file build before the last `FROM`: built first, in order, and
+/// read by `COPY --from` (or a later `FROM`); its tree is not part of the release.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BuildStage {
+    /// Its name (`AS NAME`), or its index as text (for the build log).
+    pub name: String,
+    /// Where it starts.
+    pub parent: BuildParent,
+    /// Its steps after `FROM`, in order.
+    pub steps: Vec<FileStep>,
+}
+
 /// A build of a release from a template file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileBuild {
-    /// Where it starts.
+    /// Where it starts (its last `FROM`).
     pub parent: BuildParent,
-    /// The steps after `FROM`, in order.
+    /// The steps after the last `FROM`, in order.
     pub steps: Vec<FileStep>,
+    /// The stages before the last `FROM` (multi-stage builds), in file order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stages: Vec<BuildStage>,
     /// The build context: a tar archive (may be empty).
     pub context: Bytes,
     /// Ignore cached step results (they are still refreshed).

@@ -27,8 +27,8 @@ mod report;
 mod volumes;
 
 pub use builds::{
-    exposed_port, BuildParent, BuildStep, BuiltFileRelease, FileBuild, FileStep, ReadyCheck,
-    ReleaseDefaults, StepProgram, DEFAULT_PATH,
+    exposed_port, BuildParent, BuildStage, BuildStep, BuiltFileRelease, FileBuild, FileStep,
+    ReadyCheck, ReleaseDefaults, StepProgram, DEFAULT_PATH,
 };
 pub use checkpoints::{
     CheckpointInfo, ImportedCheckpoint, NodeCheckpoints, ARCHIVE_HEADER, ARCHIVE_HEADER_MAX_BYTES,

@@ -155,6 +155,7 @@ async fn the_contract_round_trips_over_grpc() {
                 vars: vec![("A".into(), "1".into())],
             },
         }],
+        stages: Vec::new(),
         context: bytes::Bytes::from_static(b"context bytes"),
         no_cache: false,
         network: cove_domain::EgressPolicy::offline(),

@@ -322,49 +322,17 @@ impl NodeReleases for FakeNode {
         cancel: CancellationToken,
     ) -> Result<cove_node_api::BuiltFileRelease, NodeError> {
         // The fake applies the metadata steps and counts the others; it runs nothing. Like a
-        // node started without `--oci-import-dir`, it imports no image archive.
-        let mut defaults = match &build.parent {
-            cove_node_api::BuildParent::Release { defaults, .. } => (**defaults).clone(),
-            cove_node_api::BuildParent::OciArchive { .. } => {
-                return Err(NodeError::OciImportDisabled)
-            }
-        };
-        defaults
-            .env
-            .entry("PATH".into())
-            .or_insert_with(|| cove_node_api::DEFAULT_PATH.into());
+        // node started without `--oci-import-dir`, it imports no image archive. Stages come
+        // first, each from its own parent, as on a real node.
         let mut steps_run = 0;
-        let mut args = BTreeMap::new();
-        for s in &build.steps {
-            let step =
-                s.step
-                    .expanded(&defaults.env, &args)
-                    .map_err(|e| NodeError::InvalidArgument {
-                        field: "file".into(),
-                        message: format!("line {}: {e}", s.line),
-                    })?;
-            match &step {
-                cove_node_api::BuildStep::Env { vars } => defaults.env.extend(vars.iter().cloned()),
-                cove_node_api::BuildStep::User { user } => defaults.user = user.clone(),
-                cove_node_api::BuildStep::Workdir { path } => defaults.workdir = path.clone(),
-                cove_node_api::BuildStep::Start { command } => {
-                    defaults.start = Some(command.clone())
-                }
-                cove_node_api::BuildStep::Ready(r) => defaults.ready = Some(r.clone()),
-                cove_node_api::BuildStep::Arg { name, value } => {
-                    args.insert(name.clone(), value.clone());
-                }
-                cove_node_api::BuildStep::Label { labels } => {
-                    defaults.labels.extend(labels.iter().cloned())
-                }
-                cove_node_api::BuildStep::Expose { ports } => defaults.ports.extend(
-                    ports
-                        .iter()
-                        .filter_map(|p| cove_node_api::exposed_port(p).ok().flatten()),
-                ),
-                _ => steps_run += 1,
-            }
+        let mut stages: Vec<cove_node_api::ReleaseDefaults> = Vec::new();
+        for stage in &build.stages {
+            let parent = fake_parent(&stage.parent, &stages)?;
+            let d = fake_steps(parent, &stage.steps, &mut steps_run)?;
+            stages.push(d);
         }
+        let parent = fake_parent(&build.parent, &stages)?;
+        let defaults = fake_steps(parent, &build.steps, &mut steps_run)?;
         let built = self
             .run(Call::BuildRelease, template, Some(&cancel), |st| {
                 st.releases.insert((template.to_string(), number));
@@ -408,4 +376,64 @@ pub fn fake_digest(template: &str) -> String {
         (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
     });
     format!("sha256:{h:016x}{:016x}{:016x}{:016x}", h ^ 1, h ^ 2, h ^ 3)
+}
+
+/// The defaults a fake build starts from.
+fn fake_parent(
+    parent: &cove_node_api::BuildParent,
+    stages: &[cove_node_api::ReleaseDefaults],
+) -> Result<cove_node_api::ReleaseDefaults, NodeError> {
+    match parent {
+        cove_node_api::BuildParent::Release { defaults, .. } => Ok((**defaults).clone()),
+        cove_node_api::BuildParent::OciArchive { .. } => Err(NodeError::OciImportDisabled),
+        cove_node_api::BuildParent::Stage { index } => stages
+            .get(*index as usize)
+            .cloned()
+            .ok_or_else(|| NodeError::InvalidArgument {
+                field: "file".into(),
+                message: format!("stage {index} is not an earlier stage"),
+            }),
+    }
+}
+
+/// The defaults after a fake build's `steps` (metadata applied, the others counted in `run`).
+fn fake_steps(
+    mut defaults: cove_node_api::ReleaseDefaults,
+    steps: &[cove_node_api::FileStep],
+    steps_run: &mut u32,
+) -> Result<cove_node_api::ReleaseDefaults, NodeError> {
+    defaults
+        .env
+        .entry("PATH".into())
+        .or_insert_with(|| cove_node_api::DEFAULT_PATH.into());
+    let mut args = BTreeMap::new();
+    for s in steps {
+        let step =
+            s.step
+                .expanded(&defaults.env, &args)
+                .map_err(|e| NodeError::InvalidArgument {
+                    field: "file".into(),
+                    message: format!("line {}: {e}", s.line),
+                })?;
+        match &step {
+            cove_node_api::BuildStep::Env { vars } => defaults.env.extend(vars.iter().cloned()),
+            cove_node_api::BuildStep::User { user } => defaults.user = user.clone(),
+            cove_node_api::BuildStep::Workdir { path } => defaults.workdir = path.clone(),
+            cove_node_api::BuildStep::Start { command } => defaults.start = Some(command.clone()),
+            cove_node_api::BuildStep::Ready(r) => defaults.ready = Some(r.clone()),
+            cove_node_api::BuildStep::Arg { name, value } => {
+                args.insert(name.clone(), value.clone());
+            }
+            cove_node_api::BuildStep::Label { labels } => {
+                defaults.labels.extend(labels.iter().cloned())
+            }
+            cove_node_api::BuildStep::Expose { ports } => defaults.ports.extend(
+                ports
+                    .iter()
+                    .filter_map(|p| cove_node_api::exposed_port(p).ok().flatten()),
+            ),
+            _ => *steps_run += 1,
+        }
+    }
+    Ok(defaults)
 }

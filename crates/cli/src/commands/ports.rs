@@ -76,6 +76,13 @@ fn describe(p: &SandboxPorts) -> String {
     );
     field("path:", &format!("{}{{port}}/", p.path));
     field("token:", &p.token);
+    for port in &p.exposed {
+        let url = p.host.as_ref().map_or_else(
+            || format!("{}{port}/", p.path),
+            |h| format!("http://{}/", h.replace("{port}", &port.to_string())),
+        );
+        field("exposed:", &format!("{port} {url}"));
+    }
     out
 }
 
@@ -107,8 +114,13 @@ mod tests {
             path: "/v1/sandboxes/sb-1/ports/".into(),
             public: false,
             host: Some("{port}-sb-1.localhost:7704".into()),
+            exposed: vec![8000],
         };
         let text = describe(&p);
+        assert!(
+            text.contains("exposed: 8000 http://8000-sb-1.localhost:7704/\n"),
+            "{text}"
+        );
         assert!(
             text.contains("host:    http://{port}-sb-1.localhost:7704/\n"),
             "{text}"

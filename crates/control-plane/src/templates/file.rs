@@ -1,13 +1,16 @@
 //! Template files: a Dockerfile subset parsed with the `dockerfile-parser` crate into the
 //! node's build steps.
 //!
-//! Supported: one `FROM` (a Cove template, optionally pinned `name:N` or `name@sha256:…`, or
-//! `oci-archive:NAME`, an image archive in the operator's OCI import directory), then `RUN`
-//! (shell or exec form), `COPY`/`ADD` (local context paths only, no flags, no globs, never
-//! outside the context), `ENV`, `WORKDIR`, `USER`, `ARG` (a `--build-arg` overrides its
-//! default; an `ARG` before `FROM` serves `FROM` and a later `ARG NAME` without a default),
-//! `LABEL` and `EXPOSE` (recorded in the release's defaults),
-//! and Cove's `START CMD` and `READY [--timeout=SECONDS] CMD`. Words expand as Docker expands
+//! Supported: `FROM` (a Cove template, optionally pinned `name:N` or `name@sha256:…`,
+//! `oci-archive:NAME`, an image archive in the operator's OCI import directory, or an earlier
+//! stage) with `AS NAME` (multi-stage: every `FROM` starts a stage, the last one is the
+//! release), then `RUN` (shell or exec form), `COPY`/`ADD` (context paths, `*`/`?`/`[…]`
+//! wildcards expanded against the context, never outside it; `--chown`, `--chmod` (octal),
+//! `--from=STAGE|TEMPLATE`, `--link` accepted), `ENV`, `WORKDIR`, `USER`, `ARG` (a
+//! `--build-arg` overrides its default; an `ARG` before `FROM` serves `FROM` and a later
+//! `ARG NAME` without a default), `LABEL` and `EXPOSE` (recorded in the release's defaults),
+//! `CMD` and `ENTRYPOINT` (exec or shell form, combined as Docker combines them: the start
+//! command), and Cove's `START CMD` and `READY [--timeout=SECONDS] CMD`. Words expand as Docker expands
 //! them ([`cove_node_api::words`]): in `ENV`, `ARG`, `WORKDIR`, `USER`, `LABEL`, `EXPOSE` and a
 //! `COPY` destination the node expands them against the build's environment (the parent's
 //! `ENV` included, so `ENV PATH=/opt/tool/bin:$PATH` keeps the parent's `PATH`); `COPY`
@@ -29,22 +32,45 @@ pub const MAX_READY_TIMEOUT_S: u64 = 3600;
 /// Most `--build-arg`s of one build.
 pub const MAX_BUILD_ARGS: usize = 256;
 
-/// What a template file starts from.
+/// Most stages of one file (its `FROM`s and the templates `COPY --from` names).
+pub const MAX_STAGES: usize = 32;
+
+/// What a template file (or one of its stages) starts from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FromRef {
     /// A Cove template, with its pin as written (`base`, `base:3`, `base@sha256:…`).
     Template(String),
     /// An OCI image archive in the server's OCI import directory, by its relative name there.
     OciArchive(String),
+    /// An earlier stage, by its index in [`TemplateFile::stages`].
+    Stage(u32),
+}
+
+/// A stage before the last `FROM` (or a template `COPY --from` names, with no steps).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stage {
+    /// Its `AS` name, its `FROM` number, or the template it names.
+    pub name: String,
+    /// Its `FROM`.
+    pub from: FromRef,
+    /// Its steps.
+    pub steps: Vec<FileStep>,
+    /// The line of its `FROM` (or of the `COPY --from` that named it).
+    pub line: u32,
 }
 
 /// A parsed template file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TemplateFile {
-    /// Its `FROM`.
+    /// Its last `FROM`.
     pub from: FromRef,
-    /// The steps after `FROM`.
+    /// The line of that `FROM`.
+    pub from_line: u32,
+    /// The steps after the last `FROM`.
     pub steps: Vec<FileStep>,
+    /// The stages before the last `FROM`, in file order, with a template that a
+    /// `COPY --from` names placed before the stage that names it.
+    pub stages: Vec<Stage>,
     /// `--build-arg`s no `ARG` of the file declares (Docker warns about them).
     pub unused_args: Vec<String>,
 }
@@ -152,7 +178,15 @@ pub fn parse(text: &str, build_args: &BTreeMap<String, String>) -> Result<Templa
         (!value.contains('\n')).then(|| value.to_string())
     };
     let mut from: Option<FromRef> = None;
+    let mut from_line = 0;
     let mut steps = Vec::new();
+    // Stages before the current one; the current stage's `AS` name; stage names (lower
+    // case) and the stage index of each earlier `FROM` (Docker's `--from=N`).
+    let mut stages: Vec<Stage> = Vec::new();
+    let mut cur_alias: Option<String> = None;
+    let mut names: Vec<(String, u32)> = Vec::new();
+    let mut froms: Vec<u32> = Vec::new();
+    let mut start = StartCmd::default();
     let mut meta = Local::default();
     let mut local = Local::default();
     let mut used: BTreeSet<&str> = BTreeSet::new();
@@ -166,32 +200,45 @@ pub fn parse(text: &str, build_args: &BTreeMap<String, String>) -> Result<Templa
             .trim()
             .to_string();
         if let Instruction::From(f) = ins {
-            if from.is_some() {
+            if let Some(prev) = from.take() {
+                let index = stages.len() as u32;
+                let name = cur_alias.take().unwrap_or_else(|| froms.len().to_string());
+                if let Some(alias) = stage_alias(&name) {
+                    names.push((alias, index));
+                }
+                froms.push(index);
+                stages.push(Stage {
+                    name,
+                    from: prev,
+                    steps: std::mem::take(&mut steps),
+                    line: from_line,
+                });
+                if stages.len() >= MAX_STAGES {
+                    return Err(err(line, format!("more than {MAX_STAGES} stages")));
+                }
+            }
+            if !f.flags.is_empty() {
                 return Err(err(
                     line,
-                    "only one FROM is supported (no multi-stage builds: build the first stage \
-                     as its own template and start FROM it)",
+                    "FROM takes no flags (--platform: sandboxes run the node's own \
+                     architecture)",
                 ));
             }
-            if !f.flags.is_empty() || f.alias.is_some() {
-                return Err(err(
-                    line,
-                    "FROM takes a template name only (no flags, no AS)",
-                ));
-            }
-            let image = meta.expand(line, "FROM", f.image.content.trim())?;
-            from = Some(match image.strip_prefix("oci-archive:") {
-                Some(name) if import_name_ok(name) => FromRef::OciArchive(name.to_string()),
-                Some(_) => {
+            if let Some(a) = &f.alias {
+                if stage_alias(&a.content).is_none() {
                     return Err(err(
                         line,
-                        "oci-archive: takes the name of an image archive in the server's OCI \
-                         import directory (a relative path such as `app.tar`, without `..`), \
-                         never a host path",
-                    ))
+                        "a stage name (AS NAME) starts with a letter and holds letters, \
+                         digits, '-', '_' and '.'",
+                    ));
                 }
-                None => FromRef::Template(image.to_string()),
-            });
+                cur_alias = Some(a.content.clone());
+            }
+            let image = meta.expand(line, "FROM", f.image.content.trim())?;
+            from_line = line;
+            from = Some(from_ref(line, &image, &names)?);
+            local = Local::default();
+            start = StartCmd::default();
             continue;
         }
         if from.is_none() {
@@ -227,23 +274,32 @@ pub fn parse(text: &str, build_args: &BTreeMap<String, String>) -> Result<Templa
                 },
             },
             Instruction::Copy(c) => {
-                if !c.flags.is_empty() {
-                    return Err(err(
-                        line,
-                        "COPY flags (--chown, --chmod, --from, ...) are not supported (COPY, \
-                         then RUN chown or chmod; for --from, build that stage as a template)",
-                    ));
+                let mut flags = CopyFlags::default();
+                for f in &c.flags {
+                    flags.set(line, &f.name.content, &f.value.content, &local)?;
                 }
-                let sources = c
-                    .sources
-                    .iter()
-                    .map(|s| context_path(line, &local.expand(line, "COPY", &s.content)?))
+                // The parser takes a flag without `=VALUE` (`--link`) for a source.
+                let mut words = c.sources.iter().map(|s| s.content.as_str()).peekable();
+                while let Some(flag) = words.peek().and_then(|w| w.strip_prefix("--")) {
+                    let (name, value) = flag.split_once('=').unwrap_or((flag, ""));
+                    flags.set(line, name, value, &local)?;
+                    words.next();
+                }
+                let srcs = words
+                    .map(|s| local.expand(line, "COPY", s))
                     .collect::<Result<Vec<_>, _>>()?;
-                local.expand(line, "COPY", &c.destination.content)?;
-                BuildStep::Copy {
-                    sources,
-                    dest: c.destination.content.clone(),
+                if srcs.is_empty() {
+                    return Err(err(line, "COPY needs a source and a destination"));
                 }
+                local.expand(line, "COPY", &c.destination.content)?;
+                copy_step(
+                    line,
+                    flags,
+                    &srcs,
+                    c.destination.content.clone(),
+                    (&names, &froms),
+                    &mut stages,
+                )?
             }
             Instruction::Env(e) => {
                 let mut vars = Vec::new();
@@ -293,7 +349,7 @@ pub fn parse(text: &str, build_args: &BTreeMap<String, String>) -> Result<Templa
             Instruction::Misc(m) => {
                 let args = m.arguments.to_string().trim().to_string();
                 match m.instruction.content.to_ascii_uppercase().as_str() {
-                    "ADD" => add_step(line, &args, &local)?,
+                    "ADD" => add_step(line, &args, &local, (&names, &froms), &mut stages)?,
                     "WORKDIR" if !args.is_empty() => {
                         local.expand(line, "WORKDIR", &args)?;
                         BuildStep::Workdir { path: args }
@@ -324,13 +380,19 @@ pub fn parse(text: &str, build_args: &BTreeMap<String, String>) -> Result<Templa
                     other => return Err(err(line, unsupported(other))),
                 }
             }
-            Instruction::Entrypoint(_) | Instruction::Cmd(_) => {
-                let name = text_of
-                    .split_whitespace()
-                    .next()
-                    .unwrap_or("")
-                    .to_ascii_uppercase();
-                return Err(err(line, unsupported(&name)));
+            Instruction::Entrypoint(e) => {
+                start.entrypoint = Some(Form::of(&e.expr));
+                match start.command() {
+                    Some(command) => BuildStep::Start { command },
+                    None => continue,
+                }
+            }
+            Instruction::Cmd(c) => {
+                start.cmd = Some(Form::of(&c.expr));
+                match start.command() {
+                    Some(command) => BuildStep::Start { command },
+                    None => continue,
+                }
             }
         };
         steps.push(FileStep {
@@ -347,7 +409,9 @@ pub fn parse(text: &str, build_args: &BTreeMap<String, String>) -> Result<Templa
         .collect();
     Ok(TemplateFile {
         from,
+        from_line,
         steps,
+        stages,
         unused_args,
     })
 }
@@ -355,7 +419,6 @@ pub fn parse(text: &str, build_args: &BTreeMap<String, String>) -> Result<Templa
 /// The message of an instruction Cove does not run, with what to use instead.
 fn unsupported(name: &str) -> String {
     let instead = match name {
-        "CMD" | "ENTRYPOINT" => "use START for a command sandboxes start",
         "HEALTHCHECK" => "use READY for a check sandboxes must pass",
         "VOLUME" => "use Cove volumes: cove create --volume",
         "SHELL" => "RUN runs /bin/sh -c; use the exec form RUN [\"bash\", \"-c\", \"...\"]",
@@ -382,15 +445,25 @@ fn instruction_span(ins: &Instruction) -> (usize, usize) {
     (s.start, s.end)
 }
 
-/// `ADD SRC... DEST`: like COPY for context paths; URLs and archives are not supported.
-fn add_step(line: u32, args: &str, local: &Local) -> Result<BuildStep, FileError> {
-    if args.starts_with("--") {
-        return Err(err(
-            line,
-            "ADD flags are not supported (ADD, then RUN chown or chmod)",
-        ));
+/// `ADD [--chown=…] [--chmod=…] SRC... DEST`: like COPY for context paths; URLs and
+/// archives are not supported.
+fn add_step(
+    line: u32,
+    args: &str,
+    local: &Local,
+    named: (&[(String, u32)], &[u32]),
+    stages: &mut Vec<Stage>,
+) -> Result<BuildStep, FileError> {
+    let mut raw: Vec<&str> = args.split_whitespace().collect();
+    let mut flags = CopyFlags::default();
+    while let Some(flag) = raw.first().and_then(|w| w.strip_prefix("--")) {
+        let (name, value) = flag.split_once('=').unwrap_or((flag, ""));
+        if name == "from" {
+            return Err(err(line, "ADD --from is not supported (use COPY --from)"));
+        }
+        flags.set(line, name, value, local)?;
+        raw.remove(0);
     }
-    let raw: Vec<&str> = args.split_whitespace().collect();
     if raw.len() < 2 {
         return Err(err(line, "ADD needs a source and a destination"));
     }
@@ -406,13 +479,217 @@ fn add_step(line: u32, args: &str, local: &Local) -> Result<BuildStep, FileError
         ));
     }
     local.expand(line, "ADD", dest)?;
-    Ok(BuildStep::Copy {
-        sources: sources
+    copy_step(line, flags, &sources, dest.to_string(), named, stages)
+}
+
+/// The flags of one `COPY` or `ADD`.
+#[derive(Default)]
+struct CopyFlags {
+    from: Option<String>,
+    chown: Option<String>,
+    chmod: Option<u32>,
+}
+
+impl CopyFlags {
+    fn set(&mut self, line: u32, name: &str, value: &str, local: &Local) -> Result<(), FileError> {
+        let value = value.trim();
+        match name.to_ascii_lowercase().as_str() {
+            "from" if !value.is_empty() => {
+                self.from = Some(local.expand(line, "COPY --from", value)?);
+            }
+            "chown" if !value.is_empty() && !value.contains(char::is_whitespace) => {
+                // Expanded on the node, with the build's environment.
+                self.chown = Some(value.to_string());
+            }
+            "chmod" => {
+                let mode = u32::from_str_radix(value, 8)
+                    .ok()
+                    .filter(|m| *m <= 0o7777 && !value.is_empty());
+                self.chmod = Some(mode.ok_or_else(|| {
+                    err(
+                        line,
+                        "--chmod takes an octal mode such as 0755 (for a symbolic mode, \
+                         COPY, then RUN chmod)",
+                    )
+                })?);
+            }
+            // BuildKit's layer-reuse hint: the files are the same without it.
+            "link" if value.is_empty() || value == "true" => {}
+            "from" | "chown" => return Err(err(line, format!("--{name} needs a value"))),
+            other => {
+                return Err(err(
+                    line,
+                    format!(
+                        "flag --{other} is not supported (COPY takes --from, --chown, \
+                         --chmod and --link)"
+                    ),
+                ))
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The `COPY` step of `srcs` (expanded) to `dest` (as written) with `flags`. A `--from` that
+/// names no earlier stage names a template (or `oci-archive:`), added to `stages` as a stage
+/// without steps.
+fn copy_step(
+    line: u32,
+    flags: CopyFlags,
+    srcs: &[String],
+    dest: String,
+    (names, froms): (&[(String, u32)], &[u32]),
+    stages: &mut Vec<Stage>,
+) -> Result<BuildStep, FileError> {
+    let from = match &flags.from {
+        None => None,
+        Some(f) => Some(if let Some(i) = stage_index(f, names, froms) {
+            i
+        } else if f.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(err(
+                line,
+                format!("COPY --from={f}: there is no earlier stage {f}"),
+            ));
+        } else if let Some(i) = stages
             .iter()
-            .map(|s| context_path(line, s))
-            .collect::<Result<_, _>>()?,
-        dest: dest.to_string(),
+            .position(|s| s.steps.is_empty() && s.name == *f)
+        {
+            i as u32
+        } else {
+            if stages.len() >= MAX_STAGES {
+                return Err(err(line, format!("more than {MAX_STAGES} stages")));
+            }
+            stages.push(Stage {
+                name: f.clone(),
+                from: from_ref(line, f, names)?,
+                steps: Vec::new(),
+                line,
+            });
+            (stages.len() - 1) as u32
+        }),
+    };
+    let sources = srcs
+        .iter()
+        .map(|s| match from {
+            None => context_path(line, s),
+            Some(_) => stage_path(line, s),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(BuildStep::Copy {
+        sources,
+        dest,
+        from,
+        chown: flags.chown,
+        chmod: flags.chmod,
     })
+}
+
+/// The lower-case stage name `AS NAME` gives (Docker's rule: a letter, then letters, digits,
+/// `-`, `_` and `.`), or `None` for a name that is not one.
+fn stage_alias(name: &str) -> Option<String> {
+    let mut chars = name.chars();
+    (chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && name.len() <= 128)
+        .then(|| name.to_ascii_lowercase())
+}
+
+/// The stage index of `--from=NAME` or `--from=N` among the earlier stages.
+fn stage_index(name: &str, names: &[(String, u32)], froms: &[u32]) -> Option<u32> {
+    let lower = name.to_ascii_lowercase();
+    names
+        .iter()
+        .find(|(n, _)| *n == lower)
+        .map(|(_, i)| *i)
+        .or_else(|| {
+            name.parse::<usize>()
+                .ok()
+                .and_then(|n| froms.get(n).copied())
+        })
+}
+
+/// What `FROM IMAGE` (expanded) starts from: an earlier stage by name, an OCI archive, or a
+/// template.
+fn from_ref(line: u32, image: &str, names: &[(String, u32)]) -> Result<FromRef, FileError> {
+    let lower = image.to_ascii_lowercase();
+    if let Some((_, i)) = names.iter().find(|(n, _)| *n == lower) {
+        return Ok(FromRef::Stage(*i));
+    }
+    if image == "scratch" {
+        return Err(err(
+            line,
+            "FROM scratch is not supported (start FROM tiny, the smallest template)",
+        ));
+    }
+    Ok(match image.strip_prefix("oci-archive:") {
+        Some(name) if import_name_ok(name) => FromRef::OciArchive(name.to_string()),
+        Some(_) => {
+            return Err(err(
+                line,
+                "oci-archive: takes the name of an image archive in the server's OCI \
+                 import directory (a relative path such as `app.tar`, without `..`), \
+                 never a host path",
+            ))
+        }
+        None => FromRef::Template(image.to_string()),
+    })
+}
+
+/// A `CMD` or `ENTRYPOINT` value.
+#[derive(Debug, Clone)]
+enum Form {
+    Exec(Vec<String>),
+    Shell(String),
+}
+
+impl Form {
+    fn of(expr: &ShellOrExecExpr) -> Form {
+        match expr {
+            ShellOrExecExpr::Shell(s) => Form::Shell(s.to_string().trim().to_string()),
+            ShellOrExecExpr::Exec(a) => {
+                Form::Exec(a.elements.iter().map(|e| e.content.clone()).collect())
+            }
+        }
+    }
+}
+
+/// The `ENTRYPOINT` and `CMD` of the current stage.
+#[derive(Debug, Default)]
+struct StartCmd {
+    entrypoint: Option<Form>,
+    cmd: Option<Form>,
+}
+
+impl StartCmd {
+    /// The shell command a sandbox starts, combined as Docker combines them: a shell-form
+    /// `ENTRYPOINT` alone; an exec-form one followed by `CMD`'s words (a shell-form `CMD` as
+    /// `/bin/sh -c CMD`); else `CMD`. Exec forms are quoted and `exec`ed. `None` when empty.
+    fn command(&self) -> Option<String> {
+        let shell_words = |s: &str| vec!["/bin/sh".to_string(), "-c".into(), s.to_string()];
+        let argv = match (&self.entrypoint, &self.cmd) {
+            (Some(Form::Shell(s)), _) => return (!s.is_empty()).then(|| s.clone()),
+            (Some(Form::Exec(e)), cmd) => {
+                let mut argv = e.clone();
+                match cmd {
+                    Some(Form::Exec(c)) => argv.extend(c.iter().cloned()),
+                    Some(Form::Shell(c)) => argv.extend(shell_words(c)),
+                    None => {}
+                }
+                argv
+            }
+            (None, Some(Form::Shell(s))) => return (!s.is_empty()).then(|| s.clone()),
+            (None, Some(Form::Exec(c))) => c.clone(),
+            (None, None) => Vec::new(),
+        };
+        if argv.is_empty() {
+            return None;
+        }
+        let quoted: Vec<String> = argv
+            .iter()
+            .map(|a| format!("'{}'", a.replace('\'', "'\\''")))
+            .collect();
+        Some(format!("exec {}", quoted.join(" ")))
+    }
 }
 
 /// `READY [--timeout=SECONDS] CMD`.
@@ -444,14 +721,14 @@ fn ready_step(line: u32, args: &str) -> Result<BuildStep, FileError> {
     Ok(BuildStep::Ready(ReadyCheck { command, timeout_s }))
 }
 
-/// A `COPY` source as a clean path relative to the context root.
+/// Whether a `COPY` source holds a wildcard (expanded against the context's names).
+pub fn is_pattern(src: &str) -> bool {
+    src.contains(['*', '?', '['])
+}
+
+/// A `COPY` source as a clean path relative to the context root (a wildcard stays for the
+/// control plane to expand against the context).
 fn context_path(line: u32, src: &str) -> Result<String, FileError> {
-    if src.contains(['*', '?', '[']) {
-        return Err(err(
-            line,
-            format!("COPY source {src}: wildcards are not supported"),
-        ));
-    }
     let mut parts: Vec<&str> = Vec::new();
     for part in src.split('/') {
         match part {
@@ -463,6 +740,35 @@ fn context_path(line: u32, src: &str) -> Result<String, FileError> {
                         format!("COPY source {src} is outside the build context"),
                     ));
                 }
+            }
+            p => parts.push(p),
+        }
+    }
+    Ok(if parts.is_empty() {
+        ".".to_string()
+    } else {
+        parts.join("/")
+    })
+}
+
+/// A `COPY --from` source as a clean path relative to the stage's root (`..` stops at the
+/// root, as in the stage itself).
+fn stage_path(line: u32, src: &str) -> Result<String, FileError> {
+    if is_pattern(src) {
+        return Err(err(
+            line,
+            format!(
+                "COPY --from source {src}: wildcards are expanded in the build context only \
+                 (copy the directory that holds the files)"
+            ),
+        ));
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for part in src.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
             }
             p => parts.push(p),
         }
@@ -513,7 +819,10 @@ mod tests {
             f.steps[3].step,
             BuildStep::Copy {
                 sources: vec!["app".into()],
-                dest: "/srv/app/".into()
+                dest: "/srv/app/".into(),
+                from: None,
+                chown: None,
+                chmod: None,
             }
         );
         assert_eq!(
@@ -575,10 +884,19 @@ mod tests {
         assert_eq!(line("FROM tiny\nCOPY a/../../b /x\n"), 2);
         assert_eq!(line("RUN true\n"), 1);
         assert_eq!(line("# nothing\n"), 1);
-        assert_eq!(line("FROM tiny\nFROM base\n"), 2);
-        assert_eq!(line("FROM tiny\nCMD [\"x\"]\n"), 2);
         assert_eq!(line("FROM tiny\nRUN\n"), 2);
-        assert_eq!(line("FROM tiny\nCOPY --chown=1 a /b\n"), 2);
+        assert_eq!(line("FROM tiny\nCOPY --chmod=u+x a /b\n"), 2);
+        assert_eq!(line("FROM tiny\nCOPY --parents a /b\n"), 2);
+        assert_eq!(line("FROM tiny\nCOPY --link /b\n"), 2);
+        assert!(parse_("FROM tiny\nCOPY --link a /b\n").is_ok());
+        assert_eq!(line("FROM tiny\nCOPY --from=3 /a /b\n"), 2);
+        assert_eq!(line("FROM tiny AS 1x\n"), 1);
+        assert_eq!(line("FROM scratch\n"), 1);
+        assert_eq!(line("FROM --platform=linux/arm64 tiny\n"), 1);
+        assert_eq!(
+            line("FROM tiny AS a\nFROM tiny\nCOPY --from=a /x/*.so /b\n"),
+            3
+        );
         assert_eq!(line("FROM tiny\nREADY --timeout=0 true\n"), 2);
         assert_eq!(line("FROM tiny\nADD http://x/y /z\n"), 2);
         let e = parse_("FROM tiny\nHEALTHCHECK CMD true\n").expect_err("unsupported");
@@ -687,7 +1005,10 @@ mod tests {
             f.steps[5].step,
             BuildStep::Copy {
                 sources: vec!["dir-p".into()],
-                dest: "/x/".into()
+                dest: "/x/".into(),
+                from: None,
+                chown: None,
+                chmod: None,
             }
         );
         // Pairs continued over lines keep their words as written too.
@@ -705,5 +1026,128 @@ mod tests {
         assert_eq!(cove_node_api::exposed_port("8000"), Ok(Some(8000)));
         assert_eq!(cove_node_api::exposed_port("53/udp"), Ok(None));
         assert!(cove_node_api::exposed_port("0").is_err());
+    }
+
+    fn start_of(f: &TemplateFile) -> Option<String> {
+        f.steps.iter().rev().find_map(|s| match &s.step {
+            BuildStep::Start { command } => Some(command.clone()),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn cmd_and_entrypoint_become_the_start_command_as_docker_combines_them() {
+        let start = |body: &str| start_of(&parse_(&format!("FROM base\n{body}")).expect(body));
+        assert_eq!(
+            start("CMD [\"python3\", \"-m\", \"http.server\", \"8000\"]\n").as_deref(),
+            Some("exec 'python3' '-m' 'http.server' '8000'")
+        );
+        assert_eq!(
+            start("CMD python3 app.py --port $PORT\n").as_deref(),
+            Some("python3 app.py --port $PORT")
+        );
+        assert_eq!(
+            start("ENTRYPOINT [\"/entry.sh\"]\nCMD [\"serve\", \"it's\"]\n").as_deref(),
+            Some("exec '/entry.sh' 'serve' 'it'\\''s'")
+        );
+        assert_eq!(
+            start("CMD [\"serve\"]\nENTRYPOINT [\"tini\", \"--\"]\n").as_deref(),
+            Some("exec 'tini' '--' 'serve'")
+        );
+        assert_eq!(
+            start("ENTRYPOINT [\"env\"]\nCMD echo hi\n").as_deref(),
+            Some("exec 'env' '/bin/sh' '-c' 'echo hi'")
+        );
+        assert_eq!(
+            start("ENTRYPOINT exec nginx -g 'daemon off;'\nCMD [\"ignored\"]\n").as_deref(),
+            Some("exec nginx -g 'daemon off;'")
+        );
+        assert_eq!(start("CMD []\n"), None);
+        // The quoting survives a real shell.
+        let cmd = start("CMD [\"printf\", \"%s|\", \"a b\", \"it's\", \"$HOME\"]\n").expect("cmd");
+        let out = std::process::Command::new("/bin/sh")
+            .args(["-c", &cmd])
+            .output()
+            .expect("sh");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "a b|it's|$HOME|");
+    }
+
+    #[test]
+    fn copy_flags_and_stages() {
+        let f = parse_(
+            "ARG GO=1.22\nFROM base AS Build\nARG GO\nWORKDIR /src\nCOPY --chown=user:user --chmod=0755 . .\n\
+             RUN make\nFROM build AS test\nRUN make test\nFROM tiny\nCOPY --from=build /src/out/app /usr/local/bin/app\n\
+             COPY --from=0 /src/../etc/os-release /x\nCOPY --from=other:2 /opt/lib/ /opt/lib/\n\
+             COPY --from=other:2 /opt/bin /opt/bin\nADD --chown=1000 --chmod=600 notes.txt /srv/\nCMD [\"app\"]\n",
+        )
+        .expect("parse");
+        assert_eq!(f.stages.len(), 3, "{:#?}", f.stages);
+        assert_eq!(
+            (
+                f.stages[0].name.as_str(),
+                &f.stages[0].from,
+                f.stages[0].line
+            ),
+            ("Build", &FromRef::Template("base".into()), 2)
+        );
+        assert_eq!(f.stages[0].steps.len(), 4);
+        assert_eq!(
+            f.stages[0].steps[2].step,
+            BuildStep::Copy {
+                sources: vec![".".into()],
+                dest: ".".into(),
+                from: None,
+                chown: Some("user:user".into()),
+                chmod: Some(0o755),
+            }
+        );
+        assert_eq!(
+            (f.stages[1].name.as_str(), &f.stages[1].from),
+            ("test", &FromRef::Stage(0))
+        );
+        assert_eq!(
+            (
+                f.stages[2].name.as_str(),
+                &f.stages[2].from,
+                f.stages[2].steps.len()
+            ),
+            ("other:2", &FromRef::Template("other:2".into()), 0)
+        );
+        assert_eq!(f.from, FromRef::Template("tiny".into()));
+        assert_eq!(f.from_line, 9);
+        let copies: Vec<(Vec<String>, Option<u32>)> = f
+            .steps
+            .iter()
+            .filter_map(|s| match &s.step {
+                BuildStep::Copy { sources, from, .. } => Some((sources.clone(), *from)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            copies,
+            [
+                (vec!["src/out/app".to_string()], Some(0)),
+                (vec!["etc/os-release".to_string()], Some(0)),
+                (vec!["opt/lib".to_string()], Some(2)),
+                (vec!["opt/bin".to_string()], Some(2)),
+                (vec!["notes.txt".to_string()], None),
+            ]
+        );
+        assert_eq!(
+            f.steps[4].step,
+            BuildStep::Copy {
+                sources: vec!["notes.txt".into()],
+                dest: "/srv/".into(),
+                from: None,
+                chown: Some("1000".into()),
+                chmod: Some(0o600),
+            }
+        );
+        assert_eq!(start_of(&f).as_deref(), Some("exec 'app'"));
+        // Wildcards in the context stay for the control plane to expand.
+        let f = parse_("FROM base\nCOPY package*.json ./\n").expect("parse");
+        assert!(
+            matches!(&f.steps[0].step, BuildStep::Copy { sources, .. } if sources == &["package*.json"])
+        );
     }
 }

@@ -9,12 +9,13 @@ use cove_api_types::{
     TemplateDefaults,
 };
 use cove_domain::{ids, InvalidInput};
-use cove_node_api::{BuildEvent, BuildParent, FileBuild, ReleaseDefaults};
+use cove_node_api::{BuildEvent, BuildParent, BuildStage, FileBuild, ReleaseDefaults};
 use cove_store::{NewOperation, SandboxFilter, StoreError};
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use super::context;
 use super::file::{self, FromRef, MAX_FILE_BYTES};
 use super::BUILD_DEADLINE_MIN;
 use crate::error::from_node;
@@ -54,35 +55,24 @@ impl ControlPlane {
         let text = file_in_context(&context, &path)?;
         let parsed =
             file::parse(&text, &q.build_args).map_err(|e| invalid("file", e.to_string()))?;
-        check_sources(&context, &parsed.steps)?;
-        let parent = match &parsed.from {
-            FromRef::Template(pin) => {
-                let from_line = from_line(&text);
-                let (template, pin) = release_pins::parse(pin, None)
-                    .map_err(|e| invalid("file", format!("line {from_line}: FROM: {e}")))?;
-                if template == q.name {
-                    return Err(invalid(
-                        "file",
-                        format!("line {from_line}: FROM names the template itself"),
-                    ));
-                }
-                if !self.template_exists(&template).await? {
-                    return Err(ServiceError::TemplateNotFound(template));
-                }
-                let release = self.pick_release(&template, &pin).await?;
-                let d = self.release_defaults(&template, &release)?;
-                BuildParent::Release {
-                    digest: release
-                        .digest
-                        .clone()
-                        .unwrap_or_else(|| format!("{template}:{}", release.number)),
-                    template,
-                    number: release.number,
-                    defaults: Box::new(node_defaults(d)),
-                }
-            }
-            FromRef::OciArchive(path) => BuildParent::OciArchive { path: path.clone() },
-        };
+        // Bounded (entries, patterns, time), but long enough to keep off the async workers.
+        let context = tokio::task::spawn_blocking(move || context::apply_ignore(context))
+            .await
+            .map_err(|e| ServiceError::Internal(format!("context filter: {e}")))??;
+        let mut parsed = parsed;
+        context::resolve_sources(&context, &mut parsed.steps)?;
+        let mut stages = Vec::with_capacity(parsed.stages.len());
+        for stage in &mut parsed.stages {
+            context::resolve_sources(&context, &mut stage.steps)?;
+            stages.push(BuildStage {
+                name: stage.name.clone(),
+                parent: self.build_parent(&q.name, &stage.from, stage.line).await?,
+                steps: std::mem::take(&mut stage.steps),
+            });
+        }
+        let parent = self
+            .build_parent(&q.name, &parsed.from, parsed.from_line)
+            .await?;
         let recipe_hash = format!("file:{:x}", Sha256::digest(text.as_bytes()));
         match self
             .store()
@@ -135,6 +125,7 @@ impl ControlPlane {
         let build = FileBuild {
             parent,
             steps: parsed.steps,
+            stages,
             context,
             no_cache: q.no_cache,
             network,
@@ -147,6 +138,48 @@ impl ControlPlane {
         Ok(BuildReleaseResponse {
             release,
             operation: op,
+        })
+    }
+
+    /// The node's parent of a build or stage starting `from` (a `FROM` at `line`): a ready
+    /// release of another template, an OCI archive, or an earlier stage.
+    ///
+    /// # Errors
+    /// `invalid_argument` for a bad pin or the template itself; `template_not_found`,
+    /// `release_not_found`.
+    async fn build_parent(
+        &self,
+        name: &str,
+        from: &FromRef,
+        line: u32,
+    ) -> Result<BuildParent, ServiceError> {
+        Ok(match from {
+            FromRef::Template(pin) => {
+                let (template, pin) = release_pins::parse(pin, None)
+                    .map_err(|e| invalid("file", format!("line {line}: FROM: {e}")))?;
+                if template == name {
+                    return Err(invalid(
+                        "file",
+                        format!("line {line}: FROM names the template itself"),
+                    ));
+                }
+                if !self.template_exists(&template).await? {
+                    return Err(ServiceError::TemplateNotFound(template));
+                }
+                let release = self.pick_release(&template, &pin).await?;
+                let d = self.release_defaults(&template, &release)?;
+                BuildParent::Release {
+                    digest: release
+                        .digest
+                        .clone()
+                        .unwrap_or_else(|| format!("{template}:{}", release.number)),
+                    template,
+                    number: release.number,
+                    defaults: Box::new(node_defaults(d)),
+                }
+            }
+            FromRef::OciArchive(path) => BuildParent::OciArchive { path: path.clone() },
+            FromRef::Stage(index) => BuildParent::Stage { index: *index },
         })
     }
 
@@ -381,56 +414,8 @@ fn node_defaults(d: TemplateDefaults) -> ReleaseDefaults {
     }
 }
 
-/// The line of the first `FROM` (for messages about it).
-fn from_line(text: &str) -> usize {
-    text.lines()
-        .position(|l| l.trim_start().to_ascii_uppercase().starts_with("FROM"))
-        .map_or(1, |i| i + 1)
-}
-
 fn check_name(name: &str) -> Result<(), ServiceError> {
     Ok(cove_domain::validate::resource_name("name", name)?)
-}
-
-/// `invalid_argument` naming the line of a `COPY` whose source is not in the context tar
-/// (unless the context has symlinks, which a source may go through; the build checks those).
-fn check_sources(context: &[u8], steps: &[cove_node_api::FileStep]) -> Result<(), ServiceError> {
-    let mut names = Vec::new();
-    let mut ar = tar::Archive::new(context);
-    if let Ok(entries) = ar.entries() {
-        for entry in entries.flatten() {
-            if entry.header().entry_type().is_symlink() {
-                return Ok(());
-            }
-            if let Ok(p) = entry.path() {
-                let p = p.to_string_lossy();
-                names.push(p.trim_start_matches("./").trim_end_matches('/').to_string());
-            }
-        }
-    }
-    for step in steps {
-        let cove_node_api::BuildStep::Copy { sources, .. } = &step.step else {
-            continue;
-        };
-        for src in sources {
-            let found = src == "."
-                || names.iter().any(|n| {
-                    n == src
-                        || n.strip_prefix(src.as_str())
-                            .is_some_and(|r| r.starts_with('/'))
-                });
-            if !found {
-                return Err(invalid(
-                    "file",
-                    format!(
-                        "line {}: COPY source {src} is not in the build context",
-                        step.line
-                    ),
-                ));
-            }
-        }
-    }
-    Ok(())
 }
 
 /// The template file at `path` in the context tar.

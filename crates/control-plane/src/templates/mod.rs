@@ -18,6 +18,7 @@ use crate::operations::Begun;
 use crate::orgs::scope;
 use crate::{ControlPlane, ServiceError};
 
+pub mod context;
 pub mod file;
 mod manage;
 mod startup;

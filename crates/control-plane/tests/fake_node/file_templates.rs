@@ -400,3 +400,79 @@ async fn a_cancelled_first_build_leaves_no_template() {
         "a cancelled first build kept its template or a release not deleted"
     );
 }
+
+/// A context tar of `(path, content)` files.
+fn context_of(files: &[(&str, &str)]) -> bytes::Bytes {
+    let mut b = tar::Builder::new(Vec::new());
+    for (path, content) in files {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(content.len() as u64);
+        h.set_mode(0o644);
+        b.append_data(&mut h, path, content.as_bytes())
+            .expect("append");
+    }
+    b.into_inner().expect("tar").into()
+}
+
+#[tokio::test]
+async fn stages_dockerignore_and_cmd_reach_the_release() {
+    let h = Harness::new().await;
+    // The last stage starts FROM an earlier one and keeps its defaults; CMD is the start
+    // command.
+    let file = "FROM base:1 AS build\nENV STAGE=build\nUSER builder\nFROM base:1 AS other\n\
+                ENV OTHER=1\nFROM build\nCOPY --from=other /etc /etc-of-other\nCMD [\"app\", \"--serve\"]\n";
+    let built =
+        h.cp.create_template_from_file(query("web"), context(file))
+            .await
+            .expect("accepted");
+    assert_eq!(
+        h.settle(&built.operation.id).await.state,
+        OperationState::Succeeded
+    );
+    let t = h.cp.get_template("web").await.expect("template");
+    assert_eq!(t.defaults.user, "builder");
+    assert_eq!(
+        t.defaults.env.get("STAGE").map(String::as_str),
+        Some("build")
+    );
+    assert_eq!(t.defaults.env.get("OTHER"), None);
+    assert_eq!(t.defaults.start.as_deref(), Some("exec 'app' '--serve'"));
+
+    // `COPY --from` a template that does not exist; a source `.dockerignore` excludes; a
+    // wildcard that matches nothing: refused before anything is recorded.
+    let e =
+        h.cp.create_template_from_file(
+            query("web2"),
+            context("FROM base:1\nCOPY --from=nosuch:1 /a /b\n"),
+        )
+        .await
+        .expect_err("no template");
+    assert_eq!(code::<()>(Err(e)), ErrorCode::TemplateNotFound);
+    for (files, want) in [
+        (
+            vec![
+                ("Dockerfile", "FROM base:1\nCOPY secret.txt /x\n"),
+                (".dockerignore", "*.txt\n"),
+                ("secret.txt", "s"),
+            ],
+            "line 2: COPY source secret.txt is not in the build context",
+        ),
+        (
+            vec![
+                ("Dockerfile", "FROM base:1\n\nCOPY *.py /app/\n"),
+                ("a.js", ""),
+            ],
+            "line 3: COPY source *.py matches nothing in the build context",
+        ),
+    ] {
+        let e =
+            h.cp.create_template_from_file(query("web2"), context_of(&files))
+                .await
+                .expect_err("refused");
+        assert!(e.to_string().contains(want), "{e}");
+    }
+    assert_eq!(
+        code(h.cp.get_template("web2").await),
+        ErrorCode::TemplateNotFound
+    );
+}

@@ -138,15 +138,27 @@ impl NodeAgent {
         });
     }
 
-    async fn file_build_held(
+    /// The tree, step key and defaults a build (or stage) starts from: a release of this node
+    /// (fetched from the snapshot store when shared), an imported OCI archive, or an earlier
+    /// stage of the same build.
+    async fn parent_of(
         &self,
-        template: &str,
-        number: u32,
-        build: FileBuild,
-        events: mpsc::Sender<BuildEvent>,
-        cancel: CancellationToken,
-    ) -> Result<BuiltFileRelease, NodeError> {
-        let (parent_tree, key, defaults) = match &build.parent {
+        parent: &BuildParent,
+        stages: &[Built],
+        no_cache: bool,
+        events: &mpsc::Sender<BuildEvent>,
+        cancel: &CancellationToken,
+    ) -> Result<Built, NodeError> {
+        Ok(match parent {
+            BuildParent::Stage { index } => {
+                stages
+                    .get(*index as usize)
+                    .cloned()
+                    .ok_or_else(|| NodeError::InvalidArgument {
+                        field: "file".into(),
+                        message: format!("stage {index} is not an earlier stage"),
+                    })?
+            }
             BuildParent::Release {
                 template,
                 number,
@@ -163,11 +175,11 @@ impl NodeAgent {
                         "release {number} of {template} is not on this node"
                     )));
                 }
-                (
+                Built {
                     tree,
-                    format!("{STEP_KEY_VERSION}\n{digest}"),
-                    (**defaults).clone(),
-                )
+                    key: format!("{STEP_KEY_VERSION}\n{digest}"),
+                    defaults: (**defaults).clone(),
+                }
             }
             BuildParent::OciArchive { path } => {
                 // Only a plain name in the operator's import directory, opened confined: a
@@ -189,7 +201,7 @@ impl NodeAgent {
                     })
                     .await;
                 let (tree, d, key) = layers
-                    .import_oci(archive, build.no_cache, cancel.clone())
+                    .import_oci(archive, no_cache, cancel.clone())
                     .await
                     .map_err(|e| match e {
                         template::BuildError::Io { .. } => NodeError::Build(format!(
@@ -206,9 +218,23 @@ impl NodeAgent {
                     labels: Default::default(),
                     ports: Vec::new(),
                 };
-                (tree, format!("{STEP_KEY_VERSION}\n{key}"), defaults)
+                Built {
+                    tree,
+                    key: format!("{STEP_KEY_VERSION}\n{key}"),
+                    defaults,
+                }
             }
-        };
+        })
+    }
+
+    async fn file_build_held(
+        &self,
+        template: &str,
+        number: u32,
+        build: FileBuild,
+        events: mpsc::Sender<BuildEvent>,
+        cancel: CancellationToken,
+    ) -> Result<BuiltFileRelease, NodeError> {
         let dir = self.release_dir(template, number);
         Self::remove_tree(&dir).await?;
         tokio::fs::create_dir_all(&dir)
@@ -220,16 +246,7 @@ impl NodeAgent {
             .join("builds")
             .join(format!("{template}-{number}-{:08x}", rand::random::<u32>()));
         let result = self
-            .run_file_build(
-                &work,
-                &dir,
-                parent_tree,
-                key,
-                defaults,
-                build,
-                events,
-                cancel,
-            )
+            .run_file_build(&work, &dir, build, events, cancel)
             .await;
         let _ = Self::remove_tree(&work).await;
         if result.is_err() {
@@ -238,14 +255,10 @@ impl NodeAgent {
         result
     }
 
-    #[allow(clippy::too_many_arguments)]
     async fn run_file_build(
         &self,
         work: &Path,
         release: &Path,
-        parent_tree: PathBuf,
-        key: String,
-        defaults: ReleaseDefaults,
         build: FileBuild,
         events: mpsc::Sender<BuildEvent>,
         cancel: CancellationToken,
@@ -255,8 +268,112 @@ impl NodeAgent {
         template::unpack_context(build.context.clone(), context.clone(), cancel.clone())
             .await
             .map_err(build_err)?;
-        let layers = LayerCache::new(self.cfg.data_dir.join("layers"));
-        let mut defaults = defaults;
+        let _ = events
+            .send(BuildEvent::Log(self.build_network_line(&build.network)))
+            .await;
+        let total = build.stages.iter().map(|s| s.steps.len()).sum::<usize>() + build.steps.len();
+        let mut run = StepRun {
+            context,
+            work: work.to_path_buf(),
+            layers: LayerCache::new(self.cfg.data_dir.join("layers")),
+            stages: Vec::new(),
+            no_cache: build.no_cache,
+            network: build.network.clone(),
+            events: events.clone(),
+            tx: tx.clone(),
+            cancel: cancel.clone(),
+            done: 0,
+            total: total.max(1),
+            cached: 0,
+            ran: 0,
+        };
+        for stage in &build.stages {
+            let _ = events
+                .send(BuildEvent::Log(format!("stage {}", stage.name)))
+                .await;
+            let parent = self
+                .parent_of(&stage.parent, &run.stages, build.no_cache, &events, &cancel)
+                .await?;
+            let built = self.run_steps(&mut run, parent, &stage.steps).await?;
+            run.stages.push(built.into());
+        }
+        let parent = self
+            .parent_of(&build.parent, &run.stages, build.no_cache, &events, &cancel)
+            .await?;
+        let st = self.run_steps(&mut run, parent, &build.steps).await?;
+        let (cached, ran) = (run.cached, run.ran);
+        drop(run);
+        let _ = events
+            .send(BuildEvent::Progress {
+                percent: 92,
+                phase: "publishing the release".into(),
+            })
+            .await;
+        let mut extra = Vec::new();
+        if let Some(start) = &st.defaults.start {
+            extra.push(format!("start={start}"));
+        }
+        if let Some(ready) = &st.defaults.ready {
+            extra.push(format!("ready={} {}", ready.timeout_s, ready.command));
+        }
+        let td = TemplateDefaults {
+            user: st.defaults.user.clone(),
+            workdir: st.defaults.workdir.clone(),
+            env: st.defaults.env.clone(),
+        };
+        let published = template::publish_release(
+            &st.tree,
+            &release.join("rootfs"),
+            td.clone(),
+            extra.clone(),
+            tx.clone(),
+            cancel.clone(),
+        )
+        .await
+        .map_err(build_err);
+        drop(tx);
+        let _ = forward.await;
+        let (size_bytes, digest) = published?;
+        if self.cfg.share_releases {
+            let _ = events
+                .send(BuildEvent::Progress {
+                    percent: 96,
+                    phase: "storing the release for other nodes".into(),
+                })
+                .await;
+            self.store_release(&release.join("rootfs"), &digest, td, extra, &cancel)
+                .await?;
+        }
+        let _ = events
+            .send(BuildEvent::Progress {
+                percent: 100,
+                phase: format!("done: {ran} steps run, {cached} cached"),
+            })
+            .await;
+        info!(
+            size_bytes,
+            steps_run = ran,
+            steps_cached = cached,
+            "file release built"
+        );
+        Ok(BuiltFileRelease {
+            size_bytes,
+            digest,
+            defaults: st.defaults,
+            steps_cached: cached,
+            steps_run: ran,
+        })
+    }
+
+    /// Runs `steps` on `parent` (one stage, or the release's own steps) and returns the state
+    /// they end in.
+    async fn run_steps(
+        &self,
+        run: &mut StepRun,
+        parent: Built,
+        steps: &[FileStep],
+    ) -> Result<State, NodeError> {
+        let mut defaults = parent.defaults;
         defaults
             .env
             .entry("PATH".into())
@@ -265,24 +382,22 @@ impl NodeAgent {
             defaults,
             build_user: "root".into(),
             args: BTreeMap::new(),
-            key,
-            tree: parent_tree,
-            network: build.network.clone(),
+            key: parent.key,
+            tree: parent.tree,
+            network: run.network.clone(),
         };
-        let _ = events
-            .send(BuildEvent::Log(self.build_network_line(&st.network)))
-            .await;
-        let (mut cached, mut ran) = (0u32, 0u32);
-        let total = build.steps.len().max(1);
-        for (i, step) in build.steps.iter().enumerate() {
-            if cancel.is_cancelled() {
+        for step in steps {
+            let i = run.done;
+            run.done += 1;
+            if run.cancel.is_cancelled() {
                 return Err(NodeError::Cancelled);
             }
-            let percent = 5 + (85 * i / total) as u8;
-            let _ = events
+            let percent = 5 + (85 * i / run.total) as u8;
+            let _ = run
+                .events
                 .send(BuildEvent::Progress {
                     percent,
-                    phase: format!("step {}/{}: {}", i + 1, build.steps.len(), step.text),
+                    phase: format!("step {}/{}: {}", i + 1, run.total, step.text),
                 })
                 .await;
             let expanded = step
@@ -349,16 +464,52 @@ impl NodeAgent {
                     st.defaults.workdir = absolute(&st.defaults.workdir, path);
                     Some((String::new(), Change::Mkdir(st.defaults.workdir.clone())))
                 }
-                BuildStep::Copy { sources, dest } => {
-                    let reads =
-                        template::hash_sources(context.clone(), sources.clone(), cancel.clone())
+                BuildStep::Copy {
+                    sources,
+                    dest,
+                    from,
+                    chown,
+                    chmod,
+                } => {
+                    let (reads, source) = match from {
+                        // A stage's tree is named by its key: what it holds follows from it.
+                        Some(index) => {
+                            let stage = run.stages.get(*index as usize).ok_or_else(|| {
+                                NodeError::InvalidArgument {
+                                    field: "file".into(),
+                                    message: format!(
+                                        "line {}: COPY --from names no earlier stage",
+                                        step.line
+                                    ),
+                                }
+                            })?;
+                            (format!("stage {}", stage.key), stage.tree.clone())
+                        }
+                        None => (
+                            template::hash_sources(
+                                run.context.clone(),
+                                sources.clone(),
+                                run.cancel.clone(),
+                            )
                             .await
                             .map_err(|e| match e {
                                 template::BuildError::Cancelled => NodeError::Cancelled,
                                 e => NodeError::Build(format!("line {}: {e}", step.line)),
-                            })?;
+                            })?,
+                            run.context.clone(),
+                        ),
+                    };
                     let dest = absolute_dest(&st.defaults.workdir, dest);
-                    Some((reads, Change::Copy(sources.clone(), dest)))
+                    Some((
+                        reads,
+                        Change::Copy(StepTree::Copy {
+                            context: source,
+                            sources: sources.clone(),
+                            dest,
+                            chown: chown.clone(),
+                            chmod: *chmod,
+                        }),
+                    ))
                 }
                 BuildStep::Run { program } => Some((String::new(), Change::Run(program.clone()))),
             };
@@ -370,20 +521,22 @@ impl NodeAgent {
             let Some((_, change)) = change else {
                 continue;
             };
-            if !build.no_cache {
-                if let Some(tree) = layers.lookup(&st.key) {
-                    let _ = events
+            if !run.no_cache {
+                if let Some(tree) = run.layers.lookup(&st.key) {
+                    let _ = run
+                        .events
                         .send(BuildEvent::Log(format!(
                             "line {}: {} (cached)",
                             step.line, step.text
                         )))
                         .await;
                     st.tree = tree;
-                    cached += 1;
+                    run.cached += 1;
                     continue;
                 }
             }
-            let _ = events
+            let _ = run
+                .events
                 .send(BuildEvent::Log(format!(
                     "line {}: {}",
                     step.line, step.text
@@ -391,87 +544,31 @@ impl NodeAgent {
                 .await;
             let tree_change = match change {
                 Change::Mkdir(d) => StepTree::Mkdir(d),
-                Change::Copy(sources, dest) => StepTree::Copy {
-                    context: context.clone(),
-                    sources,
-                    dest,
-                },
+                Change::Copy(copy) => copy,
                 Change::Run(program) => {
-                    let layer = work.join(format!("layer-{i}.tar"));
-                    self.run_step(&st, step, &program, &layer, &events, &cancel)
+                    let layer = run.work.join(format!("layer-{i}.tar"));
+                    self.run_step(&st, step, &program, &layer, &run.events, &run.cancel)
                         .await?;
                     StepTree::Layer(layer)
                 }
             };
-            st.tree = layers
-                .produce(&st.key, &st.tree, tree_change, tx.clone(), cancel.clone())
+            st.tree = run
+                .layers
+                .produce(
+                    &st.key,
+                    &st.tree,
+                    tree_change,
+                    run.tx.clone(),
+                    run.cancel.clone(),
+                )
                 .await
                 .map_err(|e| match e {
                     template::BuildError::Cancelled => NodeError::Cancelled,
                     other => NodeError::Build(format!("line {}: {other}", step.line)),
                 })?;
-            ran += 1;
+            run.ran += 1;
         }
-        let _ = events
-            .send(BuildEvent::Progress {
-                percent: 92,
-                phase: "publishing the release".into(),
-            })
-            .await;
-        let mut extra = Vec::new();
-        if let Some(start) = &st.defaults.start {
-            extra.push(format!("start={start}"));
-        }
-        if let Some(ready) = &st.defaults.ready {
-            extra.push(format!("ready={} {}", ready.timeout_s, ready.command));
-        }
-        let td = TemplateDefaults {
-            user: st.defaults.user.clone(),
-            workdir: st.defaults.workdir.clone(),
-            env: st.defaults.env.clone(),
-        };
-        let published = template::publish_release(
-            &st.tree,
-            &release.join("rootfs"),
-            td.clone(),
-            extra.clone(),
-            tx.clone(),
-            cancel.clone(),
-        )
-        .await
-        .map_err(build_err);
-        drop(tx);
-        let _ = forward.await;
-        let (size_bytes, digest) = published?;
-        if self.cfg.share_releases {
-            let _ = events
-                .send(BuildEvent::Progress {
-                    percent: 96,
-                    phase: "storing the release for other nodes".into(),
-                })
-                .await;
-            self.store_release(&release.join("rootfs"), &digest, td, extra, &cancel)
-                .await?;
-        }
-        let _ = events
-            .send(BuildEvent::Progress {
-                percent: 100,
-                phase: format!("done: {ran} steps run, {cached} cached"),
-            })
-            .await;
-        info!(
-            size_bytes,
-            steps_run = ran,
-            steps_cached = cached,
-            "file release built"
-        );
-        Ok(BuiltFileRelease {
-            size_bytes,
-            digest,
-            defaults: st.defaults,
-            steps_cached: cached,
-            steps_run: ran,
-        })
+        Ok(st)
     }
 
     /// Runs one `RUN` step in a sandbox on `st.tree` and saves its changed files to `layer`.
@@ -668,8 +765,47 @@ impl NodeAgent {
 /// What a file-changing step does, before its cache lookup.
 enum Change {
     Mkdir(String),
-    Copy(Vec<String>, String),
+    Copy(StepTree),
     Run(StepProgram),
+}
+
+/// A built stage (or a build's parent): its tree, step key and defaults.
+#[derive(Clone)]
+struct Built {
+    tree: PathBuf,
+    key: String,
+    defaults: ReleaseDefaults,
+}
+
+impl From<State> for Built {
+    fn from(st: State) -> Self {
+        Built {
+            tree: st.tree,
+            key: st.key,
+            defaults: st.defaults,
+        }
+    }
+}
+
+/// What the steps of every stage of one build share.
+struct StepRun {
+    /// The unpacked context.
+    context: PathBuf,
+    /// The build's work directory (layer tars).
+    work: PathBuf,
+    layers: LayerCache,
+    /// Stages built so far, by index.
+    stages: Vec<Built>,
+    no_cache: bool,
+    network: EgressPolicy,
+    events: mpsc::Sender<BuildEvent>,
+    tx: mpsc::Sender<template::BuildEvent>,
+    cancel: CancellationToken,
+    /// Steps begun, of `total`.
+    done: usize,
+    total: usize,
+    cached: u32,
+    ran: u32,
 }
 
 /// `path` against the working directory `cwd`.

@@ -219,14 +219,83 @@ fn special(rel: &Path) -> BuildError {
     ))
 }
 
+/// Owner and mode of the entries one `COPY` writes: root's and their own mode, unless
+/// `--chown`/`--chmod` say otherwise.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CopyAttrs {
+    /// Owner (uid, gid) of every copied entry.
+    pub owner: (u32, u32),
+    /// Mode of every copied file and directory (`None`: the source's).
+    pub mode: Option<u32>,
+}
+
+/// Longest `/etc/passwd` or `/etc/group` read to resolve a `--chown` name.
+const MAX_ACCOUNTS_BYTES: u64 = 4 * 1024 * 1024;
+
+/// The (uid, gid) of `--chown=USER[:GROUP]` in the tree at `tree`: numbers as they are, names
+/// from the tree's own `etc/passwd` and `etc/group` (read confined, bounded); a user without a
+/// group gets the user's primary group (or gid = uid for a number, as Docker does).
+pub(crate) fn resolve_owner(tree: &Path, spec: &str) -> Result<(u32, u32), BuildError> {
+    let tree = Tree::open(tree).map_err(confined("chown"))?;
+    let (user, group) = match spec.split_once(':') {
+        Some((u, g)) => (u, Some(g)),
+        None => (spec, None),
+    };
+    let bad = |what: &str, name: &str| {
+        failed(format!(
+            "COPY --chown: no {what} {name:?} in the tree's /etc/{}",
+            if what == "user" { "passwd" } else { "group" }
+        ))
+    };
+    let accounts = |file: &str| -> Result<String, BuildError> {
+        match tree.read_file(Path::new("etc").join(file).as_path(), MAX_ACCOUNTS_BYTES) {
+            Ok(b) => Ok(String::from_utf8_lossy(&b).into_owned()),
+            Err(e) if e.is_not_found() => Ok(String::new()),
+            Err(e) => Err(confined("chown")(e)),
+        }
+    };
+    // `name:x:uid:gid:...` lines; the fields at 2 and 3.
+    let find = |text: &str, name: &str| -> Option<(u32, Option<u32>)> {
+        text.lines().find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.first() == Some(&name) && f.len() >= 3)
+                .then(|| f[2].parse().ok())
+                .flatten()
+                .map(|id| (id, f.get(3).and_then(|g| g.parse().ok())))
+        })
+    };
+    let (uid, primary) = if user.is_empty() {
+        (0, None)
+    } else if let Ok(n) = user.parse::<u32>() {
+        (n, Some(n))
+    } else {
+        let passwd = accounts("passwd")?;
+        let (uid, gid) = find(&passwd, user).ok_or_else(|| bad("user", user))?;
+        (uid, gid)
+    };
+    let gid = match group {
+        None | Some("") => primary.unwrap_or(uid),
+        Some(g) => match g.parse::<u32>() {
+            Ok(n) => n,
+            Err(_) => {
+                let groups = accounts("group")?;
+                find(&groups, g).ok_or_else(|| bad("group", g))?.0
+            }
+        },
+    };
+    Ok((uid, gid))
+}
+
 /// Copies the context entries `sources` to `dest` (absolute in the tree): into `dest` as a
 /// directory when it ends in `/`, there are several sources, a source is a directory, or it is
-/// a directory already; onto `dest` as a file otherwise.
+/// a directory already; onto `dest` as a file otherwise. `context` is the unpacked context,
+/// or an earlier stage's tree for `COPY --from` (as hostile: the same confined reads).
 pub(crate) fn copy_into(
     tree: &Path,
     context: &Path,
     sources: &[String],
     dest: &str,
+    attrs: CopyAttrs,
     guard: &Guard,
 ) -> Result<(), BuildError> {
     let tree = Tree::open(tree).map_err(confined(STEP))?;
@@ -251,18 +320,18 @@ pub(crate) fn copy_into(
             let from = src_dir
                 .open_dir(name.as_deref().unwrap_or(Path::new("")))
                 .map_err(confined(STEP))?;
-            copy_children(&from, &to, &shown_src, guard, &mut count, 0)?;
+            copy_children(&from, &to, &shown_src, attrs, guard, &mut count, 0)?;
         } else if as_dir {
             let to = dir_of(&tree, &dest_rel, true, STEP)?;
             let n = name.as_deref().unwrap_or(Path::new(""));
-            copy_entry(&src_dir, n, &to, n, &shown_src, guard, &mut count, 0)?;
+            copy_entry(&src_dir, n, &to, n, &shown_src, attrs, guard, &mut count, 0)?;
         } else {
             let parent = dest_rel.parent().unwrap_or(Path::new(""));
             let to = dir_of(&tree, parent, true, STEP)?;
             let dest_name = dest_rel.file_name().map(Path::new).unwrap_or(Path::new(""));
             let n = name.as_deref().unwrap_or(Path::new(""));
             copy_entry(
-                &src_dir, n, &to, dest_name, &shown_src, guard, &mut count, 0,
+                &src_dir, n, &to, dest_name, &shown_src, attrs, guard, &mut count, 0,
             )?;
         }
     }
@@ -282,13 +351,24 @@ fn copy_children(
     src: &Tree,
     dst: &Tree,
     shown_src: &Path,
+    attrs: CopyAttrs,
     guard: &Guard,
     count: &mut Count,
     depth: usize,
 ) -> Result<(), BuildError> {
     for (name, _) in src.names().map_err(confined(STEP))? {
         let n = Path::new(OsStr::from_bytes(name.to_bytes()));
-        copy_entry(src, n, dst, n, &shown_src.join(n), guard, count, depth + 1)?;
+        copy_entry(
+            src,
+            n,
+            dst,
+            n,
+            &shown_src.join(n),
+            attrs,
+            guard,
+            count,
+            depth + 1,
+        )?;
     }
     Ok(())
 }
@@ -300,6 +380,7 @@ fn copy_entry(
     dst: &Tree,
     dst_name: &Path,
     shown_src: &Path,
+    attrs: CopyAttrs,
     guard: &Guard,
     count: &mut Count,
     depth: usize,
@@ -315,7 +396,9 @@ fn copy_entry(
             shown(shown_src)
         ))
     })?;
-    let root = Some((0, 0));
+    let root = Some(attrs.owner);
+    let (uid, gid) = attrs.owner;
+    let mode = attrs.mode.unwrap_or(meta.mode);
     if meta.is_dir() {
         if !dst
             .stat(dst_name)
@@ -326,12 +409,12 @@ fn copy_entry(
             dst.create_dir_all(dst_name, 0o755)
                 .map_err(confined(STEP))?;
         }
-        dst.chown(dst_name, Some(0), Some(0))
+        dst.chown(dst_name, Some(uid), Some(gid))
             .map_err(confined(STEP))?;
-        dst.chmod(dst_name, meta.mode).map_err(confined(STEP))?;
+        dst.chmod(dst_name, mode).map_err(confined(STEP))?;
         let from = src.open_dir(name).map_err(confined(STEP))?;
         let to = dst.open_dir(dst_name).map_err(confined(STEP))?;
-        return copy_children(&from, &to, shown_src, guard, count, depth);
+        return copy_children(&from, &to, shown_src, attrs, guard, count, depth);
     }
     if meta.is_symlink() {
         let target = src.read_link(name).map_err(confined(STEP))?;
@@ -344,7 +427,7 @@ fn copy_entry(
     }
     let file = src.open_file(name).map_err(confined(STEP))?;
     let mut from = guard.reader(file);
-    dst.replace_file_with(dst_name, meta.mode, root, &mut |f| {
+    dst.replace_file_with(dst_name, mode, root, &mut |f| {
         std::io::copy(&mut from, f).map(drop)
     })
     .map_err(|e| guard.or(confined(STEP)(e)))
@@ -376,8 +459,24 @@ mod tests {
         std::fs::write(ctx.join("dir/sub/b"), b"b").expect("file");
         let g = guard();
 
-        copy_into(&tree, &ctx, &["a.txt".into()], "/opt/renamed", &g).expect("file");
-        copy_into(&tree, &ctx, &["dir".into()], "/srv/", &g).expect("dir");
+        copy_into(
+            &tree,
+            &ctx,
+            &["a.txt".into()],
+            "/opt/renamed",
+            CopyAttrs::default(),
+            &g,
+        )
+        .expect("file");
+        copy_into(
+            &tree,
+            &ctx,
+            &["dir".into()],
+            "/srv/",
+            CopyAttrs::default(),
+            &g,
+        )
+        .expect("dir");
         assert_eq!(std::fs::read(tree.join("opt/renamed")).expect("f"), b"a");
         assert_eq!(std::fs::read(tree.join("srv/sub/b")).expect("f"), b"b");
 
@@ -388,6 +487,45 @@ mod tests {
         std::fs::write(ctx.join("dir/sub/b"), b"changed").expect("file");
         assert_ne!(h1, hash_sources(&ctx, &["dir".into()], &g).expect("hash"));
         assert!(hash_sources(&ctx, &["missing".into()], &g).is_err());
+    }
+
+    #[test]
+    fn chown_and_chmod_apply_to_every_copied_entry_and_names_resolve_in_the_tree() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let tmp = tempfile::tempdir().expect("tmp");
+        let (ctx, tree) = (tmp.path().join("ctx"), tmp.path().join("tree"));
+        std::fs::create_dir_all(ctx.join("dir/sub")).expect("dirs");
+        std::fs::create_dir_all(tree.join("etc")).expect("dirs");
+        std::fs::write(ctx.join("dir/sub/f"), b"f").expect("file");
+        std::fs::write(
+            tree.join("etc/passwd"),
+            "root:x:0:0::/root:/bin/sh\napp:x:1234:1300::/home/app:/bin/sh\n",
+        )
+        .expect("passwd");
+        std::fs::write(tree.join("etc/group"), "root:x:0:\nstaff:x:50:\n").expect("group");
+        assert_eq!(resolve_owner(&tree, "app").expect("user"), (1234, 1300));
+        assert_eq!(resolve_owner(&tree, "app:staff").expect("both"), (1234, 50));
+        assert_eq!(resolve_owner(&tree, "1000").expect("number"), (1000, 1000));
+        assert_eq!(resolve_owner(&tree, "1000:7").expect("numbers"), (1000, 7));
+        let e = resolve_owner(&tree, "nobody-here").expect_err("unknown");
+        assert!(e.to_string().contains("nobody-here"), "{e}");
+        assert!(resolve_owner(&tree, "app:nogroup").is_err());
+        // A tree whose /etc is a link to the host's: resolved inside the tree, never followed.
+        let other = tmp.path().join("other");
+        std::fs::create_dir_all(&other).expect("dirs");
+        std::os::unix::fs::symlink("/etc", other.join("etc")).expect("symlink");
+        assert!(resolve_owner(&other, "root").is_err());
+
+        let attrs = CopyAttrs {
+            owner: (1234, 50),
+            mode: Some(0o750),
+        };
+        copy_into(&tree, &ctx, &["dir".into()], "/app/", attrs, &guard()).expect("copy");
+        for p in ["app/sub", "app/sub/f"] {
+            let m = std::fs::metadata(tree.join(p)).expect("meta");
+            assert_eq!((m.uid(), m.gid()), (1234, 50), "{p}");
+            assert_eq!(m.permissions().mode() & 0o7777, 0o750, "{p}");
+        }
     }
 
     #[test]
@@ -418,29 +556,62 @@ mod tests {
         };
 
         // A symlink to a host file is copied as a symlink, never read.
-        copy_into(&tree, &ctx, &["sneaky".into()], "/x", &g).expect("symlink");
+        copy_into(
+            &tree,
+            &ctx,
+            &["sneaky".into()],
+            "/x",
+            CopyAttrs::default(),
+            &g,
+        )
+        .expect("symlink");
         assert_eq!(
             std::fs::read_link(tree.join("x")).expect("link"),
             host.join("secret")
         );
-        copy_into(&tree, &ctx, &["d".into()], "/bin/", &g).expect("into a linked dir");
+        copy_into(
+            &tree,
+            &ctx,
+            &["d".into()],
+            "/bin/",
+            CopyAttrs::default(),
+            &g,
+        )
+        .expect("into a linked dir");
         assert!(std::fs::symlink_metadata(tree.join("usr/bin/inner"))
             .expect("copied")
             .file_type()
             .is_symlink());
         hash_sources(&ctx, &["sneaky".into(), "d".into()], &g).expect("hash");
         // Through a link to a host directory: resolved inside the context, where it is missing.
-        assert!(copy_into(&tree, &ctx, &["hostdir/secret".into()], "/y", &g).is_err());
+        assert!(copy_into(
+            &tree,
+            &ctx,
+            &["hostdir/secret".into()],
+            "/y",
+            CopyAttrs::default(),
+            &g
+        )
+        .is_err());
         assert!(hash_sources(&ctx, &["hostdir/secret".into()], &g).is_err());
         // A destination through a link to a host directory: resolved inside the tree, where
         // it names nothing, so refused.
-        assert!(copy_into(&tree, &ctx, &["d".into()], "/out/dir/", &g).is_err());
+        assert!(copy_into(
+            &tree,
+            &ctx,
+            &["d".into()],
+            "/out/dir/",
+            CopyAttrs::default(),
+            &g
+        )
+        .is_err());
         intact();
 
         // A FIFO or device in the context: a clear error naming it, at once.
         nix::unistd::mkfifo(&ctx.join("d/fifo"), nix::sys::stat::Mode::S_IRWXU).expect("fifo");
         let began = std::time::Instant::now();
-        let err = copy_into(&tree, &ctx, &["d".into()], "/z/", &g).expect_err("fifo");
+        let err = copy_into(&tree, &ctx, &["d".into()], "/z/", CopyAttrs::default(), &g)
+            .expect_err("fifo");
         assert!(
             err.to_string().contains("fifo") && err.to_string().contains("FIFO"),
             "{err}"

@@ -44,14 +44,19 @@ pub fn step_key(parent_key: &str, step: &str, reads: &str) -> String {
 pub enum StepTree {
     /// Apply a layer tar (a sandbox's changed files, see `layer.rs`) from this file.
     Layer(PathBuf),
-    /// Copy context entries (relative to the unpacked context dir) to an absolute destination.
+    /// Copy context entries (relative to the unpacked context dir, or to an earlier stage's
+    /// tree) to an absolute destination.
     Copy {
-        /// The unpacked context.
+        /// The unpacked context, or the stage's tree.
         context: PathBuf,
         /// Source paths in it.
         sources: Vec<String>,
         /// Absolute destination in the tree.
         dest: String,
+        /// `--chown=USER[:GROUP]` (names resolve in the tree being built).
+        chown: Option<String>,
+        /// `--chmod=OCTAL`.
+        chmod: Option<u32>,
     },
     /// Create this absolute directory (and its parents) if missing.
     Mkdir(String),
@@ -232,7 +237,16 @@ fn apply(root: &Path, change: StepTree, guard: &Guard) -> Result<(), BuildError>
             context,
             sources,
             dest,
-        } => context::copy_into(root, &context, &sources, &dest, guard),
+            chown,
+            chmod,
+        } => {
+            let owner = match &chown {
+                Some(spec) => context::resolve_owner(root, spec)?,
+                None => (0, 0),
+            };
+            let attrs = context::CopyAttrs { owner, mode: chmod };
+            context::copy_into(root, &context, &sources, &dest, attrs, guard)
+        }
         StepTree::Mkdir(dir) => context::mkdir_in(root, &dir),
     }
 }
