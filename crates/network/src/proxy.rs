@@ -101,9 +101,11 @@ async fn handle(shared: Arc<Shared>, mut stream: TcpStream, peer: Ipv4Addr) {
     };
     let ip = *dst.ip();
     if shared.floor.contains(ip) || dst.port() == 0 {
+        let mut head = Vec::new();
+        let name = first_bytes(&mut stream, &mut head, shared.config.sniff_timeout).await;
         let rule = DeniedReason::Floor.rule(None, ip, None);
-        let line = shared.deny_tcp(&entry, dst, None, DeniedReason::Floor, rule);
-        refuse(stream, Vec::new(), &line, shared.config.sniff_timeout).await;
+        let line = shared.deny_tcp(&entry, dst, name, DeniedReason::Floor, rule);
+        refuse(stream, head, &line).await;
         return;
     }
     let policy = entry.policy();
@@ -133,9 +135,12 @@ async fn handle(shared: Arc<Shared>, mut stream: TcpStream, peer: Ipv4Addr) {
             } else {
                 DeniedReason::NotAllowed
             };
+            if head.is_empty() {
+                name = first_bytes(&mut stream, &mut head, shared.config.sniff_timeout).await;
+            }
             let rule = reason.rule(Some(&policy), ip, name.as_deref());
             let line = shared.deny_tcp(&entry, dst, name, reason, rule);
-            refuse(stream, head, &line, shared.config.sniff_timeout).await;
+            refuse(stream, head, &line).await;
             return;
         }
     }
@@ -219,20 +224,26 @@ const TLS_ACCESS_DENIED: [u8; 7] = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 49];
 /// it does not reset the connection before the client has read the answer.
 const REFUSED_DRAIN: usize = 64 * 1024;
 
+/// Reads what a refused client sends first (one read, at most `wait` and 5 s), so the answer
+/// can be in its protocol and the reason can name the host it asked for; returns that name.
+async fn first_bytes(stream: &mut TcpStream, head: &mut Vec<u8>, wait: Duration) -> Option<String> {
+    let mut chunk = [0u8; 4096];
+    if let Ok(Ok(n)) =
+        tokio::time::timeout(wait.min(Duration::from_secs(5)), stream.read(&mut chunk)).await
+    {
+        head.extend_from_slice(&chunk[..n]);
+    }
+    match sniff(head) {
+        Sniffed::Name(n) => Some(n),
+        _ => None,
+    }
+}
+
 /// Tells a refused client why, in its own protocol: a TLS client (first byte 0x16) gets the
 /// `access_denied` alert; anything else that spoke first (HTTP) gets a `403` whose body is the
-/// one-line `reason`; a client that sends nothing within `wait` just sees the close. Then ends
-/// the connection gracefully. Bounded: `wait` for the first bytes, then at most
-/// [`REFUSED_DRAIN`] bytes and one second.
-async fn refuse(mut stream: TcpStream, mut head: Vec<u8>, reason: &str, wait: Duration) {
-    if head.is_empty() {
-        let mut chunk = [0u8; 2048];
-        if let Ok(Ok(n)) =
-            tokio::time::timeout(wait.min(Duration::from_secs(5)), stream.read(&mut chunk)).await
-        {
-            head.extend_from_slice(&chunk[..n]);
-        }
-    }
+/// one-line `reason`; a client that sent nothing just sees the close. Then ends the connection
+/// gracefully, reading (and dropping) at most [`REFUSED_DRAIN`] bytes for at most one second.
+async fn refuse(mut stream: TcpStream, head: Vec<u8>, reason: &str) {
     let answer: Vec<u8> = match head.first() {
         None => return,
         Some(0x16) => TLS_ACCESS_DENIED.to_vec(),

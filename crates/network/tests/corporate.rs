@@ -82,7 +82,8 @@ async fn denials_speak_403_with_a_reason_tls_access_denied_and_the_rule() {
     // to answer it.
     let err = http(&sbx, WEB_B, 80, "b.test").await.expect_err("denied");
     assert!(err.contains("403 Forbidden"), "{err}");
-    let reason = format!("cove: the sandbox's egress policy denied {WEB_B}:80: deny {WEB_B}");
+    let reason =
+        format!("cove: the sandbox's egress policy denied b.test ({WEB_B}:80): deny {WEB_B}");
     assert!(err.contains(&format!("x-cove-denied: {reason}")), "{err}");
     assert!(err.ends_with(&format!("{reason}\n")), "{err}");
     let ev = tokio::time::timeout(Duration::from_secs(2), events.recv())
@@ -90,8 +91,15 @@ async fn denials_speak_403_with_a_reason_tls_access_denied_and_the_rule() {
         .expect("event in time")
         .expect("event");
     assert_eq!(
-        (ev.ip, ev.port, ev.reason, ev.rule.as_str()),
         (
+            ev.name.as_deref(),
+            ev.ip,
+            ev.port,
+            ev.reason,
+            ev.rule.as_str()
+        ),
+        (
+            Some("b.test"),
             Some(WEB_B.ip()),
             Some(80),
             DeniedReason::Denied,
