@@ -11,7 +11,6 @@
 //! placeholder; the sandbox and every other
 //! host see the placeholder, the store and the API never hold the value in clear).
 
-use std::net::Ipv4Addr;
 use std::time::Duration;
 
 use cove_api_types::{
@@ -19,7 +18,9 @@ use cove_api_types::{
 };
 use cove_client::{Client, ClientError, UploadOptions};
 use cove_e2e::{delete, sandbox_with, server_with, sh};
-use cove_network::lab::{DNS_ADDR, HOST_SERVICE_PORT, METADATA, UP_ADDR, WEB_A, WEB_B};
+use cove_network::lab::{
+    inet_range, lab_pool, LabAddr, DNS_ADDR, HOST_SERVICE_PORT, METADATA, UP_ADDR, WEB_A, WEB_B,
+};
 use futures::StreamExt;
 
 fn fake_internet() -> &'static cove_e2e::lab::Lab {
@@ -98,7 +99,7 @@ async fn resolves(c: &Client, id: &str, name: &str) -> Option<String> {
     })
 }
 
-fn web(ip: Ipv4Addr) -> String {
+fn web(ip: LabAddr) -> String {
     format!("http://{ip}/")
 }
 
@@ -114,7 +115,7 @@ async fn internet_on_reaches_the_internet_and_off_reaches_nothing() {
     );
     assert_eq!(
         resolves(&c, &on, "allowed.test").await.as_deref(),
-        Some("203.0.113.10")
+        Some(WEB_A.to_string().as_str())
     );
     assert!(curl(&c, &on, &web(WEB_A)).await.is_ok());
 
@@ -173,7 +174,7 @@ async fn an_allowed_domain_opens_that_name_only() {
     let id = sandbox_net(&c, Some(policy(false, &["allowed.test"], &[])), &[]).await;
     assert_eq!(
         resolves(&c, &id, "allowed.test").await.as_deref(),
-        Some("203.0.113.10")
+        Some(WEB_A.to_string().as_str())
     );
     assert_eq!(
         resolves(&c, &id, "other.test").await,
@@ -220,7 +221,11 @@ async fn a_denied_cidr_inside_an_allowed_range_stays_closed() {
     let c = c();
     let id = sandbox_net(
         &c,
-        Some(policy(false, &["203.0.113.0/24"], &["203.0.113.20/32"])),
+        Some(policy(
+            false,
+            &[&inet_range().to_string()],
+            &[&format!("{WEB_B}/32")],
+        )),
         &[],
     )
     .await;
@@ -282,8 +287,8 @@ async fn the_floor_stays_closed_whatever_the_policy() {
         &[
             "169.254.0.0/16",
             "127.0.0.0/8",
-            "203.0.113.0/24",
-            "198.51.100.0/24",
+            &inet_range().to_string(),
+            &lab_pool().to_string(),
         ],
         &[],
     );
@@ -357,11 +362,11 @@ async fn a_live_put_applies_to_the_next_connection() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let set = c
-        .set_sandbox_network(&id, &policy(true, &[], &["203.0.113.20"]))
+        .set_sandbox_network(&id, &policy(true, &[], &[&WEB_B.to_string()]))
         .await
         .expect("put");
     assert!(set.enforced);
-    assert_eq!(set.network.deny[0].to_string(), "203.0.113.20");
+    assert_eq!(set.network.deny[0].to_string(), WEB_B.to_string());
     assert!(
         curl(&c, &id, &web(WEB_B)).await.is_err(),
         "the next connection is denied"
@@ -421,7 +426,7 @@ async fn a_live_put_applies_to_the_next_connection() {
     );
 
     // Suspend releases the network; wake attaches it again with the stored policy.
-    c.set_sandbox_network(&id, &policy(true, &[], &["203.0.113.20"]))
+    c.set_sandbox_network(&id, &policy(true, &[], &[&WEB_B.to_string()]))
         .await
         .expect("put");
     let before = c.sandbox_network(&id).await.expect("network").counters;

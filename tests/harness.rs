@@ -50,6 +50,9 @@ pub struct Server {
 
 static SERVER: OnceLock<Server> = OnceLock::new();
 static DATA_DIR: OnceLock<PathBuf> = OnceLock::new();
+/// Asks the shared server's thread to shut the server down; it answers when done.
+static STOP: std::sync::Mutex<Option<std::sync::mpsc::Sender<std::sync::mpsc::Sender<()>>>> =
+    std::sync::Mutex::new(None);
 static BUILT: tokio::sync::Mutex<Option<HashSet<String>>> = tokio::sync::Mutex::const_new(None);
 
 fn workspace_root() -> PathBuf {
@@ -129,9 +132,46 @@ pub fn guest_agent() -> PathBuf {
 }
 
 extern "C" fn cleanup_at_exit() {
-    if let Some(dir) = DATA_DIR.get() {
-        cleanup(dir);
+    let Some(dir) = DATA_DIR.get() else {
+        return;
+    };
+    // The server's own shutdown first, as `cove server` does at SIGTERM: it must remove what
+    // it prepared on the host (the gateway namespace and the ready pool).
+    let stop = STOP.lock().ok().and_then(|mut s| s.take());
+    let mut left = Vec::new();
+    if let Some(stop) = stop {
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        if stop.send(done_tx).is_ok() && done_rx.recv_timeout(Duration::from_secs(60)).is_ok() {
+            left = left_after_stop(dir);
+        } else {
+            left.push("the server did not shut down within 60 s".to_string());
+        }
     }
+    cleanup(dir);
+    if !left.is_empty() {
+        eprintln!("the test server left network state behind after its shutdown: {left:?}");
+        // SAFETY: ends the process at once with a failing status; the cleanup above has run.
+        unsafe { libc::_exit(1) }
+    }
+}
+
+/// What the stopped server of `data_dir` left on the host that it prepared rather than a
+/// running sandbox holds: its gateway namespace, and every sandbox-side namespace of its
+/// prefix that no sandbox's network record (`<data dir>/network/*.json`) names. Empty after a
+/// stop that released what it should.
+pub fn left_after_stop(data_dir: &Path) -> Vec<String> {
+    let claimed: BTreeSet<String> = std::fs::read_dir(data_dir.join("network"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path()).ok())
+        .filter_map(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .filter_map(|v| v.get("netns").and_then(|n| n.as_str()).map(str::to_string))
+        .collect();
+    network_namespaces(data_dir)
+        .into_iter()
+        .filter(|ns| !claimed.contains(ns))
+        .collect()
 }
 
 /// Ids of the runc containers under `data_dir`'s runc root (empty when runc has none), and of
@@ -398,6 +438,10 @@ pub fn server_with(tweak: fn(&mut cove_server::Config)) -> &'static Server {
                 }
                 let running = cove_server::start(cfg).await.expect("server starts");
                 let token = running.new_admin_token.clone().expect("fresh admin token");
+                let (stop_tx, stop_rx) = std::sync::mpsc::channel::<std::sync::mpsc::Sender<()>>();
+                if let Ok(mut s) = STOP.lock() {
+                    *s = Some(stop_tx);
+                }
                 tx.send((
                     running.api_addr,
                     running.data_plane_addr,
@@ -405,7 +449,15 @@ pub fn server_with(tweak: fn(&mut cove_server::Config)) -> &'static Server {
                     running.proxy_addr,
                 ))
                 .expect("send");
-                std::future::pending::<()>().await;
+                // Until the process exits (`cleanup_at_exit` asks for the shutdown).
+                let done = tokio::task::spawn_blocking(move || stop_rx.recv().ok())
+                    .await
+                    .ok()
+                    .flatten();
+                running.shutdown().await;
+                if let Some(done) = done {
+                    let _ = done.send(());
+                }
             });
         });
         let (api, dp, token, proxy_addr) = rx.recv().expect("server address");
@@ -458,6 +510,60 @@ pub async fn build_template(client: &Client, template: &str) {
         "build of {template} failed: {:?}",
         op.error
     );
+}
+
+/// A context tar holding only `file` as `Dockerfile`.
+pub fn dockerfile_context(file: &str) -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_size(file.len() as u64);
+    h.set_mode(0o644);
+    h.set_cksum();
+    b.append_data(&mut h, "Dockerfile", file.as_bytes())
+        .expect("append");
+    b.into_inner().expect("tar")
+}
+
+/// Builds `file` as `name` under `network` (without the step cache) and waits: the state,
+/// the release number and the build log.
+pub async fn build_file(
+    c: &Client,
+    name: &str,
+    file: &str,
+    network: cove_api_types::EgressPolicy,
+) -> (OperationState, u32, Vec<String>) {
+    let resp = c
+        .create_template(
+            &cove_api_types::CreateTemplateQuery {
+                name: name.into(),
+                no_cache: true,
+                network: Some(network),
+                ..Default::default()
+            },
+            dockerfile_context(file),
+        )
+        .await
+        .expect("create template");
+    let op = c
+        .wait_operation(&resp.operation.id, Duration::from_secs(300))
+        .await
+        .expect("build ends");
+    let mut lines = Vec::new();
+    let mut logs = std::pin::pin!(c.operation_logs(&resp.operation.id, None));
+    while let Some(ev) = tokio::time::timeout(Duration::from_secs(10), logs.next())
+        .await
+        .expect("log stream answers")
+    {
+        match ev.expect("log event") {
+            cove_api_types::OperationLogEvent::Log { line, .. } => lines.push(line),
+            cove_api_types::OperationLogEvent::Done { .. } => break,
+            cove_api_types::OperationLogEvent::Progress { .. } => {}
+        }
+    }
+    if op.state != OperationState::Succeeded {
+        lines.push(format!("operation error: {:?}", op.error));
+    }
+    (op.state, resp.release.number, lines)
 }
 
 /// Creates a sandbox of `template` (with `req`'s other fields) and waits until it runs.

@@ -168,15 +168,48 @@ impl ServerProcess {
     }
 }
 
+impl ServerProcess {
+    /// Stops the server as an operator does, with SIGTERM, and waits (at most 60 s, then
+    /// SIGKILL) for it to exit; returns what it left on the host that it prepared rather than
+    /// a running sandbox holds ([`crate::left_after_stop`]; empty after a clean stop), or a
+    /// line saying it had to be killed.
+    pub fn stop(&mut self) -> Vec<String> {
+        let Some(mut child) = self.child.take() else {
+            return Vec::new();
+        };
+        signal(child.id(), "TERM");
+        let until = Instant::now() + Duration::from_secs(60);
+        loop {
+            match child.try_wait() {
+                Ok(Some(_)) => return crate::left_after_stop(&self.data_dir),
+                Ok(None) if Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return vec!["the server did not exit within 60 s of SIGTERM".into()];
+                }
+            }
+        }
+    }
+}
+
 impl Drop for ServerProcess {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        let left = self.stop();
+        let failure = (!left.is_empty() && !std::thread::panicking()).then(|| {
+            format!(
+                "the server left network state behind after SIGTERM: {left:?}\n{}",
+                self.log_tail()
+            )
+        });
         crate::release_node_resources(&self.data_dir);
         if !self.keep_data_dir {
             let _ = std::fs::remove_dir_all(&self.data_dir);
+        }
+        if let Some(failure) = failure {
+            panic!("{failure}");
         }
     }
 }

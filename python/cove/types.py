@@ -534,6 +534,13 @@ class Event:
     reason: Optional[str] = None
     #: For ``network.denied``: what the sandbox tried to reach.
     destination: Optional[str] = None
+    #: For ``network.denied``: the host it tried (the name it carried, else the address).
+    host: Optional[str] = None
+    #: For ``network.denied``: the port it tried (``None`` for a DNS question).
+    port: Optional[int] = None
+    #: For ``network.denied``: the rule that refused it (``deny RULE``, ``floor (...)``, or
+    #: ``internet off and no allow rule names it``).
+    rule: Optional[str] = None
 
     @classmethod
     def from_json(cls, data: Dict[str, Any]) -> "Event":

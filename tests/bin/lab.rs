@@ -2,13 +2,14 @@
 //! servers, DNS, all in namespaces it creates under `PREFIX`) as its own process, for tests in
 //! other languages (the E2B SDK tests). Writes the CA that signed its HTTPS certificate to
 //! `CA_FILE`, prints one line of JSON (`{"upstream_ns", "resolver", "pool"}`: what a server's
-//! gateway needs as its upstream), then serves until its standard input closes, and removes its
-//! namespaces. Needs root; refuses to start when a host route overlaps the lab's ranges.
+//! gateway needs as its upstream; and `inet`, `web_a`, `web_b`: the fake internet's range, chosen
+//! at run time, and the addresses of its two web servers), then serves until its standard input
+//! closes, and removes its namespaces. Needs root.
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
 
-use cove_network::lab::{self, DNS_ADDR, LAB_POOL};
+use cove_network::lab::{self, DNS_ADDR, WEB_A, WEB_B};
 
 const USAGE: &str = "usage: cove-e2e-lab PREFIX CA_FILE";
 
@@ -42,7 +43,10 @@ fn main() -> ExitCode {
             let line = serde_json::json!({
                 "upstream_ns": lab.upstream_ns,
                 "resolver": format!("{DNS_ADDR}:53"),
-                "pool": LAB_POOL,
+                "pool": lab::lab_pool().to_string(),
+                "inet": lab::inet_range().to_string(),
+                "web_a": WEB_A.to_string(),
+                "web_b": WEB_B.to_string(),
             });
             let mut out = std::io::stdout().lock();
             writeln!(out, "{line}")

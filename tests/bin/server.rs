@@ -6,6 +6,9 @@
 //! `COVE_E2E_AGENT_CHECK_MS` sets how often guest agents are checked (default 5000);
 //! `COVE_E2E_DEFAULT_DISK_MIB=0` gives sandboxes no own disk (their files on the data dir).
 //! `COVE_E2E_USER_NAMESPACES=off` runs sandboxes without user namespaces.
+//! `COVE_E2E_KEEP_NETWORK_ON_STOP` (any value) is `cove server --keep-network-on-stop`,
+//! `COVE_E2E_SANDBOX_CA_FILE` its `--sandbox-ca-file` and `COVE_E2E_UPSTREAM_PROXY` its
+//! `--upstream-proxy`.
 //! `COVE_E2E_SNAPSHOT_STORE` is the snapshot store URL (`s3://...` with the `AWS_*` settings in
 //! the environment, as `cove server --snapshot-store` takes them).
 
@@ -19,7 +22,7 @@ const USAGE: &str = "usage: cove-e2e-server DATA_DIR API_ADDR DATA_PLANE_ADDR AG
 /// The gateway's upstream from `COVE_E2E_UPSTREAM_NS` (a namespace standing for the host),
 /// `COVE_E2E_RESOLVER` (`ip:port`) and `COVE_E2E_TLS_ROOTS` (a PEM file), when set: a fake
 /// internet for tests. Sandbox addresses then come from `COVE_E2E_POOL` (default
-/// 198.51.100.0/24).
+/// `cove_network::lab::lab_pool()`, the fake internet's pool chosen at run time).
 fn network_from_env() -> cove_server::NetworkSettings {
     let Ok(netns) = std::env::var("COVE_E2E_UPSTREAM_NS") else {
         return Default::default();
@@ -27,22 +30,23 @@ fn network_from_env() -> cove_server::NetworkSettings {
     let resolver = std::env::var("COVE_E2E_RESOLVER")
         .ok()
         .and_then(|r| r.parse().ok())
-        .unwrap_or_else(|| std::net::SocketAddrV4::new([203, 0, 113, 53].into(), 53));
+        .unwrap_or_else(|| std::net::SocketAddrV4::new(cove_network::lab::DNS_ADDR.ip(), 53));
     let tls_roots_pem = std::env::var("COVE_E2E_TLS_ROOTS")
         .ok()
         .and_then(|p| std::fs::read_to_string(p).ok());
     cove_server::NetworkSettings {
         mode: cove_server::NetworkMode::On,
         prefix: std::env::var("COVE_E2E_NETWORK_PREFIX").ok(),
-        pool: std::env::var("COVE_E2E_POOL")
-            .unwrap_or_else(|_| "198.51.100.0/24".into())
-            .parse()
-            .ok(),
+        pool: match std::env::var("COVE_E2E_POOL") {
+            Ok(p) => p.parse().ok(),
+            Err(_) => Some(cove_network::lab::lab_pool()),
+        },
         upstream: Some(cove_network::Upstream {
             netns: Some(netns),
             resolver,
             tls_roots_pem,
         }),
+        ..Default::default()
     }
 }
 
@@ -98,7 +102,16 @@ fn main() -> ExitCode {
                 domain: None,
             }),
         proxy: None,
-        network: network_from_env(),
+        network: cove_server::NetworkSettings {
+            keep_on_stop: std::env::var("COVE_E2E_KEEP_NETWORK_ON_STOP").is_ok(),
+            sandbox_ca_file: std::env::var("COVE_E2E_SANDBOX_CA_FILE")
+                .ok()
+                .map(PathBuf::from),
+            upstream_proxy: std::env::var("COVE_E2E_UPSTREAM_PROXY")
+                .ok()
+                .and_then(|u| u.parse().ok()),
+            ..network_from_env()
+        },
         default_disk_mib: match std::env::var("COVE_E2E_DEFAULT_DISK_MIB")
             .ok()
             .and_then(|m| m.parse::<u64>().ok())

@@ -38,9 +38,10 @@ def _target():
 
 
 class FakeInternet:
-    """`cove-e2e-lab`: web servers and DNS inside namespaces this process creates (203.0.113.10
-    serves `allowed.test` and `other.test`, 203.0.113.20 serves `b.test`; see
-    crates/network/src/lab). Nothing leaves those namespaces. `stop()` removes them."""
+    """`cove-e2e-lab`: web servers and DNS inside namespaces this process creates (`web_a`
+    serves `allowed.test` and `other.test`, `web_b` serves `b.test`, both in `inet`, a range the
+    lab chose at run time that no host route uses; see crates/network/src/lab). Nothing leaves
+    those namespaces. `stop()` removes them."""
 
     def __init__(self):
         self.bin = os.environ.get("COVE_E2E_LAB", f"{_target()}/debug/cove-e2e-lab")
@@ -60,6 +61,7 @@ class FakeInternet:
         self.upstream_ns, self.resolver, self.pool = (
             info["upstream_ns"], info["resolver"], info["pool"],
         )
+        self.inet, self.web_a, self.web_b = info["inet"], info["web_a"], info["web_b"]
 
     def stop(self):
         if self.proc.poll() is None:

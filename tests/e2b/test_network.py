@@ -1,8 +1,8 @@
 """E2B network rules (`network` on create, `allow_internet_access`, `update_network`) on Cove's
 egress policy, through the sync and async SDKs, against a server of this module's own whose
 sandboxes' gateway goes out to a fake internet (`cove-e2e-lab`: namespaces this module
-creates; `allowed.test` is 203.0.113.10, `b.test` is 203.0.113.20). No traffic goes anywhere
-else."""
+creates; `allowed.test` is its `web_a`, `b.test` its `web_b`, addresses the lab chose at run
+time). No traffic goes anywhere else."""
 
 import os
 import sys
@@ -15,11 +15,14 @@ sys.path.insert(0, os.path.dirname(__file__))
 from cove_server import CoveServer, FakeInternet  # noqa: E402
 
 REFUSED = "REFUSED"
+# The fake internet's range and web servers (set by the module's fixture).
+LAB = {}
 
 
 @pytest.fixture(scope="module", autouse=True)
 def lab_server():
     lab = FakeInternet()
+    LAB.update(inet=lab.inet, web_a=lab.web_a, web_b=lab.web_b)
     try:
         srv = CoveServer(upstream=lab)
     except Exception:
@@ -55,16 +58,17 @@ def test_deny_all_with_an_allowed_domain_then_live_updates():
     try:
         assert fetch(sbx, "http://allowed.test/") == "site=web-a host=allowed.test"
         assert fetch(sbx, "http://b.test/") == REFUSED
-        assert fetch(sbx, "http://203.0.113.20/") == REFUSED
+        assert fetch(sbx, f"http://{LAB['web_b']}/") == REFUSED
         net = sbx.get_info().network
         assert net["allow_out"] == ["allowed.test"]
         assert net["deny_out"] == [ALL_TRAFFIC]
 
         # The live update replaces the rules; the next connection follows them.
-        sbx.update_network({"deny_out": [ALL_TRAFFIC], "allow_out": ["203.0.113.20"]})
-        assert fetch(sbx, "http://203.0.113.20/") == "site=web-b host=203.0.113.20"
+        web_b = LAB["web_b"]
+        sbx.update_network({"deny_out": [ALL_TRAFFIC], "allow_out": [web_b]})
+        assert fetch(sbx, f"http://{web_b}/") == f"site=web-b host={web_b}"
         assert fetch(sbx, "http://allowed.test/") == REFUSED
-        assert sbx.get_info().network["allow_out"] == ["203.0.113.20"]
+        assert sbx.get_info().network["allow_out"] == [web_b]
 
         # Omitted fields are cleared: everything is open again.
         sbx.update_network({})
@@ -75,10 +79,11 @@ def test_deny_all_with_an_allowed_domain_then_live_updates():
 
 
 def test_an_allowed_address_inside_a_denied_range_stays_reachable():
-    sbx = Sandbox.create(network={"deny_out": ["203.0.113.0/24"], "allow_out": ["203.0.113.20"]})
+    web_a, web_b = LAB["web_a"], LAB["web_b"]
+    sbx = Sandbox.create(network={"deny_out": [LAB["inet"]], "allow_out": [web_b]})
     try:
-        assert fetch(sbx, "http://203.0.113.20/") == "site=web-b host=203.0.113.20"
-        assert fetch(sbx, "http://203.0.113.10/") == REFUSED
+        assert fetch(sbx, f"http://{web_b}/") == f"site=web-b host={web_b}"
+        assert fetch(sbx, f"http://{web_a}/") == REFUSED
         assert fetch(sbx, "http://allowed.test/") == REFUSED
     finally:
         sbx.kill()

@@ -54,6 +54,17 @@ pub struct Event {
     /// `name (ip:port)`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination: Option<String>,
+    /// For `network.denied`: the host it tried (the name the connection or question carried,
+    /// else the address).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// For `network.denied`: the port it tried (none for a DNS question).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port: Option<u16>,
+    /// For `network.denied`: the rule that refused it: `deny RULE` (the policy's deny entry),
+    /// `internet off and no allow rule names it`, or `floor (...)` (never reachable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
 }
 
 /// `GET /v1/capabilities`: what this server's runtime can do.

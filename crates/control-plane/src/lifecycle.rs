@@ -483,6 +483,9 @@ impl ControlPlane {
             operation_id: op_id.map(str::to_string),
             reason: reason.map(str::to_string),
             destination: None,
+            host: None,
+            port: None,
+            rule: None,
         });
         let moved = self
             .store()

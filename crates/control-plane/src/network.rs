@@ -460,6 +460,9 @@ impl ControlPlane {
                 operation_id: None,
                 reason: Some(d.reason.clone()),
                 destination: Some(d.destination.clone()),
+                host: d.host.clone(),
+                port: d.port,
+                rule: d.rule.clone(),
             };
             if let Err(e) = self.record_event(&d.sandbox_id, event).await {
                 warn!(sandbox_id = %d.sandbox_id, error = %e, "cannot record a network denial");

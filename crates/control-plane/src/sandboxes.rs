@@ -384,6 +384,9 @@ impl ControlPlane {
                 operation_id: Some(op.id.clone()),
                 reason: None,
                 destination: None,
+                host: None,
+                port: None,
+                rule: None,
             };
             if let Err(e) = self.record_event(&sandbox.id, created).await {
                 warn!(sandbox_id = %sandbox.id, error = %e, "cannot record the created event");

@@ -68,6 +68,14 @@ pub struct NetworkConfig {
     /// it (or for secret interception on port 443). A protocol where the server speaks first is
     /// judged without a name after this time, so with domain rules it starts this much later.
     pub sniff_timeout: Duration,
+    /// An HTTP CONNECT proxy every allowed connection goes out through (a corporate network's
+    /// upstream proxy); `None` = straight to the destination. DNS still goes to
+    /// [`Upstream::resolver`].
+    pub upstream_proxy: Option<crate::UpstreamProxy>,
+    /// PEM of CAs every sandbox and build trusts besides its own bundle (a corporate network's
+    /// TLS-inspecting CA): the node agent installs it in each sandbox's trust store, and the
+    /// gateway trusts it too when it verifies upstream servers itself (secret substitution).
+    pub sandbox_ca_pem: Option<String>,
 }
 
 impl NetworkConfig {
@@ -84,6 +92,8 @@ impl NetworkConfig {
             extra_floor: Vec::new(),
             connect_timeout: Duration::from_secs(10),
             sniff_timeout: Duration::from_secs(5),
+            upstream_proxy: None,
+            sandbox_ca_pem: None,
         }
     }
 
@@ -141,6 +151,9 @@ impl NetworkConfig {
         if self.prepared > 256 {
             return Err(NetworkError::Config("prepared must be at most 256".into()));
         }
+        if let Some(pem) = &self.sandbox_ca_pem {
+            check_ca_pem(pem)?;
+        }
         Ok(())
     }
 
@@ -167,6 +180,44 @@ impl NetworkConfig {
         }
         Ok(())
     }
+}
+
+/// Most bytes of [`NetworkConfig::sandbox_ca_pem`] (with a sandbox's interception CA it must
+/// fit what a VM's guest agent takes, 16 KiB).
+pub const MAX_SANDBOX_CA_BYTES: usize = 12 * 1024;
+
+/// A sandbox CA must be PEM certificates only, at least one, at most
+/// [`MAX_SANDBOX_CA_BYTES`].
+fn check_ca_pem(pem: &str) -> Result<()> {
+    use rustls::pki_types::pem::{PemObject, SectionKind};
+    if pem.len() > MAX_SANDBOX_CA_BYTES {
+        return Err(NetworkError::Config(format!(
+            "the sandbox CA is {} bytes, at most {MAX_SANDBOX_CA_BYTES}",
+            pem.len()
+        )));
+    }
+    let mut certs = 0;
+    for item in <(SectionKind, Vec<u8>)>::pem_slice_iter(pem.as_bytes()) {
+        match item {
+            Ok((SectionKind::Certificate, _)) => certs += 1,
+            Ok(_) => {
+                return Err(NetworkError::Config(
+                    "the sandbox CA file holds something other than certificates (a key?)".into(),
+                ))
+            }
+            Err(e) => {
+                return Err(NetworkError::Config(format!(
+                    "the sandbox CA file is not PEM: {e}"
+                )))
+            }
+        }
+    }
+    if certs == 0 {
+        return Err(NetworkError::Config(
+            "the sandbox CA file holds no PEM certificate".into(),
+        ));
+    }
+    Ok(())
 }
 
 fn offset_addr(net: Ipv4Net, off: u32) -> Ipv4Addr {

@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use serde::{Deserialize, Serialize};
+
+use crate::policy::EgressPolicy;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Live counters of one sandbox (relaxed atomics). Each also feeds a node-wide Prometheus
@@ -128,6 +130,28 @@ pub enum DeniedReason {
     NotAllowed,
 }
 
+impl DeniedReason {
+    /// The rule that refused a destination, as a user reads it: `floor`, `deny RULE` (the
+    /// first deny entry naming `ip` or `name`), or `internet off, no allow rule`.
+    pub fn rule(self, policy: Option<&EgressPolicy>, ip: Ipv4Addr, name: Option<&str>) -> String {
+        match self {
+            DeniedReason::Floor => {
+                "floor (host, node, sandbox, metadata and private addresses are never reachable)"
+                    .to_string()
+            }
+            DeniedReason::Denied => policy
+                .and_then(|p| {
+                    p.deny.iter().find(|r| {
+                        (!ip.is_unspecified() && r.matches_ip(ip))
+                            || name.is_some_and(|n| r.matches_name(n))
+                    })
+                })
+                .map_or_else(|| "deny".to_string(), |r| format!("deny {r}")),
+            DeniedReason::NotAllowed => "internet off and no allow rule names it".to_string(),
+        }
+    }
+}
+
 /// One refused connection or DNS question (the `network_denied` event).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct DeniedEvent {
@@ -145,6 +169,8 @@ pub struct DeniedEvent {
     pub protocol: &'static str,
     /// Why.
     pub reason: DeniedReason,
+    /// The rule that refused it ([`DeniedReason::rule`]).
+    pub rule: String,
 }
 
 /// The sandbox side of a proxied connection: what is read from it counts as `bytes_out`, what is

@@ -264,22 +264,37 @@ impl SandboxTls {
     }
 }
 
-/// The client config for upstream TLS: `roots_pem` when given, else the host's trust store.
-pub(crate) fn upstream_client_config(roots_pem: Option<&str>) -> Result<Arc<rustls::ClientConfig>> {
+/// The client config for upstream TLS: `roots_pem` when given, else the host's trust store;
+/// and `extra_pem` (the node's sandbox CA) besides.
+pub(crate) fn upstream_client_config(
+    roots_pem: Option<&str>,
+    extra_pem: Option<&str>,
+) -> Result<Arc<rustls::ClientConfig>> {
     use rustls::pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
-    match roots_pem {
-        Some(pem) => {
-            for cert in rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes()) {
-                roots
-                    .add(cert.map_err(|e| tls_err("roots", e))?)
-                    .map_err(|e| tls_err("roots", e))?;
-            }
+    let mut add_pem = |pem: &str| -> Result<()> {
+        for cert in rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes()) {
+            roots
+                .add(cert.map_err(|e| tls_err("roots", e))?)
+                .map_err(|e| tls_err("roots", e))?;
         }
+        Ok(())
+    };
+    match roots_pem {
+        Some(pem) => add_pem(pem)?,
         None => {
             let found = rustls_native_certs::load_native_certs();
             roots.add_parsable_certificates(found.certs);
         }
+    }
+    if let Some(pem) = extra_pem {
+        let mut roots_extra = rustls::RootCertStore::empty();
+        for cert in rustls::pki_types::CertificateDer::pem_slice_iter(pem.as_bytes()) {
+            roots_extra
+                .add(cert.map_err(|e| tls_err("sandbox CA", e))?)
+                .map_err(|e| tls_err("sandbox CA", e))?;
+        }
+        roots.roots.extend(roots_extra.roots);
     }
     let mut config = rustls::ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()

@@ -39,8 +39,11 @@
 //! * **Counters / events**: [`Network::counters`], [`Network::denied_events`] (the
 //!   `network_denied` event: [`DeniedEvent`]).
 //! * **Node shutdown**: [`Network::shutdown`] (or [`Network::close`] on a shared handle)
-//!   removes everything; dropping the handle instead stops serving and leaves the namespaces
-//!   for the next start's recovery ([`Network::attached`] tells whether any sandbox needs that).
+//!   removes everything; [`Network::close_keeping_attached`] removes everything but the
+//!   attached sandboxes' own namespaces (the ready pool, the gateway namespace with every veth
+//!   and the nft table), which the next start adopts; dropping the handle instead stops serving
+//!   and leaves everything for the next start's recovery ([`Network::attached`] tells whether
+//!   any sandbox needs that).
 //!
 //! * **Secrets** (on create, after attach): [`Network::intercept`]`(id, secrets)` →
 //!   [`Interception`]: install `ca_pem` in the sandbox's trust store and set each secret's
@@ -80,6 +83,7 @@ mod relay;
 mod scrub;
 pub mod sniff;
 mod sockets;
+mod upstream_proxy;
 pub mod warn;
 
 pub use cmd::run_in_netns;
@@ -92,4 +96,5 @@ pub use intercept::{Interception, Reuse, Secret};
 pub use network::{Adopt, Attachment, Network, Recovery, MAX_CONNECTIONS};
 pub use plumbing::{inventory, Inventory};
 pub use policy::{EgressPolicy, EgressRule, Verdict};
+pub use upstream_proxy::UpstreamProxy;
 pub use warn::RateLimit;

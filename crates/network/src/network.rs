@@ -147,8 +147,23 @@ impl Shared {
         if let Some(c) = self.upstream_tls.get() {
             return Ok(c.clone());
         }
-        let c = intercept::upstream_client_config(self.config.upstream.tls_roots_pem.as_deref())?;
+        let c = intercept::upstream_client_config(
+            self.config.upstream.tls_roots_pem.as_deref(),
+            self.config.sandbox_ca_pem.as_deref(),
+        )?;
         Ok(self.upstream_tls.get_or_init(|| c).clone())
+    }
+
+    /// A connection toward `dst` from the upstream namespace: through the upstream proxy when
+    /// one is configured, else straight.
+    pub(crate) async fn connect_upstream(
+        &self,
+        dst: SocketAddrV4,
+    ) -> std::io::Result<tokio::net::TcpStream> {
+        match &self.config.upstream_proxy {
+            Some(p) => p.connect(&self.upstream, dst).await,
+            None => self.upstream.connect(dst).await,
+        }
     }
 
     fn pool(&self) -> std::sync::MutexGuard<'_, Pool> {
@@ -159,19 +174,23 @@ impl Shared {
         dns::resolves_to(self, name, ip).await
     }
 
+    /// Counts and reports a refused connection (the `network_denied` event, with the rule
+    /// that refused it); returns the one-line reason the client is told.
     pub(crate) fn deny_tcp(
         &self,
         entry: &SandboxEntry,
         dst: SocketAddrV4,
         name: Option<String>,
         reason: DeniedReason,
-    ) {
+        rule: String,
+    ) -> String {
         Counters::add(&entry.counters.connections_denied, 1);
         let destination = match &name {
             Some(n) => format!("{n} ({dst})"),
             None => dst.to_string(),
         };
-        debug!(sandbox_id = %entry.id, %destination, ?reason, "connection denied");
+        let line = format!("cove: the sandbox's egress policy denied {destination}: {rule}");
+        debug!(sandbox_id = %entry.id, %destination, ?reason, %rule, "connection denied");
         let _ = self.events.send(DeniedEvent {
             sandbox_id: entry.id.clone(),
             destination,
@@ -180,7 +199,9 @@ impl Shared {
             name,
             protocol: "tcp",
             reason,
+            rule,
         });
+        line
     }
 
     pub(crate) fn deny_dns(&self, entry: &SandboxEntry, name: &str, reason: DeniedReason) {
@@ -193,6 +214,11 @@ impl Shared {
             name: Some(name.to_string()),
             protocol: "dns",
             reason,
+            rule: reason.rule(
+                Some(&entry.policy()),
+                std::net::Ipv4Addr::UNSPECIFIED,
+                Some(name),
+            ),
         });
     }
 
@@ -587,6 +613,19 @@ impl Network {
     /// later attach fails). Waits for a namespace being prepared to be done first, so nothing
     /// is made after the removal.
     pub async fn close(&self) -> Result<()> {
+        self.stop_and_remove(false).await
+    }
+
+    /// Stops the gateway and removes what it prepared on the host, keeping only what attached
+    /// sandboxes need to be adopted by the next start: the ready pool's namespaces and the
+    /// gateway namespace go (every veth, route, address and the nft table go with it), each
+    /// attached sandbox's own namespace stays (without its link to the gateway: the next start
+    /// re-plumbs it, as after a crash). After it the handle serves nothing.
+    pub async fn close_keeping_attached(&self) -> Result<()> {
+        self.stop_and_remove(true).await
+    }
+
+    async fn stop_and_remove(&self, keep_attached: bool) -> Result<()> {
         let _ = self.stop.send(true);
         self.refill.notify_one();
         for s in &self.servers {
@@ -598,9 +637,17 @@ impl Network {
         }
         let prefix = self.shared.config.prefix.clone();
         let cfg = self.shared.config.clone();
+        let kept: BTreeSet<u32> = if keep_attached {
+            self.shared.pool().attached.values().copied().collect()
+        } else {
+            BTreeSet::new()
+        };
+        let kept_count = kept.len();
         blocking(move || {
             for slot in plumbing::existing_slots(&prefix)? {
-                plumbing::unplumb(&cfg, slot)?;
+                if !kept.contains(&slot) {
+                    plumbing::unplumb(&cfg, slot)?;
+                }
             }
             plumbing::delete_gateway(&prefix)
         })
@@ -611,7 +658,8 @@ impl Network {
             .unwrap_or_else(|e| e.into_inner())
             .clear();
         *self.shared.pool() = Pool::default();
-        info!(prefix = %self.shared.config.prefix, "sandbox network gateway shut down");
+        info!(prefix = %self.shared.config.prefix, kept = kept_count,
+            "sandbox network gateway shut down");
         Ok(())
     }
 

@@ -101,7 +101,11 @@ async fn handle(shared: Arc<Shared>, mut stream: TcpStream, peer: Ipv4Addr) {
     };
     let ip = *dst.ip();
     if shared.floor.contains(ip) || dst.port() == 0 {
-        shared.deny_tcp(&entry, dst, None, DeniedReason::Floor);
+        let mut head = Vec::new();
+        let name = first_bytes(&mut stream, &mut head, shared.config.sniff_timeout).await;
+        let rule = DeniedReason::Floor.rule(None, ip, None);
+        let line = shared.deny_tcp(&entry, dst, name, DeniedReason::Floor, rule);
+        refuse(stream, head, &line).await;
         return;
     }
     let policy = entry.policy();
@@ -131,16 +135,18 @@ async fn handle(shared: Arc<Shared>, mut stream: TcpStream, peer: Ipv4Addr) {
             } else {
                 DeniedReason::NotAllowed
             };
-            shared.deny_tcp(&entry, dst, name, reason);
-            if !head.is_empty() && head[0] != 0x16 {
-                let _ = stream.write_all(forbidden_response().as_bytes()).await;
+            if head.is_empty() {
+                name = first_bytes(&mut stream, &mut head, shared.config.sniff_timeout).await;
             }
+            let rule = reason.rule(Some(&policy), ip, name.as_deref());
+            let line = shared.deny_tcp(&entry, dst, name, reason, rule);
+            refuse(stream, head, &line).await;
             return;
         }
     }
     Counters::add(&entry.counters.connections_allowed, 1);
     let upstream =
-        match tokio::time::timeout(shared.config.connect_timeout, shared.upstream.connect(dst))
+        match tokio::time::timeout(shared.config.connect_timeout, shared.connect_upstream(dst))
             .await
         {
             Ok(Ok(s)) => s,
@@ -209,10 +215,73 @@ async fn splice(
     }
 }
 
-fn forbidden_response() -> String {
-    let body = r#"{"code":"network_denied","message":"the sandbox's network policy refuses this destination"}"#;
+/// A TLS alert record: fatal (2), `access_denied` (49). Sent in the clear before any
+/// handshake message, which every TLS version allows, so the client reports "access denied"
+/// instead of a reset or an unexpected end of file.
+const TLS_ACCESS_DENIED: [u8; 7] = [0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 49];
+
+/// Most bytes read (and dropped) from a refused connection after the answer, so that closing
+/// it does not reset the connection before the client has read the answer.
+const REFUSED_DRAIN: usize = 64 * 1024;
+
+/// Reads what a refused client sends first (one read, at most `wait` and 5 s), so the answer
+/// can be in its protocol and the reason can name the host it asked for; returns that name.
+async fn first_bytes(stream: &mut TcpStream, head: &mut Vec<u8>, wait: Duration) -> Option<String> {
+    let mut chunk = [0u8; 4096];
+    if let Ok(Ok(n)) =
+        tokio::time::timeout(wait.min(Duration::from_secs(5)), stream.read(&mut chunk)).await
+    {
+        head.extend_from_slice(&chunk[..n]);
+    }
+    match sniff(head) {
+        Sniffed::Name(n) => Some(n),
+        _ => None,
+    }
+}
+
+/// Tells a refused client why, in its own protocol: a TLS client (first byte 0x16) gets the
+/// `access_denied` alert; anything else that spoke first (HTTP) gets a `403` whose body is the
+/// one-line `reason`; a client that sent nothing just sees the close. Then ends the connection
+/// gracefully, reading (and dropping) at most [`REFUSED_DRAIN`] bytes for at most one second.
+async fn refuse(mut stream: TcpStream, head: Vec<u8>, reason: &str) {
+    let answer: Vec<u8> = match head.first() {
+        None => return,
+        Some(0x16) => TLS_ACCESS_DENIED.to_vec(),
+        Some(_) => forbidden_response(reason).into_bytes(),
+    };
+    if stream.write_all(&answer).await.is_err() {
+        return;
+    }
+    let _ = stream.shutdown().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
+    let mut sink = [0u8; 4096];
+    let mut drained = 0;
+    while drained < REFUSED_DRAIN {
+        match tokio::time::timeout_at(deadline, stream.read(&mut sink)).await {
+            Ok(Ok(n)) if n > 0 => drained += n,
+            _ => break,
+        }
+    }
+}
+
+/// The `403` a refused plain-HTTP client gets: `reason` as a one-line text body, and as the
+/// `x-cove-denied` header.
+fn forbidden_response(reason: &str) -> String {
+    // The reason holds names a sandbox sent: only printable ASCII goes into the header.
+    let header: String = reason
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
+        .collect();
+    let body = format!("{header}\n");
     format!(
-        "HTTP/1.1 403 Forbidden\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        "HTTP/1.1 403 Forbidden\r\ncontent-type: text/plain; charset=utf-8\r\n\
+         x-cove-denied: {header}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
         body.len()
     )
 }

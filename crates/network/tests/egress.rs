@@ -7,7 +7,9 @@ use std::net::SocketAddrV4;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use cove_network::lab::{DNS_ADDR, HOST_SERVICE_PORT, METADATA, UP_ADDR, WEB_A, WEB_B};
+use cove_network::lab::{
+    inet_range, lab_pool, DNS_ADDR, HOST_SERVICE_PORT, METADATA, UP_ADDR, WEB_A, WEB_B,
+};
 use cove_network::{DeniedReason, EgressPolicy};
 use hickory_proto::op::{Message, Query, ResponseCode};
 use hickory_proto::rr::rdata::TXT;
@@ -30,7 +32,7 @@ async fn internet_on_then_off() {
         .expect("https with internet on");
     assert!(body.starts_with("site=tls-other.test"), "{body}");
     let a = dns(&sbx, gw, "b.test").await.expect("dns answer");
-    assert_eq!((a.code, a.ips), (ResponseCode::NoError, vec![WEB_B]));
+    assert_eq!((a.code, a.ips), (ResponseCode::NoError, vec![WEB_B.ip()]));
 
     fx.net()
         .set_policy("on", EgressPolicy::offline())
@@ -66,7 +68,7 @@ async fn internet_on_then_off() {
         .expect("event in time")
         .expect("event");
     assert_eq!(ev.sandbox_id, "on");
-    assert_eq!(ev.destination, "203.0.113.10:80");
+    assert_eq!(ev.destination, format!("allowed.test ({WEB_A}:80)"));
     assert_eq!(ev.reason, DeniedReason::NotAllowed);
     fx.finish().await;
 }
@@ -82,7 +84,7 @@ async fn allow_one_domain_opens_only_that_name() {
 
     assert_eq!(
         dns(&sbx, gw, "allowed.test").await.expect("dns").ips,
-        vec![WEB_A]
+        vec![WEB_A.ip()]
     );
     assert_eq!(
         dns(&sbx, gw, "other.test").await.expect("dns").code,
@@ -109,16 +111,16 @@ async fn allow_one_domain_opens_only_that_name() {
     );
     // The raw IP, with and without a Host header.
     assert!(
-        http(&sbx, WEB_A, 80, "203.0.113.10").await.is_err(),
+        http(&sbx, WEB_A, 80, &WEB_A.to_string()).await.is_err(),
         "raw IP as Host"
     );
     let ns = sbx.clone();
     let raw = tokio::task::spawn_blocking(move || {
-        cove_network::lab::check_route(&ns, WEB_A).expect("route");
+        cove_network::lab::check_route(&ns, WEB_A.ip()).expect("route");
         cove_network::run_in_netns(&ns, || {
             use std::io::{Read, Write};
             let mut s = std::net::TcpStream::connect_timeout(
-                &SocketAddrV4::new(WEB_A, 80).into(),
+                &SocketAddrV4::new(WEB_A.ip(), 80).into(),
                 support::TIMEOUT,
             )
             .ok()?;
@@ -152,7 +154,11 @@ async fn deny_wins_inside_allowed_range_and_for_domains() {
     let sbx = fx
         .sandbox(
             "deny",
-            policy(false, &["203.0.113.0/24"], &["203.0.113.20/32"]),
+            policy(
+                false,
+                &[&inet_range().to_string()],
+                &[&format!("{WEB_B}/32")],
+            ),
         )
         .await;
     assert!(
@@ -176,7 +182,10 @@ async fn deny_wins_inside_allowed_range_and_for_domains() {
         dns(&sbx, gw, "api.sub.test").await.expect("dns").code,
         ResponseCode::Refused
     );
-    assert_eq!(dns(&sbx, gw, "b.test").await.expect("dns").ips, vec![WEB_B]);
+    assert_eq!(
+        dns(&sbx, gw, "b.test").await.expect("dns").ips,
+        vec![WEB_B.ip()]
+    );
     fx.finish().await;
 }
 
@@ -201,8 +210,8 @@ async fn floor_stays_closed_whatever_the_policy() {
         true,
         &[
             "169.254.169.254",
-            "203.0.113.1",
-            "198.51.100.0/24",
+            &UP_ADDR.to_string(),
+            &lab_pool().to_string(),
             "127.0.0.1",
         ],
         &[],
@@ -218,7 +227,7 @@ async fn floor_stays_closed_whatever_the_policy() {
         .expect("event");
     assert_eq!(
         (ev.reason, ev.destination.as_str()),
-        (DeniedReason::Floor, "169.254.169.254:80")
+        (DeniedReason::Floor, "meta (169.254.169.254:80)")
     );
     assert!(
         http(&a, UP_ADDR, HOST_SERVICE_PORT, "h").await.is_err(),
@@ -297,12 +306,14 @@ async fn floor_stays_closed_whatever_the_policy() {
     while let Ok(ev) = events.try_recv() {
         seen.push(ev.destination);
     }
+    // The gateway reads what a refused client sends first (to answer it), so the
+    // destination names the Host it carried.
     assert_eq!(
         seen,
         [
-            "203.0.113.1:8081",
-            "198.51.100.1:8081",
-            &format!("{}:9000", b_att.address)
+            format!("h ({UP_ADDR}:8081)"),
+            format!("h ({}:8081)", fx.net().config().gateway()),
+            format!("b ({}:9000)", b_att.address)
         ]
     );
     let c = fx.net().counters("flra").expect("counters");
@@ -320,7 +331,7 @@ async fn live_policy_change_applies_to_the_next_connection() {
     let sbx = fx.sandbox("live", EgressPolicy::default()).await;
     assert!(http(&sbx, WEB_A, 80, "a").await.is_ok());
     fx.net()
-        .set_policy("live", policy(true, &[], &["203.0.113.10"]))
+        .set_policy("live", policy(true, &[], &[&WEB_A.to_string()]))
         .expect("set");
     assert!(
         http(&sbx, WEB_A, 80, "a").await.is_err(),
@@ -345,7 +356,10 @@ async fn live_policy_change_applies_to_the_next_connection() {
         dns(&sbx, gw, "allowed.test").await.expect("dns").code,
         ResponseCode::Refused
     );
-    assert_eq!(dns(&sbx, gw, "b.test").await.expect("dns").ips, vec![WEB_B]);
+    assert_eq!(
+        dns(&sbx, gw, "b.test").await.expect("dns").ips,
+        vec![WEB_B.ip()]
+    );
     assert!(http(&sbx, WEB_B, 80, "b.test").await.is_ok());
     fx.net()
         .set_policy("live", EgressPolicy::default())
@@ -363,7 +377,7 @@ async fn a_large_download_arrives_whole_and_is_counted() {
     let got = tokio::task::spawn_blocking(move || {
         cove_network::lab::http_download(
             &ns,
-            SocketAddrV4::new(WEB_A, 80),
+            SocketAddrV4::new(WEB_A.ip(), 80),
             "big.test",
             &path,
             Duration::from_secs(60),
@@ -425,7 +439,7 @@ async fn denied_names_never_reach_the_upstream_resolver() {
     .expect("join")
     .expect("client setup")
     .expect("dns");
-    assert_eq!(a.ips, vec![WEB_A]);
+    assert_eq!(a.ips, vec![WEB_A.ip()]);
     let packets = fx.lab().seen.dns_packets();
     assert!(
         packets.iter().all(|p| !p.windows(4).any(|w| w == b"d4t4")),

@@ -164,9 +164,9 @@ async fn restart_adopts_claimed_namespaces_and_removes_the_rest() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_overlapping_a_route_is_refused_before_anything_is_made() {
     let fx = Fixture::new("lovl").await;
-    // The upstream ("host") namespace routes 203.0.113.0/30.
+    // The upstream ("host") namespace routes the first /30 of the lab's range.
     let mut cfg = fx.lab().network_config("lovlx");
-    cfg.pool = "203.0.113.0/24".parse().expect("pool");
+    cfg.pool = cove_network::lab::inet_range();
     let err = Network::start(cfg, Vec::new())
         .await
         .err()

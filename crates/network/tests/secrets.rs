@@ -12,7 +12,7 @@ use cove_network::{EgressPolicy, Secret};
 use support::{Fixture, TIMEOUT};
 
 async fn get(ns: &str, sni: &str, ca: &str, auth: &str) -> cove_network::lab::Reply {
-    get_at(ns, WEB_A, sni, ca, auth).await
+    get_at(ns, WEB_A.ip(), sni, ca, auth).await
 }
 
 async fn get_at(
@@ -99,7 +99,10 @@ async fn secret_reaches_only_its_host_and_never_the_sandbox() {
         "K".to_string(),
         Secret {
             value: "v".into(),
-            hosts: vec!["203.0.113.0/24".parse().expect("rule")],
+            hosts: vec![cove_network::lab::inet_range()
+                .to_string()
+                .parse()
+                .expect("rule")],
         },
     )]);
     assert!(
@@ -182,7 +185,7 @@ async fn the_secret_host_name_toward_another_address_gets_no_value() {
     let both = format!("{}\n{}", ic.ca_pem, fx.lab().ca_pem);
     let body = get_at(
         &sbx,
-        WEB_B,
+        WEB_B.ip(),
         "allowed.test",
         &both,
         &format!("Bearer {placeholder}"),
@@ -201,7 +204,7 @@ async fn the_secret_host_name_toward_another_address_gets_no_value() {
     // Toward A (where allowed.test resolves) the value is still substituted.
     let body = get_at(
         &sbx,
-        WEB_A,
+        WEB_A.ip(),
         "allowed.test",
         &both,
         &format!("Bearer {placeholder}"),

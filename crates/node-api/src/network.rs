@@ -92,6 +92,16 @@ pub struct NetworkDenied {
     /// Why: `floor` (never reachable), `denied` (a deny rule), `not_allowed` (internet off and
     /// no allow rule).
     pub reason: String,
+    /// The host it tried: the name the connection or question carried, else the address
+    /// (older nodes: none).
+    #[serde(default)]
+    pub host: Option<String>,
+    /// The port it tried (none for a DNS question and from older nodes).
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// The rule that refused it, as a user reads it (older nodes: none).
+    #[serde(default)]
+    pub rule: Option<String>,
 }
 
 /// Sandbox networks on the node.

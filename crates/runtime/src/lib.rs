@@ -73,6 +73,10 @@ pub struct Capabilities {
     pub volumes: bool,
 }
 
+/// The system trust bundle in a sandbox (Debian's path): with an extra CA, the sandbox sees its
+/// release's bundle plus that CA here (runc binds it read-only; a VM's guest agent writes it).
+pub const CA_BUNDLE_PATH: &str = "/etc/ssl/certs/ca-certificates.crt";
+
 /// The network a sandbox joins: a namespace prepared by the node (its egress gateway behind it)
 /// and the files that go with it.
 #[derive(Clone, PartialEq, Eq)]
@@ -82,8 +86,8 @@ pub struct SandboxNetwork {
     pub netns_path: PathBuf,
     /// Content of the sandbox's `/etc/resolv.conf` (the gateway as its only resolver).
     pub resolv_conf: String,
-    /// PEM of a CA to trust besides the release's own (the gateway's interception CA, for secret
-    /// substitution); added to the sandbox's system trust store.
+    /// PEM of CAs to trust besides the release's own (the node's sandbox CA and the gateway's
+    /// interception CA, for secret substitution); added to the sandbox's system trust store.
     pub extra_ca_pem: Option<String>,
     /// The sandbox's address (a VM configures its own interface with it).
     pub address: std::net::Ipv4Addr,

@@ -185,7 +185,22 @@ pub struct NetworkSettings {
     /// Test hook: the gateway's upstream (a namespace and a resolver, e.g.
     /// `cove_network::lab::FakeInternet`) instead of the host's namespace and resolver.
     pub upstream: Option<cove_network::Upstream>,
+    /// At stop, leave the gateway namespace and the ready pool in place when sandboxes run
+    /// (`--keep-network-on-stop`). Default: a stop removes everything the node prepared for
+    /// sandbox networks and keeps only the running sandboxes' own namespaces, which the next
+    /// start adopts either way.
+    pub keep_on_stop: bool,
+    /// A PEM file of CAs every sandbox and template build trusts besides its release's bundle
+    /// (`--sandbox-ca-file`: a network that inspects TLS); also trusted by the gateway where it
+    /// verifies upstream servers itself.
+    pub sandbox_ca_file: Option<PathBuf>,
+    /// An HTTP CONNECT proxy the gateway sends every allowed connection through
+    /// (`--upstream-proxy http://[user:password@]host:port`).
+    pub upstream_proxy: Option<cove_network::UpstreamProxy>,
 }
+
+/// An HTTP CONNECT proxy for the gateway's egress (`--upstream-proxy`).
+pub use cove_network::UpstreamProxy;
 
 /// The default sandbox address pool.
 pub const DEFAULT_NETWORK_POOL: &str = "10.239.0.0/16";
@@ -251,6 +266,13 @@ fn network_config(
         None => DEFAULT_NETWORK_POOL.parse().context("default pool")?,
     };
     let mut cfg = cove_network::NetworkConfig::new(pool, upstream);
+    if let Some(path) = &settings.sandbox_ca_file {
+        cfg.sandbox_ca_pem = Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("read the sandbox CA file {}", path.display()))?,
+        );
+    }
+    cfg.upstream_proxy = settings.upstream_proxy.clone();
     cfg.prefix = settings
         .prefix
         .clone()
@@ -438,6 +460,7 @@ pub struct Running {
     shutdown: tokio::sync::watch::Sender<bool>,
     controllers: Controllers,
     node: Option<Arc<NodeAgent>>,
+    keep_network_on_stop: bool,
 }
 
 /// Who runs the controllers: this process alone, or the leader among replicas on a shared
@@ -450,9 +473,11 @@ enum Controllers {
 }
 
 impl Running {
-    /// Stops accepting, lets in-flight requests finish (SSE streams are cut after 5 s), and
-    /// removes the sandbox network gateway when no sandbox uses it (else leaves it for the next
-    /// start to adopt), returns.
+    /// Stops accepting, lets in-flight requests finish (SSE streams are cut after 5 s), removes
+    /// what the node prepared for sandbox networks (the ready pool's namespaces, the gateway
+    /// namespace with its veths and nft table; running sandboxes keep their own namespace for
+    /// the next start to adopt, and with [`NetworkSettings::keep_on_stop`] everything stays
+    /// while a sandbox runs), returns.
     pub async fn shutdown(self) {
         match self.controllers {
             Controllers::Single(c) => c.stop().await,
@@ -463,7 +488,7 @@ impl Running {
             let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
         }
         if let Some(node) = self.node {
-            node.close_network().await;
+            node.close_network(self.keep_network_on_stop).await;
         }
     }
 }
@@ -590,6 +615,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     std::fs::create_dir_all(&cfg.data_dir)
         .with_context(|| format!("create data dir {}", cfg.data_dir.display()))?;
     let data_dir = cfg.data_dir.canonicalize()?;
+    let keep_network_on_stop = cfg.network.keep_on_stop;
     let store: Arc<dyn Store> = match &cfg.store {
         Some(url) => cove_store::open(url).await,
         None => SqliteStore::open(&data_dir.join("store.db"))
@@ -818,6 +844,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         shutdown,
         controllers,
         node,
+        keep_network_on_stop,
     })
 }
 

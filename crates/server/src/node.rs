@@ -42,17 +42,19 @@ pub struct RunningNode {
     shutdown: tokio::sync::watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     node: Arc<NodeAgent>,
+    keep_network_on_stop: bool,
 }
 
 impl RunningNode {
     /// Stops serving and sending heartbeats; sandboxes keep running (a node that starts again
-    /// on the same data dir reports them, and the control plane reconciles).
+    /// on the same data dir reports them, and the control plane reconciles). What the node
+    /// prepared for sandbox networks is removed as `Running::shutdown` says.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
         for t in self.tasks {
             let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
         }
-        self.node.close_network().await;
+        self.node.close_network(self.keep_network_on_stop).await;
     }
 }
 
@@ -134,6 +136,7 @@ pub async fn start_node(cfg: Config, settings: NodeSettings) -> anyhow::Result<R
         shutdown,
         tasks,
         node,
+        keep_network_on_stop: cfg.network.keep_on_stop,
     })
 }
 

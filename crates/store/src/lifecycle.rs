@@ -18,6 +18,13 @@ pub struct NewEvent {
     pub reason: Option<String>,
     /// What a sandbox's gateway refused (`network.denied` events only).
     pub destination: Option<String>,
+    /// For `network.denied`: the host it tried (the name it carried, else the address).
+    pub host: Option<String>,
+    /// For `network.denied`: the port it tried (none for a DNS question).
+    pub port: Option<u16>,
+    /// For `network.denied`: the rule that refused it (`deny RULE`, `floor (...)`, `internet
+    /// off and no allow rule names it`).
+    pub rule: Option<String>,
 }
 
 /// Lifecycle writes on sandbox rows and the event log.

@@ -19,6 +19,11 @@ impl FakeNode {
             destination: destination.to_string(),
             protocol: "tcp".into(),
             reason: "denied".into(),
+            host: destination.split(':').next().map(str::to_string),
+            port: destination
+                .rsplit_once(':')
+                .and_then(|(_, p)| p.parse().ok()),
+            rule: Some(format!("deny {destination}")),
         });
     }
 

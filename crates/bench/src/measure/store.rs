@@ -142,6 +142,9 @@ async fn one_create(store: &dyn Store, i: usize) -> anyhow::Result<()> {
         operation_id: Some(op.clone()),
         reason: None,
         destination: None,
+        host: None,
+        port: None,
+        rule: None,
     };
     store
         .record_event(&sb, &event(EventType::SandboxCreated))

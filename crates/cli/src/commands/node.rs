@@ -125,6 +125,20 @@ pub struct AgentArgs {
     /// Name prefix of the node's network namespaces [default: from the data dir].
     #[arg(long, value_name = "PREFIX")]
     pub network_prefix: Option<String>,
+    /// At stop, leave the network gateway's namespace and the ready pool in place while
+    /// sandboxes run (by default a stop removes everything it prepared for sandbox networks;
+    /// running sandboxes keep their own namespace, which the next start adopts either way).
+    #[arg(long)]
+    pub keep_network_on_stop: bool,
+    /// PEM file of CAs every sandbox and template build trusts besides its own bundle (a
+    /// network that inspects TLS): added to the system bundle, with SSL_CERT_FILE,
+    /// REQUESTS_CA_BUNDLE, PIP_CERT, CURL_CA_BUNDLE and NODE_EXTRA_CA_CERTS pointing at it.
+    #[arg(long, value_name = "PATH")]
+    pub sandbox_ca_file: Option<std::path::PathBuf>,
+    /// HTTP CONNECT proxy the egress gateway sends every allowed connection through
+    /// (`http://[user:password@]host:port`); DNS still goes to the host's resolver.
+    #[arg(long, value_name = "URL")]
+    pub upstream_proxy: Option<cove_server::UpstreamProxy>,
     /// Connection caps and timeouts of the node's listener.
     #[command(flatten)]
     pub listen_limits: crate::commands::server::ListenArgs,
@@ -161,6 +175,9 @@ impl AgentArgs {
                 prefix: self.network_prefix.clone(),
                 pool: self.network_pool,
                 upstream: None,
+                keep_on_stop: self.keep_network_on_stop,
+                sandbox_ca_file: self.sandbox_ca_file.clone(),
+                upstream_proxy: self.upstream_proxy.clone(),
             },
             cluster: None,
             user_namespaces: cove_server::UserNamespaceSettings {

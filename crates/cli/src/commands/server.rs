@@ -136,6 +136,20 @@ pub struct ServerArgs {
     /// dir].
     #[arg(long, value_name = "PREFIX")]
     pub network_prefix: Option<String>,
+    /// At stop, leave the network gateway's namespace and the ready pool in place while
+    /// sandboxes run (by default a stop removes everything it prepared for sandbox networks;
+    /// running sandboxes keep their own namespace, which the next start adopts either way).
+    #[arg(long)]
+    pub keep_network_on_stop: bool,
+    /// PEM file of CAs every sandbox and template build trusts besides its own bundle (a
+    /// network that inspects TLS): added to the system bundle, with SSL_CERT_FILE,
+    /// REQUESTS_CA_BUNDLE, PIP_CERT, CURL_CA_BUNDLE and NODE_EXTRA_CA_CERTS pointing at it.
+    #[arg(long, value_name = "PATH")]
+    pub sandbox_ca_file: Option<std::path::PathBuf>,
+    /// HTTP CONNECT proxy the egress gateway sends every allowed connection through
+    /// (`http://[user:password@]host:port`); DNS still goes to the host's resolver.
+    #[arg(long, value_name = "URL")]
+    pub upstream_proxy: Option<cove_server::UpstreamProxy>,
     /// Size in MiB of the own disk (a sparse ext4 image; `df` in the sandbox shows it) of every
     /// sandbox whose create names no `resources.disk_mib`; 0: no default, such sandboxes write
     /// to the node's disk without a limit.
@@ -290,6 +304,9 @@ impl ServerArgs {
                 prefix: self.network_prefix.clone(),
                 pool: self.network_pool,
                 upstream: None,
+                keep_on_stop: self.keep_network_on_stop,
+                sandbox_ca_file: self.sandbox_ca_file.clone(),
+                upstream_proxy: self.upstream_proxy.clone(),
             },
             default_disk_mib: (self.default_disk_mib > 0).then_some(self.default_disk_mib),
             user_namespaces: cove_server::UserNamespaceSettings {

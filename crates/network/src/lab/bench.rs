@@ -81,8 +81,8 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 /// In `ns`: `rounds` small requests; sorted latencies (µs).
 fn latencies(ns: &str, rounds: usize) -> Result<Vec<f64>> {
-    check_route(ns, WEB_A)?;
-    let dest = SocketAddrV4::new(WEB_A, 80);
+    check_route(ns, WEB_A.ip())?;
+    let dest = SocketAddrV4::new(WEB_A.ip(), 80);
     cmd::run_in_netns(ns, move || -> std::result::Result<Vec<f64>, String> {
         let mut lat = Vec::with_capacity(rounds);
         for _ in 0..rounds {
@@ -106,8 +106,8 @@ fn process_cpu_s() -> f64 {
 
 /// In `ns`: one download of `bytes`: (MiB/s, CPU s per GiB of this process meanwhile).
 fn download(ns: &str, bytes: u64) -> Result<(f64, f64)> {
-    check_route(ns, WEB_A)?;
-    let dest = SocketAddrV4::new(WEB_A, 80);
+    check_route(ns, WEB_A.ip())?;
+    let dest = SocketAddrV4::new(WEB_A.ip(), 80);
     cmd::run_in_netns(ns, move || -> std::result::Result<(f64, f64), String> {
         let cpu = process_cpu_s();
         let t = Instant::now();

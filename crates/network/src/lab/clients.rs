@@ -48,7 +48,7 @@ fn parse_reply(raw: &[u8]) -> Reply {
         .ok_or_else(|| format!("truncated response: {text:?}"))?;
     let status = head.lines().next().unwrap_or("");
     if status.split_whitespace().nth(1) != Some("200") {
-        return Err(format!("status: {status}"));
+        return Err(format!("status: {status}\n{head}\n\n{body}"));
     }
     let chunked = head.lines().any(|l| {
         l.split_once(':').is_some_and(|(k, v)| {

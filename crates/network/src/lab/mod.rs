@@ -1,16 +1,22 @@
 //! A fake internet for tests and benchmarks, built entirely from namespaces it creates.
 //!
-//! Topology (all addresses are inside these namespaces; [`FakeInternet::create`] refuses to run
-//! when a host route overlaps them):
+//! Its addresses are chosen at run time: [`inet_range`] and [`lab_pool`] are the first two
+//! /24s of a fixed candidate list (203.0.113.0/24, 198.51.100.0/24, then the /24s of the
+//! benchmarking range 198.18.0.0/15) that no route of the host uses, the same in every process
+//! on one host. The addresses below are offsets in `inet_range` (`N` = its network address):
 //!
 //! ```text
-//!  {p}-up      203.0.113.1/30  ── veth ──  203.0.113.2/30   {p}-inet
-//!  (stands for the host: the gateway's         on lo: 203.0.113.10 (HTTP :80, HTTPS :443),
-//!   upstream namespace; HTTP "host service"               203.0.113.20 (HTTP :80, HTTPS :443),
-//!   on 0.0.0.0:8081)                                      203.0.113.53 (DNS :53),
-//!                                                         169.254.169.254 (metadata HTTP :80)
-//!  {p}-direct  203.0.113.6/30  ── veth ──  203.0.113.5/30   {p}-inet   (a path without gateway)
+//!  {p}-up      N+1/30  ── veth ──  N+2/30   {p}-inet
+//!  (stands for the host: the gateway's         on lo: N+10 (HTTP :80, HTTPS :443),
+//!   upstream namespace; HTTP "host service"           N+20 (HTTP :80, HTTPS :443),
+//!   on 0.0.0.0:8081)                                  N+53 (DNS :53),
+//!                                                     N+30 (HTTP CONNECT proxy :3128),
+//!                                                     169.254.169.254 (metadata HTTP :80)
+//!  {p}-direct  N+6/30  ── veth ──  N+5/30   {p}-inet   (a path without gateway)
 //! ```
+//!
+//! The metadata address is the real one (the floor must refuse it) but exists only inside
+//! `{p}-inet`: nothing of the lab routes from the host's namespace.
 //!
 //! Servers are tokio tasks on the caller's runtime; their sockets live in the namespaces above.
 
@@ -36,32 +42,112 @@ use crate::config::{NetworkConfig, Upstream};
 use crate::error::{NetworkError, Result};
 use crate::sockets::SocketMaker;
 
+/// An address of the fake internet: an offset in [`inet_range`] (chosen at run time). It
+/// prints as the address (`format!("{WEB_A}")`); [`LabAddr::ip`] gives it as an `Ipv4Addr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LabAddr(u8);
+
+impl LabAddr {
+    /// The address.
+    pub fn ip(self) -> Ipv4Addr {
+        Ipv4Addr::from(u32::from(inet_range().network()) + u32::from(self.0))
+    }
+}
+
+impl std::fmt::Display for LabAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.ip().fmt(f)
+    }
+}
+
+impl From<LabAddr> for Ipv4Addr {
+    fn from(a: LabAddr) -> Ipv4Addr {
+        a.ip()
+    }
+}
+
 /// The upstream namespace's address toward the fake internet (a "host address").
-pub const UP_ADDR: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 1);
+pub const UP_ADDR: LabAddr = LabAddr(1);
+/// The fake internet's end of the upstream namespace's link.
+const INET_UP: LabAddr = LabAddr(2);
+/// The fake internet's end of the direct namespace's link.
+const INET_DIRECT: LabAddr = LabAddr(5);
+/// The direct namespace's address.
+const DIRECT_ADDR: LabAddr = LabAddr(6);
 /// Web server A: HTTP on 80, HTTPS on 443 (certificate for `allowed.test` and `other.test`).
-pub const WEB_A: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 10);
+pub const WEB_A: LabAddr = LabAddr(10);
 /// Web server B: HTTP on 80, HTTPS on 443 (the same certificate as A, so a TLS server name of
 /// A's can be sent to B).
-pub const WEB_B: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 20);
+pub const WEB_B: LabAddr = LabAddr(20);
 /// The fake internet's DNS server.
-pub const DNS_ADDR: Ipv4Addr = Ipv4Addr::new(203, 0, 113, 53);
+pub const DNS_ADDR: LabAddr = LabAddr(53);
+/// The fake internet's HTTP CONNECT proxy (a corporate upstream proxy) on [`PROXY_PORT`]: it
+/// tunnels only to addresses of the fake internet and records what it was asked
+/// ([`Seen::proxied`]).
+pub const PROXY_ADDR: LabAddr = LabAddr(30);
+/// The port of [`PROXY_ADDR`].
+pub const PROXY_PORT: u16 = 3128;
 /// The fake cloud metadata server (HTTP on 80).
 pub const METADATA: Ipv4Addr = Ipv4Addr::new(169, 254, 169, 254);
 /// The port of the "host loopback service" in the upstream namespace (bound on 0.0.0.0).
 pub const HOST_SERVICE_PORT: u16 = 8081;
-/// The sandbox pool the lab's networks use.
-pub const LAB_POOL: &str = "198.51.100.0/24";
 /// Names the fake DNS server knows: (name, address).
-pub const NAMES: &[(&str, Ipv4Addr)] = &[
-    ("allowed.test", WEB_A),
-    ("other.test", WEB_A),
-    ("b.test", WEB_B),
-    ("api.sub.test", WEB_B),
-    ("loop.test", Ipv4Addr::LOCALHOST),
-    ("meta.test", METADATA),
-];
+pub fn names() -> Vec<(&'static str, Ipv4Addr)> {
+    vec![
+        ("allowed.test", WEB_A.ip()),
+        ("other.test", WEB_A.ip()),
+        ("b.test", WEB_B.ip()),
+        ("api.sub.test", WEB_B.ip()),
+        ("loop.test", Ipv4Addr::LOCALHOST),
+        ("meta.test", METADATA),
+    ]
+}
 
-const RANGES: &[&str] = &["203.0.113.0/24", "169.254.169.254/32", LAB_POOL];
+/// The fake internet's addresses: the first /24 of the candidates no host route uses.
+pub fn inet_range() -> Ipv4Net {
+    chosen().0
+}
+
+/// The sandbox pool the lab's networks use: the second /24 of the candidates no host route
+/// uses.
+pub fn lab_pool() -> Ipv4Net {
+    chosen().1
+}
+
+/// The /24s the lab may use, in order of preference.
+fn candidates() -> impl Iterator<Item = Ipv4Net> {
+    let bench = u32::from(Ipv4Addr::new(198, 18, 0, 0));
+    [
+        Ipv4Addr::new(203, 0, 113, 0),
+        Ipv4Addr::new(198, 51, 100, 0),
+    ]
+    .into_iter()
+    .chain((0..512u32).map(move |i| Ipv4Addr::from(bench + (i << 8))))
+    .filter_map(|a| Ipv4Net::new(a, 24).ok())
+}
+
+fn overlaps(a: &Ipv4Net, b: &Ipv4Net) -> bool {
+    a.contains(&b.network()) || b.contains(&a.network())
+}
+
+/// The first two candidates no non-default route in `routes` overlaps (the first two
+/// candidates when fewer are free: [`FakeInternet::create`] then refuses).
+pub fn choose_ranges(routes: &[Ipv4Net]) -> (Ipv4Net, Ipv4Net) {
+    let mut free =
+        candidates().filter(|c| !routes.iter().any(|r| r.prefix_len() > 0 && overlaps(r, c)));
+    let mut fallback = candidates();
+    let first = free.next().or_else(|| fallback.next());
+    let second = free.next().or_else(|| fallback.nth(1));
+    match (first, second) {
+        (Some(a), Some(b)) => (a, b),
+        _ => (Ipv4Net::default(), Ipv4Net::default()),
+    }
+}
+
+fn chosen() -> (Ipv4Net, Ipv4Net) {
+    static CHOSEN: std::sync::OnceLock<(Ipv4Net, Ipv4Net)> = std::sync::OnceLock::new();
+    *CHOSEN.get_or_init(|| choose_ranges(&cmd::routes(None).unwrap_or_default()))
+}
 
 /// Most entries [`Seen`] keeps per list (later ones are dropped).
 const SEEN_MAX: usize = 10_000;
@@ -74,6 +160,7 @@ pub struct Seen {
     dns_names: std::sync::Mutex<Vec<String>>,
     dns_packets: std::sync::Mutex<Vec<Vec<u8>>>,
     authorizations: std::sync::Mutex<Vec<String>>,
+    proxied: std::sync::Mutex<Vec<(String, String)>>,
 }
 
 impl Seen {
@@ -99,6 +186,22 @@ impl Seen {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Every CONNECT the proxy ([`PROXY_ADDR`]) received, in order: (`ip:port`,
+    /// `Proxy-Authorization` or empty).
+    pub fn proxied(&self) -> Vec<(String, String)> {
+        self.proxied
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub(crate) fn proxied_one(&self, target: String, auth: String) {
+        let mut l = self.proxied.lock().unwrap_or_else(|e| e.into_inner());
+        if l.len() < SEEN_MAX {
+            l.push((target, auth));
+        }
     }
 
     fn push(list: &std::sync::Mutex<Vec<String>>, value: String) {
@@ -150,12 +253,13 @@ impl FakeInternet {
     /// with the same prefix are removed first. Errors: a host route overlapping the lab ranges,
     /// `ip` failures, binding.
     pub async fn create(prefix: &str) -> Result<FakeInternet> {
+        // The ranges were chosen free of host routes; a route added since is refused here.
         let host_routes = cmd::routes(None)?;
-        for r in RANGES {
-            let r: Ipv4Net = r.parse().expect("static range");
-            if let Some(hit) = host_routes.iter().find(|h| {
-                h.prefix_len() > 0 && (h.contains(&r.network()) || r.contains(&h.network()))
-            }) {
+        for r in [inet_range(), lab_pool()] {
+            if let Some(hit) = host_routes
+                .iter()
+                .find(|h| h.prefix_len() > 0 && overlaps(h, &r))
+            {
                 return Err(NetworkError::Config(format!(
                     "host route {hit} overlaps lab range {r}; refusing to build a fake internet"
                 )));
@@ -175,17 +279,18 @@ impl FakeInternet {
                      addr add {WEB_A}/32 dev lo\n\
                      addr add {WEB_B}/32 dev lo\n\
                      addr add {DNS_ADDR}/32 dev lo\n\
+                     addr add {PROXY_ADDR}/32 dev lo\n\
                      addr add {METADATA}/32 dev lo\n\
                      link add i-up type veth peer name eth0 netns {up}\n\
-                     addr add 203.0.113.2/30 dev i-up\n\
+                     addr add {INET_UP}/30 dev i-up\n\
                      link set i-up up\n\
                      link add i-direct type veth peer name eth0 netns {direct}\n\
-                     addr add 203.0.113.5/30 dev i-direct\n\
+                     addr add {INET_DIRECT}/30 dev i-direct\n\
                      link set i-direct up\n"
                 ),
             )?;
-            cmd::ip_batch(Some(&up), &format!("link set lo up\naddr add {UP_ADDR}/30 dev eth0\nlink set eth0 up\nroute add default via 203.0.113.2\n"))?;
-            cmd::ip_batch(Some(&direct), "link set lo up\naddr add 203.0.113.6/30 dev eth0\nlink set eth0 up\nroute add default via 203.0.113.5\n")?;
+            cmd::ip_batch(Some(&up), &format!("link set lo up\naddr add {UP_ADDR}/30 dev eth0\nlink set eth0 up\nroute add default via {INET_UP}\n"))?;
+            cmd::ip_batch(Some(&direct), &format!("link set lo up\naddr add {DIRECT_ADDR}/30 dev eth0\nlink set eth0 up\nroute add default via {INET_DIRECT}\n"))?;
             let inet_maker = SocketMaker::new(Some(&inet))?;
             let up_maker = SocketMaker::new(Some(&up))?;
             let (ca_pem, tasks, dns_queries, seen) =
@@ -212,14 +317,14 @@ impl FakeInternet {
         })
     }
 
-    /// A network config whose upstream is this fake internet: pool [`LAB_POOL`], the given node
+    /// A network config whose upstream is this fake internet: pool [`lab_pool`], the given node
     /// prefix, upstream namespace `{prefix}-up`, resolver [`DNS_ADDR`].
     pub fn network_config(&self, node_prefix: &str) -> NetworkConfig {
         let mut c = NetworkConfig::new(
-            LAB_POOL.parse().expect("static pool"),
+            lab_pool(),
             Upstream {
                 netns: Some(self.upstream_ns.clone()),
-                resolver: SocketAddrV4::new(DNS_ADDR, 53),
+                resolver: SocketAddrV4::new(DNS_ADDR.ip(), 53),
                 tls_roots_pem: Some(self.ca_pem.clone()),
             },
         );

@@ -11,7 +11,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket};
 use tokio::task::JoinHandle;
 
-use super::{Seen, DNS_ADDR, HOST_SERVICE_PORT, METADATA, NAMES, WEB_A, WEB_B};
+use super::{
+    inet_range, names, Seen, DNS_ADDR, HOST_SERVICE_PORT, METADATA, PROXY_ADDR, PROXY_PORT, WEB_A,
+    WEB_B,
+};
 use crate::error::{NetworkError, Result};
 use crate::policy::normalize_name;
 use crate::sockets::SocketMaker;
@@ -34,7 +37,11 @@ type Started = (String, Vec<JoinHandle<()>>, Arc<AtomicU64>, Arc<Seen>);
 /// Starts every server.
 pub(super) async fn start(inet: &SocketMaker, up: &SocketMaker) -> Result<Started> {
     let mut tasks = Vec::new();
-    for (ip, label) in [(WEB_A, "web-a"), (WEB_B, "web-b"), (METADATA, "metadata")] {
+    for (ip, label) in [
+        (WEB_A.ip(), "web-a"),
+        (WEB_B.ip(), "web-b"),
+        (METADATA, "metadata"),
+    ] {
         let l = inet
             .listen(SocketAddrV4::new(ip, 80))
             .await
@@ -49,7 +56,7 @@ pub(super) async fn start(inet: &SocketMaker, up: &SocketMaker) -> Result<Starte
     let seen = Arc::new(Seen::default());
     let (ca_pem, acceptor) = tls_setup()?;
     // Labels `tls-{sni}` (A) and `tls-b-{sni}` (B).
-    for (ip, label) in [(WEB_A, "tls"), (WEB_B, "tls-b")] {
+    for (ip, label) in [(WEB_A.ip(), "tls"), (WEB_B.ip(), "tls-b")] {
         let l = inet
             .listen(SocketAddrV4::new(ip, 443))
             .await
@@ -58,11 +65,16 @@ pub(super) async fn start(inet: &SocketMaker, up: &SocketMaker) -> Result<Starte
         tasks.push(tokio::spawn(server));
     }
     let dns = inet
-        .udp_bound(SocketAddrV4::new(DNS_ADDR, 53))
+        .udp_bound(SocketAddrV4::new(DNS_ADDR.ip(), 53))
         .await
         .map_err(bind_err("dns"))?;
     let queries = Arc::new(AtomicU64::new(0));
     tasks.push(tokio::spawn(dns_server(dns, queries.clone(), seen.clone())));
+    let l = inet
+        .listen(SocketAddrV4::new(PROXY_ADDR.ip(), PROXY_PORT))
+        .await
+        .map_err(bind_err("proxy"))?;
+    tasks.push(tokio::spawn(connect_proxy(l, inet.clone(), seen.clone())));
     Ok((ca_pem, tasks, queries, seen))
 }
 
@@ -196,6 +208,73 @@ async fn https_server(
     }
 }
 
+/// An HTTP CONNECT proxy (a corporate network's upstream proxy): tunnels to the target when it
+/// is inside the fake internet, else answers 403; records each CONNECT target and
+/// `Proxy-Authorization` in [`Seen`].
+async fn connect_proxy(l: TcpListener, inet: SocketMaker, seen: Arc<Seen>) {
+    while let Ok((mut s, _)) = l.accept().await {
+        let (inet, seen) = (inet.clone(), seen.clone());
+        tokio::spawn(async move {
+            let Some((target, auth)) = read_connect(&mut s).await else {
+                let _ = s
+                    .write_all(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+                    .await;
+                return;
+            };
+            seen.proxied_one(target.to_string(), auth);
+            // Only ever inside the lab: anything else is refused, never dialled.
+            if !inet_range().contains(target.ip()) {
+                let _ = s
+                    .write_all(b"HTTP/1.1 403 Forbidden\r\ncontent-length: 0\r\n\r\n")
+                    .await;
+                return;
+            }
+            let Ok(mut up) = inet.connect(target).await else {
+                let _ = s
+                    .write_all(b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\n\r\n")
+                    .await;
+                return;
+            };
+            if s.write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                .await
+                .is_ok()
+            {
+                let _ = tokio::io::copy_bidirectional(&mut s, &mut up).await;
+            }
+        });
+    }
+}
+
+/// Reads a `CONNECT ip:port` request head (at most 16 KiB, 5 s); returns the target and the
+/// `Proxy-Authorization` header (empty when none).
+async fn read_connect<S: AsyncRead + Unpin>(s: &mut S) -> Option<(SocketAddrV4, String)> {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    // Byte by byte: nothing after the head may be consumed (the tunnel's first bytes).
+    while buf.len() < 16 * 1024 && !buf.ends_with(b"\r\n\r\n") {
+        match tokio::time::timeout_at(deadline, s.read(&mut byte)).await {
+            Ok(Ok(1)) => buf.push(byte[0]),
+            _ => return None,
+        }
+    }
+    let mut headers = [httparse::EMPTY_HEADER; 32];
+    let mut req = httparse::Request::new(&mut headers);
+    if !matches!(req.parse(&buf), Ok(httparse::Status::Complete(_)))
+        || req.method != Some("CONNECT")
+    {
+        return None;
+    }
+    let target = req.path?.parse().ok()?;
+    let auth = req
+        .headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("proxy-authorization"))
+        .map(|h| String::from_utf8_lossy(h.value).into_owned())
+        .unwrap_or_default();
+    Some((target, auth))
+}
+
 async fn dns_server(socket: UdpSocket, queries: Arc<AtomicU64>, seen: Arc<Seen>) {
     let mut buf = vec![0u8; 4096];
     while let Ok((n, from)) = socket.recv_from(&mut buf).await {
@@ -214,9 +293,9 @@ async fn dns_server(socket: UdpSocket, queries: Arc<AtomicU64>, seen: Arc<Seen>)
         reply.metadata.recursion_desired = req.metadata.recursion_desired;
         reply.metadata.recursion_available = true;
         reply.queries = req.queries.clone();
-        match NAMES.iter().find(|(n, _)| *n == name) {
+        match names().into_iter().find(|(n, _)| *n == name) {
             Some((_, ip)) if q.query_type == RecordType::A => {
-                reply.add_answer(Record::from_rdata(q.name.clone(), 60, RData::A(A(*ip))));
+                reply.add_answer(Record::from_rdata(q.name.clone(), 60, RData::A(A(ip))));
             }
             Some(_) => {}
             None => reply.metadata.response_code = ResponseCode::NXDomain,

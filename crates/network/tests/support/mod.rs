@@ -49,6 +49,14 @@ pub struct Fixture {
 impl Fixture {
     /// `name`: 1-6 of [a-z0-9], unique per test.
     pub async fn new(name: &str) -> Fixture {
+        Self::new_with(name, |_| {}).await
+    }
+
+    /// [`Fixture::new`] with `tweak` applied to the gateway's config first.
+    pub async fn new_with(
+        name: &str,
+        tweak: impl FnOnce(&mut cove_network::NetworkConfig),
+    ) -> Fixture {
         require_root();
         let (node_prefix, lab_prefix) = (format!("{name}n"), format!("{name}l"));
         sweep(&node_prefix, &lab_prefix);
@@ -63,9 +71,9 @@ impl Fixture {
                 .await
                 .expect("fake internet"),
         );
-        let (net, _) = Network::start(fx.lab().network_config(&node_prefix), Vec::new())
-            .await
-            .expect("gateway");
+        let mut config = fx.lab().network_config(&node_prefix);
+        tweak(&mut config);
+        let (net, _) = Network::start(config, Vec::new()).await.expect("gateway");
         fx.net = Some(net);
         fx
     }
@@ -116,8 +124,8 @@ pub fn policy(internet: bool, allow: &[&str], deny: &[&str]) -> EgressPolicy {
     EgressPolicy::parse(internet, allow, deny).expect("policy")
 }
 
-pub async fn http(ns: &str, ip: Ipv4Addr, port: u16, host: &str) -> lab::Reply {
-    let (ns, host) = (ns.to_string(), host.to_string());
+pub async fn http(ns: &str, ip: impl Into<Ipv4Addr>, port: u16, host: &str) -> lab::Reply {
+    let (ns, host, ip) = (ns.to_string(), host.to_string(), ip.into());
     tokio::task::spawn_blocking(move || {
         lab::http_get(&ns, SocketAddrV4::new(ip, port), &host, "/", TIMEOUT)
     })
@@ -126,8 +134,8 @@ pub async fn http(ns: &str, ip: Ipv4Addr, port: u16, host: &str) -> lab::Reply {
     .expect("client setup")
 }
 
-pub async fn https(ns: &str, ip: Ipv4Addr, sni: &str, ca: &str) -> lab::Reply {
-    let (ns, sni, ca) = (ns.to_string(), sni.to_string(), ca.to_string());
+pub async fn https(ns: &str, ip: impl Into<Ipv4Addr>, sni: &str, ca: &str) -> lab::Reply {
+    let (ns, sni, ca, ip) = (ns.to_string(), sni.to_string(), ca.to_string(), ip.into());
     tokio::task::spawn_blocking(move || {
         lab::https_get(&ns, SocketAddrV4::new(ip, 443), &sni, &ca, TIMEOUT)
     })
@@ -136,8 +144,8 @@ pub async fn https(ns: &str, ip: Ipv4Addr, sni: &str, ca: &str) -> lab::Reply {
     .expect("client setup")
 }
 
-pub async fn dns(ns: &str, server: Ipv4Addr, name: &str) -> Result<DnsAnswer, String> {
-    let (ns, name) = (ns.to_string(), name.to_string());
+pub async fn dns(ns: &str, server: impl Into<Ipv4Addr>, name: &str) -> Result<DnsAnswer, String> {
+    let (ns, name, server) = (ns.to_string(), name.to_string(), server.into());
     tokio::task::spawn_blocking(move || {
         lab::dns_query(&ns, SocketAddrV4::new(server, 53), &name, TIMEOUT)
     })

@@ -18,6 +18,12 @@ impl NodeCommands for NodeAgent {
         for (name, placeholder) in self.placeholders(sandbox_id) {
             req.env.entry(name).or_insert(placeholder);
         }
+        // With a node sandbox CA: TLS clients read the bundle that holds it.
+        for (name, path) in self.trust_env(sandbox_id) {
+            req.env
+                .entry(name.to_string())
+                .or_insert_with(|| path.to_string());
+        }
         let id = req.command_id.clone();
         g.spawn(convert::spawn(req))
             .await

@@ -31,6 +31,17 @@ use serde::{Deserialize, Serialize};
 
 use super::*;
 
+/// Variables TLS clients read for their CA bundle: OpenSSL and Python's `ssl`
+/// (`SSL_CERT_FILE`), requests (`REQUESTS_CA_BUNDLE`), pip (`PIP_CERT`), curl
+/// (`CURL_CA_BUNDLE`), Node.js (`NODE_EXTRA_CA_CERTS`, added to its built-in roots).
+const TRUST_ENV: &[&str] = &[
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "PIP_CERT",
+    "CURL_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+];
+
 /// What the node records of one sandbox's network (`<data-dir>/network/<id>.json`, mode 0600):
 /// enough to adopt its namespace after a restart and keep its placeholders and CA. Never a
 /// secret's value.
@@ -212,17 +223,25 @@ impl NodeAgent {
         Ok(self)
     }
 
-    /// At node shutdown: with no sandbox attached, removes the gateway and the prepared
-    /// namespaces; otherwise leaves everything for the next start, which adopts the sandboxes'
-    /// namespaces (they keep running while the node is down) and removes the rest.
-    pub async fn close_network(&self) {
+    /// At node shutdown: removes what the node prepared on the host for sandbox networks (the
+    /// ready pool's namespaces, the gateway namespace with every veth, route and the nft
+    /// table). Sandboxes still attached keep their own namespace (they keep running while the
+    /// node is down) and the next start adopts it. With `keep`, everything is left as it is
+    /// when a sandbox is attached (the next start replaces the gateway and removes the rest).
+    pub async fn close_network(&self, keep: bool) {
         let Some(n) = &self.network else {
             return;
         };
         let attached = n.net.attached();
         if attached > 0 {
             self.save_network_counters();
-            info!(attached, "leaving the sandbox networks for the next start");
+            if keep {
+                info!(attached, "leaving the sandbox networks for the next start");
+                return;
+            }
+            if let Err(e) = n.net.close_keeping_attached().await {
+                warn!(error = %e, "cannot remove the sandbox network gateway");
+            }
             return;
         }
         if let Err(e) = n.net.close().await {
@@ -243,6 +262,27 @@ impl NodeAgent {
                 .unwrap_or_else(|p| p.into_inner())
                 .contains(id)
         })
+    }
+
+    /// The environment that points TLS clients at the sandbox's trust bundle, for a sandbox
+    /// with a network on a node with a sandbox CA (`--sandbox-ca-file`); empty otherwise.
+    /// Names a request sets itself are kept.
+    pub(crate) fn trust_env(&self, id: &str) -> Vec<(&'static str, &'static str)> {
+        let Some(n) = &self.network else {
+            return Vec::new();
+        };
+        let attached = n
+            .placeholders
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(id);
+        if !attached || n.net.config().sandbox_ca_pem.is_none() {
+            return Vec::new();
+        }
+        TRUST_ENV
+            .iter()
+            .map(|name| (*name, cove_runtime::CA_BUNDLE_PATH))
+            .collect()
     }
 
     /// The placeholders of a sandbox's secrets (name → placeholder).
@@ -327,7 +367,9 @@ impl NodeAgent {
             .await
             .map_err(net_err)?;
         let mut placeholders = BTreeMap::new();
-        let mut extra_ca_pem = None;
+        // The node's sandbox CA (`cove server --sandbox-ca-file`), then the interception CA.
+        let node_ca = node_net.net.config().sandbox_ca_pem.clone();
+        let mut extra_ca_pem = node_ca.clone();
         let mut ca_key_pem = None;
         let mut tap = None;
         let setup = async {
@@ -346,7 +388,11 @@ impl NodeAgent {
                     .intercept(id, gateway_secrets(&launch.secrets))
                     .map_err(net_err)?;
                 placeholders = i.placeholders;
-                extra_ca_pem = Some(i.ca_pem);
+                extra_ca_pem = Some(match &node_ca {
+                    Some(c) if !c.ends_with('\n') => format!("{c}\n{}", i.ca_pem),
+                    Some(c) => format!("{c}{}", i.ca_pem),
+                    None => i.ca_pem,
+                });
                 ca_key_pem = Some(i.ca_key_pem);
             }
             self.write_net_record(
@@ -473,11 +519,15 @@ fn denied(e: cove_network::DeniedEvent) -> NetworkDenied {
         cove_network::DeniedReason::Denied => "denied",
         cove_network::DeniedReason::NotAllowed => "not_allowed",
     };
+    let host = e.name.or_else(|| e.ip.map(|ip| ip.to_string()));
     NetworkDenied {
         sandbox_id: e.sandbox_id,
         destination: e.destination,
         protocol: e.protocol.to_string(),
         reason: reason.to_string(),
+        host,
+        port: e.port,
+        rule: Some(e.rule),
     }
 }
 

@@ -55,7 +55,7 @@ use super::views::HostViews;
 use crate::{RuntimeError, SandboxSpec};
 
 /// The system trust bundle of Debian-like releases (curl, OpenSSL, Python's `ssl` read it).
-pub(crate) const CA_BUNDLE_PATH: &str = "/etc/ssl/certs/ca-certificates.crt";
+pub(crate) use crate::CA_BUNDLE_PATH;
 
 /// `net.ipv4.ping_group_range` of the sandbox's network namespace: every group may open ICMP
 /// datagram sockets (`ping` without `CAP_NET_RAW`).

@@ -110,8 +110,8 @@ pub(super) async fn insert_event(
             .fetch_one(&mut *conn)
             .await?;
     sqlx::query(
-        "INSERT INTO events (seq, time, type, sandbox_id, operation_id, reason, destination) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        "INSERT INTO events (seq, time, type, sandbox_id, operation_id, reason, destination, \
+         host, port, rule) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
     )
     .bind(seq)
     .bind(at)
@@ -120,6 +120,9 @@ pub(super) async fn insert_event(
     .bind(&ev.operation_id)
     .bind(&ev.reason)
     .bind(&ev.destination)
+    .bind(&ev.host)
+    .bind(ev.port.map(i32::from))
+    .bind(&ev.rule)
     .execute(&mut *conn)
     .await?;
     from_i64(seq, "seq")

@@ -192,6 +192,9 @@ impl PoolStore for PgStore {
             operation_id: Some(op.id.clone()),
             reason: Some(format!("served by warm pool {pool}")),
             destination: None,
+            host: None,
+            port: None,
+            rule: None,
         };
         insert_event(&mut tx, &sandbox.id, &created, now).await?;
         tx.commit().await?;

@@ -35,6 +35,11 @@ impl EventStore for SqliteStore {
                     operation_id: r.try_get("operation_id")?,
                     reason: r.try_get("reason")?,
                     destination: r.try_get("destination")?,
+                    host: r.try_get("host")?,
+                    port: r
+                        .try_get::<Option<i32>, _>("port")?
+                        .and_then(|p| u16::try_from(p).ok()),
+                    rule: r.try_get("rule")?,
                 })
             })
             .collect()

@@ -104,8 +104,8 @@ pub(super) async fn insert_event(
     at: DateTime<Utc>,
 ) -> Result<u64, StoreError> {
     let (seq,): (i64,) = sqlx::query_as(
-        "INSERT INTO events (time, type, sandbox_id, operation_id, reason, destination) \
-         VALUES (?, ?, ?, ?, ?, ?) RETURNING seq",
+        "INSERT INTO events (time, type, sandbox_id, operation_id, reason, destination, host, \
+         port, rule) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
     )
     .bind(at)
     .bind(ev.kind.as_str())
@@ -113,6 +113,9 @@ pub(super) async fn insert_event(
     .bind(&ev.operation_id)
     .bind(&ev.reason)
     .bind(&ev.destination)
+    .bind(&ev.host)
+    .bind(ev.port.map(i32::from))
+    .bind(&ev.rule)
     .fetch_one(&mut *conn)
     .await?;
     Ok(seq as u64)
@@ -173,6 +176,9 @@ mod tests {
             operation_id: Some("op-1".into()),
             reason: None,
             destination: None,
+            host: None,
+            port: None,
+            rule: None,
         };
 
         let moved = store

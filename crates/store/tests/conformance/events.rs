@@ -132,6 +132,9 @@ pub async fn events_after_pages_by_seq(store: Arc<dyn Store>) {
             operation_id: None,
             reason: Some(format!("r{i}")),
             destination: None,
+            host: None,
+            port: None,
+            rule: None,
         };
         seqs.push(store.record_event("sb-1", &ev).await.expect("record"));
     }
@@ -242,6 +245,9 @@ pub async fn network_denials_carry_their_destination(store: Arc<dyn Store>) {
         operation_id: None,
         reason: Some("not_allowed".into()),
         destination: Some("b.test (203.0.113.20:80)".into()),
+        host: Some("b.test".into()),
+        port: Some(80),
+        rule: Some("deny b.test".into()),
     };
     let seq = store.record_event("sb-1", &ev).await.expect("record");
     let got = store.events_after(None, seq - 1, 10).await.expect("events");
@@ -252,5 +258,9 @@ pub async fn network_denials_carry_their_destination(store: Arc<dyn Store>) {
     assert_eq!(
         got[0].destination.as_deref(),
         Some("b.test (203.0.113.20:80)")
+    );
+    assert_eq!(
+        (got[0].host.as_deref(), got[0].port, got[0].rule.as_deref()),
+        (Some("b.test"), Some(80), Some("deny b.test"))
     );
 }

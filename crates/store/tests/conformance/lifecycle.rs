@@ -14,6 +14,9 @@ pub fn event(kind: EventType) -> NewEvent {
         operation_id: Some("op-1".into()),
         reason: None,
         destination: None,
+        host: None,
+        port: None,
+        rule: None,
     }
 }
 

@@ -350,6 +350,9 @@ pub async fn listings_are_scoped_to_an_org(store: Arc<dyn Store>) {
                     operation_id: None,
                     reason: None,
                     destination: None,
+                    host: None,
+                    port: None,
+                    rule: None,
                 }),
             )
             .await
