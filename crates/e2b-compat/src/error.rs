@@ -19,6 +19,8 @@ pub struct RestError {
     pub message: String,
     /// Seconds for `Retry-After` (a quota refusal).
     pub retry_after_s: Option<u64>,
+    /// E2B's machine-readable `error_code` (the SDK maps some to their own exceptions).
+    pub error_code: Option<&'static str>,
 }
 
 impl RestError {
@@ -28,6 +30,15 @@ impl RestError {
             status,
             message: message.into(),
             retry_after_s: None,
+            error_code: None,
+        }
+    }
+
+    /// The same error with E2B's `error_code`.
+    pub fn with_error_code(self, code: &'static str) -> Self {
+        RestError {
+            error_code: Some(code),
+            ..self
         }
     }
 
@@ -72,21 +83,36 @@ impl From<ServiceError> for RestError {
 
 impl IntoResponse for RestError {
     fn into_response(self) -> Response {
-        let body = json!({ "code": self.status.as_u16(), "message": self.message });
-        let mut resp = (self.status, axum::Json(body)).into_response();
-        if let Some(s) = self.retry_after_s {
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(s));
+        let mut body = json!({ "code": self.status.as_u16(), "message": self.message });
+        if let Some(code) = self.error_code {
+            body["error_code"] = json!(code);
         }
-        if matches!(
-            self.status,
-            StatusCode::CONFLICT | StatusCode::NOT_IMPLEMENTED | StatusCode::FORBIDDEN
-        ) {
-            // A retry would not change the answer.
-            resp.headers_mut()
-                .insert("should-retry", HeaderValue::from_static("false"));
+        let mut resp = (self.status, axum::Json(body)).into_response();
+        let headers = resp.headers_mut();
+        match retry_advice(self.status, self.retry_after_s) {
+            Some(after) => {
+                headers.insert("should-retry", HeaderValue::from_static("true"));
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(after));
+            }
+            None => {
+                headers.insert("should-retry", HeaderValue::from_static("false"));
+            }
         }
         resp
+    }
+}
+
+/// E2B's server-directed retries (`Should-Retry`, `Retry-After`): a quota refusal (`429`) and a
+/// sandbox or node that is busy or briefly unreachable (`502`, `503`) are worth retrying after
+/// `Retry-After` seconds (the quota's own wait, else 1 s); every other error is not (`Should-Retry:
+/// false`), including `504`: the operation that timed out may still finish, and a retried create
+/// without an `Idempotency-Key` would make a second sandbox.
+pub(crate) fn retry_advice(status: StatusCode, retry_after_s: Option<u64>) -> Option<u64> {
+    match status {
+        StatusCode::TOO_MANY_REQUESTS | StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE => {
+            Some(retry_after_s.unwrap_or(1).clamp(1, 60))
+        }
+        _ => None,
     }
 }
 
