@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # E2B compatibility tests: the real E2B SDKs, pinned at the newest versions the registries had
 # (PyPI `e2b==2.63.0`, sync and async clients, and `e2b-code-interpreter==2.11.5`; npm
-# `e2b@2.51.0`) against a real Cove server started by tests/e2b/cove_server.py.
+# `e2b@2.51.0` and `@e2b/code-interpreter@2.8.0`) against a real Cove server started by tests/e2b/cove_server.py.
 # The code-interpreter template is built offline from wheels downloaded here, on the host,
 # into COVE_CI_WHEELS (templates/code-interpreter/requirements.txt); nothing in a sandbox or a
 # build fetches from the internet.
@@ -38,11 +38,15 @@ mkdir -p "$COVE_CI_WHEELS"
   --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
   -d "$COVE_CI_WHEELS" -r templates/code-interpreter/requirements.txt
 
-"$VENV/bin/python" -m pytest -q -c tests/e2b/pytest.ini tests/e2b
 
 mkdir -p "$NODE_DIR"
 if [ ! -f "$NODE_DIR/package.json" ]; then
   (cd "$NODE_DIR" && npm init -y >/dev/null)
 fi
-(cd "$NODE_DIR" && npm install -q --no-audit --no-fund e2b@2.51.0 >/dev/null)
-E2B_NODE_MODULES="$NODE_DIR/node_modules" "$VENV/bin/python" tests/e2b/node_runner.py
+(cd "$NODE_DIR" && npm install -q --no-audit --no-fund e2b@2.51.0 @e2b/code-interpreter@2.8.0 >/dev/null)
+export E2B_NODE_MODULES="$NODE_DIR/node_modules"
+
+# Python SDKs (test_code_interpreter.py also runs the JavaScript Code Interpreter SDK against
+# the template it built), then the JavaScript base SDK against a fresh server.
+"$VENV/bin/python" -m pytest -q -c tests/e2b/pytest.ini tests/e2b
+"$VENV/bin/python" tests/e2b/node_runner.py

@@ -21,6 +21,8 @@ executions, as a Jupyter kernel does. Languages: `python` (the default). Others 
 
 import ast
 import base64
+import importlib.abc
+import importlib.util
 import io
 import json
 import os
@@ -130,17 +132,26 @@ def worker_main(chan_fd):
             })
         plt.close("all")
 
-    # A matplotlib backend whose show() displays the figures (Agg renders them).
-    import types
-    backend = types.ModuleType("cove_inline")
+    # A matplotlib backend whose show() displays the figures (Agg renders them), made when
+    # matplotlib asks for it (so a cell that never plots never imports matplotlib).
+    class InlineBackend(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+        def find_spec(self, name, path=None, target=None):
+            if name == "cove_inline":
+                return importlib.util.spec_from_loader(name, self)
+            return None
 
-    def _backend_attr(name):
-        from matplotlib.backends import backend_agg
-        return getattr(backend_agg, name)
+        def create_module(self, spec):
+            return None
 
-    backend.__getattr__ = _backend_attr
-    backend.show = lambda *a, **k: flush_figures()
-    sys.modules["cove_inline"] = backend
+        def exec_module(self, module):
+            from matplotlib.backend_bases import FigureManagerBase
+            from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+            module.FigureCanvas = FigureCanvasAgg
+            module.FigureManager = FigureManagerBase
+            module.show = lambda *a, **k: flush_figures()
+
+    sys.meta_path.insert(0, InlineBackend())
     os.environ["MPLBACKEND"] = "module://cove_inline"
 
     def display(*objs, **_):

@@ -181,6 +181,20 @@ class CoveServer:
         if op["state"] != "succeeded":
             raise RuntimeError(f"build of {name} failed: {op.get('error')}")
 
+    def build_code_interpreter(self, wheels):
+        """Builds `code-interpreter-v1` from templates/code-interpreter plus the wheels in
+        `wheels` (downloaded on the host by scripts/test-e2b.sh; the build is offline)."""
+        here = os.path.dirname(os.path.abspath(__file__))
+        template_dir = os.path.join(here, "..", "..", "templates", "code-interpreter")
+        ctx = tempfile.mkdtemp(prefix="cove-ci-ctx-")
+        try:
+            for f in ("Dockerfile", "requirements.txt", "server.py"):
+                shutil.copy(os.path.join(template_dir, f), ctx)
+            shutil.copytree(wheels, os.path.join(ctx, "wheels"))
+            self.build_from_dir("code-interpreter-v1", ctx)
+        finally:
+            shutil.rmtree(ctx, ignore_errors=True)
+
     def env(self):
         """The environment an unmodified E2B program needs to talk to this server."""
         return {

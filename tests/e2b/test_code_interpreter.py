@@ -4,15 +4,12 @@ built here offline from the wheels scripts/test-e2b.sh downloaded on the host.""
 
 import base64
 import os
-import shutil
-import tempfile
+import subprocess
 
 import pytest
 from e2b import TimeoutException
 from e2b_code_interpreter import Sandbox
 
-HERE = os.path.dirname(__file__)
-TEMPLATE_DIR = os.path.join(HERE, "..", "..", "templates", "code-interpreter")
 WHEELS = os.environ.get("COVE_CI_WHEELS", "/var/cache/cove/code-interpreter-wheels")
 
 
@@ -22,14 +19,7 @@ def code_interpreter_template(cove):
         if os.environ.get("CI") == "true":
             pytest.fail(f"no wheels in {WHEELS} (scripts/test-e2b.sh downloads them)")
         pytest.skip(f"no wheels in {WHEELS} (scripts/test-e2b.sh downloads them)")
-    ctx = tempfile.mkdtemp(prefix="cove-ci-ctx-")
-    try:
-        for f in ("Dockerfile", "requirements.txt", "server.py"):
-            shutil.copy(os.path.join(TEMPLATE_DIR, f), ctx)
-        shutil.copytree(WHEELS, os.path.join(ctx, "wheels"))
-        cove.build_from_dir("code-interpreter-v1", ctx)
-    finally:
-        shutil.rmtree(ctx, ignore_errors=True)
+    cove.build_code_interpreter(WHEELS)
 
 
 def test_run_code_results_output_errors_and_state():
@@ -93,3 +83,15 @@ def test_contexts_and_timeouts():
         assert ctx.id not in [c.id for c in sbx.list_code_contexts()]
         with pytest.raises(Exception, match="python only"):
             sbx.run_code("1", language="r")
+
+
+def test_the_javascript_sdk():
+    modules = os.environ.get("E2B_NODE_MODULES")
+    if not modules or not os.path.isdir(os.path.join(modules, "@e2b", "code-interpreter")):
+        if os.environ.get("CI") == "true":
+            pytest.fail("E2B_NODE_MODULES has no @e2b/code-interpreter (scripts/test-e2b.sh)")
+        pytest.skip("E2B_NODE_MODULES has no @e2b/code-interpreter")
+    test = os.path.join(os.path.dirname(os.path.abspath(__file__)), "node_code_interpreter.test.mjs")
+    run = subprocess.run(["node", "--test", test], env=dict(os.environ),
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]

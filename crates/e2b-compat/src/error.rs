@@ -19,8 +19,6 @@ pub struct RestError {
     pub message: String,
     /// Seconds for `Retry-After` (a quota refusal).
     pub retry_after_s: Option<u64>,
-    /// E2B's machine-readable `error_code` (the SDK maps some to their own exceptions).
-    pub error_code: Option<&'static str>,
 }
 
 impl RestError {
@@ -30,15 +28,6 @@ impl RestError {
             status,
             message: message.into(),
             retry_after_s: None,
-            error_code: None,
-        }
-    }
-
-    /// The same error with E2B's `error_code`.
-    pub fn with_error_code(self, code: &'static str) -> Self {
-        RestError {
-            error_code: Some(code),
-            ..self
         }
     }
 
@@ -83,10 +72,7 @@ impl From<ServiceError> for RestError {
 
 impl IntoResponse for RestError {
     fn into_response(self) -> Response {
-        let mut body = json!({ "code": self.status.as_u16(), "message": self.message });
-        if let Some(code) = self.error_code {
-            body["error_code"] = json!(code);
-        }
+        let body = json!({ "code": self.status.as_u16(), "message": self.message });
         let mut resp = (self.status, axum::Json(body)).into_response();
         let headers = resp.headers_mut();
         match retry_advice(self.status, self.retry_after_s) {
@@ -109,9 +95,9 @@ impl IntoResponse for RestError {
 /// without an `Idempotency-Key` would make a second sandbox.
 pub(crate) fn retry_advice(status: StatusCode, retry_after_s: Option<u64>) -> Option<u64> {
     match status {
-        StatusCode::TOO_MANY_REQUESTS | StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE => {
-            Some(retry_after_s.unwrap_or(1).clamp(1, 60))
-        }
+        StatusCode::TOO_MANY_REQUESTS
+        | StatusCode::BAD_GATEWAY
+        | StatusCode::SERVICE_UNAVAILABLE => Some(retry_after_s.unwrap_or(1).clamp(1, 60)),
         _ => None,
     }
 }
@@ -300,4 +286,30 @@ fn proxy_502(body: serde_json::Value) -> Response {
         HeaderValue::from_static("application/json; charset=utf-8"),
     );
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_answers_ask_for_a_retry_and_others_do_not() {
+        let resp = RestError::new(StatusCode::SERVICE_UNAVAILABLE, "busy").into_response();
+        assert_eq!(resp.headers()["should-retry"], "true");
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "1");
+        let quota = RestError {
+            retry_after_s: Some(30),
+            ..RestError::new(StatusCode::TOO_MANY_REQUESTS, "quota")
+        };
+        assert_eq!(quota.into_response().headers()[header::RETRY_AFTER], "30");
+        for status in [
+            StatusCode::GATEWAY_TIMEOUT,
+            StatusCode::CONFLICT,
+            StatusCode::INTERNAL_SERVER_ERROR,
+        ] {
+            let resp = RestError::new(status, "no").into_response();
+            assert_eq!(resp.headers()["should-retry"], "false", "{status}");
+            assert!(resp.headers().get(header::RETRY_AFTER).is_none());
+        }
+    }
 }
