@@ -2,8 +2,9 @@
 filesystem pauses and `on_resume="reboot"` come back as a reboot, strict pause, symlink
 entries, streaming stdin, and the refusals Cove documents (docs/e2b.md)."""
 
-import time
+import os
 
+import httpx
 import pytest
 from e2b import Sandbox, SandboxException, SandboxQuery, SandboxState
 from e2b.sandbox.filesystem.filesystem import FileType
@@ -13,6 +14,14 @@ def _boot(sbx):
     """PID 1's start time: changes when the sandbox boots again (on runc the kernel's boot id
     is the host's, so this is the sandbox's own boot marker)."""
     return sbx.commands.run("cut -d' ' -f22 /proc/1/stat").stdout.strip()
+
+
+def _detail(sbx):
+    """The raw `SandboxDetail` (the SDK does not show `pauseMode`)."""
+    r = httpx.get(f"{os.environ['E2B_API_URL']}/sandboxes/{sbx.sandbox_id}",
+                  headers={"X-API-Key": os.environ["E2B_API_KEY"]})
+    r.raise_for_status()
+    return r.json()
 
 
 def _alive(sbx, pid):
@@ -27,9 +36,12 @@ def test_full_pause_keeps_processes_and_files():
         h = sbx.commands.run("sleep 600", background=True)
         boot = _boot(sbx)
         sbx.files.write("/home/user/kept.txt", "kept")
+        assert "pauseMode" not in _detail(sbx)
         assert sbx.beta_pause() is True
         info = Sandbox.get_info(sbx.sandbox_id)
         assert info.state == SandboxState.PAUSED
+        assert _detail(sbx)["pauseMode"] == "full"
+        assert _detail(sbx)["envdUnresponsiveAtPause"] is False
         listed = Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED])).next_items()
         assert sbx.sandbox_id in [i.sandbox_id for i in listed]
         back = Sandbox.connect(sbx.sandbox_id)
@@ -48,6 +60,7 @@ def test_filesystem_pause_comes_back_as_a_reboot():
         sbx.files.write("/home/user/kept.txt", "kept")
         assert sbx.pause(mode="filesystem") is True
         assert Sandbox.get_info(sbx.sandbox_id).state == SandboxState.PAUSED
+        assert _detail(sbx)["pauseMode"] == "filesystem"
         back = Sandbox.connect(sbx.sandbox_id)
         assert back.files.read("/home/user/kept.txt") == "kept"
         assert _alive(back, h.pid) == "no"
