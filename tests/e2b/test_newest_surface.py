@@ -116,3 +116,15 @@ def test_symlinks_are_marked_and_stdin_streams():
 def test_https_ports_is_a_documented_refusal():
     with pytest.raises(SandboxException, match="httpsPorts"):
         Sandbox.create(network={"https_ports": [8443]})
+
+
+def test_idempotency_key_on_create_returns_the_same_sandbox():
+    key = "newest-surface-" + os.urandom(4).hex()
+    first = Sandbox.create(idempotency_key=key, metadata={"k": "v"})
+    try:
+        again = Sandbox.create(idempotency_key=key, metadata={"k": "v"})
+        assert again.sandbox_id == first.sandbox_id
+        with pytest.raises(SandboxException):
+            Sandbox.create(idempotency_key=key, metadata={"k": "other"})
+    finally:
+        first.kill()
