@@ -1,7 +1,7 @@
 //! E2B's REST control API (`X-API-Key`) over Cove's sandbox services: create (v1 and v2), connect
 //! (resumes), get, list (metadata, state and template filters, `X-Next-Token` paging), kill,
-//! `set_timeout` and refreshes, pause (a Cove pause or suspend, see [`pause`]), metrics of one or several sandboxes,
-//! logs, egress rules and their live update, snapshots and fork on Cove's checkpoints, volumes
+//! `set_timeout` and refreshes, pause (a Cove pause or suspend, see `pause.rs`), metrics of one
+//! or several sandboxes, logs, egress rules and their live update, snapshots and fork on Cove's checkpoints, volumes
 //! on Cove's volumes and their content API (authorised by the volume's token, not `X-API-Key`),
 //! and auto-resume (one file per resource or verb below). What Cove does not offer here (the
 //! template build API, secrets) answers `501` with a JSON error, which the SDK raises as an
