@@ -5,6 +5,7 @@ built here offline from the wheels scripts/test-e2b.sh downloaded on the host.""
 import base64
 import os
 import subprocess
+import sys
 
 import pytest
 from e2b import TimeoutException
@@ -95,3 +96,14 @@ def test_the_javascript_sdk():
     run = subprocess.run(["node", "--test", test], env=dict(os.environ),
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+
+
+def test_the_example_runs_unchanged(tmp_path):
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "e2b",
+                           "code_interpreter.py")
+    r = subprocess.run([sys.executable, os.path.abspath(example)], cwd=tmp_path,
+                       env=dict(os.environ), capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == "1+1 = 2"
+    assert "error: ZeroDivisionError - division by zero" in r.stdout
+    assert (tmp_path / "chart.png").read_bytes().startswith(b"\x89PNG")
