@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# E2B compatibility tests: the real E2B SDKs (PyPI `e2b==2.63.0`, sync and async clients;
-# npm `e2b`, current) against a real Cove server started by tests/e2b/cove_server.py.
+# E2B compatibility tests: the real E2B SDKs, pinned at the newest versions the registries had
+# (PyPI `e2b==2.63.0`, sync and async clients, and `e2b-code-interpreter==2.11.5`; npm
+# `e2b@2.51.0` and `@e2b/code-interpreter@2.8.0`) against a real Cove server started by tests/e2b/cove_server.py.
+# The code-interpreter template is built offline from wheels downloaded here, on the host,
+# into COVE_CI_WHEELS (templates/code-interpreter/requirements.txt); nothing in a sandbox or a
+# build fetches from the internet.
 # Installs the SDKs outside the clone (a virtualenv and a node_modules dir under
 # /var/cache). Needs root, runc, the `cove` binary and the guest agent (built here).
 set -euo pipefail
@@ -10,6 +14,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/cove-target}"
 export COVE_TEST_CACHE_DIR="${COVE_TEST_CACHE_DIR:-/var/cache/cove/templates}"
 VENV="${COVE_E2B_VENV:-/var/cache/cove-venv-e2b}"
 NODE_DIR="${COVE_E2B_NODE_DIR:-/var/cache/cove-node-e2b}"
+export COVE_CI_WHEELS="${COVE_CI_WHEELS:-/var/cache/cove/code-interpreter-wheels}"
 
 cargo build --locked -q -p cove-cli
 # The network tests' fake internet and the server they point at it (test-only binaries).
@@ -24,13 +29,24 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
 "$VENV/bin/pip" install -q --disable-pip-version-check \
-  "e2b==2.63.0" "pytest==9.2.0" "pytest-asyncio==1.5.0"
+  "e2b==2.63.0" "e2b-code-interpreter==2.11.5" "pytest==9.2.0" "pytest-asyncio==1.5.0"
+# The code-interpreter template's packages, as wheels for the template's Python (Debian 12's
+# 3.11), installed offline by its build.
+mkdir -p "$COVE_CI_WHEELS"
+"$VENV/bin/pip" download -q --disable-pip-version-check --only-binary=:all: \
+  --python-version 3.11 --implementation cp --abi cp311 \
+  --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \
+  -d "$COVE_CI_WHEELS" -r templates/code-interpreter/requirements.txt
 
-"$VENV/bin/python" -m pytest -q -c tests/e2b/pytest.ini tests/e2b
 
 mkdir -p "$NODE_DIR"
 if [ ! -f "$NODE_DIR/package.json" ]; then
   (cd "$NODE_DIR" && npm init -y >/dev/null)
 fi
-(cd "$NODE_DIR" && npm install -q --no-audit --no-fund e2b@latest >/dev/null)
-E2B_NODE_MODULES="$NODE_DIR/node_modules" "$VENV/bin/python" tests/e2b/node_runner.py
+(cd "$NODE_DIR" && npm install -q --no-audit --no-fund e2b@2.51.0 @e2b/code-interpreter@2.8.0 >/dev/null)
+export E2B_NODE_MODULES="$NODE_DIR/node_modules"
+
+# Python SDKs (test_code_interpreter.py also runs the JavaScript Code Interpreter SDK against
+# the template it built), then the JavaScript base SDK against a fresh server.
+"$VENV/bin/python" -m pytest -q -c tests/e2b/pytest.ini tests/e2b
+"$VENV/bin/python" tests/e2b/node_runner.py

@@ -7,12 +7,14 @@ COVE_TEST_CACHE_DIR); the network tests also `cove-e2e-lab` and `cove-e2e-server
 (COVE_E2E_LAB, COVE_E2E_SERVER; built by scripts/test-e2b.sh).
 """
 
+import io
 import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import tarfile
 import tempfile
 import time
 import urllib.request
@@ -160,6 +162,40 @@ class CoveServer:
             op = self._v1("GET", f"/v1/operations/{op['id']}?wait=30s")
         if op["state"] != "succeeded":
             raise RuntimeError(f"build of {template} failed: {op.get('error')}")
+
+    def build_from_dir(self, name, context_dir):
+        """Builds template `name` from `context_dir` (its `Dockerfile` and files) and waits."""
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            tar.add(context_dir, arcname=".")
+        req = urllib.request.Request(
+            f"{self.api_url}/v1/templates?name={name}&file=Dockerfile", method="POST",
+            data=buf.getvalue(),
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/x-tar"},
+        )
+        with urllib.request.urlopen(req, timeout=120) as r:
+            op = json.loads(r.read())["operation"]
+        deadline = time.time() + 1800
+        while op["state"] not in ("succeeded", "failed", "cancelled"):
+            if time.time() > deadline:
+                raise RuntimeError(f"build of {name} did not finish")
+            op = self._v1("GET", f"/v1/operations/{op['id']}?wait=30s")
+        if op["state"] != "succeeded":
+            raise RuntimeError(f"build of {name} failed: {op.get('error')}")
+
+    def build_code_interpreter(self, wheels):
+        """Builds `code-interpreter-v1` from templates/code-interpreter plus the wheels in
+        `wheels` (downloaded on the host by scripts/test-e2b.sh; the build is offline)."""
+        here = os.path.dirname(os.path.abspath(__file__))
+        template_dir = os.path.join(here, "..", "..", "templates", "code-interpreter")
+        ctx = tempfile.mkdtemp(prefix="cove-ci-ctx-")
+        try:
+            for f in ("Dockerfile", "requirements.txt", "server.py"):
+                shutil.copy(os.path.join(template_dir, f), ctx)
+            shutil.copytree(wheels, os.path.join(ctx, "wheels"))
+            self.build_from_dir("code-interpreter-v1", ctx)
+        finally:
+            shutil.rmtree(ctx, ignore_errors=True)
 
     def env(self):
         """The environment an unmodified E2B program needs to talk to this server."""

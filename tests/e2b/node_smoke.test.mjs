@@ -94,3 +94,35 @@ test('volumes: create, mount, share, destroy', async () => {
   assert.equal(await Volume.destroy(name), true)
   assert.equal(await Volume.destroy(name), false)
 })
+
+// PID 1's start time: a new one after a reboot (a runc sandbox shares the host's boot id).
+const boot = async (sbx) => (await sbx.commands.run("cut -d' ' -f22 /proc/1/stat")).stdout.trim()
+const sleeping = async (sbx, pid) =>
+  (await sbx.commands.run(`tr '\\0' ' ' < /proc/${pid}/cmdline 2>/dev/null || true`)).stdout.trim() === 'sleep 600'
+
+test('betaPause keeps processes; a filesystem pause and onResume reboot cold-boot', async () => {
+  const sbx = await Sandbox.create()
+  try {
+    const bg = await sbx.commands.run('sleep 600', { background: true })
+    const first = await boot(sbx)
+    assert.equal(await sbx.betaPause(), true)
+    assert.equal((await Sandbox.getInfo(sbx.sandboxId)).state, 'paused')
+    let back = await Sandbox.connect(sbx.sandboxId)
+    assert.equal(await sleeping(back, bg.pid), true)
+    assert.equal(await boot(back), first)
+
+    assert.equal(await back.pause({ keepMemory: false }), true)
+    back = await Sandbox.connect(sbx.sandboxId)
+    assert.equal(await sleeping(back, bg.pid), false)
+    const second = await boot(back)
+    assert.notEqual(second, first)
+
+    const bg2 = await back.commands.run('sleep 600', { background: true })
+    assert.equal(await back.betaPause(), true)
+    back = await Sandbox.connect(sbx.sandboxId, { onResume: 'reboot' })
+    assert.equal(await sleeping(back, bg2.pid), false)
+    assert.notEqual(await boot(back), second)
+  } finally {
+    await sbx.kill()
+  }
+})

@@ -74,19 +74,31 @@ impl IntoResponse for RestError {
     fn into_response(self) -> Response {
         let body = json!({ "code": self.status.as_u16(), "message": self.message });
         let mut resp = (self.status, axum::Json(body)).into_response();
-        if let Some(s) = self.retry_after_s {
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(s));
-        }
-        if matches!(
-            self.status,
-            StatusCode::CONFLICT | StatusCode::NOT_IMPLEMENTED | StatusCode::FORBIDDEN
-        ) {
-            // A retry would not change the answer.
-            resp.headers_mut()
-                .insert("should-retry", HeaderValue::from_static("false"));
+        let headers = resp.headers_mut();
+        match retry_advice(self.status, self.retry_after_s) {
+            Some(after) => {
+                headers.insert("should-retry", HeaderValue::from_static("true"));
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(after));
+            }
+            None => {
+                headers.insert("should-retry", HeaderValue::from_static("false"));
+            }
         }
         resp
+    }
+}
+
+/// E2B's server-directed retries (`Should-Retry`, `Retry-After`): a quota refusal (`429`) and a
+/// sandbox or node that is busy or briefly unreachable (`502`, `503`) are worth retrying after
+/// `Retry-After` seconds (the quota's own wait, else 1 s); every other error is not (`Should-Retry:
+/// false`), including `504`: the operation that timed out may still finish, and a retried create
+/// without an `Idempotency-Key` would make a second sandbox.
+pub(crate) fn retry_advice(status: StatusCode, retry_after_s: Option<u64>) -> Option<u64> {
+    match status {
+        StatusCode::TOO_MANY_REQUESTS
+        | StatusCode::BAD_GATEWAY
+        | StatusCode::SERVICE_UNAVAILABLE => Some(retry_after_s.unwrap_or(1).clamp(1, 60)),
+        _ => None,
     }
 }
 
@@ -274,4 +286,30 @@ fn proxy_502(body: serde_json::Value) -> Response {
         HeaderValue::from_static("application/json; charset=utf-8"),
     );
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_answers_ask_for_a_retry_and_others_do_not() {
+        let resp = RestError::new(StatusCode::SERVICE_UNAVAILABLE, "busy").into_response();
+        assert_eq!(resp.headers()["should-retry"], "true");
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "1");
+        let quota = RestError {
+            retry_after_s: Some(30),
+            ..RestError::new(StatusCode::TOO_MANY_REQUESTS, "quota")
+        };
+        assert_eq!(quota.into_response().headers()[header::RETRY_AFTER], "30");
+        for status in [
+            StatusCode::GATEWAY_TIMEOUT,
+            StatusCode::CONFLICT,
+            StatusCode::INTERNAL_SERVER_ERROR,
+        ] {
+            let resp = RestError::new(status, "no").into_response();
+            assert_eq!(resp.headers()["should-retry"], "false", "{status}");
+            assert!(resp.headers().get(header::RETRY_AFTER).is_none());
+        }
+    }
 }

@@ -90,7 +90,8 @@ pub(crate) async fn to_entry(
     let mut kind = info.file_type;
     let mut mode = info.mode;
     let mut symlink_target = None;
-    if info.file_type == FileType::Symlink {
+    let is_symlink = info.file_type == FileType::Symlink;
+    if is_symlink {
         let target = info.symlink_target.clone().unwrap_or_default();
         let abs = if target.starts_with('/') {
             clean(&target)
@@ -123,6 +124,7 @@ pub(crate) async fn to_entry(
             .mtime
             .to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
         symlink_target,
+        is_symlink,
         metadata: BTreeMap::new(),
     }
 }

@@ -247,6 +247,9 @@ pub struct EntryInfo {
     /// Resolved absolute target of a symlink.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub symlink_target: Option<String>,
+    /// The entry itself is a symlink (envd 0.5's `is_symlink`; `type` is then its target's).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub is_symlink: bool,
     /// User-defined metadata: the file's `user.e2b.*` extended attributes, without the prefix.
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,

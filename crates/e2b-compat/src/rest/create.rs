@@ -33,6 +33,8 @@ struct NewSandbox {
     template_id: Option<String>,
     timeout: Option<u64>,
     auto_pause: Option<bool>,
+    /// `false`: a timeout pause keeps files only.
+    auto_pause_memory: Option<bool>,
     auto_resume: Option<Value>,
     /// `false`: the sandbox reaches nothing outside (E2B's `denyOut: ["0.0.0.0/0"]`).
     #[serde(rename = "allow_internet_access", alias = "allowInternetAccess")]
@@ -76,7 +78,19 @@ pub(super) async fn create(
         .and_then(|v| v.get("enabled"))
         .and_then(Value::as_bool)
         .unwrap_or(false);
-    let lifecycle = Lifecycle::new(req.auto_pause.unwrap_or(false), auto_resume, timeout);
+    let pause_memory = req.auto_pause_memory.unwrap_or(true);
+    if !pause_memory && e2b.pause_kind(false).is_none() {
+        return Err(RestError::new(
+            StatusCode::BAD_REQUEST,
+            format!(
+                "a filesystem-only auto-pause is not supported on the {} runtime: its pauses \
+                 keep memory",
+                e2b.cp.capabilities().runtime
+            ),
+        ));
+    }
+    let lifecycle = Lifecycle::new(req.auto_pause.unwrap_or(false), auto_resume, timeout)
+        .with_pause_memory(pause_memory);
     let mut metadata = req.metadata.unwrap_or_default();
     if metadata.keys().any(|k| k.starts_with(E2B_MARKER_KEY)) {
         return Err(RestError::new(

@@ -48,7 +48,8 @@ pub(super) async fn fork(
     let s = e2b_sandbox(&e2b, &id).await?;
     let timeout = req.timeout.unwrap_or(DEFAULT_TIMEOUT_S);
     let parent = Lifecycle::of(&s);
-    let lifecycle = Lifecycle::new(parent.auto_pause(), parent.auto_resume, timeout);
+    let lifecycle = Lifecycle::new(parent.auto_pause(), parent.auto_resume, timeout)
+        .with_pause_memory(parent.auto_pause_memory);
     let mut metadata = user_metadata(&s);
     metadata.insert(E2B_MARKER_KEY.to_string(), lifecycle.marker());
     let forked = e2b.cp.fork(&s.id, ForkRequest { count, metadata }).await?;

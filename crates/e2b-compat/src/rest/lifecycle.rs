@@ -27,6 +27,14 @@ pub struct Lifecycle {
     pub auto_resume: bool,
     /// The timeout it was created with, seconds (used again when traffic wakes it).
     pub timeout: u64,
+    /// A timeout pause keeps memory (E2B's `autoPauseMemory`, true unless the create asked for
+    /// `mode="filesystem"`).
+    #[serde(default = "yes")]
+    pub auto_pause_memory: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// What happens at the end of a sandbox's timeout.
@@ -46,6 +54,7 @@ impl Default for Lifecycle {
             on_timeout: OnTimeout::Kill,
             auto_resume: false,
             timeout: DEFAULT_TIMEOUT_S,
+            auto_pause_memory: true,
         }
     }
 }
@@ -62,6 +71,15 @@ impl Lifecycle {
             },
             auto_resume,
             timeout,
+            auto_pause_memory: true,
+        }
+    }
+
+    /// The same settings with E2B's `autoPauseMemory`.
+    pub fn with_pause_memory(self, memory: bool) -> Self {
+        Lifecycle {
+            auto_pause_memory: memory,
+            ..self
         }
     }
 

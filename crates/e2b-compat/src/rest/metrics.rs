@@ -91,6 +91,10 @@ pub(crate) async fn many(
         let Ok(s) = e2b_sandbox(&e2b, id).await else {
             continue;
         };
+        // A paused sandbox has no current reading (a frozen one still holds memory on its node).
+        if super::e2b_state(s.state) != Some("running") {
+            continue;
+        }
         match e2b.cp.sandbox_metrics(&s.id).await {
             Ok(m) => {
                 out.insert(id.to_string(), metric(&s, &m.current));

@@ -1,7 +1,7 @@
 //! E2B's REST control API (`X-API-Key`) over Cove's sandbox services: create (v1 and v2), connect
 //! (resumes), get, list (metadata, state and template filters, `X-Next-Token` paging), kill,
-//! `set_timeout` and refreshes, pause (a Cove suspend), metrics of one or several sandboxes,
-//! logs, egress rules and their live update, snapshots and fork on Cove's checkpoints, volumes
+//! `set_timeout` and refreshes, pause (a Cove pause or suspend, see `pause.rs`), metrics of one
+//! or several sandboxes, logs, egress rules and their live update, snapshots and fork on Cove's checkpoints, volumes
 //! on Cove's volumes and their content API (authorised by the volume's token, not `X-API-Key`),
 //! and auto-resume (one file per resource or verb below). What Cove does not offer here (the
 //! template build API, secrets) answers `501` with a JSON error, which the SDK raises as an
@@ -18,9 +18,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post, put};
 use axum::Router;
 use chrono::{DateTime, Utc};
-use cove_api_types::{LifecycleRequest, OperationState, Sandbox, SandboxState};
+use cove_api_types::{OperationState, Sandbox, SandboxState};
 use cove_control_plane::orgs::{audit, scope};
-use cove_control_plane::{LifecycleVerb, ServiceError};
+use cove_control_plane::ServiceError;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -34,14 +34,15 @@ pub(crate) mod list;
 mod logs;
 mod metrics;
 pub(crate) mod network;
+mod pause;
 pub(crate) mod snapshots;
 mod timeouts;
 mod volume_content;
 mod volumes;
-use crate::{e2b_id, E2b, DEFAULT_TIMEOUT_S, ENVD_VERSION};
+use crate::{e2b_id, E2b, ENVD_VERSION};
 
 /// Metadata key Cove adds to sandboxes created through E2B (hidden from E2B clients); the
-/// reaper adopts such sandboxes after a restart.
+/// store migration gave such sandboxes E2B's default timeout when expiry moved into the store.
 pub const E2B_MARKER_KEY: &str = "cove.e2b";
 
 /// Longest time a REST call waits for a lifecycle operation (create, suspend, wake).
@@ -60,10 +61,10 @@ pub fn router(e2b: E2b) -> Router {
         .route("/sandboxes/{id}", get(get_one).delete(kill))
         .route("/sandboxes/{id}/timeout", post(timeouts::set_timeout))
         .route("/sandboxes/{id}/refreshes", post(timeouts::refresh))
-        .route("/sandboxes/{id}/pause", post(pause))
-        .route("/v2/sandboxes/{id}/connect", post(connect))
-        .route("/sandboxes/{id}/connect", post(connect))
-        .route("/sandboxes/{id}/resume", post(connect))
+        .route("/sandboxes/{id}/pause", post(pause::pause))
+        .route("/v2/sandboxes/{id}/connect", post(pause::connect))
+        .route("/sandboxes/{id}/connect", post(pause::connect))
+        .route("/sandboxes/{id}/resume", post(pause::connect))
         .route("/sandboxes/{id}/metrics", get(metrics::sandbox_metrics))
         .route("/sandboxes/{id}/network", put(network::update))
         .route("/sandboxes/{id}/fork", post(fork::fork))
@@ -229,8 +230,12 @@ impl E2b {
             "allowInternetAccess": s.network.internet,
             "domain": self.cfg.answered_domain,
             "lifecycle": Lifecycle::of(s).to_json(),
-            "pauseMode": "filesystem",
+            // Cove never snapshots a guest that does not answer (see `pause`).
+            "envdUnresponsiveAtPause": false,
         });
+        if let Some(mode) = self.pause_mode(s) {
+            detail["pauseMode"] = json!(mode);
+        }
         if let Some(n) = network::network_json(&s.network) {
             detail["network"] = n;
         }
@@ -320,65 +325,4 @@ async fn kill(State(e2b): State<E2b>, Path(id): Path<String>) -> Result<Response
     e2b.forget(&s.id);
     e2b.watchers.forget_sandbox(&s.id);
     Ok(StatusCode::NO_CONTENT.into_response())
-}
-
-/// `POST /sandboxes/{id}/pause`: a Cove suspend (files kept; memory where the runtime can).
-/// `409` when already paused. A paused sandbox has no end of life until it is resumed.
-async fn pause(State(e2b): State<E2b>, Path(id): Path<String>) -> Result<Response, RestError> {
-    let s = e2b.settled(&id).await?;
-    if e2b_state(s.state) == Some("paused") {
-        return Err(RestError::new(
-            StatusCode::CONFLICT,
-            format!("sandbox {id} is already paused"),
-        ));
-    }
-    let op = e2b
-        .cp
-        .lifecycle(
-            &s.id,
-            LifecycleVerb::Suspend,
-            LifecycleRequest::default(),
-            None,
-        )
-        .await?;
-    e2b.finish(&op.id).await?;
-    // Paused sandboxes do not expire; a connect (or auto-resume) sets a new end of life.
-    e2b.cp.clear_expiry(&s.id).await?;
-    Ok(StatusCode::NO_CONTENT.into_response())
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(default)]
-struct ConnectBody {
-    timeout: Option<u64>,
-}
-
-/// `POST /v2/sandboxes/{id}/connect`: `200` when running, `201` after resuming a paused one;
-/// the timeout is only ever extended.
-async fn connect(
-    State(e2b): State<E2b>,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> Result<Response, RestError> {
-    let req: ConnectBody = parse_body(&body)?;
-    let s = e2b.settled(&id).await.map_err(|e| {
-        if e.status == StatusCode::NOT_FOUND {
-            RestError::new(
-                StatusCode::NOT_FOUND,
-                format!("paused sandbox {id} not found"),
-            )
-        } else {
-            e
-        }
-    })?;
-    let resumed = e2b
-        .bring_back(&s, req.timeout.unwrap_or(DEFAULT_TIMEOUT_S))
-        .await?;
-    let status = if resumed {
-        StatusCode::CREATED
-    } else {
-        StatusCode::OK
-    };
-    let s = e2b.cp.get_sandbox(&s.id).await?;
-    Ok((status, axum::Json(e2b.sandbox_json(&s))).into_response())
 }
