@@ -168,3 +168,30 @@ pub(crate) fn defaults_json(d: &cove_api_types::TemplateDefaults) -> Result<Stri
 pub(crate) fn error_code_parse(s: &str) -> Option<cove_api_types::ErrorCode> {
     serde_json::from_value(serde_json::Value::String(s.to_string())).ok()
 }
+
+#[cfg(test)]
+mod migration_tests {
+    /// Each backend's migrations have distinct versions: branches that each add "the next"
+    /// migration otherwise merge into two files of one version, and every store then fails to
+    /// open (`UNIQUE constraint failed: _sqlx_migrations.version`).
+    #[test]
+    fn migration_versions_are_unique_per_backend() {
+        for backend in ["sqlite", "postgres"] {
+            let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("migrations")
+                .join(backend);
+            let mut seen = std::collections::BTreeMap::new();
+            for entry in std::fs::read_dir(&dir).expect("migrations dir") {
+                let name = entry
+                    .expect("entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned();
+                let version = name.split('_').next().unwrap_or_default().to_string();
+                if let Some(other) = seen.insert(version.clone(), name.clone()) {
+                    panic!("{backend}: {name} and {other} share version {version}");
+                }
+            }
+        }
+    }
+}
