@@ -55,7 +55,7 @@ pub fn router(e2b: E2b) -> Router {
 }
 
 async fn dispatch(e2b: E2b, envd: Router, rest: Router, mut req: Request) -> Response {
-    let sandbox = match sandbox_of(&e2b, req.headers()) {
+    let sandbox = match sandbox_of(&e2b, req.headers(), req.uri().authority()) {
         Ok(s) => s,
         Err(resp) => return resp,
     };
@@ -137,9 +137,14 @@ async fn serve(router: Router, req: Request<Body>) -> Response {
     }
 }
 
-/// The sandbox id and port named by the headers or the host, if any.
+/// The sandbox id and port named by the headers or the host, if any. The host is the `Host`
+/// header (HTTP/1.1), else the request's authority (HTTP/2 over TLS sends `:authority`).
 #[allow(clippy::result_large_err)]
-fn sandbox_of(e2b: &E2b, headers: &HeaderMap) -> Result<Option<(String, u16)>, Response> {
+fn sandbox_of(
+    e2b: &E2b,
+    headers: &HeaderMap,
+    authority: Option<&axum::http::uri::Authority>,
+) -> Result<Option<(String, u16)>, Response> {
     let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     match (get("e2b-sandbox-id"), get("e2b-sandbox-port")) {
         (Some(id), Some(port)) => {
@@ -165,7 +170,8 @@ fn sandbox_of(e2b: &E2b, headers: &HeaderMap) -> Result<Option<(String, u16)>, R
         }
         (None, None) => {}
     }
-    Ok(get("host").and_then(|h| host_target(h, e2b.cfg.domain.as_deref())))
+    let host = get("host").or(authority.map(|a| a.as_str()));
+    Ok(host.and_then(|h| host_target(h, e2b.cfg.domain.as_deref())))
 }
 
 /// `name[:port]` → `name`.

@@ -26,6 +26,7 @@ mod cluster;
 pub mod listen;
 pub mod metrics;
 mod node;
+pub mod tls;
 
 pub use cluster::ClusterSettings;
 pub use listen::ListenLimits;
@@ -300,6 +301,8 @@ pub struct E2bSettings {
     /// Domain given to SDKs for `{port}-{id}.{domain}` host names (`None`:
     /// `localhost:PORT`, see [`cove_e2b_compat::sandbox_domain`]).
     pub domain: Option<String>,
+    /// The operator's certificate and key: the listener speaks TLS only (`None`: plain HTTP).
+    pub tls: Option<tls::TlsFiles>,
 }
 
 /// Settings of the proxy listener of sandbox ports.
@@ -636,6 +639,10 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     let dp_listener = TcpListener::bind(cfg.data_plane_listen)
         .await
         .context("bind the data-plane listener")?;
+    let e2b_tls = match cfg.e2b.as_ref().and_then(|e| e.tls.as_ref()) {
+        Some(files) => Some(tls::acceptor("e2b-tls", files)?),
+        None => None,
+    };
     let e2b_listener = match &cfg.e2b {
         Some(e) => Some(
             TcpListener::bind(e.listen)
@@ -796,15 +803,17 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
             "api",
             api_listener,
             http::management_router_with(cp.clone(), surfaces),
+            None,
         ),
         (
             "data-plane",
             dp_listener,
             http::data_plane_router(cp.clone()),
+            None,
         ),
     ];
     if let Some(listener) = proxy_listener {
-        listeners.push(("proxy", listener, http::ports_router(cp.clone())));
+        listeners.push(("proxy", listener, http::ports_router(cp.clone()), None));
     }
     let mut e2b_addr = None;
     if let (Some(listener), Some(settings)) = (e2b_listener, &cfg.e2b) {
@@ -819,13 +828,14 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         };
         let router = cove_e2b_compat::router(cp.clone(), e2b_cfg);
         e2b_addr = Some(listener.local_addr()?);
-        listeners.push(("e2b", listener, router));
+        listeners.push(("e2b", listener, router, e2b_tls));
     }
-    for (name, listener, router) in listeners {
+    for (name, listener, router, tls) in listeners {
         tasks.push(tokio::spawn(listen::serve_http(
             name,
             listener,
             router,
+            tls,
             admission.clone(),
             rx.clone(),
         )));
