@@ -91,6 +91,8 @@ async fn the_e2b_listener_speaks_tls_and_get_host_urls_open_as_https() {
     let ca = ca.to_str().expect("utf-8 path");
     let base = format!("https://localhost:{port}");
     let api_key = format!("X-API-Key: {}", s.token);
+    let client = cove_e2e::client_of(s);
+    cove_e2e::ensure_template(&client, "base").await;
 
     // REST over HTTP/2 (ALPN) with nothing but the CA.
     let (ok, body, err) = curl(&[
@@ -122,7 +124,6 @@ async fn the_e2b_listener_speaks_tls_and_get_host_urls_open_as_https() {
     );
 
     // A server in the sandbox, started through Cove's own API.
-    let client = cove_e2e::client_of(s);
     let cove_id = format!("sb-{e2b_id}");
     client
         .create_command(
