@@ -34,8 +34,7 @@ pub const SYSCALL_ITERATIONS: u32 = 5000;
 
 /// A busybox `sh` loop whose every iteration opens and closes `/etc/hostname` (`: <file`: an
 /// `open`, the shell's `fcntl`/`dup2` of the redirection and a `close`).
-pub const SYSCALL_LOOP: &str =
-    "i=0; while [ $i -lt 5000 ]; do : </etc/hostname; i=$((i+1)); done";
+pub const SYSCALL_LOOP: &str = "i=0; while [ $i -lt 5000 ]; do : </etc/hostname; i=$((i+1)); done";
 
 /// Runs the gvisor measurements; everything started is cleaned up, also on error.
 pub async fn run(args: &Args) -> anyhow::Result<Report> {
@@ -128,7 +127,8 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
             Unit::Ms,
             ms(&cove.suspend)?,
         )
-        .baseline("runsc checkpoint + delete", ms(&raw.checkpoint)?),
+        .baseline("runsc checkpoint + delete", ms(&raw.checkpoint)?)
+        .baseline("runsc checkpoint alone", ms(&raw.checkpoint_only)?),
         Metric::new(
             "gvisor_wake",
             format!("gvisor ({p}): wake"),
@@ -305,6 +305,8 @@ struct RawSamples {
     run: Vec<Duration>,
     exec: Vec<Duration>,
     checkpoint: Vec<Duration>,
+    /// `runsc checkpoint` alone (the container ends `stopped`).
+    checkpoint_only: Vec<Duration>,
     restore: Vec<Duration>,
     fork: Vec<Duration>,
     syscalls: Vec<Duration>,
@@ -354,12 +356,14 @@ fn measure_raw(raw: &RawRunc, runs: usize) -> anyhow::Result<RawSamples> {
             .prefix("cove-bench-runsc-img-")
             .tempdir()
             .context("a directory for checkpoint images")?;
-        let (mut checkpoint, mut restore) = (Vec::new(), Vec::new());
+        let (mut checkpoint, mut checkpoint_only, mut restore) =
+            (Vec::new(), Vec::new(), Vec::new());
         for i in 0..=runs {
             let image = images.path().join(format!("life-{i}"));
             std::fs::create_dir(&image).context("create an image dir")?;
             let t0 = Instant::now();
             raw.checkpoint(&id, &image)?;
+            let saved_only = t0.elapsed();
             raw.delete(&id)?;
             let saved = t0.elapsed();
             let t0 = Instant::now();
@@ -367,6 +371,7 @@ fn measure_raw(raw: &RawRunc, runs: usize) -> anyhow::Result<RawSamples> {
             let restored = t0.elapsed();
             if i > 0 {
                 checkpoint.push(saved);
+                checkpoint_only.push(saved_only);
                 restore.push(restored);
             }
             raw.exec(&id, &["true"])?;
@@ -397,6 +402,7 @@ fn measure_raw(raw: &RawRunc, runs: usize) -> anyhow::Result<RawSamples> {
             run,
             exec,
             checkpoint,
+            checkpoint_only,
             restore,
             fork,
             syscalls,

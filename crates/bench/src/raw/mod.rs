@@ -134,21 +134,29 @@ impl RawRunc {
     /// `runc run --detach`: returns once the container's process runs. Its stdio (and runc's
     /// stderr) go to the bundle's `runc.stderr`, since the container keeps them open.
     pub fn run_detached(&self, bundle: &Bundle, id: &str) -> anyhow::Result<()> {
+        self.detached(bundle, id, &["run", "--detach"])
+    }
+
+    /// `<verb...> --bundle <bundle> <id>` of a verb that leaves the container running with
+    /// runc's stdio (`run --detach`, `restore --detach`), which go to the bundle's
+    /// `runc.stderr`: the container keeps them open, so a pipe would never close.
+    fn detached(&self, bundle: &Bundle, id: &str, verb: &[&str]) -> anyhow::Result<()> {
         let log_path = bundle.stderr_path();
         let log = std::fs::File::create(&log_path)
             .with_context(|| format!("create {}", log_path.display()))?;
         let status = self
             .command()
-            .args(["run", "--detach", "--bundle"])
+            .args(verb)
+            .arg("--bundle")
             .arg(&bundle.dir)
             .arg(id)
             .stdout(Stdio::null())
             .stderr(log)
             .status()
-            .context("run runc run --detach")?;
+            .with_context(|| format!("run {} {}", self.runc.display(), verb.join(" ")))?;
         if !status.success() {
             let err = std::fs::read_to_string(&log_path).unwrap_or_default();
-            bail!("runc run --detach {id} failed: {}", err.trim());
+            bail!("{} {id} failed: {}", verb.join(" "), err.trim());
         }
         Ok(())
     }
@@ -181,8 +189,7 @@ impl RawRunc {
     /// `id` from a checkpoint, returning once it runs.
     pub fn restore(&self, bundle: &Bundle, id: &str, image: &Path) -> anyhow::Result<()> {
         let image = format!("--image-path={}", image.display());
-        let dir = bundle.dir.to_string_lossy();
-        self.run_to_end(&["restore", "--detach", &image, "--bundle", &dir, id])
+        self.detached(bundle, id, &["restore", "--detach", &image])
     }
 
     /// `runc kill <id> KILL`.
