@@ -329,7 +329,9 @@ fn quick_gvisor_run_reports_every_gvisor_metric() {
             .unwrap_or_else(|| panic!("{key} missing:\n{stdout}"));
         assert_numbers(key, key, m);
         assert!(
-            m["name"].as_str().is_some_and(|n| n.starts_with("gvisor (")),
+            m["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("gvisor (")),
             "{key} names its platform: {m}"
         );
         let bs = m["baselines"].as_array().expect("baselines");
