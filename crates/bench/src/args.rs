@@ -48,10 +48,11 @@ pub struct Args {
     #[arg(long)]
     pub verbose: bool,
 
-    /// The runtime measured: `runc` (every group below) or `qemu` (the VM runtime's boot,
-    /// base-snapshot create, exec, pause, suspend and wake beside raw `qemu-system-x86_64`;
-    /// `--only` does not apply).
-    #[arg(long, value_name = "RUNTIME", default_value = "runc", value_parser = ["runc", "qemu"])]
+    /// The runtime measured: `runc` (every group below), `qemu` (the VM runtime's boot,
+    /// base-snapshot create, exec, pause, suspend and wake beside raw `qemu-system-x86_64`) or
+    /// `gvisor` (create, exec, suspend, wake, fork and a system-call loop beside raw `runsc`
+    /// and runc); `--only` does not apply to the last two.
+    #[arg(long, value_name = "RUNTIME", default_value = "runc", value_parser = ["runc", "qemu", "gvisor"])]
     pub runtime: String,
 
     /// Measure only these groups (comma-separated): cold_start, exec, stream, files,
@@ -167,6 +168,8 @@ pub struct Scale {
     pub network_leak_cycles: usize,
     /// Timed runs of each qemu measurement (VMs under TCG take seconds each).
     pub qemu_runs: usize,
+    /// Timed runs of each gvisor measurement (exec: four times as many).
+    pub gvisor_runs: usize,
     /// Timed scheduler decisions over 1,000 simulated nodes.
     pub scheduler_runs: usize,
 }
@@ -195,6 +198,7 @@ impl Scale {
         gateway_bytes: 100 * MIB,
         network_leak_cycles: 1000,
         qemu_runs: 5,
+        gvisor_runs: 10,
         scheduler_runs: 5000,
     };
 
@@ -221,6 +225,7 @@ impl Scale {
         gateway_bytes: 4 * MIB,
         network_leak_cycles: 12,
         qemu_runs: 2,
+        gvisor_runs: 3,
         scheduler_runs: 200,
     };
 }

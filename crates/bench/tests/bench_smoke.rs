@@ -275,3 +275,72 @@ fn quick_qemu_run_reports_every_vm_metric() {
     let leftovers: Vec<String> = bench_dirs().difference(&before).cloned().collect();
     assert!(leftovers.is_empty(), "left behind: {leftovers:?}");
 }
+
+/// `cove-bench --runtime gvisor --quick`: every gVisor metric measured beside its raw `runsc`
+/// baseline, and the system-call row also beside the same loop on a runc server. Without runsc
+/// it passes with a message, except under `CI=true`, where it fails.
+#[test]
+fn quick_gvisor_run_reports_every_gvisor_metric() {
+    let have_runsc = Command::new("runsc")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have_runsc {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "runsc is missing (scripts/install-deps.sh installs it)"
+        );
+        eprintln!("skipped: no runsc (scripts/install-deps.sh installs it)");
+        return;
+    }
+    let _turn = ONE_RUN_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let json_path = dir.path().join("out.json");
+    let before = bench_dirs();
+    let out = Command::new(env!("CARGO_BIN_EXE_cove-bench"))
+        .args(["--runtime", "gvisor", "--quick", "--json"])
+        .arg(&json_path)
+        .arg("--guest-agent")
+        .arg(guest_agent())
+        .output()
+        .expect("run cove-bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "cove-bench failed\nstdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(&json_path).expect("read the JSON")).expect("JSON");
+    let metrics = report["metrics"].as_array().expect("metrics");
+    for (key, baselines) in [
+        ("gvisor_create", 1),
+        ("gvisor_exec", 1),
+        ("gvisor_suspend", 2),
+        ("gvisor_wake", 1),
+        ("gvisor_fork", 1),
+        ("gvisor_syscalls", 2),
+    ] {
+        let m = metrics
+            .iter()
+            .find(|m| m["key"] == key)
+            .unwrap_or_else(|| panic!("{key} missing:\n{stdout}"));
+        assert_numbers(key, key, m);
+        assert!(
+            m["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("gvisor (")),
+            "{key} names its platform: {m}"
+        );
+        let bs = m["baselines"].as_array().expect("baselines");
+        assert_eq!(bs.len(), baselines, "{key}: {m}");
+        for b in bs {
+            assert_numbers(key, &format!("{key} baseline"), b);
+            assert!(b["ratio"].as_f64().unwrap_or(0.0) > 0.0, "{key}: {b}");
+        }
+    }
+    let leftovers: Vec<String> = bench_dirs().difference(&before).cloned().collect();
+    assert!(leftovers.is_empty(), "left behind: {leftovers:?}");
+}
