@@ -272,7 +272,9 @@ impl Operations {
         let began = std::time::Instant::now();
         let span = tracing::info_span!("operation", op_id = %id, kind = op.kind.as_str(),
             sandbox_id = op.sandbox_id.as_deref().unwrap_or(""));
-        tokio::spawn(
+        // The background half is no request: it runs as the server (`orgs::scope`); the
+        // request checked its caller before it began the operation.
+        tokio::spawn(crate::orgs::scope::as_system(
             async move {
                 match this.take_lease(std::slice::from_ref(&id)).await {
                     Ok(held) if held.is_empty() => {
@@ -353,7 +355,7 @@ impl Operations {
                 this.lock_running().remove(&id);
             }
             .instrument(span),
-        );
+        ));
     }
 
     fn lock_running(
@@ -409,7 +411,7 @@ impl Operations {
         limit: Option<u32>,
     ) -> Result<Vec<Operation>, ServiceError> {
         let limit = limit.unwrap_or(50).clamp(1, 500);
-        let org = crate::orgs::scope::listing_org();
+        let org = crate::orgs::scope::listing_org()?;
         Ok(self
             .store
             .list_operations(org.as_deref(), sandbox_id, limit)
@@ -451,8 +453,9 @@ impl Operations {
 
     /// The operation now (another org's is not found).
     pub async fn get(&self, id: &str) -> Result<Operation, ServiceError> {
+        let caller = crate::orgs::scope::require()?;
         match self.store.get_operation(id).await {
-            Ok(op) if crate::orgs::scope::sees(&op.org) => Ok(op),
+            Ok(op) if caller.sees(&op.org) => Ok(op),
             Ok(_) => Err(ServiceError::OperationNotFound(id.to_string())),
             Err(StoreError::NotFound) => Err(ServiceError::OperationNotFound(id.to_string())),
             Err(e) => Err(e.into()),
