@@ -21,8 +21,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
 
-use crate::orgs::scope::as_system;
 use crate::lifecycle::LifecycleVerb;
+use crate::orgs::scope::as_system;
 use crate::{ControlPlane, ServiceError};
 
 /// How often records past their retention are purged (`retention.rs`).
@@ -65,11 +65,13 @@ impl Controller {
             as_system(async move { denials.0.record_denials(denials.1).await })
                 .instrument(tracing::info_span!("network_denials")),
         );
-        let task = tokio::spawn(as_system(async move { cp.control_loop(token).await }).instrument(span));
+        let task =
+            tokio::spawn(as_system(async move { cp.control_loop(token).await }).instrument(span));
         let token = stop.clone();
         let span = tracing::info_span!("pool_controller");
-        let pools =
-            tokio::spawn(as_system(async move { pools_cp.pool_loop(token).await }).instrument(span));
+        let pools = tokio::spawn(
+            as_system(async move { pools_cp.pool_loop(token).await }).instrument(span),
+        );
         let token = stop.clone();
         let span = tracing::info_span!("repair_controller");
         let repair = tokio::spawn(

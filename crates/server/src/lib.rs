@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use cove_control_plane::{http, ControlPlane, ControlPlaneConfig, Controller};
 use cove_control_plane::orgs::scope::as_system;
+use cove_control_plane::{http, ControlPlane, ControlPlaneConfig, Controller};
 use cove_node_agent::snapshot::SnapshotStore;
 use cove_node_agent::{NodeAgent, NodeConfig};
 

@@ -79,7 +79,11 @@ impl ControlPlane {
     ) -> Result<AuditPage, ServiceError> {
         let limit = limit.unwrap_or(MAX_AUDIT_PAGE).clamp(1, MAX_AUDIT_PAGE);
         let c = scope::require()?;
-        let org = if c.has_admin_rights() { org } else { Some(c.org) };
+        let org = if c.has_admin_rights() {
+            org
+        } else {
+            Some(c.org)
+        };
         let entries = self
             .store()
             .audit_after(org.as_deref(), after, limit)

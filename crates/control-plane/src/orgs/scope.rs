@@ -113,9 +113,7 @@ pub async fn as_system<F: std::future::Future>(f: F) -> F::Output {
 /// `f` run as the current caller: for request work handed to `tokio::spawn`, which does not
 /// inherit it. Without a caller in scope, `f` runs without one too (and its service calls
 /// refuse).
-pub fn carried<F: std::future::Future>(
-    f: F,
-) -> impl std::future::Future<Output = F::Output> {
+pub fn carried<F: std::future::Future>(f: F) -> impl std::future::Future<Output = F::Output> {
     let caller = current();
     async move {
         match caller {
@@ -135,6 +133,11 @@ pub fn current() -> Option<Caller> {
 /// none: the one accessor services decide on (with [`Caller::sees`] for a resource's org).
 pub fn require() -> Result<Caller, ServiceError> {
     current().ok_or_else(|| {
+            eprintln!(
+                "NO-CALLER-BT {}",
+                std::backtrace::Backtrace::force_capture()
+            );
+        }
         tracing::error!(
             "a service was called with no caller in scope (a bug: background work runs as \
              Caller::system())"
@@ -183,7 +186,9 @@ mod tests {
     async fn a_key_sees_and_makes_in_its_own_org_only() {
         scoped(acme(), async {
             let c = require().ok();
-            assert!(c.as_ref().is_some_and(|c| c.sees("acme") && !c.sees(DEFAULT_ORG)));
+            assert!(c
+                .as_ref()
+                .is_some_and(|c| c.sees("acme") && !c.sees(DEFAULT_ORG)));
             assert_eq!(acting_org().ok().as_deref(), Some("acme"));
             assert_eq!(listing_org().ok().flatten().as_deref(), Some("acme"));
             assert_eq!(
@@ -199,7 +204,9 @@ mod tests {
     async fn the_admin_token_acts_in_the_default_org() {
         scoped(Caller::admin(), async {
             let c = require().ok();
-            assert!(c.as_ref().is_some_and(|c| c.sees(DEFAULT_ORG) && !c.sees("acme")));
+            assert!(c
+                .as_ref()
+                .is_some_and(|c| c.sees(DEFAULT_ORG) && !c.sees("acme")));
             assert_eq!(listing_org().ok().flatten().as_deref(), Some(DEFAULT_ORG));
             assert!(require().is_ok_and(|c| c.has_admin_rights() && !c.is_system()));
         })
@@ -210,10 +217,14 @@ mod tests {
     async fn the_system_caller_sees_every_org_and_makes_in_the_default_org() {
         as_system(async {
             let c = require().ok();
-            assert!(c.as_ref().is_some_and(|c| c.sees("acme") && c.sees(DEFAULT_ORG)));
+            assert!(c
+                .as_ref()
+                .is_some_and(|c| c.sees("acme") && c.sees(DEFAULT_ORG)));
             assert_eq!(acting_org().ok().as_deref(), Some(DEFAULT_ORG));
             assert_eq!(listing_org().ok(), Some(None));
-            assert!(c.as_ref().is_some_and(|c| c.is_system() && c.has_admin_rights()));
+            assert!(c
+                .as_ref()
+                .is_some_and(|c| c.is_system() && c.has_admin_rights()));
             assert_eq!(c.as_ref().map(Caller::actor_name), Some("system"));
         })
         .await;
@@ -222,7 +233,10 @@ mod tests {
     #[tokio::test]
     async fn carried_keeps_the_caller_across_a_spawn_and_none_stays_none() {
         let seen = scoped(acme(), async {
-            tokio::spawn(carried(async { current() })).await.ok().flatten()
+            tokio::spawn(carried(async { current() }))
+                .await
+                .ok()
+                .flatten()
         })
         .await;
         assert_eq!(seen, Some(acme()));
@@ -231,7 +245,10 @@ mod tests {
             .await
             .ok();
         assert!(matches!(bare, Some(Err(ServiceError::NoCaller))));
-        let none = tokio::spawn(carried(async { current() })).await.ok().flatten();
+        let none = tokio::spawn(carried(async { current() }))
+            .await
+            .ok()
+            .flatten();
         assert_eq!(none, None);
     }
 }

@@ -45,6 +45,7 @@ impl ControlPlane {
 
     /// One template.
     pub async fn get_template(&self, name: &str) -> Result<Template, ServiceError> {
+        scope::require()?;
         if let Ok(recipe) = self.recipe(name) {
             return self.template_of(recipe).await;
         }
