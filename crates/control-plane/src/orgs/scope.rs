@@ -133,11 +133,6 @@ pub fn current() -> Option<Caller> {
 /// none: the one accessor services decide on (with [`Caller::sees`] for a resource's org).
 pub fn require() -> Result<Caller, ServiceError> {
     current().ok_or_else(|| {
-            eprintln!(
-                "NO-CALLER-BT {}",
-                std::backtrace::Backtrace::force_capture()
-            );
-        }
         tracing::error!(
             "a service was called with no caller in scope (a bug: background work runs as \
              Caller::system())"
