@@ -7,7 +7,7 @@ use cove_api_types::{
 use cove_node_api::{NodeCapabilities, NodeError};
 use cove_test_support::{Call, FakeNode, Fault};
 
-use crate::harness::as_system;
+use crate::harness::{as_org, as_system};
 use crate::harness::{code, Harness};
 
 fn context(file: &str) -> bytes::Bytes {
@@ -240,15 +240,6 @@ async fn a_build_policy_needs_a_node_network() {
         );
     })
     .await;
-}
-
-/// Runs `f` as an API key of `org`.
-async fn as_org<F: std::future::Future>(org: &str, f: F) -> F::Output {
-    let caller = cove_control_plane::orgs::Caller {
-        org: org.into(),
-        actor: cove_control_plane::orgs::Actor::Key(format!("key-of-{org}")),
-    };
-    cove_control_plane::orgs::scope::scoped(caller, f).await
 }
 
 /// Issue 26: an org key's `FROM oci-archive:<host path>` is refused before anything is

@@ -17,6 +17,7 @@ use cove_api_types::{
     Sandbox, SandboxState,
 };
 use cove_control_plane::cluster::Cluster;
+use cove_control_plane::orgs::{scope, Actor, Caller};
 use cove_control_plane::{Clock, ControlPlane, ControlPlaneConfig, LifecycleVerb, ServiceError};
 use cove_store::{SqliteStore, Store};
 use cove_test_support::FakeNode;
@@ -26,6 +27,19 @@ use cove_test_support::FakeNode;
 /// run without a caller (`orgs::scope`); a test that acts as an org's key or the admin token
 /// scopes that caller inside.
 pub use cove_control_plane::orgs::scope::as_system;
+
+/// The caller of an API key of `org` (`key-of-{org}`).
+fn key_of(org: &str) -> Caller {
+    Caller {
+        org: org.into(),
+        actor: Actor::Key(format!("key-of-{org}")),
+    }
+}
+
+/// Runs `f` as an API key of `org`.
+pub async fn as_org<F: Future>(org: &str, f: F) -> F::Output {
+    scope::scoped(key_of(org), f).await
+}
 
 /// Real time after which a frozen test's clock is let go (it then fails on its timeouts).
 pub const WATCHDOG: Duration = Duration::from_secs(20);

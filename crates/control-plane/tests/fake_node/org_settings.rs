@@ -4,7 +4,6 @@
 //! controller deletes an org's checkpoints past its retention, oldest first, from the store
 //! and the snapshot store.
 
-use std::future::Future;
 use std::time::Duration;
 
 use cove_api_types::{
@@ -12,21 +11,11 @@ use cove_api_types::{
     CreateVolumeRequest, ErrorCode, Feature, ForkRequest, Quotas, RollbackRequest,
     UpdateOrgRequest,
 };
-use cove_control_plane::orgs::{scope, Actor, Caller};
 use cove_control_plane::Features;
 use cove_test_support::{Call, FakeNode};
 
-use crate::harness::as_system;
+use crate::harness::{as_org, as_system};
 use crate::harness::{code, Harness};
-
-/// Runs `f` as a key of `org`.
-async fn as_org<F: Future>(org: &str, f: F) -> F::Output {
-    let caller = Caller {
-        org: org.into(),
-        actor: Actor::Key(format!("key-of-{org}")),
-    };
-    scope::scoped(caller, f).await
-}
 
 async fn org(h: &Harness, id: &str, disabled: &[Feature]) {
     h.cp.create_org(CreateOrgRequest {

@@ -3,8 +3,6 @@
 //! revoked one is refused, quotas answer 429 with `Retry-After`, and the audit log records
 //! who did what.
 
-use std::future::Future;
-
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use cove_api_types::{
@@ -16,20 +14,8 @@ use cove_control_plane::ports::PortCredentials;
 use cove_control_plane::{http, LifecycleVerb, ListQuery, ReadFileQuery};
 use tower::ServiceExt;
 
-use crate::harness::as_system;
+use crate::harness::{as_org, as_system};
 use crate::harness::{code, Harness};
-
-fn caller(org: &str) -> Caller {
-    Caller {
-        org: org.into(),
-        actor: Actor::Key(format!("key-of-{org}")),
-    }
-}
-
-/// Runs `f` as a key of `org`.
-async fn as_org<F: Future>(org: &str, f: F) -> F::Output {
-    scope::scoped(caller(org), f).await
-}
 
 async fn with_orgs() -> Harness {
     let h = Harness::new().await;

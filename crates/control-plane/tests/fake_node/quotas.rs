@@ -4,30 +4,18 @@
 //! the org's volumes) and snapshot bytes (`max_snapshot_mib`: checkpoints, imports, suspended
 //! sandboxes' snapshots); a wake is checked too.
 
-use std::future::Future;
-
 use cove_api_types::{
     CreateCheckpointRequest, CreateOrgRequest, CreateSandboxRequest, CreateVolumeRequest,
     ErrorCode, ForkRequest, LifecycleRequest, Operation, OperationState, OrgUsage, PutPoolRequest,
     Quotas, ResourcesRequest, SandboxState,
 };
-use cove_control_plane::orgs::{scope, Actor, Caller};
 use cove_control_plane::{LifecycleVerb, ServiceError, WriteFileQuery};
 use cove_node_api::NodeError;
 use cove_test_support::{Call, Fault};
 use futures::StreamExt;
 
-use crate::harness::as_system;
+use crate::harness::{as_org, as_system};
 use crate::harness::{code, eventually, Harness};
-
-/// Runs `f` as a key of `org`.
-pub(crate) async fn as_org<F: Future>(org: &str, f: F) -> F::Output {
-    let caller = Caller {
-        org: org.into(),
-        actor: Actor::Key(format!("key-of-{org}")),
-    };
-    scope::scoped(caller, f).await
-}
 
 async fn org_with(h: &Harness, quotas: Quotas) {
     h.cp.create_org(CreateOrgRequest {

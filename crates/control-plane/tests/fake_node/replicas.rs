@@ -22,8 +22,7 @@ use cove_store::{PgStore, SandboxFilter, Store, StoreError};
 use cove_test_support::{postgres_url, Call, FakeNode, Fault};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::harness::as_system;
-use crate::quotas::as_org;
+use crate::harness::{as_org, as_system};
 
 /// Two replicas on one schema, and the node they share.
 struct Replicas {
@@ -335,7 +334,7 @@ fn lifecycle(
     verb: LifecycleVerb,
 ) -> tokio::task::JoinHandle<Result<OperationState, ServiceError>> {
     let (cp, settler, id) = (cp.clone(), r.a.clone(), id.to_string());
-    tokio::spawn(async move {
+    tokio::spawn(as_system(async move {
         let op = as_org(
             "acme",
             cp.lifecycle(&id, verb, LifecycleRequest::default(), None),
@@ -350,7 +349,7 @@ fn lifecycle(
                 return Ok(done.state);
             }
         }
-    })
+    }))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
