@@ -129,11 +129,15 @@ pub fn current() -> Option<Caller> {
     CALLER.try_with(Caller::clone).ok()
 }
 
-/// The caller in scope, or [`ServiceError::NoCaller`] (logged at error level) when there is
-/// none: the one accessor services decide on (with [`Caller::sees`] for a resource's org).
+/// The caller in scope, or [`ServiceError::NoCaller`] (logged at error level with the place
+/// that asked) when there is none: the one accessor services decide on (with
+/// [`Caller::sees`] for a resource's org).
+#[track_caller]
 pub fn require() -> Result<Caller, ServiceError> {
+    let asked_at = std::panic::Location::caller();
     current().ok_or_else(|| {
         tracing::error!(
+            at = %asked_at,
             "a service was called with no caller in scope (a bug: background work runs as \
              Caller::system())"
         );
@@ -142,11 +146,13 @@ pub fn require() -> Result<Caller, ServiceError> {
 }
 
 /// The org new resources are made in: the caller's (the default org for the system).
+#[track_caller]
 pub(crate) fn acting_org() -> Result<String, ServiceError> {
     require().map(|c| c.org)
 }
 
 /// The org a listing is limited to (`None` for the system: every org).
+#[track_caller]
 pub(crate) fn listing_org() -> Result<Option<String>, ServiceError> {
     require().map(|c| c.listing_org())
 }
