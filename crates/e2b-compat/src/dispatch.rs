@@ -24,6 +24,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use cove_api_types::SandboxState;
+use cove_control_plane::orgs::scope;
 use tower::ServiceExt;
 
 use crate::error::{port_not_open, sandbox_not_found, EnvdHttpError};
@@ -54,7 +55,7 @@ pub fn router(e2b: E2b) -> Router {
         .with_state(e2b)
 }
 
-async fn dispatch(e2b: E2b, envd: Router, rest: Router, mut req: Request) -> Response {
+async fn dispatch(e2b: E2b, envd: Router, rest: Router, req: Request) -> Response {
     let sandbox = match sandbox_of(&e2b, req.headers(), req.uri().authority()) {
         Ok(s) => s,
         Err(resp) => return resp,
@@ -62,13 +63,29 @@ async fn dispatch(e2b: E2b, envd: Router, rest: Router, mut req: Request) -> Res
     let (id, port, signed) = match sandbox {
         Some((id, port)) => (id, port, false),
         None if req.uri().path() == "/files" && has_signature(req.uri().query()) => {
-            match crate::envd::files::signed_sandbox(&e2b, req.method(), req.uri().query()).await {
+            let signed = crate::envd::files::signed_sandbox(&e2b, req.method(), req.uri().query());
+            match scope::as_system(signed).await {
                 Ok(id) => (id, ENVD_PORT, true),
                 Err(e) => return e.into_response(),
             }
         }
         None => return serve(rest, req).await,
     };
+    // envd and port traffic authorise with the sandbox's own tokens (envd's access token, a
+    // `/files` signature, the port token), not with a caller: once the sandbox is named it
+    // runs as the server (`cove_control_plane::orgs::scope`).
+    scope::as_system(sandbox_traffic(e2b, envd, id, port, signed, req)).await
+}
+
+/// envd traffic, or a request for another port, of sandbox `id` (E2B's id).
+async fn sandbox_traffic(
+    e2b: E2b,
+    envd: Router,
+    id: String,
+    port: u16,
+    signed: bool,
+    mut req: Request,
+) -> Response {
     let Some(cove_id) = crate::cove_id(&id) else {
         return sandbox_not_found(&id);
     };

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use cove_control_plane::orgs::scope::as_system;
 use cove_control_plane::{http, ControlPlane, ControlPlaneConfig, Controller};
 use cove_node_agent::snapshot::SnapshotStore;
 use cove_node_agent::{NodeAgent, NodeConfig};
@@ -759,7 +760,8 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
             cp
         }
     };
-    let new_admin_token = cp.bootstrap_admin_token().await?;
+    // Start-up is no tenant's request: it runs as the server (`orgs::scope`).
+    let new_admin_token = as_system(cp.bootstrap_admin_token()).await?;
     if let Some(token) = &new_admin_token {
         write_token_file(&data_dir, token)?;
         info!(path = %data_dir.join(ADMIN_TOKEN_FILE).display(), "admin token created");
@@ -770,7 +772,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         info!(replica = %cp.replica_id(), "starting as one replica on a shared store");
         Controllers::Replica(cove_control_plane::Replica::start(cp.clone()))
     } else {
-        cp.reconcile().await?;
+        as_system(cp.reconcile()).await?;
         Controllers::Single(Controller::start(cp.clone()))
     };
 
