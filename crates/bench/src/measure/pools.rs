@@ -25,8 +25,11 @@ use crate::server::{delete_many, delete_sandbox};
 pub const POOL: &str = "bench";
 /// Longest wait for a pool to have its members ready.
 const FILL_TIMEOUT: Duration = Duration::from_secs(600);
-/// Pause between a pool's members being ready and a burst of claims.
-const SETTLE: Duration = Duration::from_secs(1);
+/// Pause between a pool's members being ready and a burst of claims, so the node has settled
+/// after booting them: 100 ms and 20 ms per member, at most 1 s (a pool of 50).
+fn settle(members: usize) -> Duration {
+    Duration::from_millis(100 + 20 * members as u64).min(Duration::from_secs(1))
+}
 
 /// Measures both pool rows.
 pub async fn measure(ctx: &Ctx<'_>) -> anyhow::Result<Vec<Metric>> {
@@ -142,7 +145,7 @@ async fn measure_burst(client: &Client, burst: usize, alone: Stats) -> anyhow::R
 pub async fn claim_burst(client: &Client, n: usize) -> anyhow::Result<(Burst, Vec<String>)> {
     wait_ready(client, n as u32).await?;
     // Let the node settle after booting the members before the burst.
-    tokio::time::sleep(SETTLE).await;
+    tokio::time::sleep(settle(n)).await;
     let (burst, ids) = tiers::burst(n, |_| create_timed(client)).await;
     if let Some(e) = &burst.first_error {
         progress(&format!(
