@@ -92,11 +92,20 @@ where
 {
     let began = Instant::now();
     let results = futures::future::join_all((0..n).map(create)).await;
+    tally(results, began.elapsed())
+}
+
+/// The figures of one burst from its creates' results (latency, id, served by a pool) and
+/// its wall time; also the ids of the sandboxes (containers) made.
+fn tally(
+    results: impl IntoIterator<Item = anyhow::Result<(Duration, String, bool)>>,
+    wall: Duration,
+) -> (Burst, Vec<String>) {
     let mut burst = Burst {
-        wall: began.elapsed(),
+        wall,
         ..Burst::default()
     };
-    let mut ids = Vec::with_capacity(n);
+    let mut ids = Vec::new();
     for r in results {
         match r {
             Ok((took, id, served)) => {
@@ -227,13 +236,14 @@ fn raw_bursts(raw: &RawRunc, bundles: &[Bundle], rounds: usize) -> anyhow::Resul
                         let id = raw.new_name();
                         gate.wait();
                         let t0 = Instant::now();
-                        raw.run_detached(bundle, &id).map(|()| (t0.elapsed(), id))
+                        raw.run_detached(bundle, &id)
+                            .map(|()| (t0.elapsed(), id, false))
                     })
                 })
                 .collect();
             gate.wait();
             let began = Instant::now();
-            let results: Vec<anyhow::Result<(Duration, String)>> = workers
+            let results: Vec<anyhow::Result<(Duration, String, bool)>> = workers
                 .into_iter()
                 .map(|w| {
                     w.join()
@@ -242,23 +252,8 @@ fn raw_bursts(raw: &RawRunc, bundles: &[Bundle], rounds: usize) -> anyhow::Resul
                 .collect();
             (results, began.elapsed())
         });
-        let mut b = Burst {
-            wall,
-            ..Burst::default()
-        };
-        let mut ids = Vec::with_capacity(results.len());
-        for r in results {
-            match r {
-                Ok((took, id)) => {
-                    b.samples.push(took);
-                    ids.push(id);
-                }
-                Err(e) => {
-                    b.errors += 1;
-                    b.first_error.get_or_insert_with(|| format!("{e:#}"));
-                }
-            }
-        }
+        let (mut b, ids) = tally(results, wall);
+        b.misses = 0;
         let deleted: Vec<anyhow::Result<()>> = std::thread::scope(|s| {
             let ds: Vec<_> = ids.iter().map(|id| s.spawn(|| raw.delete(id))).collect();
             ds.into_iter()
