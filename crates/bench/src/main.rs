@@ -8,7 +8,8 @@
 //! cargo run -p cove-bench --release -- [--quick] [--json out.json] [--only pools,lifecycle]
 //! ```
 //!
-//! Modules: `args` (command line, sizes), `goals` (each row's goal from issue 16, met or not),
+//! Modules: `args` (command line, sizes), `goals` (each row's goal from issues 16 and 30, met or
+//! not),
 //! `suite` (the run, in order), `measure/` (one file per
 //! measurement), `server` (the Cove server under test), `raw/` (the raw runc and runsc
 //! baselines), `qemu/` and `gvisor` (`--runtime qemu`, `--runtime gvisor`), `host`

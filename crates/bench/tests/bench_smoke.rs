@@ -26,6 +26,8 @@ const METRICS: &[&str] = &[
     "concurrency_throughput",
     "concurrency_create",
     "concurrency_delete",
+    "tier_cold_create",
+    "tier_pool_claim",
     "cold_start_network",
     "gateway_request",
     "gateway_download",
@@ -189,6 +191,53 @@ fn quick_run_reports_every_metric() {
         .expect("conc");
     assert!(conc["extra"]["errors"].is_u64(), "error count: {conc}");
     assert_eq!(conc["extra"]["clients"], 5);
+    // A row per quick tier (1 and 5) of cold creates and of pool claims, each with its error
+    // count and rate; the replicas' tiers need PostgreSQL.
+    for key in ["tier_cold_create", "tier_pool_claim"] {
+        let tiers: Vec<u64> = metrics
+            .iter()
+            .filter(|m| m["key"] == key)
+            .map(|m| {
+                assert!(m["extra"]["errors"].is_u64(), "{key}: {m}");
+                assert!(
+                    m["extra"]["creates_per_s"].as_f64().unwrap_or(0.0) > 0.0,
+                    "{m}"
+                );
+                assert!(m["p95"].as_f64().unwrap_or(0.0) > 0.0, "{key} p95: {m}");
+                m["extra"]["tier"].as_u64().unwrap_or(0)
+            })
+            .collect();
+        assert_eq!(tiers, vec![1, 5], "{key}");
+    }
+    let replica_tiers: Vec<u64> = metrics
+        .iter()
+        .filter(|m| m["key"] == "tier_replicas_create")
+        .map(|m| m["extra"]["tier"].as_u64().unwrap_or(0))
+        .collect();
+    if replica_tiers.is_empty() {
+        let replicas = unavailable
+            .iter()
+            .find(|u| u["key"] == "tier_replicas_create")
+            .expect("the replicas' tiers are unavailable without --postgres-url");
+        assert!(replicas["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("--postgres-url")));
+    } else {
+        assert_eq!(replica_tiers, vec![1, 5]);
+    }
+    // The data path baselines: the same writer first, then the host's own tools.
+    for (key, n) in [
+        ("stdout_stream", 2),
+        ("stdout_stream_binary", 2),
+        ("file_upload", 3),
+        ("file_download", 2),
+    ] {
+        let m = metrics
+            .iter()
+            .find(|m| m["key"] == key)
+            .unwrap_or_else(|| panic!("{key} missing"));
+        assert_eq!(m["baselines"].as_array().map(Vec::len), Some(n), "{m}");
+    }
     let density = metrics
         .iter()
         .find(|m| m["key"] == "density_sandboxes")

@@ -89,6 +89,12 @@ impl RawRunc {
         format!("raw-{}-{n}", std::process::id())
     }
 
+    /// The `tiny` rootfs's static busybox: the program a sandbox's `head`, `cat`, ... run, for
+    /// host baselines that must use the same writer.
+    pub fn busybox(&self) -> PathBuf {
+        self.rootfs.join("bin/busybox")
+    }
+
     /// A new bundle whose container runs `args`, overlay mounted.
     pub fn bundle(&self, args: &[&str]) -> anyhow::Result<Bundle> {
         let name = self.new_name();
