@@ -33,6 +33,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 data_dir="$(mktemp -d /tmp/cove-console.XXXXXX)"
 api_port="$(free_port)"
 dp_port="$(free_port)"
+e2b_port="$(free_port)"
 url="http://127.0.0.1:$api_port"
 server_pid=""
 
@@ -49,7 +50,8 @@ trap cleanup EXIT
 # Sandbox networks on (the port proxy reaches a sandbox's port through its namespace); the
 # tests' sandboxes get no internet (their policy), and the browser reaches loopback only.
 "$COVE_BIN" server --data-dir "$data_dir" --listen "127.0.0.1:$api_port" \
-  --data-plane-listen "127.0.0.1:$dp_port" --guest-agent "$AGENT" --network on \
+  --data-plane-listen "127.0.0.1:$dp_port" --e2b-listen "127.0.0.1:$e2b_port" \
+  --guest-agent "$AGENT" --network on \
   --proxy-listen off --cache-dir "$COVE_TEST_CACHE_DIR" >"$data_dir/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 1 600); do
@@ -62,6 +64,7 @@ COVE_URL="$url" COVE_TOKEN="$token" "$COVE_BIN" template build base >/dev/null
 
 status=0
 COVE_URL="$url" COVE_DATA_PLANE_URL="http://127.0.0.1:$dp_port" COVE_TOKEN="$token" \
+  COVE_E2B_URL="http://127.0.0.1:$e2b_port" \
   node --test --test-reporter=spec console/test/ || status=$?
 if [ "$status" -ne 0 ]; then
   echo "test-console: failed (screenshots in $COVE_CONSOLE_ARTIFACTS); server log tail:" >&2

@@ -46,6 +46,8 @@ pub struct Server {
     pub data_dir: PathBuf,
     /// The proxy listener of sandbox ports, when the tweak turned it on.
     pub proxy_addr: Option<std::net::SocketAddr>,
+    /// The E2B listener, when the tweak turned it on.
+    pub e2b_addr: Option<std::net::SocketAddr>,
 }
 
 static SERVER: OnceLock<Server> = OnceLock::new();
@@ -447,6 +449,7 @@ pub fn server_with(tweak: fn(&mut cove_server::Config)) -> &'static Server {
                     running.data_plane_addr,
                     token,
                     running.proxy_addr,
+                    running.e2b_addr,
                 ))
                 .expect("send");
                 // Until the process exits (`cleanup_at_exit` asks for the shutdown).
@@ -460,13 +463,14 @@ pub fn server_with(tweak: fn(&mut cove_server::Config)) -> &'static Server {
                 }
             });
         });
-        let (api, dp, token, proxy_addr) = rx.recv().expect("server address");
+        let (api, dp, token, proxy_addr, e2b_addr) = rx.recv().expect("server address");
         Server {
             api_url: format!("http://{api}"),
             data_plane_url: format!("http://{dp}"),
             token,
             data_dir,
             proxy_addr,
+            e2b_addr,
         }
     })
 }

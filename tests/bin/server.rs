@@ -99,7 +99,14 @@ fn main() -> ExitCode {
             .and_then(|a| a.parse().ok())
             .map(|listen| cove_server::E2bSettings {
                 listen,
-                domain: None,
+                domain: std::env::var("COVE_E2E_E2B_DOMAIN").ok(),
+                tls: std::env::var("COVE_E2E_E2B_TLS_CERT")
+                    .ok()
+                    .zip(std::env::var("COVE_E2E_E2B_TLS_KEY").ok())
+                    .map(|(cert, key)| cove_server::tls::TlsFiles {
+                        cert: PathBuf::from(cert),
+                        key: PathBuf::from(key),
+                    }),
             }),
         proxy: None,
         network: cove_server::NetworkSettings {

@@ -48,15 +48,16 @@ pub struct Args {
     #[arg(long)]
     pub verbose: bool,
 
-    /// The runtime measured: `runc` (every group below) or `qemu` (the VM runtime's boot,
-    /// base-snapshot create, exec, pause, suspend and wake beside raw `qemu-system-x86_64`;
-    /// `--only` does not apply).
-    #[arg(long, value_name = "RUNTIME", default_value = "runc", value_parser = ["runc", "qemu"])]
+    /// The runtime measured: `runc` (every group below), `qemu` (the VM runtime's boot,
+    /// base-snapshot create, exec, pause, suspend and wake beside raw `qemu-system-x86_64`) or
+    /// `gvisor` (create, exec, suspend, wake, fork and a system-call loop beside raw `runsc`
+    /// and runc); `--only` does not apply to the last two.
+    #[arg(long, value_name = "RUNTIME", default_value = "runc", value_parser = ["runc", "qemu", "gvisor"])]
     pub runtime: String,
 
     /// Measure only these groups (comma-separated): cold_start, exec, stream, files,
-    /// lifecycle, checkpoints, density, concurrency, store, pools, network, userns, replicas,
-    /// scheduler.
+    /// lifecycle, checkpoints, density, concurrency, tiers, store, pools, network, userns,
+    /// replicas, scheduler.
     /// Default: all.
     #[arg(long, value_name = "GROUPS", value_delimiter = ',', value_parser = GROUPS)]
     pub only: Vec<String>,
@@ -65,10 +66,16 @@ pub struct Args {
     /// stops early when `MemAvailable` falls under 2 GiB.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub density_max: Option<u32>,
+
+    /// The concurrency tiers of the `tiers` group (comma-separated numbers of creates at once;
+    /// default 1,10,20,50, with `--quick` 1,5).
+    #[arg(long, value_name = "N,...", value_delimiter = ',',
+          value_parser = clap::value_parser!(u32).range(1..=200))]
+    pub tiers: Vec<u32>,
 }
 
 /// The measurement groups `--only` selects from, in the order a run measures them.
-pub const GROUPS: [&str; 14] = [
+pub const GROUPS: [&str; 15] = [
     "cold_start",
     "exec",
     "stream",
@@ -77,6 +84,7 @@ pub const GROUPS: [&str; 14] = [
     "checkpoints",
     "density",
     "concurrency",
+    "tiers",
     "store",
     "pools",
     "network",
@@ -119,6 +127,18 @@ impl Args {
         }
         scale
     }
+
+    /// The concurrency tiers of this run: `--tiers`, else the scale's, ascending, each once.
+    pub fn tiers(&self) -> Vec<usize> {
+        let mut tiers: Vec<usize> = if self.tiers.is_empty() {
+            self.scale().tiers.to_vec()
+        } else {
+            self.tiers.iter().map(|&n| n as usize).collect()
+        };
+        tiers.sort_unstable();
+        tiers.dedup();
+        tiers
+    }
 }
 
 /// How much of everything a run does.
@@ -157,6 +177,12 @@ pub struct Scale {
     pub pool_runs: usize,
     /// Concurrent creates of the burst, and the size of the pool that serves them.
     pub pool_burst: usize,
+    /// The concurrency tiers (creates at once) unless `--tiers` names others.
+    pub tiers: &'static [usize],
+    /// Timed creates per tier at least (a tier of N runs bursts of N until it has them).
+    pub tier_samples: usize,
+    /// Bursts per tier at least.
+    pub tier_rounds: usize,
     /// Cold starts per server in the networking on/off comparison.
     pub network_cold_starts: usize,
     /// Connection setups per path in the gateway measurement.
@@ -167,6 +193,8 @@ pub struct Scale {
     pub network_leak_cycles: usize,
     /// Timed runs of each qemu measurement (VMs under TCG take seconds each).
     pub qemu_runs: usize,
+    /// Timed runs of each gvisor measurement (exec: four times as many).
+    pub gvisor_runs: usize,
     /// Timed scheduler decisions over 1,000 simulated nodes.
     pub scheduler_runs: usize,
 }
@@ -190,11 +218,15 @@ impl Scale {
         replica_creates: 24,
         pool_runs: 50,
         pool_burst: 50,
+        tiers: &[1, 10, 20, 50],
+        tier_samples: 30,
+        tier_rounds: 3,
         network_cold_starts: 20,
         gateway_rounds: 500,
         gateway_bytes: 100 * MIB,
         network_leak_cycles: 1000,
         qemu_runs: 5,
+        gvisor_runs: 10,
         scheduler_runs: 5000,
     };
 
@@ -216,11 +248,32 @@ impl Scale {
         replica_creates: 8,
         pool_runs: 3,
         pool_burst: 5,
+        tiers: &[1, 5],
+        tier_samples: 4,
+        tier_rounds: 1,
         network_cold_starts: 3,
         gateway_rounds: 20,
         gateway_bytes: 4 * MIB,
         network_leak_cycles: 12,
         qemu_runs: 2,
+        gvisor_runs: 3,
         scheduler_runs: 200,
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiers_come_from_the_flag_or_the_scale() {
+        let args = Args::parse_from(["cove-bench"]);
+        assert_eq!(args.tiers(), vec![1, 10, 20, 50]);
+        let args = Args::parse_from(["cove-bench", "--quick"]);
+        assert_eq!(args.tiers(), vec![1, 5]);
+        let args = Args::parse_from(["cove-bench", "--quick", "--tiers", "20,2,20"]);
+        assert_eq!(args.tiers(), vec![2, 20]);
+        assert!(Args::try_parse_from(["cove-bench", "--tiers", "0"]).is_err());
+        assert!(Args::try_parse_from(["cove-bench", "--only", "tiers"]).is_ok());
+    }
 }

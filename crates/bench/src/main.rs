@@ -8,9 +8,11 @@
 //! cargo run -p cove-bench --release -- [--quick] [--json out.json] [--only pools,lifecycle]
 //! ```
 //!
-//! Modules: `args` (command line, sizes), `goals` (each row's goal from issue 16, met or not),
+//! Modules: `args` (command line, sizes), `goals` (each row's goal from issues 16 and 30, met or
+//! not),
 //! `suite` (the run, in order), `measure/` (one file per
-//! measurement), `server` (the Cove server under test), `raw/` (the raw runc baseline), `host`
+//! measurement), `server` (the Cove server under test), `raw/` (the raw runc and runsc
+//! baselines), `qemu/` and `gvisor` (`--runtime qemu`, `--runtime gvisor`), `host`
 //! (memory and processes from `/proc`), `stats` (percentiles), `report` (table and JSON).
 
 use std::process::ExitCode;
@@ -19,6 +21,7 @@ use clap::Parser;
 
 mod args;
 mod goals;
+mod gvisor;
 mod host;
 mod measure;
 mod qemu;
@@ -46,6 +49,8 @@ fn main() -> ExitCode {
             report = async {
                 if args.runtime == "qemu" {
                     qemu::run(&args).await
+                } else if args.runtime == "gvisor" {
+                    gvisor::run(&args).await
                 } else {
                     suite::run(&args).await
                 }

@@ -390,11 +390,15 @@ async fn delete_all(client: &Client) -> anyhow::Result<()> {
     delete_many(client, &ids, 4).await
 }
 
-/// Kills every container under `data_dir`'s runc root, unmounts sandbox root filesystems and
+/// Kills every container under `data_dir`'s runc root (and runsc root, on gvisor), unmounts sandbox root filesystems and
 /// removes the data dir. Blocking.
 fn hard_cleanup(runc: &Path, data_dir: &Path, net_prefix: &str) {
     remove_namespaces(net_prefix);
     crate::raw::delete_all_containers(runc, &data_dir.join("runc"));
+    let runsc_root = data_dir.join("runsc");
+    if runsc_root.is_dir() {
+        crate::raw::delete_all_containers(Path::new("runsc"), &runsc_root);
+    }
     if let Ok(entries) = std::fs::read_dir(data_dir.join("sandboxes")) {
         for e in entries.flatten() {
             let _ = nix::mount::umount2(&e.path().join("rootfs"), nix::mount::MntFlags::MNT_DETACH);

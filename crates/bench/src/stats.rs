@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-/// p50/p90/p99 of some samples (nearest-rank: the smallest sample with at least p% of the
+/// p50/p90/p95/p99 of some samples (nearest-rank: the smallest sample with at least p% of the
 /// samples at or below it), in the samples' unit.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Summary {
@@ -14,6 +14,10 @@ pub struct Summary {
     pub p50: f64,
     /// 90th percentile.
     pub p90: f64,
+    /// 95th percentile; `None` where the source gave none (the table prints it only where a
+    /// row's note names it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub p95: Option<f64>,
     /// 99th percentile (the maximum when there are fewer than 100 samples).
     pub p99: f64,
 }
@@ -30,6 +34,7 @@ impl Summary {
             n: sorted.len(),
             p50: nearest_rank(&sorted, 50.0),
             p90: nearest_rank(&sorted, 90.0),
+            p95: Some(nearest_rank(&sorted, 95.0)),
             p99: nearest_rank(&sorted, 99.0),
         })
     }
@@ -72,7 +77,10 @@ mod tests {
     fn percentiles_are_nearest_rank() {
         let samples: Vec<f64> = (1..=100).rev().map(f64::from).collect();
         let s = Summary::of(&samples).expect("summary");
-        assert_eq!((s.n, s.p50, s.p90, s.p99), (100, 50.0, 90.0, 99.0));
+        assert_eq!(
+            (s.n, s.p50, s.p90, s.p95, s.p99),
+            (100, 50.0, 90.0, Some(95.0), 99.0)
+        );
 
         let s = Summary::of(&[3.0, 1.0, 2.0]).expect("summary");
         assert_eq!((s.p50, s.p90, s.p99), (2.0, 3.0, 3.0));

@@ -76,6 +76,13 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
     if args.wants("concurrency") {
         metrics.extend(measure::concurrency::measure(&ctx).await?);
     }
+    if args.wants("tiers") {
+        let (tiers, missing) =
+            measure::tiers::measure(&ctx, &settings, args.postgres_url.as_deref(), &args.tiers())
+                .await?;
+        metrics.extend(tiers);
+        unavailable.extend(missing);
+    }
     if args.wants("network") {
         let network = measure::network::measure(&ctx, &settings).await?;
         metrics.extend(network.metrics);

@@ -26,6 +26,8 @@ const METRICS: &[&str] = &[
     "concurrency_throughput",
     "concurrency_create",
     "concurrency_delete",
+    "tier_cold_create",
+    "tier_pool_claim",
     "cold_start_network",
     "gateway_request",
     "gateway_download",
@@ -189,6 +191,53 @@ fn quick_run_reports_every_metric() {
         .expect("conc");
     assert!(conc["extra"]["errors"].is_u64(), "error count: {conc}");
     assert_eq!(conc["extra"]["clients"], 5);
+    // A row per quick tier (1 and 5) of cold creates and of pool claims, each with its error
+    // count and rate; the replicas' tiers need PostgreSQL.
+    for key in ["tier_cold_create", "tier_pool_claim"] {
+        let tiers: Vec<u64> = metrics
+            .iter()
+            .filter(|m| m["key"] == key)
+            .map(|m| {
+                assert!(m["extra"]["errors"].is_u64(), "{key}: {m}");
+                assert!(
+                    m["extra"]["creates_per_s"].as_f64().unwrap_or(0.0) > 0.0,
+                    "{m}"
+                );
+                assert!(m["p95"].as_f64().unwrap_or(0.0) > 0.0, "{key} p95: {m}");
+                m["extra"]["tier"].as_u64().unwrap_or(0)
+            })
+            .collect();
+        assert_eq!(tiers, vec![1, 5], "{key}");
+    }
+    let replica_tiers: Vec<u64> = metrics
+        .iter()
+        .filter(|m| m["key"] == "tier_replicas_create")
+        .map(|m| m["extra"]["tier"].as_u64().unwrap_or(0))
+        .collect();
+    if replica_tiers.is_empty() {
+        let replicas = unavailable
+            .iter()
+            .find(|u| u["key"] == "tier_replicas_create")
+            .expect("the replicas' tiers are unavailable without --postgres-url");
+        assert!(replicas["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("--postgres-url")));
+    } else {
+        assert_eq!(replica_tiers, vec![1, 5]);
+    }
+    // The data path baselines: the same writer first, then the host's own tools.
+    for (key, n) in [
+        ("stdout_stream", 2),
+        ("stdout_stream_binary", 2),
+        ("file_upload", 3),
+        ("file_download", 2),
+    ] {
+        let m = metrics
+            .iter()
+            .find(|m| m["key"] == key)
+            .unwrap_or_else(|| panic!("{key} missing"));
+        assert_eq!(m["baselines"].as_array().map(Vec::len), Some(n), "{m}");
+    }
     let density = metrics
         .iter()
         .find(|m| m["key"] == "density_sandboxes")
@@ -270,6 +319,75 @@ fn quick_qemu_run_reports_every_vm_metric() {
         assert_eq!(baselines.is_empty(), key == "qemu_exec", "{key}: {m}");
         for b in baselines {
             assert_numbers(key, &format!("{key} baseline"), b);
+        }
+    }
+    let leftovers: Vec<String> = bench_dirs().difference(&before).cloned().collect();
+    assert!(leftovers.is_empty(), "left behind: {leftovers:?}");
+}
+
+/// `cove-bench --runtime gvisor --quick`: every gVisor metric measured beside its raw `runsc`
+/// baseline, and the system-call row also beside the same loop on a runc server. Without runsc
+/// it passes with a message, except under `CI=true`, where it fails.
+#[test]
+fn quick_gvisor_run_reports_every_gvisor_metric() {
+    let have_runsc = Command::new("runsc")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !have_runsc {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "runsc is missing (scripts/install-deps.sh installs it)"
+        );
+        eprintln!("skipped: no runsc (scripts/install-deps.sh installs it)");
+        return;
+    }
+    let _turn = ONE_RUN_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let json_path = dir.path().join("out.json");
+    let before = bench_dirs();
+    let out = Command::new(env!("CARGO_BIN_EXE_cove-bench"))
+        .args(["--runtime", "gvisor", "--quick", "--json"])
+        .arg(&json_path)
+        .arg("--guest-agent")
+        .arg(guest_agent())
+        .output()
+        .expect("run cove-bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "cove-bench failed\nstdout:\n{stdout}\nstderr:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(&json_path).expect("read the JSON")).expect("JSON");
+    let metrics = report["metrics"].as_array().expect("metrics");
+    for (key, baselines) in [
+        ("gvisor_create", 1),
+        ("gvisor_exec", 1),
+        ("gvisor_suspend", 2),
+        ("gvisor_wake", 1),
+        ("gvisor_fork", 1),
+        ("gvisor_syscalls", 2),
+    ] {
+        let m = metrics
+            .iter()
+            .find(|m| m["key"] == key)
+            .unwrap_or_else(|| panic!("{key} missing:\n{stdout}"));
+        assert_numbers(key, key, m);
+        assert!(
+            m["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("gvisor (")),
+            "{key} names its platform: {m}"
+        );
+        let bs = m["baselines"].as_array().expect("baselines");
+        assert_eq!(bs.len(), baselines, "{key}: {m}");
+        for b in bs {
+            assert_numbers(key, &format!("{key} baseline"), b);
+            assert!(b["ratio"].as_f64().unwrap_or(0.0) > 0.0, "{key}: {b}");
         }
     }
     let leftovers: Vec<String> = bench_dirs().difference(&before).cloned().collect();

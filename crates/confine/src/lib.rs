@@ -265,7 +265,7 @@ impl Tree {
         } else {
             rel
         };
-        rustix::fs::openat2(
+        openat2(
             &self.fd,
             rel_or_dot,
             flags | OFlags::NOFOLLOW | OFlags::CLOEXEC,
@@ -338,7 +338,7 @@ impl Tree {
         } else {
             rel
         };
-        let fd = rustix::fs::openat2(
+        let fd = openat2(
             &self.fd,
             rel_or_dot,
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
@@ -365,7 +365,7 @@ impl Tree {
     /// Why `rel` could not be opened as a directory (`ENOTDIR`): its last component is a link
     /// ([`Error::Link`]) or something else ([`Error::WrongKind`]).
     fn not_a_dir(&self, rel: &Path) -> Error {
-        let link = rustix::fs::openat2(
+        let link = openat2(
             &self.fd,
             rel,
             OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
@@ -619,7 +619,7 @@ impl Tree {
     ) -> Result<()> {
         let tmp_name = temp_name(name);
         let tmp = OsStr::from_bytes(&tmp_name);
-        let fd = rustix::fs::openat2(
+        let fd = openat2(
             &self.fd,
             tmp,
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
@@ -865,7 +865,7 @@ impl Tree {
     /// [`Error::WrongKind`] for a parent.
     pub fn create_new(&self, rel: &Path, mode: u32) -> Result<File> {
         let (parent, name) = self.parent_of(rel)?;
-        rustix::fs::openat2(
+        openat2(
             &parent.fd,
             name,
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
@@ -971,6 +971,33 @@ impl Tree {
     /// [`Tree::chmod`] of the entry `name` directly in this directory.
     pub fn chmod_at(&self, name: &CStr, mode: u32) -> Result<bool> {
         self.chmod(Path::new(OsStr::from_bytes(name.to_bytes())), mode)
+    }
+}
+
+/// Most times [`openat2`] asks again after `EAGAIN`.
+pub const OPENAT2_ATTEMPTS: u32 = 64;
+
+/// `openat2(2)` retried on `EAGAIN`, at most [`OPENAT2_ATTEMPTS`] times. With
+/// `RESOLVE_IN_ROOT` or `RESOLVE_BENEATH` the kernel answers `EAGAIN` when a rename or a mount
+/// anywhere on the host ran while it resolved a `..`, since it then cannot prove the walk
+/// stayed inside; it asks the caller to retry. On a busy host (sandboxes starting, builds
+/// mounting) a single try fails now and then. The bound keeps a host under a rename storm
+/// from spinning: the last `EAGAIN` is returned.
+///
+/// Errors: those of `openat2(2)`.
+pub fn openat2<Fd: AsFd, P: rustix::path::Arg + Copy>(
+    dirfd: Fd,
+    path: P,
+    flags: OFlags,
+    mode: Mode,
+    resolve: ResolveFlags,
+) -> rustix::io::Result<OwnedFd> {
+    let mut attempt = 1;
+    loop {
+        match rustix::fs::openat2(dirfd.as_fd(), path, flags, mode, resolve) {
+            Err(Errno::AGAIN) if attempt < OPENAT2_ATTEMPTS => attempt += 1,
+            other => return other,
+        }
     }
 }
 

@@ -72,7 +72,7 @@ impl ControlPlane {
         body: ByteStream,
         name: Option<String>,
     ) -> Result<Checkpoint, ServiceError> {
-        let org = crate::orgs::scope::acting_org();
+        let org = crate::orgs::scope::acting_org()?;
         self.require_feature(Feature::Checkpoints, &org).await?;
         self.require_feature(Feature::Export, &org).await?;
         let room = self.snapshot_room(&org).await?;
@@ -100,7 +100,7 @@ impl ControlPlane {
             let c = h.checkpoint;
             Checkpoint {
                 id: id.clone(),
-                org: crate::orgs::scope::acting_org(),
+                org: org.clone(),
                 sandbox_id: c.sandbox_id,
                 name: name.or(c.name),
                 state: CheckpointState::Ready,

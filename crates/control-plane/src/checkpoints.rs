@@ -115,11 +115,12 @@ impl ControlPlane {
     /// # Errors
     /// `checkpoint_not_found`.
     pub async fn get_checkpoint(&self, id: &str) -> Result<Checkpoint, ServiceError> {
+        let caller = scope::require()?;
         if !ids::is_well_formed("ck", id) {
             return Err(ServiceError::CheckpointNotFound(id.to_string()));
         }
         match self.store().get_checkpoint(id).await {
-            Ok(c) if scope::sees(&c.org) => Ok(c),
+            Ok(c) if caller.sees(&c.org) => Ok(c),
             Ok(_) => Err(ServiceError::CheckpointNotFound(id.to_string())),
             Err(StoreError::NotFound) => Err(ServiceError::CheckpointNotFound(id.to_string())),
             Err(e) => Err(e.into()),
@@ -135,11 +136,12 @@ impl ControlPlane {
         &self,
         sandbox_id: Option<&str>,
     ) -> Result<CheckpointList, ServiceError> {
-        self.require_feature(Feature::Checkpoints, &scope::acting_org())
+        let caller = scope::require()?;
+        self.require_feature(Feature::Checkpoints, &caller.org)
             .await?;
         if let Some(id) = sandbox_id {
             match self.store().get_sandbox(id).await {
-                Ok(s) if scope::sees(&s.org) => {}
+                Ok(s) if caller.sees(&s.org) => {}
                 Ok(_) | Err(StoreError::NotFound) => {
                     return Err(ServiceError::SandboxNotFound(id.to_string()))
                 }
@@ -148,7 +150,7 @@ impl ControlPlane {
         }
         let checkpoints = self
             .store()
-            .list_checkpoints(scope::listing_org().as_deref(), sandbox_id)
+            .list_checkpoints(caller.listing_org().as_deref(), sandbox_id)
             .await?;
         Ok(CheckpointList { checkpoints })
     }

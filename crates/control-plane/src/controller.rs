@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
 
 use crate::lifecycle::LifecycleVerb;
+use crate::orgs::scope::as_system;
 use crate::{ControlPlane, ServiceError};
 
 /// How often records past their retention are purged (`retention.rs`).
@@ -59,18 +60,23 @@ impl Controller {
         let pools_cp = cp.clone();
         let repair_cp = cp.clone();
         let denials = (cp.clone(), stop.clone());
+        // The loops are no tenant's request: they run as the server (`orgs::scope`).
         tokio::spawn(
-            async move { denials.0.record_denials(denials.1).await }
+            as_system(async move { denials.0.record_denials(denials.1).await })
                 .instrument(tracing::info_span!("network_denials")),
         );
-        let task = tokio::spawn(async move { cp.control_loop(token).await }.instrument(span));
+        let task =
+            tokio::spawn(as_system(async move { cp.control_loop(token).await }).instrument(span));
         let token = stop.clone();
         let span = tracing::info_span!("pool_controller");
-        let pools = tokio::spawn(async move { pools_cp.pool_loop(token).await }.instrument(span));
+        let pools = tokio::spawn(
+            as_system(async move { pools_cp.pool_loop(token).await }).instrument(span),
+        );
         let token = stop.clone();
         let span = tracing::info_span!("repair_controller");
-        let repair =
-            tokio::spawn(async move { repair_cp.repair_loop(token).await }.instrument(span));
+        let repair = tokio::spawn(
+            as_system(async move { repair_cp.repair_loop(token).await }).instrument(span),
+        );
         Controller {
             stop,
             task,
@@ -113,7 +119,7 @@ impl Expiry {
             .max(Duration::from_millis(50));
         let span = tracing::info_span!("expiry");
         let task = tokio::spawn(
-            async move {
+            as_system(async move {
                 loop {
                     tokio::select! {
                         () = token.cancelled() => break,
@@ -123,7 +129,7 @@ impl Expiry {
                         warn!(error = %e, "expiry pass failed");
                     }
                 }
-            }
+            })
             .instrument(span),
         );
         Expiry { stop, task }

@@ -148,6 +148,10 @@ pub enum ServiceError {
     /// A bug or unexpected failure (logged with detail; clients see a generic message).
     #[error("{0}")]
     Internal(String),
+    /// A service that decides on its caller found none in scope (a bug: work that is no
+    /// tenant's request runs as `Caller::system()`; see `orgs::scope`).
+    #[error("no caller in scope")]
+    NoCaller,
 }
 
 impl ServiceError {
@@ -191,7 +195,7 @@ impl ServiceError {
             BadGateway(_) => ErrorCode::BadGateway,
             Unavailable(_) => ErrorCode::Unavailable,
             Cancelled(_) => ErrorCode::Cancelled,
-            Internal(_) => ErrorCode::Internal,
+            Internal(_) | NoCaller => ErrorCode::Internal,
         }
     }
 
@@ -201,6 +205,9 @@ impl ServiceError {
             ServiceError::Internal(_) => {
                 "internal error; the server log has details under this request id".to_string()
             }
+            ServiceError::NoCaller => "internal error: no caller in scope (a server bug; the \
+                                       server log has details under this request id)"
+                .to_string(),
             other => other.to_string(),
         }
     }

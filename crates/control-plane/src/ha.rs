@@ -21,6 +21,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
 
+use crate::orgs::scope::as_system;
 use crate::{ControlPlane, Controller, Expiry};
 
 /// How long a replica that does not lead waits before trying again.
@@ -41,9 +42,10 @@ impl Replica {
         let stop = CancellationToken::new();
         let id = cp.inner.cfg.replica_id.clone();
         let mut tasks = Vec::new();
+        // The loops are no tenant's request: they run as the server (`orgs::scope`).
         let (lead_cp, token) = (cp.clone(), stop.clone());
         tasks.push(tokio::spawn(
-            async move { lead_cp.lead_loop(token).await }
+            as_system(async move { lead_cp.lead_loop(token).await })
                 .instrument(tracing::info_span!("leadership", replica = %id)),
         ));
         // Expiries are claimed by a conditional write: every replica looks for them.
@@ -54,7 +56,7 @@ impl Replica {
             expiry.stop().await;
         }));
         let (renew_cp, token) = (cp.clone(), stop.clone());
-        tasks.push(tokio::spawn(async move {
+        tasks.push(tokio::spawn(as_system(async move {
             let every = renew_cp
                 .inner
                 .cfg
@@ -68,7 +70,7 @@ impl Replica {
                 }
                 renew_cp.operations().renew_leases().await;
             }
-        }));
+        })));
         // Streams of events and operation logs wait on this process's change counters; what
         // other replicas record reaches them by this tick.
         let (tick_cp, token) = (cp.clone(), stop.clone());
@@ -84,7 +86,7 @@ impl Replica {
         }));
         if let Some(cluster) = cp.inner.cluster.clone() {
             let token = stop.clone();
-            tasks.push(tokio::spawn(async move {
+            tasks.push(tokio::spawn(as_system(async move {
                 let every = cluster
                     .config()
                     .heartbeat_interval
@@ -98,7 +100,7 @@ impl Replica {
                         () = tokio::time::sleep(every) => {}
                     }
                 }
-            }));
+            })));
         }
         Replica { stop, tasks }
     }

@@ -272,7 +272,9 @@ impl Operations {
         let began = std::time::Instant::now();
         let span = tracing::info_span!("operation", op_id = %id, kind = op.kind.as_str(),
             sandbox_id = op.sandbox_id.as_deref().unwrap_or(""));
-        tokio::spawn(
+        // The background half is no request: it runs as the server (`orgs::scope`); the
+        // request checked its caller before it began the operation.
+        tokio::spawn(crate::orgs::scope::as_system(
             async move {
                 match this.take_lease(std::slice::from_ref(&id)).await {
                     Ok(held) if held.is_empty() => {
@@ -353,7 +355,7 @@ impl Operations {
                 this.lock_running().remove(&id);
             }
             .instrument(span),
-        );
+        ));
     }
 
     fn lock_running(
@@ -409,7 +411,7 @@ impl Operations {
         limit: Option<u32>,
     ) -> Result<Vec<Operation>, ServiceError> {
         let limit = limit.unwrap_or(50).clamp(1, 500);
-        let org = crate::orgs::scope::listing_org();
+        let org = crate::orgs::scope::listing_org()?;
         Ok(self
             .store
             .list_operations(org.as_deref(), sandbox_id, limit)
@@ -451,8 +453,9 @@ impl Operations {
 
     /// The operation now (another org's is not found).
     pub async fn get(&self, id: &str) -> Result<Operation, ServiceError> {
+        let caller = crate::orgs::scope::require()?;
         match self.store.get_operation(id).await {
-            Ok(op) if crate::orgs::scope::sees(&op.org) => Ok(op),
+            Ok(op) if caller.sees(&op.org) => Ok(op),
             Ok(_) => Err(ServiceError::OperationNotFound(id.to_string())),
             Err(StoreError::NotFound) => Err(ServiceError::OperationNotFound(id.to_string())),
             Err(e) => Err(e.into()),
@@ -532,67 +535,79 @@ mod tests {
 
     #[tokio::test]
     async fn cancelled_cooperative_work_ends_cancelled() {
-        let (ops, _dir) = ops().await;
-        let op = begin(&ops, deadline_from(None).expect("deadline")).await;
-        ops.run_cancellable(&op, until_told);
-        let ended = ops.cancel(&op.id).await.expect("cancel");
-        assert_eq!(ended.state, OperationState::Cancelled);
-        assert_eq!(ended.error.map(|e| e.code), Some(ErrorCode::Cancelled));
-        // Cancelling again returns the finished operation unchanged.
-        assert_eq!(
-            ops.cancel(&op.id).await.expect("again").state,
-            OperationState::Cancelled
-        );
+        // Called outside a request, the service runs as the server.
+        crate::orgs::scope::as_system(async {
+            let (ops, _dir) = ops().await;
+            let op = begin(&ops, deadline_from(None).expect("deadline")).await;
+            ops.run_cancellable(&op, until_told);
+            let ended = ops.cancel(&op.id).await.expect("cancel");
+            assert_eq!(ended.state, OperationState::Cancelled);
+            assert_eq!(ended.error.map(|e| e.code), Some(ErrorCode::Cancelled));
+            // Cancelling again returns the finished operation unchanged.
+            assert_eq!(
+                ops.cancel(&op.id).await.expect("again").state,
+                OperationState::Cancelled
+            );
+        })
+        .await;
     }
 
     #[tokio::test]
     async fn cooperative_work_past_its_deadline_fails_deadline_exceeded() {
-        let (ops, _dir) = ops().await;
-        let op = begin(&ops, Utc::now() + chrono::Duration::milliseconds(50)).await;
-        ops.run_cancellable(&op, until_told);
-        let ended = ops
-            .wait(&op.id, Duration::from_secs(10))
-            .await
-            .expect("wait");
-        assert_eq!(ended.state, OperationState::Failed);
-        assert_eq!(
-            ended.error.map(|e| e.code),
-            Some(ErrorCode::DeadlineExceeded)
-        );
+        // Called outside a request, the service runs as the server.
+        crate::orgs::scope::as_system(async {
+            let (ops, _dir) = ops().await;
+            let op = begin(&ops, Utc::now() + chrono::Duration::milliseconds(50)).await;
+            ops.run_cancellable(&op, until_told);
+            let ended = ops
+                .wait(&op.id, Duration::from_secs(10))
+                .await
+                .expect("wait");
+            assert_eq!(ended.state, OperationState::Failed);
+            assert_eq!(
+                ended.error.map(|e| e.code),
+                Some(ErrorCode::DeadlineExceeded)
+            );
+        })
+        .await;
     }
 
     #[tokio::test]
     async fn dropped_work_is_cancelled_and_deletes_refuse_cancel() {
-        let (ops, _dir) = ops().await;
-        let op = begin(&ops, deadline_from(Some(60)).expect("deadline")).await;
-        ops.run(&op, std::future::pending());
-        assert_eq!(
-            ops.cancel(&op.id).await.expect("cancel").state,
-            OperationState::Cancelled
-        );
+        // Called outside a request, the service runs as the server.
+        crate::orgs::scope::as_system(async {
+            let (ops, _dir) = ops().await;
+            let op = begin(&ops, deadline_from(Some(60)).expect("deadline")).await;
+            ops.run(&op, std::future::pending());
+            assert_eq!(
+                ops.cancel(&op.id).await.expect("cancel").state,
+                OperationState::Cancelled
+            );
 
-        let new = NewOperation {
-            id: cove_domain::ids::new_operation_id(),
-            org: "default".into(),
-            kind: OperationKind::DeleteSandbox,
-            sandbox_id: Some("sb-2".into()),
-            template: None,
-            release: None,
-            idempotency_key: None,
-            request_hash: None,
-            deadline: deadline_from(None).expect("deadline"),
-        };
-        let Begun::New(del) = ops.begin(new).await.expect("begin") else {
-            panic!("new")
-        };
-        ops.run(&del, std::future::pending());
-        let err = ops
-            .cancel(&del.id)
-            .await
-            .expect_err("deletes are not cancellable");
-        assert_eq!(err.code(), ErrorCode::FailedPrecondition);
-        let listed = ops.list(Some("sb-2"), None).await.expect("list");
-        assert_eq!(listed.len(), 1);
+            let new = NewOperation {
+                id: cove_domain::ids::new_operation_id(),
+                org: "default".into(),
+                kind: OperationKind::DeleteSandbox,
+                sandbox_id: Some("sb-2".into()),
+                template: None,
+                release: None,
+                idempotency_key: None,
+                request_hash: None,
+                deadline: deadline_from(None).expect("deadline"),
+            };
+            let Begun::New(del) = ops.begin(new).await.expect("begin") else {
+                panic!("new")
+            };
+            ops.run(&del, std::future::pending());
+            let err = ops
+                .cancel(&del.id)
+                .await
+                .expect_err("deletes are not cancellable");
+            assert_eq!(err.code(), ErrorCode::FailedPrecondition);
+            let listed = ops.list(Some("sb-2"), None).await.expect("list");
+            assert_eq!(listed.len(), 1);
+        })
+        .await;
     }
 
     #[test]

@@ -121,7 +121,7 @@ impl ControlPlane {
         env.extend(req.env.clone());
         let sandbox = Sandbox {
             id: ids::new_sandbox_id(),
-            org: scope::acting_org(),
+            org: scope::acting_org()?,
             template,
             release: picked.number,
             release_digest: picked.digest,
@@ -225,7 +225,7 @@ impl ControlPlane {
         let c = self.ready_checkpoint(&ck_id).await?;
         self.require_feature(crate::features::Feature::Checkpoints, &c.org)
             .await?;
-        if !req.volumes.is_empty() && c.org != scope::acting_org() {
+        if !req.volumes.is_empty() && c.org != scope::acting_org()? {
             // Volumes are looked up in the caller's org; the new sandbox is the checkpoint's.
             return Err(InvalidInput::new(
                 "volumes",
@@ -579,11 +579,12 @@ impl ControlPlane {
 
     /// A sandbox that is not deleted (another org's is not found).
     pub async fn get_sandbox(&self, id: &str) -> Result<Sandbox, ServiceError> {
+        let caller = scope::require()?;
         if !ids::is_well_formed("sb", id) {
             return Err(ServiceError::SandboxNotFound(id.to_string()));
         }
         match self.store().get_sandbox(id).await {
-            Ok(s) if !lifecycle::is_gone(s.state) && scope::sees(&s.org) => Ok(s),
+            Ok(s) if !lifecycle::is_gone(s.state) && caller.sees(&s.org) => Ok(s),
             Ok(_) | Err(StoreError::NotFound) => Err(ServiceError::SandboxNotFound(id.to_string())),
             Err(e) => Err(e.into()),
         }
@@ -617,7 +618,7 @@ impl ControlPlane {
         let limit = limit.unwrap_or(100).clamp(1, MAX_PAGE);
         let after = cursor.map(|c| decode_cursor(&c)).transpose()?;
         let filter = SandboxFilter {
-            org: scope::listing_org(),
+            org: scope::listing_org()?,
             state,
             template,
             metadata,
@@ -784,7 +785,8 @@ impl Drop for AbandonedCreate {
         };
         let id = std::mem::take(&mut self.id);
         let op_id = std::mem::take(&mut self.op_id);
-        rt.spawn(async move {
+        // A clean-up after its request is gone: it runs as the server (`orgs::scope`).
+        rt.spawn(scope::as_system(async move {
             warn!(sandbox_id = %id, "create abandoned at its deadline; removing the sandbox");
             if let Err(e) = cp.node().destroy_sandbox(&id).await {
                 warn!(sandbox_id = %id, error = %e, "cannot clean up an abandoned create");
@@ -802,7 +804,7 @@ impl Drop for AbandonedCreate {
             {
                 warn!(sandbox_id = %id, error = %e, "cannot record an abandoned create");
             }
-        });
+        }));
     }
 }
 

@@ -24,6 +24,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use cove_api_types::SandboxState;
+use cove_control_plane::orgs::scope;
 use tower::ServiceExt;
 
 use crate::error::{port_not_open, sandbox_not_found, EnvdHttpError};
@@ -54,21 +55,37 @@ pub fn router(e2b: E2b) -> Router {
         .with_state(e2b)
 }
 
-async fn dispatch(e2b: E2b, envd: Router, rest: Router, mut req: Request) -> Response {
-    let sandbox = match sandbox_of(&e2b, req.headers()) {
+async fn dispatch(e2b: E2b, envd: Router, rest: Router, req: Request) -> Response {
+    let sandbox = match sandbox_of(&e2b, req.headers(), req.uri().authority()) {
         Ok(s) => s,
         Err(resp) => return resp,
     };
     let (id, port, signed) = match sandbox {
         Some((id, port)) => (id, port, false),
         None if req.uri().path() == "/files" && has_signature(req.uri().query()) => {
-            match crate::envd::files::signed_sandbox(&e2b, req.method(), req.uri().query()).await {
+            let signed = crate::envd::files::signed_sandbox(&e2b, req.method(), req.uri().query());
+            match scope::as_system(signed).await {
                 Ok(id) => (id, ENVD_PORT, true),
                 Err(e) => return e.into_response(),
             }
         }
         None => return serve(rest, req).await,
     };
+    // envd and port traffic authorise with the sandbox's own tokens (envd's access token, a
+    // `/files` signature, the port token), not with a caller: once the sandbox is named it
+    // runs as the server (`cove_control_plane::orgs::scope`).
+    scope::as_system(sandbox_traffic(e2b, envd, id, port, signed, req)).await
+}
+
+/// envd traffic, or a request for another port, of sandbox `id` (E2B's id).
+async fn sandbox_traffic(
+    e2b: E2b,
+    envd: Router,
+    id: String,
+    port: u16,
+    signed: bool,
+    mut req: Request,
+) -> Response {
     let Some(cove_id) = crate::cove_id(&id) else {
         return sandbox_not_found(&id);
     };
@@ -137,9 +154,14 @@ async fn serve(router: Router, req: Request<Body>) -> Response {
     }
 }
 
-/// The sandbox id and port named by the headers or the host, if any.
+/// The sandbox id and port named by the headers or the host, if any. The host is the `Host`
+/// header (HTTP/1.1), else the request's authority (HTTP/2 over TLS sends `:authority`).
 #[allow(clippy::result_large_err)]
-fn sandbox_of(e2b: &E2b, headers: &HeaderMap) -> Result<Option<(String, u16)>, Response> {
+fn sandbox_of(
+    e2b: &E2b,
+    headers: &HeaderMap,
+    authority: Option<&axum::http::uri::Authority>,
+) -> Result<Option<(String, u16)>, Response> {
     let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     match (get("e2b-sandbox-id"), get("e2b-sandbox-port")) {
         (Some(id), Some(port)) => {
@@ -165,7 +187,8 @@ fn sandbox_of(e2b: &E2b, headers: &HeaderMap) -> Result<Option<(String, u16)>, R
         }
         (None, None) => {}
     }
-    Ok(get("host").and_then(|h| host_target(h, e2b.cfg.domain.as_deref())))
+    let host = get("host").or(authority.map(|a| a.as_str()));
+    Ok(host.and_then(|h| host_target(h, e2b.cfg.domain.as_deref())))
 }
 
 /// `name[:port]` → `name`.

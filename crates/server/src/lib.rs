@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use cove_control_plane::orgs::scope::as_system;
 use cove_control_plane::{http, ControlPlane, ControlPlaneConfig, Controller};
 use cove_node_agent::snapshot::SnapshotStore;
 use cove_node_agent::{NodeAgent, NodeConfig};
@@ -26,6 +27,7 @@ mod cluster;
 pub mod listen;
 pub mod metrics;
 mod node;
+pub mod tls;
 
 pub use cluster::ClusterSettings;
 pub use listen::ListenLimits;
@@ -300,6 +302,8 @@ pub struct E2bSettings {
     /// Domain given to SDKs for `{port}-{id}.{domain}` host names (`None`:
     /// `localhost:PORT`, see [`cove_e2b_compat::sandbox_domain`]).
     pub domain: Option<String>,
+    /// The operator's certificate and key: the listener speaks TLS only (`None`: plain HTTP).
+    pub tls: Option<tls::TlsFiles>,
 }
 
 /// Settings of the proxy listener of sandbox ports.
@@ -636,6 +640,10 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     let dp_listener = TcpListener::bind(cfg.data_plane_listen)
         .await
         .context("bind the data-plane listener")?;
+    let e2b_tls = match cfg.e2b.as_ref().and_then(|e| e.tls.as_ref()) {
+        Some(files) => Some(tls::acceptor("e2b-tls", files)?),
+        None => None,
+    };
     let e2b_listener = match &cfg.e2b {
         Some(e) => Some(
             TcpListener::bind(e.listen)
@@ -752,7 +760,8 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
             cp
         }
     };
-    let new_admin_token = cp.bootstrap_admin_token().await?;
+    // Start-up is no tenant's request: it runs as the server (`orgs::scope`).
+    let new_admin_token = as_system(cp.bootstrap_admin_token()).await?;
     if let Some(token) = &new_admin_token {
         write_token_file(&data_dir, token)?;
         info!(path = %data_dir.join(ADMIN_TOKEN_FILE).display(), "admin token created");
@@ -763,7 +772,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         info!(replica = %cp.replica_id(), "starting as one replica on a shared store");
         Controllers::Replica(cove_control_plane::Replica::start(cp.clone()))
     } else {
-        cp.reconcile().await?;
+        as_system(cp.reconcile()).await?;
         Controllers::Single(Controller::start(cp.clone()))
     };
 
@@ -796,15 +805,17 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
             "api",
             api_listener,
             http::management_router_with(cp.clone(), surfaces),
+            None,
         ),
         (
             "data-plane",
             dp_listener,
             http::data_plane_router(cp.clone()),
+            None,
         ),
     ];
     if let Some(listener) = proxy_listener {
-        listeners.push(("proxy", listener, http::ports_router(cp.clone())));
+        listeners.push(("proxy", listener, http::ports_router(cp.clone()), None));
     }
     let mut e2b_addr = None;
     if let (Some(listener), Some(settings)) = (e2b_listener, &cfg.e2b) {
@@ -819,13 +830,14 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         };
         let router = cove_e2b_compat::router(cp.clone(), e2b_cfg);
         e2b_addr = Some(listener.local_addr()?);
-        listeners.push(("e2b", listener, router));
+        listeners.push(("e2b", listener, router, e2b_tls));
     }
-    for (name, listener, router) in listeners {
+    for (name, listener, router, tls) in listeners {
         tasks.push(tokio::spawn(listen::serve_http(
             name,
             listener,
             router,
+            tls,
             admission.clone(),
             rx.clone(),
         )));

@@ -36,7 +36,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tower::ServiceExt;
@@ -299,11 +299,14 @@ impl Drop for Busy {
 
 /// Serves `router` on `listener` within `admission`'s caps and limits until `stop` turns
 /// true; then stops accepting, lets the requests in flight finish and returns once every
-/// connection has closed. `name` names the listener in logs.
+/// connection has closed. `name` names the listener in logs. With `tls`, every connection is
+/// TLS first; its handshake must finish within the head timeout (it counts toward the caps
+/// like any connection).
 pub(crate) async fn serve_http(
     name: &'static str,
     listener: TcpListener,
     router: Router,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     admission: Admission,
     mut stop: watch::Receiver<bool>,
 ) -> io::Result<()> {
@@ -330,14 +333,29 @@ pub(crate) async fn serve_http(
         // Small SSE events and JSON answers must not wait for delayed ACKs (Nagle): without
         // TCP_NODELAY a keep-alive exec round trip costs ~40 ms instead of a few.
         let _ = tcp.set_nodelay(true);
+        let tcp = Admitted::new(tcp, permit);
         let conn = Connection {
-            tcp: Admitted::new(tcp, permit),
             router: router.clone(),
             limits: admission.limits(),
             stop: stop.clone(),
             open: open_rx.clone(),
         };
-        tokio::spawn(conn.serve());
+        match &tls {
+            None => {
+                tokio::spawn(conn.serve(tcp));
+            }
+            Some(acceptor) => {
+                let acceptor = acceptor.clone();
+                let head = admission.limits().header_timeout;
+                tokio::spawn(async move {
+                    // A failed or slow handshake is the client's problem: the connection
+                    // closes (its permit is returned) and nothing is logged per attempt.
+                    if let Ok(Ok(tls)) = tokio::time::timeout(head, acceptor.accept(tcp)).await {
+                        conn.serve(tls).await;
+                    }
+                });
+            }
+        }
     }
     drop(open_rx);
     drop(listener);
@@ -351,7 +369,6 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 }
 
 struct Connection {
-    tcp: Admitted<TcpStream>,
     router: Router,
     limits: ListenLimits,
     stop: watch::Receiver<bool>,
@@ -360,9 +377,11 @@ struct Connection {
 }
 
 impl Connection {
-    async fn serve(self) {
+    async fn serve<I>(self, io: I)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         let Connection {
-            tcp,
             router,
             limits,
             mut stop,
@@ -393,7 +412,7 @@ impl Connection {
             .timer(TokioTimer::new())
             .header_read_timeout(limits.header_timeout);
         builder.http2().timer(TokioTimer::new());
-        let conn = builder.serve_connection_with_upgrades(TokioIo::new(tcp), service);
+        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
         tokio::pin!(conn);
         let mut draining = false;
         loop {

@@ -1,9 +1,12 @@
 //! File upload and download of `scale.file_bytes` (100 MiB): a host file streamed to
 //! `/tmp/bench.bin` in a sandbox (`PUT .../files`), then streamed back into a host file
-//! (`GET .../files`). Baselines: for the upload `cp` + `fsync` of the copy (an upload is made
-//! durable before it is renamed into place, so a plain `cp`, which leaves the bytes in the page
-//! cache, is not the same work), then plain `cp`; for the download `cp` (a download makes
-//! nothing durable).
+//! (`GET .../files`). The main baselines copy with the block size of the path's end in the
+//! guest, so the ratio compares like with like: for the upload `dd bs=256K conv=fsync` (the
+//! agent writes the 256 KiB frames the node gathers, then `fsync`s the file before its rename;
+//! a copy that leaves the bytes in the page cache is not the same work), for the download
+//! `dd bs=1M` (the agent reads the file 1 MiB at a time; a download makes nothing durable).
+//! `cp` (+ `fsync`) follow as further baselines (GNU `cp` copies in the kernel with
+//! `copy_file_range`, no user-space blocks at all).
 
 use std::io::Write;
 use std::path::Path;
@@ -22,6 +25,20 @@ use crate::server::{create_sandbox, delete_sandbox};
 
 /// Where the file goes inside the sandbox.
 const GUEST_PATH: &str = "/tmp/bench.bin";
+/// The agent's writes of an upload: the node's frames (`UPLOAD_FRAME_BYTES` in
+/// `cove-node-agent`).
+const UPLOAD_BLOCK: &str = "256K";
+/// The agent's reads of a download (`MAX_CHUNK_BYTES` of the guest protocol).
+const DOWNLOAD_BLOCK: &str = "1M";
+
+/// A host copy of the source file, the baselines.
+#[derive(Debug, Clone, Copy)]
+enum HostCopy {
+    /// `cp`, then `fsync` of the copy when `fsync`.
+    Cp { fsync: bool },
+    /// `dd bs=<block>`, with `conv=fsync` when `fsync`.
+    Dd { block: &'static str, fsync: bool },
+}
 
 /// Measures `scale.file_runs` uploads, downloads and `cp`s.
 pub async fn measure(ctx: &Ctx<'_>) -> anyhow::Result<Vec<Metric>> {
@@ -41,15 +58,20 @@ pub async fn measure(ctx: &Ctx<'_>) -> anyhow::Result<Vec<Metric>> {
     delete_sandbox(&ctx.client, &id).await?;
     let (up, down) = result?;
 
-    let copies = |durable: bool| {
+    let copies = |copy: HostCopy| {
         super::blocking(|| -> anyhow::Result<Vec<Duration>> {
             let mut samples = Vec::with_capacity(runs);
             for i in 0..=runs {
                 let _ = std::fs::remove_file(&dst);
                 let t0 = Instant::now();
-                cp(&src, &dst)?;
-                if durable {
-                    fsync(&dst)?;
+                match copy {
+                    HostCopy::Cp { fsync: durable } => {
+                        cp(&src, &dst)?;
+                        if durable {
+                            fsync(&dst)?;
+                        }
+                    }
+                    HostCopy::Dd { block, fsync } => dd(&src, &dst, block, fsync)?,
                 }
                 if i > 0 {
                     samples.push(t0.elapsed());
@@ -58,8 +80,16 @@ pub async fn measure(ctx: &Ctx<'_>) -> anyhow::Result<Vec<Metric>> {
             Ok(samples)
         })
     };
-    let cp_plain = copies(false)?;
-    let cp_fsync = copies(true)?;
+    let cp_plain = copies(HostCopy::Cp { fsync: false })?;
+    let cp_fsync = copies(HostCopy::Cp { fsync: true })?;
+    let dd_up = copies(HostCopy::Dd {
+        block: UPLOAD_BLOCK,
+        fsync: true,
+    })?;
+    let dd_down = copies(HostCopy::Dd {
+        block: DOWNLOAD_BLOCK,
+        fsync: false,
+    })?;
 
     let metric = |key, what: &str, samples: &[Duration], base: &[Duration], base_what: &str| {
         let rate = mib_per_s(bytes, median(samples));
@@ -79,9 +109,17 @@ pub async fn measure(ctx: &Ctx<'_>) -> anyhow::Result<Vec<Metric>> {
         )
     };
     Ok(vec![
-        metric("file_upload", "upload", &up, &cp_fsync, "cp + fsync")?
+        metric(
+            "file_upload",
+            "upload",
+            &up,
+            &dd_up,
+            "dd bs=256K conv=fsync",
+        )?
+        .baseline(format!("cp + fsync {mib} MiB"), dist_ms(&cp_fsync)?)
+        .baseline(format!("cp {mib} MiB"), dist_ms(&cp_plain)?),
+        metric("file_download", "download", &down, &dd_down, "dd bs=1M")?
             .baseline(format!("cp {mib} MiB"), dist_ms(&cp_plain)?),
-        metric("file_download", "download", &down, &cp_plain, "cp")?,
     ])
 }
 
@@ -173,6 +211,23 @@ fn fsync(path: &Path) -> anyhow::Result<()> {
     std::fs::File::open(path)
         .and_then(|f| f.sync_all())
         .with_context(|| format!("fsync {}", path.display()))
+}
+
+/// `dd if=src of=dst bs=<block> [conv=fsync]` on the host: plain reads and writes of `block`.
+fn dd(src: &Path, dst: &Path, block: &str, fsync: bool) -> anyhow::Result<()> {
+    let mut cmd = Command::new("dd");
+    cmd.arg(format!("if={}", src.display()))
+        .arg(format!("of={}", dst.display()))
+        .arg(format!("bs={block}"))
+        .arg("status=none");
+    if fsync {
+        cmd.arg("conv=fsync");
+    }
+    let status = cmd.stdin(Stdio::null()).status().context("run dd")?;
+    if !status.success() {
+        bail!("dd failed: {status}");
+    }
+    Ok(())
 }
 
 /// `cp src dst` on the host.

@@ -4,12 +4,13 @@
 //! |---|---|---|
 //! | `cold_start.rs` | create → first command `true` finished | `runc run /bin/true` |
 //! | `exec.rs` | command `true` + attach until exit | `runc exec`, host fork/exec |
-//! | `stream.rs` | `head -c N /dev/zero` read through the data plane, SSE and binary | `head \| cat` on the host |
-//! | `files.rs` | upload and download of a file | `cp` + `fsync` (upload), `cp` |
+//! | `stream.rs` | `head -c N /dev/zero` read through the data plane, SSE and binary | the sandbox's busybox `head \| cat` on the host |
+//! | `files.rs` | upload and download of a file | `dd` in the agent's block sizes (+ `fsync`), `cp` |
 //! | `lifecycle.rs` | pause+resume, suspend+wake | `runc pause`+`resume`; kill+delete, `runc run` |
 //! | `checkpoints.rs` | checkpoint pause, checkpoint, rollback, fork of 3 | `runc pause`+`resume`; kill+delete, `runc run` |
 //! | `density.rs` | idle sandboxes a node holds, memory per sandbox | raw `sleep` containers |
 //! | `concurrency.rs` | clients creating and deleting sandboxes at once | raw `runc run -d` + `delete` |
+//! | `tiers.rs` | 1, 10, 20, 50 creates at once: cold, warm-pool claims, two replicas | raw `runc run -d` at once; one SQLite server |
 //! | `pools.rs` | create served by a warm pool → running; a burst of creates on a full pool | cold create → running |
 //! | `userns.rs` | create → first command with user namespaces | the same on a server with them off |
 //! | `store.rs` | the store calls of one create on PostgreSQL | the same calls on SQLite |
@@ -43,6 +44,7 @@ pub mod replicas;
 pub mod scheduler;
 pub mod store;
 pub mod stream;
+pub mod tiers;
 pub mod userns;
 
 /// The template of every sandbox the bench creates.

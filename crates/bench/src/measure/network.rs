@@ -134,6 +134,7 @@ async fn gateway(ctx: &Ctx<'_>) -> anyhow::Result<Vec<Metric>> {
             n: rounds,
             p50: ms(p50),
             p90: ms(p90),
+            p95: None,
             p99: ms(p99),
         })
     };

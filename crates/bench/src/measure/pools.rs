@@ -15,16 +15,21 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use cove_api_types::{CreateSandboxRequest, PutPoolRequest, SandboxState};
 use cove_client::Client;
-use futures::StreamExt;
 
+use super::tiers::{self, Burst};
 use super::{dist_ms, progress, run_command, Ctx, TEMPLATE};
 use crate::report::{Metric, Stats, Unit};
 use crate::server::{delete_many, delete_sandbox};
 
 /// Name of the bench's pool.
-const POOL: &str = "bench";
+pub const POOL: &str = "bench";
 /// Longest wait for a pool to have its members ready.
 const FILL_TIMEOUT: Duration = Duration::from_secs(600);
+/// Pause between a pool's members being ready and a burst of claims, so the node has settled
+/// after booting them: 100 ms and 20 ms per member, at most 1 s (a pool of 50).
+fn settle(members: usize) -> Duration {
+    Duration::from_millis(100 + 20 * members as u64).min(Duration::from_secs(1))
+}
 
 /// Measures both pool rows.
 pub async fn measure(ctx: &Ctx<'_>) -> anyhow::Result<Vec<Metric>> {
@@ -43,7 +48,7 @@ pub async fn measure(ctx: &Ctx<'_>) -> anyhow::Result<Vec<Metric>> {
 
 /// Waits until the deleted pool's members are gone: until runc has no container that is not
 /// a listed sandbox (so the measurements after this one see a quiet node).
-async fn wait_drained(ctx: &Ctx<'_>) -> anyhow::Result<()> {
+pub async fn wait_drained(ctx: &Ctx<'_>) -> anyhow::Result<()> {
     let began = Instant::now();
     loop {
         let listed = ctx
@@ -77,13 +82,12 @@ async fn measure_both(client: &Client, runs: usize, burst: usize) -> anyhow::Res
     let mut misses = 0u64;
     for i in 0..=runs {
         wait_ready(client, 1).await?;
-        let (took, served) = create_timed(client).await?;
-        let id = served.0;
+        let (took, id, served) = create_timed(client).await?;
         run_command(client, &id, &["true"]).await?;
         delete_sandbox(client, &id).await?;
         if i > 0 {
             samples.push(took);
-            misses += u64::from(!served.1);
+            misses += u64::from(!served);
         }
     }
     let mut cold = Vec::with_capacity(runs);
@@ -110,32 +114,7 @@ async fn measure_both(client: &Client, runs: usize, burst: usize) -> anyhow::Res
 /// The burst; its baseline is `alone`, the creates served one at a time.
 async fn measure_burst(client: &Client, burst: usize, alone: Stats) -> anyhow::Result<Metric> {
     put_pool(client, burst as u32).await?;
-    wait_ready(client, burst as u32).await?;
-    // Let the node settle after booting the members before the burst.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let began = Instant::now();
-    let results: Vec<anyhow::Result<(Duration, (String, bool))>> = futures::stream::iter(0..burst)
-        .map(|_| create_timed(client))
-        .buffer_unordered(burst.max(1))
-        .collect()
-        .await;
-    let wall = began.elapsed();
-    let mut samples = Vec::with_capacity(burst);
-    let mut ids = Vec::with_capacity(burst);
-    let (mut errors, mut misses) = (0u64, 0u64);
-    for r in results {
-        match r {
-            Ok((took, (id, served))) => {
-                samples.push(took);
-                misses += u64::from(!served);
-                ids.push(id);
-            }
-            Err(e) => {
-                errors += 1;
-                progress(&format!("warm pool burst: a create failed: {e:#}"));
-            }
-        }
-    }
+    let (claimed, ids) = claim_burst(client, burst).await?;
     // Stop refilling before the claimed sandboxes are deleted.
     client.delete_pool(POOL).await.context("delete the pool")?;
     for id in ids.iter().take(3) {
@@ -146,20 +125,39 @@ async fn measure_burst(client: &Client, burst: usize, alone: Stats) -> anyhow::R
         "warm_pool_burst",
         format!("{burst} creates at once, pool of {burst}"),
         Unit::Ms,
-        dist_ms(&samples)?,
+        dist_ms(&claimed.samples)?,
     )
     .baseline("one create at a time from the pool", alone)
     .note(format!(
-        "errors {errors}, misses {misses}, burst wall {:.0} ms",
-        wall.as_secs_f64() * 1000.0
+        "errors {}, misses {}, burst wall {:.0} ms",
+        claimed.errors,
+        claimed.misses,
+        claimed.wall.as_secs_f64() * 1000.0
     ))
-    .extra("errors", errors)
-    .extra("misses", misses)
+    .extra("errors", claimed.errors)
+    .extra("misses", claimed.misses)
     .extra("burst", burst as u64))
 }
 
+/// Waits until the bench pool (already put with `n` members) has them ready, lets the node
+/// settle, then sends `n` creates of the pool's size at once: each claim's latency, errors
+/// and misses, and the claimed sandboxes' ids (for the caller to delete).
+pub async fn claim_burst(client: &Client, n: usize) -> anyhow::Result<(Burst, Vec<String>)> {
+    wait_ready(client, n as u32).await?;
+    // Let the node settle after booting the members before the burst.
+    tokio::time::sleep(settle(n)).await;
+    let (burst, ids) = tiers::burst(n, |_| create_timed(client)).await;
+    if let Some(e) = &burst.first_error {
+        progress(&format!(
+            "warm pool burst of {n}: {} creates failed, first: {e}",
+            burst.errors
+        ));
+    }
+    Ok((burst, ids))
+}
+
 /// Sets the bench pool to keep `n` ready `tiny` sandboxes of the default size.
-async fn put_pool(client: &Client, n: u32) -> anyhow::Result<()> {
+pub async fn put_pool(client: &Client, n: u32) -> anyhow::Result<()> {
     let req = PutPoolRequest {
         template: TEMPLATE.to_string(),
         release: None,
@@ -188,7 +186,7 @@ async fn wait_ready(client: &Client, n: u32) -> anyhow::Result<()> {
 
 /// One create of the pool's size; its latency until the answer says `running` (for a miss:
 /// until its operation succeeded), its id, and whether the pool served it.
-async fn create_timed(client: &Client) -> anyhow::Result<(Duration, (String, bool))> {
+async fn create_timed(client: &Client) -> anyhow::Result<(Duration, String, bool)> {
     let req = CreateSandboxRequest {
         template: Some(TEMPLATE.to_string()),
         ..Default::default()
@@ -199,7 +197,7 @@ async fn create_timed(client: &Client) -> anyhow::Result<(Duration, (String, boo
     if !served {
         crate::server::wait_succeeded(client, &resp.operation.id, "create").await?;
     }
-    Ok((t0.elapsed(), (resp.sandbox.id, served)))
+    Ok((t0.elapsed(), resp.sandbox.id, served))
 }
 
 /// A cold create → running of another size than the pool's, so the pool cannot serve it.

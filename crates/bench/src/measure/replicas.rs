@@ -49,29 +49,17 @@ pub async fn measure(
         "replicas: {creates} creates through the SQLite server"
     ));
     let lite = side(&[single.client()?], creates).await?;
-
-    let admin = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .connect(url)
-        .await
-        .context("connect to --postgres-url")?;
-    let schema = format!("cove_bench_replicas_{}", std::process::id());
-    sqlx::query(&format!("CREATE SCHEMA \"{schema}\""))
-        .execute(&admin)
-        .await
-        .context("create the replicas' schema")?;
-    let sep = if url.contains('?') { '&' } else { '?' };
-    let store = format!("{url}{sep}options[search_path]={schema}");
     progress(&format!(
         "replicas: {creates} creates through two replicas on PostgreSQL"
     ));
-    let two = two_replicas(settings, &store, creates).await;
-    sqlx::query(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
-        .execute(&admin)
-        .await
-        .context("drop the replicas' schema")?;
-    admin.close().await;
+    let replicas = Replicas::start(settings, url).await?;
+    let two = match replicas.clients() {
+        Ok(clients) => side(&clients, creates).await,
+        Err(e) => Err(e),
+    };
+    let stopped = replicas.stop().await;
     let two = two?;
+    stopped?;
     for (what, s) in [("SQLite", &lite), ("two replicas", &two)] {
         if let Some(e) = &s.first_error {
             progress(&format!(
@@ -94,12 +82,118 @@ pub async fn measure(
     .extra("parallel", PARALLEL as u64)))
 }
 
-/// Starts the replicas and the node, measures, and stops them all (also on error).
-async fn two_replicas(
+/// Two control-plane replicas (`--no-local-node`) on one schema of a PostgreSQL database, and
+/// one node agent joined to the first, the `tiny` release built: ready for creates through
+/// either replica. [`Replicas::stop`] stops them all and drops the schema.
+pub struct Replicas {
+    a: CoveServer,
+    b: CoveServer,
+    node: CoveServer,
+    admin: sqlx::PgPool,
+    schema: String,
+}
+
+impl Replicas {
+    /// Makes the schema, starts both replicas and the node, and waits until the node is ready
+    /// and the release built; everything started is stopped again on an error.
+    pub async fn start(settings: &ServerSettings, url: &str) -> anyhow::Result<Replicas> {
+        let admin = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(1)
+            .connect(url)
+            .await
+            .context("connect to --postgres-url")?;
+        let schema = format!(
+            "cove_bench_replicas_{}_{}",
+            std::process::id(),
+            SCHEMAS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        sqlx::query(&format!("CREATE SCHEMA \"{schema}\""))
+            .execute(&admin)
+            .await
+            .context("create the replicas' schema")?;
+        let sep = if url.contains('?') { '&' } else { '?' };
+        let store = format!("{url}{sep}options[search_path]={schema}");
+        let (a, b, node) = match start_servers(settings, &store).await {
+            Ok(servers) => servers,
+            Err(e) => {
+                let _ = drop_schema(&admin, &schema).await;
+                admin.close().await;
+                return Err(e);
+            }
+        };
+        let replicas = Replicas {
+            a,
+            b,
+            node,
+            admin,
+            schema,
+        };
+        match replicas.wait_ready().await {
+            Ok(()) => Ok(replicas),
+            Err(e) => {
+                let _ = replicas.stop().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// A client of each replica.
+    pub fn clients(&self) -> anyhow::Result<[Client; 2]> {
+        Ok([self.a.client()?, self.b.client()?])
+    }
+
+    /// Waits until replica B sees the node ready, and builds the release through A.
+    async fn wait_ready(&self) -> anyhow::Result<()> {
+        let [ca, cb] = self.clients()?;
+        let start = Instant::now();
+        loop {
+            let ready = cb.nodes().await.is_ok_and(|l| {
+                l.nodes.len() == 1 && l.nodes[0].state == cove_api_types::NodeState::Ready
+            });
+            if ready {
+                break;
+            }
+            anyhow::ensure!(
+                start.elapsed() < Duration::from_secs(60),
+                "the node did not join"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.a.ensure_release(&ca, TEMPLATE).await
+    }
+
+    /// Stops B (it deletes every sandbox while the node still serves them), A and the node,
+    /// then drops the schema; the first error after trying all.
+    pub async fn stop(self) -> anyhow::Result<()> {
+        let stopped_b = self.b.stop().await;
+        let stopped_a = self.a.stop().await;
+        let stopped_node = self.node.stop().await;
+        let dropped = drop_schema(&self.admin, &self.schema).await;
+        self.admin.close().await;
+        stopped_b?;
+        stopped_a?;
+        stopped_node?;
+        dropped
+    }
+}
+
+/// Numbers the schemas of one bench process.
+static SCHEMAS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+async fn drop_schema(admin: &sqlx::PgPool, schema: &str) -> anyhow::Result<()> {
+    sqlx::query(&format!("DROP SCHEMA \"{schema}\" CASCADE"))
+        .execute(admin)
+        .await
+        .context("drop the replicas' schema")?;
+    Ok(())
+}
+
+/// Starts replicas A and B on `store` and a node joined to A; stops what it started when a
+/// later one fails.
+async fn start_servers(
     settings: &ServerSettings,
     store: &str,
-    creates: usize,
-) -> anyhow::Result<Side> {
+) -> anyhow::Result<(CoveServer, CoveServer, CoveServer)> {
     let node_listen = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
     let (port_a, port_b) = (free_port()?, free_port()?);
     let replica = |port: u16| {
@@ -139,39 +233,14 @@ async fn two_replicas(
         },
     )
     .await;
-    let measured = match &node {
-        Ok(_) => run(&a, &b, creates).await,
-        Err(e) => Err(anyhow::anyhow!("{e:#}")),
-    };
-    // B first: it deletes every sandbox while the node still serves them.
-    let stopped_b = b.stop().await;
-    let stopped_a = a.stop().await;
-    if let Ok(node) = node {
-        node.stop().await?;
-    }
-    stopped_b?;
-    stopped_a?;
-    measured
-}
-
-async fn run(a: &CoveServer, b: &CoveServer, creates: usize) -> anyhow::Result<Side> {
-    let (ca, cb) = (a.client()?, b.client()?);
-    let start = Instant::now();
-    loop {
-        let ready = cb.nodes().await.is_ok_and(|l| {
-            l.nodes.len() == 1 && l.nodes[0].state == cove_api_types::NodeState::Ready
-        });
-        if ready {
-            break;
+    match node {
+        Ok(node) => Ok((a, b, node)),
+        Err(e) => {
+            let _ = b.stop().await;
+            let _ = a.stop().await;
+            Err(e)
         }
-        anyhow::ensure!(
-            start.elapsed() < Duration::from_secs(60),
-            "the node did not join"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    a.ensure_release(&ca, TEMPLATE).await?;
-    side(&[ca, cb], creates).await
 }
 
 /// `creates` creates through `clients` in turn, `PARALLEL` at a time, each deleted once it

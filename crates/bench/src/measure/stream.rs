@@ -1,9 +1,12 @@
 //! stdout streaming throughput: `head -c N /dev/zero` inside a sandbox, read by the client
 //! through the data plane, as SSE (base64) until the exit event (`stdout_stream`), and as the
 //! raw binary stream (`Accept: application/octet-stream`) until its end plus the read of the
-//! command's exit (`stdout_stream_binary`). Baseline: `head -c N /dev/zero | cat` on the host,
-//! with cat's stdout read by this process through a pipe.
+//! command's exit (`stdout_stream_binary`). Baseline: the same writer on the host, the
+//! sandbox's own busybox `head -c N /dev/zero` (the `tiny` rootfs's static binary, writing
+//! 4 KiB at a time as it does in the sandbox) `| cat`, with cat's stdout read by this process
+//! through a pipe; the host's GNU `head` (128 KiB writes) `| cat` is a second baseline.
 
+use std::ffi::OsString;
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -33,8 +36,13 @@ pub async fn measure(ctx: &Ctx<'_>) -> anyhow::Result<Vec<Metric>> {
     delete_sandbox(&ctx.client, &id).await?;
     let (sse, binary) = result?;
 
-    let host = time_blocking(runs, || host_pipe(bytes))?;
-    let host_rate = mib_per_s(bytes, median(&host));
+    let busybox = ctx.raw.busybox();
+    let same = time_blocking(runs, || {
+        host_pipe(busybox.as_os_str().into(), &["head".into()], bytes)
+    })?;
+    let gnu = time_blocking(runs, || host_pipe("head".into(), &[], bytes))?;
+    let host_rate = mib_per_s(bytes, median(&same));
+    let gnu_rate = mib_per_s(bytes, median(&gnu));
     let metric = |key, what: &str, samples: &[Duration]| -> anyhow::Result<Metric> {
         let rate = mib_per_s(bytes, median(samples));
         Ok(Metric::new(
@@ -44,13 +52,20 @@ pub async fn measure(ctx: &Ctx<'_>) -> anyhow::Result<Vec<Metric>> {
             dist_ms(samples)?,
         )
         .baseline(
-            format!("head -c {mib}M /dev/zero | cat on the host"),
-            dist_ms(&host)?,
+            format!("the sandbox's busybox head -c {mib}M /dev/zero | cat on the host"),
+            dist_ms(&same)?,
         )
-        .note(format!("{rate:.0} MiB/s vs {host_rate:.0} MiB/s"))
+        .baseline(
+            format!("GNU head -c {mib}M /dev/zero | cat on the host"),
+            dist_ms(&gnu)?,
+        )
+        .note(format!(
+            "{rate:.0} MiB/s vs {host_rate:.0} MiB/s (GNU head {gnu_rate:.0} MiB/s)"
+        ))
         .extra("bytes", bytes)
         .extra("mib_per_s", rate)
-        .extra("baseline_mib_per_s", host_rate))
+        .extra("baseline_mib_per_s", host_rate)
+        .extra("gnu_head_mib_per_s", gnu_rate))
     };
     Ok(vec![
         metric("stdout_stream", "SSE", &sse)?,
@@ -134,9 +149,11 @@ async fn stream_runs(
     Ok(samples)
 }
 
-/// `head -c <bytes> /dev/zero | cat`, cat's output read and counted here.
-fn host_pipe(bytes: u64) -> anyhow::Result<()> {
-    let mut head = Command::new("head")
+/// `<program> <pre...> -c <bytes> /dev/zero | cat` (`head` or `busybox head`), cat's output
+/// read and counted here.
+fn host_pipe(program: OsString, pre: &[OsString], bytes: u64) -> anyhow::Result<()> {
+    let mut head = Command::new(program)
+        .args(pre)
         .args(["-c", &bytes.to_string(), "/dev/zero"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

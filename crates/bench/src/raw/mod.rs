@@ -1,5 +1,5 @@
-//! The baseline: raw runc containers of the same `tiny` rootfs, driven with the runc CLI under
-//! their own `--root` in a temporary directory. Calls are blocking (std processes), so a
+//! The baseline: raw runc (or gVisor's `runsc`, [`RawRunc::runsc`]) containers of the same
+//! `tiny` rootfs, driven with the CLI under their own `--root` in a temporary directory. Calls are blocking (std processes), so a
 //! measurement times runc itself and nothing of an async runtime.
 //!
 //! Dropping a [`RawRunc`] deletes every container under its root, unmounts every overlay under
@@ -21,6 +21,8 @@ pub use bundle::Bundle;
 #[derive(Debug)]
 pub struct RawRunc {
     runc: PathBuf,
+    /// Flags before every verb (`runsc`: `--platform=… --network=none`).
+    global: Vec<String>,
     /// Temporary directory holding everything below.
     dir: PathBuf,
     /// `runc --root`.
@@ -34,6 +36,21 @@ impl RawRunc {
     /// Makes the temporary directory and builds the `tiny` rootfs into it (copied from
     /// `cache_dir` when the cache has it).
     pub async fn new(runc: &Path, cache_dir: &Path) -> anyhow::Result<RawRunc> {
+        Self::with_flags(runc, Vec::new(), cache_dir).await
+    }
+
+    /// Raw gVisor: `runsc --platform=<platform> --network=none` with the same verbs (gVisor's
+    /// loopback only, as a Cove sandbox without a network has).
+    pub async fn runsc(runsc: &Path, platform: &str, cache_dir: &Path) -> anyhow::Result<RawRunc> {
+        let flags = vec![format!("--platform={platform}"), "--network=none".into()];
+        Self::with_flags(runsc, flags, cache_dir).await
+    }
+
+    async fn with_flags(
+        runc: &Path,
+        global: Vec<String>,
+        cache_dir: &Path,
+    ) -> anyhow::Result<RawRunc> {
         let dir = tempfile::Builder::new()
             .prefix("cove-bench-raw-")
             .tempdir()
@@ -41,6 +58,7 @@ impl RawRunc {
             .keep();
         let raw = RawRunc {
             runc: runc.to_path_buf(),
+            global,
             root: dir.join("state"),
             rootfs: dir.join("rootfs"),
             dir,
@@ -71,6 +89,12 @@ impl RawRunc {
         format!("raw-{}-{n}", std::process::id())
     }
 
+    /// The `tiny` rootfs's static busybox: the program a sandbox's `head`, `cat`, ... run, for
+    /// host baselines that must use the same writer.
+    pub fn busybox(&self) -> PathBuf {
+        self.rootfs.join("bin/busybox")
+    }
+
     /// A new bundle whose container runs `args`, overlay mounted.
     pub fn bundle(&self, args: &[&str]) -> anyhow::Result<Bundle> {
         let name = self.new_name();
@@ -80,7 +104,10 @@ impl RawRunc {
 
     fn command(&self) -> Command {
         let mut cmd = Command::new(&self.runc);
-        cmd.arg("--root").arg(&self.root).stdin(Stdio::null());
+        cmd.arg("--root")
+            .arg(&self.root)
+            .args(&self.global)
+            .stdin(Stdio::null());
         cmd
     }
 
@@ -113,21 +140,29 @@ impl RawRunc {
     /// `runc run --detach`: returns once the container's process runs. Its stdio (and runc's
     /// stderr) go to the bundle's `runc.stderr`, since the container keeps them open.
     pub fn run_detached(&self, bundle: &Bundle, id: &str) -> anyhow::Result<()> {
+        self.detached(bundle, id, &["run", "--detach"])
+    }
+
+    /// `<verb...> --bundle <bundle> <id>` of a verb that leaves the container running with
+    /// runc's stdio (`run --detach`, `restore --detach`), which go to the bundle's
+    /// `runc.stderr`: the container keeps them open, so a pipe would never close.
+    fn detached(&self, bundle: &Bundle, id: &str, verb: &[&str]) -> anyhow::Result<()> {
         let log_path = bundle.stderr_path();
         let log = std::fs::File::create(&log_path)
             .with_context(|| format!("create {}", log_path.display()))?;
         let status = self
             .command()
-            .args(["run", "--detach", "--bundle"])
+            .args(verb)
+            .arg("--bundle")
             .arg(&bundle.dir)
             .arg(id)
             .stdout(Stdio::null())
             .stderr(log)
             .status()
-            .context("run runc run --detach")?;
+            .with_context(|| format!("run {} {}", self.runc.display(), verb.join(" ")))?;
         if !status.success() {
             let err = std::fs::read_to_string(&log_path).unwrap_or_default();
-            bail!("runc run --detach {id} failed: {}", err.trim());
+            bail!("{} {id} failed: {}", verb.join(" "), err.trim());
         }
         Ok(())
     }
@@ -147,6 +182,20 @@ impl RawRunc {
     /// `runc resume <id>`.
     pub fn resume(&self, id: &str) -> anyhow::Result<()> {
         self.run_to_end(&["resume", id])
+    }
+
+    /// `runsc checkpoint --image-path <image> <id>`: saves the container's memory and
+    /// processes into `image` (a directory) and stops it.
+    pub fn checkpoint(&self, id: &str, image: &Path) -> anyhow::Result<()> {
+        let image = format!("--image-path={}", image.display());
+        self.run_to_end(&["checkpoint", &image, id])
+    }
+
+    /// `runsc restore --detach --image-path <image> --bundle <bundle> <id>`: a new container
+    /// `id` from a checkpoint, returning once it runs.
+    pub fn restore(&self, bundle: &Bundle, id: &str, image: &Path) -> anyhow::Result<()> {
+        let image = format!("--image-path={}", image.display());
+        self.detached(bundle, id, &["restore", "--detach", &image])
     }
 
     /// `runc kill <id> KILL`.

@@ -109,6 +109,14 @@ pub struct ServerArgs {
     /// (default `localhost:PORT` of --e2b-listen; `localhost` without a port gets that port).
     #[arg(long, value_name = "DOMAIN", requires = "e2b_listen")]
     pub e2b_domain: Option<String>,
+    /// Serve the E2B listener over TLS with this certificate chain (PEM, leaf first), e.g. a
+    /// wildcard certificate for `*.DOMAIN` and `DOMAIN` of `--e2b-domain`, so the SDKs' default
+    /// `https://` URLs work. Needs `--e2b-tls-key`.
+    #[arg(long, value_name = "PEM", requires_all = ["e2b_listen", "e2b_tls_key"])]
+    pub e2b_tls_cert: Option<PathBuf>,
+    /// The private key of `--e2b-tls-cert` (PEM).
+    #[arg(long, value_name = "PEM", requires = "e2b_tls_cert")]
+    pub e2b_tls_key: Option<PathBuf>,
     /// Serve sandbox ports by host name, `{port}-{sandbox id}.{domain}` (a browser on this
     /// machine reaches `http://8000-sb-….localhost:7704/`); `off`: not served.
     #[arg(long, value_name = "ADDR|off", default_value = "127.0.0.1:7704", value_parser = parse_proxy_listen)]
@@ -298,6 +306,11 @@ impl ServerArgs {
             e2b: self.e2b_listen.map(|listen| cove_server::E2bSettings {
                 listen,
                 domain: self.e2b_domain.clone(),
+                tls: self
+                    .e2b_tls_cert
+                    .clone()
+                    .zip(self.e2b_tls_key.clone())
+                    .map(|(cert, key)| cove_server::tls::TlsFiles { cert, key }),
             }),
             network: cove_server::NetworkSettings {
                 mode: self.network,

@@ -50,7 +50,7 @@ pub(super) async fn stream(
         },
     };
     // The body is streamed after this handler returns, outside the caller's scope.
-    let org = crate::orgs::scope::listing_org();
+    let org = crate::orgs::scope::listing_org()?;
     let events = async_stream(move |tx| async move {
         let mut after = after;
         let mut changes = cp.inner.events.subscribe();

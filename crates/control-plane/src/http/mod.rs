@@ -181,6 +181,8 @@ pub fn management_router_with(cp: ControlPlane, extra: Router) -> Router {
 
 /// The data-plane router: command output (SSE) and stdin, authorised per command.
 pub fn data_plane_router(cp: ControlPlane) -> Router {
+    // Every route checks the command's attachment token first; the rest reaches that
+    // command's sandbox only, and runs as the server (`orgs::scope`).
     let router = Router::new()
         .route("/v1/attach/{cid}", get(data_plane::attach))
         .route("/v1/attach/{cid}/stdin", post(data_plane::stdin_write))
@@ -189,11 +191,17 @@ pub fn data_plane_router(cp: ControlPlane) -> Router {
             "/v1/attach/{cid}/stdin:close",
             post(data_plane::stdin_close),
         )
+        .route_layer(middleware::from_fn(as_system))
         .route("/healthz", get(|| async { "ok" }))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(cp);
     context::layers(router, "data")
+}
+
+/// Serves a request of a surface that authorises with a token of its own as the server.
+async fn as_system(req: Request, next: Next) -> Response {
+    scope::as_system(next.run(req)).await
 }
 
 /// The proxy listener's router (`cove server --proxy-listen`): every request goes to the sandbox

@@ -183,13 +183,14 @@ fn log_stream(
     })
 }
 
-/// A stream fed by a task through a bounded channel (the task stops when the client goes).
+/// A stream fed by a task through a bounded channel (the task stops when the client goes). The
+/// task runs as the request's caller.
 pub(super) fn async_stream<F, Fut>(f: F) -> impl Stream<Item = Result<Event, Infallible>>
 where
     F: FnOnce(tokio::sync::mpsc::Sender<Event>) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
     let (tx, rx) = tokio::sync::mpsc::channel(16);
-    tokio::spawn(f(tx));
+    tokio::spawn(crate::orgs::scope::carried(f(tx)));
     futures::StreamExt::map(tokio_stream::wrappers::ReceiverStream::new(rx), Ok)
 }

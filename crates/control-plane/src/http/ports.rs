@@ -171,13 +171,15 @@ pub async fn serve_port(
     path: &str,
     req: Request,
 ) -> Response {
-    super::context::with_request_id(async move {
+    // A port authorises with its own credentials ([`ControlPlane::authorize_port`], which
+    // looks the sandbox up itself): the request runs as the server (`orgs::scope`).
+    let served = crate::orgs::scope::as_system(async move {
         match forward(cp, surface, id, port, path, req).await {
             Ok(r) => r,
             Err(e) => e.into_response(),
         }
-    })
-    .await
+    });
+    super::context::with_request_id(served).await
 }
 
 /// The query without Cove's parameters, and the values of those.

@@ -54,9 +54,11 @@ pub(super) async fn session(
     let events = cp
         .open_pty(&sandbox_id, &cid, q.offset.unwrap_or(0))
         .await?;
-    Ok(ws
-        .protocols([PTY_PROTOCOL])
-        .on_upgrade(move |socket| run(cp, sandbox_id, cid, events, socket)))
+    // The session outlives this handler's scope: it keeps its caller.
+    let caller = crate::orgs::scope::require()?;
+    Ok(ws.protocols([PTY_PROTOCOL]).on_upgrade(move |socket| {
+        crate::orgs::scope::scoped(caller, run(cp, sandbox_id, cid, events, socket))
+    }))
 }
 
 /// The attachment token of a `cove.bearer.<token>` subprotocol, offered beside `cove.pty`.

@@ -78,9 +78,11 @@ impl ControlPlane {
         org: Option<String>,
     ) -> Result<AuditPage, ServiceError> {
         let limit = limit.unwrap_or(MAX_AUDIT_PAGE).clamp(1, MAX_AUDIT_PAGE);
-        let org = match scope::current() {
-            Some(c) if !c.is_admin() => Some(c.org),
-            _ => org,
+        let c = scope::require()?;
+        let org = if c.has_admin_rights() {
+            org
+        } else {
+            Some(c.org)
         };
         let entries = self
             .store()

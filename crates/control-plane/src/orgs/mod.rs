@@ -26,11 +26,12 @@ const PREFIX_LEN: usize = 13;
 
 /// Refuses a caller other than the admin token (`forbidden`).
 pub(crate) fn require_admin() -> Result<(), ServiceError> {
-    match scope::current() {
-        Some(c) if !c.is_admin() => Err(ServiceError::Forbidden(
+    if scope::require()?.has_admin_rights() {
+        Ok(())
+    } else {
+        Err(ServiceError::Forbidden(
             "this needs the server's admin token".into(),
-        )),
-        _ => Ok(()),
+        ))
     }
 }
 
@@ -123,10 +124,9 @@ impl ControlPlane {
     /// `GET /v1/orgs/{org}` with what it holds now (`usage`): the admin sees any org, a key
     /// only its own.
     pub async fn get_org(&self, id: &str) -> Result<Org, ServiceError> {
-        if let Some(c) = scope::current() {
-            if !c.is_admin() && c.org != id {
-                return Err(org_not_found(id));
-            }
+        let c = scope::require()?;
+        if !c.has_admin_rights() && c.org != id {
+            return Err(org_not_found(id));
         }
         match self.store().get_org(id).await {
             Ok(mut o) => {

@@ -53,7 +53,7 @@ impl ControlPlane {
         if req.min_ready > req.max {
             return Err(InvalidInput::new("min_ready", "must be at most max").into());
         }
-        let org = scope::acting_org();
+        let org = scope::acting_org()?;
         self.check_pool_quota(&org, &resources, req.min_ready)
             .await?;
         let now = Utc::now();
@@ -92,8 +92,9 @@ impl ControlPlane {
 
     /// Pool `name` when the caller's org owns it (another org's is `pool_not_found`).
     async fn own_pool(&self, name: &str) -> Result<PoolRecord, ServiceError> {
+        let caller = scope::require()?;
         match self.store().get_pool(name).await {
-            Ok(r) if scope::sees(&r.org) => Ok(r),
+            Ok(r) if caller.sees(&r.org) => Ok(r),
             Ok(_) | Err(StoreError::NotFound) => Err(ServiceError::PoolNotFound(name.to_string())),
             Err(e) => Err(e.into()),
         }
@@ -101,10 +102,11 @@ impl ControlPlane {
 
     /// Every pool with its sizes, by name.
     pub async fn list_pools(&self) -> Result<PoolList, ServiceError> {
+        let caller = scope::require()?;
         let members = self.store().pool_members().await?;
         let mut pools = Vec::new();
         for record in self.store().list_pools().await? {
-            if !scope::sees(&record.org) {
+            if !caller.sees(&record.org) {
                 continue;
             }
             let target = self.pool_release(&record).await?;

@@ -76,7 +76,7 @@ impl ControlPlane {
         let recipe_hash = format!("file:{:x}", Sha256::digest(text.as_bytes()));
         match self
             .store()
-            .put_file_template(&q.name, &scope::acting_org(), &text)
+            .put_file_template(&q.name, &scope::acting_org()?, &text)
             .await
         {
             Ok(()) => {}
@@ -94,7 +94,7 @@ impl ControlPlane {
             .await?;
         let new_op = NewOperation {
             id: ids::new_operation_id(),
-            org: scope::acting_org(),
+            org: scope::acting_org()?,
             kind: OperationKind::BuildRelease,
             sandbox_id: None,
             template: Some(q.name.clone()),

@@ -29,12 +29,13 @@ pub const BUILD_DEADLINE_MIN: i64 = 60;
 impl ControlPlane {
     /// Every template with its releases: the built-in recipes, then file templates by name.
     pub async fn list_templates(&self) -> Result<TemplateList, ServiceError> {
+        let caller = scope::require()?;
         let mut templates = Vec::new();
         for r in self.node().recipes() {
             templates.push(self.template_of(r).await?);
         }
         for t in self.store().file_templates().await? {
-            if !scope::sees(&t.org) {
+            if !caller.sees(&t.org) {
                 continue;
             }
             templates.push(self.file_template_of(t).await?);
@@ -44,6 +45,7 @@ impl ControlPlane {
 
     /// One template.
     pub async fn get_template(&self, name: &str) -> Result<Template, ServiceError> {
+        scope::require()?;
         if let Ok(recipe) = self.recipe(name) {
             return self.template_of(recipe).await;
         }
@@ -64,17 +66,18 @@ impl ControlPlane {
         &self,
         name: &str,
     ) -> Result<Option<cove_store::FileTemplate>, ServiceError> {
+        let caller = scope::require()?;
         Ok(self
             .store()
             .file_template(name)
             .await?
-            .filter(|t| scope::sees(&t.org)))
+            .filter(|t| caller.sees(&t.org)))
     }
 
     /// Refuses an org's key where a built-in template's releases would change for every org.
     pub(crate) fn require_builtin_admin(&self, name: &str) -> Result<(), ServiceError> {
-        match scope::current() {
-            Some(c) if !c.is_admin() && self.recipe(name).is_ok() => {
+        match scope::require()? {
+            c if !c.has_admin_rights() && self.recipe(name).is_ok() => {
                 Err(ServiceError::Forbidden(format!(
                     "{name} is a built-in template shared by every org: only the admin token                      builds or deletes its releases"
                 )))
@@ -207,7 +210,7 @@ impl ControlPlane {
             .await?;
         let new_op = NewOperation {
             id: ids::new_operation_id(),
-            org: scope::acting_org(),
+            org: scope::acting_org()?,
             kind: OperationKind::BuildRelease,
             sandbox_id: None,
             template: Some(name.to_string()),
@@ -359,11 +362,12 @@ impl Drop for FailOnDrop {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        rt.spawn(async move {
+        // A clean-up after its operation is gone: it runs as the server (`orgs::scope`).
+        rt.spawn(scope::as_system(async move {
             if let Err(e) = cp.fail_release_build(&template, number).await {
                 warn!(template, number, error = %e, "cannot fail a stopped build");
             }
-        });
+        }));
     }
 }
 

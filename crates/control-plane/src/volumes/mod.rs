@@ -67,7 +67,7 @@ impl ControlPlane {
     /// and the feature is on for the org (else `403 feature_disabled`).
     pub(crate) async fn require_volumes(&self) -> Result<(), ServiceError> {
         self.volumes_offered()?;
-        self.require_feature(Feature::Volumes, &scope::acting_org())
+        self.require_feature(Feature::Volumes, &scope::acting_org()?)
             .await
     }
 
@@ -93,10 +93,10 @@ impl ControlPlane {
     /// The stored volume `name` of the caller's org (`volume_not_found` otherwise).
     pub(crate) async fn volume_record(&self, name: &str) -> Result<VolumeRecord, ServiceError> {
         volumes::name("name", name).map_err(|_| ServiceError::VolumeNotFound(name.into()))?;
-        if !tokens::token_reaches(name) {
+        if !tokens::token_reaches(name)? {
             return Err(ServiceError::VolumeNotFound(name.into()));
         }
-        match self.store().get_volume(&scope::acting_org(), name).await {
+        match self.store().get_volume(&scope::acting_org()?, name).await {
             Ok(v) => Ok(v),
             Err(StoreError::NotFound) => Err(ServiceError::VolumeNotFound(name.into())),
             Err(e) => Err(e.into()),
@@ -114,7 +114,7 @@ impl ControlPlane {
         self.require_volumes().await?;
         volumes::name("name", &req.name)?;
         volumes::size_mib("size_mib", req.size_mib)?;
-        let org = scope::acting_org();
+        let org = scope::acting_org()?;
         // Held until the volume is recorded.
         let ask = crate::orgs::quotas::Ask::Volume {
             size_mib: req.size_mib,
@@ -165,7 +165,7 @@ impl ControlPlane {
     /// The caller's org's volumes, by name.
     pub async fn list_volumes(&self) -> Result<VolumeList, ServiceError> {
         self.require_volumes().await?;
-        let org = scope::listing_org();
+        let org = scope::listing_org()?;
         let mut out = Vec::new();
         for v in self.store().list_volumes(org.as_deref()).await? {
             out.push(self.describe(v).await?);
@@ -185,7 +185,7 @@ impl ControlPlane {
     /// volume stays recorded).
     pub async fn delete_volume(&self, name: &str) -> Result<(), ServiceError> {
         self.require_volumes().await?;
-        let _held = self.lock_volumes(&scope::acting_org()).await?;
+        let _held = self.lock_volumes(&scope::acting_org()?).await?;
         let v = self.volume_record(name).await?;
         let users = self.store().volume_users(&v.org, &v.name).await?;
         if !users.is_empty() {
@@ -286,7 +286,7 @@ impl ControlPlane {
                 .into());
             }
         }
-        let held = self.lock_volumes(&scope::acting_org()).await?;
+        let held = self.lock_volumes(&scope::acting_org()?).await?;
         let mut records = Vec::with_capacity(mounts.len());
         for m in mounts {
             records.push(self.volume_record(&m.name).await?);

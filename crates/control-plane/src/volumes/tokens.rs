@@ -79,10 +79,10 @@ impl ControlPlane {
 }
 
 /// Whether the request being served may reach volume `name`: any caller but a volume token,
-/// which reaches its own volume only.
-pub(crate) fn token_reaches(name: &str) -> bool {
-    match scope::current().map(|c| c.actor) {
-        Some(Actor::VolumeToken(v)) => v.strip_prefix("volume:") == Some(name),
+/// which reaches its own volume only ([`ServiceError::NoCaller`] without a caller).
+pub(crate) fn token_reaches(name: &str) -> Result<bool, ServiceError> {
+    Ok(match scope::require()?.actor {
+        Actor::VolumeToken(v) => v.strip_prefix("volume:") == Some(name),
         _ => true,
-    }
+    })
 }

@@ -7,6 +7,7 @@ use cove_node_api::NodeError;
 use cove_test_support::{Call, Fault};
 use futures::StreamExt;
 
+use crate::harness::as_system;
 use crate::harness::{code, Harness};
 
 fn at(path: &str) -> PathQuery {
@@ -41,154 +42,163 @@ async fn get(h: &Harness, id: &str, path: &str) -> Result<Vec<u8>, ServiceError>
 
 #[tokio::test]
 async fn files_are_written_read_listed_moved_and_removed() {
-    let h = Harness::new().await;
-    let id = h.running().await;
-    put(&h, &id, "project/src/main.rs", b"fn main() {}")
-        .await
-        .expect("put");
-    assert_eq!(
-        get(&h, &id, "/home/user/project/src/main.rs")
+    as_system(async {
+        let h = Harness::new().await;
+        let id = h.running().await;
+        put(&h, &id, "project/src/main.rs", b"fn main() {}")
             .await
-            .expect("get"),
-        b"fn main() {}"
-    );
-    let info =
-        h.cp.stat_file(&id, at("project/src/main.rs"))
-            .await
-            .expect("stat");
-    assert_eq!(
-        (info.file_type, info.size, info.mode),
-        (FileType::File, 12, 0o600)
-    );
-    assert_eq!(info.owner, "user");
+            .expect("put");
+        assert_eq!(
+            get(&h, &id, "/home/user/project/src/main.rs")
+                .await
+                .expect("get"),
+            b"fn main() {}"
+        );
+        let info =
+            h.cp.stat_file(&id, at("project/src/main.rs"))
+                .await
+                .expect("stat");
+        assert_eq!(
+            (info.file_type, info.size, info.mode),
+            (FileType::File, 12, 0o600)
+        );
+        assert_eq!(info.owner, "user");
 
-    let q = ListQuery {
-        path: Some("/home/user".into()),
-        depth: Some(3),
-        ..Default::default()
-    };
-    let names: Vec<String> =
-        h.cp.list_files(&id, q)
-            .await
-            .expect("list")
-            .entries
-            .into_iter()
-            .map(|e| e.path)
-            .collect();
-    assert_eq!(
-        names,
-        [
-            "/home/user/project",
-            "/home/user/project/src",
-            "/home/user/project/src/main.rs"
-        ]
-    );
+        let q = ListQuery {
+            path: Some("/home/user".into()),
+            depth: Some(3),
+            ..Default::default()
+        };
+        let names: Vec<String> =
+            h.cp.list_files(&id, q)
+                .await
+                .expect("list")
+                .entries
+                .into_iter()
+                .map(|e| e.path)
+                .collect();
+        assert_eq!(
+            names,
+            [
+                "/home/user/project",
+                "/home/user/project/src",
+                "/home/user/project/src/main.rs"
+            ]
+        );
 
-    let mk = MakeDirRequest {
-        path: Some("/tmp/a/b".into()),
-        ..Default::default()
-    };
-    assert_eq!(
-        h.cp.make_dir(&id, mk).await.expect("mkdir").file_type,
-        FileType::Dir
-    );
-    let mv = MoveRequest {
-        from: Some("project".into()),
-        to: Some("/tmp/a/b/project".into()),
-        ..Default::default()
-    };
-    h.cp.move_file(&id, mv).await.expect("move");
-    assert_eq!(
-        get(&h, &id, "/tmp/a/b/project/src/main.rs")
-            .await
-            .expect("moved"),
-        b"fn main() {}"
-    );
-    assert!(
-        !h.cp
-            .file_exists(&id, at("project"))
-            .await
-            .expect("exists")
-            .exists
-    );
-    h.cp.remove_file(&id, at("/tmp/a")).await.expect("remove");
-    assert!(
-        !h.cp
-            .file_exists(&id, at("/tmp/a/b"))
-            .await
-            .expect("exists")
-            .exists
-    );
+        let mk = MakeDirRequest {
+            path: Some("/tmp/a/b".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            h.cp.make_dir(&id, mk).await.expect("mkdir").file_type,
+            FileType::Dir
+        );
+        let mv = MoveRequest {
+            from: Some("project".into()),
+            to: Some("/tmp/a/b/project".into()),
+            ..Default::default()
+        };
+        h.cp.move_file(&id, mv).await.expect("move");
+        assert_eq!(
+            get(&h, &id, "/tmp/a/b/project/src/main.rs")
+                .await
+                .expect("moved"),
+            b"fn main() {}"
+        );
+        assert!(
+            !h.cp
+                .file_exists(&id, at("project"))
+                .await
+                .expect("exists")
+                .exists
+        );
+        h.cp.remove_file(&id, at("/tmp/a")).await.expect("remove");
+        assert!(
+            !h.cp
+                .file_exists(&id, at("/tmp/a/b"))
+                .await
+                .expect("exists")
+                .exists
+        );
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn node_file_errors_map_to_their_api_codes() {
-    let h = Harness::new().await;
-    let id = h.running().await;
-    assert_eq!(code(get(&h, &id, "/nope").await), ErrorCode::FileNotFound);
-    assert_eq!(
-        code(h.cp.stat_file(&id, at("/nope")).await),
-        ErrorCode::FileNotFound
-    );
-    assert_eq!(
-        code(h.cp.remove_file(&id, at("/nope")).await),
-        ErrorCode::FileNotFound
-    );
-    // A directory where a file is needed names the field.
-    match get(&h, &id, "/tmp").await {
-        Err(ServiceError::Invalid(i)) => assert_eq!(i.field, "path"),
-        other => panic!("{other:?}"),
-    }
-    put(&h, &id, "/tmp/f", b"x").await.expect("put");
-    let mk = MakeDirRequest {
-        path: Some("/tmp/f".into()),
-        ..Default::default()
-    };
-    assert_eq!(code(h.cp.make_dir(&id, mk).await), ErrorCode::AlreadyExists);
+    as_system(async {
+        let h = Harness::new().await;
+        let id = h.running().await;
+        assert_eq!(code(get(&h, &id, "/nope").await), ErrorCode::FileNotFound);
+        assert_eq!(
+            code(h.cp.stat_file(&id, at("/nope")).await),
+            ErrorCode::FileNotFound
+        );
+        assert_eq!(
+            code(h.cp.remove_file(&id, at("/nope")).await),
+            ErrorCode::FileNotFound
+        );
+        // A directory where a file is needed names the field.
+        match get(&h, &id, "/tmp").await {
+            Err(ServiceError::Invalid(i)) => assert_eq!(i.field, "path"),
+            other => panic!("{other:?}"),
+        }
+        put(&h, &id, "/tmp/f", b"x").await.expect("put");
+        let mk = MakeDirRequest {
+            path: Some("/tmp/f".into()),
+            ..Default::default()
+        };
+        assert_eq!(code(h.cp.make_dir(&id, mk).await), ErrorCode::AlreadyExists);
 
-    let injected = [
-        (
-            Call::WriteFile,
-            NodeError::NoSpace("disk full".into()),
-            ErrorCode::NoSpace,
-        ),
-        (
-            Call::WriteFile,
-            NodeError::TooLarge("big".into()),
-            ErrorCode::PayloadTooLarge,
-        ),
-        (
-            Call::WriteFile,
-            NodeError::PermissionDenied("/etc".into()),
-            ErrorCode::PermissionDenied,
-        ),
-        (
-            Call::WriteFile,
-            NodeError::AgentUnavailable("gone".into()),
-            ErrorCode::Unavailable,
-        ),
-    ];
-    for (call, err, want) in injected {
-        h.node.inject(call, Fault::fail(err.clone()));
-        assert_eq!(code(put(&h, &id, "/tmp/g", b"y").await), want, "{err:?}");
-    }
-    // Paths are checked before the node.
-    let writes = h.node.count(Call::WriteFile);
-    assert_eq!(
-        code(put(&h, &id, "/tmp/\0", b"y").await),
-        ErrorCode::InvalidArgument
-    );
-    assert_eq!(h.node.count(Call::WriteFile), writes);
+        let injected = [
+            (
+                Call::WriteFile,
+                NodeError::NoSpace("disk full".into()),
+                ErrorCode::NoSpace,
+            ),
+            (
+                Call::WriteFile,
+                NodeError::TooLarge("big".into()),
+                ErrorCode::PayloadTooLarge,
+            ),
+            (
+                Call::WriteFile,
+                NodeError::PermissionDenied("/etc".into()),
+                ErrorCode::PermissionDenied,
+            ),
+            (
+                Call::WriteFile,
+                NodeError::AgentUnavailable("gone".into()),
+                ErrorCode::Unavailable,
+            ),
+        ];
+        for (call, err, want) in injected {
+            h.node.inject(call, Fault::fail(err.clone()));
+            assert_eq!(code(put(&h, &id, "/tmp/g", b"y").await), want, "{err:?}");
+        }
+        // Paths are checked before the node.
+        let writes = h.node.count(Call::WriteFile);
+        assert_eq!(
+            code(put(&h, &id, "/tmp/\0", b"y").await),
+            ErrorCode::InvalidArgument
+        );
+        assert_eq!(h.node.count(Call::WriteFile), writes);
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn file_calls_need_a_running_sandbox() {
-    let h = Harness::new().await;
-    let id = h.running().await;
-    h.apply(&id, cove_control_plane::LifecycleVerb::Pause).await;
-    assert_eq!(
-        code(h.cp.stat_file(&id, at("/tmp")).await),
-        ErrorCode::SandboxNotRunning
-    );
-    assert_eq!(h.node.count(Call::Stat), 0);
+    as_system(async {
+        let h = Harness::new().await;
+        let id = h.running().await;
+        h.apply(&id, cove_control_plane::LifecycleVerb::Pause).await;
+        assert_eq!(
+            code(h.cp.stat_file(&id, at("/tmp")).await),
+            ErrorCode::SandboxNotRunning
+        );
+        assert_eq!(h.node.count(Call::Stat), 0);
+    })
+    .await;
 }

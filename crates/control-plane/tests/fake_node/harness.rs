@@ -17,9 +17,29 @@ use cove_api_types::{
     Sandbox, SandboxState,
 };
 use cove_control_plane::cluster::Cluster;
+use cove_control_plane::orgs::{scope, Actor, Caller};
 use cove_control_plane::{Clock, ControlPlane, ControlPlaneConfig, LifecycleVerb, ServiceError};
 use cove_store::{SqliteStore, Store};
 use cove_test_support::FakeNode;
+
+/// Runs a test's body as the server (`Caller::system()`: every org, the default org for new
+/// resources). A test calls services directly, outside any request, and services refuse to
+/// run without a caller (`orgs::scope`); a test that acts as an org's key or the admin token
+/// scopes that caller inside.
+pub use cove_control_plane::orgs::scope::as_system;
+
+/// The caller of an API key of `org` (`key-of-{org}`).
+fn key_of(org: &str) -> Caller {
+    Caller {
+        org: org.into(),
+        actor: Actor::Key(format!("key-of-{org}")),
+    }
+}
+
+/// Runs `f` as an API key of `org`.
+pub async fn as_org<F: Future>(org: &str, f: F) -> F::Output {
+    scope::scoped(key_of(org), f).await
+}
 
 /// Real time after which a frozen test's clock is let go (it then fails on its timeouts).
 pub const WATCHDOG: Duration = Duration::from_secs(20);
@@ -129,11 +149,15 @@ impl Harness {
             _dir: dir,
             _frozen: frozen,
         };
-        let built =
-            h.cp.build_release("base", Default::default())
-                .await
-                .expect("build base");
-        let op = h.settle(&built.operation.id).await;
+        // Set-up is no test's request: it runs as the server whatever the test runs as.
+        let op = as_system(async {
+            let built =
+                h.cp.build_release("base", Default::default())
+                    .await
+                    .expect("build base");
+            h.settle(&built.operation.id).await
+        })
+        .await;
         assert_eq!(op.state, OperationState::Succeeded, "{op:?}");
         h
     }

@@ -8,34 +8,38 @@ use cove_node_api::{NodeCapabilities, NodeError, NodeSandboxState};
 use cove_test_support::{Call, FakeNode, Fault, Script};
 use futures::StreamExt;
 
+use crate::harness::as_system;
 use crate::harness::{code, Harness};
 use LifecycleVerb::*;
 
 #[tokio::test]
 async fn pause_freezes_and_resume_thaws() {
-    let h = Harness::new().await;
-    let id = h.running().await;
-    let op = h.call(&id, Pause).await.expect("pause");
-    assert_eq!(op.kind, OperationKind::PauseSandbox);
-    h.succeeds(&op).await;
-    assert_eq!(h.state(&id).await, SandboxState::Paused);
-    assert_eq!(h.node.state_of(&id), Some(NodeSandboxState::Paused));
-    // A paused sandbox serves no commands.
-    let cmd = h.cp.create_command(&id, Default::default()).await;
-    assert_eq!(code(cmd), ErrorCode::SandboxNotRunning);
+    as_system(async {
+        let h = Harness::new().await;
+        let id = h.running().await;
+        let op = h.call(&id, Pause).await.expect("pause");
+        assert_eq!(op.kind, OperationKind::PauseSandbox);
+        h.succeeds(&op).await;
+        assert_eq!(h.state(&id).await, SandboxState::Paused);
+        assert_eq!(h.node.state_of(&id), Some(NodeSandboxState::Paused));
+        // A paused sandbox serves no commands.
+        let cmd = h.cp.create_command(&id, Default::default()).await;
+        assert_eq!(code(cmd), ErrorCode::SandboxNotRunning);
 
-    h.apply(&id, Resume).await;
-    assert_eq!(h.state(&id).await, SandboxState::Running);
-    assert_eq!(h.node.state_of(&id), Some(NodeSandboxState::Running));
-    assert_eq!(
-        h.events(&id).await,
-        vec![
-            EventType::SandboxCreated,
-            EventType::SandboxRunning,
-            EventType::SandboxPaused,
-            EventType::SandboxResumed
-        ]
-    );
+        h.apply(&id, Resume).await;
+        assert_eq!(h.state(&id).await, SandboxState::Running);
+        assert_eq!(h.node.state_of(&id), Some(NodeSandboxState::Running));
+        assert_eq!(
+            h.events(&id).await,
+            vec![
+                EventType::SandboxCreated,
+                EventType::SandboxRunning,
+                EventType::SandboxPaused,
+                EventType::SandboxResumed
+            ]
+        );
+    })
+    .await;
 }
 
 async fn write(h: &Harness, id: &str, path: &str, data: &'static [u8]) {
@@ -62,97 +66,109 @@ async fn read(h: &Harness, id: &str, path: &str) -> Vec<u8> {
 
 #[tokio::test]
 async fn suspend_saves_the_files_and_wake_restores_them_without_memory() {
-    let h = Harness::new().await;
-    let id = h.running().await;
-    write(&h, &id, "/home/user/notes.txt", b"kept").await;
-    h.node.script("sleep 100", Script::running());
-    let cmd =
-        h.cp.create_command(
-            &id,
-            cove_api_types::CreateCommandRequest {
-                shell: Some("sleep 100".into()),
-                ..Default::default()
-            },
-        )
-        .await
-        .expect("command");
+    as_system(async {
+        let h = Harness::new().await;
+        let id = h.running().await;
+        write(&h, &id, "/home/user/notes.txt", b"kept").await;
+        h.node.script("sleep 100", Script::running());
+        let cmd =
+            h.cp.create_command(
+                &id,
+                cove_api_types::CreateCommandRequest {
+                    shell: Some("sleep 100".into()),
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("command");
 
-    h.apply(&id, Suspend).await;
-    assert_eq!(h.state(&id).await, SandboxState::Suspended);
-    assert_eq!(h.node.state_of(&id), None, "node resources released");
-    assert!(h.node.snapshot_exists(&id));
+        h.apply(&id, Suspend).await;
+        assert_eq!(h.state(&id).await, SandboxState::Suspended);
+        assert_eq!(h.node.state_of(&id), None, "node resources released");
+        assert!(h.node.snapshot_exists(&id));
 
-    h.apply(&id, Wake).await;
-    let s = h.sandbox(&id).await;
-    assert_eq!(s.state, SandboxState::Running);
-    assert_eq!(s.memory_restored, Some(false));
-    assert!(
-        !h.node.snapshot_exists(&id),
-        "a woken sandbox drops its snapshot"
-    );
-    assert_eq!(read(&h, &id, "/home/user/notes.txt").await, b"kept");
-    // Commands do not survive a suspend without memory.
-    let gone = h.cp.get_command(&id, &cmd.command.id, None).await;
-    assert_eq!(code(gone), ErrorCode::CommandNotFound);
-    let launch = h.node.launch_of(&id).expect("woken");
-    assert_eq!(launch.resources, s.resources);
-    assert_eq!(
-        h.node.lifecycle_calls(&id),
-        vec![Call::Start, Call::Suspend, Call::Wake]
-    );
-    let events = h.events(&id).await;
-    assert_eq!(
-        events[2..],
-        [EventType::SandboxSuspended, EventType::SandboxWoken]
-    );
+        h.apply(&id, Wake).await;
+        let s = h.sandbox(&id).await;
+        assert_eq!(s.state, SandboxState::Running);
+        assert_eq!(s.memory_restored, Some(false));
+        assert!(
+            !h.node.snapshot_exists(&id),
+            "a woken sandbox drops its snapshot"
+        );
+        assert_eq!(read(&h, &id, "/home/user/notes.txt").await, b"kept");
+        // Commands do not survive a suspend without memory.
+        let gone = h.cp.get_command(&id, &cmd.command.id, None).await;
+        assert_eq!(code(gone), ErrorCode::CommandNotFound);
+        let launch = h.node.launch_of(&id).expect("woken");
+        assert_eq!(launch.resources, s.resources);
+        assert_eq!(
+            h.node.lifecycle_calls(&id),
+            vec![Call::Start, Call::Suspend, Call::Wake]
+        );
+        let events = h.events(&id).await;
+        assert_eq!(
+            events[2..],
+            [EventType::SandboxSuspended, EventType::SandboxWoken]
+        );
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn wake_reports_restored_memory_when_the_runtime_saves_it() {
-    let node = FakeNode::with_capabilities(NodeCapabilities {
-        runtime: "fake-vm".into(),
-        boundary: "vm".into(),
-        pause: true,
-        suspend_memory: true,
-        snapshot_store: "file".into(),
-        network: false,
-        user_namespaces: false,
-        volumes: false,
-    });
-    let h = Harness::with(node, |_| {}).await;
-    assert!(h.cp.capabilities().suspend_memory);
-    let id = h.running().await;
-    h.apply(&id, Suspend).await;
-    h.apply(&id, Wake).await;
-    assert_eq!(h.sandbox(&id).await.memory_restored, Some(true));
+    as_system(async {
+        let node = FakeNode::with_capabilities(NodeCapabilities {
+            runtime: "fake-vm".into(),
+            boundary: "vm".into(),
+            pause: true,
+            suspend_memory: true,
+            snapshot_store: "file".into(),
+            network: false,
+            user_namespaces: false,
+            volumes: false,
+        });
+        let h = Harness::with(node, |_| {}).await;
+        assert!(h.cp.capabilities().suspend_memory);
+        let id = h.running().await;
+        h.apply(&id, Suspend).await;
+        h.apply(&id, Wake).await;
+        assert_eq!(h.sandbox(&id).await.memory_restored, Some(true));
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn suspend_of_a_paused_sandbox_and_wake_end_running() {
-    let h = Harness::new().await;
-    let id = h.running().await;
-    h.apply(&id, Pause).await;
-    h.apply(&id, Suspend).await;
-    assert_eq!(h.state(&id).await, SandboxState::Suspended);
-    h.apply(&id, Wake).await;
-    assert_eq!(h.state(&id).await, SandboxState::Running);
+    as_system(async {
+        let h = Harness::new().await;
+        let id = h.running().await;
+        h.apply(&id, Pause).await;
+        h.apply(&id, Suspend).await;
+        assert_eq!(h.state(&id).await, SandboxState::Suspended);
+        h.apply(&id, Wake).await;
+        assert_eq!(h.state(&id).await, SandboxState::Running);
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn a_call_for_the_state_the_sandbox_is_in_succeeds_without_a_node_call() {
-    let h = Harness::new().await;
-    let id = h.running().await;
-    h.apply(&id, Resume).await;
-    h.apply(&id, Wake).await;
-    h.apply(&id, Pause).await;
-    h.apply(&id, Pause).await;
-    h.apply(&id, Suspend).await;
-    h.apply(&id, Suspend).await;
-    assert_eq!(h.state(&id).await, SandboxState::Suspended);
-    assert_eq!(
-        h.node.lifecycle_calls(&id),
-        vec![Call::Start, Call::Pause, Call::Suspend]
-    );
+    as_system(async {
+        let h = Harness::new().await;
+        let id = h.running().await;
+        h.apply(&id, Resume).await;
+        h.apply(&id, Wake).await;
+        h.apply(&id, Pause).await;
+        h.apply(&id, Pause).await;
+        h.apply(&id, Suspend).await;
+        h.apply(&id, Suspend).await;
+        assert_eq!(h.state(&id).await, SandboxState::Suspended);
+        assert_eq!(
+            h.node.lifecycle_calls(&id),
+            vec![Call::Start, Call::Pause, Call::Suspend]
+        );
+    })
+    .await;
 }
 
 /// One sandbox in each state, made through the services (hung node calls hold the
@@ -208,67 +224,73 @@ async fn one_in_each_state(h: &Harness) -> Vec<(SandboxState, String)> {
 
 #[tokio::test]
 async fn every_illegal_call_is_invalid_state_and_changes_nothing() {
-    use SandboxState as S;
-    let h = Harness::new().await;
-    let sandboxes = one_in_each_state(&h).await;
-    // The verbs each state accepts (a no-op included); DESIGN.md §2.
-    let legal = |verb: LifecycleVerb, state: S| match verb {
-        Pause => matches!(state, S::Running | S::Paused),
-        Resume => matches!(state, S::Running | S::Paused),
-        Suspend => matches!(state, S::Running | S::Paused | S::Suspending | S::Suspended),
-        // `wake` is the one verb for every resting state: paused too.
-        Wake => matches!(state, S::Running | S::Paused | S::Suspended | S::Waking),
-    };
-    let mut refused = 0;
-    for (state, id) in &sandboxes {
-        let ops_before =
-            h.cp.operations()
-                .list(Some(id), None)
-                .await
-                .expect("ops")
-                .len();
-        for verb in [Pause, Resume, Suspend, Wake] {
-            if legal(verb, *state) {
-                continue;
+    as_system(async {
+        use SandboxState as S;
+        let h = Harness::new().await;
+        let sandboxes = one_in_each_state(&h).await;
+        // The verbs each state accepts (a no-op included); DESIGN.md §2.
+        let legal = |verb: LifecycleVerb, state: S| match verb {
+            Pause => matches!(state, S::Running | S::Paused),
+            Resume => matches!(state, S::Running | S::Paused),
+            Suspend => matches!(state, S::Running | S::Paused | S::Suspending | S::Suspended),
+            // `wake` is the one verb for every resting state: paused too.
+            Wake => matches!(state, S::Running | S::Paused | S::Suspended | S::Waking),
+        };
+        let mut refused = 0;
+        for (state, id) in &sandboxes {
+            let ops_before =
+                h.cp.operations()
+                    .list(Some(id), None)
+                    .await
+                    .expect("ops")
+                    .len();
+            for verb in [Pause, Resume, Suspend, Wake] {
+                if legal(verb, *state) {
+                    continue;
+                }
+                match h.call(id, verb).await {
+                    Err(ServiceError::InvalidState { from, .. }) => assert_eq!(from, *state),
+                    other => panic!("{verb:?} of a {state:?} sandbox: {other:?}"),
+                }
+                refused += 1;
             }
-            match h.call(id, verb).await {
-                Err(ServiceError::InvalidState { from, .. }) => assert_eq!(from, *state),
-                other => panic!("{verb:?} of a {state:?} sandbox: {other:?}"),
-            }
-            refused += 1;
+            assert_eq!(h.state(id).await, *state);
+            let ops_after =
+                h.cp.operations()
+                    .list(Some(id), None)
+                    .await
+                    .expect("ops")
+                    .len();
+            assert_eq!(
+                ops_before, ops_after,
+                "no operation recorded for a refused call"
+            );
         }
-        assert_eq!(h.state(id).await, *state);
-        let ops_after =
-            h.cp.operations()
-                .list(Some(id), None)
-                .await
-                .expect("ops")
-                .len();
-        assert_eq!(
-            ops_before, ops_after,
-            "no operation recorded for a refused call"
-        );
-    }
-    assert_eq!(refused, 32 - 12);
-    // A deleted sandbox is gone for lifecycle calls.
-    let id = h.running().await;
-    let del = h.cp.delete_sandbox(&id, None).await.expect("delete");
-    h.succeeds(&del).await;
-    assert_eq!(code(h.call(&id, Resume).await), ErrorCode::SandboxNotFound);
+        assert_eq!(refused, 32 - 12);
+        // A deleted sandbox is gone for lifecycle calls.
+        let id = h.running().await;
+        let del = h.cp.delete_sandbox(&id, None).await.expect("delete");
+        h.succeeds(&del).await;
+        assert_eq!(code(h.call(&id, Resume).await), ErrorCode::SandboxNotFound);
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn calls_are_checked_at_the_door_while_a_suspend_runs() {
-    let h = Harness::new().await;
-    let id = h.running().await;
-    // Suspend is accepted on a running sandbox; a pause queued behind it finds it suspended.
-    h.node.inject(Call::Suspend, Fault::hang());
-    let suspend = h.call(&id, Suspend).await.expect("suspend");
-    h.node.wait_for_calls(Call::Suspend, 1).await;
-    let pause = h.call(&id, Pause);
-    // `suspending` does not accept a pause at the door.
-    assert_eq!(code(pause.await), ErrorCode::InvalidState);
-    h.node.release(Call::Suspend);
-    h.succeeds(&suspend).await;
-    assert_eq!(h.state(&id).await, SandboxState::Suspended);
+    as_system(async {
+        let h = Harness::new().await;
+        let id = h.running().await;
+        // Suspend is accepted on a running sandbox; a pause queued behind it finds it suspended.
+        h.node.inject(Call::Suspend, Fault::hang());
+        let suspend = h.call(&id, Suspend).await.expect("suspend");
+        h.node.wait_for_calls(Call::Suspend, 1).await;
+        let pause = h.call(&id, Pause);
+        // `suspending` does not accept a pause at the door.
+        assert_eq!(code(pause.await), ErrorCode::InvalidState);
+        h.node.release(Call::Suspend);
+        h.succeeds(&suspend).await;
+        assert_eq!(h.state(&id).await, SandboxState::Suspended);
+    })
+    .await;
 }

@@ -20,6 +20,7 @@ mod idempotency;
 mod lifecycle;
 mod metrics;
 mod network;
+mod no_caller;
 mod ordering;
 mod org_settings;
 mod orgs;

@@ -12,6 +12,7 @@ use cove_api_types::{
 use cove_control_plane::Controller;
 use cove_test_support::{Call, Fault};
 
+use crate::harness::as_system;
 use crate::harness::{code, eventually, Harness};
 
 fn pool_req(min_ready: u32, max: u32) -> PutPoolRequest {
@@ -55,312 +56,333 @@ async fn listed(h: &Harness) -> Vec<String> {
 
 #[tokio::test]
 async fn the_pool_fills_to_min_ready_and_never_above_max() {
-    let h = Harness::new().await;
-    let p = h.cp.put_pool("warm", pool_req(3, 4)).await.expect("put");
-    assert_eq!((p.ready, p.starting, p.hits, p.misses), (0, 0, 0, 0));
-    settled(&h, "warm", 3).await;
-    assert_eq!(on_node(&h), 3);
-    // Another pass changes nothing.
-    settled(&h, "warm", 3).await;
-    assert_eq!(on_node(&h), 3);
-    assert!(listed(&h).await.is_empty(), "members are not listed");
+    as_system(async {
+        let h = Harness::new().await;
+        let p = h.cp.put_pool("warm", pool_req(3, 4)).await.expect("put");
+        assert_eq!((p.ready, p.starting, p.hits, p.misses), (0, 0, 0, 0));
+        settled(&h, "warm", 3).await;
+        assert_eq!(on_node(&h), 3);
+        // Another pass changes nothing.
+        settled(&h, "warm", 3).await;
+        assert_eq!(on_node(&h), 3);
+        assert!(listed(&h).await.is_empty(), "members are not listed");
 
-    h.cp.put_pool("warm", pool_req(4, 4)).await.expect("grow");
-    settled(&h, "warm", 4).await;
-    h.cp.put_pool("warm", pool_req(2, 2)).await.expect("shrink");
-    settled(&h, "warm", 2).await;
-    eventually("extras deleted from the node", || async {
-        on_node(&h) == 2
+        h.cp.put_pool("warm", pool_req(4, 4)).await.expect("grow");
+        settled(&h, "warm", 4).await;
+        h.cp.put_pool("warm", pool_req(2, 2)).await.expect("shrink");
+        settled(&h, "warm", 2).await;
+        eventually("extras deleted from the node", || async {
+            on_node(&h) == 2
+        })
+        .await;
+
+        // Members still booting count toward max.
+        h.node.inject(Call::Start, Fault::hang().always());
+        h.cp.put_pool("slow", pool_req(2, 3))
+            .await
+            .expect("put slow");
+        h.cp.reconcile_pools().await.expect("pass");
+        h.cp.reconcile_pools().await.expect("pass again");
+        let slow = pool(&h, "slow").await;
+        assert_eq!((slow.ready, slow.starting), (0, 2));
+        h.node.wait_for_calls(Call::Start, 2 + 4).await;
+
+        for (bad, req) in [
+            ("Bad_Name", pool_req(1, 1)),
+            ("ok", pool_req(2, 1)),
+            ("ok", pool_req(0, 0)),
+            ("ok", pool_req(1, 257)),
+        ] {
+            assert_eq!(
+                code(h.cp.put_pool(bad, req).await),
+                ErrorCode::InvalidArgument
+            );
+        }
+        let unknown = PutPoolRequest {
+            template: "nope".into(),
+            ..pool_req(1, 1)
+        };
+        assert_eq!(
+            code(h.cp.put_pool("ok", unknown).await),
+            ErrorCode::TemplateNotFound
+        );
+        let unbuilt = PutPoolRequest {
+            release: Some(9),
+            ..pool_req(1, 1)
+        };
+        assert_eq!(
+            code(h.cp.put_pool("ok", unbuilt).await),
+            ErrorCode::ReleaseNotFound
+        );
+        assert_eq!(code(h.cp.get_pool("ok").await), ErrorCode::PoolNotFound);
     })
     .await;
-
-    // Members still booting count toward max.
-    h.node.inject(Call::Start, Fault::hang().always());
-    h.cp.put_pool("slow", pool_req(2, 3))
-        .await
-        .expect("put slow");
-    h.cp.reconcile_pools().await.expect("pass");
-    h.cp.reconcile_pools().await.expect("pass again");
-    let slow = pool(&h, "slow").await;
-    assert_eq!((slow.ready, slow.starting), (0, 2));
-    h.node.wait_for_calls(Call::Start, 2 + 4).await;
-
-    for (bad, req) in [
-        ("Bad_Name", pool_req(1, 1)),
-        ("ok", pool_req(2, 1)),
-        ("ok", pool_req(0, 0)),
-        ("ok", pool_req(1, 257)),
-    ] {
-        assert_eq!(
-            code(h.cp.put_pool(bad, req).await),
-            ErrorCode::InvalidArgument
-        );
-    }
-    let unknown = PutPoolRequest {
-        template: "nope".into(),
-        ..pool_req(1, 1)
-    };
-    assert_eq!(
-        code(h.cp.put_pool("ok", unknown).await),
-        ErrorCode::TemplateNotFound
-    );
-    let unbuilt = PutPoolRequest {
-        release: Some(9),
-        ..pool_req(1, 1)
-    };
-    assert_eq!(
-        code(h.cp.put_pool("ok", unbuilt).await),
-        ErrorCode::ReleaseNotFound
-    );
-    assert_eq!(code(h.cp.get_pool("ok").await), ErrorCode::PoolNotFound);
 }
 
 #[tokio::test]
 async fn a_matching_create_is_served_running_with_its_own_settings_and_the_pool_refills() {
-    let h = Harness::new().await;
-    h.cp.put_pool("warm", pool_req(1, 2)).await.expect("put");
-    settled(&h, "warm", 1).await;
-    let member = h.node.sandbox_ids()[0].clone();
-    let controller = Controller::start(h.cp.clone());
+    as_system(async {
+        let h = Harness::new().await;
+        h.cp.put_pool("warm", pool_req(1, 2)).await.expect("put");
+        settled(&h, "warm", 1).await;
+        let member = h.node.sandbox_ids()[0].clone();
+        let controller = Controller::start(h.cp.clone());
 
-    let req = CreateSandboxRequest {
-        env: BTreeMap::from([("GREETING".into(), "hello".into())]),
-        metadata: BTreeMap::from([("owner".into(), "me".into())]),
-        cwd: Some("/tmp".into()),
-        user: Some("root".into()),
-        idle_timeout_s: Some(60),
-        ttl_s: Some(600),
-        ..Default::default()
-    };
-    let r = h.cp.create_sandbox(req, None).await.expect("create");
-    assert_eq!(r.sandbox.id, member, "the ready member was claimed");
-    assert_eq!(r.sandbox.state, SandboxState::Running);
-    assert_eq!(r.operation.state, OperationState::Succeeded);
-    assert_eq!(
-        r.sandbox.env.get("GREETING").map(String::as_str),
-        Some("hello")
-    );
-    assert_eq!(
-        r.sandbox.metadata.get("owner").map(String::as_str),
-        Some("me")
-    );
-    assert_eq!(r.sandbox.cwd, "/tmp");
-    assert_eq!(r.sandbox.user, "root");
-    assert_eq!((r.sandbox.idle_timeout_s, r.sandbox.ttl_s), (60, Some(600)));
-    assert_eq!(h.sandbox(&member).await, r.sandbox);
-    assert_eq!(listed(&h).await, vec![member.clone()]);
-    let spawned =
-        h.cp.create_command(
-            &member,
-            cove_api_types::CreateCommandRequest {
-                argv: Some(vec!["true".into()]),
-                ..Default::default()
-            },
-        )
-        .await
-        .expect("a command runs at once");
-    assert_eq!(spawned.command.sandbox_id, member);
-    assert_eq!(
-        h.node.count_on(Call::Start, &member),
-        1,
-        "booted once, as a member"
-    );
+        let req = CreateSandboxRequest {
+            env: BTreeMap::from([("GREETING".into(), "hello".into())]),
+            metadata: BTreeMap::from([("owner".into(), "me".into())]),
+            cwd: Some("/tmp".into()),
+            user: Some("root".into()),
+            idle_timeout_s: Some(60),
+            ttl_s: Some(600),
+            ..Default::default()
+        };
+        let r = h.cp.create_sandbox(req, None).await.expect("create");
+        assert_eq!(r.sandbox.id, member, "the ready member was claimed");
+        assert_eq!(r.sandbox.state, SandboxState::Running);
+        assert_eq!(r.operation.state, OperationState::Succeeded);
+        assert_eq!(
+            r.sandbox.env.get("GREETING").map(String::as_str),
+            Some("hello")
+        );
+        assert_eq!(
+            r.sandbox.metadata.get("owner").map(String::as_str),
+            Some("me")
+        );
+        assert_eq!(r.sandbox.cwd, "/tmp");
+        assert_eq!(r.sandbox.user, "root");
+        assert_eq!((r.sandbox.idle_timeout_s, r.sandbox.ttl_s), (60, Some(600)));
+        assert_eq!(h.sandbox(&member).await, r.sandbox);
+        assert_eq!(listed(&h).await, vec![member.clone()]);
+        let spawned =
+            h.cp.create_command(
+                &member,
+                cove_api_types::CreateCommandRequest {
+                    argv: Some(vec!["true".into()]),
+                    ..Default::default()
+                },
+            )
+            .await
+            .expect("a command runs at once");
+        assert_eq!(spawned.command.sandbox_id, member);
+        assert_eq!(
+            h.node.count_on(Call::Start, &member),
+            1,
+            "booted once, as a member"
+        );
 
-    // The controller, woken by the claim, refills 100 ms later (not at its interval).
-    h.advance(std::time::Duration::from_millis(100)).await;
-    eventually("the pool refilled", || async {
-        pool(&h, "warm").await.ready == 1
+        // The controller, woken by the claim, refills 100 ms later (not at its interval).
+        h.advance(std::time::Duration::from_millis(100)).await;
+        eventually("the pool refilled", || async {
+            pool(&h, "warm").await.ready == 1
+        })
+        .await;
+        let p = pool(&h, "warm").await;
+        assert_eq!((p.hits, p.misses), (1, 0));
+        assert_eq!(on_node(&h), 2);
+        controller.stop().await;
     })
     .await;
-    let p = pool(&h, "warm").await;
-    assert_eq!((p.hits, p.misses), (1, 0));
-    assert_eq!(on_node(&h), 2);
-    controller.stop().await;
 }
 
 #[tokio::test]
 async fn concurrent_creates_never_share_a_member() {
-    let h = Harness::new().await;
-    h.cp.put_pool("warm", pool_req(5, 5)).await.expect("put");
-    settled(&h, "warm", 5).await;
-    let mut tasks = Vec::new();
-    for _ in 0..8 {
-        let cp = h.cp.clone();
-        tasks.push(tokio::spawn(async move {
-            cp.create_sandbox(CreateSandboxRequest::default(), None)
-                .await
-        }));
-    }
-    let mut served = Vec::new();
-    let mut cold = Vec::new();
-    for t in tasks {
-        let r = t.await.expect("join").expect("create");
-        match r.sandbox.state {
-            SandboxState::Running => served.push(r.sandbox.id),
-            SandboxState::Creating => cold.push(r.operation),
-            other => panic!("unexpected state {other:?}"),
+    as_system(async {
+        let h = Harness::new().await;
+        h.cp.put_pool("warm", pool_req(5, 5)).await.expect("put");
+        settled(&h, "warm", 5).await;
+        let mut tasks = Vec::new();
+        for _ in 0..8 {
+            let cp = h.cp.clone();
+            tasks.push(tokio::spawn(as_system(async move {
+                cp.create_sandbox(CreateSandboxRequest::default(), None)
+                    .await
+            })));
         }
-    }
-    assert_eq!(served.len(), 5, "every member served once");
-    assert_eq!(served.iter().collect::<HashSet<_>>().len(), 5);
-    for op in &cold {
-        h.succeeds(op).await;
-    }
-    let p = pool(&h, "warm").await;
-    assert_eq!((p.hits, p.misses), (5, 3));
+        let mut served = Vec::new();
+        let mut cold = Vec::new();
+        for t in tasks {
+            let r = t.await.expect("join").expect("create");
+            match r.sandbox.state {
+                SandboxState::Running => served.push(r.sandbox.id),
+                SandboxState::Creating => cold.push(r.operation),
+                other => panic!("unexpected state {other:?}"),
+            }
+        }
+        assert_eq!(served.len(), 5, "every member served once");
+        assert_eq!(served.iter().collect::<HashSet<_>>().len(), 5);
+        for op in &cold {
+            h.succeeds(op).await;
+        }
+        let p = pool(&h, "warm").await;
+        assert_eq!((p.hits, p.misses), (5, 3));
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn a_create_that_does_not_match_or_finds_the_pool_empty_cold_starts() {
-    let h = Harness::new().await;
-    h.cp.put_pool("warm", pool_req(1, 1)).await.expect("put");
-    settled(&h, "warm", 1).await;
-    let bigger = CreateSandboxRequest {
-        resources: Some(ResourcesRequest {
-            memory_mib: Some(1024),
+    as_system(async {
+        let h = Harness::new().await;
+        h.cp.put_pool("warm", pool_req(1, 1)).await.expect("put");
+        settled(&h, "warm", 1).await;
+        let bigger = CreateSandboxRequest {
+            resources: Some(ResourcesRequest {
+                memory_mib: Some(1024),
+                ..Default::default()
+            }),
             ..Default::default()
-        }),
-        ..Default::default()
-    };
-    let (s, op) = h.create_with(bigger).await;
-    assert_eq!(
-        s.state,
-        SandboxState::Creating,
-        "another size is not served"
-    );
-    h.succeeds(&op).await;
-    assert_eq!(
-        pool(&h, "warm").await.misses,
-        0,
-        "a create of another size is no miss"
-    );
-    assert_eq!(pool(&h, "warm").await.ready, 1);
+        };
+        let (s, op) = h.create_with(bigger).await;
+        assert_eq!(
+            s.state,
+            SandboxState::Creating,
+            "another size is not served"
+        );
+        h.succeeds(&op).await;
+        assert_eq!(
+            pool(&h, "warm").await.misses,
+            0,
+            "a create of another size is no miss"
+        );
+        assert_eq!(pool(&h, "warm").await.ready, 1);
 
-    let (first, _) = h.create_with(Default::default()).await;
-    assert_eq!(first.state, SandboxState::Running);
-    // Empty until the controller refills: the next one cold-starts and counts a miss.
-    h.node.inject(Call::Start, Fault::hang().always());
-    let (second, _) = h.create_with(Default::default()).await;
-    assert_eq!(second.state, SandboxState::Creating);
-    let p = pool(&h, "warm").await;
-    assert_eq!((p.hits, p.misses), (1, 1));
+        let (first, _) = h.create_with(Default::default()).await;
+        assert_eq!(first.state, SandboxState::Running);
+        // Empty until the controller refills: the next one cold-starts and counts a miss.
+        h.node.inject(Call::Start, Fault::hang().always());
+        let (second, _) = h.create_with(Default::default()).await;
+        assert_eq!(second.state, SandboxState::Creating);
+        let p = pool(&h, "warm").await;
+        assert_eq!((p.hits, p.misses), (1, 1));
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn a_new_release_retires_old_members_of_a_pool_that_follows_the_latest() {
-    let h = Harness::new().await;
-    h.cp.put_pool("latest", pool_req(2, 2)).await.expect("put");
-    let pinned = PutPoolRequest {
-        release: Some(1),
-        ..pool_req(1, 1)
-    };
-    h.cp.put_pool("pinned", pinned).await.expect("put pinned");
-    settled(&h, "latest", 2).await;
-    settled(&h, "pinned", 1).await;
-    let old: Vec<String> = h.node.sandbox_ids();
+    as_system(async {
+        let h = Harness::new().await;
+        h.cp.put_pool("latest", pool_req(2, 2)).await.expect("put");
+        let pinned = PutPoolRequest {
+            release: Some(1),
+            ..pool_req(1, 1)
+        };
+        h.cp.put_pool("pinned", pinned).await.expect("put pinned");
+        settled(&h, "latest", 2).await;
+        settled(&h, "pinned", 1).await;
+        let old: Vec<String> = h.node.sandbox_ids();
 
-    let built =
-        h.cp.build_release("base", Default::default())
-            .await
-            .expect("build");
-    h.succeeds(&built.operation).await;
-    settled(&h, "latest", 2).await;
-    settled(&h, "pinned", 1).await;
-    let members = h.cp.store().pool_members().await.expect("members");
-    let live: Vec<_> = members
-        .iter()
-        .filter(|m| m.sandbox.state == SandboxState::Running)
-        .collect();
-    assert_eq!(live.len(), 3);
-    for m in live {
-        let want = if m.pool == "pinned" { 1 } else { 2 };
-        assert_eq!(m.sandbox.release, want, "{m:?}");
-    }
-    let retired: Vec<&String> = old
-        .iter()
-        .filter(|id| {
-            members
-                .iter()
-                .any(|m| &m.sandbox.id == *id && m.pool == "latest")
-        })
-        .collect();
-    for id in retired {
-        eventually("an old member deleted", || async {
-            h.state(id).await == SandboxState::Deleted
-        })
-        .await;
-    }
-    // A create without a release gets the latest: served by `latest`.
-    let (s, _) = h.create_with(Default::default()).await;
-    assert_eq!((s.state, s.release), (SandboxState::Running, 2));
-    let one = CreateSandboxRequest {
-        release: Some(1),
-        ..Default::default()
-    };
-    let (s, _) = h.create_with(one).await;
-    assert_eq!(
-        (s.state, s.release),
-        (SandboxState::Running, 1),
-        "served by `pinned`"
-    );
+        let built =
+            h.cp.build_release("base", Default::default())
+                .await
+                .expect("build");
+        h.succeeds(&built.operation).await;
+        settled(&h, "latest", 2).await;
+        settled(&h, "pinned", 1).await;
+        let members = h.cp.store().pool_members().await.expect("members");
+        let live: Vec<_> = members
+            .iter()
+            .filter(|m| m.sandbox.state == SandboxState::Running)
+            .collect();
+        assert_eq!(live.len(), 3);
+        for m in live {
+            let want = if m.pool == "pinned" { 1 } else { 2 };
+            assert_eq!(m.sandbox.release, want, "{m:?}");
+        }
+        let retired: Vec<&String> = old
+            .iter()
+            .filter(|id| {
+                members
+                    .iter()
+                    .any(|m| &m.sandbox.id == *id && m.pool == "latest")
+            })
+            .collect();
+        for id in retired {
+            eventually("an old member deleted", || async {
+                h.state(id).await == SandboxState::Deleted
+            })
+            .await;
+        }
+        // A create without a release gets the latest: served by `latest`.
+        let (s, _) = h.create_with(Default::default()).await;
+        assert_eq!((s.state, s.release), (SandboxState::Running, 2));
+        let one = CreateSandboxRequest {
+            release: Some(1),
+            ..Default::default()
+        };
+        let (s, _) = h.create_with(one).await;
+        assert_eq!(
+            (s.state, s.release),
+            (SandboxState::Running, 1),
+            "served by `pinned`"
+        );
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn members_survive_a_restart_and_lost_ones_are_replaced() {
-    let mut h = Harness::new().await;
-    h.cp.put_pool("warm", pool_req(2, 2)).await.expect("put");
-    settled(&h, "warm", 2).await;
-    let members = h.node.sandbox_ids();
-    h.node.lose(&members[0]);
+    as_system(async {
+        let mut h = Harness::new().await;
+        h.cp.put_pool("warm", pool_req(2, 2)).await.expect("put");
+        settled(&h, "warm", 2).await;
+        let members = h.node.sandbox_ids();
+        h.node.lose(&members[0]);
 
-    h.restart();
-    h.cp.reconcile().await.expect("reconcile");
-    assert_eq!(h.state(&members[0]).await, SandboxState::Failed);
-    assert_eq!(h.state(&members[1]).await, SandboxState::Running, "adopted");
-    settled(&h, "warm", 2).await;
-    eventually("the lost member deleted", || async {
-        h.state(&members[0]).await == SandboxState::Deleted
+        h.restart();
+        h.cp.reconcile().await.expect("reconcile");
+        assert_eq!(h.state(&members[0]).await, SandboxState::Failed);
+        assert_eq!(h.state(&members[1]).await, SandboxState::Running, "adopted");
+        settled(&h, "warm", 2).await;
+        eventually("the lost member deleted", || async {
+            h.state(&members[0]).await == SandboxState::Deleted
+        })
+        .await;
+        let (s, _) = h.create_with(Default::default()).await;
+        assert_eq!(s.state, SandboxState::Running);
+        assert!(listed(&h).await.contains(&s.id));
     })
     .await;
-    let (s, _) = h.create_with(Default::default()).await;
-    assert_eq!(s.state, SandboxState::Running);
-    assert!(listed(&h).await.contains(&s.id));
 }
 
 #[tokio::test]
 async fn deleting_a_pool_drains_it() {
-    let h = Harness::new().await;
-    h.cp.put_pool("warm", pool_req(2, 3)).await.expect("put");
-    settled(&h, "warm", 2).await;
-    let ready = h.node.sandbox_ids();
-    // One more member still booting when the pool goes.
-    h.node.inject(Call::Start, Fault::hang());
-    h.cp.put_pool("warm", pool_req(3, 3)).await.expect("grow");
-    h.cp.reconcile_pools().await.expect("pass");
-    h.node.wait_for_calls(Call::Start, 3).await;
+    as_system(async {
+        let h = Harness::new().await;
+        h.cp.put_pool("warm", pool_req(2, 3)).await.expect("put");
+        settled(&h, "warm", 2).await;
+        let ready = h.node.sandbox_ids();
+        // One more member still booting when the pool goes.
+        h.node.inject(Call::Start, Fault::hang());
+        h.cp.put_pool("warm", pool_req(3, 3)).await.expect("grow");
+        h.cp.reconcile_pools().await.expect("pass");
+        h.node.wait_for_calls(Call::Start, 3).await;
 
-    h.cp.delete_pool("warm").await.expect("delete");
-    assert_eq!(code(h.cp.get_pool("warm").await), ErrorCode::PoolNotFound);
-    assert_eq!(
-        code(h.cp.delete_pool("warm").await),
-        ErrorCode::PoolNotFound
-    );
-    h.node.release(Call::Start);
-    for id in &ready {
-        eventually("a drained member deleted", || async {
-            h.state(id).await == SandboxState::Deleted
+        h.cp.delete_pool("warm").await.expect("delete");
+        assert_eq!(code(h.cp.get_pool("warm").await), ErrorCode::PoolNotFound);
+        assert_eq!(
+            code(h.cp.delete_pool("warm").await),
+            ErrorCode::PoolNotFound
+        );
+        h.node.release(Call::Start);
+        for id in &ready {
+            eventually("a drained member deleted", || async {
+                h.state(id).await == SandboxState::Deleted
+            })
+            .await;
+        }
+        eventually("the booting member deleted too", || async {
+            h.cp.store()
+                .pool_members()
+                .await
+                .expect("members")
+                .is_empty()
         })
         .await;
-    }
-    eventually("the booting member deleted too", || async {
-        h.cp.store()
-            .pool_members()
-            .await
-            .expect("members")
-            .is_empty()
+        h.cp.reconcile_pools().await.expect("pass");
+        eventually("nothing left on the node", || async { on_node(&h) == 0 }).await;
+        assert!(h.cp.list_pools().await.expect("list").pools.is_empty());
     })
     .await;
-    h.cp.reconcile_pools().await.expect("pass");
-    eventually("nothing left on the node", || async { on_node(&h) == 0 }).await;
-    assert!(h.cp.list_pools().await.expect("list").pools.is_empty());
 }

@@ -22,7 +22,7 @@ use cove_store::{PgStore, SandboxFilter, Store, StoreError};
 use cove_test_support::{postgres_url, Call, FakeNode, Fault};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
-use crate::quotas::as_org;
+use crate::harness::{as_org, as_system};
 
 /// Two replicas on one schema, and the node they share.
 struct Replicas {
@@ -198,125 +198,131 @@ fn delete_volume(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_creates_of_one_org_through_two_replicas_never_exceed_its_quota() {
-    let Some(r) = Replicas::start().await else {
-        return;
-    };
-    // Forced: a create through A holds the org's quota check while the node answers it; two
-    // through B meanwhile wait for it, then one fits and one is refused.
-    r.node.inject(Call::Capacity, Fault::hang());
-    let first = create(&r.a, CreateSandboxRequest::default());
-    r.node.wait_for_calls(Call::Capacity, 1).await;
-    let second = create(&r.b, CreateSandboxRequest::default());
-    let third = create(&r.b, CreateSandboxRequest::default());
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        !second.is_finished() && !third.is_finished(),
-        "B checked acme's quota while A held it"
-    );
-    r.node.release(Call::Capacity);
-    let mut outcomes = Vec::new();
-    for t in [first, second, third] {
-        outcomes.push(t.await.expect("task"));
-    }
-    let admitted = outcomes.iter().filter(|o| o.is_ok()).count();
-    for e in outcomes.into_iter().filter_map(Result::err) {
-        assert_eq!(e.code(), ErrorCode::QuotaExceeded, "{e}");
-    }
-    assert_eq!(admitted, 2, "max_sandboxes is 2");
-    assert_eq!(r.sandboxes().await.len(), 2);
-
-    // Free: rounds of 12 creates at once, alternating replicas (the node answers each
-    // capacity question after 20 ms, as a busy one would: a wide window between check and
-    // record).
-    r.node.inject(
-        Call::Capacity,
-        Fault::delay(Duration::from_millis(20)).always(),
-    );
-    for round in 0..4 {
-        r.delete_all().await;
-        let tasks: Vec<_> = (0..12)
-            .map(|i| {
-                let cp = if i % 2 == 0 { &r.a } else { &r.b };
-                create(cp, CreateSandboxRequest::default())
-            })
-            .collect();
-        let mut admitted = 0;
-        for t in tasks {
-            match t.await.expect("task") {
-                Ok(_) => admitted += 1,
-                Err(e) => assert_eq!(e.code(), ErrorCode::QuotaExceeded, "{e}"),
-            }
+    as_system(async {
+        let Some(r) = Replicas::start().await else {
+            return;
+        };
+        // Forced: a create through A holds the org's quota check while the node answers it; two
+        // through B meanwhile wait for it, then one fits and one is refused.
+        r.node.inject(Call::Capacity, Fault::hang());
+        let first = create(&r.a, CreateSandboxRequest::default());
+        r.node.wait_for_calls(Call::Capacity, 1).await;
+        let second = create(&r.b, CreateSandboxRequest::default());
+        let third = create(&r.b, CreateSandboxRequest::default());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            !second.is_finished() && !third.is_finished(),
+            "B checked acme's quota while A held it"
+        );
+        r.node.release(Call::Capacity);
+        let mut outcomes = Vec::new();
+        for t in [first, second, third] {
+            outcomes.push(t.await.expect("task"));
         }
-        let alive = r.sandboxes().await.len();
-        assert_eq!(admitted, 2, "round {round}: {admitted} creates admitted");
-        assert_eq!(alive, 2, "round {round}: {alive} sandboxes of acme");
-        let usage = r.stores[1].org_usage("acme").await.expect("usage");
-        assert_eq!(usage.sandboxes, 2, "round {round}");
-    }
-    r.delete_all().await;
-    r.stop().await;
+        let admitted = outcomes.iter().filter(|o| o.is_ok()).count();
+        for e in outcomes.into_iter().filter_map(Result::err) {
+            assert_eq!(e.code(), ErrorCode::QuotaExceeded, "{e}");
+        }
+        assert_eq!(admitted, 2, "max_sandboxes is 2");
+        assert_eq!(r.sandboxes().await.len(), 2);
+
+        // Free: rounds of 12 creates at once, alternating replicas (the node answers each
+        // capacity question after 20 ms, as a busy one would: a wide window between check and
+        // record).
+        r.node.inject(
+            Call::Capacity,
+            Fault::delay(Duration::from_millis(20)).always(),
+        );
+        for round in 0..4 {
+            r.delete_all().await;
+            let tasks: Vec<_> = (0..12)
+                .map(|i| {
+                    let cp = if i % 2 == 0 { &r.a } else { &r.b };
+                    create(cp, CreateSandboxRequest::default())
+                })
+                .collect();
+            let mut admitted = 0;
+            for t in tasks {
+                match t.await.expect("task") {
+                    Ok(_) => admitted += 1,
+                    Err(e) => assert_eq!(e.code(), ErrorCode::QuotaExceeded, "{e}"),
+                }
+            }
+            let alive = r.sandboxes().await.len();
+            assert_eq!(admitted, 2, "round {round}: {admitted} creates admitted");
+            assert_eq!(alive, 2, "round {round}: {alive} sandboxes of acme");
+            let usage = r.stores[1].org_usage("acme").await.expect("usage");
+            assert_eq!(usage.sandboxes, 2, "round {round}");
+        }
+        r.delete_all().await;
+        r.stop().await;
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_volume_delete_racing_a_create_that_mounts_it_never_leaves_a_mount_of_a_deleted_volume() {
-    let Some(r) = Replicas::start().await else {
-        return;
-    };
-    let volume = |name: &str| CreateVolumeRequest {
-        name: name.into(),
-        size_mib: 64,
-        storage: Default::default(),
-    };
-    as_org("acme", r.a.create_volume(volume("data")))
-        .await
-        .expect("volume");
-    // Forced: a create through B that mounts `data` hangs in the node after checking the
-    // volume; a delete of `data` through A meanwhile waits for it, then finds it mounted.
-    r.node.inject(Call::Capacity, Fault::hang());
-    let seen = r.node.count(Call::Capacity);
-    let made = create(&r.b, mounting("data"));
-    r.node.wait_for_calls(Call::Capacity, seen + 1).await;
-    let deleted = delete_volume(&r.a, "data");
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(
-        !deleted.is_finished(),
-        "A deleted the volume while B's create that mounts it was between check and record"
-    );
-    r.node.release(Call::Capacity);
-    let id = made.await.expect("task").expect("create");
-    let e = deleted.await.expect("task").expect_err("mounted");
-    assert_eq!(e.code(), ErrorCode::VolumeInUse, "{e}");
-    assert!(r.mounts_of_deleted_volumes().await.is_empty());
-    let op = as_org("acme", r.a.delete_sandbox(&id, None))
-        .await
-        .expect("delete");
-    r.settled(&op.id).await;
-
-    // Free: a delete and a create that mounts the volume at once, through either replica.
-    for round in 0..8 {
-        let name = format!("vol-{round}");
-        as_org("acme", r.a.create_volume(volume(&name)))
+    as_system(async {
+        let Some(r) = Replicas::start().await else {
+            return;
+        };
+        let volume = |name: &str| CreateVolumeRequest {
+            name: name.into(),
+            size_mib: 64,
+            storage: Default::default(),
+        };
+        as_org("acme", r.a.create_volume(volume("data")))
             .await
             .expect("volume");
-        let (creator, deleter) = if round % 2 == 0 {
-            (&r.a, &r.b)
-        } else {
-            (&r.b, &r.a)
-        };
-        let made = create(creator, mounting(&name));
-        let deleted = delete_volume(deleter, &name);
-        let made = made.await.expect("task");
-        let deleted = deleted.await.expect("task");
-        match (&made, &deleted) {
-            (Ok(_), Err(e)) => assert_eq!(e.code(), ErrorCode::VolumeInUse, "{e}"),
-            (Err(e), Ok(())) => assert_eq!(e.code(), ErrorCode::VolumeNotFound, "{e}"),
-            other => panic!("round {round}: {other:?}"),
+        // Forced: a create through B that mounts `data` hangs in the node after checking the
+        // volume; a delete of `data` through A meanwhile waits for it, then finds it mounted.
+        r.node.inject(Call::Capacity, Fault::hang());
+        let seen = r.node.count(Call::Capacity);
+        let made = create(&r.b, mounting("data"));
+        r.node.wait_for_calls(Call::Capacity, seen + 1).await;
+        let deleted = delete_volume(&r.a, "data");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(
+            !deleted.is_finished(),
+            "A deleted the volume while B's create that mounts it was between check and record"
+        );
+        r.node.release(Call::Capacity);
+        let id = made.await.expect("task").expect("create");
+        let e = deleted.await.expect("task").expect_err("mounted");
+        assert_eq!(e.code(), ErrorCode::VolumeInUse, "{e}");
+        assert!(r.mounts_of_deleted_volumes().await.is_empty());
+        let op = as_org("acme", r.a.delete_sandbox(&id, None))
+            .await
+            .expect("delete");
+        r.settled(&op.id).await;
+
+        // Free: a delete and a create that mounts the volume at once, through either replica.
+        for round in 0..8 {
+            let name = format!("vol-{round}");
+            as_org("acme", r.a.create_volume(volume(&name)))
+                .await
+                .expect("volume");
+            let (creator, deleter) = if round % 2 == 0 {
+                (&r.a, &r.b)
+            } else {
+                (&r.b, &r.a)
+            };
+            let made = create(creator, mounting(&name));
+            let deleted = delete_volume(deleter, &name);
+            let made = made.await.expect("task");
+            let deleted = deleted.await.expect("task");
+            match (&made, &deleted) {
+                (Ok(_), Err(e)) => assert_eq!(e.code(), ErrorCode::VolumeInUse, "{e}"),
+                (Err(e), Ok(())) => assert_eq!(e.code(), ErrorCode::VolumeNotFound, "{e}"),
+                other => panic!("round {round}: {other:?}"),
+            }
+            let bad = r.mounts_of_deleted_volumes().await;
+            assert!(bad.is_empty(), "round {round}: {bad:?}");
+            r.delete_all().await;
         }
-        let bad = r.mounts_of_deleted_volumes().await;
-        assert!(bad.is_empty(), "round {round}: {bad:?}");
-        r.delete_all().await;
-    }
-    r.stop().await;
+        r.stop().await;
+    })
+    .await;
 }
 
 /// A lifecycle call on acme's sandbox `id` through `cp`, run on a task of its own; the final
@@ -328,7 +334,7 @@ fn lifecycle(
     verb: LifecycleVerb,
 ) -> tokio::task::JoinHandle<Result<OperationState, ServiceError>> {
     let (cp, settler, id) = (cp.clone(), r.a.clone(), id.to_string());
-    tokio::spawn(async move {
+    tokio::spawn(as_system(async move {
         let op = as_org(
             "acme",
             cp.lifecycle(&id, verb, LifecycleRequest::default(), None),
@@ -343,68 +349,71 @@ fn lifecycle(
                 return Ok(done.state);
             }
         }
-    })
+    }))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn wakes_of_one_org_through_two_replicas_never_exceed_its_quota() {
-    let Some(r) = Replicas::start().await else {
-        return;
-    };
-    r.a.set_org_quotas(
-        "acme",
-        Quotas {
-            max_running: Some(1),
-            ..Quotas::default()
-        },
-    )
-    .await
-    .expect("quotas");
-    let mut ids = Vec::new();
-    for _ in 0..2 {
-        let made = as_org(
+    as_system(async {
+        let Some(r) = Replicas::start().await else {
+            return;
+        };
+        r.a.set_org_quotas(
             "acme",
-            r.a.create_sandbox(CreateSandboxRequest::default(), None),
+            Quotas {
+                max_running: Some(1),
+                ..Quotas::default()
+            },
         )
         .await
-        .expect("create");
-        assert_eq!(
-            r.settled(&made.operation.id).await,
-            OperationState::Succeeded
-        );
-        let id = made.sandbox.id;
-        let st = lifecycle(&r, &r.a, &id, LifecycleVerb::Suspend).await;
-        assert_eq!(
-            st.expect("task").expect("suspend"),
-            OperationState::Succeeded
-        );
-        ids.push(id);
-    }
-    for round in 0..6 {
-        let woken = [
-            lifecycle(&r, &r.a, &ids[0], LifecycleVerb::Wake),
-            lifecycle(&r, &r.b, &ids[1], LifecycleVerb::Wake),
-        ];
-        for w in woken {
-            match w.await.expect("task") {
-                Ok(OperationState::Succeeded | OperationState::Failed) => {}
-                Ok(other) => panic!("round {round}: {other:?}"),
-                Err(e) => assert_eq!(e.code(), ErrorCode::QuotaExceeded, "{e}"),
-            }
-        }
-        let running: Vec<_> = r
-            .sandboxes()
+        .expect("quotas");
+        let mut ids = Vec::new();
+        for _ in 0..2 {
+            let made = as_org(
+                "acme",
+                r.a.create_sandbox(CreateSandboxRequest::default(), None),
+            )
             .await
-            .into_iter()
-            .filter(|s| s.state != SandboxState::Suspended)
-            .collect();
-        assert_eq!(running.len(), 1, "round {round}: {running:?}");
-        let back = lifecycle(&r, &r.b, &running[0].id, LifecycleVerb::Suspend);
-        assert_eq!(
-            back.await.expect("task").expect("suspend"),
-            OperationState::Succeeded
-        );
-    }
-    r.delete_all().await;
-    r.stop().await;
+            .expect("create");
+            assert_eq!(
+                r.settled(&made.operation.id).await,
+                OperationState::Succeeded
+            );
+            let id = made.sandbox.id;
+            let st = lifecycle(&r, &r.a, &id, LifecycleVerb::Suspend).await;
+            assert_eq!(
+                st.expect("task").expect("suspend"),
+                OperationState::Succeeded
+            );
+            ids.push(id);
+        }
+        for round in 0..6 {
+            let woken = [
+                lifecycle(&r, &r.a, &ids[0], LifecycleVerb::Wake),
+                lifecycle(&r, &r.b, &ids[1], LifecycleVerb::Wake),
+            ];
+            for w in woken {
+                match w.await.expect("task") {
+                    Ok(OperationState::Succeeded | OperationState::Failed) => {}
+                    Ok(other) => panic!("round {round}: {other:?}"),
+                    Err(e) => assert_eq!(e.code(), ErrorCode::QuotaExceeded, "{e}"),
+                }
+            }
+            let running: Vec<_> = r
+                .sandboxes()
+                .await
+                .into_iter()
+                .filter(|s| s.state != SandboxState::Suspended)
+                .collect();
+            assert_eq!(running.len(), 1, "round {round}: {running:?}");
+            let back = lifecycle(&r, &r.b, &running[0].id, LifecycleVerb::Suspend);
+            assert_eq!(
+                back.await.expect("task").expect("suspend"),
+                OperationState::Succeeded
+            );
+        }
+        r.delete_all().await;
+        r.stop().await;
+    })
+    .await;
 }

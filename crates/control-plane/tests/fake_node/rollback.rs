@@ -8,6 +8,7 @@ use cove_control_plane::LifecycleVerb::*;
 use cove_node_api::{NodeError, NodeSandboxState};
 use cove_test_support::{Call, Fault};
 
+use crate::harness::as_system;
 use crate::harness::Harness;
 
 fn runtime(msg: &str) -> NodeError {
@@ -16,102 +17,117 @@ fn runtime(msg: &str) -> NodeError {
 
 #[tokio::test]
 async fn a_suspend_that_fails_before_its_snapshot_goes_back_to_the_state_before() {
-    let h = Harness::new().await;
-    for paused in [false, true] {
-        let id = h.running().await;
-        if paused {
-            h.apply(&id, Pause).await;
+    as_system(async {
+        let h = Harness::new().await;
+        for paused in [false, true] {
+            let id = h.running().await;
+            if paused {
+                h.apply(&id, Pause).await;
+            }
+            h.node
+                .inject(Call::Suspend, Fault::fail(runtime("tar failed")));
+            let op = h.call(&id, Suspend).await.expect("suspend");
+            h.ends(&op, OperationState::Failed, ErrorCode::Internal)
+                .await;
+            let s = h.sandbox(&id).await;
+            let want = if paused {
+                SandboxState::Paused
+            } else {
+                SandboxState::Running
+            };
+            assert_eq!(s.state, want);
+            assert!(s
+                .state_reason
+                .expect("reason")
+                .starts_with("suspend rolled back"));
+            assert!(!h.node.snapshot_exists(&id));
+            assert_eq!(h.node.count_on(Call::DeleteSnapshot, &id), 1);
+            assert!(h.node.state_of(&id).is_some());
         }
-        h.node
-            .inject(Call::Suspend, Fault::fail(runtime("tar failed")));
-        let op = h.call(&id, Suspend).await.expect("suspend");
-        h.ends(&op, OperationState::Failed, ErrorCode::Internal)
-            .await;
-        let s = h.sandbox(&id).await;
-        let want = if paused {
-            SandboxState::Paused
-        } else {
-            SandboxState::Running
-        };
-        assert_eq!(s.state, want);
-        assert!(s
-            .state_reason
-            .expect("reason")
-            .starts_with("suspend rolled back"));
-        assert!(!h.node.snapshot_exists(&id));
-        assert_eq!(h.node.count_on(Call::DeleteSnapshot, &id), 1);
-        assert!(h.node.state_of(&id).is_some());
-    }
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn a_suspend_that_fails_after_its_snapshot_is_complete_finishes() {
-    let h = Harness::new().await;
-    let id = h.running().await;
-    h.node.inject(
-        Call::Suspend,
-        Fault::fail(runtime("umount busy")).after_effect(),
-    );
-    let op = h.call(&id, Suspend).await.expect("suspend");
-    h.succeeds(&op).await;
-    assert_eq!(h.state(&id).await, SandboxState::Suspended);
-    assert!(h.node.snapshot_exists(&id));
-    assert_eq!(h.node.count_on(Call::Release, &id), 1, "resources released");
-    h.apply(&id, Wake).await;
+    as_system(async {
+        let h = Harness::new().await;
+        let id = h.running().await;
+        h.node.inject(
+            Call::Suspend,
+            Fault::fail(runtime("umount busy")).after_effect(),
+        );
+        let op = h.call(&id, Suspend).await.expect("suspend");
+        h.succeeds(&op).await;
+        assert_eq!(h.state(&id).await, SandboxState::Suspended);
+        assert!(h.node.snapshot_exists(&id));
+        assert_eq!(h.node.count_on(Call::Release, &id), 1, "resources released");
+        h.apply(&id, Wake).await;
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn a_failed_wake_stays_suspended_with_its_snapshot_and_can_be_retried() {
-    let h = Harness::new().await;
-    let id = h.running().await;
-    h.apply(&id, Suspend).await;
-    h.node.inject(
-        Call::Wake,
-        Fault::fail(NodeError::AgentUnavailable("agent did not start".into())),
-    );
-    let op = h.call(&id, Wake).await.expect("wake");
-    h.ends(&op, OperationState::Failed, ErrorCode::Unavailable)
-        .await;
-    let s = h.sandbox(&id).await;
-    assert_eq!(s.state, SandboxState::Suspended);
-    assert!(s.state_reason.expect("reason").starts_with("wake failed"));
-    assert!(h.node.snapshot_exists(&id));
-    h.apply(&id, Wake).await;
-    assert_eq!(h.state(&id).await, SandboxState::Running);
-    assert!(!h.node.snapshot_exists(&id));
+    as_system(async {
+        let h = Harness::new().await;
+        let id = h.running().await;
+        h.apply(&id, Suspend).await;
+        h.node.inject(
+            Call::Wake,
+            Fault::fail(NodeError::AgentUnavailable("agent did not start".into())),
+        );
+        let op = h.call(&id, Wake).await.expect("wake");
+        h.ends(&op, OperationState::Failed, ErrorCode::Unavailable)
+            .await;
+        let s = h.sandbox(&id).await;
+        assert_eq!(s.state, SandboxState::Suspended);
+        assert!(s.state_reason.expect("reason").starts_with("wake failed"));
+        assert!(h.node.snapshot_exists(&id));
+        h.apply(&id, Wake).await;
+        assert_eq!(h.state(&id).await, SandboxState::Running);
+        assert!(!h.node.snapshot_exists(&id));
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn a_failed_pause_or_resume_changes_nothing() {
-    let h = Harness::new().await;
-    let id = h.running().await;
-    h.node.inject(
-        Call::Pause,
-        Fault::fail(NodeError::AgentUnavailable("frozen".into())),
-    );
-    let op = h.call(&id, Pause).await.expect("pause");
-    h.ends(&op, OperationState::Failed, ErrorCode::Unavailable)
-        .await;
-    assert_eq!(h.state(&id).await, SandboxState::Running);
-    assert_eq!(h.node.state_of(&id), Some(NodeSandboxState::Running));
+    as_system(async {
+        let h = Harness::new().await;
+        let id = h.running().await;
+        h.node.inject(
+            Call::Pause,
+            Fault::fail(NodeError::AgentUnavailable("frozen".into())),
+        );
+        let op = h.call(&id, Pause).await.expect("pause");
+        h.ends(&op, OperationState::Failed, ErrorCode::Unavailable)
+            .await;
+        assert_eq!(h.state(&id).await, SandboxState::Running);
+        assert_eq!(h.node.state_of(&id), Some(NodeSandboxState::Running));
 
-    h.apply(&id, Pause).await;
-    h.node
-        .inject(Call::Resume, Fault::fail(runtime("thaw failed")));
-    let op = h.call(&id, Resume).await.expect("resume");
-    h.ends(&op, OperationState::Failed, ErrorCode::Internal)
-        .await;
-    assert_eq!(h.state(&id).await, SandboxState::Paused);
+        h.apply(&id, Pause).await;
+        h.node
+            .inject(Call::Resume, Fault::fail(runtime("thaw failed")));
+        let op = h.call(&id, Resume).await.expect("resume");
+        h.ends(&op, OperationState::Failed, ErrorCode::Internal)
+            .await;
+        assert_eq!(h.state(&id).await, SandboxState::Paused);
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn a_sandbox_its_node_lost_fails_calls_with_unavailable() {
-    let h = Harness::new().await;
-    let id = h.running().await;
-    h.node.lose(&id);
-    let op = h.call(&id, Pause).await.expect("pause");
-    let done = h
-        .ends(&op, OperationState::Failed, ErrorCode::Unavailable)
-        .await;
-    assert!(done.error.expect("error").message.contains("not present"));
+    as_system(async {
+        let h = Harness::new().await;
+        let id = h.running().await;
+        h.node.lose(&id);
+        let op = h.call(&id, Pause).await.expect("pause");
+        let done = h
+            .ends(&op, OperationState::Failed, ErrorCode::Unavailable)
+            .await;
+        assert!(done.error.expect("error").message.contains("not present"));
+    })
+    .await;
 }

@@ -18,6 +18,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use cove_api_types::{FileEvent, FileEventKind};
+use cove_control_plane::orgs::scope::carried;
 use cove_control_plane::{ServiceError, WatchQuery};
 use futures::stream::BoxStream;
 use futures::StreamExt;
@@ -180,7 +181,8 @@ pub async fn watch_dir(
         let keepalive = keepalive_interval(&headers);
         let deadline = connect_timeout(&headers).map(|d| tokio::time::Instant::now() + d);
         let (tx, rx) = mpsc::channel::<Bytes>(16);
-        tokio::spawn(async move {
+        // The stream outlives the handler: it keeps the request's caller.
+        tokio::spawn(carried(async move {
             if tx.send(message_frame(&json!({"start": {}}))).await.is_err() {
                 return;
             }
@@ -228,7 +230,7 @@ pub async fn watch_dir(
                     }
                 }
             }
-        });
+        }));
         Ok::<_, ConnectError>(stream_response(futures::stream::unfold(
             rx,
             |mut rx| async move { rx.recv().await.map(|b| (b, rx)) },
@@ -254,7 +256,8 @@ pub async fn create_watcher(
         let events: Arc<Mutex<Vec<FilesystemEvent>>> = Arc::default();
         let buf = events.clone();
         let (e2, t2) = (e2b.clone(), t.clone());
-        let task = tokio::spawn(async move {
+        // The watcher outlives the request: it keeps the request's caller.
+        let task = tokio::spawn(carried(async move {
             while let Some(Ok(batch)) = batches.next().await {
                 for ev in batch {
                     let mapped = to_events(&e2, &t2, &user, &dir, req.include_entry, ev).await;
@@ -264,7 +267,7 @@ pub async fn create_watcher(
                     b.drain(..over);
                 }
             }
-        });
+        }));
         e2b.watchers.lock().insert(
             id.clone(),
             Watcher {

@@ -81,7 +81,7 @@ pub(super) fn open_in(root: &OwnedFd, rel: &[&str], flags: OFlags) -> Result<Own
     } else {
         rel.join("/")
     };
-    rustix::fs::openat2(
+    cove_confine::openat2(
         root.as_fd(),
         joined.as_str(),
         flags | OFlags::CLOEXEC,
