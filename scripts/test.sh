@@ -13,6 +13,9 @@ COVE_TEST_POSTGRES_URL="$(scripts/postgres-test-cluster.sh start "$pg_dir")"
 export COVE_TEST_POSTGRES_URL
 # A build cache outside the clone keeps repeated runs fast.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-/var/cache/cove-target}"
+# No incremental caches: one run of the suite gains nothing from them and they cost ~19 GB of
+# disk (a full disk once failed CI); set CARGO_INCREMENTAL=1 for edit-and-rerun work.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 # Release root filesystems are cached per machine: `base` is built once.
 export COVE_TEST_CACHE_DIR="${COVE_TEST_CACHE_DIR:-/var/cache/cove/templates}"
 
