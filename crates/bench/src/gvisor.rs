@@ -154,16 +154,14 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         .baseline("raw runsc exec of the loop", ms(&raw.syscalls)?)
         .note("command round trip of a busybox sh loop `: </etc/hostname`"),
     ];
-    Ok(Report {
-        tool: format!("cove-bench {}", env!("CARGO_PKG_VERSION")),
-        quick: args.quick,
+    Ok(Report::finish(
+        args.quick,
         machine,
-        template: TEMPLATE,
         started_at,
-        elapsed_s: began.elapsed().as_secs_f64(),
+        began,
         metrics,
-        unavailable: Vec::new(),
-    })
+        Vec::new(),
+    ))
 }
 
 /// Cove's samples on gVisor.

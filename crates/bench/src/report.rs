@@ -192,6 +192,27 @@ pub struct Report {
 }
 
 impl Report {
+    /// The report of a run of `tiny` sandboxes that began at `began` (`started_at`, RFC 3339).
+    pub fn finish(
+        quick: bool,
+        machine: Machine,
+        started_at: String,
+        began: std::time::Instant,
+        metrics: Vec<Metric>,
+        unavailable: Vec<Unavailable>,
+    ) -> Report {
+        Report {
+            tool: format!("cove-bench {}", env!("CARGO_PKG_VERSION")),
+            quick,
+            machine,
+            template: crate::measure::TEMPLATE,
+            started_at,
+            elapsed_s: began.elapsed().as_secs_f64(),
+            metrics,
+            unavailable,
+        }
+    }
+
     /// Writes the report as pretty JSON to `path`.
     pub fn write_json(&self, path: &Path) -> anyhow::Result<()> {
         let json = serde_json::to_vec_pretty(self).context("serialise the results")?;

@@ -120,16 +120,14 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
     drop(ctx);
     drop(raw);
     server.stop().await.context("clean up the server")?;
-    Ok(Report {
-        tool: format!("cove-bench {}", env!("CARGO_PKG_VERSION")),
-        quick: args.quick,
+    Ok(Report::finish(
+        args.quick,
         machine,
-        template: TEMPLATE,
         started_at,
-        elapsed_s: began.elapsed().as_secs_f64(),
+        began,
         metrics,
         unavailable,
-    })
+    ))
 }
 
 /// What this machine is.

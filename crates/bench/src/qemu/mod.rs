@@ -121,16 +121,14 @@ pub async fn run(args: &Args) -> anyhow::Result<Report> {
         )
         .baseline("qemu -incoming + cont → agent answers", ms(&raw.restore)?),
     ];
-    Ok(Report {
-        tool: format!("cove-bench {}", env!("CARGO_PKG_VERSION")),
-        quick: args.quick,
+    Ok(Report::finish(
+        args.quick,
         machine,
-        template: TEMPLATE,
         started_at,
-        elapsed_s: began.elapsed().as_secs_f64(),
+        began,
         metrics,
-        unavailable: Vec::new(),
-    })
+        Vec::new(),
+    ))
 }
 
 /// Cove's samples.
