@@ -2,7 +2,7 @@
 //! `user` works (no PEP 668 refusal), the package imports, and its console script is on `PATH`.
 //! The wheel is made inside the sandbox and installed with `--no-index`, so nothing leaves it.
 
-use cove_e2e::{client, delete, root_sh, sandbox, sh};
+use cove_e2e::{client, create_running, delete, root_sh, sandbox, sh};
 
 /// Python that writes a minimal wheel (`cove_probe` 1.0 with a console script) to /tmp/wheels.
 const MAKE_WHEEL: &str = r#"
@@ -109,22 +109,14 @@ async fn login_shells_keep_the_template_path_and_local_bin() {
         .await
         .expect("build ends");
     assert_eq!(op.state, OperationState::Succeeded, "{:?}", op.error);
-    let resp = c
-        .create_sandbox(
-            &CreateSandboxRequest {
-                template: Some("login-path".into()),
-                ..Default::default()
-            },
-            None,
-        )
-        .await
-        .expect("create");
-    let op = c
-        .wait_operation(&resp.operation.id, Duration::from_secs(120))
-        .await
-        .expect("create ends");
-    assert_eq!(op.state, OperationState::Succeeded, "{:?}", op.error);
-    let id = resp.sandbox.id;
+    let id = create_running(
+        &c,
+        &CreateSandboxRequest {
+            template: Some("login-path".into()),
+            ..Default::default()
+        },
+    )
+    .await;
 
     // A shell command (`bash -l -c`), and E2B's argv form of it.
     let o = sh(&c, &id, "mytool; echo $PATH").await;

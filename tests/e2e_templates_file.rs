@@ -12,7 +12,7 @@ use cove_api_types::{
     OperationState,
 };
 use cove_client::{Client, ClientError};
-use cove_e2e::{client, delete, ensure_template, oci_import_dir, server, sh};
+use cove_e2e::{client, create_running, delete, ensure_template, oci_import_dir, server, sh};
 use futures::StreamExt;
 
 /// A context tar of `(path, content)` files.
@@ -95,22 +95,14 @@ async fn a_file_template_builds_caches_runs_and_deletes() {
         "{r1:?}"
     );
 
-    let resp = c
-        .create_sandbox(
-            &CreateSandboxRequest {
-                template: Some("web".into()),
-                ..Default::default()
-            },
-            None,
-        )
-        .await
-        .expect("create");
-    let op = c
-        .wait_operation(&resp.operation.id, Duration::from_secs(120))
-        .await
-        .expect("create ends");
-    assert_eq!(op.state, OperationState::Succeeded, "{:?}", op.error);
-    let id = resp.sandbox.id;
+    let id = create_running(
+        &c,
+        &CreateSandboxRequest {
+            template: Some("web".into()),
+            ..Default::default()
+        },
+    )
+    .await;
     let out = sh(
         &c,
         &id,
@@ -452,22 +444,14 @@ async fn an_oci_archive_imports_with_whiteouts_and_image_defaults() {
         (t.defaults.user.as_str(), t.defaults.workdir.as_str()),
         ("root", "/work")
     );
-    let resp = c
-        .create_sandbox(
-            &CreateSandboxRequest {
-                template: Some("imported".into()),
-                ..Default::default()
-            },
-            None,
-        )
-        .await
-        .expect("create");
-    let op = c
-        .wait_operation(&resp.operation.id, Duration::from_secs(120))
-        .await
-        .expect("create ends");
-    assert_eq!(op.state, OperationState::Succeeded, "{:?}", op.error);
-    let id = resp.sandbox.id;
+    let id = create_running(
+        &c,
+        &CreateSandboxRequest {
+            template: Some("imported".into()),
+            ..Default::default()
+        },
+    )
+    .await;
     let out = sh(
         &c,
         &id,
