@@ -36,20 +36,24 @@ dp_port="$(free_port)"
 e2b_port="$(free_port)"
 url="http://127.0.0.1:$api_port"
 server_pid=""
+# Its own namespace prefix, so what it leaves can be told from other servers'.
+net_prefix="ts$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')"
 
 cleanup() {
+  local status=$?
+  # SIGTERM as an operator stops it; fails the run when it leaves network state behind.
   if [ -n "$server_pid" ]; then
-    kill -TERM "$server_pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$server_pid" 2>/dev/null || true
+    "$root/scripts/stop-test-server.sh" "$server_pid" "$data_dir" "$net_prefix" || status=1
+  else
+    "$root/scripts/remove-server-data-dir.sh" "$data_dir"
   fi
-  "$root/scripts/remove-server-data-dir.sh" "$data_dir"
+  exit "$status"
 }
 trap cleanup EXIT
 
 # Sandbox networks on (the port proxy reaches a sandbox's port through its namespace); the
 # tests' sandboxes get no internet (their policy), and the browser reaches loopback only.
-"$COVE_BIN" server --data-dir "$data_dir" --listen "127.0.0.1:$api_port" \
+"$COVE_BIN" server --data-dir "$data_dir" --network-prefix "$net_prefix" --listen "127.0.0.1:$api_port" \
   --data-plane-listen "127.0.0.1:$dp_port" --e2b-listen "127.0.0.1:$e2b_port" \
   --guest-agent "$AGENT" --network on \
   --proxy-listen off --cache-dir "$COVE_TEST_CACHE_DIR" >"$data_dir/server.log" 2>&1 &

@@ -923,13 +923,14 @@ async fn a_corpus_of_real_world_dockerfiles_builds_and_runs() {
 
 /// A sandbox whose `READY` never passes fails with what its `START` and last `READY` attempt
 /// printed in the create operation's log, and a one-line summary of both in its reason (what
-/// the `failed` event carries).
+/// the `failed` event carries). It stays on its node until deleted: its files can be read and
+/// commands (`ps`) run in it; the delete removes its container.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_ready_leaves_its_output_in_the_log_and_the_reason() {
     let c = client();
     ensure_template(&c, "tiny").await;
     let file = "FROM tiny\n\
-                START echo start-says-hello; echo start-is-broken >&2; exit 3\n\
+                START echo start-says-hello; echo start-is-broken >&2; echo left > /tmp/start-ran; exit 3\n\
                 READY --timeout=3 echo not-ready-yet; echo port 8080 refused >&2; exit 7\n";
     let (state, log, _) = build(&c, "failing-ready", file, &[]).await;
     assert_eq!(state, OperationState::Succeeded, "{log:#?}");
@@ -966,12 +967,49 @@ async fn a_failed_ready_leaves_its_output_in_the_log_and_the_reason() {
         "READY `echo not-ready-yet; echo port 8080 refused >&2; exit 7` exited with code 7",
         "READY | not-ready-yet",
         "READY | port 8080 refused",
-        "START `echo start-says-hello; echo start-is-broken >&2; exit 3` exited with code 3",
+        "START `echo start-says-hello; echo start-is-broken >&2; echo left > /tmp/start-ran; exit 3` exited with code 3",
         "START | start-says-hello",
         "START | start-is-broken",
     ] {
         assert!(lines.iter().any(|l| l == want), "{want}: {lines:#?}");
     }
-    delete(&c, &resp.sandbox.id).await;
+    // Inspectable until deleted: the file START wrote, a command, the list of commands.
+    let id = &resp.sandbox.id;
+    assert!(
+        reason.contains("kept for inspection until deleted"),
+        "{reason}"
+    );
+    let left = c
+        .read_file(id, "/tmp/start-ran")
+        .await
+        .expect("read a file");
+    assert_eq!(left, b"left\n");
+    let ps = sh(&c, id, "ps -o pid,comm").await;
+    assert_eq!(ps.command.exit_code, Some(0), "{}", ps.stderr_text());
+    assert!(ps.stdout_text().contains("PID"), "{}", ps.stdout_text());
+    // `cove ps -a`: START is among the sandbox's commands, ended with its code.
+    let listed = c.list_commands(id).await.expect("list commands").commands;
+    assert!(
+        listed
+            .iter()
+            .any(|cmd| cmd.argv.join(" ").contains("start-says-hello") && cmd.exit_code == Some(3)),
+        "{listed:#?}"
+    );
+    let data_dir = &server().data_dir;
+    assert!(
+        cove_e2e::runc_containers(data_dir).contains(id.as_str())
+            || cove_e2e::runsc_containers(data_dir).contains(id.as_str()),
+        "the failed sandbox's container stays until the delete"
+    );
+    delete(&c, id).await;
+    assert!(!cove_e2e::runc_containers(data_dir).contains(id.as_str()));
+    let gone = c
+        .read_file(id, "/tmp/start-ran")
+        .await
+        .expect_err("deleted");
+    assert!(
+        matches!(gone, ClientError::Api { status: 404, .. }),
+        "{gone:?}"
+    );
     c.delete_template("failing-ready").await.expect("delete");
 }

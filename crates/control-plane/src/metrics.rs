@@ -58,7 +58,7 @@ pub const POOL_MEMBERS: &str = "cove_pool_members";
 /// Ready members every pool keeps, summed (gauge; compare with [`POOL_MEMBERS`]).
 pub const POOL_MIN_READY: &str = "cove_pool_min_ready";
 /// Creates a pool matched (counter, label `result`: `hit` = served by a ready member, `miss` =
-/// none was ready, started cold), as this replica served them.
+/// started cold, with label `reason`: see [`pool_miss`]), as this replica served them.
 pub const POOL_CLAIMS: &str = "cove_pool_claims_total";
 
 /// Renders the installed recorder's series in the Prometheus text format; set by the
@@ -136,9 +136,16 @@ pub(crate) fn http_request(
         .record(took.as_secs_f64());
 }
 
-/// Counts a create a pool matched: `hit` or `miss`.
-pub(crate) fn pool_claim(result: &'static str) {
-    metrics::counter!(POOL_CLAIMS, "result" => result).increment(1);
+/// Counts a create a pool matched and served (`result="hit"`).
+pub(crate) fn pool_hit() {
+    metrics::counter!(POOL_CLAIMS, "result" => "hit").increment(1);
+}
+
+/// Counts a create a pool matched but did not serve (`result="miss"`), with why: `empty` (no
+/// ready member), or what the create asks that a member cannot take (`checkpoint`, `secrets`,
+/// `volumes`, `policy_with_start`).
+pub(crate) fn pool_miss(reason: &'static str) {
+    metrics::counter!(POOL_CLAIMS, "result" => "miss", "reason" => reason).increment(1);
 }
 
 /// States whose sandboxes hold node resources for the allotment gauges.

@@ -263,7 +263,13 @@ impl ControlPlane {
                     let Some(state) = self.state_now(&id).await else {
                         continue;
                     };
-                    if live
+                    if state == Some(SandboxState::Failed) && self.kept_for_inspection(&id).await {
+                        // Its READY failed: it stays until deleted (the delete removes it).
+                        // After a restart it is adopted again, or removed when it stopped.
+                        if live || self.adopt(&id).await == Some(NodeSandboxState::Running) {
+                            continue;
+                        }
+                    } else if live
                         && matches!(state, Some(s) if s != SandboxState::Failed && s != SandboxState::Suspended)
                     {
                         continue;
@@ -317,13 +323,23 @@ impl ControlPlane {
     /// nothing is decided about it).
     async fn state_now(&self, id: &str) -> Option<Option<SandboxState>> {
         match self.store().get_sandbox(id).await {
-            Ok(s) if LIVE.contains(&s.state) => Some(Some(s.state)),
+            Ok(s) if LIVE.contains(&s.state) || s.state == SandboxState::Failed => {
+                Some(Some(s.state))
+            }
             Ok(_) | Err(cove_store::StoreError::NotFound) => Some(None),
             Err(e) => {
                 warn!(sandbox_id = %id, error = %e, "cannot read sandbox state");
                 None
             }
         }
+    }
+
+    /// Whether failed sandbox `id` is one kept on its node for inspection (`false` when the
+    /// store cannot tell: it is then removed like any failed sandbox's leftovers).
+    async fn kept_for_inspection(&self, id: &str) -> bool {
+        self.store().get_sandbox(id).await.is_ok_and(|s| {
+            cove_domain::lifecycle::kept_for_inspection(s.state, s.state_reason.as_deref())
+        })
     }
 
     /// The lifecycle lock of `id` if nothing holds it (always "free" at start-up).

@@ -150,14 +150,17 @@ impl ControlPlane {
         // charged to the org when it was started: a claim holds nothing more.
         let quota = self.lock_quotas(&sandbox.org).await?;
         self.check_create_rate(&quota, 1)?;
-        if crate::pools::claimable(&req) {
-            let key = idempotency_key.as_deref();
-            if let Some(served) = self
-                .create_from_pool(&sandbox, key, request_hash.as_deref())
-                .await?
-            {
-                return Ok(served);
-            }
+        let unclaimable = crate::pools::unclaimable(&req, recipe.start.is_some());
+        if let Some(served) = self
+            .create_from_pool(
+                &sandbox,
+                unclaimable,
+                idempotency_key.as_deref(),
+                request_hash.as_deref(),
+            )
+            .await?
+        {
+            return Ok(served);
         }
         let new = crate::orgs::quotas::Ask::Sandboxes {
             size: sandbox.resources,
@@ -505,12 +508,13 @@ impl ControlPlane {
                 self.resync_network(&id, &policy).await;
                 if let Err(e) = self.run_startup(&id, op_id, &cancel).await {
                     warn!(sandbox_id = %id, error = %e, "sandbox did not become ready");
-                    let _ = self.node().destroy_sandbox(&id).await;
                     if cancel.is_cancelled() {
                         self.cancelled_create(&id, op_id).await?;
                         return Err(e);
                     }
-                    let reason = format!("start failed: {e}");
+                    // The sandbox stays on its node, so what START left behind (its files,
+                    // processes, logs) can be inspected; the delete removes it.
+                    let reason = format!("start failed: {e} {}", lifecycle::KEPT_FOR_INSPECTION);
                     self.transition(
                         &id,
                         SandboxState::Creating,
@@ -593,9 +597,17 @@ impl ControlPlane {
     /// A sandbox that runs (else `sandbox_not_running` / `sandbox_not_found`).
     /// Counts as activity of the sandbox (it is how commands, files and the data plane reach
     /// it).
+    ///
+    /// A `failed` sandbox whose instance is still on its node (its `READY` failed: the create
+    /// keeps it for inspection) serves commands and files too, until it is deleted.
     pub async fn running_sandbox(&self, id: &str) -> Result<Sandbox, ServiceError> {
         let s = self.get_sandbox(id).await?;
         self.touch(&s.id);
+        if lifecycle::kept_for_inspection(s.state, s.state_reason.as_deref())
+            && self.still_on_node(&s.id).await
+        {
+            return Ok(s);
+        }
         if !lifecycle::serves_commands(s.state) {
             return Err(ServiceError::SandboxNotRunning {
                 id: s.id,
@@ -603,6 +615,14 @@ impl ControlPlane {
             });
         }
         Ok(s)
+    }
+
+    /// Whether the node still runs sandbox `id` (one kept for inspection may have stopped).
+    async fn still_on_node(&self, id: &str) -> bool {
+        matches!(
+            self.node().inspect_sandbox(id).await,
+            Ok(Some(cove_node_api::NodeSandboxState::Running))
+        )
     }
 
     /// A page of sandboxes, newest first. `metadata` pairs must all match the sandbox's

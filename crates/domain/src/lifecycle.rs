@@ -57,6 +57,16 @@ pub fn serves_commands(state: SandboxState) -> bool {
     state == Running
 }
 
+/// How the `state_reason` of a `failed` sandbox that stays on its node ends (its `READY` did not
+/// pass): it serves commands and files until it is deleted, and reconciliation leaves it be.
+pub const KEPT_FOR_INSPECTION: &str = "(kept for inspection until deleted)";
+
+/// Whether a sandbox in `state` with `reason` is a failed one kept on its node for inspection
+/// (see [`KEPT_FOR_INSPECTION`]).
+pub fn kept_for_inspection(state: SandboxState, reason: Option<&str>) -> bool {
+    state == Failed && reason.is_some_and(|r| r.ends_with(KEPT_FOR_INSPECTION))
+}
+
 /// Whether a sandbox in `state` is gone for the API (answers `sandbox_not_found`).
 pub fn is_gone(state: SandboxState) -> bool {
     state == Deleted

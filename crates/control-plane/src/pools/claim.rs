@@ -10,17 +10,22 @@ use tracing::{info, warn};
 use crate::sandboxes::deadline;
 use crate::{ControlPlane, ServiceError};
 
-/// Whether a create may be served by a pool member. A member was booted before the create
-/// came, so only what can be applied afterwards may differ from a cold start: env defaults,
-/// metadata, cwd, user, idle timeout and TTL are records the control plane applies when a
-/// command starts or the controller runs, so they are applied at claim. Template, release and
-/// resources must equal the member's (they decide which pool matches).
+/// Why a create cannot be served by a pool member (`None`: it can). A member was booted before
+/// the create came, so only what can be applied afterwards may differ from a cold start: env
+/// defaults, metadata, cwd, user, idle timeout and TTL are records the control plane applies
+/// when a command starts or the controller runs, and an egress policy is the gateway's live
+/// update (as `PUT /v1/sandboxes/{id}/network`), so they are applied at claim. Template,
+/// release and resources must equal the member's (they decide which pool matches).
+///
+/// `has_start`: the release has a `START` command. Its process ran under the member's default
+/// policy before the claim, and a connection it opened then would outlive a stricter policy
+/// (the gateway applies a new policy to new connections), so such a release takes another
+/// policy only at a cold start.
 ///
 /// Every field of the request is named here, so a new one cannot be added without deciding
-/// whether a member can take it at claim time. Options that change how the sandbox is built
-/// or wired (an egress policy, secrets, mounts) cannot: such a create must return `false`
-/// here and cold-starts (a miss).
-pub(crate) fn claimable(req: &CreateSandboxRequest) -> bool {
+/// whether a member can take it at claim time. The answer is the reason label of a miss in
+/// `cove_pool_claims_total`.
+pub(crate) fn unclaimable(req: &CreateSandboxRequest, has_start: bool) -> Option<&'static str> {
     let CreateSandboxRequest {
         template: _,
         release: _,
@@ -43,14 +48,21 @@ pub(crate) fn claimable(req: &CreateSandboxRequest) -> bool {
         public: _,
         volumes,
     } = req;
-    // A member boots with the default egress policy and no secrets; another policy or any
-    // secret is wired into the sandbox's network before it boots.
-    // A create from a checkpoint restores the checkpoint's files, which no member has.
-    // Volumes are bound when the sandbox starts.
-    network.as_ref().is_none_or(|n| *n == Default::default())
-        && secrets.is_empty()
-        && checkpoint.is_none()
-        && volumes.is_empty()
+    let policy = network.as_ref().is_some_and(|n| *n != Default::default());
+    if checkpoint.is_some() {
+        // A create from a checkpoint restores the checkpoint's files, which no member has.
+        Some("checkpoint")
+    } else if !secrets.is_empty() {
+        // Secrets are wired into the sandbox's network (and its env) before it boots.
+        Some("secrets")
+    } else if !volumes.is_empty() {
+        // Volumes are bound when the sandbox starts.
+        Some("volumes")
+    } else if policy && has_start {
+        Some("policy_with_start")
+    } else {
+        None
+    }
 }
 
 impl ControlPlane {
@@ -59,9 +71,13 @@ impl ControlPlane {
     /// the claimed sandbox (`running`, with `wanted`'s per-sandbox settings) and a succeeded
     /// operation. `None` when no pool matches, or the matching pools are empty (a miss is
     /// counted on each, and the pool controller is woken to refill).
+    ///
+    /// `unclaimable`: why this create cannot take a member ([`unclaimable`]); with a matching
+    /// pool it counts as a miss with that reason and the create cold-starts.
     pub(crate) async fn create_from_pool(
         &self,
         wanted: &Sandbox,
+        unclaimable: Option<&'static str>,
         idempotency_key: Option<&str>,
         request_hash: Option<&str>,
     ) -> Result<Option<CreateSandboxResponse>, ServiceError> {
@@ -76,6 +92,11 @@ impl ControlPlane {
             }
         }
         if matching.is_empty() {
+            return Ok(None);
+        }
+        if let Some(reason) = unclaimable {
+            crate::metrics::pool_miss(reason);
+            info!(template = %wanted.template, reason, "create not servable by a warm pool; cold start");
             return Ok(None);
         }
         if let Some(key) = idempotency_key {
@@ -131,16 +152,32 @@ impl ControlPlane {
         };
         self.wake_pools();
         let Some((member, operation)) = claimed else {
-            crate::metrics::pool_claim("miss");
+            crate::metrics::pool_miss("empty");
             if let Err(e) = self.store().record_pool_misses(&matching).await {
                 warn!(error = %e, "cannot count a pool miss");
             }
             info!(template = %wanted.template, release = wanted.release, "warm pool empty; cold start");
             return Ok(None);
         };
-        crate::metrics::pool_claim("hit");
+        crate::metrics::pool_hit();
         self.inner.events.notify();
         let mut sandbox = member.sandbox;
+        if wanted.network != sandbox.network {
+            if let Err(e) = self.claimed_policy(&sandbox.id, &wanted.network).await {
+                // The member must not serve under a policy other than the one asked for.
+                warn!(sandbox_id = %sandbox.id, error = %e, "cannot apply the egress policy to a claimed member; deleting it");
+                let _ = self
+                    .run_delete(
+                        &sandbox.id,
+                        &sandbox.org,
+                        deadline(),
+                        Some("pool_claim_failed"),
+                    )
+                    .await;
+                return Err(e);
+            }
+            sandbox.network = wanted.network.clone();
+        }
         if wanted.public {
             self.store().set_sandbox_public(&sandbox.id, true).await?;
             sandbox.public = true;
@@ -155,6 +192,22 @@ impl ControlPlane {
         self.touch(&sandbox.id);
         info!(sandbox_id = %sandbox.id, op_id = %operation.id, pool = %member.pool, "sandbox served by a warm pool");
         Ok(Some(CreateSandboxResponse { sandbox, operation }))
+    }
+
+    /// Puts egress policy `policy` on claimed member `id`: its record, then the gateway (the
+    /// member's first command follows it).
+    async fn claimed_policy(
+        &self,
+        id: &str,
+        policy: &cove_api_types::EgressPolicy,
+    ) -> Result<(), ServiceError> {
+        if !self.store().set_sandbox_network(id, policy).await? {
+            return Err(ServiceError::SandboxNotFound(id.to_string()));
+        }
+        self.node()
+            .set_sandbox_network(id, policy.clone())
+            .await
+            .map_err(|e| crate::error::from_node(e, id))
     }
 
     async fn replayed(

@@ -4,7 +4,7 @@
 //! - `put_pool` / `get_pool` / `list_pools` / `delete_pool`: the pool's settings
 //!   (`PUT/GET/DELETE /v1/pools/{name}`); deleting a pool drains it (its members are deleted).
 //! - [`claim`]: a create whose template, release and resources equal a ready member's takes
-//!   it (one atomic store step) and answers `running` at once; see [`claimable`] for the
+//!   it (one atomic store step) and answers `running` at once; see [`unclaimable`] for the
 //!   creates that never use a pool.
 //! - [`controller`]: the pass that keeps `min_ready` members booted, never more than `max`,
 //!   and retires members of an old release or size, of a deleted pool, or that failed.
@@ -29,7 +29,7 @@ use crate::{ControlPlane, ServiceError};
 pub(crate) mod claim;
 pub(crate) mod controller;
 
-pub(crate) use claim::claimable;
+pub(crate) use claim::unclaimable;
 
 /// Longest pool name.
 const MAX_NAME: usize = 63;

@@ -259,6 +259,31 @@ async fn a_create_that_does_not_match_or_finds_the_pool_empty_cold_starts() {
     .await;
 }
 
+/// A create with an egress policy takes a ready member and gets its policy there (record and
+/// gateway) before it answers.
+#[tokio::test]
+async fn a_create_with_a_policy_is_served_warm_with_the_policy_on_the_member() {
+    as_system(async {
+        let h = Harness::new().await;
+        h.cp.put_pool("warm", pool_req(1, 2)).await.expect("put");
+        settled(&h, "warm", 1).await;
+        let strict =
+            cove_api_types::EgressPolicy::parse(false, &["pypi.org"], &[]).expect("policy");
+        let (s, _) = h
+            .create_with(CreateSandboxRequest {
+                network: Some(strict.clone()),
+                ..Default::default()
+            })
+            .await;
+        assert_eq!(s.state, SandboxState::Running, "served by the pool");
+        assert_eq!(s.network, strict);
+        assert_eq!(h.sandbox(&s.id).await.network, strict, "recorded");
+        assert_eq!(h.node.network_policy(&s.id), Some(strict), "on the gateway");
+        assert_eq!(pool(&h, "warm").await.hits, 1);
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_new_release_retires_old_members_of_a_pool_that_follows_the_latest() {
     as_system(async {
