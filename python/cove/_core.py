@@ -246,7 +246,7 @@ def create_sandbox(
     or ``{"name", "path", "read_only"}`` each. ``checkpoint`` starts it from a ``ready``
     checkpoint (or its id; its template, release and resources, so leave those out).
     ``ttl_s`` (seconds after creation) or ``expires_at`` (an aware datetime) is when it
-    expires; ``on_expiry`` (``"delete"``, the default, or ``"suspend"``) what that does
+    expires; ``on_expiry`` (``"delete"``, the default, ``"suspend"`` or ``"pause"``) what that does
     (:meth:`set_expiry` changes both live)."""
     if isinstance(resources, Resources):
         resources = drop_none(**vars(resources))
@@ -336,7 +336,7 @@ def set_expiry(
     on_expiry: Optional[str] = None,
 ) -> Call:
     """Sets when a sandbox expires: ``in_s`` seconds from now, or ``at`` (an aware datetime);
-    a time past expires it at once. ``on_expiry`` (``"delete"`` or ``"suspend"``) says what
+    a time past expires it at once. ``on_expiry`` (``"delete"``, ``"suspend"`` or ``"pause"``) says what
     the expiry does (default: what it did before). Returns the sandbox."""
     if (in_s is None) == (at is None):
         raise ValueError("give exactly one of in_s and at")

@@ -235,7 +235,7 @@ class Sandbox:
     volumes: List[Dict[str, Any]] = field(default_factory=list)
     #: When it expires (``None``: never); then it is deleted or suspended (``on_expiry``).
     expires_at: Optional[datetime] = None
-    #: What its expiry does: ``"delete"`` or ``"suspend"``.
+    #: What its expiry does: ``"delete"``, ``"suspend"`` or ``"pause"``.
     on_expiry: str = "delete"
 
     @classmethod

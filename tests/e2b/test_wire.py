@@ -128,15 +128,19 @@ def test_rest_errors_are_json_with_int_codes():
 
 
 def test_timeout_with_auto_pause():
-    s = Sandbox.create(timeout=2, lifecycle={"on_timeout": "pause"})
+    """A timeout pause keeps memory as `pause()` does: a background process carries on."""
+    s = Sandbox.create(timeout=4, lifecycle={"on_timeout": "pause"})
     try:
         s.files.write("/home/user/p.txt", "paused at timeout")
+        server = s.commands.run("sleep 600", background=True)
         deadline = time.time() + 30
         while time.time() < deadline and s.get_info().state != SandboxState.PAUSED:
             time.sleep(0.5)
         assert s.get_info().state == SandboxState.PAUSED
         back = Sandbox.connect(s.sandbox_id)
         assert back.files.read("/home/user/p.txt") == "paused at timeout"
+        alive = back.commands.run(f"kill -0 {server.pid} && echo alive")
+        assert alive.stdout.strip() == "alive"
     finally:
         s.kill()
 

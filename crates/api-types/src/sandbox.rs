@@ -50,7 +50,7 @@ pub struct CreateSandboxRequest {
     /// never, or `ttl_s` after creation). `PUT /v1/sandboxes/{id}/expiry` changes it live.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<DateTime<Utc>>,
-    /// What its expiry does: `delete` (default) or `suspend`.
+    /// What its expiry does: `delete` (default), `suspend` or `pause`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_expiry: Option<crate::OnExpiry>,
     /// Egress policy: `{internet (default true), allow: [..], deny: [..]}`; entries are IPv4
@@ -195,7 +195,7 @@ pub struct Sandbox {
     /// /v1/sandboxes/{id}/expiry`; an expiry that suspends clears it.
     #[serde(default)]
     pub expires_at: Option<DateTime<Utc>>,
-    /// What its expiry does: `delete` or `suspend`.
+    /// What its expiry does: `delete`, `suspend` or `pause`.
     #[serde(default)]
     pub on_expiry: crate::OnExpiry,
     /// Last command activity or API access (flushed from memory every few seconds, so it may lag
@@ -233,7 +233,7 @@ pub struct SetExpiryRequest {
     /// Or: this many seconds from now (0 to 315360000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_s: Option<u64>,
-    /// What the expiry does: `delete` or `suspend` (default: what it did before).
+    /// What the expiry does: `delete`, `suspend` or `pause` (default: what it did before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub on_expiry: Option<crate::OnExpiry>,
 }

@@ -193,7 +193,7 @@ pub enum Verb {
     /// prints the final state.
     Wake(lifecycle::LifecycleArgs),
     /// Set when a sandbox expires (--in SECONDS, --at TIME or --never) and what its expiry
-    /// does (--on-expiry delete|suspend).
+    /// does (--on-expiry delete|suspend|pause).
     Expire(commands::expire::ExpireArgs),
     /// Show a sandbox's egress policy and traffic counters; with --no-internet/--allow/--deny,
     /// replace the policy (live: the next connection follows it).

@@ -1,14 +1,14 @@
-//! Sandbox expiry: a sandbox's `expires_at` and `on_expiry` (`delete` or `suspend`) live in the
+//! Sandbox expiry: a sandbox's `expires_at` and `on_expiry` (`delete`, `suspend` or `pause`) live in the
 //! store, so every replica sees them and a restart keeps them. Cove's TTL (`ttl_s` at create)
 //! and E2B's timeout (create `timeout`, `set_timeout`, `connect`, auto-pause) both set them.
 //!
 //! The expiry pass (`ControlPlane::end_expired`) runs on every replica: it reads the
 //! sandboxes whose expiry has passed and claims each one with a conditional write
 //! ([`cove_store::SandboxStore::claim_expiry`] clears `expires_at` only while it is still
-//! past), so of replicas racing for one expiry exactly one acts. It then deletes or suspends
-//! the sandbox with the reason `ttl` (the expiry a create's `ttl_s` set) or `expired` (any
-//! other), which the operation's events and the sandbox's `state_reason` carry. A suspend
-//! leaves the sandbox without an expiry until one is set again.
+//! past), so of replicas racing for one expiry exactly one acts. It then deletes, suspends or
+//! pauses the sandbox with the reason `ttl` (the expiry a create's `ttl_s` set) or `expired` (any
+//! other), which the operation's events and the sandbox's `state_reason` carry. A suspend or
+//! pause leaves the sandbox without an expiry until one is set again.
 
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
 use cove_api_types::{CreateSandboxRequest, OnExpiry, Sandbox, SandboxState, SetExpiryRequest};
@@ -29,6 +29,21 @@ pub const MAX_IN_S: u64 = MAX_TIMEOUT_S;
 pub const REASON_TTL: &str = "ttl";
 /// The reason recorded when any other expiry ends a sandbox.
 pub const REASON_EXPIRED: &str = "expired";
+
+impl ControlPlane {
+    /// `invalid_argument` for an `on_expiry` this server's runtime cannot do (`pause` without
+    /// a pause).
+    pub(crate) fn check_on_expiry(&self, on_expiry: OnExpiry) -> Result<(), ServiceError> {
+        if on_expiry == OnExpiry::Pause && !self.capabilities().pause {
+            return Err(InvalidInput::new(
+                "on_expiry",
+                "`pause` needs a runtime that pauses sandboxes; use `suspend`",
+            )
+            .into());
+        }
+        Ok(())
+    }
+}
 
 /// `secs` from `at`, bounded by [`MAX_TIMEOUT_S`].
 fn after(at: DateTime<Utc>, secs: u64) -> DateTime<Utc> {
@@ -115,6 +130,7 @@ impl ControlPlane {
         };
         let s = self.get_sandbox(id).await?;
         let on_expiry = req.on_expiry.unwrap_or(s.on_expiry);
+        self.check_on_expiry(on_expiry)?;
         self.write_expiry(&s, Some(at), on_expiry).await
     }
 
@@ -172,33 +188,41 @@ impl ControlPlane {
             let Some(expired_at) = s.expires_at else {
                 continue;
             };
-            let suspend = match (s.on_expiry, s.state) {
-                (OnExpiry::Delete, _) => false,
-                (OnExpiry::Suspend, SandboxState::Running | SandboxState::Paused) => true,
+            let verb = match (s.on_expiry, s.state) {
+                (OnExpiry::Delete, _) => None,
+                (OnExpiry::Suspend, SandboxState::Running | SandboxState::Paused) => {
+                    Some(LifecycleVerb::Suspend)
+                }
+                (OnExpiry::Pause, SandboxState::Running) => Some(LifecycleVerb::Pause),
                 // At rest already, or failed: the claim only clears the expiry.
-                (OnExpiry::Suspend, SandboxState::Suspended | SandboxState::Failed) => {
+                (
+                    OnExpiry::Suspend | OnExpiry::Pause,
+                    SandboxState::Suspended | SandboxState::Failed,
+                )
+                | (OnExpiry::Pause, SandboxState::Paused) => {
                     if self.store().claim_expiry(&s.id, now).await? {
                         claimed += 1;
                     }
                     continue;
                 }
                 // Between states: decided at a later pass, once it settles.
-                (OnExpiry::Suspend, _) => continue,
+                (OnExpiry::Suspend | OnExpiry::Pause, _) => continue,
             };
             if !self.store().claim_expiry(&s.id, now).await? {
                 continue;
             }
             claimed += 1;
             let why = reason(&s, expired_at);
-            let done = if suspend {
-                self.begin_lifecycle(&s.id, LifecycleVerb::Suspend, None, None, None, Some(why))
-                    .await
-            } else {
-                self.delete_sandbox_because(&s.id, None, Some(why)).await
+            let done = match verb {
+                Some(verb) => {
+                    self.begin_lifecycle(&s.id, verb, None, None, None, Some(why))
+                        .await
+                }
+                None => self.delete_sandbox_because(&s.id, None, Some(why)).await,
             };
             match done {
                 Ok(op) => info!(sandbox_id = %s.id, op_id = %op.id, reason = why,
-                    suspend, "sandbox expired"),
+                    on_expiry = s.on_expiry.as_str(), "sandbox expired"),
                 Err(e) => {
                     warn!(sandbox_id = %s.id, error = %e, "cannot end an expired sandbox");
                     // Not a refusal of the move: try again at the next pass.

@@ -99,6 +99,7 @@ impl ControlPlane {
         }
         let now = Utc::now();
         let (expires_at, on_expiry) = crate::expiry::of_create(&req, now)?;
+        self.check_on_expiry(on_expiry)?;
         let network = req.network.clone().unwrap_or_default();
         network.validate()?;
         crate::network::validate_secrets(&req.secrets, &req.env)?;
@@ -253,6 +254,7 @@ impl ControlPlane {
         }
         let now = Utc::now();
         let (expires_at, on_expiry) = crate::expiry::of_create(&req, now)?;
+        self.check_on_expiry(on_expiry)?;
         let network = req.network.clone().unwrap_or_default();
         network.validate()?;
         crate::network::validate_secrets(&req.secrets, &req.env)?;

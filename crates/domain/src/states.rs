@@ -156,5 +156,9 @@ crate::wire_enum! {
         Delete = "delete",
         /// It is suspended (and expires no more until its expiry is set again).
         Suspend = "suspend",
+        /// It is paused: its processes frozen, memory held on its node, until a resume (and
+        /// it expires no more until its expiry is set again). E2B's timeout pause where the
+        /// runtime's suspend does not keep memory.
+        Pause = "pause",
     }
 }

@@ -139,14 +139,27 @@ impl E2b {
     }
 
     /// The sandbox lives at least `secs` more seconds (its expiry moves later, never
-    /// earlier), and its expiry does what its create asked (`autoPause`: suspend).
+    /// earlier), and its expiry does what its create asked (`autoPause`: see
+    /// [`E2b::on_expiry`]).
     pub(crate) async fn live_for(
         &self,
         s: &cove_api_types::Sandbox,
         secs: u64,
     ) -> Result<(), cove_control_plane::ServiceError> {
-        let on_expiry = rest::lifecycle::Lifecycle::of(s).on_expiry();
+        let on_expiry = self.on_expiry(&rest::lifecycle::Lifecycle::of(s));
         self.cp.extend_expiry(&s.id, secs, on_expiry).await
+    }
+
+    /// What Cove's expiry does at the end of a sandbox's E2B timeout: delete (`onTimeout:
+    /// kill`); for a pause, what a full pause does on this runtime (a memory-keeping suspend,
+    /// or the freezer where suspends keep files only), or a suspend of files when the create
+    /// said `autoPauseMemory: false`.
+    pub(crate) fn on_expiry(
+        &self,
+        lifecycle: &rest::lifecycle::Lifecycle,
+    ) -> cove_api_types::OnExpiry {
+        let freeze = self.pause_kind(true) == Some(rest::pause::PauseKind::Freeze);
+        lifecycle.on_expiry(freeze)
     }
 }
 

@@ -101,9 +101,9 @@ impl CreateArgs {
     }
 }
 
-/// Parses `delete` or `suspend`.
+/// Parses `delete`, `suspend` or `pause`.
 pub(crate) fn parse_on_expiry(s: &str) -> Result<OnExpiry, String> {
-    OnExpiry::parse(s).ok_or_else(|| format!("{s:?} is not `delete` or `suspend`"))
+    OnExpiry::parse(s).ok_or_else(|| format!("{s:?} is not `delete`, `suspend` or `pause`"))
 }
 
 /// Parses one `--volume NAME:/path[:ro]`.

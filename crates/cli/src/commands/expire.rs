@@ -1,4 +1,4 @@
-//! `cove expire ID (--in SECONDS | --at TIME | --never) [--on-expiry delete|suspend]`: sets
+//! `cove expire ID (--in SECONDS | --at TIME | --never) [--on-expiry delete|suspend|pause]`: sets
 //! when a sandbox expires (it is then deleted or suspended) and prints the new expiry.
 
 use clap::Args;
@@ -22,7 +22,7 @@ pub struct ExpireArgs {
     /// Never expire (its TTL included).
     #[arg(long)]
     pub never: bool,
-    /// What the expiry does: `delete` or `suspend` (default: what it did before).
+    /// What the expiry does: `delete`, `suspend` or `pause` (default: what it did before).
     #[arg(long, value_name = "ACTION", value_parser = parse_on_expiry)]
     pub on_expiry: Option<OnExpiry>,
 }

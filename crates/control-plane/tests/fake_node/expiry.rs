@@ -199,7 +199,7 @@ async fn two_replicas_act_on_one_expiry_once() {
         let h = harness().await;
         let other = h.replica();
         let mut ids = Vec::new();
-        for on_expiry in [OnExpiry::Delete, OnExpiry::Suspend] {
+        for on_expiry in [OnExpiry::Delete, OnExpiry::Suspend, OnExpiry::Pause] {
             for _ in 0..3 {
                 let id = h.running().await;
                 // Set through the other replica: both read it from the store.
@@ -222,6 +222,7 @@ async fn two_replicas_act_on_one_expiry_once() {
             let (kind, state) = match on_expiry {
                 OnExpiry::Delete => (OperationKind::DeleteSandbox, SandboxState::Deleted),
                 OnExpiry::Suspend => (OperationKind::SuspendSandbox, SandboxState::Suspended),
+                OnExpiry::Pause => (OperationKind::PauseSandbox, SandboxState::Paused),
             };
             assert_eq!(settled_ops(&h, id, kind).await, 1, "{id}");
             assert_eq!(h.state(id).await, state, "{id}");

@@ -138,7 +138,7 @@ pub(super) async fn create(
     e2b.finish(&resp.operation.id).await?;
     let expiry = cove_api_types::SetExpiryRequest {
         in_s: Some(timeout.min(cove_control_plane::expiry::MAX_IN_S)),
-        on_expiry: Some(lifecycle.on_expiry()),
+        on_expiry: Some(e2b.on_expiry(&lifecycle)),
         ..Default::default()
     };
     let s = e2b.cp.set_expiry(&resp.sandbox.id, expiry).await?;

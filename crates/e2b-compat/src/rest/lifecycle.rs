@@ -102,12 +102,14 @@ impl Lifecycle {
         self.on_timeout == OnTimeout::Pause
     }
 
-    /// What Cove's expiry does at the end of the timeout: suspend for a pause, else delete.
-    pub fn on_expiry(&self) -> OnExpiry {
-        if self.auto_pause() {
-            OnExpiry::Suspend
-        } else {
-            OnExpiry::Delete
+    /// What Cove's expiry does at the end of the timeout: delete for a kill; for a pause,
+    /// suspend, or pause (the freezer) when `freeze` (the runtime keeps memory only that way and
+    /// the create did not ask for a filesystem-only pause, `autoPauseMemory: false`).
+    pub fn on_expiry(&self, freeze: bool) -> OnExpiry {
+        match (self.auto_pause(), freeze && self.auto_pause_memory) {
+            (false, _) => OnExpiry::Delete,
+            (true, true) => OnExpiry::Pause,
+            (true, false) => OnExpiry::Suspend,
         }
     }
 
@@ -177,8 +179,12 @@ mod tests {
         let back: Lifecycle = serde_json::from_str(&l.marker()).expect("json");
         assert_eq!(back, l);
         assert!(back.auto_pause());
-        assert_eq!(back.on_expiry(), OnExpiry::Suspend);
-        assert_eq!(Lifecycle::default().on_expiry(), OnExpiry::Delete);
+        assert_eq!(back.on_expiry(false), OnExpiry::Suspend);
+        assert_eq!(back.on_expiry(true), OnExpiry::Pause);
+        let files_only = back.with_pause_memory(false);
+        assert_eq!(files_only.on_expiry(true), OnExpiry::Suspend);
+        assert_eq!(Lifecycle::default().on_expiry(false), OnExpiry::Delete);
+        assert_eq!(Lifecycle::default().on_expiry(true), OnExpiry::Delete);
         assert_eq!(
             l.to_json(),
             serde_json::json!({"autoResume": true, "onTimeout": "pause"})

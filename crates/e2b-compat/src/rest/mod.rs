@@ -34,7 +34,7 @@ pub(crate) mod list;
 mod logs;
 mod metrics;
 pub(crate) mod network;
-mod pause;
+pub(crate) mod pause;
 pub(crate) mod snapshots;
 mod timeouts;
 mod volume_content;

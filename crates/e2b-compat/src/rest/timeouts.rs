@@ -38,7 +38,7 @@ pub(super) async fn set_timeout(
     let t = req.timeout.unwrap_or(0);
     let expiry = SetExpiryRequest {
         in_s: Some(t.min(cove_control_plane::expiry::MAX_IN_S)),
-        on_expiry: Some(Lifecycle::of(&s).on_expiry()),
+        on_expiry: Some(e2b.on_expiry(&Lifecycle::of(&s))),
         ..Default::default()
     };
     e2b.cp.set_expiry(&s.id, expiry).await?;
