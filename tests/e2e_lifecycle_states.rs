@@ -41,6 +41,19 @@ fn as_root(shell_line: &str) -> CreateCommandRequest {
     }
 }
 
+/// The sandbox's `/proc/sys/kernel/random/boot_id` (`none` without one).
+async fn boot_id(c: &Client, id: &str) -> String {
+    sh(
+        c,
+        id,
+        "cat /proc/sys/kernel/random/boot_id 2>/dev/null || echo none",
+    )
+    .await
+    .stdout_text()
+    .trim()
+    .to_string()
+}
+
 fn sandbox_dir(id: &str) -> PathBuf {
     server().data_dir.join("sandboxes").join(id)
 }
@@ -77,6 +90,7 @@ async fn pause_freezes_and_resume_keeps_commands_files_and_output() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
+    let boot = boot_id(&c, &id).await;
     let op = done(&c, c.pause_sandbox(&id).await.expect("pause")).await;
     assert_eq!(op.kind, OperationKind::PauseSandbox);
     assert_eq!(
@@ -124,6 +138,7 @@ async fn pause_freezes_and_resume_keeps_commands_files_and_output() {
         sh(&c, &id, "cat /home/user/f.txt").await.stdout_text(),
         "kept\n"
     );
+    assert_eq!(boot_id(&c, &id).await, boot, "a pause is no reboot");
 
     c.kill(&id, &cid, Some(Duration::from_millis(100)))
         .await
@@ -159,6 +174,7 @@ async fn suspend_releases_the_node_and_wake_restores_files_without_memory() {
     )
     .await;
     assert_eq!(prep.stdout_text(), "ok\n", "{}", prep.stderr_text());
+    let boot_before = boot_id(&c, &id).await;
     let bg = c
         .create_command(&id, &shell("sleep 100000"))
         .await
@@ -222,6 +238,15 @@ async fn suspend_releases_the_node_and_wake_restores_files_without_memory() {
         "{}",
         check.stderr_text()
     );
+    // A wake of files is a new boot: on runc the sandbox's boot id is its own, new at every
+    // start (gVisor's kernel here has no boot id file).
+    if cove_e2e::test_runtime().name() == "runc" {
+        let host = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").expect("host's");
+        let boot_after = boot_id(&c, &id).await;
+        assert_ne!(boot_before, host.trim(), "not the host's boot id");
+        assert_ne!(boot_after, boot_before, "a new boot id after the wake");
+        assert_eq!(boot_after.len(), 36, "{boot_after}");
+    }
     // Processes do not survive a suspend on runc: the commands from before are gone.
     let listed = c.list_commands(&id).await.expect("list").commands;
     assert!(

@@ -11,9 +11,11 @@ from e2b.sandbox.filesystem.filesystem import FileType
 
 
 def _boot(sbx):
-    """PID 1's start time: changes when the sandbox boots again (on runc the kernel's boot id
-    is the host's, so this is the sandbox's own boot marker)."""
-    return sbx.commands.run("cut -d' ' -f22 /proc/1/stat").stdout.strip()
+    """The sandbox's boot id (its own on runc, new at every start); PID 1's start time where
+    the kernel has no boot id file (gVisor here)."""
+    return sbx.commands.run(
+        "cat /proc/sys/kernel/random/boot_id 2>/dev/null || cut -d' ' -f22 /proc/1/stat"
+    ).stdout.strip()
 
 
 def _detail(sbx):

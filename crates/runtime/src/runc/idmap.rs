@@ -35,6 +35,41 @@ struct MountAttr {
     userns_fd: u64,
 }
 
+/// Applies `attr` to the detached mount `tree` (from `open_tree`). `userns` stays open meanwhile
+/// (the caller holds it).
+fn set_attr(tree: &OwnedFd, attr: &MountAttr) -> std::io::Result<()> {
+    // SAFETY: mount_setattr reads `size_of::<MountAttr>()` bytes from `attr`, a valid reference
+    // laid out as the kernel's `struct mount_attr`; the path is a NUL-terminated empty string
+    // and the descriptor stays open for the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Makes the detached mount `tree` (from `open_tree`) read-only.
+pub(crate) fn make_read_only(tree: &OwnedFd) -> std::io::Result<()> {
+    set_attr(
+        tree,
+        &MountAttr {
+            attr_set: MOUNT_ATTR_RDONLY,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: 0,
+        },
+    )
+}
+
 /// A file descriptor of a new user namespace mapping ids `0..65536` to `range` (uids and gids
 /// alike). Errors: the process could not be made, its maps not written or its namespace not
 /// opened (a kernel without user namespaces, or limits such as `user.max_user_namespaces`).
@@ -98,22 +133,7 @@ pub(crate) fn mount_idmapped(
         propagation: 0,
         userns_fd: userns.as_raw_fd() as u64,
     };
-    // SAFETY: mount_setattr reads `size_of::<MountAttr>()` bytes from `attr`, a valid local
-    // laid out as the kernel's `struct mount_attr`; the path is a NUL-terminated empty string
-    // and both descriptors stay open for the call.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    set_attr(&tree, &attr)?;
     rustix::mount::move_mount(
         &tree,
         "",

@@ -13,6 +13,7 @@
 //! | `run/` | bind-mounted at [`cove_guest_protocol::GUEST_RUN_DIR`]; the agent's socket is `run/agent.sock` |
 //! | `bundle/config.json` | OCI config (`config.rs`) |
 //! | `agent.log` | stdout/stderr of the guest agent (and of `runc run`) |
+//! | `boot_id` | this start's boot id, bound read-only over the sandbox's `/proc/sys/kernel/random/boot_id` (`boot_id.rs`) |
 //! | `disk.img`, `disk/` | with `disk_mib`: the sandbox's own ext4 image and its mount point, holding `upper/`, `work/` and the run dir (`disk/run`, then used instead of `run/`); `upper` is then a symlink to `disk/upper` (`disk.rs`) |
 //!
 //! Files by verb: `start.rs` (create + start + wait for the agent, undo on failure), `stop.rs`
@@ -36,6 +37,7 @@ use crate::{
     RuntimeKind, RuntimeState, SandboxSpec, Started,
 };
 
+mod boot_id;
 mod cgroups;
 mod cli;
 mod command_cgroups;

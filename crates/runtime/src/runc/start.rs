@@ -100,6 +100,7 @@ pub(crate) async fn start(
                     let _ = std::fs::remove_file(&dir.disk_img);
                 }
                 if made_dir {
+                    let _ = std::fs::remove_file(super::boot_id::host_file(&dir.dir));
                     let _ = std::fs::remove_dir(&dir.dir);
                 }
             })
@@ -160,6 +161,12 @@ async fn run(
             .await
             .map_err(join_error)??;
     }
+    let dir = layout.dir.clone();
+    let boot_id = tokio::task::spawn_blocking(move || super::boot_id::mount(&dir, pid))
+        .await
+        .map_err(join_error)?
+        .map_err(io_err("give the sandbox a boot id of its own"))?;
+    tracing::debug!(sandbox_id = %spec.id, boot_id, "boot id");
     wait_for_agent(spec, layout, pid, log_offset).await?;
     let run = layout.run_dir();
     tokio::task::spawn_blocking(move || super::seal::seal(&run))

@@ -116,6 +116,7 @@ fn remove_node_resources(layout: &Layout) -> Result<(), RuntimeError> {
     super::seal::unseal(&layout.run_dir());
     super::seal::unseal(&layout.run);
     disk::unmount(layout)?;
+    let _ = std::fs::remove_file(super::boot_id::host_file(&layout.dir));
     for dir in [&layout.work, &layout.bundle, &layout.run] {
         match std::fs::remove_dir_all(dir) {
             Ok(()) => {}
