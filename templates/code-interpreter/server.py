@@ -15,8 +15,9 @@ for Cove from the protocol's facts (standard library only; it runs inside the sa
 - `POST /contexts` `{language?, cwd?}` → `{id, language, cwd}`; `GET /contexts`; `DELETE
   /contexts/{id}`; `POST /contexts/{id}/restart`.
 
-Each context is one worker process (this file with `--worker`) that keeps its globals between
-executions, as a Jupyter kernel does. Languages: `python` (the default). Others answer 400.
+Each context is one worker process that keeps its globals between executions, as a Jupyter
+kernel does: for `python` (the default) this file with `--worker`, for `javascript` (also
+`js`) kernel.js under Node.js, speaking the same line protocol. Other languages answer 400.
 """
 
 import ast
@@ -28,6 +29,7 @@ import json
 import os
 import queue
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -41,7 +43,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 PORT = int(os.environ.get("COVE_CI_PORT", "49999"))
 MAX_BODY = 16 * 1024 * 1024
 MAX_LINE = 64 * 1024 * 1024
-LANGUAGES = ("python",)
+# Languages and the names the SDKs may send for them (E2B's server maps `js` to `javascript`).
+LANGUAGES = {"python": "python", "javascript": "javascript", "js": "javascript"}
+KERNEL_JS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel.js")
 DEFAULT_CWD = os.environ.get("COVE_CI_CWD", os.path.expanduser("~"))
 
 
@@ -233,10 +237,15 @@ class Context:
         self.chan = None
         self.start()
 
+    def argv(self, fd):
+        if self.language == "javascript":
+            return [shutil.which("node") or "node", KERNEL_JS, str(fd)]
+        return [sys.executable, "-u", os.path.abspath(__file__), "--worker", str(fd)]
+
     def start(self):
         ours, theirs = socket.socketpair()
         self.proc = subprocess.Popen(
-            [sys.executable, "-u", os.path.abspath(__file__), "--worker", str(theirs.fileno())],
+            self.argv(theirs.fileno()),
             cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, pass_fds=(theirs.fileno(),),
         )
@@ -390,10 +399,14 @@ class Handler(BaseHTTPRequestHandler):
         return json.loads(raw) if raw.strip() else {}
 
     def _language(self, lang):
-        lang = (lang or "python").lower()
-        if lang not in LANGUAGES:
-            raise ValueError(f"language {lang!r} is not offered by this template (python only)")
-        return lang
+        name = (lang or "python").strip().lower()
+        if name not in LANGUAGES:
+            raise ValueError(f"language {lang!r} is not offered by this template "
+                             "(python and javascript only)")
+        name = LANGUAGES[name]
+        if name == "javascript" and shutil.which("node") is None:
+            raise ValueError("language 'javascript' needs node, which this sandbox lacks")
+        return name
 
     def do_GET(self):
         if self.path == "/health":

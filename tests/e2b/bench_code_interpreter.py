@@ -4,7 +4,8 @@
 in one run against one server. Prints a small table; asserts nothing about timings.
 
 Usage: python bench_code_interpreter.py [N]   (default 10; each sandbox is killed after its
-round; the wheels come from COVE_CI_WHEELS, as in scripts/test-e2b.sh)
+round; the wheels and .debs come from COVE_CI_WHEELS and COVE_CI_DEBS, as in
+scripts/test-e2b.sh)
 """
 
 import os
@@ -16,6 +17,7 @@ from bench_create_run import pct  # noqa: E402
 from cove_server import CoveServer  # noqa: E402
 
 WHEELS = os.environ.get("COVE_CI_WHEELS", "/var/cache/cove/code-interpreter-wheels")
+DEBS = os.environ.get("COVE_CI_DEBS", "/var/cache/cove/code-interpreter-debs")
 
 
 def run_code_round():
@@ -46,7 +48,7 @@ def main():
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 10
     with CoveServer() as srv:
         os.environ.update(srv.env())
-        srv.build_code_interpreter(WHEELS)
+        srv.build_code_interpreter(WHEELS, DEBS)
         run_code_round(), command_round()  # warm-up, not counted
         ci, cmd = [], []
         for _ in range(n):
