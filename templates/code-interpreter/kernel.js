@@ -19,6 +19,7 @@ const path = require('path')
 const util = require('util')
 const vm = require('vm')
 const { createRequire } = require('module')
+const { pathToFileURL } = require('url')
 
 const FD = Number(process.argv[2])
 const MAX_LINE = 64 * 1024 * 1024
@@ -66,6 +67,15 @@ for (const [stream, kind] of [[process.stdout, 'stdout'], [process.stderr, 'stde
     if (typeof cb === 'function') process.nextTick(cb)
     return true
   }
+}
+
+// `import()` needs node's `--experimental-vm-modules` (server.py passes it); its notice that
+// the feature is experimental is not the cell's output. Other warnings print as usual.
+const emitWarning = process.emitWarning
+process.emitWarning = function (warning, ...rest) {
+  const type = typeof rest[0] === 'string' ? rest[0] : rest[0] && rest[0].type
+  if (type === 'ExperimentalWarning' && /VM Modules/i.test(String(warning))) return
+  return emitWarning.call(process, warning, ...rest)
 }
 
 // Errors of callbacks that outlive their cell are printed, never fatal to the context.
@@ -155,14 +165,30 @@ function rewriteTopLevelAwait(code) {
   return `(async () => {${hoisted} ${out}\n})()`
 }
 
+// `import()` in a cell: packages and relative paths resolve from the context's directory as
+// `require` does (then load as ES modules or CommonJS alike); `node:` builtins as they are.
+function importModule(specifier) {
+  let target = specifier
+  if (!specifier.startsWith('node:') && !require('module').isBuiltin(specifier)) {
+    try {
+      target = pathToFileURL(globalThis.require.resolve(specifier)).href
+    } catch (_) {
+      // An ES-module-only package (no `require` export): Node's own resolution from here.
+    }
+  }
+  return import(target)
+}
+
+const SCRIPT_OPTIONS = { filename: CELL_FILE, importModuleDynamically: importModule }
+
 function compile(code) {
   try {
-    return { script: new vm.Script(code, { filename: CELL_FILE }), async: false }
+    return { script: new vm.Script(code, SCRIPT_OPTIONS), async: false }
   } catch (e) {
     if (!(e instanceof SyntaxError) || !/\bawait\b/.test(code)) throw e
     const rewritten = rewriteTopLevelAwait(code)
     if (rewritten === null) throw e
-    return { script: new vm.Script(rewritten, { filename: CELL_FILE }), async: true }
+    return { script: new vm.Script(rewritten, SCRIPT_OPTIONS), async: true }
   }
 }
 

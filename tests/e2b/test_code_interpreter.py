@@ -88,6 +88,29 @@ def test_contexts_and_timeouts():
             sbx.run_code("1", language="r")
 
 
+def test_ipython_line_syntax():
+    with Sandbox.create() as sbx:
+        execution = sbx.run_code("n = 2\nif n:\n    !echo shell $((n+1)); echo warn >&2\nn * 2")
+        assert execution.error is None, execution.error
+        assert execution.logs.stdout == ["shell 1\n"]  # bash's $n, not Python's
+        assert execution.logs.stderr == ["warn\n"]
+        assert execution.text == "4"
+        assert sbx.run_code("%%bash\necho from bash").logs.stdout == ["from bash\n"]
+        assert sbx.run_code("%cd /tmp").logs.stdout == ["/tmp\n"]
+        assert sbx.run_code("import os; os.getcwd()").text == "'/tmp'"
+        sbx.run_code("%env MAGIC_VAR=on")
+        assert sbx.run_code("os.environ['MAGIC_VAR']").text == "'on'"
+        assert sbx.run_code("%pip --version").logs.stdout[0].startswith("pip ")
+        # A cell that is Python as written keeps its meaning.
+        assert sbx.run_code('s = """\n!not run\n"""\n7 % 4').text == "3"
+        failed = sbx.run_code("%timeit 1")
+        assert failed.error is not None and failed.error.name == "UsageError"
+        # The SDK's timeout ends a shell command too; the context goes on.
+        with pytest.raises(TimeoutException):
+            sbx.run_code("!sleep 30", timeout=2)
+        assert sbx.run_code("n").text == "2"
+
+
 def test_javascript_contexts_beside_python():
     with Sandbox.create() as sbx:
         assert sbx.run_code("1+1", language="js").text == "2"
@@ -123,6 +146,11 @@ def test_javascript_contexts_beside_python():
         assert sbx.run_code("process.cwd()", context=ctx).text == "'/tmp'"
         assert sbx.run_code("typeof kept", context=ctx).text == "'undefined'"
         assert sbx.run_code("require('os').userInfo().username", context=ctx).text == "'user'"
+        # import(): builtins, and ES modules relative to the context's directory.
+        sbx.files.write("/tmp/cove_mod.mjs", "export const v = 41\n")
+        assert sbx.run_code("(await import('./cove_mod.mjs')).v + 1", context=ctx).text == "42"
+        assert sbx.run_code("(await import('node:path')).join('a', 'b')",
+                            context=ctx).text == "'a/b'"
         # The SDK's timeout interrupts a busy loop and a pending await; state is kept.
         sbx.run_code("var n = 1", context=ctx)
         with pytest.raises(TimeoutException):
@@ -158,4 +186,5 @@ def test_the_example_runs_unchanged(tmp_path):
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[0] == "1+1 = 2"
     assert "error: ZeroDivisionError - division by zero" in r.stdout
+    assert "js: [ 2, 4, 6 ]" in r.stdout
     assert (tmp_path / "chart.png").read_bytes().startswith(b"\x89PNG")
