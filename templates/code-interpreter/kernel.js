@@ -15,6 +15,7 @@
 'use strict'
 
 const fs = require('fs')
+const net = require('net')
 const path = require('path')
 const util = require('util')
 const vm = require('vm')
@@ -32,6 +33,10 @@ try {
   // Without acorn a cell with top-level await is a SyntaxError, as in a plain script.
 }
 
+// Messages are written synchronously, so they keep their order with the cell's own work and
+// a cell that prints without end waits for the server to read. The socket is non-blocking
+// (reading it below makes it so): a full socket buffer means a 1 ms sleep and a retry.
+const pause = new Int32Array(new SharedArrayBuffer(4))
 function writeAll(data) {
   let buf = Buffer.from(data)
   while (buf.length > 0) {
@@ -39,7 +44,10 @@ function writeAll(data) {
     try {
       n = fs.writeSync(FD, buf)
     } catch (e) {
-      if (e.code === 'EAGAIN') continue
+      if (e.code === 'EAGAIN') {
+        Atomics.wait(pause, 0, 0, 1)
+        continue
+      }
       // The server is gone: nothing is left to report to.
       process.exit(0)
     }
@@ -236,7 +244,9 @@ async function execute(req) {
 // Requests, one JSON line each, run one at a time in order.
 let pending = Buffer.alloc(0)
 let queue = Promise.resolve()
-const input = fs.createReadStream(null, { fd: FD, autoClose: false, highWaterMark: 65536 })
+// A socket stream, not fs reads: a read blocked in libuv's thread pool would keep a cell's
+// `process.exit()` from ending the process.
+const input = new net.Socket({ fd: FD, readable: true, writable: false })
 input.on('data', (chunk) => {
   pending = Buffer.concat([pending, chunk])
   let nl

@@ -160,6 +160,10 @@ def test_javascript_contexts_beside_python():
         assert sbx.run_code("n + 1", context=ctx).text == "2"
         sbx.restart_code_context(ctx)
         assert sbx.run_code("typeof n", context=ctx).text == "'undefined'"
+        # A cell that ends its process: the context comes back, empty.
+        sbx.run_code("var m = 1", context=ctx)
+        assert sbx.run_code("process.exit(3)", context=ctx).error.name == "DeadKernelError"
+        assert sbx.run_code("typeof m", context=ctx).text == "'undefined'"
         # Python, in the same sandbox, is untouched by all of it.
         assert sbx.run_code("'kept' in globals()").text == "False"
         assert sbx.run_code("import sys; sys.version_info[0]").text == "3"
