@@ -26,11 +26,18 @@ const FD = Number(process.argv[2])
 const MAX_LINE = 64 * 1024 * 1024
 const CELL_FILE = '<cell>'
 
-let acorn = null
-try {
-  acorn = require('acorn')
-} catch (_) {
-  // Without acorn a cell with top-level await is a SyntaxError, as in a plain script.
+// Loaded at the first cell with top-level await (a context starts faster without it).
+let acorn
+function loadAcorn() {
+  if (acorn === undefined) {
+    try {
+      acorn = require('acorn')
+    } catch (_) {
+      // Without acorn a cell with top-level await is a SyntaxError, as in a plain script.
+      acorn = null
+    }
+  }
+  return acorn
 }
 
 // Messages are written synchronously, so they keep their order with the cell's own work and
@@ -138,7 +145,7 @@ function patternNames(node, out) {
 // `class X` becomes `X = class X`, functions are copied onto globalThis, and the last
 // expression statement is returned. null when the cell does not parse with await either.
 function rewriteTopLevelAwait(code) {
-  if (!acorn) return null
+  if (!loadAcorn()) return null
   let ast
   try {
     ast = acorn.parse(code, { ecmaVersion: 'latest', sourceType: 'script', allowAwaitOutsideFunction: true, allowHashBang: true })

@@ -148,7 +148,9 @@ def test_javascript_contexts_beside_python():
         assert sbx.run_code("require('os').userInfo().username", context=ctx).text == "'user'"
         # import(): builtins, and ES modules relative to the context's directory.
         sbx.files.write("/tmp/cove_mod.mjs", "export const v = 41\n")
-        assert sbx.run_code("(await import('./cove_mod.mjs')).v + 1", context=ctx).text == "42"
+        imported = sbx.run_code("(await import('./cove_mod.mjs')).v + 1", context=ctx)
+        assert imported.text == "42"
+        assert imported.logs.stderr == []  # no notice about node's experimental flag
         assert sbx.run_code("(await import('node:path')).join('a', 'b')",
                             context=ctx).text == "'a/b'"
         # The SDK's timeout interrupts a busy loop and a pending await; state is kept.
