@@ -15,8 +15,9 @@ for Cove from the protocol's facts (standard library only; it runs inside the sa
 - `POST /contexts` `{language?, cwd?}` → `{id, language, cwd}`; `GET /contexts`; `DELETE
   /contexts/{id}`; `POST /contexts/{id}/restart`.
 
-Each context is one worker process (this file with `--worker`) that keeps its globals between
-executions, as a Jupyter kernel does. Languages: `python` (the default). Others answer 400.
+Each context is one worker process that keeps its globals between executions, as a Jupyter
+kernel does: for `python` (the default) this file with `--worker`, for `javascript` (also
+`js`) kernel.js under Node.js, speaking the same line protocol. Other languages answer 400.
 """
 
 import ast
@@ -27,7 +28,9 @@ import io
 import json
 import os
 import queue
+import re
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -41,7 +44,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 PORT = int(os.environ.get("COVE_CI_PORT", "49999"))
 MAX_BODY = 16 * 1024 * 1024
 MAX_LINE = 64 * 1024 * 1024
-LANGUAGES = ("python",)
+# Languages and the names the SDKs may send for them (E2B's server maps `js` to `javascript`).
+LANGUAGES = {"python": "python", "javascript": "javascript", "js": "javascript"}
+KERNEL_JS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernel.js")
 DEFAULT_CWD = os.environ.get("COVE_CI_CWD", os.path.expanduser("~"))
 
 
@@ -158,7 +163,7 @@ def worker_main(chan_fd):
         for o in objs:
             emit_result(o, False)
 
-    namespace = {"__name__": "__main__", "display": display}
+    namespace = {"__name__": "__main__", "display": display, "__cove_magic__": run_magic}
     sys.stdout = Stream("stdout")
     sys.stderr = Stream("stderr")
     sys.stdin = open(os.devnull)
@@ -192,9 +197,100 @@ def worker_main(chan_fd):
             send({"type": "end_of_execution"})
 
 
+# IPython's line syntax, for cells that are not Python as written (a cell that parses is run
+# as it is, so `%` and `!` inside strings or expressions keep their Python meaning): a line
+# `!cmd` runs `cmd` in bash, `%pip …` runs pip, `%cd DIR`, `%env [NAME[=VALUE]]`, `%matplotlib`
+# (a no-op: figures always come back as PNGs); a first line `%%bash` (or `%%sh`) runs the cell
+# in bash. Other magics are a UsageError.
+MAGIC_LINE = re.compile(r"^([ \t]*)(!|%)(.*)$")
+
+
+def transform_magics(code):
+    lines = code.split("\n")
+    first = lines[0].strip()
+    if first in ("%%bash", "%%sh"):
+        return "__cove_magic__('!', " + repr("\n".join(lines[1:])) + ")"
+    changed = False
+    for i, line in enumerate(lines):
+        m = MAGIC_LINE.match(line)
+        if m and not m.group(3).startswith("%"):
+            indent, kind, rest = m.groups()
+            lines[i] = f"{indent}__cove_magic__({kind!r}, {rest.strip()!r})"
+            changed = True
+    return "\n".join(lines) if changed else None
+
+
+class UsageError(Exception):
+    pass
+
+
+def shell(command):
+    """Runs `command` in bash, its output streamed as the cell's; interrupted with the cell."""
+    proc = subprocess.Popen(["bash", "-c", command], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+
+    def pump(pipe, stream):
+        for chunk in iter(lambda: os.read(pipe.fileno(), 65536), b""):
+            stream.write(chunk.decode(errors="replace"))
+        stream.flush()
+
+    pumps = [threading.Thread(target=pump, args=(proc.stdout, sys.stdout)),
+             threading.Thread(target=pump, args=(proc.stderr, sys.stderr))]
+    for t in pumps:
+        t.start()
+    try:
+        proc.wait()
+    except KeyboardInterrupt:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    finally:
+        for t in pumps:
+            t.join()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def run_magic(kind, line):
+    if kind == "!":
+        return shell(line)
+    name, _, arg = line.partition(" ")
+    arg = arg.strip()
+    if name in ("pip", "pip3"):
+        return shell(f"{sys.executable} -m pip {arg}")
+    if name == "cd":
+        os.chdir(os.path.expanduser(arg or "~"))
+        print(os.getcwd())
+        return None
+    if name == "env":
+        if not arg:
+            for k, v in sorted(os.environ.items()):
+                print(f"{k}={v}")
+        elif "=" in arg or " " in arg:
+            k, v = re.split(r"[= ]", arg, maxsplit=1)
+            os.environ[k.strip()] = v.strip()
+            print(f"env: {k.strip()}={v.strip()}")
+        else:
+            return os.environ.get(arg)
+        return None
+    if name == "matplotlib":
+        return None
+    raise UsageError(f"Line magic function `%{name}` is not supported by this template")
+
+
 def run_cell(code, namespace, emit_result, send):
     try:
-        tree = ast.parse(code, "<cell>", "exec")
+        try:
+            tree = ast.parse(code, "<cell>", "exec")
+        except SyntaxError:
+            magics = transform_magics(code)
+            if magics is None:
+                raise
+            try:
+                tree = ast.parse(magics, "<cell>", "exec")
+            except SyntaxError:
+                tree = ast.parse(code, "<cell>", "exec")  # the error of the cell as written
         last = None
         if tree.body and isinstance(tree.body[-1], ast.Expr):
             last = ast.Expression(tree.body.pop().value)
@@ -233,10 +329,16 @@ class Context:
         self.chan = None
         self.start()
 
+    def argv(self, fd):
+        if self.language == "javascript":
+            # The flag lets a cell's `import()` load modules (kernel.js, importModule).
+            return [shutil.which("node") or "node", "--experimental-vm-modules", KERNEL_JS, str(fd)]
+        return [sys.executable, "-u", os.path.abspath(__file__), "--worker", str(fd)]
+
     def start(self):
         ours, theirs = socket.socketpair()
         self.proc = subprocess.Popen(
-            [sys.executable, "-u", os.path.abspath(__file__), "--worker", str(theirs.fileno())],
+            self.argv(theirs.fileno()),
             cwd=self.cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, pass_fds=(theirs.fileno(),),
         )
@@ -390,10 +492,14 @@ class Handler(BaseHTTPRequestHandler):
         return json.loads(raw) if raw.strip() else {}
 
     def _language(self, lang):
-        lang = (lang or "python").lower()
-        if lang not in LANGUAGES:
-            raise ValueError(f"language {lang!r} is not offered by this template (python only)")
-        return lang
+        name = (lang or "python").strip().lower()
+        if name not in LANGUAGES:
+            raise ValueError(f"language {lang!r} is not offered by this template "
+                             "(python and javascript only)")
+        name = LANGUAGES[name]
+        if name == "javascript" and shutil.which("node") is None:
+            raise ValueError("language 'javascript' needs node, which this sandbox lacks")
+        return name
 
     def do_GET(self):
         if self.path == "/health":

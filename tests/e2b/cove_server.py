@@ -183,16 +183,21 @@ class CoveServer:
         if op["state"] != "succeeded":
             raise RuntimeError(f"build of {name} failed: {op.get('error')}")
 
-    def build_code_interpreter(self, wheels):
+    def build_code_interpreter(self, wheels, debs):
         """Builds `code-interpreter-v1` from templates/code-interpreter plus the wheels in
-        `wheels` (downloaded on the host by scripts/test-e2b.sh; the build is offline)."""
+        `wheels` and the .debs in `debs` (downloaded on the host by scripts/test-e2b.sh; the
+        build is offline)."""
         here = os.path.dirname(os.path.abspath(__file__))
         template_dir = os.path.join(here, "..", "..", "templates", "code-interpreter")
         ctx = tempfile.mkdtemp(prefix="cove-ci-ctx-")
         try:
-            for f in ("Dockerfile", "requirements.txt", "server.py"):
+            for f in ("Dockerfile", "requirements.txt", "server.py", "kernel.js"):
                 shutil.copy(os.path.join(template_dir, f), ctx)
             shutil.copytree(wheels, os.path.join(ctx, "wheels"))
+            os.mkdir(os.path.join(ctx, "debs"))
+            for f in os.listdir(debs):
+                if f.endswith(".deb"):
+                    shutil.copy(os.path.join(debs, f), os.path.join(ctx, "debs"))
             self.build_from_dir("code-interpreter-v1", ctx)
         finally:
             shutil.rmtree(ctx, ignore_errors=True)

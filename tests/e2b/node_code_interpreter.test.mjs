@@ -35,3 +35,36 @@ test('runCode: results, output, errors, charts, contexts', async () => {
     await sbx.kill()
   }
 })
+
+test("runCode with language 'javascript': results, console.log, errors, contexts", async () => {
+  const sbx = await Sandbox.create()
+  try {
+    assert.equal((await sbx.runCode('1+1', { language: 'javascript' })).text, '2')
+    await sbx.runCode('globalThis.total = 1; let step = 2', { language: 'javascript' })
+    const lines = []
+    const out = await sbx.runCode("console.log('total', total); total += step; total", {
+      language: 'javascript',
+      onStdout: (m) => lines.push(m.line),
+    })
+    assert.deepEqual(out.logs.stdout, ['total 1\n'])
+    assert.deepEqual(lines, ['total 1\n'])
+    assert.equal(out.text, '3')
+    const failed = await sbx.runCode("throw new RangeError('too far')", { language: 'javascript' })
+    assert.equal(failed.error.name, 'RangeError')
+    assert.equal(failed.error.value, 'too far')
+    assert.match(failed.error.traceback, /RangeError: too far/)
+    const awaited = await sbx.runCode("const v = await new Promise((r) => setTimeout(() => r('late'), 10))\nv", { language: 'js' })
+    assert.equal(awaited.text, "'late'")
+    const ctx = await sbx.createCodeContext({ language: 'javascript', cwd: '/tmp' })
+    assert.equal(ctx.language, 'javascript')
+    assert.equal((await sbx.runCode('process.cwd()', { context: ctx })).text, "'/tmp'")
+    assert.equal((await sbx.runCode('typeof total', { context: ctx })).text, "'undefined'")
+    const env = await sbx.runCode('process.env.JS_VAR', { context: ctx, envs: { JS_VAR: 'v' } })
+    assert.equal(env.text, "'v'")
+    await sbx.removeCodeContext(ctx)
+    // Python beside it, in the same sandbox.
+    assert.equal((await sbx.runCode('2 ** 10')).text, '1024')
+  } finally {
+    await sbx.kill()
+  }
+})
