@@ -140,8 +140,9 @@ pub struct ControlPlane {
 struct Inner {
     store: Arc<dyn Store>,
     node: Arc<dyn NodeApi>,
-    /// The nodes behind `node` when it is a cluster of several (`None`: one in-process node).
-    cluster: Option<Arc<cluster::Cluster>>,
+    /// Where sandboxes and volumes live: the nodes behind `node` (a single server's one
+    /// in-process node, or a cluster of several).
+    placement: Arc<dyn cluster::Placement>,
     ops: Operations,
     cfg: ControlPlaneConfig,
     /// One lifecycle lock per sandbox: its operations run one at a time.
@@ -174,24 +175,27 @@ struct Inner {
 }
 
 impl ControlPlane {
-    /// Builds the services.
+    /// Builds the services over one in-process node (a cluster of one,
+    /// [`cluster::OneNode`]).
     pub fn new(store: Arc<dyn Store>, node: Arc<dyn NodeApi>, cfg: ControlPlaneConfig) -> Self {
-        Self::build(store, node, None, cfg)
+        let placement = Arc::new(cluster::OneNode::new(node.clone()));
+        Self::build(store, node, placement, cfg)
     }
 
-    /// Builds the services over several nodes: `cluster` places and routes every node call.
-    pub fn with_cluster(
+    /// Builds the services over the nodes of `placement` (a [`cluster::Cluster`]), which
+    /// places and routes every node call.
+    pub fn with_placement<P: cluster::Placement + NodeApi>(
         store: Arc<dyn Store>,
-        cluster: Arc<cluster::Cluster>,
+        placement: Arc<P>,
         cfg: ControlPlaneConfig,
     ) -> Self {
-        Self::build(store, cluster.clone(), Some(cluster), cfg)
+        Self::build(store, placement.clone(), placement, cfg)
     }
 
     fn build(
         store: Arc<dyn Store>,
         node: Arc<dyn NodeApi>,
-        cluster: Option<Arc<cluster::Cluster>>,
+        placement: Arc<dyn cluster::Placement>,
         cfg: ControlPlaneConfig,
     ) -> Self {
         let ops = if store.shared() {
@@ -210,7 +214,7 @@ impl ControlPlane {
                 events: events::Events::new(store.clone()),
                 store,
                 node,
-                cluster,
+                placement,
                 ops,
                 cfg,
                 locks: Mutex::new(HashMap::new()),
@@ -244,6 +248,10 @@ impl ControlPlane {
 
     pub(crate) fn node(&self) -> &Arc<dyn NodeApi> {
         &self.inner.node
+    }
+
+    pub(crate) fn placement(&self) -> &Arc<dyn cluster::Placement> {
+        &self.inner.placement
     }
 
     pub(crate) fn binary_streams(&self) -> &attach_binary::BinaryStreams {

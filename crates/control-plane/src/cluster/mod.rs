@@ -26,11 +26,13 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 mod checkpoints;
+mod placement;
 mod route;
 pub mod scheduler;
 mod shared;
 mod volumes;
 
+pub use placement::{OneNode, Placement, LOCAL_NODE};
 pub use shared::NodeConnector;
 pub use volumes::VolumePlace;
 
@@ -59,7 +61,7 @@ impl Default for ClusterConfig {
 }
 
 /// Why a change of a node's state was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
     /// No node of that name.
     #[error("node {0} not found")]
@@ -67,6 +69,12 @@ pub enum ClusterError {
     /// The node is lost; it becomes ready again by itself when its heartbeats return.
     #[error("node {0} is lost")]
     NodeLost(String),
+    /// The server runs one in-process node, whose state is fixed ([`OneNode`]).
+    #[error("this server runs one in-process node")]
+    OneNode,
+    /// The registry shared with other replicas cannot be read.
+    #[error(transparent)]
+    Store(#[from] cove_store::StoreError),
 }
 
 /// A node as the registry sees it (for `GET /v1/nodes`).

@@ -109,7 +109,7 @@ fn control_plane(
     cfg: &ControlPlaneConfig,
 ) -> ControlPlane {
     match cluster {
-        Some(c) => ControlPlane::with_cluster(store.clone(), c.clone(), cfg.clone()),
+        Some(c) => ControlPlane::with_placement(store.clone(), c.clone(), cfg.clone()),
         None => ControlPlane::new(store.clone(), Arc::new(node.clone()), cfg.clone()),
     }
 }
