@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use cove_cluster::{OneNode, Placement};
 use cove_node_api::NodeApi;
 use cove_store::Store;
 
@@ -18,7 +19,6 @@ pub mod attach_binary;
 pub mod auth;
 mod checkpoints;
 mod clock;
-pub mod cluster;
 mod command_output;
 mod commands;
 mod controller;
@@ -142,7 +142,7 @@ struct Inner {
     node: Arc<dyn NodeApi>,
     /// Where sandboxes and volumes live: the nodes behind `node` (a single server's one
     /// in-process node, or a cluster of several).
-    placement: Arc<dyn cluster::Placement>,
+    placement: Arc<dyn Placement>,
     ops: Operations,
     cfg: ControlPlaneConfig,
     /// One lifecycle lock per sandbox: its operations run one at a time.
@@ -176,15 +176,15 @@ struct Inner {
 
 impl ControlPlane {
     /// Builds the services over one in-process node (a cluster of one,
-    /// [`cluster::OneNode`]).
+    /// [`OneNode`]).
     pub fn new(store: Arc<dyn Store>, node: Arc<dyn NodeApi>, cfg: ControlPlaneConfig) -> Self {
-        let placement = Arc::new(cluster::OneNode::new(node.clone()));
+        let placement = Arc::new(OneNode::new(node.clone()));
         Self::build(store, node, placement, cfg)
     }
 
-    /// Builds the services over the nodes of `placement` (a [`cluster::Cluster`]), which
+    /// Builds the services over the nodes of `placement` (a [`cove_cluster::Cluster`]), which
     /// places and routes every node call.
-    pub fn with_placement<P: cluster::Placement + NodeApi>(
+    pub fn with_placement<P: Placement + NodeApi>(
         store: Arc<dyn Store>,
         placement: Arc<P>,
         cfg: ControlPlaneConfig,
@@ -195,7 +195,7 @@ impl ControlPlane {
     fn build(
         store: Arc<dyn Store>,
         node: Arc<dyn NodeApi>,
-        placement: Arc<dyn cluster::Placement>,
+        placement: Arc<dyn Placement>,
         cfg: ControlPlaneConfig,
     ) -> Self {
         let ops = if store.shared() {
@@ -250,7 +250,7 @@ impl ControlPlane {
         &self.inner.node
     }
 
-    pub(crate) fn placement(&self) -> &Arc<dyn cluster::Placement> {
+    pub(crate) fn placement(&self) -> &Arc<dyn Placement> {
         &self.inner.placement
     }
 

@@ -3,8 +3,8 @@
 
 use cove_api_types::{Node, NodeList, NodeState};
 
-use crate::cluster::{ClusterError, NodeSummary};
 use crate::{ControlPlane, ServiceError};
+use cove_cluster::{ClusterError, NodeSummary};
 
 fn view(s: NodeSummary) -> Node {
     Node {

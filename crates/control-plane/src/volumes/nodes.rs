@@ -1,5 +1,5 @@
 //! Which node keeps a volume. On a single server, its in-process node. On a cluster, the node
-//! chosen when the volume was made ([`crate::cluster::Placement::place_volume`]), recorded with
+//! chosen when the volume was made ([`cove_cluster::Placement::place_volume`]), recorded with
 //! the volume in the store, which is the one place that says where a volume is: every call on
 //! the volume goes to that node, and a sandbox that mounts volumes runs only there (it is
 //! placed there at create, wake and restore, and cannot wake elsewhere). A volume whose node

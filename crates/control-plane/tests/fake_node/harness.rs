@@ -16,7 +16,7 @@ use cove_api_types::{
     CreateSandboxRequest, ErrorCode, EventType, LifecycleRequest, Operation, OperationState,
     Sandbox, SandboxState,
 };
-use cove_control_plane::cluster::Cluster;
+use cove_cluster::Cluster;
 use cove_control_plane::orgs::{scope, Actor, Caller};
 use cove_control_plane::{Clock, ControlPlane, ControlPlaneConfig, LifecycleVerb, ServiceError};
 use cove_store::{SqliteStore, Store};

@@ -2,7 +2,12 @@
 //! loss), placement of new and waking sandboxes ([`scheduler`]; a sandbox that mounts volumes
 //! only on their node, `volumes.rs`), and routing of every other call to the node that holds
 //! the sandbox. The control plane's services use a [`Cluster`] as
-//! their node and never learn which host serves a sandbox.
+//! their node and never learn which host serves a sandbox; what they ask beyond node calls
+//! (nodes to list and drain, a volume's node, loss and change signals) is the [`Placement`]
+//! trait, which a single server answers as a cluster of one ([`OneNode`]).
+//!
+//! This crate knows nodes (`node-api`) and the store's node registry (`store`), never the
+//! control plane's services.
 //!
 //! The registry lives in memory: nodes report what they hold in every heartbeat, so a
 //! restarted control plane learns the placement again as nodes re-join. Replicas on one
