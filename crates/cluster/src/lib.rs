@@ -324,7 +324,7 @@ impl Cluster {
     /// Marks every remote node without a heartbeat for the timeout `lost`; returns their
     /// names. Their running sandboxes then read as gone (reason `node_lost`) to
     /// reconciliation; suspended ones are untouched (their snapshots are in the shared store).
-    pub fn expire(&self) -> Vec<String> {
+    pub(crate) fn expire(&self) -> Vec<String> {
         let mut st = self.lock();
         let timeout = self.cfg.heartbeat_timeout;
         let mut lost = Vec::new();
@@ -343,18 +343,6 @@ impl Cluster {
             self.changed.store(true, Ordering::SeqCst);
         }
         lost
-    }
-
-    /// Whether a node was lost, or came back with sandboxes placed nowhere, since the last
-    /// call (the controller then reconciles at once).
-    pub fn take_changed(&self) -> bool {
-        self.changed.swap(false, Ordering::SeqCst)
-    }
-
-    /// Asks for another reconciliation at the controller's next pass (one left a lost node's
-    /// sandbox unsettled).
-    pub fn mark_changed(&self) {
-        self.changed.store(true, Ordering::SeqCst);
     }
 
     /// Every node, by name.

@@ -4,6 +4,7 @@
 //! registry's loss and change signals for the controller. A [`Cluster`] answers for several
 //! nodes; a single server is a cluster of one, [`OneNode`], over its in-process node.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -50,14 +51,16 @@ pub trait Placement: Send + Sync + 'static {
     async fn sync(&self) -> Result<(), StoreError>;
 
     /// Marks every node without a heartbeat for the timeout `lost`, records that for other
-    /// replicas, and returns their names.
+    /// replicas, and returns their names. Their running sandboxes then read as gone (reason
+    /// `node_lost`) to reconciliation; suspended ones are untouched.
     async fn expire_lost(&self) -> Vec<String>;
 
     /// Whether a node was lost, or came back with sandboxes placed nowhere, since the last
     /// call (the controller then reconciles at once).
     fn take_changed(&self) -> bool;
 
-    /// Asks for another reconciliation at the controller's next pass.
+    /// Asks for another reconciliation at the controller's next pass (one left a lost node's
+    /// sandbox unsettled).
     fn mark_changed(&self);
 
     /// The name of the lost node `sandbox_id` was placed on, if it was placed on one.
@@ -123,11 +126,11 @@ impl Placement for Cluster {
     }
 
     fn take_changed(&self) -> bool {
-        Cluster::take_changed(self)
+        self.changed.swap(false, Ordering::SeqCst)
     }
 
     fn mark_changed(&self) {
-        Cluster::mark_changed(self)
+        self.changed.store(true, Ordering::SeqCst);
     }
 
     fn on_lost_node(&self, sandbox_id: &str) -> Option<String> {
