@@ -72,6 +72,12 @@ fn dependencies_point_inward() {
         !deps("cove-control-plane").contains("cove-node-rpc"),
         "the cluster is transport-agnostic: control-plane reaches nodes through node-api only"
     );
+    let cluster: Vec<_> = deps("cove-cluster").iter().collect();
+    assert_eq!(
+        cluster,
+        ["cove-domain", "cove-node-api", "cove-store"],
+        "the cluster places and routes over node-api and the store's registry, below the services"
+    );
     let rpc: Vec<_> = deps("cove-node-rpc").iter().collect();
     assert_eq!(
         rpc,

@@ -170,24 +170,16 @@ impl ControlPlane {
             }
             // A node lost, or back with sandboxes placed nowhere, since the last pass: its
             // sandboxes are settled now, not at the next periodic reconciliation.
-            let mut node_lost = false;
-            if let Some(c) = &self.inner.cluster {
-                let lost = c.expire();
-                c.record_states(&lost).await;
-                for node in &lost {
-                    self.detach_lost_node_volumes(node).await;
-                }
-                node_lost = !lost.is_empty() | c.take_changed();
+            let lost = self.placement().expire_lost().await;
+            for node in &lost {
+                self.detach_lost_node_volumes(node).await;
             }
+            let node_lost = !lost.is_empty() | self.placement().take_changed();
             if node_lost || last_reconcile.elapsed() >= self.inner.cfg.reconcile_interval {
                 last_reconcile = Instant::now();
                 match self.reconcile_running().await {
                     // Settle those at the next pass rather than the next periodic one.
-                    Ok(true) => {
-                        if let Some(c) = &self.inner.cluster {
-                            c.mark_changed();
-                        }
-                    }
+                    Ok(true) => self.placement().mark_changed(),
                     Ok(false) => {}
                     Err(e) => warn!(error = %e, "periodic reconciliation failed"),
                 }

@@ -84,15 +84,11 @@ impl Replica {
                 tick_cp.operations().changed_elsewhere();
             }
         }));
-        if let Some(cluster) = cp.inner.cluster.clone() {
-            let token = stop.clone();
+        if let Some(every) = cp.placement().sync_every() {
+            let (placement, token) = (cp.placement().clone(), stop.clone());
             tasks.push(tokio::spawn(as_system(async move {
-                let every = cluster
-                    .config()
-                    .heartbeat_interval
-                    .min(Duration::from_secs(1));
                 loop {
-                    if let Err(e) = cluster.sync().await {
+                    if let Err(e) = placement.sync().await {
                         warn!(error = %e, "cannot read the shared node registry");
                     }
                     tokio::select! {

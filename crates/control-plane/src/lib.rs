@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use cove_cluster::{OneNode, Placement};
 use cove_node_api::NodeApi;
 use cove_store::Store;
 
@@ -18,7 +19,6 @@ pub mod attach_binary;
 pub mod auth;
 mod checkpoints;
 mod clock;
-pub mod cluster;
 mod command_output;
 mod commands;
 mod controller;
@@ -140,8 +140,9 @@ pub struct ControlPlane {
 struct Inner {
     store: Arc<dyn Store>,
     node: Arc<dyn NodeApi>,
-    /// The nodes behind `node` when it is a cluster of several (`None`: one in-process node).
-    cluster: Option<Arc<cluster::Cluster>>,
+    /// Where sandboxes and volumes live: the nodes behind `node` (a single server's one
+    /// in-process node, or a cluster of several).
+    placement: Arc<dyn Placement>,
     ops: Operations,
     cfg: ControlPlaneConfig,
     /// One lifecycle lock per sandbox: its operations run one at a time.
@@ -174,24 +175,27 @@ struct Inner {
 }
 
 impl ControlPlane {
-    /// Builds the services.
+    /// Builds the services over one in-process node (a cluster of one,
+    /// [`OneNode`]).
     pub fn new(store: Arc<dyn Store>, node: Arc<dyn NodeApi>, cfg: ControlPlaneConfig) -> Self {
-        Self::build(store, node, None, cfg)
+        let placement = Arc::new(OneNode::new(node.clone()));
+        Self::build(store, node, placement, cfg)
     }
 
-    /// Builds the services over several nodes: `cluster` places and routes every node call.
-    pub fn with_cluster(
+    /// Builds the services over the nodes of `placement` (a [`cove_cluster::Cluster`]), which
+    /// places and routes every node call.
+    pub fn with_placement<P: Placement + NodeApi>(
         store: Arc<dyn Store>,
-        cluster: Arc<cluster::Cluster>,
+        placement: Arc<P>,
         cfg: ControlPlaneConfig,
     ) -> Self {
-        Self::build(store, cluster.clone(), Some(cluster), cfg)
+        Self::build(store, placement.clone(), placement, cfg)
     }
 
     fn build(
         store: Arc<dyn Store>,
         node: Arc<dyn NodeApi>,
-        cluster: Option<Arc<cluster::Cluster>>,
+        placement: Arc<dyn Placement>,
         cfg: ControlPlaneConfig,
     ) -> Self {
         let ops = if store.shared() {
@@ -210,7 +214,7 @@ impl ControlPlane {
                 events: events::Events::new(store.clone()),
                 store,
                 node,
-                cluster,
+                placement,
                 ops,
                 cfg,
                 locks: Mutex::new(HashMap::new()),
@@ -244,6 +248,10 @@ impl ControlPlane {
 
     pub(crate) fn node(&self) -> &Arc<dyn NodeApi> {
         &self.inner.node
+    }
+
+    pub(crate) fn placement(&self) -> &Arc<dyn Placement> {
+        &self.inner.placement
     }
 
     pub(crate) fn binary_streams(&self) -> &attach_binary::BinaryStreams {

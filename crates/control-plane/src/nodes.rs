@@ -3,11 +3,8 @@
 
 use cove_api_types::{Node, NodeList, NodeState};
 
-use crate::cluster::{ClusterError, NodeSummary};
 use crate::{ControlPlane, ServiceError};
-
-/// Name of the server's own node.
-pub const LOCAL_NODE: &str = "local";
+use cove_cluster::{ClusterError, NodeSummary};
 
 fn view(s: NodeSummary) -> Node {
     Node {
@@ -36,33 +33,13 @@ impl ControlPlane {
     /// `Internal` when the single node's capacity cannot be read.
     pub async fn list_nodes(&self) -> Result<NodeList, ServiceError> {
         crate::orgs::require_admin()?;
-        if let Some(cluster) = &self.inner.cluster {
-            // Nodes that joined other replicas, as the shared registry has them now.
-            if let Err(e) = cluster.sync().await {
-                tracing::warn!(error = %e, "cannot read the shared node registry");
-            }
-            return Ok(NodeList {
-                nodes: cluster.nodes().into_iter().map(view).collect(),
-            });
-        }
-        let node = self.node();
-        let capacity = node
-            .capacity()
+        let nodes = self
+            .placement()
+            .list_nodes()
             .await
             .map_err(|e| ServiceError::Internal(e.to_string()))?;
-        let releases = node.cached_releases().await.unwrap_or_default();
         Ok(NodeList {
-            nodes: vec![view(NodeSummary {
-                name: LOCAL_NODE.into(),
-                address: "in-process".into(),
-                state: NodeState::Ready,
-                reason: None,
-                capabilities: node.capabilities(),
-                capacity,
-                releases,
-                sandboxes: capacity.sandboxes,
-                last_heartbeat_ms: 0,
-            })],
+            nodes: nodes.into_iter().map(view).collect(),
         })
     }
 
@@ -80,21 +57,20 @@ impl ControlPlane {
                 "a node can be set draining or ready",
             )));
         }
-        let Some(cluster) = &self.inner.cluster else {
-            if name != LOCAL_NODE {
-                return Err(ServiceError::NodeNotFound(name.to_string()));
-            }
-            return Err(ServiceError::FailedPrecondition(
-                "this server runs one in-process node; start it with --join-token to manage nodes"
-                    .into(),
-            ));
-        };
-        cluster.sync().await?;
-        let summary = cluster.set_state(name, state).map_err(|e| match e {
-            ClusterError::NodeNotFound(n) => ServiceError::NodeNotFound(n),
-            e @ ClusterError::NodeLost(_) => ServiceError::FailedPrecondition(e.to_string()),
-        })?;
-        cluster.record_states(&[name.to_string()]).await;
+        let summary = self
+            .placement()
+            .set_node_state(name, state)
+            .await
+            .map_err(|e| match e {
+                ClusterError::NodeNotFound(n) => ServiceError::NodeNotFound(n),
+                e @ ClusterError::NodeLost(_) => ServiceError::FailedPrecondition(e.to_string()),
+                ClusterError::OneNode => ServiceError::FailedPrecondition(
+                    "this server runs one in-process node; start it with --join-token to manage \
+                     nodes"
+                        .into(),
+                ),
+                ClusterError::Store(e) => e.into(),
+            })?;
         Ok(view(summary))
     }
 }

@@ -403,11 +403,7 @@ impl ControlPlane {
         let shared = self.operations().lease().is_some();
         for s in self.store().sandboxes_in(&live).await? {
             let Some(_turn) = self.quiet_turn(&s.id, true) else {
-                busy_on_lost_node |= self
-                    .inner
-                    .cluster
-                    .as_ref()
-                    .is_some_and(|c| c.on_lost_node(&s.id).is_some());
+                busy_on_lost_node |= self.placement().on_lost_node(&s.id).is_some();
                 keep.insert(s.id);
                 continue;
             };

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use async_trait::async_trait;
-use cove_control_plane::cluster::{Cluster, ClusterConfig, NodeConnector};
+use cove_cluster::{Cluster, ClusterConfig, NodeConnector};
 use cove_domain::NodeState;
 use cove_node_agent::NodeAgent;
 use cove_node_api::{NodeApi, NodeReport};

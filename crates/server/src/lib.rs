@@ -755,7 +755,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
                 replicated.then(|| store.clone()),
             )
             .await?;
-            let cp = ControlPlane::with_cluster(store, joined.cluster.clone(), cp_cfg);
+            let cp = ControlPlane::with_placement(store, joined.cluster.clone(), cp_cfg);
             cluster_tasks = Some(joined);
             cp
         }

@@ -1,10 +1,10 @@
 //! One placement decision of the control plane's scheduler
-//! (`cove_control_plane::cluster::scheduler::place`) over 1,000 simulated nodes: mixed
+//! (`cove_cluster::scheduler::place`) over 1,000 simulated nodes: mixed
 //! runtimes, states, release caches, loads and sizes, deterministic from a fixed seed.
 
 use std::time::{Duration, Instant};
 
-use cove_control_plane::cluster::scheduler::{place, Candidate, Demand};
+use cove_cluster::scheduler::{place, Candidate, Demand};
 use cove_domain::NodeState;
 
 use crate::measure::{dist_ms, progress};

@@ -77,17 +77,9 @@ impl ControlPlane {
     /// finds a node that keeps volumes or says why not.
     pub(crate) fn volumes_offered(&self) -> Result<(), ServiceError> {
         self.inner.cfg.features.require(Feature::Volumes)?;
-        if self.inner.cluster.is_some() {
-            return Ok(());
-        }
-        let caps = self.node().capabilities();
-        if !caps.volumes {
-            return Err(ServiceError::Unsupported(format!(
-                "volumes are not supported on the {} runtime in this version (runc only)",
-                caps.runtime
-            )));
-        }
-        Ok(())
+        self.placement()
+            .offers_volumes()
+            .map_err(ServiceError::Unsupported)
     }
 
     /// The stored volume `name` of the caller's org (`volume_not_found` otherwise).

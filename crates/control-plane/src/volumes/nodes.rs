@@ -1,5 +1,5 @@
 //! Which node keeps a volume. On a single server, its in-process node. On a cluster, the node
-//! chosen when the volume was made ([`crate::cluster::Cluster::place_volume`]), recorded with
+//! chosen when the volume was made ([`cove_cluster::Placement::place_volume`]), recorded with
 //! the volume in the store, which is the one place that says where a volume is: every call on
 //! the volume goes to that node, and a sandbox that mounts volumes runs only there (it is
 //! placed there at create, wake and restore, and cannot wake elsewhere). A volume whose node
@@ -26,10 +26,7 @@ impl ControlPlane {
         &self,
         size_mib: u64,
     ) -> Result<(Option<String>, Arc<dyn NodeApi>), ServiceError> {
-        let Some(cluster) = &self.inner.cluster else {
-            return Ok((None, self.node().clone()));
-        };
-        match cluster.place_volume(size_mib).await {
+        match self.placement().place_volume(size_mib).await {
             Ok(p) => Ok((p.node, p.api)),
             Err(NodeError::Unsupported(m)) => Err(ServiceError::Unsupported(m)),
             Err(e) => Err(ServiceError::Unavailable(format!(
@@ -43,42 +40,33 @@ impl ControlPlane {
         &self,
         v: &VolumeRecord,
     ) -> Result<Arc<dyn NodeApi>, ServiceError> {
-        let Some(cluster) = &self.inner.cluster else {
-            return Ok(self.node().clone());
-        };
-        cluster.volume_node(v.node.as_deref()).await.map_err(|e| {
-            ServiceError::Unavailable(format!(
-                "volume {} is kept on node {}, which cannot be reached: {e}",
-                v.name,
-                node_name(v)
-            ))
-        })
+        self.placement()
+            .volume_node(v.node.as_deref())
+            .await
+            .map_err(|e| {
+                ServiceError::Unavailable(format!(
+                    "volume {} is kept on node {}, which cannot be reached: {e}",
+                    v.name,
+                    node_name(v)
+                ))
+            })
     }
 
     /// Whether some node keeps volumes (on a single server, its node; on a cluster, a node that
     /// is not lost).
     pub(crate) fn volumes_kept(&self) -> bool {
-        match &self.inner.cluster {
-            None => self.node().capabilities().volumes,
-            Some(c) => c
-                .nodes()
-                .iter()
-                .any(|n| n.state != NodeState::Lost && n.capabilities.volumes),
-        }
+        self.placement().volumes_kept()
     }
 
     /// Checks that the volumes of one sandbox (`field` names each in errors) can be mounted
-    /// together now: on a cluster, they are kept on one node and that node takes sandboxes
-    /// (`ready`). Errors: `invalid_argument` naming the volumes and their nodes when they are
+    /// together now: they are kept on one node and that node takes sandboxes (`ready`; a
+    /// single server's one node always does). Errors: `invalid_argument` naming the volumes and their nodes when they are
     /// on different nodes; `unavailable` naming the node and its state when it is not ready
     /// (a sandbox that mounts them runs only there).
     pub(crate) fn check_volumes_node(
         &self,
         volumes: &[(String, VolumeRecord)],
     ) -> Result<(), ServiceError> {
-        let Some(cluster) = &self.inner.cluster else {
-            return Ok(());
-        };
         // A detached object volume is on no node yet: it goes where the others are.
         let volumes: Vec<&(String, VolumeRecord)> = volumes
             .iter()
@@ -104,7 +92,7 @@ impl ControlPlane {
             }
         }
         let names: Vec<&str> = volumes.iter().map(|(_, v)| v.name.as_str()).collect();
-        let why = match cluster.volume_node_state(first.node.as_deref()) {
+        let why = match self.placement().volume_node_state(first.node.as_deref()) {
             Some((_, NodeState::Ready)) => return Ok(()),
             Some((node, state)) => format!("node {node}, which is {state}"),
             None => format!("node {}, which is not joined", node_name(first)),

@@ -165,11 +165,8 @@ impl ControlPlane {
 
     /// Whether the node that holds `v` takes sandboxes now (always on a single server).
     fn node_takes_sandboxes(&self, v: &VolumeRecord) -> bool {
-        let Some(cluster) = &self.inner.cluster else {
-            return true;
-        };
         matches!(
-            cluster.volume_node_state(v.node.as_deref()),
+            self.placement().volume_node_state(v.node.as_deref()),
             Some((_, NodeState::Ready))
         )
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cove_api_types::{ErrorCode, NodeState, SandboxState};
-use cove_control_plane::cluster::{Cluster, ClusterConfig};
+use cove_cluster::{Cluster, ClusterConfig};
 use cove_control_plane::LifecycleVerb::*;
 use cove_node_api::{NodeError, NodeReport};
 use cove_test_support::{Call, FakeNode, Fault};
@@ -277,7 +277,7 @@ async fn a_file_release_builds_on_one_node_and_runs_on_another_by_its_digest() {
 struct SameNode(FakeNode);
 
 #[async_trait::async_trait]
-impl cove_control_plane::cluster::NodeConnector for SameNode {
+impl cove_cluster::NodeConnector for SameNode {
     async fn connect(
         &self,
         _address: &str,

@@ -16,7 +16,7 @@ use cove_api_types::{
     CreateSandboxRequest, ErrorCode, EventType, LifecycleRequest, Operation, OperationState,
     Sandbox, SandboxState,
 };
-use cove_control_plane::cluster::Cluster;
+use cove_cluster::Cluster;
 use cove_control_plane::orgs::{scope, Actor, Caller};
 use cove_control_plane::{Clock, ControlPlane, ControlPlaneConfig, LifecycleVerb, ServiceError};
 use cove_store::{SqliteStore, Store};
@@ -109,7 +109,7 @@ fn control_plane(
     cfg: &ControlPlaneConfig,
 ) -> ControlPlane {
     match cluster {
-        Some(c) => ControlPlane::with_cluster(store.clone(), c.clone(), cfg.clone()),
+        Some(c) => ControlPlane::with_placement(store.clone(), c.clone(), cfg.clone()),
         None => ControlPlane::new(store.clone(), Arc::new(node.clone()), cfg.clone()),
     }
 }

@@ -21,6 +21,7 @@ mod lifecycle;
 mod metrics;
 mod network;
 mod no_caller;
+mod one_node;
 mod ordering;
 mod org_settings;
 mod orgs;

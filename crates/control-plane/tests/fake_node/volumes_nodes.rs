@@ -12,7 +12,7 @@ use cove_api_types::{
     CreateSandboxRequest, CreateVolumeRequest, ErrorCode, ForkRequest, MakeVolumeDirRequest,
     NodeState, SandboxState, VolumeMount,
 };
-use cove_control_plane::cluster::{Cluster, ClusterConfig};
+use cove_cluster::{Cluster, ClusterConfig};
 use cove_control_plane::LifecycleVerb::{Suspend, Wake};
 use cove_control_plane::{VolumeFileQuery, VolumeListQuery, VolumeWriteQuery};
 use cove_node_api::{NodeCapabilities, NodeLifecycle, NodeReport};

@@ -1,6 +1,6 @@
 //! Volumes on a cluster. A volume is an image on one node and never moves: the control plane
 //! records that node with the volume (the store is the one place that says where a volume
-//! is) and addresses every call on the volume to it through [`Cluster::volume_node`]; a
+//! is) and addresses every call on the volume to it through [`Placement::volume_node`](crate::Placement::volume_node); a
 //! sandbox that mounts volumes is placed only on their node ([`Cluster::place`] narrows the
 //! candidates to it), at create, at wake and at a restore of a checkpoint alike.
 //!
@@ -31,7 +31,7 @@ impl Cluster {
     /// # Errors
     /// `Unsupported` when no node that is not lost keeps volumes at all (a VM runtime's);
     /// `NoNodeAvailable` naming the rule that left none.
-    pub async fn place_volume(&self, size_mib: u64) -> Result<VolumePlace, NodeError> {
+    pub(crate) async fn place_volume(&self, size_mib: u64) -> Result<VolumePlace, NodeError> {
         match self.place_volume_here(size_mib) {
             Err(NodeError::NoNodeAvailable(_)) if self.shared.is_some() => {
                 if let Err(e) = self.sync_fresh().await {
@@ -89,7 +89,10 @@ impl Cluster {
     /// # Errors
     /// `NodeUnreachable` when that node is lost or not joined (with a shared registry, after
     /// reading it again).
-    pub async fn volume_node(&self, node: Option<&str>) -> Result<Arc<dyn NodeApi>, NodeError> {
+    pub(crate) async fn volume_node(
+        &self,
+        node: Option<&str>,
+    ) -> Result<Arc<dyn NodeApi>, NodeError> {
         if self.shared.is_some() && self.volume_member(node).is_none() {
             if let Err(e) = self.sync().await {
                 warn!(error = %e, "cannot read the shared node registry");
@@ -106,7 +109,7 @@ impl Cluster {
 
     /// The state of the node that keeps a volume recorded on `node`, with its name as the
     /// cluster knows it (`None`: not joined).
-    pub fn volume_node_state(&self, node: Option<&str>) -> Option<(String, NodeState)> {
+    pub(crate) fn volume_node_state(&self, node: Option<&str>) -> Option<(String, NodeState)> {
         let name = self.volume_member(node)?;
         let state = self.lock().nodes.get(&name)?.state;
         Some((name, state))

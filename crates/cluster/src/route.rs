@@ -628,5 +628,5 @@ fn events_of(
 
 /// A volume call names only the volume's id, and a cluster does not keep where volumes are
 /// (the store does): the control plane addresses each volume call to the volume's node
-/// through [`Cluster::volume_node`] instead, and a call made here answers `Unsupported`.
+/// through [`Placement::volume_node`](crate::Placement::volume_node) instead, and a call made here answers `Unsupported`.
 impl cove_node_api::NodeVolumes for Cluster {}

@@ -2,7 +2,12 @@
 //! loss), placement of new and waking sandboxes ([`scheduler`]; a sandbox that mounts volumes
 //! only on their node, `volumes.rs`), and routing of every other call to the node that holds
 //! the sandbox. The control plane's services use a [`Cluster`] as
-//! their node and never learn which host serves a sandbox.
+//! their node and never learn which host serves a sandbox; what they ask beyond node calls
+//! (nodes to list and drain, a volume's node, loss and change signals) is the [`Placement`]
+//! trait, which a single server answers as a cluster of one ([`OneNode`]).
+//!
+//! This crate knows nodes (`node-api`) and the store's node registry (`store`), never the
+//! control plane's services.
 //!
 //! The registry lives in memory: nodes report what they hold in every heartbeat, so a
 //! restarted control plane learns the placement again as nodes re-join. Replicas on one
@@ -26,11 +31,13 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 mod checkpoints;
+mod placement;
 mod route;
 pub mod scheduler;
 mod shared;
 mod volumes;
 
+pub use placement::{OneNode, Placement, LOCAL_NODE};
 pub use shared::NodeConnector;
 pub use volumes::VolumePlace;
 
@@ -59,7 +66,7 @@ impl Default for ClusterConfig {
 }
 
 /// Why a change of a node's state was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
     /// No node of that name.
     #[error("node {0} not found")]
@@ -67,6 +74,12 @@ pub enum ClusterError {
     /// The node is lost; it becomes ready again by itself when its heartbeats return.
     #[error("node {0} is lost")]
     NodeLost(String),
+    /// The server runs one in-process node, whose state is fixed ([`OneNode`]).
+    #[error("this server runs one in-process node")]
+    OneNode,
+    /// The registry shared with other replicas cannot be read.
+    #[error(transparent)]
+    Store(#[from] cove_store::StoreError),
 }
 
 /// A node as the registry sees it (for `GET /v1/nodes`).
@@ -311,7 +324,7 @@ impl Cluster {
     /// Marks every remote node without a heartbeat for the timeout `lost`; returns their
     /// names. Their running sandboxes then read as gone (reason `node_lost`) to
     /// reconciliation; suspended ones are untouched (their snapshots are in the shared store).
-    pub fn expire(&self) -> Vec<String> {
+    pub(crate) fn expire(&self) -> Vec<String> {
         let mut st = self.lock();
         let timeout = self.cfg.heartbeat_timeout;
         let mut lost = Vec::new();
@@ -330,18 +343,6 @@ impl Cluster {
             self.changed.store(true, Ordering::SeqCst);
         }
         lost
-    }
-
-    /// Whether a node was lost, or came back with sandboxes placed nowhere, since the last
-    /// call (the controller then reconciles at once).
-    pub fn take_changed(&self) -> bool {
-        self.changed.swap(false, Ordering::SeqCst)
-    }
-
-    /// Asks for another reconciliation at the controller's next pass (one left a lost node's
-    /// sandbox unsettled).
-    pub fn mark_changed(&self) {
-        self.changed.store(true, Ordering::SeqCst);
     }
 
     /// Every node, by name.
