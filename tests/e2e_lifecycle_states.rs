@@ -2,6 +2,8 @@
 //! output, suspend releases every node resource and keeps the files (whiteouts and opaque
 //! directories included) in the snapshot store, wake restores them without memory, delete
 //! removes the snapshot; concurrent calls are ordered; events, operation listing and cancel.
+//! The clock is right on the first command after a resume or wake; a wake of files is a new
+//! boot (a new boot id), a pause is not.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -39,6 +41,26 @@ fn as_root(shell_line: &str) -> CreateCommandRequest {
         user: Some("root".into()),
         ..shell(shell_line)
     }
+}
+
+/// Asserts that the sandbox's clock is within 1 s of the host's on the first command (the
+/// host's time read before and after the command bounds the moment it ran).
+async fn clock_is_right(c: &Client, id: &str, after: &str) {
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .as_secs_f64()
+    };
+    let before = now();
+    // Whole seconds: the `tiny` template's busybox `date` has no `%N`.
+    let out = sh(c, id, "date +%s").await;
+    let inside: f64 = out.stdout_text().trim().parse().expect("a time");
+    let end = now();
+    assert!(
+        inside >= before.floor() - 1.0 && inside <= end + 1.0,
+        "the clock after {after} is off: {inside} not within 1 s of [{before}, {end}]"
+    );
 }
 
 /// The sandbox's `/proc/sys/kernel/random/boot_id` (`none` without one).
@@ -121,6 +143,7 @@ async fn pause_freezes_and_resume_keeps_commands_files_and_output() {
         c.get_sandbox(&id).await.expect("get").state,
         SandboxState::Running
     );
+    clock_is_right(&c, &id, "a resume").await;
     let cmd = c
         .get_command(&id, &cid, None)
         .await
@@ -218,6 +241,7 @@ async fn suspend_releases_the_node_and_wake_restores_files_without_memory() {
     let s = c.get_sandbox(&id).await.expect("get");
     assert_eq!(s.state, SandboxState::Running);
     assert_eq!(s.memory_restored, Some(false));
+    clock_is_right(&c, &id, "a wake").await;
     assert!(
         !snapshot_object(&id).exists(),
         "the snapshot is dropped once the files are back"
