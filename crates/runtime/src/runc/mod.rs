@@ -30,6 +30,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
+use tracing::warn;
 
 use crate::{
     Adopted, ArtifactReader, ArtifactSpec, ArtifactWriter, Capabilities, Runtime, RuntimeError,
@@ -42,6 +43,7 @@ mod command_cgroups;
 mod config;
 mod disk;
 mod freezer;
+pub mod gvisor_memory;
 mod identity;
 mod idmap;
 mod kill;
@@ -276,6 +278,7 @@ impl Runtime for RuncRuntime {
         Capabilities {
             pause: true,
             suspend_memory: false,
+            suspend_memory_without_network: self.runc.is_runsc(),
             network: true,
             network_tap: false,
             user_namespaces: self.userns.is_some(),
@@ -284,14 +287,37 @@ impl Runtime for RuncRuntime {
     }
 
     async fn start(&self, spec: &SandboxSpec) -> Result<Started, RuntimeError> {
-        let started = start::start(
+        let layout = layout::Layout::new(&spec.dir);
+        let restoring = self.runc.is_runsc() && gvisor_memory::pending(&layout);
+        let started = match start::start(
             &self.runc,
             spec,
             self.host,
             &self.views,
             self.userns.as_deref(),
         )
-        .await?;
+        .await
+        {
+            Ok(s) => s,
+            Err(error) if restoring => {
+                // The sandbox's files are intact: it starts cold on them instead.
+                warn!(sandbox_id = %spec.id, %error,
+                    "gVisor restore failed: starting the sandbox from its files");
+                gvisor_memory::discard(&layout).await;
+                start::start(
+                    &self.runc,
+                    spec,
+                    self.host,
+                    &self.views,
+                    self.userns.as_deref(),
+                )
+                .await?
+            }
+            Err(e) => return Err(e),
+        };
+        if restoring {
+            gvisor_memory::discard(&layout).await;
+        }
         self.learn_freezer(&spec.id, started.init_pid);
         Ok(started)
     }
@@ -340,6 +366,37 @@ impl Runtime for RuncRuntime {
         snapshot::ARTIFACTS
     }
 
+    fn memory_artifacts(&self) -> &'static [ArtifactSpec] {
+        if self.runc.is_runsc() {
+            gvisor_memory::ARTIFACTS
+        } else {
+            &[]
+        }
+    }
+
+    async fn checkpoint_memory(&self, id: &str, dir: &Path) -> Result<bool, RuntimeError> {
+        if !self.runc.is_runsc() {
+            return Ok(false);
+        }
+        layout::validate_id(id)?;
+        let freezer = self.freezer(id).await?;
+        gvisor_memory::checkpoint(&self.runc, id, &layout::Layout::new(dir), &freezer).await
+    }
+
+    async fn undo_checkpoint(&self, id: &str, dir: &Path) -> Result<(), RuntimeError> {
+        layout::validate_id(id)?;
+        let layout = layout::Layout::new(dir);
+        if !self.runc.is_runsc() || !gvisor_memory::pending(&layout) {
+            return Err(RuntimeError::Unavailable(format!(
+                "sandbox {id} has no memory checkpoint to carry on from"
+            )));
+        }
+        let pid = gvisor_memory::restore_in_place(&self.runc, id, &layout).await?;
+        self.lock_freezers().remove(id);
+        self.learn_freezer(id, pid);
+        Ok(())
+    }
+
     async fn save_artifact(
         &self,
         id: &str,
@@ -348,6 +405,9 @@ impl Runtime for RuncRuntime {
         out: ArtifactWriter,
     ) -> Result<u64, RuntimeError> {
         layout::validate_id(id)?;
+        if self.memory_artifacts().iter().any(|a| a.name == name) {
+            return gvisor_memory::save(dir, name, out).await;
+        }
         snapshot::save(dir, name, out).await
     }
 
@@ -357,10 +417,16 @@ impl Runtime for RuncRuntime {
         name: &str,
         input: ArtifactReader,
     ) -> Result<u64, RuntimeError> {
+        if self.memory_artifacts().iter().any(|a| a.name == name) {
+            return gvisor_memory::load(dir, name, input).await;
+        }
         snapshot::load(dir, name, input).await
     }
 
     async fn check_artifact(&self, name: &str, input: ArtifactReader) -> Result<u64, RuntimeError> {
+        if gvisor_memory::ARTIFACTS.iter().any(|a| a.name == name) {
+            return Err(gvisor_memory::refuse_import(name));
+        }
         snapshot::check_artifact(name, input).await
     }
 

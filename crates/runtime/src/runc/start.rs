@@ -23,7 +23,7 @@ use super::identity::write_identity;
 use super::layout::{io_err, validate_hostname, validate_id, Layout};
 use super::userns::{IdRange, Record, UserNamespaces};
 use super::views::HostViews;
-use super::{command_cgroups, config, disk, join_error, mounts, stop};
+use super::{command_cgroups, config, disk, gvisor_memory, join_error, mounts, stop};
 use crate::UnixSocketConnector;
 use crate::{RuntimeError, SandboxSpec, Started};
 
@@ -36,7 +36,7 @@ const AGENT_POLL: Duration = Duration::from_millis(1);
 /// How often (in polls) the agent process is checked to still be alive (every 100 ms).
 const LIVENESS_EVERY: u32 = 100;
 /// Name of the file in `bundle/` that `runc run` writes the init's pid to.
-const PID_FILE: &str = "init.pid";
+pub(crate) const PID_FILE: &str = "init.pid";
 /// Largest trust bundle of a sandbox's own that is extended with the gateway's CA, in bytes.
 const MAX_CA_BUNDLE_BYTES: u64 = 16 << 20;
 /// Longest agent-log tail put into an error, in bytes.
@@ -134,8 +134,29 @@ async fn run(
     .map_err(join_error)??;
 
     let pid_file = layout.bundle.join(PID_FILE);
-    if !runc
-        .run_detached(
+    // gVisor with a memory checkpoint (a suspend without a network): `runsc restore` on the
+    // same paths, its run dir back first (`gvisor_memory.rs`).
+    let restore = gvisor && spec.network.is_none() && gvisor_memory::pending(layout);
+    let launched = if restore {
+        let unpack_layout = layout.clone();
+        tokio::task::spawn_blocking(move || gvisor_memory::unpack_run_dir(&unpack_layout))
+            .await
+            .map_err(join_error)??;
+        let began = Instant::now();
+        let restored = runc
+            .restore_detached(
+                &spec.id,
+                &layout.bundle,
+                &layout.dir.join(gvisor_memory::CHECKPOINT_DIR),
+                &pid_file,
+                log,
+            )
+            .await?;
+        info!(sandbox_id = %spec.id, restored, restore_ms = began.elapsed().as_millis() as u64,
+            "runsc restore");
+        restored
+    } else {
+        runc.run_detached(
             &spec.id,
             &layout.bundle,
             &pid_file,
@@ -144,14 +165,20 @@ async fn run(
             spec.network.as_ref().map(|n| n.netns_path.as_path()),
         )
         .await?
-    {
+    };
+    if !launched {
         return Err(RuntimeError::Command {
-            op: "create",
+            op: if restore { "restore" } else { "create" },
             id: spec.id.clone(),
             detail: log_since(&layout.agent_log, log_offset),
         });
     }
     let pid = read_pid(&spec.id, &pid_file)?;
+    if restore {
+        // The agent kept its state in memory; it listens again on its signal.
+        runc.signal(&spec.id, cove_guest_protocol::RELISTEN_SIGNAL)
+            .await?;
+    }
     // The container holds its own binds of the volumes now: the host's idmapped clones go, so
     // nothing under the sandbox directory is a writable volume when the directory is removed.
     if !spec.volumes.is_empty() {
@@ -168,12 +195,12 @@ async fn run(
     Ok(Started {
         guest: std::sync::Arc::new(UnixSocketConnector::new(layout.agent_socket())),
         init_pid: pid,
-        memory_restored: false,
+        memory_restored: restore,
     })
 }
 
 /// The init's host pid as `runc run --pid-file` wrote it.
-fn read_pid(id: &str, pid_file: &std::path::Path) -> Result<u32, RuntimeError> {
+pub(crate) fn read_pid(id: &str, pid_file: &std::path::Path) -> Result<u32, RuntimeError> {
     let text = std::fs::read_to_string(pid_file).map_err(|source| RuntimeError::Io {
         context: format!("read {}", pid_file.display()),
         source,
