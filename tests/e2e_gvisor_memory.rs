@@ -148,8 +148,52 @@ async fn processes_and_a_loopback_server_carry_on_after_suspend_and_wake() {
     );
     // A second round works too (the agent quiesces again after listening again).
     assert_eq!(suspend_and_wake(&c, &id).await, Some(true));
-    assert!(counter(&c, &id).await >= later);
+    let second = counter(&c, &id).await;
+    assert!(second >= later, "counter restarted: {later} then {second}");
+
+    // A suspend that fails after the checkpoint (the snapshot store cannot write this
+    // sandbox's objects: their directory is immutable) is rolled back: the sandbox carries on
+    // from its checkpoint, in place.
+    let objects = gvisor_server()
+        .data_dir
+        .join("snapshots/sandboxes")
+        .join(&id);
+    std::fs::create_dir_all(&objects).expect("objects dir");
+    chattr("+i", &objects);
+    let op = c.suspend_sandbox(&id).await.expect("suspend");
+    let op = c
+        .wait_operation(&op.id, Duration::from_secs(120))
+        .await
+        .expect("operation ends");
+    chattr("-i", &objects);
+    assert_eq!(op.state, OperationState::Failed, "{op:?}");
+    assert_eq!(
+        c.get_sandbox(&id).await.expect("get").state,
+        SandboxState::Running
+    );
+    let resumed = counter(&c, &id).await;
+    assert!(
+        resumed >= second,
+        "counter restarted: {second} then {resumed}"
+    );
+    let o = sh(&c, &id, &get).await;
+    assert!(
+        o.stdout_text().starts_with("200\n") && o.stdout_text().contains("http.server"),
+        "{:?} {:?}",
+        o.stdout_text(),
+        o.stderr_text()
+    );
     delete(&c, &id).await;
+}
+
+/// `chattr <flag> <path>` (the immutable attribute: even root cannot write into the directory).
+fn chattr(flag: &str, path: &std::path::Path) {
+    let ok = std::process::Command::new("chattr")
+        .arg(flag)
+        .arg(path)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "chattr {flag} {}", path.display());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
