@@ -18,7 +18,7 @@
 //! Files by verb: `start.rs` (create + start + wait for the agent, undo on failure), `stop.rs`
 //! (kill, delete, unmount; idempotent); by concern: `cli.rs` (invoking runc), `config.rs` (OCI
 //! config), `seccomp.rs` (syscall deny-list), `mounts.rs` (overlay), `cgroups.rs` (cgroup
-//! paths), `command_cgroups.rs` (the cgroups delegated to the agent for its commands), `layout.rs` (the sandbox directory), `views.rs` (lxcfs and cpusets: honest limits), `snapshot/` (the `fs.tar` artifact: the upper dir packed and unpacked).
+//! paths), `command_cgroups.rs` (the cgroups delegated to the agent for its commands), `layout.rs` (the sandbox directory), `views.rs` (lxcfs and cpusets: honest limits), `snapshot/` (the `fs.tar` artifact: the upper dir packed and unpacked), `gvisor_memory.rs` (gVisor: a suspend that keeps memory, for sandboxes without a network).
 //!
 //! Host requirements and quirks: root; cgroup v1 or v2 (runc decides; paths are read back from
 //! `/proc/<pid>/cgroup`). Without `CAP_SYS_RESOURCE` (as on this project's CI machines) the
@@ -43,7 +43,7 @@ mod command_cgroups;
 mod config;
 mod disk;
 mod freezer;
-pub mod gvisor_memory;
+mod gvisor_memory;
 mod identity;
 mod idmap;
 mod kill;
