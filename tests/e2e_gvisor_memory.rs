@@ -230,3 +230,43 @@ async fn a_failed_checkpoint_falls_back_to_the_files() {
     assert_eq!(o.stdout_text(), "kept\nfresh\n", "{}", o.stderr_text());
     delete(&c, &id).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_that_fails_starts_the_sandbox_from_its_files() {
+    if !have_runsc() {
+        return;
+    }
+    let c = client_of(gvisor_server());
+    let id = sandbox(&c, "base").await;
+    let o = root_sh(
+        &c,
+        &id,
+        "echo kept > /root/file.txt; echo 1 > /tmp/gone; echo ok",
+    )
+    .await;
+    assert_eq!(o.stdout_text(), "ok\n", "{}", o.stderr_text());
+    done(&c, c.suspend_sandbox(&id).await.expect("suspend")).await;
+    // The memory image no longer is one: garbage of the same length.
+    let image = gvisor_server()
+        .data_dir
+        .join("snapshots/sandboxes")
+        .join(&id)
+        .join("gvisor-memory.img");
+    let len = std::fs::metadata(&image).expect("memory image saved").len();
+    std::fs::write(&image, vec![0x5a_u8; len as usize]).expect("damage the image");
+
+    done(&c, c.wake_sandbox(&id).await.expect("wake")).await;
+    let s = c.get_sandbox(&id).await.expect("get");
+    assert_eq!(
+        (s.state, s.memory_restored),
+        (SandboxState::Running, Some(false))
+    );
+    let o = root_sh(
+        &c,
+        &id,
+        "cat /root/file.txt; test -e /tmp/gone || echo fresh",
+    )
+    .await;
+    assert_eq!(o.stdout_text(), "kept\nfresh\n", "{}", o.stderr_text());
+    delete(&c, &id).await;
+}

@@ -24,7 +24,8 @@
 //! (something in the sandbox holds a host socket: a unix socket bound on its disk is one) leaves
 //! the sandbox stopped with its files intact. Either way the suspend saves the files only and the
 //! wake restarts the sandbox (`memory_restored: false`); the reason is logged. A restore that
-//! fails is undone and the sandbox starts cold on its files.
+//! fails (runsc refuses the image, or the agent does not come back) is undone and the sandbox
+//! starts cold in the same prepared directory, on its files.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -118,6 +119,12 @@ pub(crate) async fn checkpoint(
     tokio::task::spawn_blocking(move || super::seal::unseal(&run))
         .await
         .map_err(join_error)?;
+    // A marker of before would pass for the agent's answer.
+    match tokio::fs::remove_file(marker(layout)).await {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err("remove an old quiesce marker")(e)),
+    }
     let quiet = match runc.signal(id, QUIESCE_SIGNAL).await {
         Ok(()) => wait_for(&marker(layout), QUIESCE_TIMEOUT).await,
         Err(e) => Err(e.to_string()),
@@ -194,6 +201,27 @@ pub(crate) async fn restore_in_place(
 /// The agent's quiesce marker on the host.
 fn marker(layout: &Layout) -> PathBuf {
     layout.run_dir().join(QUIESCED_MARKER)
+}
+
+/// After a restore that failed in a prepared directory: whatever runsc started goes, with the
+/// checkpoint and what the restore unpacked into the run dir (the quiesce marker, above all), so
+/// the sandbox can start cold there.
+pub(crate) async fn undo_restore(
+    runc: &Runc,
+    id: &str,
+    layout: &Layout,
+) -> Result<(), RuntimeError> {
+    if runc.exists(id) {
+        runc.kill(id).await?;
+        runc.delete_force(id).await?;
+    }
+    discard(layout).await;
+    remove_socket(layout).await;
+    match tokio::fs::remove_file(marker(layout)).await {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_err("remove the quiesce marker")(e)),
+    }
 }
 
 /// Tells a quiesced agent to listen again and waits for its socket; seals the run dir. An

@@ -30,7 +30,6 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
-use tracing::warn;
 
 use crate::{
     Adopted, ArtifactReader, ArtifactSpec, ArtifactWriter, Capabilities, Runtime, RuntimeError,
@@ -289,32 +288,15 @@ impl Runtime for RuncRuntime {
     async fn start(&self, spec: &SandboxSpec) -> Result<Started, RuntimeError> {
         let layout = layout::Layout::new(&spec.dir);
         let restoring = self.runc.is_runsc() && gvisor_memory::pending(&layout);
-        let started = match start::start(
+        // A failed restore falls back to a cold start inside `start` (`start.rs`).
+        let started = start::start(
             &self.runc,
             spec,
             self.host,
             &self.views,
             self.userns.as_deref(),
         )
-        .await
-        {
-            Ok(s) => s,
-            Err(error) if restoring => {
-                // The sandbox's files are intact: it starts cold on them instead.
-                warn!(sandbox_id = %spec.id, %error,
-                    "gVisor restore failed: starting the sandbox from its files");
-                gvisor_memory::discard(&layout).await;
-                start::start(
-                    &self.runc,
-                    spec,
-                    self.host,
-                    &self.views,
-                    self.userns.as_deref(),
-                )
-                .await?
-            }
-            Err(e) => return Err(e),
-        };
+        .await?;
         if restoring {
             gvisor_memory::discard(&layout).await;
         }

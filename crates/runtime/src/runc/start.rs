@@ -135,50 +135,45 @@ async fn run(
 
     let pid_file = layout.bundle.join(PID_FILE);
     // gVisor with a memory checkpoint (a suspend without a network): `runsc restore` on the
-    // same paths, its run dir back first (`gvisor_memory.rs`).
-    let restore = gvisor && spec.network.is_none() && gvisor_memory::pending(layout);
-    let launched = if restore {
-        let unpack_layout = layout.clone();
-        tokio::task::spawn_blocking(move || gvisor_memory::unpack_run_dir(&unpack_layout))
-            .await
-            .map_err(join_error)??;
-        let began = Instant::now();
-        let restored = runc
-            .restore_detached(
-                &spec.id,
-                &layout.bundle,
-                &layout.dir.join(gvisor_memory::CHECKPOINT_DIR),
-                &pid_file,
-                log,
-            )
-            .await?;
-        info!(sandbox_id = %spec.id, restored, restore_ms = began.elapsed().as_millis() as u64,
-            "runsc restore");
-        restored
-    } else {
-        runc.run_detached(
-            &spec.id,
-            &layout.bundle,
-            &pid_file,
-            log,
-            &cgroup_fds,
-            spec.network.as_ref().map(|n| n.netns_path.as_path()),
-        )
-        .await?
+    // same paths (`gvisor_memory.rs`). When that fails the sandbox starts cold on the same
+    // prepared directory: its files (on its own disk too) stay where they are.
+    let mut restored = None;
+    if gvisor && spec.network.is_none() && gvisor_memory::pending(layout) {
+        let restore_log = log
+            .try_clone()
+            .map_err(io_err("duplicate agent log handle"))?;
+        match restore(runc, spec, layout, &pid_file, restore_log, log_offset).await {
+            Ok(pid) => restored = Some(pid),
+            Err(error) => {
+                warn!(sandbox_id = %spec.id, %error,
+                    "gVisor restore failed: starting the sandbox from its files");
+                gvisor_memory::undo_restore(runc, &spec.id, layout).await?;
+            }
+        }
+    }
+    let pid = match restored {
+        Some(pid) => pid,
+        None => {
+            if !runc
+                .run_detached(
+                    &spec.id,
+                    &layout.bundle,
+                    &pid_file,
+                    log,
+                    &cgroup_fds,
+                    spec.network.as_ref().map(|n| n.netns_path.as_path()),
+                )
+                .await?
+            {
+                return Err(RuntimeError::Command {
+                    op: "create",
+                    id: spec.id.clone(),
+                    detail: log_since(&layout.agent_log, log_offset),
+                });
+            }
+            read_pid(&spec.id, &pid_file)?
+        }
     };
-    if !launched {
-        return Err(RuntimeError::Command {
-            op: if restore { "restore" } else { "create" },
-            id: spec.id.clone(),
-            detail: log_since(&layout.agent_log, log_offset),
-        });
-    }
-    let pid = read_pid(&spec.id, &pid_file)?;
-    if restore {
-        // The agent kept its state in memory; it listens again on its signal.
-        runc.signal(&spec.id, cove_guest_protocol::RELISTEN_SIGNAL)
-            .await?;
-    }
     // The container holds its own binds of the volumes now: the host's idmapped clones go, so
     // nothing under the sandbox directory is a writable volume when the directory is removed.
     if !spec.volumes.is_empty() {
@@ -187,7 +182,9 @@ async fn run(
             .await
             .map_err(join_error)??;
     }
-    wait_for_agent(spec, layout, pid, log_offset).await?;
+    if restored.is_none() {
+        wait_for_agent(spec, layout, pid, log_offset).await?;
+    }
     let run = layout.run_dir();
     tokio::task::spawn_blocking(move || super::seal::seal(&run))
         .await
@@ -195,8 +192,44 @@ async fn run(
     Ok(Started {
         guest: std::sync::Arc::new(UnixSocketConnector::new(layout.agent_socket())),
         init_pid: pid,
-        memory_restored: restore,
+        memory_restored: restored.is_some(),
     })
+}
+
+/// `runsc restore` of the checkpoint in the prepared directory: the run dir unpacked, the
+/// sandbox restored, its agent told to listen again and answering. Returns the init's pid.
+async fn restore(
+    runc: &Runc,
+    spec: &SandboxSpec,
+    layout: &Layout,
+    pid_file: &Path,
+    log: std::fs::File,
+    log_offset: u64,
+) -> Result<u32, RuntimeError> {
+    let unpack_layout = layout.clone();
+    tokio::task::spawn_blocking(move || gvisor_memory::unpack_run_dir(&unpack_layout))
+        .await
+        .map_err(join_error)??;
+    let began = Instant::now();
+    let image_dir = layout.dir.join(gvisor_memory::CHECKPOINT_DIR);
+    if !runc
+        .restore_detached(&spec.id, &layout.bundle, &image_dir, pid_file, log)
+        .await?
+    {
+        return Err(RuntimeError::Command {
+            op: "restore",
+            id: spec.id.clone(),
+            detail: log_since(&layout.agent_log, log_offset),
+        });
+    }
+    info!(sandbox_id = %spec.id, restore_ms = began.elapsed().as_millis() as u64,
+        "sandbox restored by runsc");
+    let pid = read_pid(&spec.id, pid_file)?;
+    // The agent kept its state in memory; it listens again on its signal.
+    runc.signal(&spec.id, cove_guest_protocol::RELISTEN_SIGNAL)
+        .await?;
+    wait_for_agent(spec, layout, pid, log_offset).await?;
+    Ok(pid)
 }
 
 /// The init's host pid as `runc run --pid-file` wrote it.
