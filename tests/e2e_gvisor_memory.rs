@@ -138,6 +138,13 @@ async fn processes_and_a_loopback_server_carry_on_after_suspend_and_wake() {
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let later = counter(&c, &id).await;
     assert!(later > after, "counter stopped: {after} then {later}");
+    // Pause (the freezer of the restored sandbox) and resume work on it.
+    done(&c, c.pause_sandbox(&id).await.expect("pause")).await;
+    assert_eq!(
+        c.get_sandbox(&id).await.expect("get").state,
+        SandboxState::Paused
+    );
+    done(&c, c.resume_sandbox(&id).await.expect("resume")).await;
     // The same server process answers.
     let o = sh(&c, &id, &get).await;
     assert!(
