@@ -79,8 +79,10 @@ pub struct RuntimeCapabilities {
     pub boundary: String,
     /// `pause` keeps processes frozen in memory.
     pub pause: bool,
-    /// `suspend` saves process memory too. When false (runc, gvisor), `wake` restarts the
-    /// sandbox from its saved files: processes and commands from before the suspend are gone.
+    /// `suspend` saves process memory too (qemu; gvisor on a node without sandbox networks,
+    /// unless a sandbox's checkpoint fails: its wake then says `memory_restored: false`). When
+    /// false (runc, gvisor with sandbox networks), `wake` restarts the sandbox from its saved
+    /// files: processes and commands from before the suspend are gone.
     pub suspend_memory: bool,
     /// Where suspended sandboxes are kept (`file` or `s3`).
     pub snapshot_store: String,

@@ -7,8 +7,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio::net::UnixListener;
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::signal::unix::{signal, Signal, SignalKind};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
+
+use cove_guest_protocol::QUIESCED_MARKER;
 
 use crate::command_cgroup::CgroupRoots;
 use crate::commands::CommandTable;
@@ -41,6 +45,10 @@ pub enum StartError {
 /// PID 1) and non-dumpable (no ptrace of the agent from inside), bring `lo` up, prepare the run dir (`output/` 0700 and `scripts/` 0711, emptied; the run
 /// dir gets search permission for everyone so a non-root user can read its script), start the
 /// reaper, then listen (socket mode 0600: only the sandbox's root can use it).
+///
+/// With `--quiesce-on-signal`, SIGUSR1 closes the socket and every connection (commands keep
+/// running, their output is kept) and SIGUSR2 listens again at the same path: see "Quiesce" in
+/// [`cove_guest_protocol`].
 pub async fn run(config: Config) -> Result<(), StartError> {
     // First: the delegated cgroups arrive as inherited descriptors, close-on-exec from here on.
     let cgroups = CgroupRoots::discover();
@@ -77,13 +85,102 @@ pub async fn run(config: Config) -> Result<(), StartError> {
     info!(socket = %agent.config.listen.display(), version = env!("CARGO_PKG_VERSION"), "guest agent listening");
     let mut term = signal(SignalKind::terminate()).map_err(StartError::Reaper)?;
     let mut int = signal(SignalKind::interrupt()).map_err(StartError::Reaper)?;
-    tokio::select! {
-        _ = server::serve(agent.clone(), listener) => {}
-        _ = term.recv() => info!("SIGTERM: stopping"),
-        _ = int.recv() => info!("SIGINT: stopping"),
+    let mut quiesce = if agent.config.quiesce_on_signal {
+        Some(Quiesce::install().map_err(StartError::Reaper)?)
+    } else {
+        None
+    };
+    let mut listener = listener;
+    loop {
+        let stop = CancellationToken::new();
+        let connections = TaskTracker::new();
+        tokio::select! {
+            _ = server::serve(agent.clone(), listener, &connections, &stop) => break,
+            _ = term.recv() => { info!("SIGTERM: stopping"); break }
+            _ = int.recv() => { info!("SIGINT: stopping"); break }
+            Some(q) = async { Some(quiesce.as_mut()?.quiesce.recv().await) } => { let _ = q; }
+        }
+        // Quiesce: the listener went with the `serve` future; now every connection.
+        let Some(q) = quiesce.as_mut() else { break };
+        close_connections(&agent, &stop, &connections).await;
+        q.drain_relisten();
+        info!("quiesced: no socket and no connection open");
+        listener = loop {
+            tokio::select! {
+                _ = q.relisten.recv() => {}
+                _ = term.recv() => { info!("SIGTERM: stopping"); shutdown(&agent); return Ok(()) }
+                _ = int.recv() => { info!("SIGINT: stopping"); shutdown(&agent); return Ok(()) }
+            }
+            unmark_quiesced(&agent);
+            match listen(&agent.config.listen) {
+                Ok(l) => break l,
+                Err(error) => warn!(%error, "cannot listen again; waiting for the next signal"),
+            }
+        };
+        info!(socket = %agent.config.listen.display(), "guest agent listening again");
     }
     shutdown(&agent);
     Ok(())
+}
+
+/// The quiesce and relisten signals (`--quiesce-on-signal`).
+struct Quiesce {
+    quiesce: Signal,
+    relisten: Signal,
+}
+
+impl Quiesce {
+    fn install() -> io::Result<Self> {
+        Ok(Quiesce {
+            quiesce: signal(SignalKind::user_defined1())?,
+            relisten: signal(SignalKind::user_defined2())?,
+        })
+    }
+
+    /// Forgets a relisten signal that came while the agent listened, so that it waits for the
+    /// next one.
+    fn drain_relisten(&mut self) {
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        while let std::task::Poll::Ready(Some(())) = self.relisten.poll_recv(&mut cx) {}
+    }
+}
+
+/// Longest wait for the connections to close at a quiesce (a connection stuck in a write to a
+/// host that does not read is dropped with the task anyway).
+const QUIESCE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Ends every connection, waits until each has closed its stream, then creates the quiesce
+/// marker: it tells the host that the agent holds no host socket any more.
+async fn close_connections(agent: &Agent, stop: &CancellationToken, connections: &TaskTracker) {
+    stop.cancel();
+    connections.close();
+    if tokio::time::timeout(QUIESCE_WAIT, connections.wait())
+        .await
+        .is_err()
+    {
+        warn!(
+            open = connections.len(),
+            "connections did not close in time"
+        );
+    }
+    // gVisor refuses to remove its host socket from inside (`EPERM`): the host does.
+    if let Err(error) = fs::remove_file(&agent.config.listen) {
+        debug!(%error, "cannot remove the socket at a quiesce");
+    }
+    let marker = agent.config.run_dir.join(QUIESCED_MARKER);
+    if let Err(error) = fs::write(&marker, b"") {
+        warn!(%error, "cannot mark the agent quiesced");
+    }
+}
+
+/// Leaves the quiesced state: the marker goes before the agent listens again.
+fn unmark_quiesced(agent: &Agent) {
+    match fs::remove_file(agent.config.run_dir.join(QUIESCED_MARKER)) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(error) => warn!(%error, "cannot remove the quiesce marker"),
+    }
 }
 
 /// `/.cove`, the run dir, the socket and the agent's own binary.

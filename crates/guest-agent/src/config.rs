@@ -30,6 +30,12 @@ pub struct Config {
     /// Bytes at the end of one command's output that are always kept (`--output-tail-bytes`,
     /// default half the cap, at most the cap).
     pub output_tail_bytes: u64,
+    /// Quiesce on [`QUIESCE_SIGNAL`] and listen again on [`RELISTEN_SIGNAL`]
+    /// (`--quiesce-on-signal`; gVisor's checkpoints, see [`crate::agent`]).
+    ///
+    /// [`QUIESCE_SIGNAL`]: cove_guest_protocol::QUIESCE_SIGNAL
+    /// [`RELISTEN_SIGNAL`]: cove_guest_protocol::RELISTEN_SIGNAL
+    pub quiesce_on_signal: bool,
 }
 
 /// What the command line asks for.
@@ -57,6 +63,8 @@ options:
                                 is dropped and the command is marked truncated (default
                                 1073741824)
   --output-tail-bytes N         the rolling tail kept of a longer output (default: cap/2)
+  --quiesce-on-signal           on SIGUSR1 close the socket and every connection (commands
+                                keep running), on SIGUSR2 listen again
   --help, --version
 ";
 
@@ -70,6 +78,7 @@ where
     let mut output_memory_bytes = DEFAULT_OUTPUT_MEMORY_BYTES;
     let mut output_cap_bytes = DEFAULT_OUTPUT_CAP_BYTES;
     let mut output_tail_bytes = None;
+    let mut quiesce_on_signal = false;
     let mut args = args.into_iter();
     while let Some(arg) = args.next() {
         let (flag, inline) = match arg.split_once('=') {
@@ -87,6 +96,7 @@ where
             "--version" | "-V" => return Ok(Invocation::Version),
             "--listen" => listen = Some(PathBuf::from(value("--listen")?)),
             "--run-dir" => run_dir = PathBuf::from(value("--run-dir")?),
+            cove_guest_protocol::QUIESCE_FLAG if inline.is_none() => quiesce_on_signal = true,
             "--output-memory-bytes" => {
                 let v = value("--output-memory-bytes")?;
                 output_memory_bytes = v
@@ -119,6 +129,7 @@ where
         output_memory_bytes,
         output_cap_bytes,
         output_tail_bytes,
+        quiesce_on_signal,
     }))
 }
 
@@ -140,6 +151,11 @@ mod tests {
         assert_eq!(c.output_memory_bytes, DEFAULT_OUTPUT_MEMORY_BYTES);
         assert_eq!(c.output_cap_bytes, DEFAULT_OUTPUT_CAP_BYTES);
         assert_eq!(c.output_tail_bytes, DEFAULT_OUTPUT_CAP_BYTES / 2);
+        assert!(!c.quiesce_on_signal);
+        let Ok(Invocation::Run(c)) = parse(&["--listen", "/s.sock", "--quiesce-on-signal"]) else {
+            panic!("parse")
+        };
+        assert!(c.quiesce_on_signal);
         let Ok(Invocation::Run(c)) = parse(&[
             "--listen=/a",
             "--run-dir",
@@ -169,6 +185,7 @@ mod tests {
         assert!(parse(&["--listen"]).is_err());
         assert!(parse(&["--listen", "/a", "--bogus"]).is_err());
         assert!(parse(&["--listen", "/a", "--output-cap-bytes", "x"]).is_err());
+        assert!(parse(&["--listen", "/a", "--quiesce-on-signal=1"]).is_err());
         assert_eq!(parse(&["--help"]), Ok(Invocation::Help));
     }
 }

@@ -1,6 +1,8 @@
 //! Connections: handshake, request routing, and one writer task per connection.
 //! [`serve`] accepts on the unix socket; [`serve_connection`] serves one connection on any
-//! byte stream, so other transports reuse it.
+//! byte stream, so other transports reuse it. Every connection [`serve`] accepted ends when its
+//! `stop` token is cancelled, and its tracker says when the last one has closed (a quiesce:
+//! see [`crate::agent`]).
 //!
 //! Every request of a connection runs in its own task; responses go through one bounded queue to
 //! the writer, so a slow host paces the agent instead of growing its memory. `Data`/`DataEnd`
@@ -18,6 +20,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::UnixListener;
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
 use crate::dispatch::dispatch;
@@ -33,12 +36,18 @@ const UPLOAD_QUEUE: usize = 4;
 /// Requests of one connection served at once; more wait.
 const MAX_IN_FLIGHT: usize = 256;
 
-/// Accepts connections until the listener fails.
-pub async fn serve(agent: Arc<Agent>, listener: UnixListener) {
+/// Accepts connections until the future is dropped (which closes the listener). Each
+/// connection runs on `connections` and closes once `stop` is cancelled.
+pub async fn serve(
+    agent: Arc<Agent>,
+    listener: UnixListener,
+    connections: &TaskTracker,
+    stop: &CancellationToken,
+) {
     loop {
         match listener.accept().await {
             Ok((stream, _)) => {
-                tokio::spawn(serve_connection(agent.clone(), stream));
+                connections.spawn(serve_connection(agent.clone(), stream, stop.child_token()));
             }
             Err(e) => {
                 warn!(error = %e, "accept failed");
@@ -49,16 +58,20 @@ pub async fn serve(agent: Arc<Agent>, listener: UnixListener) {
 }
 
 /// Serves one connection on any byte stream (a unix socket, a virtio-serial port, ...) until
-/// the host closes it or breaks the protocol: the handshake, then requests until EOF.
-pub async fn serve_connection<S>(agent: Arc<Agent>, stream: S)
+/// the host closes it, breaks the protocol, or `cancel` is cancelled: the handshake, then
+/// requests until EOF. Returns once both halves of the stream are dropped.
+pub async fn serve_connection<S>(agent: Arc<Agent>, stream: S, cancel: CancellationToken)
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
     let (mut rd, wr) = tokio::io::split(stream);
     let (tx, rx) = mpsc::channel(WRITE_QUEUE);
-    let cancel = CancellationToken::new();
     let writer = tokio::spawn(write_loop(wr, rx, cancel.clone()));
-    if handshake(&mut rd, &tx).await {
+    let greeted = tokio::select! {
+        ok = handshake(&mut rd, &tx) => ok,
+        _ = cancel.cancelled() => false,
+    };
+    if greeted {
         read_loop(&agent, &mut rd, &tx, &cancel).await;
     }
     drop(tx);

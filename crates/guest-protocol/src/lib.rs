@@ -35,6 +35,19 @@
 //!   [`Response::FileEvents`] frames for as long as the host keeps the connection open; closing
 //!   it removes the guest's watches.
 
+//!
+//! # Quiesce (gVisor checkpoints)
+//! A guest agent started with [`QUIESCE_FLAG`] stops talking to the host on [`QUIESCE_SIGNAL`]:
+//! it closes its listening socket and every connection, tries to remove the socket file (gVisor
+//! refuses that from inside: the host removes it), and then creates [`QUIESCED_MARKER`] in its
+//! run dir, the sign that no host socket is left open; commands keep running and their output
+//! is kept. On [`RELISTEN_SIGNAL`] it removes the marker and listens at the same path again
+//! (the socket file must be gone by then). gVisor
+//! cannot checkpoint a sandbox that holds a host socket, and the agent's socket is one; the
+//! signals come from outside the sandbox (`runsc kill`), so no socket into it is needed. This
+//! is outside the framed protocol: frames and [`PROTOCOL_VERSION`] are unchanged, and an agent
+//! without the flag ignores both signals.
+
 use serde::{Deserialize, Serialize};
 
 mod codec;
@@ -84,6 +97,20 @@ pub const GUEST_SOCKET_PATH: &str = "/.cove/run/agent.sock";
 /// large scripts). It is backed by the node, not by the sandbox's disk, so a full disk or a deleted
 /// `/tmp` in the sandbox does not break the agent.
 pub const GUEST_RUN_DIR: &str = "/.cove/run";
+
+/// The guest agent's flag that turns quiescing on (see "Quiesce" above).
+pub const QUIESCE_FLAG: &str = "--quiesce-on-signal";
+
+/// The signal that quiesces an agent started with [`QUIESCE_FLAG`] (`SIGUSR1`; the name as
+/// `kill` and `runsc kill` take it).
+pub const QUIESCE_SIGNAL: &str = "USR1";
+
+/// The signal that makes a quiesced agent listen again (`SIGUSR2`).
+pub const RELISTEN_SIGNAL: &str = "USR2";
+
+/// The file a quiesced agent creates in its run dir ([`GUEST_RUN_DIR`]) once it holds no
+/// socket any more; removed when it listens again.
+pub const QUIESCED_MARKER: &str = "quiesced";
 
 /// Path of the guest agent binary inside a sandbox (mounted read-only).
 pub const GUEST_AGENT_PATH: &str = "/.cove/bin/cove-guest-agent";

@@ -1426,3 +1426,90 @@ async fn c04_100_mb_of_output() {
         .to_string();
     eprintln!("agent peak memory: {rss}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Quiesce (gVisor checkpoints)
+
+/// Waits until `path` exists (`present`) or is gone.
+async fn wait_path(path: &Path, present: bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while path.exists() != present {
+        assert!(
+            Instant::now() < deadline,
+            "{} still {}",
+            path.display(),
+            if present { "missing" } else { "there" }
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_quiesced_agent_drops_its_socket_and_connections_and_keeps_its_commands() {
+    use nix::sys::signal::{kill, Signal};
+    let agent = Agent::start_with(&[cove_guest_protocol::QUIESCE_FLAG]).await;
+    let pid = nix::unistd::Pid::from_raw(agent.child.id() as i32);
+    let socket = agent.dir.path().join("agent.sock");
+    let marker = agent.run_dir().join(cove_guest_protocol::QUIESCED_MARKER);
+    let c = &agent.client;
+    c.spawn(shell(
+        "count",
+        "i=0; while [ $i -lt 40 ]; do i=$((i+1)); echo $i; sleep 0.05; done",
+    ))
+    .await
+    .expect("spawn");
+    wait_for_output(c, "count", 4).await;
+    // A stream the host holds open (an attach of a running command) is closed too.
+    let stream = c.attach("count", 0, true).await.expect("attach");
+    futures::pin_mut!(stream);
+
+    kill(pid, Signal::SIGUSR1).expect("quiesce signal");
+    wait_path(&marker, true).await;
+    // On the host (unlike in gVisor) the agent removes its socket itself.
+    assert!(!socket.exists(), "the socket is gone");
+    let drained = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(event) = stream.next().await {
+            if event.is_err() {
+                break;
+            }
+        }
+    })
+    .await;
+    assert!(drained.is_ok(), "the attach stream was not closed");
+    assert!(
+        std::os::unix::net::UnixStream::connect(&socket).is_err(),
+        "nothing listens"
+    );
+    // The relisten signal of before is not taken for one of after: only a new one counts.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!socket.exists(), "still quiet");
+
+    kill(pid, Signal::SIGUSR2).expect("relisten signal");
+    wait_path(&socket, true).await;
+    assert!(
+        !marker.exists(),
+        "the marker goes when the agent listens again"
+    );
+    // A new client finds the command that ran on meanwhile, with all of its output.
+    let again = GuestClient::new(std::sync::Arc::new(cove_runtime::UnixSocketConnector::new(
+        socket.clone(),
+    )));
+    again
+        .connect(Duration::from_secs(10))
+        .await
+        .expect("agent answers again");
+    let out = collect(&again, "count", 0, true).await;
+    let want: String = (1..=40).map(|i| format!("{i}\n")).collect();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), want);
+    assert_eq!(out.info().exit_code, Some(0));
+
+    // A second quiesce works the same.
+    kill(pid, Signal::SIGUSR1).expect("quiesce signal");
+    wait_path(&marker, true).await;
+    kill(pid, Signal::SIGUSR2).expect("relisten signal");
+    wait_path(&socket, true).await;
+    again
+        .connect(Duration::from_secs(10))
+        .await
+        .expect("agent answers after the second quiesce");
+}

@@ -60,6 +60,10 @@ pub struct Capabilities {
     pub pause: bool,
     /// Suspend can save process memory (false for runc here: CRIU does not work on this kernel).
     pub suspend_memory: bool,
+    /// Suspend can save the process memory of a sandbox without a network
+    /// ([`SandboxSpec::network`] `None`) through [`Runtime::checkpoint_memory`] (gVisor: its
+    /// checkpoints cannot hold the host sockets of a network).
+    pub suspend_memory_without_network: bool,
     /// The sandbox can join a network namespace made by the node ([`SandboxSpec::network`]);
     /// without it the sandbox has loopback only.
     pub network: bool,
@@ -277,8 +281,10 @@ impl RuntimeError {
 /// An isolation runtime. Implementations are cheap to share (`Arc<dyn Runtime>`).
 ///
 /// The node agent calls one sandbox's methods one at a time. A suspend is
-/// `pause` → [`Runtime::save_artifact`] for each of [`Runtime::snapshot_artifacts`] → `stop`;
-/// a wake is [`Runtime::load_artifact`] for each → `start`, on a fresh directory.
+/// `pause` → [`Runtime::checkpoint_memory`] → [`Runtime::save_artifact`] for each of
+/// [`Runtime::snapshot_artifacts`] (and of [`Runtime::memory_artifacts`] when the memory was
+/// checkpointed) → `stop`; a wake is [`Runtime::load_artifact`] for each → `start`, on a fresh
+/// directory.
 #[async_trait]
 pub trait Runtime: Send + Sync + 'static {
     /// Which kind this is.
@@ -314,6 +320,36 @@ pub trait Runtime: Send + Sync + 'static {
 
     /// The artifacts a snapshot of this runtime consists of, in the order they are saved.
     fn snapshot_artifacts(&self) -> &'static [ArtifactSpec];
+
+    /// Suspend only, after `pause`: a runtime that saves process memory by stopping the sandbox
+    /// (gVisor's `runsc checkpoint`) does it here, into `dir`. `Ok(true)`: the memory is saved
+    /// and the sandbox no longer runs; the suspend saves [`Runtime::memory_artifacts`] besides
+    /// the files. `Ok(false)`: memory is not kept this time (the runtime cannot for this
+    /// sandbox, or its checkpoint failed: the reason is logged); the sandbox's files are intact
+    /// and the suspend saves them alone (the sandbox is paused, or stopped when a failed
+    /// checkpoint stopped it). The default keeps no memory here.
+    async fn checkpoint_memory(
+        &self,
+        _id: &str,
+        _dir: &std::path::Path,
+    ) -> Result<bool, RuntimeError> {
+        Ok(false)
+    }
+
+    /// After a suspend whose [`Runtime::checkpoint_memory`] succeeded failed later (the
+    /// snapshot store): the sandbox carries on from the memory saved in `dir`, in place.
+    async fn undo_checkpoint(&self, id: &str, _dir: &std::path::Path) -> Result<(), RuntimeError> {
+        Err(RuntimeError::Unavailable(format!(
+            "sandbox {id}: this runtime does not checkpoint memory on its own"
+        )))
+    }
+
+    /// The artifacts a suspend saves after the files when [`Runtime::checkpoint_memory`] saved
+    /// the memory (each `memory: true`); a wake loads them before `start`, which then restores
+    /// the memory. None by default.
+    fn memory_artifacts(&self) -> &'static [ArtifactSpec] {
+        &[]
+    }
 
     /// Writes artifact `name` of the paused sandbox in `dir` to `out`; returns the bytes of
     /// content it holds (file bytes for a files artifact).

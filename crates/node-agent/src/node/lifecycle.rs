@@ -119,14 +119,43 @@ impl NodeLifecycle for NodeAgent {
         if was_running {
             self.runtime.pause(id).await.map_err(runtime_err)?;
         }
+        // A runtime that keeps memory by stopping the sandbox (gVisor) does it now; when it
+        // cannot, the sandbox is as before (or stopped by a failed try) and its files are saved.
+        let dir = self.sandbox_dir(id);
+        let memory = self
+            .runtime
+            .checkpoint_memory(id, &dir)
+            .await
+            .map_err(runtime_err)?;
+        let extra = if memory {
+            self.runtime.memory_artifacts()
+        } else {
+            &[]
+        };
         match self
-            .save_snapshot(&self.cfg.snapshots, id, id, self.net_counters(id), &cancel)
+            .save_snapshot_with(
+                &self.cfg.snapshots,
+                id,
+                id,
+                self.net_counters(id),
+                extra,
+                &cancel,
+            )
             .await
         {
             Ok(file_bytes) => {
                 self.release_sandbox(id).await?;
-                info!(sandbox_id = %id, file_bytes, "sandbox suspended");
+                info!(sandbox_id = %id, file_bytes, memory, "sandbox suspended");
                 Ok(SuspendInfo { file_bytes })
+            }
+            Err(e) if memory => {
+                warn!(sandbox_id = %id, error = %e,
+                    "suspend failed after the memory checkpoint, carrying on from it");
+                if let Err(undo) = self.runtime.undo_checkpoint(id, &dir).await {
+                    warn!(sandbox_id = %id, error = %undo,
+                        "cannot carry on after a failed suspend");
+                }
+                Err(snapshot_err(e))
             }
             Err(e) => {
                 warn!(sandbox_id = %id, error = %e, "suspend failed, thawing the sandbox");
@@ -223,7 +252,10 @@ impl NodeLifecycle for NodeAgent {
             runtime: self.runtime.kind().as_str().to_string(),
             boundary: self.runtime.kind().boundary().to_string(),
             pause: caps.pause,
-            suspend_memory: caps.suspend_memory,
+            // gVisor keeps memory for sandboxes without a network: every sandbox of a node
+            // without sandbox networks.
+            suspend_memory: caps.suspend_memory
+                || (caps.suspend_memory_without_network && !self.network_enabled()),
             snapshot_store: self.cfg.snapshots.kind().to_string(),
             network: self.network_enabled(),
             user_namespaces: caps.user_namespaces,
@@ -360,6 +392,21 @@ impl NodeAgent {
         network_counters: Option<cove_node_api::NetworkCounters>,
         cancel: &CancellationToken,
     ) -> Result<u64, SnapshotError> {
+        self.save_snapshot_with(store, key, id, network_counters, &[], cancel)
+            .await
+    }
+
+    /// [`NodeAgent::save_snapshot`] that saves `extra` artifacts after the runtime's own (the
+    /// memory artifacts of a sandbox [`cove_runtime::Runtime::checkpoint_memory`] saved).
+    pub(super) async fn save_snapshot_with(
+        &self,
+        store: &SnapshotStore,
+        key: &str,
+        id: &str,
+        network_counters: Option<cove_node_api::NetworkCounters>,
+        extra: &[cove_runtime::ArtifactSpec],
+        cancel: &CancellationToken,
+    ) -> Result<u64, SnapshotError> {
         store.delete(key).await?;
         let dir = self.sandbox_dir(id);
         let mut manifest = Manifest {
@@ -371,7 +418,7 @@ impl NodeAgent {
         };
         let mut file_bytes = 0;
         let saved: Result<(), SnapshotError> = async {
-            for artifact in self.runtime.snapshot_artifacts() {
+            for artifact in self.runtime.snapshot_artifacts().iter().chain(extra) {
                 let runtime = &self.runtime;
                 let dir = &dir;
                 let content_bytes = store
@@ -447,6 +494,7 @@ impl NodeAgent {
                 .runtime
                 .snapshot_artifacts()
                 .iter()
+                .chain(self.runtime.memory_artifacts())
                 .any(|a| a.name == name && a.memory);
             if !memory {
                 file_bytes += restored;

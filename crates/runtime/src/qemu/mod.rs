@@ -323,6 +323,7 @@ impl Runtime for QemuRuntime {
         Capabilities {
             pause: true,
             suspend_memory: true,
+            suspend_memory_without_network: true,
             network: true,
             network_tap: true,
             user_namespaces: false,

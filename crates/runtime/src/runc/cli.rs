@@ -319,6 +319,86 @@ impl Runc {
         Ok(status.success())
     }
 
+    /// `runc kill <id> <signal>`: `signal` (a name such as `USR1`) to the container's init.
+    pub(crate) async fn signal(&self, id: &str, signal: &str) -> Result<(), RuntimeError> {
+        let mut cmd = self.command();
+        cmd.arg("kill").arg(id).arg(signal);
+        let (ok, _, err) = self.run("signal", id, cmd).await?;
+        if ok {
+            return Ok(());
+        }
+        Err(RuntimeError::Command {
+            op: "signal",
+            id: id.to_string(),
+            detail: err,
+        })
+    }
+
+    /// `runsc checkpoint --image-path <image_dir> <id>`: saves the sandbox's memory, processes
+    /// and open files into `image_dir` (`checkpoint.img`); the container ends `stopped`, and a
+    /// failed checkpoint stops it too (runsc 2022-12). Its stderr is the error's detail.
+    pub(crate) async fn checkpoint(&self, id: &str, image_dir: &Path) -> Result<(), RuntimeError> {
+        let mut cmd = self.command();
+        cmd.arg("checkpoint")
+            .arg(format!("--image-path={}", image_dir.display()))
+            .arg(id);
+        let (ok, _, err) = self.run("checkpoint", id, cmd).await?;
+        if ok {
+            return Ok(());
+        }
+        Err(RuntimeError::Command {
+            op: "checkpoint",
+            id: id.to_string(),
+            detail: err,
+        })
+    }
+
+    /// `runsc --network=none restore --detach --bundle <bundle> --image-path <image_dir>
+    /// --pid-file <pid_file> <id>`: the sandbox of a checkpoint carries on, with stdout and
+    /// stderr going to `log` as for [`Runc::run_detached`]. Returns whether runsc succeeded
+    /// (its errors are in `log`).
+    pub(crate) async fn restore_detached(
+        &self,
+        id: &str,
+        bundle: &Path,
+        image_dir: &Path,
+        pid_file: &Path,
+        log: std::fs::File,
+    ) -> Result<bool, RuntimeError> {
+        let log2 = log.try_clone().map_err(|source| RuntimeError::Io {
+            context: "duplicate agent log handle".to_string(),
+            source,
+        })?;
+        let mut cmd = self.command();
+        cmd.arg("--network=none")
+            .arg("restore")
+            .arg("--detach")
+            .arg("--bundle")
+            .arg(bundle)
+            .arg(format!("--image-path={}", image_dir.display()))
+            .arg("--pid-file")
+            .arg(pid_file)
+            .arg(id)
+            .stdout(Stdio::from(log))
+            .stderr(Stdio::from(log2));
+        let mut child = cmd.spawn().map_err(|source| RuntimeError::Io {
+            context: format!("spawn {} restore", self.binary.display()),
+            source,
+        })?;
+        let status = tokio::time::timeout(RUNC_TIMEOUT, child.wait())
+            .await
+            .map_err(|_| RuntimeError::Command {
+                op: "restore",
+                id: id.to_string(),
+                detail: format!("runsc restore timed out after {} s", RUNC_TIMEOUT.as_secs()),
+            })?
+            .map_err(|source| RuntimeError::Io {
+                context: "wait for runsc restore".to_string(),
+                source,
+            })?;
+        Ok(status.success())
+    }
+
     /// `runc resume <id>` (thaws a container frozen by anyone; pausing is done through the
     /// freezer directly, `freezer.rs`).
     pub(crate) async fn resume(&self, id: &str) -> Result<(), RuntimeError> {

@@ -302,6 +302,12 @@ pub(crate) fn for_gvisor(config: &mut Spec) {
         linux.set_seccomp(None);
         linux.set_sysctl(None);
     }
+    // The agent quiesces for a checkpoint on a signal from `runsc kill` (`gvisor_memory.rs`).
+    if let Some(process) = config.process_mut() {
+        let mut args = process.args().clone().unwrap_or_default();
+        args.push(cove_guest_protocol::QUIESCE_FLAG.to_string());
+        process.set_args(Some(args));
+    }
 }
 
 /// Writes `config.json` into the bundle directory.
@@ -612,6 +618,11 @@ mod tests {
         assert_eq!(types, ["pid", "mount", "uts", "ipc", "cgroup"]);
         assert!(json["linux"].get("seccomp").is_none());
         assert!(json["linux"].get("sysctl").is_none());
+        // The agent quiesces on a signal, for checkpoints.
+        assert_eq!(
+            json["process"]["args"].as_array().and_then(|a| a.last()),
+            Some(&serde_json::json!("--quiesce-on-signal"))
+        );
         // The same limits and cgroup as on runc.
         assert_eq!(json["linux"]["cgroupsPath"], "cove/sbx1");
         assert_eq!(json["linux"]["resources"]["pids"]["limit"], 256);

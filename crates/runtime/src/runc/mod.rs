@@ -19,7 +19,7 @@
 //! Files by verb: `start.rs` (create + start + wait for the agent, undo on failure), `stop.rs`
 //! (kill, delete, unmount; idempotent); by concern: `cli.rs` (invoking runc), `config.rs` (OCI
 //! config), `seccomp.rs` (syscall deny-list), `mounts.rs` (overlay), `cgroups.rs` (cgroup
-//! paths), `command_cgroups.rs` (the cgroups delegated to the agent for its commands), `layout.rs` (the sandbox directory), `views.rs` (lxcfs and cpusets: honest limits), `snapshot/` (the `fs.tar` artifact: the upper dir packed and unpacked).
+//! paths), `command_cgroups.rs` (the cgroups delegated to the agent for its commands), `layout.rs` (the sandbox directory), `views.rs` (lxcfs and cpusets: honest limits), `snapshot/` (the `fs.tar` artifact: the upper dir packed and unpacked), `gvisor_memory.rs` (gVisor: a suspend that keeps memory, for sandboxes without a network).
 //!
 //! Host requirements and quirks: root; cgroup v1 or v2 (runc decides; paths are read back from
 //! `/proc/<pid>/cgroup`). Without `CAP_SYS_RESOURCE` (as on this project's CI machines) the
@@ -44,6 +44,7 @@ mod command_cgroups;
 mod config;
 mod disk;
 mod freezer;
+mod gvisor_memory;
 mod identity;
 mod idmap;
 mod kill;
@@ -278,6 +279,7 @@ impl Runtime for RuncRuntime {
         Capabilities {
             pause: true,
             suspend_memory: false,
+            suspend_memory_without_network: self.runc.is_runsc(),
             network: true,
             network_tap: false,
             user_namespaces: self.userns.is_some(),
@@ -286,6 +288,9 @@ impl Runtime for RuncRuntime {
     }
 
     async fn start(&self, spec: &SandboxSpec) -> Result<Started, RuntimeError> {
+        let layout = layout::Layout::new(&spec.dir);
+        let restoring = self.runc.is_runsc() && gvisor_memory::pending(&layout);
+        // A failed restore falls back to a cold start inside `start` (`start.rs`).
         let started = start::start(
             &self.runc,
             spec,
@@ -294,6 +299,9 @@ impl Runtime for RuncRuntime {
             self.userns.as_deref(),
         )
         .await?;
+        if restoring {
+            gvisor_memory::discard(&layout).await;
+        }
         self.learn_freezer(&spec.id, started.init_pid);
         Ok(started)
     }
@@ -342,6 +350,37 @@ impl Runtime for RuncRuntime {
         snapshot::ARTIFACTS
     }
 
+    fn memory_artifacts(&self) -> &'static [ArtifactSpec] {
+        if self.runc.is_runsc() {
+            gvisor_memory::ARTIFACTS
+        } else {
+            &[]
+        }
+    }
+
+    async fn checkpoint_memory(&self, id: &str, dir: &Path) -> Result<bool, RuntimeError> {
+        if !self.runc.is_runsc() {
+            return Ok(false);
+        }
+        layout::validate_id(id)?;
+        let freezer = self.freezer(id).await?;
+        gvisor_memory::checkpoint(&self.runc, id, &layout::Layout::new(dir), &freezer).await
+    }
+
+    async fn undo_checkpoint(&self, id: &str, dir: &Path) -> Result<(), RuntimeError> {
+        layout::validate_id(id)?;
+        let layout = layout::Layout::new(dir);
+        if !self.runc.is_runsc() || !gvisor_memory::pending(&layout) {
+            return Err(RuntimeError::Unavailable(format!(
+                "sandbox {id} has no memory checkpoint to carry on from"
+            )));
+        }
+        let pid = gvisor_memory::restore_in_place(&self.runc, id, &layout).await?;
+        self.lock_freezers().remove(id);
+        self.learn_freezer(id, pid);
+        Ok(())
+    }
+
     async fn save_artifact(
         &self,
         id: &str,
@@ -350,6 +389,9 @@ impl Runtime for RuncRuntime {
         out: ArtifactWriter,
     ) -> Result<u64, RuntimeError> {
         layout::validate_id(id)?;
+        if self.memory_artifacts().iter().any(|a| a.name == name) {
+            return gvisor_memory::save(dir, name, out).await;
+        }
         snapshot::save(dir, name, out).await
     }
 
@@ -359,10 +401,16 @@ impl Runtime for RuncRuntime {
         name: &str,
         input: ArtifactReader,
     ) -> Result<u64, RuntimeError> {
+        if self.memory_artifacts().iter().any(|a| a.name == name) {
+            return gvisor_memory::load(dir, name, input).await;
+        }
         snapshot::load(dir, name, input).await
     }
 
     async fn check_artifact(&self, name: &str, input: ArtifactReader) -> Result<u64, RuntimeError> {
+        if gvisor_memory::ARTIFACTS.iter().any(|a| a.name == name) {
+            return Err(gvisor_memory::refuse_import(name));
+        }
         snapshot::check_artifact(name, input).await
     }
 

@@ -23,7 +23,7 @@ use super::identity::write_identity;
 use super::layout::{io_err, validate_hostname, validate_id, Layout};
 use super::userns::{IdRange, Record, UserNamespaces};
 use super::views::HostViews;
-use super::{command_cgroups, config, disk, join_error, mounts, stop};
+use super::{command_cgroups, config, disk, gvisor_memory, join_error, mounts, stop};
 use crate::UnixSocketConnector;
 use crate::{RuntimeError, SandboxSpec, Started};
 
@@ -36,7 +36,7 @@ const AGENT_POLL: Duration = Duration::from_millis(1);
 /// How often (in polls) the agent process is checked to still be alive (every 100 ms).
 const LIVENESS_EVERY: u32 = 100;
 /// Name of the file in `bundle/` that `runc run` writes the init's pid to.
-const PID_FILE: &str = "init.pid";
+pub(crate) const PID_FILE: &str = "init.pid";
 /// Largest trust bundle of a sandbox's own that is extended with the gateway's CA, in bytes.
 const MAX_CA_BUNDLE_BYTES: u64 = 16 << 20;
 /// Longest agent-log tail put into an error, in bytes.
@@ -135,24 +135,46 @@ async fn run(
     .map_err(join_error)??;
 
     let pid_file = layout.bundle.join(PID_FILE);
-    if !runc
-        .run_detached(
-            &spec.id,
-            &layout.bundle,
-            &pid_file,
-            log,
-            &cgroup_fds,
-            spec.network.as_ref().map(|n| n.netns_path.as_path()),
-        )
-        .await?
-    {
-        return Err(RuntimeError::Command {
-            op: "create",
-            id: spec.id.clone(),
-            detail: log_since(&layout.agent_log, log_offset),
-        });
+    // gVisor with a memory checkpoint (a suspend without a network): `runsc restore` on the
+    // same paths (`gvisor_memory.rs`). When that fails the sandbox starts cold on the same
+    // prepared directory: its files (on its own disk too) stay where they are.
+    let mut restored = None;
+    if gvisor && spec.network.is_none() && gvisor_memory::pending(layout) {
+        let restore_log = log
+            .try_clone()
+            .map_err(io_err("duplicate agent log handle"))?;
+        match restore(runc, spec, layout, &pid_file, restore_log, log_offset).await {
+            Ok(pid) => restored = Some(pid),
+            Err(error) => {
+                warn!(sandbox_id = %spec.id, %error,
+                    "gVisor restore failed: starting the sandbox from its files");
+                gvisor_memory::undo_restore(runc, &spec.id, layout).await?;
+            }
+        }
     }
-    let pid = read_pid(&spec.id, &pid_file)?;
+    let pid = match restored {
+        Some(pid) => pid,
+        None => {
+            if !runc
+                .run_detached(
+                    &spec.id,
+                    &layout.bundle,
+                    &pid_file,
+                    log,
+                    &cgroup_fds,
+                    spec.network.as_ref().map(|n| n.netns_path.as_path()),
+                )
+                .await?
+            {
+                return Err(RuntimeError::Command {
+                    op: "create",
+                    id: spec.id.clone(),
+                    detail: log_since(&layout.agent_log, log_offset),
+                });
+            }
+            read_pid(&spec.id, &pid_file)?
+        }
+    };
     // The container holds its own binds of the volumes now: the host's idmapped clones go, so
     // nothing under the sandbox directory is a writable volume when the directory is removed.
     if !spec.volumes.is_empty() {
@@ -161,13 +183,18 @@ async fn run(
             .await
             .map_err(join_error)??;
     }
-    let dir = layout.dir.clone();
-    let boot_id = tokio::task::spawn_blocking(move || super::boot_id::mount(&dir, pid))
-        .await
-        .map_err(join_error)?
-        .map_err(io_err("give the sandbox a boot id of its own"))?;
-    tracing::debug!(sandbox_id = %spec.id, boot_id, "boot id");
-    wait_for_agent(spec, layout, pid, log_offset).await?;
+    // runc: a boot id of the sandbox's own (`boot_id.rs`); gVisor's kernel here has none.
+    if !gvisor {
+        let dir = layout.dir.clone();
+        let boot_id = tokio::task::spawn_blocking(move || super::boot_id::mount(&dir, pid))
+            .await
+            .map_err(join_error)?
+            .map_err(io_err("give the sandbox a boot id of its own"))?;
+        tracing::debug!(sandbox_id = %spec.id, boot_id, "boot id");
+    }
+    if restored.is_none() {
+        wait_for_agent(spec, layout, pid, log_offset).await?;
+    }
     let run = layout.run_dir();
     tokio::task::spawn_blocking(move || super::seal::seal(&run))
         .await
@@ -175,12 +202,48 @@ async fn run(
     Ok(Started {
         guest: std::sync::Arc::new(UnixSocketConnector::new(layout.agent_socket())),
         init_pid: pid,
-        memory_restored: false,
+        memory_restored: restored.is_some(),
     })
 }
 
+/// `runsc restore` of the checkpoint in the prepared directory: the run dir unpacked, the
+/// sandbox restored, its agent told to listen again and answering. Returns the init's pid.
+async fn restore(
+    runc: &Runc,
+    spec: &SandboxSpec,
+    layout: &Layout,
+    pid_file: &Path,
+    log: std::fs::File,
+    log_offset: u64,
+) -> Result<u32, RuntimeError> {
+    let unpack_layout = layout.clone();
+    tokio::task::spawn_blocking(move || gvisor_memory::unpack_run_dir(&unpack_layout))
+        .await
+        .map_err(join_error)??;
+    let began = Instant::now();
+    let image_dir = layout.dir.join(gvisor_memory::CHECKPOINT_DIR);
+    if !runc
+        .restore_detached(&spec.id, &layout.bundle, &image_dir, pid_file, log)
+        .await?
+    {
+        return Err(RuntimeError::Command {
+            op: "restore",
+            id: spec.id.clone(),
+            detail: log_since(&layout.agent_log, log_offset),
+        });
+    }
+    info!(sandbox_id = %spec.id, restore_ms = began.elapsed().as_millis() as u64,
+        "sandbox restored by runsc");
+    let pid = read_pid(&spec.id, pid_file)?;
+    // The agent kept its state in memory; it listens again on its signal.
+    runc.signal(&spec.id, cove_guest_protocol::RELISTEN_SIGNAL)
+        .await?;
+    wait_for_agent(spec, layout, pid, log_offset).await?;
+    Ok(pid)
+}
+
 /// The init's host pid as `runc run --pid-file` wrote it.
-fn read_pid(id: &str, pid_file: &std::path::Path) -> Result<u32, RuntimeError> {
+pub(crate) fn read_pid(id: &str, pid_file: &std::path::Path) -> Result<u32, RuntimeError> {
     let text = std::fs::read_to_string(pid_file).map_err(|source| RuntimeError::Io {
         context: format!("read {}", pid_file.display()),
         source,
