@@ -36,6 +36,18 @@ pub const MAX_TIMEOUT_S: u64 = 10 * 365 * 24 * 3600;
 /// runtime files and first writes).
 const MIN_DISK_FREE_BYTES: u64 = 8 << 20;
 
+/// A create request's checked settings ([`ControlPlane::create_settings`]).
+struct CreateSettings<'a> {
+    /// When the create was accepted (the sandbox's `created_at`).
+    now: DateTime<Utc>,
+    idle_timeout_s: u64,
+    expires_at: Option<DateTime<Utc>>,
+    on_expiry: cove_api_types::OnExpiry,
+    network: cove_api_types::EgressPolicy,
+    /// The volumes' exclusion, held until the sandbox is recorded.
+    volumes: Option<crate::volumes::VolumesHeld<'a>>,
+}
+
 impl ControlPlane {
     /// A request's resources over the defaults, with the server's default own disk
     /// ([`crate::ControlPlaneConfig::default_disk_mib`]) where the request names no size.
@@ -49,6 +61,53 @@ impl ControlPlane {
             resources.disk_mib = self.inner.cfg.default_disk_mib;
         }
         Ok(resources)
+    }
+
+    /// Checks what every create accepts whatever its source (a template, a checkpoint; a pool
+    /// claim and E2B's create come through [`ControlPlane::create_sandbox`]): env, metadata,
+    /// cwd, user, idle timeout, expiry, egress policy, secrets and volume mounts, against this
+    /// server's settings. Errors: `invalid_argument` naming the field; `not_implemented` for
+    /// secrets without a secrets key; what [`ControlPlane::check_volume_mounts`] answers.
+    async fn create_settings(
+        &self,
+        req: &CreateSandboxRequest,
+    ) -> Result<CreateSettings<'_>, ServiceError> {
+        validate::env("env", &req.env)?;
+        validate::metadata(&req.metadata)?;
+        if let Some(cwd) = &req.cwd {
+            validate::path("cwd", cwd.as_bytes())?;
+            if !cwd.starts_with('/') {
+                return Err(InvalidInput::new("cwd", "must be an absolute path").into());
+            }
+        }
+        if let Some(user) = &req.user {
+            validate::user("user", user)?;
+        }
+        let idle_timeout_s = req.idle_timeout_s.unwrap_or(DEFAULT_IDLE_TIMEOUT_S);
+        if idle_timeout_s > MAX_TIMEOUT_S {
+            return Err(InvalidInput::new("idle_timeout_s", "must be at most 315360000").into());
+        }
+        let now = Utc::now();
+        let (expires_at, on_expiry) = crate::expiry::of_create(req, now)?;
+        self.check_on_expiry(on_expiry)?;
+        let network = req.network.clone().unwrap_or_default();
+        network.validate()?;
+        crate::network::validate_secrets(&req.secrets, &req.env)?;
+        let volumes = self.check_volume_mounts(&req.volumes).await?;
+        self.check_network_supported(&network, !req.secrets.is_empty())?;
+        if !req.secrets.is_empty() && self.inner.cfg.secrets_key.is_none() {
+            return Err(ServiceError::NotImplemented(
+                "this server has no secrets key".into(),
+            ));
+        }
+        Ok(CreateSettings {
+            now,
+            idle_timeout_s,
+            expires_at,
+            on_expiry,
+            network,
+            volumes,
+        })
     }
 
     /// Accepts a create request: validates it, records the sandbox (`creating`) and its operation,
@@ -82,35 +141,15 @@ impl ControlPlane {
                 .into());
             }
         }
-        validate::env("env", &req.env)?;
-        validate::metadata(&req.metadata)?;
-        if let Some(cwd) = &req.cwd {
-            validate::path("cwd", cwd.as_bytes())?;
-            if !cwd.starts_with('/') {
-                return Err(InvalidInput::new("cwd", "must be an absolute path").into());
-            }
-        }
-        if let Some(user) = &req.user {
-            validate::user("user", user)?;
-        }
-        let idle_timeout_s = req.idle_timeout_s.unwrap_or(DEFAULT_IDLE_TIMEOUT_S);
-        if idle_timeout_s > MAX_TIMEOUT_S {
-            return Err(InvalidInput::new("idle_timeout_s", "must be at most 315360000").into());
-        }
-        let now = Utc::now();
-        let (expires_at, on_expiry) = crate::expiry::of_create(&req, now)?;
-        self.check_on_expiry(on_expiry)?;
-        let network = req.network.clone().unwrap_or_default();
-        network.validate()?;
-        crate::network::validate_secrets(&req.secrets, &req.env)?;
         // Held until the sandbox is recorded: its volumes cannot be deleted meanwhile.
-        let _volumes = self.check_volume_mounts(&req.volumes).await?;
-        self.check_network_supported(&network, !req.secrets.is_empty())?;
-        if !req.secrets.is_empty() && self.inner.cfg.secrets_key.is_none() {
-            return Err(ServiceError::NotImplemented(
-                "this server has no secrets key".into(),
-            ));
-        }
+        let CreateSettings {
+            now,
+            idle_timeout_s,
+            expires_at,
+            on_expiry,
+            network,
+            volumes: _volumes,
+        } = self.create_settings(&req).await?;
         let picked = self.pick_release(&template, &pin).await?;
         let recipe = self.release_defaults(&template, &picked)?;
 
@@ -237,35 +276,15 @@ impl ControlPlane {
             )
             .into());
         }
-        validate::env("env", &req.env)?;
-        validate::metadata(&req.metadata)?;
-        if let Some(cwd) = &req.cwd {
-            validate::path("cwd", cwd.as_bytes())?;
-            if !cwd.starts_with('/') {
-                return Err(InvalidInput::new("cwd", "must be an absolute path").into());
-            }
-        }
-        if let Some(user) = &req.user {
-            validate::user("user", user)?;
-        }
-        let idle_timeout_s = req.idle_timeout_s.unwrap_or(DEFAULT_IDLE_TIMEOUT_S);
-        if idle_timeout_s > MAX_TIMEOUT_S {
-            return Err(InvalidInput::new("idle_timeout_s", "must be at most 315360000").into());
-        }
-        let now = Utc::now();
-        let (expires_at, on_expiry) = crate::expiry::of_create(&req, now)?;
-        self.check_on_expiry(on_expiry)?;
-        let network = req.network.clone().unwrap_or_default();
-        network.validate()?;
-        crate::network::validate_secrets(&req.secrets, &req.env)?;
         // Held until the sandbox is recorded: its volumes cannot be deleted meanwhile.
-        let _volumes = self.check_volume_mounts(&req.volumes).await?;
-        self.check_network_supported(&network, !req.secrets.is_empty())?;
-        if !req.secrets.is_empty() && self.inner.cfg.secrets_key.is_none() {
-            return Err(ServiceError::NotImplemented(
-                "this server has no secrets key".into(),
-            ));
-        }
+        let CreateSettings {
+            now,
+            idle_timeout_s,
+            expires_at,
+            on_expiry,
+            network,
+            volumes: _volumes,
+        } = self.create_settings(&req).await?;
         let picked = self
             .pick_release(&c.template, &crate::release_pins::Pin::Number(c.release))
             .await?;
