@@ -250,10 +250,6 @@ impl Runc {
         fds: &[OwnedFd],
         netns: Option<&Path>,
     ) -> Result<bool, RuntimeError> {
-        let log2 = log.try_clone().map_err(|source| RuntimeError::Io {
-            context: "duplicate agent log handle".to_string(),
-            source,
-        })?;
         let mut cmd = self.command();
         // Kept open until the child is spawned: its descriptor is what the child joins.
         let mut _netns_file = None;
@@ -293,27 +289,46 @@ impl Runc {
                 cmd.pre_exec(move || place_fds(&raw));
             }
         }
-        cmd.arg("--detach")
-            .arg("--bundle")
-            .arg(bundle)
-            .arg("--pid-file")
+        cmd.arg("--detach").arg("--bundle").arg(bundle);
+        self.detached(cmd, "create", "run", id, pid_file, log).await
+    }
+
+    /// Runs `cmd` (a `run` or `restore` with its options so far) to the end with
+    /// `--pid-file pid_file id`, its stdout and stderr into `log`; whether it succeeded. `op`
+    /// names the step in errors, `verb` the subcommand. Errors: it cannot be spawned, or does
+    /// not end within [`RUNC_TIMEOUT`].
+    async fn detached(
+        &self,
+        mut cmd: Command,
+        op: &'static str,
+        verb: &str,
+        id: &str,
+        pid_file: &Path,
+        log: std::fs::File,
+    ) -> Result<bool, RuntimeError> {
+        let log2 = log.try_clone().map_err(|source| RuntimeError::Io {
+            context: "duplicate agent log handle".to_string(),
+            source,
+        })?;
+        cmd.arg("--pid-file")
             .arg(pid_file)
             .arg(id)
             .stdout(Stdio::from(log))
             .stderr(Stdio::from(log2));
+        let name = self.binary.display();
         let mut child = cmd.spawn().map_err(|source| RuntimeError::Io {
-            context: format!("spawn {} run", self.binary.display()),
+            context: format!("spawn {name} {verb}"),
             source,
         })?;
         let status = tokio::time::timeout(RUNC_TIMEOUT, child.wait())
             .await
             .map_err(|_| RuntimeError::Command {
-                op: "create",
+                op,
                 id: id.to_string(),
-                detail: format!("runc run timed out after {} s", RUNC_TIMEOUT.as_secs()),
+                detail: format!("{name} {verb} timed out after {} s", RUNC_TIMEOUT.as_secs()),
             })?
             .map_err(|source| RuntimeError::Io {
-                context: "wait for runc run".to_string(),
+                context: format!("wait for {name} {verb}"),
                 source,
             })?;
         Ok(status.success())
@@ -365,38 +380,15 @@ impl Runc {
         pid_file: &Path,
         log: std::fs::File,
     ) -> Result<bool, RuntimeError> {
-        let log2 = log.try_clone().map_err(|source| RuntimeError::Io {
-            context: "duplicate agent log handle".to_string(),
-            source,
-        })?;
         let mut cmd = self.command();
         cmd.arg("--network=none")
             .arg("restore")
             .arg("--detach")
             .arg("--bundle")
             .arg(bundle)
-            .arg(format!("--image-path={}", image_dir.display()))
-            .arg("--pid-file")
-            .arg(pid_file)
-            .arg(id)
-            .stdout(Stdio::from(log))
-            .stderr(Stdio::from(log2));
-        let mut child = cmd.spawn().map_err(|source| RuntimeError::Io {
-            context: format!("spawn {} restore", self.binary.display()),
-            source,
-        })?;
-        let status = tokio::time::timeout(RUNC_TIMEOUT, child.wait())
+            .arg(format!("--image-path={}", image_dir.display()));
+        self.detached(cmd, "restore", "restore", id, pid_file, log)
             .await
-            .map_err(|_| RuntimeError::Command {
-                op: "restore",
-                id: id.to_string(),
-                detail: format!("runsc restore timed out after {} s", RUNC_TIMEOUT.as_secs()),
-            })?
-            .map_err(|source| RuntimeError::Io {
-                context: "wait for runsc restore".to_string(),
-                source,
-            })?;
-        Ok(status.success())
     }
 
     /// `runc resume <id>` (thaws a container frozen by anyone; pausing is done through the
