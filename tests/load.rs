@@ -8,12 +8,13 @@
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cove_api_types::{CreateCommandRequest, CreateSandboxRequest, Operation, OperationState};
 use cove_client::{AttachEvent, Client, ClientError, UploadOptions};
 use futures::StreamExt;
+use parking_lot::Mutex;
 
 /// How long one operation or command may take before it counts as a failure.
 const STEP_LIMIT: Duration = Duration::from_secs(120);
@@ -57,7 +58,7 @@ impl Stats {
         } else {
             self.other_failures.fetch_add(1, Ordering::Relaxed);
         }
-        let mut f = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let mut f = self.failures.lock();
         if f.len() < KEEP_FAILURES {
             f.push(what);
         }
@@ -65,26 +66,17 @@ impl Stats {
 
     /// The first failures, described.
     pub fn failures(&self) -> Vec<String> {
-        self.failures
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.failures.lock().clone()
     }
 
     /// Sandboxes whose create was accepted (202).
     pub fn created(&self) -> BTreeSet<String> {
-        self.created
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.created.lock().clone()
     }
 
     /// Sandboxes a delete was sent for (it may or may not have finished).
     pub fn delete_requested(&self) -> BTreeSet<String> {
-        self.delete_requested
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.delete_requested.lock().clone()
     }
 
     /// Total failures of any kind.
@@ -228,22 +220,14 @@ impl LoadClient {
             .call("create", self.c.create_sandbox(&req, None))
             .await?;
         let id = resp.sandbox.id.clone();
-        self.stats
-            .created
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id.clone());
+        self.stats.created.lock().insert(id.clone());
         self.finish("create", resp.operation).await?;
         self.stats.creates.fetch_add(1, Ordering::Relaxed);
         Some(id)
     }
 
     async fn delete(&self, id: &str) {
-        self.stats
-            .delete_requested
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id.to_string());
+        self.stats.delete_requested.lock().insert(id.to_string());
         let Some(op) = self.call("delete", self.c.delete_sandbox(id)).await else {
             return;
         };

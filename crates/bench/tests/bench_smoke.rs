@@ -56,7 +56,7 @@ const MAY_BE_NOISE: &[&str] = &["density_mem_available_per_sandbox"];
 
 /// The two runs take turns: each checks that it left no `cove-bench-*` entry in the temp dir,
 /// which the other's live entries would fail.
-static ONE_RUN_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+static ONE_RUN_AT_A_TIME: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
 
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -105,9 +105,7 @@ fn assert_numbers(key: &str, what: &str, v: &Value) {
 
 #[test]
 fn quick_run_reports_every_metric() {
-    let _turn = ONE_RUN_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _turn = ONE_RUN_AT_A_TIME.lock();
     let dir = tempfile::tempdir().expect("temp dir");
     let json_path = dir.path().join("out.json");
     let before = bench_dirs();
@@ -277,9 +275,7 @@ fn quick_qemu_run_reports_every_vm_metric() {
         eprintln!("skipped: no qemu-system-x86_64 (scripts/install-deps.sh installs it)");
         return;
     }
-    let _turn = ONE_RUN_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _turn = ONE_RUN_AT_A_TIME.lock();
     let dir = tempfile::tempdir().expect("temp dir");
     let json_path = dir.path().join("out.json");
     let before = bench_dirs();
@@ -342,9 +338,7 @@ fn quick_gvisor_run_reports_every_gvisor_metric() {
         eprintln!("skipped: no runsc (scripts/install-deps.sh installs it)");
         return;
     }
-    let _turn = ONE_RUN_AT_A_TIME
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let _turn = ONE_RUN_AT_A_TIME.lock();
     let dir = tempfile::tempdir().expect("temp dir");
     let json_path = dir.path().join("out.json");
     let before = bench_dirs();

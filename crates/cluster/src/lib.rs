@@ -19,7 +19,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use cove_domain::{NodeState, Resources};
@@ -27,6 +27,7 @@ use cove_node_api::{
     NetworkDenied, NodeApi, NodeCapabilities, NodeCapacity, NodeError, NodeReport, RecipeInfo,
     ReleaseRef, SandboxLaunch,
 };
+use parking_lot::{Mutex, MutexGuard};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
@@ -188,7 +189,7 @@ impl Cluster {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock()
     }
 
     /// A node joins (or joins again) as `name`: it becomes `ready` unless an operator drained

@@ -3,9 +3,9 @@
 //! sandbox costs one SQL write per tick, not one per request.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 
 use chrono::{DateTime, Utc};
+use parking_lot::Mutex;
 
 /// Last activity per sandbox since the last flush.
 #[derive(Default)]
@@ -16,7 +16,7 @@ pub(crate) struct Activity {
 impl Activity {
     /// Records activity of `sandbox_id` at `now`.
     pub(crate) fn touch(&self, sandbox_id: &str, now: DateTime<Utc>) {
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = self.seen.lock();
         match seen.get_mut(sandbox_id) {
             Some(at) => *at = now,
             None => {
@@ -27,7 +27,7 @@ impl Activity {
 
     /// Takes everything recorded since the last call.
     pub(crate) fn take(&self) -> Vec<(String, DateTime<Utc>)> {
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = self.seen.lock();
         seen.drain().collect()
     }
 }

@@ -10,11 +10,12 @@
 //! raw stream usually means a reconnect racing a connection that is not dead yet.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::StreamExt;
+use parking_lot::Mutex;
 
 use crate::attach::{OutputEvent, OutputSource};
 use crate::{ControlPlane, ServiceError};
@@ -36,7 +37,7 @@ struct Slot {
 
 impl BinaryStreams {
     fn claim(&self, cid: &str) -> Result<Slot, ServiceError> {
-        let mut open = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut open = self.0.lock();
         if !open.insert(cid.to_string()) {
             return Err(ServiceError::FailedPrecondition(format!(
                 "command {cid} already has a binary stream open: close it first (one at a time)"
@@ -51,7 +52,7 @@ impl BinaryStreams {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut open = self.streams.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut open = self.streams.0.lock();
         open.remove(&self.cid);
     }
 }

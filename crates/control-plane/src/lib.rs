@@ -5,12 +5,13 @@
 //! [`cove_node_api::NodeApi`] and never touch a runtime or a guest directly.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use cove_cluster::{OneNode, Placement};
 use cove_node_api::NodeApi;
 use cove_store::Store;
+use parking_lot::Mutex;
 
 mod activity;
 mod archives;
@@ -259,12 +260,12 @@ impl ControlPlane {
     }
 
     fn lifecycle_lock(&self, sandbox_id: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut locks = self.inner.locks.lock().unwrap_or_else(|p| p.into_inner());
+        let mut locks = self.inner.locks.lock();
         locks.entry(sandbox_id.to_string()).or_default().clone()
     }
 
     fn forget_lock(&self, sandbox_id: &str) {
-        let mut locks = self.inner.locks.lock().unwrap_or_else(|p| p.into_inner());
+        let mut locks = self.inner.locks.lock();
         locks.remove(sandbox_id);
     }
 }

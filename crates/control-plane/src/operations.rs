@@ -2,12 +2,13 @@
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use cove_api_types::{ErrorCode, Operation, OperationError, OperationKind, OperationState};
 use cove_store::{NewOperation, OperationUpdate, Store, StoreError};
+use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -164,10 +165,7 @@ impl Operations {
             let token = self.lock_running().get(id).map(|(_, t)| t.clone());
             if let Some(token) = token {
                 warn!(op_id = %id, "operation lease taken by another replica: stopping it here");
-                self.lost
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(id.clone());
+                self.lost.lock().insert(id.clone());
                 token.cancel();
             }
         }
@@ -340,11 +338,7 @@ impl Operations {
                 };
                 // Counted before the state is visible, so a client that saw it finish sees
                 // it counted too.
-                let lost = this
-                    .lost
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&id);
+                let lost = this.lost.lock().remove(&id);
                 if lost {
                     // Another replica drives it now and records its end.
                     this.lock_running().remove(&id);
@@ -360,8 +354,8 @@ impl Operations {
 
     fn lock_running(
         &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<String, (OperationKind, CancellationToken)>> {
-        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    ) -> parking_lot::MutexGuard<'_, HashMap<String, (OperationKind, CancellationToken)>> {
+        self.running.lock()
     }
 
     /// Asks operation `id` to stop and returns it once it ended (or as it is after 10 s). A

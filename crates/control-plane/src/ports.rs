@@ -128,7 +128,7 @@ pub(crate) struct LinkTicket {
 
 /// The one-time links of this server, by the SHA-256 of their ticket.
 #[derive(Debug, Default)]
-pub(crate) struct PortLinks(std::sync::Mutex<HashMap<String, LinkTicket>>);
+pub(crate) struct PortLinks(parking_lot::Mutex<HashMap<String, LinkTicket>>);
 
 fn ticket_hash(ticket: &str) -> String {
     sha2::Sha256::digest(ticket.as_bytes())
@@ -290,12 +290,7 @@ impl ControlPlane {
         let now = Utc::now();
         let expires_at = now + chrono::Duration::from_std(LINK_TTL).unwrap_or_default();
         {
-            let mut links = self
-                .inner
-                .port_links
-                .0
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut links = self.inner.port_links.0.lock();
             links.retain(|_, t| t.expires_at > now);
             if links.len() >= MAX_LINKS {
                 return Err(ServiceError::Unavailable(
@@ -332,13 +327,7 @@ impl ControlPlane {
         port: u16,
         ticket: &str,
     ) -> Result<String, ServiceError> {
-        let entry = self
-            .inner
-            .port_links
-            .0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&ticket_hash(ticket));
+        let entry = self.inner.port_links.0.lock().remove(&ticket_hash(ticket));
         let now = Utc::now();
         match entry {
             Some(t) if t.sandbox_id == id && t.port == port && t.expires_at > now => {

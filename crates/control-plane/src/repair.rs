@@ -12,11 +12,11 @@
 //! this pass (its lifecycle lock is taken).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use cove_api_types::SandboxState;
 use cove_node_api::{AgentHealth, NodeError};
+use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn, Instrument};
 
@@ -58,7 +58,7 @@ pub(crate) struct Attempts {
 
 /// Adds one to `id`'s count in `map`; returns the count.
 fn count_one(map: &Mutex<HashMap<String, u32>>, id: &str) -> u32 {
-    let mut m = map.lock().unwrap_or_else(|p| p.into_inner());
+    let mut m = map.lock();
     let n = m.entry(id.to_string()).or_insert(0);
     *n += 1;
     *n
@@ -76,44 +76,28 @@ impl Attempts {
     }
 
     fn clear_misses(&self, id: &str) {
-        self.missed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
+        self.missed.lock().remove(id);
     }
 
     fn clear(&self, id: &str) {
-        self.failed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
+        self.failed.lock().remove(id);
     }
 
     fn set_restarted(&self, id: &str, reason: String) {
-        self.restarted
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id.to_string(), reason);
+        self.restarted.lock().insert(id.to_string(), reason);
     }
 
     /// Drops everything kept about sandbox `id` (it was deleted).
     pub(crate) fn forget(&self, id: &str) {
         for map in [&self.failed, &self.missed] {
-            map.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+            map.lock().remove(id);
         }
-        self.restarted
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
+        self.restarted.lock().remove(id);
     }
 
     /// Why the processes of sandbox `id` last restarted in a repair, if they did.
     pub(crate) fn restarted(&self, id: &str) -> Option<String> {
-        self.restarted
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(id)
-            .cloned()
+        self.restarted.lock().get(id).cloned()
     }
 }
 

@@ -10,9 +10,10 @@
 #![allow(unsafe_code)]
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
+use parking_lot::{Mutex, MutexGuard};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::oneshot;
 use tracing::{debug, warn};
@@ -79,13 +80,13 @@ impl Reaper {
     /// Takes the reaper's lock (for the duration of a fork and its registration).
     pub fn lock(&self) -> ReapLock<'_> {
         ReapLock {
-            guard: self.waiters.lock().unwrap_or_else(PoisonError::into_inner),
+            guard: self.waiters.lock(),
         }
     }
 
     /// Reaps every child that has ended.
     fn reap_all(&self) {
-        let mut waiters = self.waiters.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut waiters = self.waiters.lock();
         loop {
             let mut raw: libc::c_int = 0;
             // SAFETY: waitpid writes the status into `raw`, a valid local for the whole call.

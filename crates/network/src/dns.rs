@@ -10,11 +10,12 @@
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use hickory_proto::op::{Message, MessageType, OpCode, Query, ResponseCode};
 use hickory_proto::rr::{Name, RData, RecordType};
+use parking_lot::Mutex;
 use tokio::net::UdpSocket;
 use tokio::sync::Semaphore;
 use tracing::{debug, warn};
@@ -40,7 +41,7 @@ pub(crate) struct NameCache {
 
 impl NameCache {
     fn get(&self, name: &str) -> Option<Vec<Ipv4Addr>> {
-        let map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let map = self.map.lock();
         map.get(name)
             .filter(|(_, exp)| *exp > Instant::now())
             .map(|(ips, _)| ips.clone())
@@ -48,7 +49,7 @@ impl NameCache {
 
     fn put(&self, name: String, ips: Vec<Ipv4Addr>, ttl: u32) {
         let ttl = u64::from(ttl).clamp(MIN_TTL, MAX_TTL);
-        let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.map.lock();
         if map.len() > 100_000 {
             let now = Instant::now();
             map.retain(|_, (_, exp)| *exp > now);

@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io::Read;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -19,6 +19,7 @@ use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use crate::error::{NetworkError, Result};
@@ -203,12 +204,7 @@ impl SandboxTls {
     }
 
     fn server_config(&self, name: &str) -> Result<Arc<rustls::ServerConfig>> {
-        if let Some(c) = self
-            .configs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(name)
-        {
+        if let Some(c) = self.configs.lock().get(name) {
             return Ok(c.clone());
         }
         let params = rcgen::CertificateParams::new(vec![name.to_string()])
@@ -227,10 +223,7 @@ impl SandboxTls {
             .map_err(|e| tls_err("server config", e))?;
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
         let config = Arc::new(config);
-        self.configs
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(name.to_string(), config.clone());
+        self.configs.lock().insert(name.to_string(), config.clone());
         Ok(config)
     }
 

@@ -50,9 +50,10 @@
 //!   environment variable to its placeholder. The value stays in the node.
 //!
 //! # Testing and measuring
-//! [`lab::FakeInternet`] builds a fake internet from namespaces it creates (HTTP, HTTPS with a
-//! test CA, DNS, a metadata server on 169.254.169.254, a "host" service) and
-//! [`lab::FakeInternet::network_config`] points a gateway at it. [`lab::bench()`] measures
+//! With the `lab` feature (tests, the e2e harness and cove-bench only; a production build does
+//! not contain it), `lab::FakeInternet` builds a fake internet from namespaces it creates (HTTP,
+//! HTTPS with a test CA, DNS, a metadata server on 169.254.169.254, a "host" service) and
+//! `lab::FakeInternet::network_config` points a gateway at it. `lab::bench()` measures
 //! request setup and a download through the gateway beside a direct veth path (also as
 //! `cargo run -p cove-network --release --example gateway_bench -- ROUNDS MIB`). All need root.
 //!
@@ -74,6 +75,7 @@ mod counters;
 mod dns;
 pub mod error;
 mod intercept;
+#[cfg(feature = "lab")]
 pub mod lab;
 mod network;
 pub mod plumbing;

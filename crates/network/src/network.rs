@@ -4,9 +4,10 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use parking_lot::{Mutex, RwLock};
 use serde::Serialize;
 use tokio::sync::{broadcast, watch, Notify};
 use tokio::task::JoinHandle;
@@ -85,14 +86,11 @@ pub const MAX_CONNECTIONS: usize = 256;
 
 impl SandboxEntry {
     pub(crate) fn tls(&self) -> Option<Arc<SandboxTls>> {
-        self.tls.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.tls.read().clone()
     }
 
     pub(crate) fn policy(&self) -> Arc<EgressPolicy> {
-        self.policy
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.policy.read().clone()
     }
 }
 
@@ -135,11 +133,7 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub(crate) fn entry(&self, ip: Ipv4Addr) -> Option<Arc<SandboxEntry>> {
-        self.sandboxes
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&ip)
-            .cloned()
+        self.sandboxes.read().get(&ip).cloned()
     }
 
     /// The upstream TLS client config (built on first use).
@@ -166,8 +160,8 @@ impl Shared {
         }
     }
 
-    fn pool(&self) -> std::sync::MutexGuard<'_, Pool> {
-        self.pool.lock().unwrap_or_else(|e| e.into_inner())
+    fn pool(&self) -> parking_lot::MutexGuard<'_, Pool> {
+        self.pool.lock()
     }
 
     pub(crate) async fn resolves_to(&self, name: &str, ip: Ipv4Addr) -> bool {
@@ -244,7 +238,6 @@ impl Shared {
         });
         self.sandboxes
             .write()
-            .unwrap_or_else(|e| e.into_inner())
             .insert(self.config.slot_addr(slot), entry);
     }
 
@@ -470,11 +463,7 @@ impl Network {
             .remove(sandbox_id)
             .ok_or_else(|| NetworkError::NotAttached(sandbox_id.to_string()))?;
         let addr = self.shared.config.slot_addr(slot);
-        self.shared
-            .sandboxes
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&addr);
+        self.shared.sandboxes.write().remove(&addr);
         let cfg = self.shared.config.clone();
         blocking(move || plumbing::unplumb(&cfg, slot)).await?;
         self.shared.pool().used.remove(&slot);
@@ -486,7 +475,7 @@ impl Network {
     /// connections keep going). Errors: [`NetworkError::NotAttached`].
     pub fn set_policy(&self, sandbox_id: &str, policy: EgressPolicy) -> Result<()> {
         let entry = self.shared.entry_of(sandbox_id)?;
-        *entry.policy.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(policy);
+        *entry.policy.write() = Arc::new(policy);
         Ok(())
     }
 
@@ -517,7 +506,7 @@ impl Network {
     ) -> Result<Interception> {
         let entry = self.shared.entry_of(sandbox_id)?;
         let (tls, interception) = SandboxTls::new(sandbox_id, secrets, reuse)?;
-        *entry.tls.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(tls));
+        *entry.tls.write() = Some(Arc::new(tls));
         Ok(interception)
     }
 
@@ -652,11 +641,7 @@ impl Network {
             plumbing::delete_gateway(&prefix)
         })
         .await?;
-        self.shared
-            .sandboxes
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        self.shared.sandboxes.write().clear();
         *self.shared.pool() = Pool::default();
         info!(prefix = %self.shared.config.prefix, kept = kept_count,
             "sandbox network gateway shut down");

@@ -8,8 +8,9 @@
 //! one line per interval per limiter, and that line says how many it held back.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 /// Lets one event through per interval and counts the rest.
 pub struct RateLimit {
@@ -34,10 +35,7 @@ impl RateLimit {
     }
 
     fn allow_at(&self, now: Instant) -> Option<u64> {
-        let mut last = self
-            .last
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut last = self.last.lock();
         match *last {
             Some(t) if now.duration_since(t) < self.interval => {
                 self.suppressed.fetch_add(1, Ordering::Relaxed);

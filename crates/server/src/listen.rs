@@ -25,7 +25,7 @@ use std::convert::Infallible;
 use std::io;
 use std::net::{IpAddr, Ipv6Addr};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -35,6 +35,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
+use parking_lot::Mutex;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
@@ -104,11 +105,7 @@ pub struct Permit {
 
 impl Drop for Permit {
     fn drop(&mut self) {
-        let mut peers = self
-            .admission
-            .per_peer
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut peers = self.admission.per_peer.lock();
         if let Some(n) = peers.get_mut(&self.peer) {
             *n -= 1;
             if *n == 0 {
@@ -155,11 +152,7 @@ impl Admission {
     pub fn admit(&self, peer: IpAddr) -> Option<Permit> {
         let key = peer_key(peer);
         let total = self.inner.total.clone().try_acquire_owned().ok()?;
-        let mut peers = self
-            .inner
-            .per_peer
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut peers = self.inner.per_peer.lock();
         let n = peers.entry(key).or_insert(0);
         if *n >= self.inner.limits.max_connections_per_peer.max(1) {
             return None;
@@ -260,7 +253,7 @@ impl Activity {
     }
 
     fn busy(self: &Arc<Self>) -> Busy {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner).0 += 1;
+        self.state.lock().0 += 1;
         self.changed.notify_waiters();
         Busy(self.clone())
     }
@@ -271,7 +264,7 @@ impl Activity {
             let changed = self.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            let (n, since) = *self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            let (n, since) = *self.state.lock();
             if n > 0 {
                 changed.await;
                 continue;
@@ -287,7 +280,7 @@ impl Activity {
 impl Drop for Busy {
     fn drop(&mut self) {
         {
-            let mut st = self.0.state.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut st = self.0.state.lock();
             st.0 -= 1;
             if st.0 == 0 {
                 st.1 = Instant::now();
@@ -478,12 +471,7 @@ mod tests {
         assert!(a.admit(two).is_some(), "a freed place is reused");
         drop((p2, p3));
         assert_eq!(a.open(), 0);
-        assert!(a
-            .inner
-            .per_peer
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_empty());
+        assert!(a.inner.per_peer.lock().is_empty());
     }
 
     #[test]

@@ -11,9 +11,10 @@
 //! This crate is for tests only: production crates may depend on it only as a dev-dependency.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use cove_node_api::{NodeCapabilities, NodeError, NodeSandboxState, RecipeInfo, SandboxLaunch};
+use parking_lot::{Mutex, MutexGuard};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -180,7 +181,7 @@ impl FakeNode {
     }
 
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        self.shared.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.shared.state.lock()
     }
 
     pub(crate) fn bump(&self) {

@@ -26,11 +26,11 @@ use crate::{FakeNode, State};
 const DEFAULT_ID: u32 = 1000;
 
 /// The stored generations of object volumes, by (volume id, generation).
-static STORED: std::sync::Mutex<BTreeMap<(String, u64), FakeVolume>> =
-    std::sync::Mutex::new(BTreeMap::new());
+static STORED: parking_lot::Mutex<BTreeMap<(String, u64), FakeVolume>> =
+    parking_lot::Mutex::new(BTreeMap::new());
 
-fn stored() -> std::sync::MutexGuard<'static, BTreeMap<(String, u64), FakeVolume>> {
-    STORED.lock().unwrap_or_else(|p| p.into_inner())
+fn stored() -> parking_lot::MutexGuard<'static, BTreeMap<(String, u64), FakeVolume>> {
+    STORED.lock()
 }
 
 /// A volume of the fake node.

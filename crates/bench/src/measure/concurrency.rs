@@ -6,8 +6,9 @@
 //! Baseline: as many threads doing `runc run --detach` of a `sleep` container and `runc delete
 //! --force`, each thread on its own overlay, for the same duration.
 
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 use super::{dist_ms, progress, Ctx, TEMPLATE};
 use crate::raw::RawRunc;
@@ -135,7 +136,7 @@ async fn cove_cycles(
     });
     futures::future::join_all(workers).await;
     let wall = t0.elapsed();
-    let tally = tally.into_inner().unwrap_or_else(|p| p.into_inner());
+    let tally = tally.into_inner();
     Ok((tally, wall))
 }
 
@@ -183,10 +184,10 @@ fn raw_cycles(
     for bundle in bundles {
         bundle.remove()?;
     }
-    let tally = tally.into_inner().unwrap_or_else(|p| p.into_inner());
+    let tally = tally.into_inner();
     Ok((tally, wall))
 }
 
-fn lock(tally: &Mutex<Tally>) -> std::sync::MutexGuard<'_, Tally> {
-    tally.lock().unwrap_or_else(|p| p.into_inner())
+fn lock(tally: &Mutex<Tally>) -> parking_lot::MutexGuard<'_, Tally> {
+    tally.lock()
 }

@@ -18,11 +18,11 @@
 //! one-second window.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use cove_api_types::{Quotas, Resources};
 use cove_store::{OrgUsage, StoreError, StoreLock};
+use parking_lot::Mutex;
 
 use crate::{ControlPlane, ServiceError};
 
@@ -277,12 +277,7 @@ impl ControlPlane {
     /// Records whether pool `name`'s refill is stopped by a quota; returns whether that is
     /// news (so it is logged once per stop).
     pub(crate) fn pool_blocked(&self, name: &str, blocked: bool) -> bool {
-        let mut set = self
-            .inner
-            .quotas
-            .blocked_pools
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut set = self.inner.quotas.blocked_pools.lock();
         if blocked {
             set.insert(name.to_string())
         } else {
@@ -293,12 +288,7 @@ impl ControlPlane {
     /// Counts `n` creates of `org` in its current second; refuses past `max`.
     fn take_create_slots(&self, org: &str, max: u32, n: u32) -> Result<(), ServiceError> {
         let now = Instant::now();
-        let mut windows = self
-            .inner
-            .quotas
-            .windows
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let mut windows = self.inner.quotas.windows.lock();
         let (start, count) = windows.entry(org.to_string()).or_insert((now, 0));
         if now.duration_since(*start) >= Duration::from_secs(1) {
             *start = now;

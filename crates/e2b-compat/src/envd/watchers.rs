@@ -9,7 +9,7 @@
 //! `WRITE`.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -22,6 +22,7 @@ use cove_control_plane::orgs::scope::carried;
 use cove_control_plane::{ServiceError, WatchQuery};
 use futures::stream::BoxStream;
 use futures::StreamExt;
+use parking_lot::Mutex;
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -58,8 +59,8 @@ pub struct Watchers {
 }
 
 impl Watchers {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Watcher>> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, HashMap<String, Watcher>> {
+        self.inner.lock()
     }
 }
 
@@ -261,7 +262,7 @@ pub async fn create_watcher(
             while let Some(Ok(batch)) = batches.next().await {
                 for ev in batch {
                     let mapped = to_events(&e2, &t2, &user, &dir, req.include_entry, ev).await;
-                    let mut b = buf.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut b = buf.lock();
                     b.extend(mapped);
                     let over = b.len().saturating_sub(MAX_BUFFERED_EVENTS);
                     b.drain(..over);
@@ -302,8 +303,7 @@ pub async fn get_watcher_events(
         let Some(w) = w.get(&req.watcher_id).filter(|w| w.sandbox == t.cove_id) else {
             return Err(unknown_watcher(&req.watcher_id));
         };
-        let events: Vec<FilesystemEvent> =
-            std::mem::take(&mut *w.events.lock().unwrap_or_else(|p| p.into_inner()));
+        let events: Vec<FilesystemEvent> = std::mem::take(&mut *w.events.lock());
         Ok(unary_response(&json!({ "events": events })))
     };
     run.await.unwrap_or_else(IntoResponse::into_response)

@@ -12,7 +12,6 @@ use std::sync::Arc;
 
 use cove_guest_protocol::{Response, MAX_CHUNK_BYTES};
 
-use super::lock;
 use crate::error::AgentError;
 use crate::output_log::{Chunk, LogReader, Next};
 use crate::responder::Responder;
@@ -34,12 +33,12 @@ pub async fn attach(
         }
     };
     let mut progress = command.progress.subscribe();
-    let mut reader = LogReader::new(&lock(&command.log), offset);
+    let mut reader = LogReader::new(&command.log.lock(), offset);
     loop {
         let exited = *progress.borrow_and_update();
         loop {
             // The log's lock is released at the end of this statement.
-            let next = reader.next(&lock(&command.log), MAX_CHUNK_BYTES);
+            let next = reader.next(&command.log.lock(), MAX_CHUNK_BYTES);
             let chunk = match next {
                 Next::Chunk(c) => c,
                 Next::CaughtUp => break,

@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use cove_guest_protocol::{CommandInfo, Response};
 
-use super::lock;
 use crate::error::AgentError;
 use crate::responder::{send_in_parts, Responder};
 use crate::state::Agent;
@@ -45,7 +44,7 @@ pub fn forget(agent: &Arc<Agent>, command_id: &str) -> Result<(), AgentError> {
         )));
     }
     if let Some(command) = agent.commands.remove(command_id) {
-        lock(&command.log).remove_spill_file();
+        command.log.lock().remove_spill_file();
         // Gone unless processes the command left behind still run in it.
         command.tree().remove_cgroup();
     }

@@ -24,10 +24,11 @@ pub mod write_stdin;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cove_guest_protocol::{CommandInfo, CommandState, Stream};
+use parking_lot::Mutex;
 use tokio::sync::watch;
 
 use crate::error::AgentError;
@@ -39,12 +40,6 @@ pub use stdin::{Stdin, StdinWriter};
 pub const EOF_WAIT: Duration = Duration::from_secs(2);
 /// Longest wait for EOF after the agent killed the tree (timeout or kill).
 pub const KILLED_EOF_WAIT: Duration = Duration::from_millis(500);
-
-/// Locks a std mutex, ignoring poisoning (a panicked holder left consistent data behind: every
-/// critical section here is a few field updates).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
 
 /// Unix time in milliseconds.
 pub(crate) fn now_ms() -> u64 {
@@ -125,16 +120,16 @@ impl Command {
 
     /// Whether the command has finished.
     pub fn exited(&self) -> bool {
-        lock(&self.status).exited
+        self.status.lock().exited
     }
 
     /// The wire description.
     pub fn info(&self) -> CommandInfo {
         let (output_bytes, truncated) = {
-            let log = lock(&self.log);
+            let log = self.log.lock();
             (log.total(), log.truncated())
         };
-        let st = lock(&self.status);
+        let st = self.status.lock();
         CommandInfo {
             command_id: self.id.clone(),
             pid: self.pid as u32,
@@ -160,7 +155,7 @@ impl Command {
     }
 
     fn append_output(&self, stream: Stream, data: &[u8]) {
-        let kept = lock(&self.log).append(stream, data);
+        let kept = self.log.lock().append(stream, data);
         if kept > 0 {
             self.progress.send_modify(|_| ());
         }
@@ -193,13 +188,13 @@ pub struct Reservation<'a> {
 
 impl Drop for Reservation<'_> {
     fn drop(&mut self) {
-        lock(&self.table.inner).reserved.remove(&self.id);
+        self.table.inner.lock().reserved.remove(&self.id);
     }
 }
 
 impl Reservation<'_> {
     fn commit(self, command: Arc<Command>) {
-        let mut t = lock(&self.table.inner);
+        let mut t = self.table.inner.lock();
         t.commands.insert(command.id.clone(), command);
     }
 }
@@ -207,7 +202,8 @@ impl Reservation<'_> {
 impl CommandTable {
     /// The command with this id, or `NotFound`.
     pub fn get(&self, id: &str) -> Result<Arc<Command>, AgentError> {
-        lock(&self.inner)
+        self.inner
+            .lock()
             .commands
             .get(id)
             .cloned()
@@ -216,11 +212,11 @@ impl CommandTable {
 
     /// Every command.
     pub fn all(&self) -> Vec<Arc<Command>> {
-        lock(&self.inner).commands.values().cloned().collect()
+        self.inner.lock().commands.values().cloned().collect()
     }
 
     fn reserve(&self, id: &str) -> Result<Reservation<'_>, AgentError> {
-        let mut t = lock(&self.inner);
+        let mut t = self.inner.lock();
         if t.commands.contains_key(id) || !t.reserved.insert(id.to_string()) {
             return Err(AgentError::new(
                 cove_guest_protocol::ErrorCode::AlreadyExists,
@@ -234,6 +230,6 @@ impl CommandTable {
     }
 
     fn remove(&self, id: &str) -> Option<Arc<Command>> {
-        lock(&self.inner).commands.remove(id)
+        self.inner.lock().commands.remove(id)
     }
 }

@@ -15,10 +15,11 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use cove_guest_protocol::{ErrorCode, Program, SpawnRequest, Stream};
+use parking_lot::Mutex;
 use tokio::net::unix::pipe;
 use tokio::sync::watch;
 

@@ -7,12 +7,13 @@
 //! process reads EOF at once. On a terminal, stdin is the terminal's input: writes are typed
 //! keys, and closing sends the end-of-input character (Ctrl-D) instead of closing anything.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
+use parking_lot::Mutex;
 use tokio::net::unix::pipe;
 use tokio_util::sync::CancellationToken;
 
-use super::{lock, Command};
+use super::Command;
 use crate::error::AgentError;
 
 /// Where a command's input goes.
@@ -54,13 +55,13 @@ impl Stdin {
 
     /// The pipe is still open.
     pub fn is_open(&self) -> bool {
-        lock(&self.open).is_some()
+        self.open.lock().is_some()
     }
 
     /// Closes the pipe (aborting a blocked write); `false` if it was not open. A terminal is
     /// not closed (that would hang it up): the caller sends Ctrl-D instead.
     pub fn close(&self) -> bool {
-        match lock(&self.open).take() {
+        match self.open.lock().take() {
             Some(open) => {
                 open.closed.cancel();
                 true
@@ -71,7 +72,7 @@ impl Stdin {
 
     /// The terminal, when stdin is one and still open.
     pub(super) fn pty(&self) -> Option<Arc<crate::pty::PtyMaster>> {
-        match lock(&self.open).as_ref().map(|o| &o.writer) {
+        match self.open.lock().as_ref().map(|o| &o.writer) {
             Some(StdinWriter::Pty(p)) => Some(p.clone()),
             _ => None,
         }

@@ -10,7 +10,7 @@ use tokio::net::unix::pipe;
 use tokio::sync::oneshot;
 use tracing::{debug, error, info};
 
-use super::{kill, lock, now_ms, Command, EOF_WAIT, KILLED_EOF_WAIT};
+use super::{kill, now_ms, Command, EOF_WAIT, KILLED_EOF_WAIT};
 use crate::pty::PtyMaster;
 use crate::reaper::ExitStatus;
 
@@ -60,7 +60,7 @@ pub async fn supervise(
                 s = &mut exit => s,
                 _ = tokio::time::sleep(t) => {
                     info!(command_id = %command.id, "command timed out; killing its process tree");
-                    lock(&command.status).timed_out = true;
+                    command.status.lock().timed_out = true;
                     command.mark_killing();
                     let tree = command.tree();
                     tokio::spawn(async move { kill::kill_tree_now(tree).await });
@@ -123,9 +123,9 @@ async fn pump(command: Arc<Command>, mut source: Source) {
 }
 
 fn finish(command: &Command, status: Option<ExitStatus>) {
-    lock(&command.log).close();
+    command.log.lock().close();
     {
-        let mut st = lock(&command.status);
+        let mut st = command.status.lock();
         st.exited = true;
         st.ended_at_ms = Some(now_ms());
         match status {

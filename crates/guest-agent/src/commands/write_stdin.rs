@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use super::lock;
 use super::stdin::{check, closed, write_all};
 use crate::error::AgentError;
 use crate::state::Agent;
@@ -16,7 +15,7 @@ pub async fn stdin_write(
     let command = agent.commands.get(command_id)?;
     check(&command)?;
     let _order = command.stdin.writes.lock().await;
-    let Some(open) = lock(&command.stdin.open).clone() else {
+    let Some(open) = command.stdin.open.lock().clone() else {
         return Err(closed(&command));
     };
     let result = tokio::select! {

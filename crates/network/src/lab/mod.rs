@@ -157,55 +157,43 @@ const SEEN_PACKETS: usize = 1_000;
 /// What the fake internet's servers received, for tests to check what left the gateway.
 #[derive(Debug, Default)]
 pub struct Seen {
-    dns_names: std::sync::Mutex<Vec<String>>,
-    dns_packets: std::sync::Mutex<Vec<Vec<u8>>>,
-    authorizations: std::sync::Mutex<Vec<String>>,
-    proxied: std::sync::Mutex<Vec<(String, String)>>,
+    dns_names: parking_lot::Mutex<Vec<String>>,
+    dns_packets: parking_lot::Mutex<Vec<Vec<u8>>>,
+    authorizations: parking_lot::Mutex<Vec<String>>,
+    proxied: parking_lot::Mutex<Vec<(String, String)>>,
 }
 
 impl Seen {
     /// Every name asked of the fake DNS server (normalised), in order.
     pub fn dns_names(&self) -> Vec<String> {
-        self.dns_names
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.dns_names.lock().clone()
     }
 
     /// The raw packets the fake DNS server received (the first `SEEN_PACKETS` of them), in order.
     pub fn dns_packets(&self) -> Vec<Vec<u8>> {
-        self.dns_packets
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.dns_packets.lock().clone()
     }
 
     /// Every non-empty `Authorization` header the HTTPS servers received, in order.
     pub fn authorizations(&self) -> Vec<String> {
-        self.authorizations
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.authorizations.lock().clone()
     }
 
     /// Every CONNECT the proxy ([`PROXY_ADDR`]) received, in order: (`ip:port`,
     /// `Proxy-Authorization` or empty).
     pub fn proxied(&self) -> Vec<(String, String)> {
-        self.proxied
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.proxied.lock().clone()
     }
 
     pub(crate) fn proxied_one(&self, target: String, auth: String) {
-        let mut l = self.proxied.lock().unwrap_or_else(|e| e.into_inner());
+        let mut l = self.proxied.lock();
         if l.len() < SEEN_MAX {
             l.push((target, auth));
         }
     }
 
-    fn push(list: &std::sync::Mutex<Vec<String>>, value: String) {
-        let mut l = list.lock().unwrap_or_else(|e| e.into_inner());
+    fn push(list: &parking_lot::Mutex<Vec<String>>, value: String) {
+        let mut l = list.lock();
         if l.len() < SEEN_MAX {
             l.push(value);
         }
@@ -216,7 +204,7 @@ impl Seen {
     }
 
     pub(crate) fn dns_packet(&self, packet: &[u8]) {
-        let mut l = self.dns_packets.lock().unwrap_or_else(|e| e.into_inner());
+        let mut l = self.dns_packets.lock();
         if l.len() < SEEN_PACKETS {
             l.push(packet.to_vec());
         }

@@ -9,7 +9,7 @@
 //! a call that gave up is ignored.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use cove_guest_protocol::{
@@ -17,6 +17,7 @@ use cove_guest_protocol::{
     GuestFrame, HostFrame, Request, Response, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION,
 };
 use cove_runtime::{GuestConnector, GuestStream};
+use parking_lot::{Mutex, MutexGuard};
 use tokio::io::AsyncWriteExt;
 use tokio::io::{ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, oneshot};
@@ -178,7 +179,7 @@ struct Inner {
 
 impl Inner {
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        self.state.lock()
     }
 
     /// Breaks the connection: every pending call gets `err`.

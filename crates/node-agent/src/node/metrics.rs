@@ -37,7 +37,7 @@ impl NodeMetrics for NodeAgent {
                 .unwrap_or(0)
                 .saturating_mul(1024)
         };
-        let sandboxes = self.guests.lock().unwrap_or_else(|p| p.into_inner()).len();
+        let sandboxes = self.guests.lock().len();
         Ok(NodeCapacity {
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
             memory_bytes: kib("MemTotal"),
@@ -57,7 +57,6 @@ impl NodeMetrics for NodeAgent {
         let history = self
             .history
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .get(id)
             .map(|h| h.iter().copied().collect())
             .unwrap_or_default();
@@ -88,22 +87,13 @@ impl NodeAgent {
     async fn sample_all(&self) {
         // Network counters are recorded on the same tick, for a restart to carry them on.
         self.save_network_counters();
-        let ids: Vec<String> = self
-            .guests
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .keys()
-            .cloned()
-            .collect();
-        self.history
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|id, _| ids.contains(id));
+        let ids: Vec<String> = self.guests.lock().keys().cloned().collect();
+        self.history.lock().retain(|id, _| ids.contains(id));
         for id in ids {
             let previous = self.last_sample(&id);
             match self.read_sample(&id, previous.as_ref()).await {
                 Ok(sample) => {
-                    let mut history = self.history.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut history = self.history.lock();
                     let h = history.entry(id).or_default();
                     if h.len() == HISTORY_SAMPLES {
                         h.pop_front();
@@ -117,11 +107,7 @@ impl NodeAgent {
     }
 
     fn last_sample(&self, id: &str) -> Option<MetricsSample> {
-        self.history
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(id)
-            .and_then(|h| h.back().copied())
+        self.history.lock().get(id).and_then(|h| h.back().copied())
     }
 
     /// Reads one sample of sandbox `id`; `previous` gives the CPU rate.

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,6 +18,7 @@ use cove_node_api::{
 use cove_runtime::{Runtime, RuntimeState, SandboxSpec};
 use futures::stream::BoxStream;
 use futures::StreamExt;
+use parking_lot::Mutex;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
@@ -103,7 +104,7 @@ impl NodeAgent {
     }
 
     fn guest(&self, id: &str) -> Result<GuestClient, NodeError> {
-        let guests = self.guests.lock().unwrap_or_else(|p| p.into_inner());
+        let guests = self.guests.lock();
         guests
             .get(id)
             .cloned()
@@ -111,7 +112,7 @@ impl NodeAgent {
     }
 
     fn set_guest(&self, id: &str, client: Option<GuestClient>) {
-        let mut guests = self.guests.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guests = self.guests.lock();
         match client {
             Some(c) => guests.insert(id.to_string(), c),
             None => guests.remove(id),

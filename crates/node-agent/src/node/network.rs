@@ -256,12 +256,9 @@ impl NodeAgent {
 
     /// Whether the sandbox's namespace was gone when the node started (it cannot be adopted).
     pub(crate) fn network_lost(&self, id: &str) -> bool {
-        self.network.as_ref().is_some_and(|n| {
-            n.lost
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .contains(id)
-        })
+        self.network
+            .as_ref()
+            .is_some_and(|n| n.lost.lock().contains(id))
     }
 
     /// The environment that points TLS clients at the sandbox's trust bundle, for a sandbox
@@ -271,11 +268,7 @@ impl NodeAgent {
         let Some(n) = &self.network else {
             return Vec::new();
         };
-        let attached = n
-            .placeholders
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains_key(id);
+        let attached = n.placeholders.lock().contains_key(id);
         if !attached || n.net.config().sandbox_ca_pem.is_none() {
             return Vec::new();
         }
@@ -289,13 +282,7 @@ impl NodeAgent {
     pub(crate) fn placeholders(&self, id: &str) -> BTreeMap<String, String> {
         self.network
             .as_ref()
-            .and_then(|n| {
-                n.placeholders
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get(id)
-                    .cloned()
-            })
+            .and_then(|n| n.placeholders.lock().get(id).cloned())
             .unwrap_or_default()
     }
 
@@ -414,7 +401,6 @@ impl NodeAgent {
         node_net
             .placeholders
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .insert(id.to_string(), placeholders);
         Ok(Some(SandboxNetwork {
             netns_path: att.netns_path.clone(),
@@ -432,11 +418,8 @@ impl NodeAgent {
         let Some(n) = &self.network else {
             return Ok(());
         };
-        n.placeholders
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(id);
-        n.lost.lock().unwrap_or_else(|p| p.into_inner()).remove(id);
+        n.placeholders.lock().remove(id);
+        n.lost.lock().remove(id);
         let released = match n.net.release(id).await {
             Ok(()) | Err(NetworkError::NotAttached(_)) => Ok(()),
             Err(e) => Err(net_err(e)),
@@ -595,7 +578,6 @@ impl NodeNetwork for NodeAgent {
             .map_err(net_err)?;
         n.placeholders
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .insert(id.to_string(), i.placeholders.clone());
         self.write_net_record(
             id,

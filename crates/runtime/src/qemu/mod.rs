@@ -38,10 +38,11 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use parking_lot::Mutex;
 use serde_json::{json, Value};
 
 use crate::{
@@ -220,10 +221,7 @@ impl QemuRuntime {
     }
 
     fn connector_of(&self, id: &str) -> Arc<MuxConnector> {
-        let mut map = self
-            .connectors
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut map = self.connectors.lock();
         map.entry(id.to_string())
             .or_insert_with(|| Arc::new(MuxConnector::new(self.paths(id).agent())))
             .clone()
@@ -284,11 +282,7 @@ impl QemuRuntime {
     }
 
     async fn drop_connector(&self, id: &str) {
-        let c = self
-            .connectors
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(id);
+        let c = self.connectors.lock().remove(id);
         if let Some(c) = c {
             c.shutdown().await;
         }

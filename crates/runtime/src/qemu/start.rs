@@ -1,7 +1,7 @@
 //! Starting a VM: preparing its files, booting or restoring QEMU, and waiting for the agent.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cove_guest_protocol::mux::Control;
@@ -123,7 +123,6 @@ impl QemuRuntime {
         let known = self
             .boot_files
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
             .clone()
             .filter(|b| b.kernel.exists() && b.initramfs.exists());
         let prep = tokio::task::spawn_blocking(move || {
@@ -146,10 +145,7 @@ impl QemuRuntime {
         })
         .await
         .map_err(join_error)??;
-        *self
-            .boot_files
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(prep.boot.clone());
+        *self.boot_files.lock() = Some(prep.boot.clone());
         Ok(prep)
     }
 

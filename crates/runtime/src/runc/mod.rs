@@ -141,7 +141,7 @@ pub struct RuncRuntime {
     runc: Runc,
     /// The freezer and init of each container this runtime started or adopted, by sandbox id
     /// (`freezer.rs`).
-    freezers: std::sync::Arc<std::sync::Mutex<HashMap<String, freezer::Tracked>>>,
+    freezers: std::sync::Arc<parking_lot::Mutex<HashMap<String, freezer::Tracked>>>,
     /// What this process may grant a sandbox (probed once).
     host: config::HostPrivileges,
     /// lxcfs and the node's CPUs, for honest limits.
@@ -217,8 +217,8 @@ impl RuncRuntime {
         self.runc.platform()
     }
 
-    fn lock_freezers(&self) -> std::sync::MutexGuard<'_, HashMap<String, freezer::Tracked>> {
-        self.freezers.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock_freezers(&self) -> parking_lot::MutexGuard<'_, HashMap<String, freezer::Tracked>> {
+        self.freezers.lock()
     }
 
     /// Remembers the freezer of container `id`, whose init is `pid` (a container whose cgroup

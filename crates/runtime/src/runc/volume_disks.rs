@@ -13,7 +13,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
+
+use parking_lot::Mutex;
 
 use super::layout::io_err;
 use super::mounts;
@@ -72,7 +73,7 @@ impl VolumeDisks {
     /// detach that would leave data unwritten.
     pub fn unmount(&self, id: &str) -> Result<(), RuntimeError> {
         check_id(id)?;
-        let _held = self.mounting.lock().unwrap_or_else(|p| p.into_inner());
+        let _held = self.mounting.lock();
         let mnt = self.mount_point(id);
         if !mounts::is_mounted(&mnt)? {
             return Ok(());
@@ -136,7 +137,7 @@ impl VolumeDisks {
     /// kind `NotFound` when the node has no such volume.
     pub fn mount(&self, id: &str) -> Result<PathBuf, RuntimeError> {
         check_id(id)?;
-        let _held = self.mounting.lock().unwrap_or_else(|p| p.into_inner());
+        let _held = self.mounting.lock();
         let img = self.image(id);
         if !img.is_file() {
             return Err(RuntimeError::Io {
@@ -178,7 +179,7 @@ impl VolumeDisks {
     /// the unmount failed, or something unexpected is left in its directory.
     pub fn remove(&self, id: &str) -> Result<(), RuntimeError> {
         check_id(id)?;
-        let _held = self.mounting.lock().unwrap_or_else(|p| p.into_inner());
+        let _held = self.mounting.lock();
         let mnt = self.mount_point(id);
         mounts::unmount(&mnt)?;
         remove_if_present(&mnt, |p| std::fs::remove_dir(p))?;

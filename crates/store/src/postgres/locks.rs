@@ -1,9 +1,8 @@
 //! Named locks (PostgreSQL): a transaction-scoped advisory lock, held by a transaction of its
 //! own on a connection of the lock pool until the guard drops.
 
-use std::sync::Mutex;
-
 use async_trait::async_trait;
+use parking_lot::Mutex;
 use sqlx::{Postgres, Transaction};
 
 use super::{PgStore, LOCK_NAMED};
@@ -15,7 +14,7 @@ struct Held(Mutex<Option<Transaction<'static, Postgres>>>);
 
 impl Drop for Held {
     fn drop(&mut self) {
-        let tx = self.0.get_mut().unwrap_or_else(|p| p.into_inner()).take();
+        let tx = self.0.get_mut().take();
         let Some(tx) = tx else { return };
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {

@@ -1,9 +1,10 @@
 //! Named locks (SQLite): one process is the store's writer, so a mutex per key is enough.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
+use parking_lot::Mutex;
 
 use super::SqliteStore;
 use crate::{LockStore, StoreError, StoreLock};
@@ -16,7 +17,7 @@ pub(crate) struct Locks(Arc<Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>>
 impl LockStore for SqliteStore {
     async fn lock(&self, key: &str) -> Result<StoreLock, StoreError> {
         let lock = {
-            let mut map = self.locks.0.lock().unwrap_or_else(|p| p.into_inner());
+            let mut map = self.locks.0.lock();
             // Keys nobody holds or waits for are dropped, so the map stays as small as the
             // keys in use.
             map.retain(|_, l| Arc::strong_count(l) > 1);

@@ -4,7 +4,7 @@
 //! signal ends it).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -14,6 +14,7 @@ use axum::Extension;
 use cove_api_types::{Command, CommandState, CreateCommandRequest};
 use cove_control_plane::ServiceError;
 use futures::StreamExt;
+use parking_lot::Mutex;
 use serde_json::json;
 
 use super::paths::{home_of, resolve};
@@ -45,20 +46,20 @@ pub struct Configs {
 
 impl Configs {
     fn remember(&self, sandbox: &str, cid: &str, config: ProcessConfig, tag: Option<String>) {
-        let mut m = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = self.inner.lock();
         m.entry(sandbox.to_string())
             .or_default()
             .insert(cid.to_string(), (config, tag));
     }
 
     fn get(&self, sandbox: &str, cid: &str) -> Option<Started> {
-        let m = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let m = self.inner.lock();
         m.get(sandbox).and_then(|s| s.get(cid)).cloned()
     }
 
     /// Drops what is kept for a sandbox.
     pub fn forget_sandbox(&self, sandbox: &str) {
-        let mut m = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = self.inner.lock();
         m.remove(sandbox);
     }
 }
