@@ -156,6 +156,8 @@ struct Inner {
     pools_wake: tokio::sync::Notify,
     /// Held by a pool pass: passes run one at a time.
     pools_pass: tokio::sync::Mutex<()>,
+    /// The pool definitions as creates read them (`pools/claim.rs`).
+    pools_cache: pools::claim::PoolsCache,
     /// One-time links to sandbox ports waiting for their visit.
     port_links: ports::PortLinks,
     /// Failed repairs in a row per degraded sandbox (`repair.rs`).
@@ -223,6 +225,7 @@ impl ControlPlane {
                 activity: activity::Activity::default(),
                 pools_wake: tokio::sync::Notify::new(),
                 pools_pass: tokio::sync::Mutex::new(()),
+                pools_cache: pools::claim::PoolsCache::default(),
                 port_links: ports::PortLinks::default(),
                 repairs: repair::Attempts::default(),
                 quotas: orgs::quotas::QuotaState::default(),

@@ -191,9 +191,11 @@ impl ControlPlane {
         let quota = self.lock_quotas(&sandbox.org).await?;
         self.check_create_rate(&quota, 1)?;
         let unclaimable = crate::pools::unclaimable(&req, recipe.start.is_some());
+        let latest = matches!(pin, crate::release_pins::Pin::Latest).then_some(sandbox.release);
         if let Some(served) = self
             .create_from_pool(
                 &sandbox,
+                latest,
                 unclaimable,
                 idempotency_key.as_deref(),
                 request_hash.as_deref(),

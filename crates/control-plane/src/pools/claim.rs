@@ -2,9 +2,12 @@
 //! create's per-sandbox settings are applied to it, and the create answers `running` with an
 //! operation that already succeeded.
 
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
 use cove_api_types::{CreateSandboxRequest, CreateSandboxResponse, OperationKind, Sandbox};
 use cove_domain::ids;
-use cove_store::{NewOperation, PoolClaim, StoreError};
+use cove_store::{NewOperation, PoolClaim, PoolRecord, StoreError};
 use tracing::{info, warn};
 
 use crate::sandboxes::deadline;
@@ -65,7 +68,65 @@ pub(crate) fn unclaimable(req: &CreateSandboxRequest, has_start: bool) -> Option
     }
 }
 
+/// How long creates reuse the pool definitions they read: a pool set or deleted through this
+/// server clears them at once; one set or deleted on another replica is seen within this.
+const POOLS_TTL: Duration = Duration::from_secs(1);
+
+/// The pool definitions as creates read them, kept for [`POOLS_TTL`]: a burst of creates reads
+/// the store's pools once, not once per create.
+#[derive(Default)]
+pub(crate) struct PoolsCache {
+    read: Mutex<Cached>,
+}
+
+#[derive(Default)]
+struct Cached {
+    /// Counts clears: a read that began before a clear is not kept.
+    generation: u64,
+    pools: Option<(Instant, Arc<Vec<PoolRecord>>)>,
+}
+
+impl PoolsCache {
+    /// Forgets the definitions (a pool was set or deleted).
+    pub(crate) fn clear(&self) {
+        let mut read = self.read.lock().unwrap_or_else(|p| p.into_inner());
+        read.generation += 1;
+        read.pools = None;
+    }
+
+    /// The definitions if read less than [`POOLS_TTL`] ago, else the generation a new read
+    /// is to be kept under.
+    fn fresh(&self) -> Result<Arc<Vec<PoolRecord>>, u64> {
+        let read = self.read.lock().unwrap_or_else(|p| p.into_inner());
+        match &read.pools {
+            Some((at, pools)) if at.elapsed() < POOLS_TTL => Ok(pools.clone()),
+            _ => Err(read.generation),
+        }
+    }
+
+    fn keep(&self, generation: u64, since: Instant, pools: Arc<Vec<PoolRecord>>) {
+        let mut read = self.read.lock().unwrap_or_else(|p| p.into_inner());
+        if read.generation == generation {
+            read.pools = Some((since, pools));
+        }
+    }
+}
+
 impl ControlPlane {
+    /// The pool definitions, read from the store at most once per [`POOLS_TTL`].
+    async fn pools_for_create(&self) -> Result<Arc<Vec<PoolRecord>>, ServiceError> {
+        let generation = match self.inner.pools_cache.fresh() {
+            Ok(pools) => return Ok(pools),
+            Err(generation) => generation,
+        };
+        let since = Instant::now();
+        let pools = Arc::new(self.store().list_pools().await?);
+        self.inner
+            .pools_cache
+            .keep(generation, since, pools.clone());
+        Ok(pools)
+    }
+
     /// Serves the create of `wanted` (its settings resolved, state `creating`) from a pool
     /// when a pool keeps its template, release and resources and has a ready member: returns
     /// the claimed sandbox (`running`, with `wanted`'s per-sandbox settings) and a succeeded
@@ -73,22 +134,31 @@ impl ControlPlane {
     /// counted on each, and the pool controller is woken to refill).
     ///
     /// `unclaimable`: why this create cannot take a member ([`unclaimable`]); with a matching
-    /// pool it counts as a miss with that reason and the create cold-starts.
+    /// pool it counts as a miss with that reason and the create cold-starts. `latest`: the
+    /// number of `wanted`'s template's latest ready release when the create asked for the
+    /// latest (it is `wanted.release`), so a pool that follows the latest needs no lookup.
     pub(crate) async fn create_from_pool(
         &self,
         wanted: &Sandbox,
+        latest: Option<u32>,
         unclaimable: Option<&'static str>,
         idempotency_key: Option<&str>,
         request_hash: Option<&str>,
     ) -> Result<Option<CreateSandboxResponse>, ServiceError> {
         let mut matching = Vec::new();
-        for p in self.store().list_pools().await? {
-            if p.org == wanted.org
-                && p.template == wanted.template
-                && p.resources == wanted.resources
-                && self.pool_release(&p).await? == Some(wanted.release)
+        for p in self.pools_for_create().await?.iter() {
+            if p.org != wanted.org
+                || p.template != wanted.template
+                || p.resources != wanted.resources
             {
-                matching.push(p.name);
+                continue;
+            }
+            let keeps = match (p.release, latest) {
+                (None, Some(latest)) => Some(latest),
+                _ => self.pool_release(p).await?,
+            };
+            if keeps == Some(wanted.release) {
+                matching.push(p.name.clone());
             }
         }
         if matching.is_empty() {

@@ -1,7 +1,7 @@
 //! The pool controller: one pass ([`ControlPlane::reconcile_pools`]) makes every pool's
 //! members what its settings ask, and a loop runs it when woken (a pool was set, a create
-//! claimed or missed a member; 100 ms later, so a burst of claims is served first) and every
-//! `controller_interval`.
+//! claimed or missed a member; once no wake came for 100 ms, at most 1 s after the first, so a
+//! burst of claims is served first) and every `controller_interval`.
 //!
 //! A pass, per pool: members that failed, run another release or size (a new release of a
 //! pool that follows the latest), or belong to a pool that no longer exists are retired
@@ -23,10 +23,14 @@ use tracing::{info, warn};
 use super::fits;
 use crate::orgs::quotas::Ask;
 
-/// How long the pool loop waits after being woken before it refills, so a burst of claims is
-/// served before members boot beside it.
-const REFILL_DELAY: Duration = Duration::from_millis(100);
 use crate::{ControlPlane, ServiceError};
+
+/// How long the pool loop waits, once woken, for a pause in the wakes before it refills: a
+/// burst of claims is served first, and its members' cold creates do not compete with it for
+/// the store's writer and the cores.
+const REFILL_QUIET: Duration = Duration::from_millis(100);
+/// The longest a refill waits for that pause after the first wake (a steady stream of claims).
+const REFILL_MAX_DELAY: Duration = Duration::from_secs(1);
 
 impl ControlPlane {
     /// Wakes the pool loop (a pass runs soon, at most one queued).
@@ -51,12 +55,28 @@ impl ControlPlane {
                 () = self.inner.pools_wake.notified() => {
                     // Claims come in bursts: refill once after the burst, not once per claim
                     // while it is still being served.
-                    tokio::select! {
-                        () = stop.cancelled() => break,
-                        () = tokio::time::sleep(REFILL_DELAY) => {}
+                    if !self.burst_over(&stop).await {
+                        break;
                     }
                 }
                 () = tokio::time::sleep(every) => {}
+            }
+        }
+    }
+
+    /// Waits until no wake came for [`REFILL_QUIET`], or [`REFILL_MAX_DELAY`] passed; `false`
+    /// when `stop` fired meanwhile.
+    async fn burst_over(&self, stop: &CancellationToken) -> bool {
+        let first = tokio::time::Instant::now();
+        loop {
+            let left = REFILL_MAX_DELAY.saturating_sub(first.elapsed());
+            if left.is_zero() {
+                return true;
+            }
+            tokio::select! {
+                () = stop.cancelled() => return false,
+                () = self.inner.pools_wake.notified() => {}
+                () = tokio::time::sleep(REFILL_QUIET.min(left)) => return true,
             }
         }
     }

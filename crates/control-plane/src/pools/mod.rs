@@ -79,6 +79,7 @@ impl ControlPlane {
             }
             Err(e) => return Err(e.into()),
         };
+        self.inner.pools_cache.clear();
         tracing::info!(pool = %name, min_ready = stored.min_ready, max = stored.max, "pool set");
         self.wake_pools();
         self.pool_view(stored).await
@@ -119,7 +120,9 @@ impl ControlPlane {
     /// none). Members still booting are deleted by the pool controller once they are up.
     pub async fn delete_pool(&self, name: &str) -> Result<(), ServiceError> {
         self.own_pool(name).await?;
-        if !self.store().delete_pool(name).await? {
+        let deleted = self.store().delete_pool(name).await?;
+        self.inner.pools_cache.clear();
+        if !deleted {
             return Err(ServiceError::PoolNotFound(name.to_string()));
         }
         tracing::info!(pool = %name, "pool deleted; draining its members");

@@ -171,7 +171,8 @@ async fn a_matching_create_is_served_running_with_its_own_settings_and_the_pool_
             "booted once, as a member"
         );
 
-        // The controller, woken by the claim, refills 100 ms later (not at its interval).
+        // The controller, woken by the claim, refills once claims pause for 100 ms (not at
+        // its interval).
         h.advance(std::time::Duration::from_millis(100)).await;
         eventually("the pool refilled", || async {
             pool(&h, "warm").await.ready == 1

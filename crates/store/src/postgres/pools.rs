@@ -1,6 +1,7 @@
 //! Warm pools and their members (PostgreSQL). A claim is one `UPDATE ... WHERE id = (SELECT
 //! ... FOR UPDATE SKIP LOCKED)`: concurrent claims lock different members instead of queueing
-//! on the same one.
+//! on the same one. The pool's hit counter is counted after the claim's commit, so claims do
+//! not queue on the pool's row either.
 
 use async_trait::async_trait;
 use chrono::Utc;
@@ -8,13 +9,13 @@ use cove_api_types::{EventType, Operation, Resources};
 use sqlx::Row;
 
 use super::lifecycle::insert_event;
+use super::operations::row_to_operation;
 use super::sandboxes::{insert, row_to_sandbox};
 use super::PgStore;
 use super::{from_i64, to_i64};
 use crate::error::map_unique;
 use crate::{
-    map_json, NewEvent, NewOperation, OperationStore, PoolClaim, PoolMember, PoolRecord, PoolStore,
-    StoreError,
+    map_json, NewEvent, NewOperation, PoolClaim, PoolMember, PoolRecord, PoolStore, StoreError,
 };
 
 fn row_to_pool(r: &sqlx::postgres::PgRow) -> Result<PoolRecord, StoreError> {
@@ -163,16 +164,12 @@ impl PoolStore for PgStore {
             return Ok(None);
         };
         let pool: String = row.try_get("claimed_from")?;
-        sqlx::query("UPDATE pools SET hits = hits + 1 WHERE name = $1")
-            .bind(&pool)
-            .execute(&mut *tx)
-            .await?;
         let sandbox = row_to_sandbox(&row)?;
         let now = Utc::now();
-        sqlx::query(
+        let op_row = sqlx::query(
             "INSERT INTO operations (id, kind, state, sandbox_id, template, release, \
              idempotency_key, request_hash, created_at, updated_at, deadline, org) \
-             VALUES ($1, $2, 'succeeded', $3, $4, $5, $6, $7, $8, $8, $9, $10)",
+             VALUES ($1, $2, 'succeeded', $3, $4, $5, $6, $7, $8, $8, $9, $10) RETURNING *",
         )
         .bind(&op.id)
         .bind(op.kind.as_str())
@@ -184,9 +181,10 @@ impl PoolStore for PgStore {
         .bind(now)
         .bind(op.deadline)
         .bind(&op.org)
-        .execute(&mut *tx)
+        .fetch_one(&mut *tx)
         .await
         .map_err(map_unique)?;
+        let operation = row_to_operation(&op_row)?;
         let created = NewEvent {
             kind: EventType::SandboxCreated,
             operation_id: Some(op.id.clone()),
@@ -198,7 +196,15 @@ impl PoolStore for PgStore {
         };
         insert_event(&mut tx, &sandbox.id, &created, now).await?;
         tx.commit().await?;
-        let operation = self.get_operation(&op.id).await?;
+        // After the commit, on its own: inside the claim's transaction the pool's row lock
+        // would queue every concurrent claim of the pool behind this one's commit.
+        if let Err(e) = sqlx::query("UPDATE pools SET hits = hits + 1 WHERE name = $1")
+            .bind(&pool)
+            .execute(&self.pool)
+            .await
+        {
+            tracing::warn!(pool = %pool, error = %e, "cannot count a pool hit");
+        }
         Ok(Some((PoolMember { pool, sandbox }, operation)))
     }
 

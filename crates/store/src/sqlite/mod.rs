@@ -4,6 +4,7 @@
 
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
@@ -31,6 +32,8 @@ mod volumes;
 #[derive(Clone, Debug)]
 pub struct SqliteStore {
     pool: SqlitePool,
+    /// Audit records waiting to be written (`audit.rs`): they are written in batches.
+    audit_queue: Arc<audit::AuditQueue>,
     /// The named locks of [`crate::LockStore`] (this process is the store's one writer).
     locks: locks::Locks,
 }
@@ -54,6 +57,7 @@ impl SqliteStore {
         sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
         Ok(SqliteStore {
             pool,
+            audit_queue: Arc::default(),
             locks: locks::Locks::default(),
         })
     }

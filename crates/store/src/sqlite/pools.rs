@@ -8,12 +8,12 @@ use cove_api_types::{EventType, Operation, Resources};
 use sqlx::Row;
 
 use super::lifecycle::insert_event;
+use super::operations::row_to_operation;
 use super::sandboxes::{insert, row_to_sandbox};
 use super::SqliteStore;
 use crate::error::map_unique;
 use crate::{
-    map_json, NewEvent, NewOperation, OperationStore, PoolClaim, PoolMember, PoolRecord, PoolStore,
-    StoreError,
+    map_json, NewEvent, NewOperation, PoolClaim, PoolMember, PoolRecord, PoolStore, StoreError,
 };
 
 fn row_to_pool(r: &sqlx::sqlite::SqliteRow) -> Result<PoolRecord, StoreError> {
@@ -162,10 +162,10 @@ impl PoolStore for SqliteStore {
             .await?;
         let sandbox = row_to_sandbox(&row)?;
         let now = Utc::now();
-        sqlx::query(
+        let op_row = sqlx::query(
             "INSERT INTO operations (id, kind, state, sandbox_id, template, release, \
              idempotency_key, request_hash, created_at, updated_at, deadline, org) \
-             VALUES (?, ?, 'succeeded', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             VALUES (?, ?, 'succeeded', ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING *",
         )
         .bind(&op.id)
         .bind(op.kind.as_str())
@@ -178,9 +178,10 @@ impl PoolStore for SqliteStore {
         .bind(now)
         .bind(op.deadline)
         .bind(&op.org)
-        .execute(&mut *tx)
+        .fetch_one(&mut *tx)
         .await
         .map_err(map_unique)?;
+        let operation = row_to_operation(&op_row)?;
         let created = NewEvent {
             kind: EventType::SandboxCreated,
             operation_id: Some(op.id.clone()),
@@ -192,7 +193,6 @@ impl PoolStore for SqliteStore {
         };
         insert_event(&mut tx, &sandbox.id, &created, now).await?;
         tx.commit().await?;
-        let operation = self.get_operation(&op.id).await?;
         Ok(Some((PoolMember { pool, sandbox }, operation)))
     }
 

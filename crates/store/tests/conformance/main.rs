@@ -101,6 +101,7 @@ conformance!(
     locks::a_named_lock_is_held_until_dropped_and_other_keys_are_free,
     orgs::listings_are_scoped_to_an_org,
     orgs::audit_records_are_paged_scoped_and_purged,
+    orgs::concurrent_audit_records_are_each_stored_once,
     volumes::volumes_round_trip_and_names_are_unique_per_org,
     volumes::object_volumes_attach_detach_and_flip_generations,
     volumes::volume_users_are_the_live_sandboxes_that_mount_it,

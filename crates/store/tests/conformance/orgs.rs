@@ -422,3 +422,25 @@ pub async fn audit_records_are_paged_scoped_and_purged(store: Arc<dyn Store>) {
     assert_eq!(purged, 1);
     assert_eq!(store.audit_after(None, 0, 10).await.expect("all").len(), 3);
 }
+
+/// Concurrent audit records (a burst of requests, written in batches by SQLite) each get a
+/// sequence number of their own, and every one is stored once with its own fields.
+pub async fn concurrent_audit_records_are_each_stored_once(store: Arc<dyn Store>) {
+    let appends = (0..40).map(|i| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let e = entry("acme", &format!("POST /v1/burst{i}"), 0);
+            (i, store.append_audit(&e).await.expect("append"))
+        })
+    });
+    let mut seqs = std::collections::BTreeMap::new();
+    for a in appends.collect::<Vec<_>>() {
+        let (i, seq) = a.await.expect("join");
+        assert!(seqs.insert(seq, i).is_none(), "seq {seq} given twice");
+    }
+    let all = store.audit_after(None, 0, 100).await.expect("all");
+    assert_eq!(all.len(), 40);
+    for e in all {
+        assert_eq!(e.action, format!("POST /v1/burst{}", seqs[&e.seq]));
+    }
+}
