@@ -2,8 +2,10 @@
 //! create's per-sandbox settings are applied to it, and the create answers `running` with an
 //! operation that already succeeded.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
 
 use cove_api_types::{CreateSandboxRequest, CreateSandboxResponse, OperationKind, Sandbox};
 use cove_domain::ids;
@@ -89,7 +91,7 @@ struct Cached {
 impl PoolsCache {
     /// Forgets the definitions (a pool was set or deleted).
     pub(crate) fn clear(&self) {
-        let mut read = self.read.lock().unwrap_or_else(|p| p.into_inner());
+        let mut read = self.read.lock();
         read.generation += 1;
         read.pools = None;
     }
@@ -97,7 +99,7 @@ impl PoolsCache {
     /// The definitions if read less than [`POOLS_TTL`] ago, else the generation a new read
     /// is to be kept under.
     fn fresh(&self) -> Result<Arc<Vec<PoolRecord>>, u64> {
-        let read = self.read.lock().unwrap_or_else(|p| p.into_inner());
+        let read = self.read.lock();
         match &read.pools {
             Some((at, pools)) if at.elapsed() < POOLS_TTL => Ok(pools.clone()),
             _ => Err(read.generation),
@@ -105,7 +107,7 @@ impl PoolsCache {
     }
 
     fn keep(&self, generation: u64, since: Instant, pools: Arc<Vec<PoolRecord>>) {
-        let mut read = self.read.lock().unwrap_or_else(|p| p.into_inner());
+        let mut read = self.read.lock();
         if read.generation == generation {
             read.pools = Some((since, pools));
         }

@@ -1,6 +1,6 @@
 //! The audit log (SQLite).
 
-use std::sync::Mutex;
+use parking_lot::Mutex;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -23,14 +23,11 @@ pub(super) struct AuditQueue {
 
 impl AuditQueue {
     fn push(&self, e: AuditEntry, done: Waiter) {
-        self.queued
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((e, done));
+        self.queued.lock().push((e, done));
     }
 
     fn take(&self) -> Vec<(AuditEntry, Waiter)> {
-        std::mem::take(&mut *self.queued.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(&mut *self.queued.lock())
     }
 }
 
