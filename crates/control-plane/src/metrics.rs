@@ -58,7 +58,8 @@ pub const POOL_MEMBERS: &str = "cove_pool_members";
 /// Ready members every pool keeps, summed (gauge; compare with [`POOL_MEMBERS`]).
 pub const POOL_MIN_READY: &str = "cove_pool_min_ready";
 /// Creates a pool matched (counter, label `result`: `hit` = served by a ready member, `miss` =
-/// started cold, with label `reason`: see [`pool_miss`]), as this replica served them.
+/// started cold, with label `reason`: `empty`, `checkpoint`, `secrets`, `volumes` or
+/// `policy_with_start`), as this replica served them.
 pub const POOL_CLAIMS: &str = "cove_pool_claims_total";
 
 /// Renders the installed recorder's series in the Prometheus text format; set by the
