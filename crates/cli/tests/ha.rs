@@ -569,12 +569,13 @@ async fn an_e2b_timeout_set_through_one_replica_fires_after_both_restart() {
             a.get_sandbox(&killed).await.is_err()
                 && a.get_sandbox(&paused)
                     .await
-                    .is_ok_and(|s| s.state == SandboxState::Suspended)
+                    .is_ok_and(|s| s.state == SandboxState::Paused)
         },
     )
     .await;
     let (schema, end) = (&setup.schema, ends.to_rfc3339());
-    for (id, state) in [(&killed, "deleted"), (&paused, "suspended")] {
+    // On runc an E2B timeout pause is Cove's pause (memory kept), as a full `pause()` is.
+    for (id, state) in [(&killed, "deleted"), (&paused, "paused")] {
         let row = psql(
             &url,
             &format!(

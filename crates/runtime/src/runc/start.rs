@@ -183,14 +183,20 @@ async fn run(
             .await
             .map_err(join_error)??;
     }
-    // runc: a boot id of the sandbox's own (`boot_id.rs`); gVisor's kernel here has none.
+    // runc: a boot id of the sandbox's own (`boot_id.rs`); gVisor's kernel here has none. Not
+    // fatal: an init that already exited is reported by the wait for the agent below (with
+    // its log), and a kernel that cannot mount it leaves the host's boot id visible.
     if !gvisor {
         let dir = layout.dir.clone();
-        let boot_id = tokio::task::spawn_blocking(move || super::boot_id::mount(&dir, pid))
+        match tokio::task::spawn_blocking(move || super::boot_id::mount(&dir, pid))
             .await
             .map_err(join_error)?
-            .map_err(io_err("give the sandbox a boot id of its own"))?;
-        tracing::debug!(sandbox_id = %spec.id, boot_id, "boot id");
+        {
+            Ok(boot_id) => tracing::debug!(sandbox_id = %spec.id, boot_id, "boot id"),
+            Err(error) => {
+                warn!(sandbox_id = %spec.id, %error, "cannot give the sandbox a boot id of its own")
+            }
+        }
     }
     if restored.is_none() {
         wait_for_agent(spec, layout, pid, log_offset).await?;
