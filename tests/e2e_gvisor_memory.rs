@@ -62,7 +62,8 @@ fn now_secs() -> f64 {
         .as_secs_f64()
 }
 
-/// The counter's value in `/tmp/c` (gVisor's in-memory tmpfs: only a restored memory keeps it).
+/// The counter's value in `/tmp/c` (gVisor's in-memory tmpfs: only a restored memory keeps it;
+/// the loop renames each value into place, so a read never sees a file being rewritten).
 async fn counter(c: &Client, id: &str) -> u64 {
     let o = sh(c, id, "cat /tmp/c").await;
     o.stdout_text()
@@ -87,7 +88,7 @@ async fn processes_and_a_loopback_server_carry_on_after_suspend_and_wake() {
     let o = sh(
         &c,
         &id,
-        "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/c; sleep 0.2; done' \
+        "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/c.new; mv /tmp/c.new /tmp/c; sleep 0.2; done' \
          </dev/null >/dev/null 2>&1 & \
          cd /tmp && setsid python3 -m http.server 8000 --bind 127.0.0.1 \
          </dev/null >/dev/null 2>&1 & echo $!",
