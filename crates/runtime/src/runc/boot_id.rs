@@ -14,7 +14,7 @@
 //! without following links.
 //!
 //! Blocking; callers run it on `spawn_blocking`.
-// `getrandom`, `unshare` and `setns` are plain libc calls (no safe wrapper in the crates used).
+// `unshare` and `setns` are plain libc calls (no safe wrapper in the crates used).
 #![allow(unsafe_code)]
 
 use std::io;
@@ -32,32 +32,19 @@ pub(crate) fn host_file(dir: &Path) -> PathBuf {
 }
 
 /// A random id in the kernel's format (a version 4 UUID, lowercase, with a newline).
-fn fresh() -> io::Result<String> {
-    let mut b = [0u8; 16];
-    let mut filled = 0;
-    while filled < b.len() {
-        // SAFETY: the buffer is valid for `len - filled` bytes from `filled`.
-        let n = unsafe { libc::getrandom(b[filled..].as_mut_ptr().cast(), b.len() - filled, 0) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        filled += n as usize;
-    }
+fn fresh() -> String {
+    let mut b: [u8; 16] = rand::random();
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    Ok(format!(
+    format!(
         "{}-{}-{}-{}-{}\n",
         &h[0..8],
         &h[8..12],
         &h[12..16],
         &h[16..20],
         &h[20..32]
-    ))
+    )
 }
 
 /// Writes a fresh boot id for sandbox dir `dir` and binds it over the boot id of the container
@@ -67,7 +54,7 @@ fn fresh() -> io::Result<String> {
 /// The file cannot be written, the init's mount namespace cannot be joined (it exited), or the
 /// mount fails.
 pub(crate) fn mount(dir: &Path, init_pid: u32) -> io::Result<String> {
-    let id = fresh()?;
+    let id = fresh();
     let path = host_file(dir);
     super::layout::write_file(&path, id.as_bytes()).map_err(|e| io::Error::other(e.to_string()))?;
     let tree = rustix::mount::open_tree(
@@ -110,8 +97,8 @@ mod tests {
 
     #[test]
     fn fresh_ids_look_like_the_kernels_and_differ() {
-        let a = fresh().expect("id");
-        let b = fresh().expect("id");
+        let a = fresh();
+        let b = fresh();
         assert_ne!(a, b);
         assert_eq!(a.len(), 37);
         assert!(a.ends_with('\n'));
