@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use cove_api_types::{CreateCommandRequest, OperationState, SandboxState};
 use cove_client::{Client, UploadOptions};
+use cove_e2e::server_process::ServerProcess;
 use cove_e2e::{client_of, delete, have_qemu, sandbox, server_with, sh, shell, Server};
 
 fn qemu_server() -> &'static Server {
@@ -256,65 +257,6 @@ async fn sandboxes_cloned_from_the_base_snapshot_differ_in_randomness_and_know_t
     }
 }
 
-/// The server as its own process (`cove-e2e-server`) with the qemu runtime, to be SIGKILLed.
-fn spawn_server(data_dir: &std::path::Path, api: &str) -> std::process::Child {
-    let cache = std::env::var("COVE_TEST_CACHE_DIR")
-        .unwrap_or_else(|_| "/var/cache/cove/templates".to_string());
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(data_dir.join("server.log"))
-        .expect("log");
-    let free = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let dp = free.local_addr().expect("addr").to_string();
-    drop(free);
-    std::process::Command::new(env!("CARGO_BIN_EXE_cove-e2e-server"))
-        .arg(data_dir)
-        .arg(api)
-        .arg(dp)
-        .arg(cove_e2e::guest_agent())
-        .arg(cache)
-        .arg("250")
-        .arg("500")
-        .env("COVE_E2E_RUNTIME", "qemu")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(log)
-        .spawn()
-        .expect("spawn server")
-}
-
-async fn connect(data_dir: &std::path::Path, api: &str) -> Client {
-    let until = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(token) = std::fs::read_to_string(data_dir.join("admin.token")) {
-            let c = Client::new(&format!("http://{api}"), token.trim()).expect("client");
-            if c.health().await.is_ok() {
-                return c;
-            }
-        }
-        assert!(Instant::now() < until, "server did not come up");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Kills the VMs under a data dir when a test ends (also when it fails).
-struct KillVms(std::path::PathBuf);
-
-impl Drop for KillVms {
-    fn drop(&mut self) {
-        if let Ok(entries) = std::fs::read_dir(self.0.join("qemu")) {
-            for e in entries.flatten() {
-                if let Ok(pid) = std::fs::read_to_string(e.path().join("qemu.pid")) {
-                    let _ = std::process::Command::new("kill")
-                        .args(["-9", pid.trim()])
-                        .output();
-                }
-            }
-        }
-    }
-}
-
 fn qemu_pid(data_dir: &std::path::Path, id: &str) -> Option<String> {
     std::fs::read_to_string(data_dir.join("qemu").join(id).join("qemu.pid")).ok()
 }
@@ -325,16 +267,12 @@ async fn vms_are_readopted_after_the_server_is_killed() {
         return;
     }
     let _slot = VM_SLOTS.acquire().await.expect("slot");
-    let data_dir = tempfile::Builder::new()
-        .prefix("cove-qemu-crash-")
-        .tempdir()
-        .expect("data dir");
-    let _vms = KillVms(data_dir.path().to_path_buf());
-    let free = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let api = free.local_addr().expect("addr").to_string();
-    drop(free);
-    let mut server = spawn_server(data_dir.path(), &api);
-    let c = connect(data_dir.path(), &api).await;
+    // Its own server process (to be SIGKILLed) with the qemu runtime; dropping it stops the
+    // server and removes its VMs, mounts and network namespaces.
+    let mut server = ServerProcess::new(std::path::Path::new(env!("CARGO_BIN_EXE_cove-e2e-server")), 500);
+    server.env.push(("COVE_E2E_RUNTIME".into(), "qemu".into()));
+    let data_dir = server.data_dir.clone();
+    let c = server.start().await;
     wait_ok(
         &c,
         c.build_release("tiny", &Default::default())
@@ -346,15 +284,13 @@ async fn vms_are_readopted_after_the_server_is_killed() {
     let id = sandbox(&c, "tiny").await;
     let out = sh(&c, &id, "echo before > /tmp/mark; echo ok").await;
     assert_eq!(out.stdout_text(), "ok\n");
-    let pid = qemu_pid(data_dir.path(), &id).expect("pid file");
+    let pid = qemu_pid(&data_dir, &id).expect("pid file");
 
     // SIGKILL: the VM keeps running without its server.
-    let _ = server.kill();
-    let _ = server.wait();
+    server.kill9();
     assert_eq!(qemu_processes(&id), 1, "the VM outlives the server");
 
-    let mut server = spawn_server(data_dir.path(), &api);
-    let c = connect(data_dir.path(), &api).await;
+    let c = server.start().await;
     let s = c.get_sandbox(&id).await.expect("get");
     assert_eq!(
         s.state,
@@ -363,7 +299,7 @@ async fn vms_are_readopted_after_the_server_is_killed() {
         s.state_reason
     );
     assert_eq!(
-        qemu_pid(data_dir.path(), &id),
+        qemu_pid(&data_dir, &id),
         Some(pid),
         "the same VM, not a new one"
     );
@@ -375,8 +311,8 @@ async fn vms_are_readopted_after_the_server_is_killed() {
     );
     delete(&c, &id).await;
     assert_eq!(qemu_processes(&id), 0, "nothing orphaned");
-    let _ = server.kill();
-    let _ = server.wait();
+    let left = server.stop();
+    assert!(left.is_empty(), "left after the stop: {left:?}");
 }
 
 /// The host's wall clock in whole seconds since the epoch.
