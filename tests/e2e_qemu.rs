@@ -269,7 +269,10 @@ async fn vms_are_readopted_after_the_server_is_killed() {
     let _slot = VM_SLOTS.acquire().await.expect("slot");
     // Its own server process (to be SIGKILLed) with the qemu runtime; dropping it stops the
     // server and removes its VMs, mounts and network namespaces.
-    let mut server = ServerProcess::new(std::path::Path::new(env!("CARGO_BIN_EXE_cove-e2e-server")), 500);
+    let mut server = ServerProcess::new(
+        std::path::Path::new(env!("CARGO_BIN_EXE_cove-e2e-server")),
+        500,
+    );
     server.env.push(("COVE_E2E_RUNTIME".into(), "qemu".into()));
     let data_dir = server.data_dir.clone();
     let c = server.start().await;
