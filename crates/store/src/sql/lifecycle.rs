@@ -1,16 +1,16 @@
 //! Lifecycle writes: transitions with their events in one transaction, prior state,
-//! activity times, wake results (SQLite).
+//! activity times, wake results (both backends).
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use cove_api_types::SandboxState;
-use sqlx::Row;
 
-use super::SqliteStore;
+use super::sandboxes::state_strings;
+use super::{from_i64, query, Backend, SqlRow, Tx};
 use crate::{parse_enum, LifecycleStore, NewEvent, StoreError};
 
 #[async_trait]
-impl LifecycleStore for SqliteStore {
+impl<S: Backend> LifecycleStore for S {
     async fn transition_with_event(
         &self,
         id: &str,
@@ -19,31 +19,28 @@ impl LifecycleStore for SqliteStore {
         reason: Option<&str>,
         event: Option<&NewEvent>,
     ) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let now = Utc::now();
-        let mut moved = false;
-        for f in from {
-            let res = sqlx::query(
-                "UPDATE sandboxes SET state = ?, state_reason = ?, updated_at = ?, \
-                 prior_state = CASE WHEN ? IN ('suspending', 'deleting') THEN state \
-                 ELSE prior_state END WHERE id = ? AND state = ?",
-            )
+        let remember = matches!(to, SandboxState::Suspending | SandboxState::Deleting);
+        let sql = format!(
+            "UPDATE sandboxes SET state = $1, state_reason = $2, updated_at = $3, \
+             prior_state = CASE WHEN $4 THEN state ELSE prior_state END \
+             WHERE id = $5 AND state IN {}",
+            S::in_json_array(6)
+        );
+        let res = query(&sql)
             .bind(to.as_str())
             .bind(reason)
             .bind(now)
-            .bind(to.as_str())
+            .bind(remember)
             .bind(id)
-            .bind(f.as_str())
-            .execute(&mut *tx)
+            .bind(state_strings(from)?)
+            .execute(&mut tx)
             .await?;
-            if res.rows_affected() > 0 {
-                moved = true;
-                break;
-            }
-        }
+        let moved = res > 0;
         if moved {
             if let Some(ev) = event {
-                insert_event(&mut tx, id, ev, now).await?;
+                insert_event::<S>(&mut tx, id, ev, now).await?;
             }
         }
         tx.commit().await?;
@@ -51,14 +48,16 @@ impl LifecycleStore for SqliteStore {
     }
 
     async fn record_event(&self, sandbox_id: &str, event: &NewEvent) -> Result<u64, StoreError> {
-        let mut conn = self.pool.acquire().await?;
-        insert_event(&mut conn, sandbox_id, event, Utc::now()).await
+        let mut tx = self.begin().await?;
+        let seq = insert_event::<S>(&mut tx, sandbox_id, event, Utc::now()).await?;
+        tx.commit().await?;
+        Ok(seq)
     }
 
     async fn prior_state(&self, id: &str) -> Result<Option<SandboxState>, StoreError> {
-        let row = sqlx::query("SELECT prior_state FROM sandboxes WHERE id = ?")
+        let row = query("SELECT prior_state FROM sandboxes WHERE id = $1")
             .bind(id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut self.db())
             .await?
             .ok_or(StoreError::NotFound)?;
         match row.try_get::<Option<String>, _>("prior_state")? {
@@ -68,10 +67,10 @@ impl LifecycleStore for SqliteStore {
     }
 
     async fn set_memory_restored(&self, id: &str, restored: bool) -> Result<(), StoreError> {
-        sqlx::query("UPDATE sandboxes SET memory_restored = ? WHERE id = ?")
+        query("UPDATE sandboxes SET memory_restored = $1 WHERE id = $2")
             .bind(restored)
             .bind(id)
-            .execute(&self.pool)
+            .execute(&mut self.db())
             .await?;
         Ok(())
     }
@@ -80,16 +79,18 @@ impl LifecycleStore for SqliteStore {
         if seen.is_empty() {
             return Ok(());
         }
-        let mut tx = self.pool.begin().await?;
-        for (id, at) in seen {
-            sqlx::query(
-                "UPDATE sandboxes SET last_activity_at = ? WHERE id = ? \
-                 AND (last_activity_at IS NULL OR last_activity_at < ?)",
+        // Rows are locked in id order, so two concurrent flushes cannot deadlock.
+        let mut ordered: Vec<&(String, DateTime<Utc>)> = seen.iter().collect();
+        ordered.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut tx = self.begin().await?;
+        for (id, at) in ordered {
+            query(
+                "UPDATE sandboxes SET last_activity_at = $1 WHERE id = $2 \
+                 AND (last_activity_at IS NULL OR last_activity_at < $1)",
             )
             .bind(at)
             .bind(id)
-            .bind(at)
-            .execute(&mut *tx)
+            .execute(&mut tx)
             .await?;
         }
         tx.commit().await?;
@@ -97,16 +98,19 @@ impl LifecycleStore for SqliteStore {
     }
 }
 
-pub(super) async fn insert_event(
-    conn: &mut sqlx::SqliteConnection,
+/// Inserts an event under the next seq ([`Backend::next_event_seq`]); returns the seq.
+pub(super) async fn insert_event<S: Backend>(
+    tx: &mut S::Tx,
     sandbox_id: &str,
     ev: &NewEvent,
     at: DateTime<Utc>,
 ) -> Result<u64, StoreError> {
-    let (seq,): (i64,) = sqlx::query_as(
-        "INSERT INTO events (time, type, sandbox_id, operation_id, reason, destination, host, \
-         port, rule) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+    let seq = S::next_event_seq(tx).await?;
+    let row = query(
+        "INSERT INTO events (seq, time, type, sandbox_id, operation_id, reason, destination, \
+         host, port, rule) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING seq",
     )
+    .bind(seq)
     .bind(at)
     .bind(ev.kind.as_str())
     .bind(sandbox_id)
@@ -116,9 +120,9 @@ pub(super) async fn insert_event(
     .bind(&ev.host)
     .bind(ev.port.map(i32::from))
     .bind(&ev.rule)
-    .fetch_one(&mut *conn)
+    .fetch_one(tx)
     .await?;
-    Ok(seq as u64)
+    from_i64(row.try_get("seq")?, "seq")
 }
 
 #[cfg(test)]
@@ -128,6 +132,7 @@ mod tests {
     use cove_api_types::{EventType, Resources, Sandbox};
 
     use super::*;
+    use crate::SqliteStore;
     use crate::{EventStore, SandboxStore};
 
     fn sandbox(id: &str) -> Sandbox {

@@ -1,17 +1,16 @@
-//! Operations and their log lines (SQLite).
+//! Operations and their log lines (both backends).
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use cove_api_types::{Operation, OperationError, OperationKind, OperationState};
-use sqlx::Row;
 
-use super::SqliteStore;
+use super::{from_i64, from_opt_i64, query, to_i64, Backend, SqlRow, Tx, XactLock};
 use crate::error::map_unique;
 use crate::{
     error_code_parse, parse_enum, NewOperation, OperationStore, OperationUpdate, StoreError,
 };
 
-pub(super) fn row_to_operation(r: &sqlx::sqlite::SqliteRow) -> Result<Operation, StoreError> {
+pub(super) fn row_to_operation(r: &impl SqlRow) -> Result<Operation, StoreError> {
     let code: Option<String> = r.try_get("error_code")?;
     let error = match code {
         Some(c) => Some(OperationError {
@@ -29,8 +28,8 @@ pub(super) fn row_to_operation(r: &sqlx::sqlite::SqliteRow) -> Result<Operation,
         state: parse_enum(&r.try_get::<String, _>("state")?, OperationState::parse)?,
         sandbox_id: r.try_get("sandbox_id")?,
         template: r.try_get("template")?,
-        release: r.try_get::<Option<i64>, _>("release")?.map(|v| v as u32),
-        progress: r.try_get::<Option<i64>, _>("progress")?.map(|v| v as u8),
+        release: from_opt_i64(r.try_get("release")?, "release")?,
+        progress: from_opt_i64(r.try_get("progress")?, "progress")?,
         error,
         created_at: r.try_get("created_at")?,
         updated_at: r.try_get("updated_at")?,
@@ -39,35 +38,34 @@ pub(super) fn row_to_operation(r: &sqlx::sqlite::SqliteRow) -> Result<Operation,
 }
 
 #[async_trait]
-impl OperationStore for SqliteStore {
+impl<S: Backend> OperationStore for S {
     async fn insert_operation(&self, op: &NewOperation) -> Result<Operation, StoreError> {
         let now = Utc::now();
-        sqlx::query(
+        let row = query(
             "INSERT INTO operations (id, kind, state, sandbox_id, template, release, \
              idempotency_key, request_hash, created_at, updated_at, deadline, org) \
-             VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $8, $9, $10) RETURNING *",
         )
         .bind(&op.id)
         .bind(op.kind.as_str())
         .bind(&op.sandbox_id)
         .bind(&op.template)
-        .bind(op.release)
+        .bind(op.release.map(i64::from))
         .bind(&op.idempotency_key)
         .bind(&op.request_hash)
         .bind(now)
-        .bind(now)
         .bind(op.deadline)
         .bind(&op.org)
-        .execute(&self.pool)
+        .fetch_one(&mut self.db())
         .await
         .map_err(map_unique)?;
-        self.get_operation(&op.id).await
+        row_to_operation(&row)
     }
 
     async fn get_operation(&self, id: &str) -> Result<Operation, StoreError> {
-        let row = sqlx::query("SELECT * FROM operations WHERE id = ?")
+        let row = query("SELECT * FROM operations WHERE id = $1")
             .bind(id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut self.db())
             .await?
             .ok_or(StoreError::NotFound)?;
         row_to_operation(&row)
@@ -79,14 +77,13 @@ impl OperationStore for SqliteStore {
         kind: OperationKind,
         key: &str,
     ) -> Result<Option<(Operation, Option<String>)>, StoreError> {
-        let row = sqlx::query(
-            "SELECT * FROM operations WHERE org = ? AND kind = ? AND idempotency_key = ?",
-        )
-        .bind(org)
-        .bind(kind.as_str())
-        .bind(key)
-        .fetch_optional(&self.pool)
-        .await?;
+        let row =
+            query("SELECT * FROM operations WHERE org = $1 AND kind = $2 AND idempotency_key = $3")
+                .bind(org)
+                .bind(kind.as_str())
+                .bind(key)
+                .fetch_optional(&mut self.db())
+                .await?;
         match row {
             Some(r) => Ok(Some((row_to_operation(&r)?, r.try_get("request_hash")?))),
             None => Ok(None),
@@ -98,25 +95,26 @@ impl OperationStore for SqliteStore {
         id: &str,
         u: &OperationUpdate,
     ) -> Result<Operation, StoreError> {
-        sqlx::query(
-            "UPDATE operations SET state = COALESCE(?, state), progress = COALESCE(?, progress), \
-             error_code = COALESCE(?, error_code), error_message = COALESCE(?, error_message), \
-             updated_at = ? WHERE id = ? AND state NOT IN ('succeeded', 'failed', 'cancelled')",
+        query(
+            "UPDATE operations SET state = COALESCE($1, state), \
+             progress = COALESCE($2, progress), error_code = COALESCE($3, error_code), \
+             error_message = COALESCE($4, error_message), updated_at = $5 \
+             WHERE id = $6 AND state NOT IN ('succeeded', 'failed', 'cancelled')",
         )
         .bind(u.state.map(|s| s.as_str()))
-        .bind(u.progress)
+        .bind(u.progress.map(i64::from))
         .bind(u.error.as_ref().map(|e| e.code.as_str()))
-        .bind(u.error.as_ref().map(|e| e.message.clone()))
+        .bind(u.error.as_ref().map(|e| e.message.as_str()))
         .bind(Utc::now())
         .bind(id)
-        .execute(&self.pool)
+        .execute(&mut self.db())
         .await?;
         self.get_operation(id).await
     }
 
     async fn unfinished_operations(&self) -> Result<Vec<Operation>, StoreError> {
-        let rows = sqlx::query("SELECT * FROM operations WHERE state IN ('pending', 'running')")
-            .fetch_all(&self.pool)
+        let rows = query("SELECT * FROM operations WHERE state IN ('pending', 'running')")
+            .fetch_all(&mut self.db())
             .await?;
         rows.iter().map(row_to_operation).collect()
     }
@@ -127,41 +125,43 @@ impl OperationStore for SqliteStore {
         sandbox_id: Option<&str>,
         limit: u32,
     ) -> Result<Vec<Operation>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT * FROM operations WHERE (?1 IS NULL OR org = ?1) \
-             AND (?2 IS NULL OR sandbox_id = ?2) ORDER BY created_at DESC, id DESC LIMIT ?3",
+        let rows = query(
+            "SELECT * FROM operations WHERE (CAST($1 AS TEXT) IS NULL OR org = $1) \
+             AND (CAST($2 AS TEXT) IS NULL OR sandbox_id = $2) ORDER BY created_at DESC, id DESC LIMIT $3",
         )
         .bind(org)
         .bind(sandbox_id)
-        .bind(limit)
-        .fetch_all(&self.pool)
+        .bind(i64::from(limit))
+        .fetch_all(&mut self.db())
         .await?;
         rows.iter().map(row_to_operation).collect()
     }
 
     async fn has_unfinished_operation(&self, sandbox_id: &str) -> Result<bool, StoreError> {
-        let row = sqlx::query(
-            "SELECT 1 FROM operations WHERE sandbox_id = ? AND state IN ('pending', 'running') \
+        let row = query(
+            "SELECT 1 FROM operations WHERE sandbox_id = $1 AND state IN ('pending', 'running') \
              LIMIT 1",
         )
         .bind(sandbox_id)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut self.db())
         .await?;
         Ok(row.is_some())
     }
 
     async fn append_operation_log(&self, id: &str, line: &str) -> Result<u64, StoreError> {
-        let (seq,): (i64,) = sqlx::query_as(
+        let mut tx = self.begin().await?;
+        S::lock_xact(&mut tx, XactLock::OperationLog, id).await?;
+        let row = query(
             "INSERT INTO operation_logs (operation_id, seq, line) VALUES \
-             (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM operation_logs WHERE operation_id = ?), ?) \
-             RETURNING seq",
+             ($1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM operation_logs WHERE operation_id = $1), \
+             $2) RETURNING seq",
         )
         .bind(id)
-        .bind(id)
         .bind(line)
-        .fetch_one(&self.pool)
+        .fetch_one(&mut tx)
         .await?;
-        Ok(seq as u64)
+        tx.commit().await?;
+        from_i64(row.try_get("seq")?, "seq")
     }
 
     async fn operation_logs(
@@ -170,44 +170,45 @@ impl OperationStore for SqliteStore {
         after: u64,
         limit: u32,
     ) -> Result<Vec<(u64, String)>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT seq, line FROM operation_logs WHERE operation_id = ? AND seq > ? \
-             ORDER BY seq LIMIT ?",
+        let rows = query(
+            "SELECT seq, line FROM operation_logs WHERE operation_id = $1 AND seq > $2 \
+             ORDER BY seq LIMIT $3",
         )
         .bind(id)
-        .bind(after as i64)
-        .bind(limit)
-        .fetch_all(&self.pool)
+        .bind(to_i64(after)?)
+        .bind(i64::from(limit))
+        .fetch_all(&mut self.db())
         .await?;
         rows.iter()
-            .map(|r| Ok((r.try_get::<i64, _>("seq")? as u64, r.try_get("line")?)))
+            .map(|r| Ok((from_i64(r.try_get("seq")?, "seq")?, r.try_get("line")?)))
             .collect()
     }
 
     async fn purge_operations_before(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query(
+        let mut tx = self.begin().await?;
+        query(
             "DELETE FROM operation_logs WHERE operation_id IN (SELECT id FROM operations WHERE \
-             updated_at < ? AND state IN ('succeeded', 'failed', 'cancelled'))",
+             updated_at < $1 AND state IN ('succeeded', 'failed', 'cancelled'))",
         )
         .bind(before)
-        .execute(&mut *tx)
+        .execute(&mut tx)
         .await?;
-        let ops = sqlx::query(
-            "DELETE FROM operations WHERE updated_at < ? \
+        let ops = query(
+            "DELETE FROM operations WHERE updated_at < $1 \
              AND state IN ('succeeded', 'failed', 'cancelled')",
         )
         .bind(before)
-        .execute(&mut *tx)
+        .execute(&mut tx)
         .await?;
         tx.commit().await?;
-        Ok(ops.rows_affected())
+        Ok(ops)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::SqliteStore;
 
     #[tokio::test]
     async fn final_states_do_not_change_and_keys_are_unique() {
