@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use cove_api_types::AuditEntry;
 
-use super::{from_i64, query, to_i64, Backend, Conn, SqlRow};
+use super::{query, to_i64, Backend, Conn, SqlRow};
 use crate::{AuditStore, StoreError};
 
 /// Inserts one audit record; returns its seq.
@@ -26,7 +26,7 @@ pub(crate) async fn insert_audit<C: Conn + ?Sized>(
     .bind(&e.request_id)
     .fetch_one(conn)
     .await?;
-    from_i64(row.try_get("seq")?, "seq")
+    row.uint("seq")
 }
 
 #[async_trait]
@@ -53,13 +53,13 @@ impl<S: Backend> AuditStore for S {
         rows.iter()
             .map(|r| {
                 Ok(AuditEntry {
-                    seq: from_i64(r.try_get("seq")?, "seq")?,
+                    seq: r.uint("seq")?,
                     time: r.try_get("time")?,
                     org: r.try_get("org")?,
                     actor: r.try_get("actor")?,
                     action: r.try_get("action")?,
                     resource: r.try_get("resource")?,
-                    status: from_i64(r.try_get("status")?, "status")?,
+                    status: r.uint("status")?,
                     outcome: r.try_get("outcome")?,
                     request_id: r.try_get("request_id")?,
                 })

@@ -1,9 +1,9 @@
 //! Checkpoint rows (both backends).
 
 use async_trait::async_trait;
-use cove_api_types::{Checkpoint, CheckpointState, Resources};
+use cove_api_types::{Checkpoint, CheckpointState};
 
-use super::{from_i64, from_opt_i64, query, to_i64, Backend, SqlRow};
+use super::{query, to_i64, Backend, SqlRow};
 use crate::error::map_unique;
 use crate::{json_map, map_json, parse_enum, CheckpointStore, StoreError};
 
@@ -16,20 +16,15 @@ fn row_to_checkpoint(r: &impl SqlRow) -> Result<Checkpoint, StoreError> {
         state: parse_enum(&r.try_get::<String, _>("state")?, CheckpointState::parse)?,
         state_reason: r.try_get("state_reason")?,
         template: r.try_get("template")?,
-        release: from_i64(r.try_get("release")?, "release")?,
-        resources: Resources {
-            vcpus: from_i64(r.try_get("vcpus")?, "vcpus")?,
-            memory_mib: from_i64(r.try_get("memory_mib")?, "memory_mib")?,
-            pids_max: from_i64(r.try_get("pids_max")?, "pids_max")?,
-            disk_mib: from_opt_i64(r.try_get("disk_mib")?, "disk_mib")?,
-        },
+        release: r.uint("release")?,
+        resources: r.resources()?,
         env: json_map(&r.try_get::<String, _>("env")?)?,
         cwd: r.try_get("cwd")?,
         user: r.try_get("user_name")?,
         runtime: r.try_get("runtime")?,
         memory: r.try_get("memory")?,
-        file_bytes: from_i64(r.try_get("file_bytes")?, "file_bytes")?,
-        pause_ms: from_opt_i64(r.try_get("pause_ms")?, "pause_ms")?,
+        file_bytes: r.uint("file_bytes")?,
+        pause_ms: r.opt_uint("pause_ms")?,
         operation_id: r.try_get("operation_id")?,
         created_at: r.try_get("created_at")?,
     })

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use cove_api_types::{NodeState, Operation};
 
 use super::operations::row_to_operation;
-use super::{from_i64, json_array, query, to_i64, Backend, SqlRow};
+use super::{json_array, query, to_i64, Backend, SqlRow};
 use crate::{parse_enum, ClusterStore, Leadership, NodeRecord, PlacementRecord, StoreError};
 
 fn row_to_node(r: &impl SqlRow) -> Result<NodeRecord, StoreError> {
@@ -124,8 +124,8 @@ impl<S: Backend> ClusterStore for S {
                 Ok(PlacementRecord {
                     sandbox_id: r.try_get("sandbox_id")?,
                     node: r.try_get("node")?,
-                    vcpus: from_i64(r.try_get("vcpus")?, "vcpus")?,
-                    memory_mib: from_i64(r.try_get("memory_mib")?, "memory_mib")?,
+                    vcpus: r.uint("vcpus")?,
+                    memory_mib: r.uint("memory_mib")?,
                 })
             })
             .collect()

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use cove_api_types::{Event, EventType};
 
-use super::{from_i64, query, to_i64, Backend, SqlRow};
+use super::{query, to_i64, Backend, SqlRow};
 use crate::{parse_enum, EventStore, StoreError};
 
 #[async_trait]
@@ -27,7 +27,7 @@ impl<S: Backend> EventStore for S {
         rows.iter()
             .map(|r| {
                 Ok(Event {
-                    seq: from_i64(r.try_get("seq")?, "seq")?,
+                    seq: r.uint("seq")?,
                     time: r.try_get("time")?,
                     kind: parse_enum(&r.try_get::<String, _>("type")?, EventType::parse)?,
                     sandbox_id: r.try_get("sandbox_id")?,

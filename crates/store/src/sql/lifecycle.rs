@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use cove_api_types::SandboxState;
 
 use super::sandboxes::state_strings;
-use super::{from_i64, query, Backend, SqlRow, Tx};
+use super::{query, Backend, SqlRow, Tx};
 use crate::{parse_enum, LifecycleStore, NewEvent, StoreError};
 
 #[async_trait]
@@ -122,7 +122,7 @@ pub(super) async fn insert_event<S: Backend>(
     .bind(&ev.rule)
     .fetch_one(tx)
     .await?;
-    from_i64(row.try_get("seq")?, "seq")
+    row.uint("seq")
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The one SQL layer both backends run: every query is written here once, with PostgreSQL's
 //! numbered `$N` placeholders (sqlx's SQLite driver binds `$N` by its number, like `?N`), and
-//! every row is mapped here once, with checked integer conversions ([`to_i64`], [`from_i64`]).
+//! every row is mapped here once, with checked integer conversions ([`to_i64`],
+//! [`SqlRow::uint`]).
 //!
 //! How it is shared: each resource's trait is implemented once, for every type that
 //! implements [`Backend`] (`impl<S: Backend> VolumeStore for S`); [`crate::SqliteStore`] and
@@ -92,6 +93,29 @@ impl<T: ColumnIndex<SqliteRow> + ColumnIndex<PgRow> + std::fmt::Debug> Idx for T
 pub trait SqlRow: Send + Sync + Unpin + 'static {
     /// The column `i` as a `T` (an error when it is missing or of another type).
     fn try_get<T: Col, I: Idx>(&self, i: I) -> Result<T, sqlx::Error>;
+
+    /// The 64-bit integer `column` as the unsigned type of the row (checked).
+    fn uint<T: TryFrom<i64>>(&self, column: &str) -> Result<T, StoreError> {
+        from_i64(self.try_get(column)?, column)
+    }
+
+    /// The nullable 64-bit integer `column` as the unsigned type of the row (checked).
+    fn opt_uint<T: TryFrom<i64>>(&self, column: &str) -> Result<Option<T>, StoreError> {
+        self.try_get::<Option<i64>, _>(column)?
+            .map(|v| from_i64(v, column))
+            .transpose()
+    }
+
+    /// The `vcpus`, `memory_mib`, `pids_max` and `disk_mib` columns (sandboxes, pools,
+    /// checkpoints).
+    fn resources(&self) -> Result<cove_api_types::Resources, StoreError> {
+        Ok(cove_api_types::Resources {
+            vcpus: self.uint("vcpus")?,
+            memory_mib: self.uint("memory_mib")?,
+            pids_max: self.uint("pids_max")?,
+            disk_mib: self.opt_uint("disk_mib")?,
+        })
+    }
 }
 
 impl SqlRow for SqliteRow {
@@ -318,14 +342,6 @@ pub(crate) fn from_i64<T: TryFrom<i64>>(v: i64, column: &str) -> Result<T, Store
     T::try_from(v).map_err(|_| StoreError::Corrupt(format!("{column} = {v} is out of range")))
 }
 
-/// An optional stored 64-bit integer back to the unsigned type of the row.
-pub(crate) fn from_opt_i64<T: TryFrom<i64>>(
-    v: Option<i64>,
-    column: &str,
-) -> Result<Option<T>, StoreError> {
-    v.map(|v| from_i64(v, column)).transpose()
-}
-
 /// A JSON array of strings, for [`Backend::in_json_array`].
 pub(crate) fn json_array<S: AsRef<str>>(items: &[S]) -> Result<String, StoreError> {
     let items: Vec<&str> = items.iter().map(AsRef::as_ref).collect();
@@ -359,6 +375,6 @@ mod tests {
         assert!(to_i64(u64::MAX).is_err());
         assert_eq!(to_i64(7).expect("fits"), 7);
         assert!(from_i64::<u32>(-1, "c").is_err());
-        assert_eq!(from_opt_i64::<u8>(Some(3), "c").expect("fits"), Some(3));
+        assert!(from_i64::<u8>(256, "c").is_err());
     }
 }

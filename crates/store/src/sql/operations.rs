@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use cove_api_types::{Operation, OperationError, OperationKind, OperationState};
 
-use super::{from_i64, from_opt_i64, query, to_i64, Backend, SqlRow, Tx, XactLock};
+use super::{query, to_i64, Backend, Conn, SqlRow, Tx, XactLock};
 use crate::error::map_unique;
 use crate::{
     error_code_parse, parse_enum, NewOperation, OperationStore, OperationUpdate, StoreError,
@@ -28,8 +28,8 @@ pub(super) fn row_to_operation(r: &impl SqlRow) -> Result<Operation, StoreError>
         state: parse_enum(&r.try_get::<String, _>("state")?, OperationState::parse)?,
         sandbox_id: r.try_get("sandbox_id")?,
         template: r.try_get("template")?,
-        release: from_opt_i64(r.try_get("release")?, "release")?,
-        progress: from_opt_i64(r.try_get("progress")?, "progress")?,
+        release: r.opt_uint("release")?,
+        progress: r.opt_uint("progress")?,
         error,
         created_at: r.try_get("created_at")?,
         updated_at: r.try_get("updated_at")?,
@@ -37,29 +37,48 @@ pub(super) fn row_to_operation(r: &impl SqlRow) -> Result<Operation, StoreError>
     })
 }
 
+/// Inserts the operation `op` in `state` (on `sandbox_id`), created `at`; returns it.
+pub(super) async fn insert<C: Conn + ?Sized>(
+    conn: &mut C,
+    op: &NewOperation,
+    state: OperationState,
+    sandbox_id: Option<&str>,
+    at: DateTime<Utc>,
+) -> Result<Operation, StoreError> {
+    let row = query(
+        "INSERT INTO operations (id, kind, state, sandbox_id, template, release, \
+         idempotency_key, request_hash, created_at, updated_at, deadline, org) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9, $10, $11) RETURNING *",
+    )
+    .bind(&op.id)
+    .bind(op.kind.as_str())
+    .bind(state.as_str())
+    .bind(sandbox_id)
+    .bind(&op.template)
+    .bind(op.release.map(i64::from))
+    .bind(&op.idempotency_key)
+    .bind(&op.request_hash)
+    .bind(at)
+    .bind(op.deadline)
+    .bind(&op.org)
+    .fetch_one(conn)
+    .await
+    .map_err(map_unique)?;
+    row_to_operation(&row)
+}
+
 #[async_trait]
 impl<S: Backend> OperationStore for S {
     async fn insert_operation(&self, op: &NewOperation) -> Result<Operation, StoreError> {
-        let now = Utc::now();
-        let row = query(
-            "INSERT INTO operations (id, kind, state, sandbox_id, template, release, \
-             idempotency_key, request_hash, created_at, updated_at, deadline, org) \
-             VALUES ($1, $2, 'pending', $3, $4, $5, $6, $7, $8, $8, $9, $10) RETURNING *",
+        let sandbox = op.sandbox_id.as_deref();
+        insert(
+            &mut self.db(),
+            op,
+            OperationState::Pending,
+            sandbox,
+            Utc::now(),
         )
-        .bind(&op.id)
-        .bind(op.kind.as_str())
-        .bind(&op.sandbox_id)
-        .bind(&op.template)
-        .bind(op.release.map(i64::from))
-        .bind(&op.idempotency_key)
-        .bind(&op.request_hash)
-        .bind(now)
-        .bind(op.deadline)
-        .bind(&op.org)
-        .fetch_one(&mut self.db())
         .await
-        .map_err(map_unique)?;
-        row_to_operation(&row)
     }
 
     async fn get_operation(&self, id: &str) -> Result<Operation, StoreError> {
@@ -161,7 +180,7 @@ impl<S: Backend> OperationStore for S {
         .fetch_one(&mut tx)
         .await?;
         tx.commit().await?;
-        from_i64(row.try_get("seq")?, "seq")
+        row.uint("seq")
     }
 
     async fn operation_logs(
@@ -180,7 +199,7 @@ impl<S: Backend> OperationStore for S {
         .fetch_all(&mut self.db())
         .await?;
         rows.iter()
-            .map(|r| Ok((from_i64(r.try_get("seq")?, "seq")?, r.try_get("line")?)))
+            .map(|r| Ok((r.uint("seq")?, r.try_get("line")?)))
             .collect()
     }
 

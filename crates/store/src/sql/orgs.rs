@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use cove_api_types::{ApiKey, CheckpointRetention, Feature, Org, Quotas};
 
-use super::{from_i64, from_opt_i64, query, to_i64, Backend, SqlRow};
+use super::{query, to_i64, Backend, SqlRow};
 use crate::error::map_unique;
 use crate::orgs::{decode_features, encode_features};
 use crate::{OrgStore, OrgUsage, StoreError};
@@ -13,21 +13,18 @@ fn row_to_org(r: &impl SqlRow) -> Result<Org, StoreError> {
     Ok(Org {
         id: r.try_get("id")?,
         quotas: Quotas {
-            max_running: from_opt_i64(r.try_get("max_running")?, "max_running")?,
-            max_vcpus: from_opt_i64(r.try_get("max_vcpus")?, "max_vcpus")?,
-            max_memory_mib: from_opt_i64(r.try_get("max_memory_mib")?, "max_memory_mib")?,
-            max_creates_per_s: from_opt_i64(r.try_get("max_creates_per_s")?, "max_creates_per_s")?,
-            max_sandboxes: from_opt_i64(r.try_get("max_sandboxes")?, "max_sandboxes")?,
-            max_disk_mib: from_opt_i64(r.try_get("max_disk_mib")?, "max_disk_mib")?,
-            max_snapshot_mib: from_opt_i64(r.try_get("max_snapshot_mib")?, "max_snapshot_mib")?,
+            max_running: r.opt_uint("max_running")?,
+            max_vcpus: r.opt_uint("max_vcpus")?,
+            max_memory_mib: r.opt_uint("max_memory_mib")?,
+            max_creates_per_s: r.opt_uint("max_creates_per_s")?,
+            max_sandboxes: r.opt_uint("max_sandboxes")?,
+            max_disk_mib: r.opt_uint("max_disk_mib")?,
+            max_snapshot_mib: r.opt_uint("max_snapshot_mib")?,
         },
         disabled_features: decode_features(&r.try_get::<String, _>("disabled_features")?)?,
         checkpoint_retention: CheckpointRetention {
-            max_per_sandbox: from_opt_i64(
-                r.try_get("checkpoint_max_per_sandbox")?,
-                "checkpoint_max_per_sandbox",
-            )?,
-            max_age_s: from_opt_i64(r.try_get("checkpoint_max_age_s")?, "checkpoint_max_age_s")?,
+            max_per_sandbox: r.opt_uint("checkpoint_max_per_sandbox")?,
+            max_age_s: r.opt_uint("checkpoint_max_age_s")?,
         },
         created_at: r.try_get("created_at")?,
         usage: None,
@@ -182,12 +179,16 @@ impl<S: Backend> OrgStore for S {
         // every state but suspended (and deleted, not read). A failed sandbox may hold node
         // resources until it is deleted, so it counts as alive.
         let row = query(
-            "SELECT CAST(COALESCE(SUM(alive), 0) AS BIGINT), CAST(COALESCE(SUM(alive * vcpus), 0) AS BIGINT), \
-             CAST(COALESCE(SUM(alive * memory_mib), 0) AS BIGINT), COUNT(*), \
+            "SELECT CAST(COALESCE(SUM(alive), 0) AS BIGINT) AS running, \
+             CAST(COALESCE(SUM(alive * vcpus), 0) AS BIGINT) AS vcpus, \
+             CAST(COALESCE(SUM(alive * memory_mib), 0) AS BIGINT) AS memory_mib, \
+             COUNT(*) AS sandboxes, \
              CAST(COALESCE(SUM(COALESCE(disk_mib, 0)), 0) AS BIGINT) \
-             + (SELECT CAST(COALESCE(SUM(size_mib), 0) AS BIGINT) FROM volumes WHERE org = $1), \
+             + (SELECT CAST(COALESCE(SUM(size_mib), 0) AS BIGINT) FROM volumes WHERE org = $1) \
+             AS disk_mib, \
              CAST(COALESCE(SUM(snapshot_bytes), 0) AS BIGINT) \
-             + (SELECT CAST(COALESCE(SUM(file_bytes), 0) AS BIGINT) FROM checkpoints WHERE org = $1) \
+             + (SELECT CAST(COALESCE(SUM(file_bytes), 0) AS BIGINT) FROM checkpoints \
+             WHERE org = $1) AS snapshot_bytes \
              FROM (SELECT vcpus, memory_mib, disk_mib, snapshot_bytes, \
              CASE WHEN state = 'suspended' THEN 0 ELSE 1 END AS alive \
              FROM sandboxes WHERE org = $1 AND state <> 'deleted') AS s",
@@ -195,15 +196,13 @@ impl<S: Backend> OrgStore for S {
         .bind(org)
         .fetch_one(&mut self.db())
         .await?;
-        let col =
-            |i: usize, name: &str| -> Result<u64, StoreError> { from_i64(row.try_get(i)?, name) };
         Ok(OrgUsage {
-            running: col(0, "running")?,
-            vcpus: col(1, "vcpus")?,
-            memory_mib: col(2, "memory_mib")?,
-            sandboxes: col(3, "sandboxes")?,
-            disk_mib: col(4, "disk_mib")?,
-            snapshot_mib: crate::orgs::mib_of_bytes(row.try_get(5)?),
+            running: row.uint("running")?,
+            vcpus: row.uint("vcpus")?,
+            memory_mib: row.uint("memory_mib")?,
+            sandboxes: row.uint("sandboxes")?,
+            disk_mib: row.uint("disk_mib")?,
+            snapshot_mib: crate::orgs::mib_of_bytes(row.try_get("snapshot_bytes")?),
         })
     }
 }

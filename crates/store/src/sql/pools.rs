@@ -7,13 +7,12 @@
 
 use async_trait::async_trait;
 use chrono::Utc;
-use cove_api_types::{EventType, Operation, Resources};
+use cove_api_types::{EventType, Operation, OperationState};
 
 use super::lifecycle::insert_event;
-use super::operations::row_to_operation;
+use super::operations;
 use super::sandboxes::{insert, row_to_sandbox};
-use super::{from_i64, from_opt_i64, query, to_i64, Backend, SqlRow, Tx};
-use crate::error::map_unique;
+use super::{query, to_i64, Backend, SqlRow, Tx};
 use crate::{
     map_json, NewEvent, NewOperation, PoolClaim, PoolMember, PoolRecord, PoolStore, StoreError,
 };
@@ -23,17 +22,12 @@ fn row_to_pool(r: &impl SqlRow) -> Result<PoolRecord, StoreError> {
         name: r.try_get("name")?,
         org: r.try_get("org")?,
         template: r.try_get("template")?,
-        release: from_opt_i64(r.try_get("release")?, "release")?,
-        resources: Resources {
-            vcpus: from_i64(r.try_get("vcpus")?, "vcpus")?,
-            memory_mib: from_i64(r.try_get("memory_mib")?, "memory_mib")?,
-            pids_max: from_i64(r.try_get("pids_max")?, "pids_max")?,
-            disk_mib: from_opt_i64(r.try_get("disk_mib")?, "disk_mib")?,
-        },
-        min_ready: from_i64(r.try_get("min_ready")?, "min_ready")?,
-        max: from_i64(r.try_get("max_members")?, "max_members")?,
-        hits: from_i64(r.try_get("hits")?, "hits")?,
-        misses: from_i64(r.try_get("misses")?, "misses")?,
+        release: r.opt_uint("release")?,
+        resources: r.resources()?,
+        min_ready: r.uint("min_ready")?,
+        max: r.uint("max_members")?,
+        hits: r.uint("hits")?,
+        misses: r.uint("misses")?,
         created_at: r.try_get("created_at")?,
         updated_at: r.try_get("updated_at")?,
     })
@@ -160,25 +154,8 @@ impl<S: Backend> PoolStore for S {
         let pool: String = row.try_get("claimed_from")?;
         let sandbox = row_to_sandbox(&row)?;
         let now = Utc::now();
-        let op_row = query(
-            "INSERT INTO operations (id, kind, state, sandbox_id, template, release, \
-             idempotency_key, request_hash, created_at, updated_at, deadline, org) \
-             VALUES ($1, $2, 'succeeded', $3, $4, $5, $6, $7, $8, $8, $9, $10) RETURNING *",
-        )
-        .bind(&op.id)
-        .bind(op.kind.as_str())
-        .bind(&sandbox.id)
-        .bind(&op.template)
-        .bind(op.release.map(i64::from))
-        .bind(&op.idempotency_key)
-        .bind(&op.request_hash)
-        .bind(now)
-        .bind(op.deadline)
-        .bind(&op.org)
-        .fetch_one(&mut tx)
-        .await
-        .map_err(map_unique)?;
-        let operation = row_to_operation(&op_row)?;
+        let succeeded = OperationState::Succeeded;
+        let operation = operations::insert(&mut tx, op, succeeded, Some(&sandbox.id), now).await?;
         let created = NewEvent {
             kind: EventType::SandboxCreated,
             operation_id: Some(op.id.clone()),

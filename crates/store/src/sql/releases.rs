@@ -4,16 +4,16 @@ use async_trait::async_trait;
 use chrono::Utc;
 use cove_api_types::{Release, ReleaseState};
 
-use super::{from_i64, from_opt_i64, query, to_i64, Backend, SqlRow, Tx, XactLock};
+use super::{query, to_i64, Backend, SqlRow, Tx, XactLock};
 use crate::error::map_unique;
 use crate::{parse_enum, ReleaseStore, StoreError};
 
 fn row_to_release(r: &impl SqlRow) -> Result<Release, StoreError> {
     Ok(Release {
         template: r.try_get("template")?,
-        number: from_i64(r.try_get("number")?, "number")?,
+        number: r.uint("number")?,
         state: parse_enum(&r.try_get::<String, _>("state")?, ReleaseState::parse)?,
-        size_bytes: from_opt_i64(r.try_get("size_bytes")?, "size_bytes")?,
+        size_bytes: r.opt_uint("size_bytes")?,
         recipe_hash: r.try_get("recipe_hash")?,
         digest: r.try_get("digest")?,
         defaults: crate::json_defaults(r.try_get("defaults")?)?,

@@ -2,9 +2,9 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use cove_api_types::{OnExpiry, Resources, Sandbox, SandboxState};
+use cove_api_types::{OnExpiry, Sandbox, SandboxState};
 
-use super::{from_i64, from_opt_i64, json_array, query, to_i64, Backend, Conn, SqlRow};
+use super::{json_array, query, to_i64, Backend, Conn, SqlRow};
 use crate::error::map_unique;
 use crate::{
     json_map, json_policy, json_secrets, map_json, parse_enum, policy_json, secrets_json,
@@ -23,25 +23,20 @@ pub(super) fn row_to_sandbox(r: &impl SqlRow) -> Result<Sandbox, StoreError> {
         id: r.try_get("id")?,
         org: r.try_get("org")?,
         template: r.try_get("template")?,
-        release: from_i64(r.try_get("release")?, "release")?,
+        release: r.uint("release")?,
         release_digest: r.try_get("release_digest")?,
         state: parse_enum(&r.try_get::<String, _>("state")?, SandboxState::parse)?,
         state_reason: r.try_get("state_reason")?,
         runtime: r.try_get("runtime")?,
-        resources: Resources {
-            vcpus: from_i64(r.try_get("vcpus")?, "vcpus")?,
-            memory_mib: from_i64(r.try_get("memory_mib")?, "memory_mib")?,
-            pids_max: from_i64(r.try_get("pids_max")?, "pids_max")?,
-            disk_mib: from_opt_i64(r.try_get("disk_mib")?, "disk_mib")?,
-        },
+        resources: r.resources()?,
         env: json_map(&r.try_get::<String, _>("env")?)?,
         metadata: json_map(&r.try_get::<String, _>("metadata")?)?,
         cwd: r.try_get("cwd")?,
         user: r.try_get("user_name")?,
         created_at: r.try_get("created_at")?,
         updated_at: r.try_get("updated_at")?,
-        idle_timeout_s: from_i64(r.try_get("idle_timeout_s")?, "idle_timeout_s")?,
-        ttl_s: from_opt_i64(r.try_get("ttl_s")?, "ttl_s")?,
+        idle_timeout_s: r.uint("idle_timeout_s")?,
+        ttl_s: r.opt_uint("ttl_s")?,
         last_activity_at: r.try_get("last_activity_at")?,
         memory_restored: r.try_get("memory_restored")?,
         network: json_policy(&r.try_get::<String, _>("network")?)?,

@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 
-use super::{from_i64, query, to_i64, Backend, SqlRow};
+use super::{query, to_i64, Backend, SqlRow};
 use crate::error::map_unique;
 use crate::{StoreError, VolumeObject, VolumeRecord, VolumeStore};
 
@@ -11,13 +11,13 @@ fn row_to_volume(r: &impl SqlRow) -> Result<VolumeRecord, StoreError> {
         id: r.try_get("id")?,
         org: r.try_get("org")?,
         name: r.try_get("name")?,
-        size_mib: from_i64(r.try_get("size_mib")?, "size_mib")?,
+        size_mib: r.uint("size_mib")?,
         created_at: r.try_get("created_at")?,
         node: r.try_get("node")?,
         object: match r.try_get::<String, _>("storage")?.as_str() {
             "local" => None,
             "object" => Some(VolumeObject {
-                generation: from_i64(r.try_get("generation")?, "generation")?,
+                generation: r.uint("generation")?,
                 attached: r.try_get("attached")?,
             }),
             other => return Err(StoreError::Corrupt(format!("volume storage {other:?}"))),
