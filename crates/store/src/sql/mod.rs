@@ -17,10 +17,10 @@
 //! - [`SqlRow`] reads a column of either driver's row as any [`Col`] type.
 //!
 //! What differs between the backends is named on [`Backend`], and nothing else is per backend:
-//! SQL fragments (JSON functions, `FOR UPDATE SKIP LOCKED`), the locks that PostgreSQL takes
-//! where SQLite relies on its single writer ([`Backend::lock_xact`],
-//! [`Backend::next_event_seq`], leadership), the SQLite group commit of audit rows
-//! ([`Backend::write_audit`]), and each backend's migrations and named locks
+//! SQL fragments (JSON functions, `FOR UPDATE SKIP LOCKED`), when a warm pool hit is counted,
+//! the locks that PostgreSQL takes where SQLite relies on its single writer
+//! ([`Backend::lock_xact`], [`Backend::next_event_seq`], leadership), the SQLite group commit
+//! of audit rows ([`Backend::write_audit`]), and each backend's migrations and named locks
 //! ([`crate::LockStore`]).
 
 use async_trait::async_trait;
@@ -141,6 +141,24 @@ pub fn query(sql: &str) -> Query<'_> {
     Query {
         sql,
         args: Vec::new(),
+    }
+}
+
+/// The arguments of a statement that is put together piece by piece (a filter of optional
+/// conditions): [`Args::add`] gives each its `$N` as the SQL that uses it is written.
+#[derive(Default)]
+pub struct Args<'q>(Vec<Box<dyn Value<'q>>>);
+
+impl<'q> Args<'q> {
+    /// Adds the next argument; returns its number `N` (for `$N`).
+    pub fn add<T: Value<'q>>(&mut self, value: T) -> usize {
+        self.0.push(Box::new(value));
+        self.0.len()
+    }
+
+    /// The statement `sql` with these arguments.
+    pub fn query(self, sql: &'q str) -> Query<'q> {
+        Query { sql, args: self.0 }
     }
 }
 

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use cove_api_types::{OnExpiry, Sandbox, SandboxState};
 
-use super::{json_array, query, to_i64, Backend, Conn, SqlRow};
+use super::{json_array, query, to_i64, Args, Backend, Conn, SqlRow};
 use crate::error::map_unique;
 use crate::{
     json_map, json_policy, json_secrets, map_json, parse_enum, policy_json, secrets_json,
@@ -88,52 +88,32 @@ impl<S: Backend> SandboxStore for S {
 
     async fn list_sandboxes(&self, f: &SandboxFilter) -> Result<Vec<Sandbox>, StoreError> {
         let mut sql = String::from("SELECT * FROM sandboxes WHERE pool IS NULL");
-        let mut n = 0;
-        let mut next = || {
-            n += 1;
-            n
-        };
+        let mut args = Args::default();
         if !f.include_deleted && f.state != Some(SandboxState::Deleted) {
             sql.push_str(" AND state <> 'deleted'");
         }
-        if f.org.is_some() {
-            sql.push_str(&format!(" AND org = ${}", next()));
-        }
-        if f.state.is_some() {
-            sql.push_str(&format!(" AND state = ${}", next()));
-        }
-        if f.template.is_some() {
-            sql.push_str(&format!(" AND template = ${}", next()));
-        }
-        for _ in &f.metadata {
-            let (key, value) = (next(), next());
-            sql.push_str(&format!(" AND {}", S::json_key_is("metadata", key, value)));
-        }
-        if f.after.is_some() {
-            let (at, id) = (next(), next());
-            sql.push_str(&format!(" AND (created_at, id) < (${at}, ${id})"));
-        }
-        sql.push_str(&format!(
-            " ORDER BY created_at DESC, id DESC LIMIT ${}",
-            next()
-        ));
-        let mut q = query(&sql);
         if let Some(o) = &f.org {
-            q = q.bind(o.as_str());
+            sql.push_str(&format!(" AND org = ${}", args.add(o.as_str())));
         }
         if let Some(s) = f.state {
-            q = q.bind(s.as_str());
+            sql.push_str(&format!(" AND state = ${}", args.add(s.as_str())));
         }
         if let Some(t) = &f.template {
-            q = q.bind(t.as_str());
+            sql.push_str(&format!(" AND template = ${}", args.add(t.as_str())));
         }
         for (key, value) in &f.metadata {
-            q = q.bind(key.as_str()).bind(value.as_str());
+            let (key, value) = (args.add(key.as_str()), args.add(value.as_str()));
+            sql.push_str(&format!(" AND {}", S::json_key_is("metadata", key, value)));
         }
         if let Some((at, id)) = &f.after {
-            q = q.bind(*at).bind(id.as_str());
+            let (at, id) = (args.add(*at), args.add(id.as_str()));
+            sql.push_str(&format!(" AND (created_at, id) < (${at}, ${id})"));
         }
-        let rows = q.bind(i64::from(f.limit)).fetch_all(&mut self.db()).await?;
+        let limit = args.add(i64::from(f.limit));
+        sql.push_str(&format!(
+            " ORDER BY created_at DESC, id DESC LIMIT ${limit}"
+        ));
+        let rows = args.query(&sql).fetch_all(&mut self.db()).await?;
         rows.iter().map(row_to_sandbox).collect()
     }
 
