@@ -7,7 +7,9 @@
 //! [`OperationStore`], [`PoolStore`], [`CommandStore`], [`ReleaseStore`], [`TemplateStore`],
 //! [`TokenStore`], [`CheckpointStore`], [`OrgStore`], [`AuditStore`], [`VolumeStore`], [`ClusterStore`]). Two backends
 //! implement it: [`SqliteStore`] (the embedded default) and [`PgStore`] (PostgreSQL). Each
-//! keeps its own migrations (`migrations/sqlite/`, `migrations/postgres/`), applied at open.
+//! keeps its own migrations (`migrations/sqlite/`, `migrations/postgres/`), applied at open;
+//! both run the same queries and row mappings (`sql/`), and differ only where their SQL or
+//! their concurrency does (`sqlite/`, `postgres/`).
 //! Every write is one statement or one transaction, so a crash leaves either the old or the
 //! new row. `tests/conformance.rs` is the one suite every backend passes.
 //!
@@ -32,6 +34,7 @@ mod pools;
 pub mod postgres;
 mod releases;
 mod sandboxes;
+mod sql;
 pub mod sqlite;
 mod templates;
 mod tokens;

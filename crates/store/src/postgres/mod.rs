@@ -13,31 +13,22 @@
 //! - the leader of the controllers holds a session advisory lock (`cluster.rs`).
 //!
 //! PostgreSQL keeps times to the microsecond; a finer time reads back truncated.
+//!
+//! The queries are shared with SQLite (`sql/`); this module holds what PostgreSQL does its own
+//! way (its `sql::Backend`): the locks above, `FOR UPDATE SKIP LOCKED` claims, JSON through `jsonb`.
 
 use std::str::FromStr;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::PgPool;
+use sqlx::{PgPool, Postgres, Transaction};
 
-use crate::{Store, StoreError};
+use crate::sql::{Backend, XactLock};
+use crate::{Leadership, Store, StoreError};
 
-mod audit;
-mod checkpoints;
 mod cluster;
-mod commands;
-mod events;
-mod lifecycle;
 mod locks;
-mod operations;
-mod orgs;
-mod pools;
-mod releases;
-mod sandboxes;
-mod templates;
-mod tokens;
-mod volumes;
 
 /// First key of the advisory lock that serialises appends to one operation's log.
 pub(crate) const LOCK_OPERATION_LOG: i32 = 0x636f_0001;
@@ -102,12 +93,66 @@ impl Store for PgStore {
     }
 }
 
-/// An unsigned count or size as the BIGINT it is stored as.
-pub(crate) fn to_i64(v: u64) -> Result<i64, StoreError> {
-    i64::try_from(v).map_err(|_| StoreError::Corrupt(format!("{v} does not fit a BIGINT")))
-}
+#[async_trait]
+impl Backend for PgStore {
+    type Row = sqlx::postgres::PgRow;
+    type Pool = PgPool;
+    type Tx = Transaction<'static, Postgres>;
 
-/// A stored BIGINT back to the unsigned type of the row.
-pub(crate) fn from_i64<T: TryFrom<i64>>(v: i64, column: &str) -> Result<T, StoreError> {
-    T::try_from(v).map_err(|_| StoreError::Corrupt(format!("{column} = {v} is out of range")))
+    fn db(&self) -> PgPool {
+        self.pool.clone()
+    }
+
+    async fn begin(&self) -> Result<Self::Tx, sqlx::Error> {
+        self.pool.begin().await
+    }
+
+    const SKIP_LOCKED: &'static str = " FOR UPDATE SKIP LOCKED";
+    const HIT_AFTER_CLAIM: bool = true;
+    const SHARED: bool = true;
+
+    fn in_json_array(param: usize) -> String {
+        format!("(SELECT jsonb_array_elements_text(CAST(${param} AS JSONB)))")
+    }
+
+    fn has_named_element(column: &str, param: usize) -> String {
+        format!(
+            "CAST({column} AS JSONB) @> \
+             jsonb_build_array(jsonb_build_object('name', CAST(${param} AS TEXT)))"
+        )
+    }
+
+    fn json_key_is(column: &str, key: usize, value: usize) -> String {
+        // The column is JSON text; `->>` reads a string value unquoted.
+        format!("(CAST({column} AS JSONB) ->> ${key}) = ${value}")
+    }
+
+    async fn lock_xact(tx: &mut Self::Tx, lock: XactLock, key: &str) -> Result<(), StoreError> {
+        let class = match lock {
+            XactLock::OperationLog => LOCK_OPERATION_LOG,
+            XactLock::ReleaseNumber => LOCK_RELEASE_NUMBER,
+        };
+        sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
+            .bind(class)
+            .bind(key)
+            .execute(&mut **tx)
+            .await?;
+        Ok(())
+    }
+
+    async fn next_event_seq(tx: &mut Self::Tx) -> Result<Option<i64>, StoreError> {
+        let (seq,): (i64,) =
+            sqlx::query_as("UPDATE event_seq SET last = last + 1 WHERE id = 1 RETURNING last")
+                .fetch_one(&mut **tx)
+                .await?;
+        Ok(Some(seq))
+    }
+
+    async fn write_audit(&self, e: &cove_api_types::AuditEntry) -> Result<u64, StoreError> {
+        crate::sql::insert_audit(&mut self.db(), e).await
+    }
+
+    async fn lead(&self) -> Result<Option<Leadership>, StoreError> {
+        cluster::lead(self).await
+    }
 }

@@ -1,15 +1,15 @@
-//! The audit log (SQLite).
+//! The group commit of audit records (SQLite): appends are written in batches; the rest of
+//! the audit log is shared (`sql/audit.rs`).
 
 use parking_lot::Mutex;
 
-use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use cove_api_types::AuditEntry;
-use sqlx::{Connection, Row, SqliteConnection};
+use sqlx::{Connection, SqliteConnection};
 use tokio::sync::oneshot;
 
 use super::SqliteStore;
-use crate::{AuditStore, StoreError};
+use crate::sql::insert_audit;
+use crate::StoreError;
 
 type Waiter = oneshot::Sender<Result<u64, StoreError>>;
 
@@ -38,7 +38,7 @@ async fn write_batch(conn: &mut SqliteConnection, batch: Vec<(AuditEntry, Waiter
         let mut tx = conn.begin().await?;
         let mut seqs = Vec::with_capacity(batch.len());
         for (e, _) in &batch {
-            seqs.push(insert(&mut tx, e).await?);
+            seqs.push(insert_audit(&mut *tx, e).await?);
         }
         tx.commit().await?;
         Ok::<_, StoreError>(seqs)
@@ -52,33 +52,15 @@ async fn write_batch(conn: &mut SqliteConnection, batch: Vec<(AuditEntry, Waiter
         }
         Err(_) => {
             for (e, done) in batch {
-                let _ = done.send(insert(conn, &e).await);
+                let _ = done.send(insert_audit(conn, &e).await);
             }
         }
     }
 }
 
-async fn insert(conn: &mut SqliteConnection, e: &AuditEntry) -> Result<u64, StoreError> {
-    let (seq,): (i64,) = sqlx::query_as(
-        "INSERT INTO audit (time, org, actor, action, resource, status, outcome, request_id) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
-    )
-    .bind(e.time)
-    .bind(&e.org)
-    .bind(&e.actor)
-    .bind(&e.action)
-    .bind(&e.resource)
-    .bind(i64::from(e.status))
-    .bind(&e.outcome)
-    .bind(&e.request_id)
-    .fetch_one(&mut *conn)
-    .await?;
-    Ok(seq as u64)
-}
-
-#[async_trait]
-impl AuditStore for SqliteStore {
-    async fn append_audit(&self, e: &AuditEntry) -> Result<u64, StoreError> {
+impl SqliteStore {
+    /// [`crate::sql::Backend::write_audit`]: queues `e` and waits for the batch it is written in.
+    pub(super) async fn write_audit_batched(&self, e: &AuditEntry) -> Result<u64, StoreError> {
         let (done, seq) = oneshot::channel();
         self.audit_queue.push(e.clone(), done);
         // Group commit: whoever flushes next writes every record queued by then, this one
@@ -108,45 +90,5 @@ impl AuditStore for SqliteStore {
             // The flush ended before answering: the runtime is shutting down.
             Err(_) => Err(StoreError::Db(sqlx::Error::PoolClosed)),
         }
-    }
-
-    async fn audit_after(
-        &self,
-        org: Option<&str>,
-        after: u64,
-        limit: u32,
-    ) -> Result<Vec<AuditEntry>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT * FROM audit WHERE seq > ?1 AND (?2 IS NULL OR org = ?2) \
-             ORDER BY seq LIMIT ?3",
-        )
-        .bind(after as i64)
-        .bind(org)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(AuditEntry {
-                    seq: r.try_get::<i64, _>("seq")? as u64,
-                    time: r.try_get("time")?,
-                    org: r.try_get("org")?,
-                    actor: r.try_get("actor")?,
-                    action: r.try_get("action")?,
-                    resource: r.try_get("resource")?,
-                    status: r.try_get::<i64, _>("status")? as u16,
-                    outcome: r.try_get("outcome")?,
-                    request_id: r.try_get("request_id")?,
-                })
-            })
-            .collect()
-    }
-
-    async fn purge_audit_before(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
-        let done = sqlx::query("DELETE FROM audit WHERE time < ?")
-            .bind(before)
-            .execute(&self.pool)
-            .await?;
-        Ok(done.rows_affected())
     }
 }

@@ -1,6 +1,11 @@
 //! The SQLite backend (sqlx): one file, WAL journal, migrations from `migrations/sqlite/`.
 //! SQLite runs one write transaction at a time, which is what keeps event and log sequence
 //! numbers gap-free and in commit order here.
+//!
+//! The queries are shared with PostgreSQL (`sql/`); this module holds what SQLite does its own
+//! way (its `sql::Backend`): no row or advisory locks, JSON through `json_each`, events and audit
+//! records numbered by AUTOINCREMENT, audit appends written in batches (`audit.rs`), named locks
+//! as in-process mutexes (`locks.rs`).
 
 use std::path::Path;
 use std::str::FromStr;
@@ -8,25 +13,13 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::SqlitePool;
+use sqlx::{Sqlite, SqlitePool, Transaction};
 
-use crate::{Store, StoreError};
+use crate::sql::{Backend, XactLock};
+use crate::{Leadership, Store, StoreError};
 
 mod audit;
-mod checkpoints;
-mod cluster;
-mod commands;
-mod events;
-mod lifecycle;
 mod locks;
-mod operations;
-mod orgs;
-mod pools;
-mod releases;
-mod sandboxes;
-mod templates;
-mod tokens;
-mod volumes;
 
 /// The SQLite store; cheap to clone (a connection pool).
 #[derive(Clone, Debug)]
@@ -77,5 +70,59 @@ impl Store for SqliteStore {
 
     async fn close(&self) {
         self.pool.close().await;
+    }
+}
+
+#[async_trait]
+impl Backend for SqliteStore {
+    type Row = sqlx::sqlite::SqliteRow;
+    type Pool = SqlitePool;
+    type Tx = Transaction<'static, Sqlite>;
+
+    fn db(&self) -> SqlitePool {
+        self.pool.clone()
+    }
+
+    async fn begin(&self) -> Result<Self::Tx, sqlx::Error> {
+        self.pool.begin().await
+    }
+
+    const SKIP_LOCKED: &'static str = "";
+    const HIT_AFTER_CLAIM: bool = false;
+    const SHARED: bool = false;
+
+    fn in_json_array(param: usize) -> String {
+        format!("(SELECT value FROM json_each(${param}))")
+    }
+
+    fn has_named_element(column: &str, param: usize) -> String {
+        format!(
+            "EXISTS (SELECT 1 FROM json_each({column}) \
+             WHERE json_extract(json_each.value, '$.name') = ${param})"
+        )
+    }
+
+    fn json_key_is(column: &str, key: usize, value: usize) -> String {
+        format!(
+            "EXISTS (SELECT 1 FROM json_each({column}) \
+             WHERE json_each.key = ${key} AND json_each.value = ${value})"
+        )
+    }
+
+    async fn lock_xact(_: &mut Self::Tx, _: XactLock, _: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn next_event_seq(_: &mut Self::Tx) -> Result<Option<i64>, StoreError> {
+        Ok(None)
+    }
+
+    async fn write_audit(&self, e: &cove_api_types::AuditEntry) -> Result<u64, StoreError> {
+        self.write_audit_batched(e).await
+    }
+
+    /// One process owns the file, so it always leads.
+    async fn lead(&self) -> Result<Option<Leadership>, StoreError> {
+        Ok(Some(Leadership::forever()))
     }
 }

@@ -55,6 +55,7 @@ conformance!(
     sandboxes::sandbox_ids_are_unique,
     sandboxes::sandbox_transitions_are_compare_and_set,
     sandboxes::listing_filters_and_orders_newest_first,
+    sandboxes::listing_filters_by_org_and_metadata,
     sandboxes::cursor_paging_visits_every_row_once,
     sandboxes::sandboxes_in_returns_the_asked_states,
     sandboxes::network_policy_is_replaced_and_secrets_stay_sealed,

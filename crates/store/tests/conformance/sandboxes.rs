@@ -187,6 +187,75 @@ pub async fn listing_filters_and_orders_newest_first(store: Arc<dyn Store>) {
     .is_empty());
 }
 
+/// The org and metadata filters (metadata is a JSON column: each backend has its own way of
+/// reading a key, so keys with JSON path characters and values that look like JSON are here).
+pub async fn listing_filters_by_org_and_metadata(store: Arc<dyn Store>) {
+    let with = |id: &str, org: &str, metadata: &[(&str, &str)]| Sandbox {
+        org: org.into(),
+        metadata: metadata
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+            .collect(),
+        ..sandbox(id)
+    };
+    let rows = [
+        with("sb-1", "acme", &[("team", "a"), ("env", "prod")]),
+        with("sb-2", "acme", &[("team", "b"), ("env", "prod")]),
+        with("sb-3", "other", &[("team", "a")]),
+        with(
+            "sb-4",
+            "acme",
+            &[("a.b", "x"), ("quote\"d", "1"), ("$.team", "a")],
+        ),
+    ];
+    for s in &rows {
+        store.insert_sandbox(s).await.expect("insert");
+    }
+    let list = |org: Option<&str>, metadata: &[(&str, &str)]| {
+        let store = store.clone();
+        let f = SandboxFilter {
+            org: org.map(str::to_string),
+            metadata: metadata
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+                .collect(),
+            limit: 10,
+            ..Default::default()
+        };
+        async move {
+            let mut got: Vec<String> = store
+                .list_sandboxes(&f)
+                .await
+                .expect("list")
+                .into_iter()
+                .map(|s| s.id)
+                .collect();
+            got.sort();
+            got
+        }
+    };
+    assert_eq!(list(Some("acme"), &[]).await, ["sb-1", "sb-2", "sb-4"]);
+    assert_eq!(list(None, &[("team", "a")]).await, ["sb-1", "sb-3"]);
+    assert_eq!(list(Some("acme"), &[("team", "a")]).await, ["sb-1"]);
+    assert_eq!(
+        list(None, &[("team", "a"), ("env", "prod")]).await,
+        ["sb-1"],
+        "every pair must match"
+    );
+    assert!(list(None, &[("team", "a"), ("env", "dev")])
+        .await
+        .is_empty());
+    assert!(list(None, &[("team", "c")]).await.is_empty());
+    assert_eq!(list(None, &[("a.b", "x")]).await, ["sb-4"]);
+    assert_eq!(list(None, &[("quote\"d", "1")]).await, ["sb-4"]);
+    assert_eq!(list(None, &[("$.team", "a")]).await, ["sb-4"]);
+    assert!(
+        list(None, &[("a", "x")]).await.is_empty(),
+        "a key is not a path"
+    );
+    assert!(list(Some("nobody"), &[]).await.is_empty());
+}
+
 pub async fn cursor_paging_visits_every_row_once(store: Arc<dyn Store>) {
     let rows: Vec<(String, i64)> = (0..11)
         .map(|i| (format!("sb-{i:02}"), (i / 3) as i64))

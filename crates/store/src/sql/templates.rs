@@ -1,13 +1,12 @@
-//! Templates built from a file (PostgreSQL).
+//! Templates built from a file (both backends).
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::Row;
 
-use super::PgStore;
+use super::{query, Backend, SqlRow};
 use crate::{FileTemplate, StoreError, TemplateStore};
 
-fn row_to_template(r: &sqlx::postgres::PgRow) -> Result<FileTemplate, StoreError> {
+fn row_to_template(r: &impl SqlRow) -> Result<FileTemplate, StoreError> {
     Ok(FileTemplate {
         name: r.try_get("name")?,
         org: r.try_get("org")?,
@@ -18,10 +17,10 @@ fn row_to_template(r: &sqlx::postgres::PgRow) -> Result<FileTemplate, StoreError
 }
 
 #[async_trait]
-impl TemplateStore for PgStore {
+impl<S: Backend> TemplateStore for S {
     async fn put_file_template(&self, name: &str, org: &str, file: &str) -> Result<(), StoreError> {
         let now = Utc::now();
-        let done = sqlx::query(
+        let done = query(
             "INSERT INTO file_templates (name, file, created_at, updated_at, org) \
              VALUES ($1, $2, $3, $4, $5) ON CONFLICT (name) DO UPDATE SET file = excluded.file, \
              updated_at = excluded.updated_at WHERE file_templates.org = excluded.org",
@@ -31,9 +30,9 @@ impl TemplateStore for PgStore {
         .bind(now)
         .bind(now)
         .bind(org)
-        .execute(&self.pool)
+        .execute(&mut self.db())
         .await?;
-        if done.rows_affected() == 0 {
+        if done == 0 {
             return Err(StoreError::Conflict(
                 "template name taken by another org".into(),
             ));
@@ -42,37 +41,37 @@ impl TemplateStore for PgStore {
     }
 
     async fn file_template(&self, name: &str) -> Result<Option<FileTemplate>, StoreError> {
-        let row = sqlx::query("SELECT * FROM file_templates WHERE name = $1")
+        let row = query("SELECT * FROM file_templates WHERE name = $1")
             .bind(name)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut self.db())
             .await?;
         row.as_ref().map(row_to_template).transpose()
     }
 
     async fn file_templates(&self) -> Result<Vec<FileTemplate>, StoreError> {
-        let rows = sqlx::query("SELECT * FROM file_templates ORDER BY name")
-            .fetch_all(&self.pool)
+        let rows = query("SELECT * FROM file_templates ORDER BY name")
+            .fetch_all(&mut self.db())
             .await?;
         rows.iter().map(row_to_template).collect()
     }
 
     async fn delete_file_template(&self, name: &str) -> Result<bool, StoreError> {
-        let done = sqlx::query("DELETE FROM file_templates WHERE name = $1")
+        let done = query("DELETE FROM file_templates WHERE name = $1")
             .bind(name)
-            .execute(&self.pool)
+            .execute(&mut self.db())
             .await?;
-        Ok(done.rows_affected() > 0)
+        Ok(done > 0)
     }
 
     async fn delete_file_template_if_unbuilt(&self, name: &str) -> Result<bool, StoreError> {
-        let done = sqlx::query(
+        let done = query(
             "DELETE FROM file_templates WHERE name = $1 AND NOT EXISTS \
              (SELECT 1 FROM releases WHERE releases.template = file_templates.name \
              AND releases.state IN ('ready', 'building'))",
         )
         .bind(name)
-        .execute(&self.pool)
+        .execute(&mut self.db())
         .await?;
-        Ok(done.rows_affected() > 0)
+        Ok(done > 0)
     }
 }

@@ -1,54 +1,42 @@
-//! Warm pools and their members (PostgreSQL). A claim is one `UPDATE ... WHERE id = (SELECT
-//! ... FOR UPDATE SKIP LOCKED)`: concurrent claims lock different members instead of queueing
-//! on the same one. The pool's hit counter is counted after the claim's commit, so claims do
-//! not queue on the pool's row either.
+//! Warm pools and their members (both backends). A claim is one `UPDATE ... WHERE id =
+//! (SELECT ...)`: under SQLite's one writer a second claim waits for the first and then sees
+//! the member gone; PostgreSQL adds `FOR UPDATE SKIP LOCKED` ([`Backend::SKIP_LOCKED`]) so
+//! concurrent claims lock different members instead of queueing on the same one, and counts
+//! the pool's hit after the claim's commit ([`Backend::HIT_AFTER_CLAIM`]), so claims do not
+//! queue on the pool's row either.
 
 use async_trait::async_trait;
 use chrono::Utc;
-use cove_api_types::{EventType, Operation, Resources};
-use sqlx::Row;
+use cove_api_types::{EventType, Operation, OperationState};
 
 use super::lifecycle::insert_event;
-use super::operations::row_to_operation;
+use super::operations;
 use super::sandboxes::{insert, row_to_sandbox};
-use super::PgStore;
-use super::{from_i64, to_i64};
-use crate::error::map_unique;
+use super::{query, to_i64, Backend, SqlRow, Tx};
 use crate::{
     map_json, NewEvent, NewOperation, PoolClaim, PoolMember, PoolRecord, PoolStore, StoreError,
 };
 
-fn row_to_pool(r: &sqlx::postgres::PgRow) -> Result<PoolRecord, StoreError> {
+fn row_to_pool(r: &impl SqlRow) -> Result<PoolRecord, StoreError> {
     Ok(PoolRecord {
         name: r.try_get("name")?,
         org: r.try_get("org")?,
         template: r.try_get("template")?,
-        release: r
-            .try_get::<Option<i64>, _>("release")?
-            .map(|v| from_i64(v, "release"))
-            .transpose()?,
-        resources: Resources {
-            vcpus: from_i64(r.try_get("vcpus")?, "vcpus")?,
-            memory_mib: from_i64(r.try_get("memory_mib")?, "memory_mib")?,
-            pids_max: from_i64(r.try_get("pids_max")?, "pids_max")?,
-            disk_mib: r
-                .try_get::<Option<i64>, _>("disk_mib")?
-                .map(|v| from_i64(v, "disk_mib"))
-                .transpose()?,
-        },
-        min_ready: from_i64(r.try_get("min_ready")?, "min_ready")?,
-        max: from_i64(r.try_get("max_members")?, "max_members")?,
-        hits: from_i64(r.try_get("hits")?, "hits")?,
-        misses: from_i64(r.try_get("misses")?, "misses")?,
+        release: r.opt_uint("release")?,
+        resources: r.resources()?,
+        min_ready: r.uint("min_ready")?,
+        max: r.uint("max_members")?,
+        hits: r.uint("hits")?,
+        misses: r.uint("misses")?,
         created_at: r.try_get("created_at")?,
         updated_at: r.try_get("updated_at")?,
     })
 }
 
 #[async_trait]
-impl PoolStore for PgStore {
+impl<S: Backend> PoolStore for S {
     async fn put_pool(&self, p: &PoolRecord) -> Result<PoolRecord, StoreError> {
-        let row = sqlx::query(
+        let row = query(
             "INSERT INTO pools (name, template, release, vcpus, memory_mib, pids_max, disk_mib, \
              min_ready, max_members, hits, misses, created_at, updated_at, org) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 0, 0, $10, $11, $12) \
@@ -72,7 +60,7 @@ impl PoolStore for PgStore {
         .bind(p.created_at)
         .bind(p.updated_at)
         .bind(&p.org)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut self.db())
         .await?
         // The name is another org's pool.
         .ok_or_else(|| StoreError::Conflict("pool name taken by another org".into()))?;
@@ -80,27 +68,27 @@ impl PoolStore for PgStore {
     }
 
     async fn get_pool(&self, name: &str) -> Result<PoolRecord, StoreError> {
-        let row = sqlx::query("SELECT * FROM pools WHERE name = $1")
+        let row = query("SELECT * FROM pools WHERE name = $1")
             .bind(name)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut self.db())
             .await?
             .ok_or(StoreError::NotFound)?;
         row_to_pool(&row)
     }
 
     async fn list_pools(&self) -> Result<Vec<PoolRecord>, StoreError> {
-        let rows = sqlx::query("SELECT * FROM pools ORDER BY name")
-            .fetch_all(&self.pool)
+        let rows = query("SELECT * FROM pools ORDER BY name")
+            .fetch_all(&mut self.db())
             .await?;
         rows.iter().map(row_to_pool).collect()
     }
 
     async fn delete_pool(&self, name: &str) -> Result<bool, StoreError> {
-        let res = sqlx::query("DELETE FROM pools WHERE name = $1")
+        let res = query("DELETE FROM pools WHERE name = $1")
             .bind(name)
-            .execute(&self.pool)
+            .execute(&mut self.db())
             .await?;
-        Ok(res.rows_affected() > 0)
+        Ok(res > 0)
     }
 
     async fn insert_pool_member(
@@ -108,14 +96,13 @@ impl PoolStore for PgStore {
         s: &cove_api_types::Sandbox,
         pool: &str,
     ) -> Result<(), StoreError> {
-        insert(&self.pool, s, Some(pool)).await
+        insert(&mut self.db(), s, Some(pool)).await
     }
 
     async fn pool_members(&self) -> Result<Vec<PoolMember>, StoreError> {
-        let rows =
-            sqlx::query("SELECT * FROM sandboxes WHERE pool IS NOT NULL AND state <> 'deleted'")
-                .fetch_all(&self.pool)
-                .await?;
+        let rows = query("SELECT * FROM sandboxes WHERE pool IS NOT NULL AND state <> 'deleted'")
+            .fetch_all(&mut self.db())
+            .await?;
         rows.iter()
             .map(|r| {
                 Ok(PoolMember {
@@ -131,34 +118,35 @@ impl PoolStore for PgStore {
         c: &PoolClaim,
         op: &NewOperation,
     ) -> Result<Option<(PoolMember, Operation)>, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let row = sqlx::query(
+        let mut tx = self.begin().await?;
+        let sql = format!(
             "UPDATE sandboxes SET claimed_from = pool, pool = NULL, env = $1, metadata = $2, \
              cwd = $3, user_name = $4, idle_timeout_s = $5, ttl_s = $6, created_at = $7, \
              updated_at = $7, last_activity_at = $7 \
              WHERE id = (SELECT id FROM sandboxes WHERE pool IS NOT NULL AND state = 'running' \
              AND template = $8 AND release = $9 AND vcpus = $10 AND memory_mib = $11 \
              AND pids_max = $12 AND disk_mib IS NOT DISTINCT FROM $13 AND org = $14 \
-             ORDER BY updated_at \
-             LIMIT 1 FOR UPDATE SKIP LOCKED) \
+             ORDER BY updated_at LIMIT 1{}) \
              RETURNING *",
-        )
-        .bind(map_json(&c.env)?)
-        .bind(map_json(&c.metadata)?)
-        .bind(&c.cwd)
-        .bind(&c.user)
-        .bind(to_i64(c.idle_timeout_s)?)
-        .bind(c.ttl_s.map(to_i64).transpose()?)
-        .bind(c.at)
-        .bind(&c.template)
-        .bind(i64::from(c.release))
-        .bind(i64::from(c.resources.vcpus))
-        .bind(to_i64(c.resources.memory_mib)?)
-        .bind(to_i64(c.resources.pids_max)?)
-        .bind(c.resources.disk_mib.map(to_i64).transpose()?)
-        .bind(&c.org)
-        .fetch_optional(&mut *tx)
-        .await?;
+            S::SKIP_LOCKED
+        );
+        let row = query(&sql)
+            .bind(map_json(&c.env)?)
+            .bind(map_json(&c.metadata)?)
+            .bind(&c.cwd)
+            .bind(&c.user)
+            .bind(to_i64(c.idle_timeout_s)?)
+            .bind(c.ttl_s.map(to_i64).transpose()?)
+            .bind(c.at)
+            .bind(&c.template)
+            .bind(i64::from(c.release))
+            .bind(i64::from(c.resources.vcpus))
+            .bind(to_i64(c.resources.memory_mib)?)
+            .bind(to_i64(c.resources.pids_max)?)
+            .bind(c.resources.disk_mib.map(to_i64).transpose()?)
+            .bind(&c.org)
+            .fetch_optional(&mut tx)
+            .await?;
         let Some(row) = row else {
             tx.rollback().await?;
             return Ok(None);
@@ -166,25 +154,8 @@ impl PoolStore for PgStore {
         let pool: String = row.try_get("claimed_from")?;
         let sandbox = row_to_sandbox(&row)?;
         let now = Utc::now();
-        let op_row = sqlx::query(
-            "INSERT INTO operations (id, kind, state, sandbox_id, template, release, \
-             idempotency_key, request_hash, created_at, updated_at, deadline, org) \
-             VALUES ($1, $2, 'succeeded', $3, $4, $5, $6, $7, $8, $8, $9, $10) RETURNING *",
-        )
-        .bind(&op.id)
-        .bind(op.kind.as_str())
-        .bind(&sandbox.id)
-        .bind(&op.template)
-        .bind(op.release.map(i64::from))
-        .bind(&op.idempotency_key)
-        .bind(&op.request_hash)
-        .bind(now)
-        .bind(op.deadline)
-        .bind(&op.org)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(map_unique)?;
-        let operation = row_to_operation(&op_row)?;
+        let succeeded = OperationState::Succeeded;
+        let operation = operations::insert(&mut tx, op, succeeded, Some(&sandbox.id), now).await?;
         let created = NewEvent {
             kind: EventType::SandboxCreated,
             operation_id: Some(op.id.clone()),
@@ -194,32 +165,34 @@ impl PoolStore for PgStore {
             port: None,
             rule: None,
         };
-        insert_event(&mut tx, &sandbox.id, &created, now).await?;
-        tx.commit().await?;
-        // After the commit, on its own: inside the claim's transaction the pool's row lock
-        // would queue every concurrent claim of the pool behind this one's commit.
-        if let Err(e) = sqlx::query("UPDATE pools SET hits = hits + 1 WHERE name = $1")
-            .bind(&pool)
-            .execute(&self.pool)
-            .await
-        {
-            tracing::warn!(pool = %pool, error = %e, "cannot count a pool hit");
+        insert_event::<S>(&mut tx, &sandbox.id, &created, now).await?;
+        let hit = query("UPDATE pools SET hits = hits + 1 WHERE name = $1").bind(&pool);
+        if S::HIT_AFTER_CLAIM {
+            tx.commit().await?;
+            // After the commit, on its own: inside the claim's transaction the pool's row lock
+            // would queue every concurrent claim of the pool behind this one's commit.
+            if let Err(e) = hit.execute(&mut self.db()).await {
+                tracing::warn!(pool = %pool, error = %e, "cannot count a pool hit");
+            }
+        } else {
+            hit.execute(&mut tx).await?;
+            tx.commit().await?;
         }
         Ok(Some((PoolMember { pool, sandbox }, operation)))
     }
 
     async fn record_pool_misses(&self, names: &[String]) -> Result<(), StoreError> {
         for name in names {
-            sqlx::query("UPDATE pools SET misses = misses + 1 WHERE name = $1")
+            query("UPDATE pools SET misses = misses + 1 WHERE name = $1")
                 .bind(name)
-                .execute(&self.pool)
+                .execute(&mut self.db())
                 .await?;
         }
         Ok(())
     }
 
     async fn retire_member(&self, id: &str, pool: &str) -> Result<bool, StoreError> {
-        let res = sqlx::query(
+        let res = query(
             "UPDATE sandboxes SET state = 'deleting', prior_state = state, \
              state_reason = 'retired from its warm pool', updated_at = $1 \
              WHERE id = $2 AND pool = $3 AND state IN ('creating', 'running', 'failed')",
@@ -227,8 +200,8 @@ impl PoolStore for PgStore {
         .bind(Utc::now())
         .bind(id)
         .bind(pool)
-        .execute(&self.pool)
+        .execute(&mut self.db())
         .await?;
-        Ok(res.rows_affected() > 0)
+        Ok(res > 0)
     }
 }

@@ -1,11 +1,10 @@
-//! Sandboxes (SQLite).
+//! Sandboxes (both backends).
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use cove_api_types::{OnExpiry, Resources, Sandbox, SandboxState};
-use sqlx::Row;
+use cove_api_types::{OnExpiry, Sandbox, SandboxState};
 
-use super::SqliteStore;
+use super::{json_array, query, to_i64, Args, Backend, Conn, SqlRow};
 use crate::error::map_unique;
 use crate::{
     json_map, json_policy, json_secrets, map_json, parse_enum, policy_json, secrets_json,
@@ -13,32 +12,33 @@ use crate::{
 };
 use cove_api_types::EgressPolicy;
 
-pub(super) fn row_to_sandbox(r: &sqlx::sqlite::SqliteRow) -> Result<Sandbox, StoreError> {
+/// Wire strings of `states` as a JSON array, for [`Backend::in_json_array`].
+pub(super) fn state_strings(states: &[SandboxState]) -> Result<String, StoreError> {
+    let states: Vec<&str> = states.iter().map(|s| s.as_str()).collect();
+    json_array(&states)
+}
+
+pub(super) fn row_to_sandbox(r: &impl SqlRow) -> Result<Sandbox, StoreError> {
     Ok(Sandbox {
         id: r.try_get("id")?,
         org: r.try_get("org")?,
         template: r.try_get("template")?,
-        release: r.try_get::<i64, _>("release")? as u32,
+        release: r.uint("release")?,
         release_digest: r.try_get("release_digest")?,
         state: parse_enum(&r.try_get::<String, _>("state")?, SandboxState::parse)?,
         state_reason: r.try_get("state_reason")?,
         runtime: r.try_get("runtime")?,
-        resources: Resources {
-            vcpus: r.try_get::<i64, _>("vcpus")? as u32,
-            memory_mib: r.try_get::<i64, _>("memory_mib")? as u64,
-            pids_max: r.try_get::<i64, _>("pids_max")? as u64,
-            disk_mib: r.try_get::<Option<i64>, _>("disk_mib")?.map(|v| v as u64),
-        },
+        resources: r.resources()?,
         env: json_map(&r.try_get::<String, _>("env")?)?,
         metadata: json_map(&r.try_get::<String, _>("metadata")?)?,
         cwd: r.try_get("cwd")?,
         user: r.try_get("user_name")?,
         created_at: r.try_get("created_at")?,
         updated_at: r.try_get("updated_at")?,
-        idle_timeout_s: r.try_get::<i64, _>("idle_timeout_s")? as u64,
-        ttl_s: r.try_get::<Option<i64>, _>("ttl_s")?.map(|v| v as u64),
+        idle_timeout_s: r.uint("idle_timeout_s")?,
+        ttl_s: r.opt_uint("ttl_s")?,
         last_activity_at: r.try_get("last_activity_at")?,
-        memory_restored: r.try_get::<Option<bool>, _>("memory_restored")?,
+        memory_restored: r.try_get("memory_restored")?,
         network: json_policy(&r.try_get::<String, _>("network")?)?,
         secrets: json_secrets(&r.try_get::<String, _>("secrets")?)?,
         public: r.try_get::<bool, _>("public")?,
@@ -49,15 +49,15 @@ pub(super) fn row_to_sandbox(r: &sqlx::sqlite::SqliteRow) -> Result<Sandbox, Sto
 }
 
 #[async_trait]
-impl SandboxStore for SqliteStore {
+impl<S: Backend> SandboxStore for S {
     async fn insert_sandbox(&self, s: &Sandbox) -> Result<(), StoreError> {
-        insert(&self.pool, s, None).await
+        insert(&mut self.db(), s, None).await
     }
 
     async fn get_sandbox(&self, id: &str) -> Result<Sandbox, StoreError> {
-        let row = sqlx::query("SELECT * FROM sandboxes WHERE id = ?")
+        let row = query("SELECT * FROM sandboxes WHERE id = $1")
             .bind(id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut self.db())
             .await?
             .ok_or(StoreError::NotFound)?;
         row_to_sandbox(&row)
@@ -70,83 +70,63 @@ impl SandboxStore for SqliteStore {
         to: SandboxState,
         reason: Option<&str>,
     ) -> Result<bool, StoreError> {
-        let mut changed = false;
-        for f in from {
-            let res = sqlx::query(
-                "UPDATE sandboxes SET state = ?, state_reason = ?, updated_at = ? \
-                 WHERE id = ? AND state = ?",
-            )
+        let sql = format!(
+            "UPDATE sandboxes SET state = $1, state_reason = $2, updated_at = $3 \
+             WHERE id = $4 AND state IN {}",
+            S::in_json_array(5)
+        );
+        let res = query(&sql)
             .bind(to.as_str())
             .bind(reason)
             .bind(Utc::now())
             .bind(id)
-            .bind(f.as_str())
-            .execute(&self.pool)
+            .bind(state_strings(from)?)
+            .execute(&mut self.db())
             .await?;
-            if res.rows_affected() > 0 {
-                changed = true;
-                break;
-            }
-        }
-        Ok(changed)
+        Ok(res > 0)
     }
 
     async fn list_sandboxes(&self, f: &SandboxFilter) -> Result<Vec<Sandbox>, StoreError> {
         let mut sql = String::from("SELECT * FROM sandboxes WHERE pool IS NULL");
+        let mut args = Args::default();
         if !f.include_deleted && f.state != Some(SandboxState::Deleted) {
-            sql.push_str(" AND state != 'deleted'");
+            sql.push_str(" AND state <> 'deleted'");
         }
-        if f.org.is_some() {
-            sql.push_str(" AND org = ?");
-        }
-        if f.state.is_some() {
-            sql.push_str(" AND state = ?");
-        }
-        if f.template.is_some() {
-            sql.push_str(" AND template = ?");
-        }
-        for _ in &f.metadata {
-            sql.push_str(
-                " AND EXISTS (SELECT 1 FROM json_each(sandboxes.metadata) \
-                 WHERE json_each.key = ? AND json_each.value = ?)",
-            );
-        }
-        if f.after.is_some() {
-            sql.push_str(" AND (created_at < ? OR (created_at = ? AND id < ?))");
-        }
-        sql.push_str(" ORDER BY created_at DESC, id DESC LIMIT ?");
-        let mut q = sqlx::query(&sql);
         if let Some(o) = &f.org {
-            q = q.bind(o);
+            sql.push_str(&format!(" AND org = ${}", args.add(o.as_str())));
         }
         if let Some(s) = f.state {
-            q = q.bind(s.as_str());
+            sql.push_str(&format!(" AND state = ${}", args.add(s.as_str())));
         }
         if let Some(t) = &f.template {
-            q = q.bind(t);
+            sql.push_str(&format!(" AND template = ${}", args.add(t.as_str())));
         }
         for (key, value) in &f.metadata {
-            q = q.bind(key).bind(value);
+            let (key, value) = (args.add(key.as_str()), args.add(value.as_str()));
+            sql.push_str(&format!(" AND {}", S::json_key_is("metadata", key, value)));
         }
         if let Some((at, id)) = &f.after {
-            q = q.bind(at).bind(at).bind(id);
+            let (at, id) = (args.add(*at), args.add(id.as_str()));
+            sql.push_str(&format!(" AND (created_at, id) < (${at}, ${id})"));
         }
-        let rows = q.bind(f.limit).fetch_all(&self.pool).await?;
+        let limit = args.add(i64::from(f.limit));
+        sql.push_str(&format!(
+            " ORDER BY created_at DESC, id DESC LIMIT ${limit}"
+        ));
+        let rows = args.query(&sql).fetch_all(&mut self.db()).await?;
         rows.iter().map(row_to_sandbox).collect()
     }
 
     async fn sandboxes_in(&self, states: &[SandboxState]) -> Result<Vec<Sandbox>, StoreError> {
-        let mut out = Vec::new();
-        for s in states {
-            let rows = sqlx::query("SELECT * FROM sandboxes WHERE state = ?")
-                .bind(s.as_str())
-                .fetch_all(&self.pool)
-                .await?;
-            for r in &rows {
-                out.push(row_to_sandbox(r)?);
-            }
-        }
-        Ok(out)
+        let sql = format!(
+            "SELECT * FROM sandboxes WHERE state IN {}",
+            S::in_json_array(1)
+        );
+        let rows = query(&sql)
+            .bind(state_strings(states)?)
+            .fetch_all(&mut self.db())
+            .await?;
+        rows.iter().map(row_to_sandbox).collect()
     }
 
     async fn set_sandbox_network(
@@ -154,47 +134,47 @@ impl SandboxStore for SqliteStore {
         id: &str,
         policy: &EgressPolicy,
     ) -> Result<bool, StoreError> {
-        let res = sqlx::query("UPDATE sandboxes SET network = ? WHERE id = ?")
+        let res = query("UPDATE sandboxes SET network = $1 WHERE id = $2")
             .bind(policy_json(policy)?)
             .bind(id)
-            .execute(&self.pool)
+            .execute(&mut self.db())
             .await?;
-        Ok(res.rows_affected() > 0)
+        Ok(res > 0)
     }
 
     async fn set_sandbox_public(&self, id: &str, public: bool) -> Result<bool, StoreError> {
-        let res = sqlx::query("UPDATE sandboxes SET public = ? WHERE id = ?")
+        let res = query("UPDATE sandboxes SET public = $1 WHERE id = $2")
             .bind(public)
             .bind(id)
-            .execute(&self.pool)
+            .execute(&mut self.db())
             .await?;
-        Ok(res.rows_affected() > 0)
+        Ok(res > 0)
     }
 
     async fn set_snapshot_bytes(&self, id: &str, bytes: u64) -> Result<bool, StoreError> {
         let bytes = i64::try_from(bytes)
             .map_err(|_| StoreError::Corrupt(format!("{bytes} does not fit a row")))?;
-        let res = sqlx::query("UPDATE sandboxes SET snapshot_bytes = ? WHERE id = ?")
+        let res = query("UPDATE sandboxes SET snapshot_bytes = $1 WHERE id = $2")
             .bind(bytes)
             .bind(id)
-            .execute(&self.pool)
+            .execute(&mut self.db())
             .await?;
-        Ok(res.rows_affected() > 0)
+        Ok(res > 0)
     }
 
     async fn set_sealed_secrets(&self, id: &str, sealed: &str) -> Result<bool, StoreError> {
-        let res = sqlx::query("UPDATE sandboxes SET secrets_sealed = ? WHERE id = ?")
+        let res = query("UPDATE sandboxes SET secrets_sealed = $1 WHERE id = $2")
             .bind(sealed)
             .bind(id)
-            .execute(&self.pool)
+            .execute(&mut self.db())
             .await?;
-        Ok(res.rows_affected() > 0)
+        Ok(res > 0)
     }
 
     async fn sealed_secrets(&self, id: &str) -> Result<Option<String>, StoreError> {
-        let row = sqlx::query("SELECT secrets_sealed FROM sandboxes WHERE id = ?")
+        let row = query("SELECT secrets_sealed FROM sandboxes WHERE id = $1")
             .bind(id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut self.db())
             .await?
             .ok_or(StoreError::NotFound)?;
         Ok(row.try_get("secrets_sealed")?)
@@ -206,16 +186,16 @@ impl SandboxStore for SqliteStore {
         expires_at: Option<DateTime<Utc>>,
         on_expiry: OnExpiry,
     ) -> Result<bool, StoreError> {
-        let res = sqlx::query(
-            "UPDATE sandboxes SET expires_at = ?, on_expiry = ? \
-             WHERE id = ? AND state NOT IN ('deleting', 'deleted')",
+        let res = query(
+            "UPDATE sandboxes SET expires_at = $1, on_expiry = $2 \
+             WHERE id = $3 AND state NOT IN ('deleting', 'deleted')",
         )
         .bind(expires_at)
         .bind(on_expiry.as_str())
         .bind(id)
-        .execute(&self.pool)
+        .execute(&mut self.db())
         .await?;
-        Ok(res.rows_affected() > 0)
+        Ok(res > 0)
     }
 
     async fn extend_sandbox_expiry(
@@ -224,18 +204,18 @@ impl SandboxStore for SqliteStore {
         at: DateTime<Utc>,
         on_expiry: OnExpiry,
     ) -> Result<bool, StoreError> {
-        let res = sqlx::query(
-            "UPDATE sandboxes SET expires_at = ?, on_expiry = ? \
-             WHERE id = ? AND state NOT IN ('deleting', 'deleted') \
-             AND (expires_at IS NULL OR expires_at < ?)",
+        let res = query(
+            "UPDATE sandboxes SET expires_at = $1, on_expiry = $2 \
+             WHERE id = $3 AND state NOT IN ('deleting', 'deleted') \
+             AND (expires_at IS NULL OR expires_at < $4)",
         )
         .bind(at)
         .bind(on_expiry.as_str())
         .bind(id)
         .bind(at)
-        .execute(&self.pool)
+        .execute(&mut self.db())
         .await?;
-        Ok(res.rows_affected() > 0)
+        Ok(res > 0)
     }
 
     async fn expired_sandboxes(
@@ -243,65 +223,64 @@ impl SandboxStore for SqliteStore {
         now: DateTime<Utc>,
         limit: u32,
     ) -> Result<Vec<Sandbox>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT * FROM sandboxes WHERE expires_at IS NOT NULL AND expires_at <= ? \
-             AND state NOT IN ('deleting', 'deleted') ORDER BY expires_at, id LIMIT ?",
+        let rows = query(
+            "SELECT * FROM sandboxes WHERE expires_at IS NOT NULL AND expires_at <= $1 \
+             AND state NOT IN ('deleting', 'deleted') ORDER BY expires_at, id LIMIT $2",
         )
         .bind(now)
         .bind(i64::from(limit))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut self.db())
         .await?;
         rows.iter().map(row_to_sandbox).collect()
     }
 
     async fn claim_expiry(&self, id: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
-        let res = sqlx::query(
+        let res = query(
             "UPDATE sandboxes SET expires_at = NULL \
-             WHERE id = ? AND expires_at IS NOT NULL AND expires_at <= ?",
+             WHERE id = $1 AND expires_at IS NOT NULL AND expires_at <= $2",
         )
         .bind(id)
         .bind(now)
-        .execute(&self.pool)
+        .execute(&mut self.db())
         .await?;
-        Ok(res.rows_affected() == 1)
+        Ok(res == 1)
     }
 }
 
 /// Inserts `s`, as a member of `pool` when given.
-pub(super) async fn insert(
-    db: &sqlx::SqlitePool,
+pub(super) async fn insert<C: Conn + ?Sized>(
+    db: &mut C,
     s: &Sandbox,
     pool: Option<&str>,
 ) -> Result<(), StoreError> {
-    let env = map_json(&s.env)?;
-    let metadata = map_json(&s.metadata)?;
-    sqlx::query(
+    query(
         "INSERT INTO sandboxes (id, template, release, state, state_reason, runtime, vcpus, \
          memory_mib, pids_max, env, metadata, cwd, user_name, created_at, updated_at, \
          idle_timeout_s, ttl_s, last_activity_at, memory_restored, disk_mib, pool, \
          release_digest, network, secrets, public, org, volumes, expires_at, on_expiry) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, \
+         $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29)",
     )
     .bind(&s.id)
     .bind(&s.template)
-    .bind(s.release)
+    .bind(i64::from(s.release))
     .bind(s.state.as_str())
     .bind(&s.state_reason)
     .bind(&s.runtime)
-    .bind(s.resources.vcpus)
-    .bind(s.resources.memory_mib as i64)
-    .bind(s.resources.pids_max as i64)
-    .bind(env)
-    .bind(metadata)
+    .bind(i64::from(s.resources.vcpus))
+    .bind(to_i64(s.resources.memory_mib)?)
+    .bind(to_i64(s.resources.pids_max)?)
+    .bind(map_json(&s.env)?)
+    .bind(map_json(&s.metadata)?)
     .bind(&s.cwd)
     .bind(&s.user)
     .bind(s.created_at)
     .bind(s.updated_at)
-    .bind(s.idle_timeout_s as i64)
-    .bind(s.ttl_s.map(|v| v as i64))
+    .bind(to_i64(s.idle_timeout_s)?)
+    .bind(s.ttl_s.map(to_i64).transpose()?)
     .bind(s.last_activity_at)
     .bind(s.memory_restored)
-    .bind(s.resources.disk_mib.map(|v| v as i64))
+    .bind(s.resources.disk_mib.map(to_i64).transpose()?)
     .bind(pool)
     .bind(&s.release_digest)
     .bind(policy_json(&s.network)?)

@@ -1,25 +1,23 @@
-//! Volume rows (PostgreSQL).
+//! Volume rows (both backends).
 
 use async_trait::async_trait;
-use sqlx::Row;
 
-use super::PgStore;
-use super::{from_i64, to_i64};
+use super::{query, to_i64, Backend, SqlRow};
 use crate::error::map_unique;
 use crate::{StoreError, VolumeObject, VolumeRecord, VolumeStore};
 
-fn row_to_volume(r: &sqlx::postgres::PgRow) -> Result<VolumeRecord, StoreError> {
+fn row_to_volume(r: &impl SqlRow) -> Result<VolumeRecord, StoreError> {
     Ok(VolumeRecord {
         id: r.try_get("id")?,
         org: r.try_get("org")?,
         name: r.try_get("name")?,
-        size_mib: from_i64(r.try_get("size_mib")?, "size_mib")?,
+        size_mib: r.uint("size_mib")?,
         created_at: r.try_get("created_at")?,
         node: r.try_get("node")?,
         object: match r.try_get::<String, _>("storage")?.as_str() {
             "local" => None,
             "object" => Some(VolumeObject {
-                generation: from_i64(r.try_get("generation")?, "generation")?,
+                generation: r.uint("generation")?,
                 attached: r.try_get("attached")?,
             }),
             other => return Err(StoreError::Corrupt(format!("volume storage {other:?}"))),
@@ -28,9 +26,9 @@ fn row_to_volume(r: &sqlx::postgres::PgRow) -> Result<VolumeRecord, StoreError> 
 }
 
 #[async_trait]
-impl VolumeStore for PgStore {
+impl<S: Backend> VolumeStore for S {
     async fn insert_volume(&self, v: &VolumeRecord) -> Result<(), StoreError> {
-        sqlx::query(
+        query(
             "INSERT INTO volumes (id, org, name, size_mib, created_at, node, storage, generation, \
              attached) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
@@ -47,42 +45,43 @@ impl VolumeStore for PgStore {
         })
         .bind(to_i64(v.object.map_or(0, |o| o.generation))?)
         .bind(v.object.is_none_or(|o| o.attached))
-        .execute(&self.pool)
+        .execute(&mut self.db())
         .await
         .map_err(map_unique)?;
         Ok(())
     }
 
     async fn get_volume(&self, org: &str, name: &str) -> Result<VolumeRecord, StoreError> {
-        let row = sqlx::query("SELECT * FROM volumes WHERE org = $1 AND name = $2")
+        let row = query("SELECT * FROM volumes WHERE org = $1 AND name = $2")
             .bind(org)
             .bind(name)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut self.db())
             .await?
             .ok_or(StoreError::NotFound)?;
         row_to_volume(&row)
     }
 
     async fn list_volumes(&self, org: Option<&str>) -> Result<Vec<VolumeRecord>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT * FROM volumes WHERE ($1::TEXT IS NULL OR org = $1) ORDER BY org, name",
+        let rows = query(
+            "SELECT * FROM volumes WHERE (CAST($1 AS TEXT) IS NULL OR org = $1) ORDER BY org, name",
         )
         .bind(org)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut self.db())
         .await?;
         rows.iter().map(row_to_volume).collect()
     }
 
     async fn volume_users(&self, org: &str, name: &str) -> Result<Vec<String>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id FROM sandboxes WHERE org = $1 AND state <> 'deleted' \
-             AND volumes::jsonb @> jsonb_build_array(jsonb_build_object('name', $2::TEXT)) \
+        let sql = format!(
+            "SELECT id FROM sandboxes WHERE org = $1 AND state <> 'deleted' AND {} \
              ORDER BY created_at, id",
-        )
-        .bind(org)
-        .bind(name)
-        .fetch_all(&self.pool)
-        .await?;
+            S::has_named_element("sandboxes.volumes", 2)
+        );
+        let rows = query(&sql)
+            .bind(org)
+            .bind(name)
+            .fetch_all(&mut self.db())
+            .await?;
         rows.iter()
             .map(|r| r.try_get::<String, _>("id").map_err(StoreError::from))
             .collect()
@@ -95,7 +94,7 @@ impl VolumeStore for PgStore {
         generation: u64,
         node: Option<Option<&str>>,
     ) -> Result<(), StoreError> {
-        let res = sqlx::query(
+        let res = query(
             "UPDATE volumes SET generation = $1, attached = $2, node = $3 \
              WHERE id = $4 AND storage = 'object' AND generation = $5",
         )
@@ -104,14 +103,14 @@ impl VolumeStore for PgStore {
         .bind(node.flatten())
         .bind(id)
         .bind(to_i64(expected)?)
-        .execute(&self.pool)
+        .execute(&mut self.db())
         .await?;
-        if res.rows_affected() > 0 {
+        if res > 0 {
             return Ok(());
         }
-        let exists = sqlx::query("SELECT 1 FROM volumes WHERE id = $1 AND storage = 'object'")
+        let exists = query("SELECT 1 FROM volumes WHERE id = $1 AND storage = 'object'")
             .bind(id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut self.db())
             .await?;
         match exists {
             Some(_) => Err(StoreError::Conflict(format!(
@@ -122,22 +121,22 @@ impl VolumeStore for PgStore {
     }
 
     async fn detach_node_volumes(&self, node: &str) -> Result<u64, StoreError> {
-        let res = sqlx::query(
+        let res = query(
             "UPDATE volumes SET attached = FALSE, node = NULL \
              WHERE storage = 'object' AND attached AND node = $1",
         )
         .bind(node)
-        .execute(&self.pool)
+        .execute(&mut self.db())
         .await?;
-        Ok(res.rows_affected())
+        Ok(res)
     }
 
     async fn delete_volume(&self, org: &str, name: &str) -> Result<bool, StoreError> {
-        let res = sqlx::query("DELETE FROM volumes WHERE org = $1 AND name = $2")
+        let res = query("DELETE FROM volumes WHERE org = $1 AND name = $2")
             .bind(org)
             .bind(name)
-            .execute(&self.pool)
+            .execute(&mut self.db())
             .await?;
-        Ok(res.rows_affected() > 0)
+        Ok(res > 0)
     }
 }

@@ -1,24 +1,19 @@
-//! Releases of templates (PostgreSQL).
+//! Releases of templates (both backends).
 
 use async_trait::async_trait;
 use chrono::Utc;
 use cove_api_types::{Release, ReleaseState};
-use sqlx::postgres::PgRow;
-use sqlx::Row;
 
-use super::{from_i64, to_i64, PgStore, LOCK_RELEASE_NUMBER};
+use super::{query, to_i64, Backend, SqlRow, Tx, XactLock};
 use crate::error::map_unique;
 use crate::{parse_enum, ReleaseStore, StoreError};
 
-fn row_to_release(r: &PgRow) -> Result<Release, StoreError> {
+fn row_to_release(r: &impl SqlRow) -> Result<Release, StoreError> {
     Ok(Release {
         template: r.try_get("template")?,
-        number: from_i64(r.try_get("number")?, "number")?,
+        number: r.uint("number")?,
         state: parse_enum(&r.try_get::<String, _>("state")?, ReleaseState::parse)?,
-        size_bytes: r
-            .try_get::<Option<i64>, _>("size_bytes")?
-            .map(|v| from_i64(v, "size_bytes"))
-            .transpose()?,
+        size_bytes: r.opt_uint("size_bytes")?,
         recipe_hash: r.try_get("recipe_hash")?,
         digest: r.try_get("digest")?,
         defaults: crate::json_defaults(r.try_get("defaults")?)?,
@@ -28,33 +23,26 @@ fn row_to_release(r: &PgRow) -> Result<Release, StoreError> {
 }
 
 #[async_trait]
-impl ReleaseStore for PgStore {
+impl<S: Backend> ReleaseStore for S {
     async fn insert_next_release(
         &self,
         template: &str,
         recipe_hash: &str,
     ) -> Result<Release, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("SELECT pg_advisory_xact_lock($1, hashtext($2))")
-            .bind(LOCK_RELEASE_NUMBER)
-            .bind(template)
-            .execute(&mut *tx)
-            .await?;
-        let (max,): (Option<i64>,) =
-            sqlx::query_as("SELECT MAX(number) FROM releases WHERE template = $1")
-                .bind(template)
-                .fetch_one(&mut *tx)
-                .await?;
-        let number = max.unwrap_or(0) + 1;
-        let row = sqlx::query(
+        // Under the lock (PostgreSQL) or SQLite's one writer (the insert is the transaction's
+        // first statement, so it never has to upgrade a read lock), concurrent allocations
+        // never read the same maximum.
+        let mut tx = self.begin().await?;
+        S::lock_xact(&mut tx, XactLock::ReleaseNumber, template).await?;
+        let row = query(
             "INSERT INTO releases (template, number, state, recipe_hash, created_at) \
-             VALUES ($1, $2, 'building', $3, $4) RETURNING *",
+             VALUES ($1, (SELECT COALESCE(MAX(number), 0) + 1 FROM releases WHERE template = $1), \
+             'building', $2, $3) RETURNING *",
         )
         .bind(template)
-        .bind(number)
         .bind(recipe_hash)
         .bind(Utc::now())
-        .fetch_one(&mut *tx)
+        .fetch_one(&mut tx)
         .await
         .map_err(map_unique)?;
         tx.commit().await?;
@@ -68,14 +56,14 @@ impl ReleaseStore for PgStore {
         state: ReleaseState,
         size_bytes: Option<u64>,
     ) -> Result<(), StoreError> {
-        sqlx::query(
+        query(
             "UPDATE releases SET state = $1, size_bytes = $2 WHERE template = $3 AND number = $4",
         )
         .bind(state.as_str())
         .bind(size_bytes.map(to_i64).transpose()?)
         .bind(template)
         .bind(i64::from(number))
-        .execute(&self.pool)
+        .execute(&mut self.db())
         .await?;
         Ok(())
     }
@@ -86,11 +74,11 @@ impl ReleaseStore for PgStore {
         number: u32,
         digest: &str,
     ) -> Result<(), StoreError> {
-        sqlx::query("UPDATE releases SET digest = $1 WHERE template = $2 AND number = $3")
+        query("UPDATE releases SET digest = $1 WHERE template = $2 AND number = $3")
             .bind(digest)
             .bind(template)
             .bind(i64::from(number))
-            .execute(&self.pool)
+            .execute(&mut self.db())
             .await?;
         Ok(())
     }
@@ -101,11 +89,11 @@ impl ReleaseStore for PgStore {
         number: u32,
         defaults: &cove_api_types::TemplateDefaults,
     ) -> Result<(), StoreError> {
-        sqlx::query("UPDATE releases SET defaults = $1 WHERE template = $2 AND number = $3")
+        query("UPDATE releases SET defaults = $1 WHERE template = $2 AND number = $3")
             .bind(crate::defaults_json(defaults)?)
             .bind(template)
             .bind(i64::from(number))
-            .execute(&self.pool)
+            .execute(&mut self.db())
             .await?;
         Ok(())
     }
@@ -116,28 +104,26 @@ impl ReleaseStore for PgStore {
         number: u32,
         operation_id: &str,
     ) -> Result<(), StoreError> {
-        sqlx::query(
-            "UPDATE releases SET build_operation_id = $1 WHERE template = $2 AND number = $3",
-        )
-        .bind(operation_id)
-        .bind(template)
-        .bind(i64::from(number))
-        .execute(&self.pool)
-        .await?;
+        query("UPDATE releases SET build_operation_id = $1 WHERE template = $2 AND number = $3")
+            .bind(operation_id)
+            .bind(template)
+            .bind(i64::from(number))
+            .execute(&mut self.db())
+            .await?;
         Ok(())
     }
 
     async fn list_releases(&self, template: &str) -> Result<Vec<Release>, StoreError> {
-        let rows = sqlx::query("SELECT * FROM releases WHERE template = $1 ORDER BY number DESC")
+        let rows = query("SELECT * FROM releases WHERE template = $1 ORDER BY number DESC")
             .bind(template)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut self.db())
             .await?;
         rows.iter().map(row_to_release).collect()
     }
 
     async fn building_releases(&self) -> Result<Vec<Release>, StoreError> {
-        let rows = sqlx::query("SELECT * FROM releases WHERE state = 'building'")
-            .fetch_all(&self.pool)
+        let rows = query("SELECT * FROM releases WHERE state = 'building'")
+            .fetch_all(&mut self.db())
             .await?;
         rows.iter().map(row_to_release).collect()
     }

@@ -1,38 +1,38 @@
-//! Management API tokens; only their SHA-256 hashes are stored (SQLite).
+//! Management API token hashes (both backends).
 
 use async_trait::async_trait;
 use chrono::Utc;
 
-use super::SqliteStore;
+use super::{query, Backend, SqlRow};
 use crate::error::map_unique;
 use crate::{StoreError, TokenStore};
 
 #[async_trait]
-impl TokenStore for SqliteStore {
+impl<S: Backend> TokenStore for S {
     async fn insert_token(&self, id: &str, name: &str, hash: &str) -> Result<(), StoreError> {
-        sqlx::query("INSERT INTO tokens (id, name, token_hash, created_at) VALUES (?, ?, ?, ?)")
+        query("INSERT INTO tokens (id, name, token_hash, created_at) VALUES ($1, $2, $3, $4)")
             .bind(id)
             .bind(name)
             .bind(hash)
             .bind(Utc::now())
-            .execute(&self.pool)
+            .execute(&mut self.db())
             .await
             .map_err(map_unique)?;
         Ok(())
     }
 
     async fn token_exists(&self, hash: &str) -> Result<bool, StoreError> {
-        let row: Option<(String,)> = sqlx::query_as("SELECT id FROM tokens WHERE token_hash = ?")
+        let row = query("SELECT id FROM tokens WHERE token_hash = $1")
             .bind(hash)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut self.db())
             .await?;
         Ok(row.is_some())
     }
 
     async fn token_count(&self) -> Result<i64, StoreError> {
-        let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM tokens")
-            .fetch_one(&self.pool)
+        let row = query("SELECT COUNT(*) FROM tokens")
+            .fetch_one(&mut self.db())
             .await?;
-        Ok(n)
+        Ok(row.try_get(0)?)
     }
 }

@@ -1,34 +1,33 @@
-//! The event log and the purge of old events and operations (PostgreSQL).
+//! The event log and the purge of old events and operations (both backends).
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use cove_api_types::{Event, EventType};
-use sqlx::Row;
 
-use super::{from_i64, to_i64, PgStore};
+use super::{query, to_i64, Backend, SqlRow};
 use crate::{parse_enum, EventStore, StoreError};
 
 #[async_trait]
-impl EventStore for PgStore {
+impl<S: Backend> EventStore for S {
     async fn events_after(
         &self,
         org: Option<&str>,
         after: u64,
         limit: u32,
     ) -> Result<Vec<Event>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT * FROM events WHERE seq > $1 AND ($2::TEXT IS NULL OR sandbox_id IN \
+        let rows = query(
+            "SELECT * FROM events WHERE seq > $1 AND (CAST($2 AS TEXT) IS NULL OR sandbox_id IN \
              (SELECT id FROM sandboxes WHERE org = $2)) ORDER BY seq LIMIT $3",
         )
         .bind(to_i64(after)?)
         .bind(org)
         .bind(i64::from(limit))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut self.db())
         .await?;
         rows.iter()
             .map(|r| {
                 Ok(Event {
-                    seq: from_i64(r.try_get("seq")?, "seq")?,
+                    seq: r.uint("seq")?,
                     time: r.try_get("time")?,
                     kind: parse_enum(&r.try_get::<String, _>("type")?, EventType::parse)?,
                     sandbox_id: r.try_get("sandbox_id")?,
@@ -46,10 +45,10 @@ impl EventStore for PgStore {
     }
 
     async fn purge_events_before(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
-        let events = sqlx::query("DELETE FROM events WHERE time < $1")
+        let events = query("DELETE FROM events WHERE time < $1")
             .bind(before)
-            .execute(&self.pool)
+            .execute(&mut self.db())
             .await?;
-        Ok(events.rows_affected())
+        Ok(events)
     }
 }

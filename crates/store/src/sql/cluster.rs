@@ -1,15 +1,15 @@
-//! The shared cluster state (SQLite): one process owns the file, so it always leads.
+//! The shared cluster state (both backends). Leadership is the backend's
+//! ([`Backend::lead`]).
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use cove_api_types::{NodeState, Operation};
-use sqlx::Row;
 
 use super::operations::row_to_operation;
-use super::SqliteStore;
+use super::{json_array, query, to_i64, Backend, SqlRow};
 use crate::{parse_enum, ClusterStore, Leadership, NodeRecord, PlacementRecord, StoreError};
 
-fn row_to_node(r: &sqlx::sqlite::SqliteRow) -> Result<NodeRecord, StoreError> {
+fn row_to_node(r: &impl SqlRow) -> Result<NodeRecord, StoreError> {
     Ok(NodeRecord {
         name: r.try_get("name")?,
         address: r.try_get("address")?,
@@ -22,11 +22,11 @@ fn row_to_node(r: &sqlx::sqlite::SqliteRow) -> Result<NodeRecord, StoreError> {
 }
 
 #[async_trait]
-impl ClusterStore for SqliteStore {
+impl<S: Backend> ClusterStore for S {
     async fn upsert_node(&self, n: &NodeRecord) -> Result<NodeState, StoreError> {
-        let row = sqlx::query(
+        let row = query(
             "INSERT INTO nodes (name, address, certificate, report, state, reason, \
-             last_heartbeat_at) VALUES (?, ?, ?, ?, ?, ?, ?) \
+             last_heartbeat_at) VALUES ($1, $2, $3, $4, $5, $6, $7) \
              ON CONFLICT (name) DO UPDATE SET address = excluded.address, \
              certificate = excluded.certificate, report = excluded.report, \
              last_heartbeat_at = excluded.last_heartbeat_at, \
@@ -43,7 +43,7 @@ impl ClusterStore for SqliteStore {
         .bind(n.state.as_str())
         .bind(&n.reason)
         .bind(n.last_heartbeat_at)
-        .fetch_one(&self.pool)
+        .fetch_one(&mut self.db())
         .await?;
         parse_enum(&row.try_get::<String, _>("state")?, NodeState::parse)
     }
@@ -54,16 +54,16 @@ impl ClusterStore for SqliteStore {
         report: &str,
         at: DateTime<Utc>,
     ) -> Result<Option<NodeState>, StoreError> {
-        let row = sqlx::query(
-            "UPDATE nodes SET report = ?, last_heartbeat_at = ?, \
+        let row = query(
+            "UPDATE nodes SET report = $1, last_heartbeat_at = $2, \
              reason = CASE WHEN state = 'lost' THEN NULL ELSE reason END, \
              state = CASE WHEN state = 'lost' THEN 'ready' ELSE state END \
-             WHERE name = ? RETURNING state",
+             WHERE name = $3 RETURNING state",
         )
         .bind(report)
         .bind(at)
         .bind(name)
-        .fetch_optional(&self.pool)
+        .fetch_optional(&mut self.db())
         .await?;
         row.map(|r| parse_enum(&r.try_get::<String, _>("state")?, NodeState::parse))
             .transpose()
@@ -75,56 +75,57 @@ impl ClusterStore for SqliteStore {
         state: NodeState,
         reason: Option<&str>,
     ) -> Result<bool, StoreError> {
-        let res = sqlx::query("UPDATE nodes SET state = ?, reason = ? WHERE name = ?")
+        let res = query("UPDATE nodes SET state = $1, reason = $2 WHERE name = $3")
             .bind(state.as_str())
             .bind(reason)
             .bind(name)
-            .execute(&self.pool)
+            .execute(&mut self.db())
             .await?;
-        Ok(res.rows_affected() > 0)
+        Ok(res > 0)
     }
 
     async fn list_nodes(&self) -> Result<Vec<NodeRecord>, StoreError> {
-        let rows = sqlx::query("SELECT * FROM nodes ORDER BY name")
-            .fetch_all(&self.pool)
+        let rows = query("SELECT * FROM nodes ORDER BY name")
+            .fetch_all(&mut self.db())
             .await?;
         rows.iter().map(row_to_node).collect()
     }
 
     async fn put_placement(&self, p: &PlacementRecord) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO placements (sandbox_id, node, vcpus, memory_mib) VALUES (?, ?, ?, ?) \
+        query(
+            "INSERT INTO placements (sandbox_id, node, vcpus, memory_mib) \
+             VALUES ($1, $2, $3, $4) \
              ON CONFLICT (sandbox_id) DO UPDATE SET node = excluded.node, \
              vcpus = excluded.vcpus, memory_mib = excluded.memory_mib",
         )
         .bind(&p.sandbox_id)
         .bind(&p.node)
         .bind(i64::from(p.vcpus))
-        .bind(p.memory_mib as i64)
-        .execute(&self.pool)
+        .bind(to_i64(p.memory_mib)?)
+        .execute(&mut self.db())
         .await?;
         Ok(())
     }
 
     async fn delete_placement(&self, sandbox_id: &str) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM placements WHERE sandbox_id = ?")
+        query("DELETE FROM placements WHERE sandbox_id = $1")
             .bind(sandbox_id)
-            .execute(&self.pool)
+            .execute(&mut self.db())
             .await?;
         Ok(())
     }
 
     async fn list_placements(&self) -> Result<Vec<PlacementRecord>, StoreError> {
-        let rows = sqlx::query("SELECT * FROM placements ORDER BY sandbox_id")
-            .fetch_all(&self.pool)
+        let rows = query("SELECT * FROM placements ORDER BY sandbox_id")
+            .fetch_all(&mut self.db())
             .await?;
         rows.iter()
             .map(|r| {
                 Ok(PlacementRecord {
                     sandbox_id: r.try_get("sandbox_id")?,
                     node: r.try_get("node")?,
-                    vcpus: r.try_get::<i64, _>("vcpus")?.clamp(0, i64::from(u32::MAX)) as u32,
-                    memory_mib: r.try_get::<i64, _>("memory_mib")?.max(0) as u64,
+                    vcpus: r.uint("vcpus")?,
+                    memory_mib: r.uint("memory_mib")?,
                 })
             })
             .collect()
@@ -135,19 +136,18 @@ impl ClusterStore for SqliteStore {
         certificate: &str,
         key: &str,
     ) -> Result<(String, String), StoreError> {
-        sqlx::query(
-            "INSERT INTO cluster_identity (name, certificate, private_key) VALUES ('node-link', ?, ?) \
-             ON CONFLICT (name) DO NOTHING",
+        query(
+            "INSERT INTO cluster_identity (name, certificate, private_key) \
+             VALUES ('node-link', $1, $2) ON CONFLICT (name) DO NOTHING",
         )
         .bind(certificate)
         .bind(key)
-        .execute(&self.pool)
+        .execute(&mut self.db())
         .await?;
-        let row = sqlx::query(
-            "SELECT certificate, private_key FROM cluster_identity WHERE name = 'node-link'",
-        )
-        .fetch_one(&self.pool)
-        .await?;
+        let row =
+            query("SELECT certificate, private_key FROM cluster_identity WHERE name = 'node-link'")
+                .fetch_one(&mut self.db())
+                .await?;
         Ok((row.try_get("certificate")?, row.try_get("private_key")?))
     }
 
@@ -157,25 +157,28 @@ impl ClusterStore for SqliteStore {
         ids: &[String],
         until: DateTime<Utc>,
     ) -> Result<Vec<String>, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        let mut leased = Vec::with_capacity(ids.len());
-        for id in ids {
-            let res = sqlx::query(
-                "UPDATE operations SET owner = ?, lease_until = ? WHERE id = ? \
-                 AND state IN ('pending', 'running') AND (owner IS NULL OR owner = ?)",
-            )
+        let sql = format!(
+            "UPDATE operations SET owner = $1, lease_until = $2 WHERE id IN {} \
+             AND state IN ('pending', 'running') AND (owner IS NULL OR owner = $1) \
+             RETURNING id",
+            S::in_json_array(3)
+        );
+        let rows = query(&sql)
             .bind(owner)
             .bind(until)
-            .bind(id)
-            .bind(owner)
-            .execute(&mut *tx)
+            .bind(json_array(ids)?)
+            .fetch_all(&mut self.db())
             .await?;
-            if res.rows_affected() > 0 {
-                leased.push(id.clone());
-            }
-        }
-        tx.commit().await?;
-        Ok(leased)
+        let leased = rows
+            .iter()
+            .map(|r| r.try_get::<String, _>("id"))
+            .collect::<Result<std::collections::HashSet<_>, _>>()?;
+        // In the order asked.
+        Ok(ids
+            .iter()
+            .filter(|id| leased.contains(*id))
+            .cloned()
+            .collect())
     }
 
     async fn claim_expired_operations(
@@ -186,21 +189,24 @@ impl ClusterStore for SqliteStore {
         until: DateTime<Utc>,
         limit: u32,
     ) -> Result<Vec<Operation>, StoreError> {
-        // One writer at a time: the select and the update are one step.
-        let rows = sqlx::query(
-            "UPDATE operations SET owner = ?, lease_until = ? WHERE id IN ( \
+        // One writer (SQLite) or row locks skipping rows another claimer holds (PostgreSQL)
+        // make each claim one caller's.
+        let sql = format!(
+            "UPDATE operations SET owner = $1, lease_until = $2 WHERE id IN ( \
              SELECT id FROM operations WHERE state IN ('pending', 'running') \
-             AND ((lease_until IS NOT NULL AND lease_until < ?) \
-                  OR (lease_until IS NULL AND created_at < ?)) \
-             ORDER BY created_at, id LIMIT ?) RETURNING *",
-        )
-        .bind(owner)
-        .bind(until)
-        .bind(now)
-        .bind(stale_before)
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await?;
+             AND ((lease_until IS NOT NULL AND lease_until < $3) \
+                  OR (lease_until IS NULL AND created_at < $4)) \
+             ORDER BY created_at, id LIMIT $5{}) RETURNING *",
+            S::SKIP_LOCKED
+        );
+        let rows = query(&sql)
+            .bind(owner)
+            .bind(until)
+            .bind(now)
+            .bind(stale_before)
+            .bind(i64::from(limit))
+            .fetch_all(&mut self.db())
+            .await?;
         let mut ops = rows
             .iter()
             .map(row_to_operation)
@@ -210,10 +216,10 @@ impl ClusterStore for SqliteStore {
     }
 
     async fn try_lead(&self) -> Result<Option<Leadership>, StoreError> {
-        Ok(Some(Leadership::forever()))
+        self.lead().await
     }
 
     fn shared(&self) -> bool {
-        false
+        S::SHARED
     }
 }

@@ -1,14 +1,13 @@
-//! Checkpoint rows (SQLite).
+//! Checkpoint rows (both backends).
 
 use async_trait::async_trait;
-use cove_api_types::{Checkpoint, CheckpointState, Resources};
-use sqlx::Row;
+use cove_api_types::{Checkpoint, CheckpointState};
 
-use super::SqliteStore;
+use super::{query, to_i64, Backend, SqlRow};
 use crate::error::map_unique;
 use crate::{json_map, map_json, parse_enum, CheckpointStore, StoreError};
 
-fn row_to_checkpoint(r: &sqlx::sqlite::SqliteRow) -> Result<Checkpoint, StoreError> {
+fn row_to_checkpoint(r: &impl SqlRow) -> Result<Checkpoint, StoreError> {
     Ok(Checkpoint {
         id: r.try_get("id")?,
         org: r.try_get("org")?,
@@ -17,33 +16,28 @@ fn row_to_checkpoint(r: &sqlx::sqlite::SqliteRow) -> Result<Checkpoint, StoreErr
         state: parse_enum(&r.try_get::<String, _>("state")?, CheckpointState::parse)?,
         state_reason: r.try_get("state_reason")?,
         template: r.try_get("template")?,
-        release: r.try_get::<i64, _>("release")? as u32,
-        resources: Resources {
-            vcpus: r.try_get::<i64, _>("vcpus")? as u32,
-            memory_mib: r.try_get::<i64, _>("memory_mib")? as u64,
-            pids_max: r.try_get::<i64, _>("pids_max")? as u64,
-            disk_mib: r.try_get::<Option<i64>, _>("disk_mib")?.map(|v| v as u64),
-        },
+        release: r.uint("release")?,
+        resources: r.resources()?,
         env: json_map(&r.try_get::<String, _>("env")?)?,
         cwd: r.try_get("cwd")?,
         user: r.try_get("user_name")?,
         runtime: r.try_get("runtime")?,
         memory: r.try_get("memory")?,
-        file_bytes: r.try_get::<i64, _>("file_bytes")? as u64,
-        pause_ms: r.try_get::<Option<i64>, _>("pause_ms")?.map(|v| v as u64),
+        file_bytes: r.uint("file_bytes")?,
+        pause_ms: r.opt_uint("pause_ms")?,
         operation_id: r.try_get("operation_id")?,
         created_at: r.try_get("created_at")?,
     })
 }
 
 #[async_trait]
-impl CheckpointStore for SqliteStore {
+impl<S: Backend> CheckpointStore for S {
     async fn insert_checkpoint(&self, c: &Checkpoint) -> Result<(), StoreError> {
-        sqlx::query(
+        query(
             "INSERT INTO checkpoints (id, sandbox_id, name, state, state_reason, template, \
              release, vcpus, memory_mib, pids_max, disk_mib, env, cwd, user_name, runtime, \
              memory, file_bytes, pause_ms, operation_id, created_at, org) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)",
         )
         .bind(&c.id)
         .bind(&c.sandbox_id)
@@ -51,31 +45,31 @@ impl CheckpointStore for SqliteStore {
         .bind(c.state.as_str())
         .bind(&c.state_reason)
         .bind(&c.template)
-        .bind(c.release)
-        .bind(c.resources.vcpus)
-        .bind(c.resources.memory_mib as i64)
-        .bind(c.resources.pids_max as i64)
-        .bind(c.resources.disk_mib.map(|v| v as i64))
+        .bind(i64::from(c.release))
+        .bind(i64::from(c.resources.vcpus))
+        .bind(to_i64(c.resources.memory_mib)?)
+        .bind(to_i64(c.resources.pids_max)?)
+        .bind(c.resources.disk_mib.map(to_i64).transpose()?)
         .bind(map_json(&c.env)?)
         .bind(&c.cwd)
         .bind(&c.user)
         .bind(&c.runtime)
         .bind(c.memory)
-        .bind(c.file_bytes as i64)
-        .bind(c.pause_ms.map(|v| v as i64))
+        .bind(to_i64(c.file_bytes)?)
+        .bind(c.pause_ms.map(to_i64).transpose()?)
         .bind(&c.operation_id)
         .bind(c.created_at)
         .bind(&c.org)
-        .execute(&self.pool)
+        .execute(&mut self.db())
         .await
         .map_err(map_unique)?;
         Ok(())
     }
 
     async fn get_checkpoint(&self, id: &str) -> Result<Checkpoint, StoreError> {
-        let row = sqlx::query("SELECT * FROM checkpoints WHERE id = ?")
+        let row = query("SELECT * FROM checkpoints WHERE id = $1")
             .bind(id)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut self.db())
             .await?
             .ok_or(StoreError::NotFound)?;
         row_to_checkpoint(&row)
@@ -86,13 +80,13 @@ impl CheckpointStore for SqliteStore {
         org: Option<&str>,
         sandbox_id: Option<&str>,
     ) -> Result<Vec<Checkpoint>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT * FROM checkpoints WHERE (?1 IS NULL OR sandbox_id = ?1) \
-             AND (?2 IS NULL OR org = ?2) ORDER BY created_at DESC, id DESC",
+        let rows = query(
+            "SELECT * FROM checkpoints WHERE (CAST($1 AS TEXT) IS NULL OR sandbox_id = $1) \
+             AND (CAST($2 AS TEXT) IS NULL OR org = $2) ORDER BY created_at DESC, id DESC",
         )
         .bind(sandbox_id)
         .bind(org)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut self.db())
         .await?;
         rows.iter().map(row_to_checkpoint).collect()
     }
@@ -104,38 +98,38 @@ impl CheckpointStore for SqliteStore {
         memory: bool,
         pause_ms: u64,
     ) -> Result<bool, StoreError> {
-        let done = sqlx::query(
-            "UPDATE checkpoints SET state = 'ready', file_bytes = ?, memory = ?, pause_ms = ? \
-             WHERE id = ? AND state = 'creating'",
+        let done = query(
+            "UPDATE checkpoints SET state = 'ready', file_bytes = $1, memory = $2, pause_ms = $3 \
+             WHERE id = $4 AND state = 'creating'",
         )
-        .bind(file_bytes as i64)
+        .bind(to_i64(file_bytes)?)
         .bind(memory)
-        .bind(pause_ms as i64)
+        .bind(to_i64(pause_ms)?)
         .bind(id)
-        .execute(&self.pool)
+        .execute(&mut self.db())
         .await?;
-        Ok(done.rows_affected() == 1)
+        Ok(done == 1)
     }
 
     async fn checkpoint_failed(&self, id: &str, reason: &str) -> Result<bool, StoreError> {
-        let done = sqlx::query(
-            "UPDATE checkpoints SET state = 'failed', state_reason = ? \
-             WHERE id = ? AND state = 'creating'",
+        let done = query(
+            "UPDATE checkpoints SET state = 'failed', state_reason = $1 \
+             WHERE id = $2 AND state = 'creating'",
         )
         .bind(reason)
         .bind(id)
-        .execute(&self.pool)
+        .execute(&mut self.db())
         .await?;
-        Ok(done.rows_affected() == 1)
+        Ok(done == 1)
     }
 
     async fn fail_unfinished_checkpoints(&self, reason: &str) -> Result<Vec<String>, StoreError> {
-        let rows = sqlx::query(
-            "UPDATE checkpoints SET state = 'failed', state_reason = ? \
+        let rows = query(
+            "UPDATE checkpoints SET state = 'failed', state_reason = $1 \
              WHERE state = 'creating' RETURNING id",
         )
         .bind(reason)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut self.db())
         .await?;
         rows.iter()
             .map(|r| r.try_get("id").map_err(StoreError::from))
@@ -143,10 +137,10 @@ impl CheckpointStore for SqliteStore {
     }
 
     async fn delete_checkpoint(&self, id: &str) -> Result<bool, StoreError> {
-        let done = sqlx::query("DELETE FROM checkpoints WHERE id = ?")
+        let done = query("DELETE FROM checkpoints WHERE id = $1")
             .bind(id)
-            .execute(&self.pool)
+            .execute(&mut self.db())
             .await?;
-        Ok(done.rows_affected() == 1)
+        Ok(done == 1)
     }
 }
