@@ -122,7 +122,7 @@ async fn count_request(listener: &'static str, req: Request, next: Next) -> Resp
     let resp = next.run(req).await;
     crate::metrics::http_request(
         listener,
-        &method,
+        method.as_str(),
         route,
         resp.status().as_u16(),
         started.elapsed(),

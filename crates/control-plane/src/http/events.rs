@@ -49,19 +49,16 @@ pub(super) async fn stream(
                 .ok_or_else(|| InvalidInput::new("Last-Event-ID", "must be an event seq"))?,
         },
     };
-    // The body is streamed after this handler returns, outside the caller's scope.
-    let org = crate::orgs::scope::listing_org()?;
+    // The body is streamed after this handler returns, outside the caller's scope: the feed
+    // keeps the caller's view.
+    let mut feed = cp.event_feed(after)?;
     let events = async_stream(move |tx| async move {
-        let mut after = after;
-        let mut changes = cp.inner.events.subscribe();
         loop {
-            changes.borrow_and_update();
-            let Ok(page) = cp.inner.events.after(org.as_deref(), after).await else {
+            let Ok(page) = feed.next_page().await else {
                 return;
             };
             let drained = page.len() < EVENTS_PAGE as usize;
             for ev in page {
-                after = ev.seq;
                 let name = match ev.kind {
                     cove_api_types::EventType::NetworkDenied => "network_denied",
                     _ => "lifecycle",
@@ -76,7 +73,7 @@ pub(super) async fn stream(
                 }
             }
             if drained {
-                let _ = tokio::time::timeout(Duration::from_secs(15), changes.changed()).await;
+                feed.wait(Duration::from_secs(15)).await;
             }
             if tx.is_closed() {
                 return;

@@ -277,7 +277,7 @@ async fn require_token(
         Ok(c) => c,
         Err(e) => return e.into_response(),
     };
-    if !audit::audited(req.method()) {
+    if !audit::audited(req.method().as_str()) {
         return scope::scoped(caller, next.run(req)).await;
     }
     let action = format!(
