@@ -29,7 +29,6 @@ pub mod expiry;
 pub mod features;
 mod files;
 mod ha;
-pub mod http;
 mod lifecycle;
 pub mod metrics;
 pub mod network;

@@ -23,9 +23,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use cove_api_types::{CreateVolumeRequest, MakeVolumeDirRequest, VolumeFileAttrs};
+use cove_control_plane::{ControlPlane, VolumeFileQuery, VolumeListQuery, VolumeWriteQuery};
 
 use super::extract::{ApiJson, ApiQuery};
-use crate::{ControlPlane, ServiceError, VolumeFileQuery, VolumeListQuery, VolumeWriteQuery};
+use crate::render::ApiError;
 
 /// The volume routes (mounted under the management API's authentication).
 pub(super) fn routes() -> Router<ControlPlane> {
@@ -56,7 +57,7 @@ pub(super) fn routes() -> Router<ControlPlane> {
 pub(super) async fn create(
     State(cp): State<ControlPlane>,
     ApiJson(req): ApiJson<CreateVolumeRequest>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok((StatusCode::CREATED, Json(cp.create_volume(req).await?)))
 }
 
@@ -67,9 +68,7 @@ pub(super) async fn create(
     description = "List the org's volumes by name, with their use and the sandboxes that mount them.",
     responses((status = 200, body = cove_api_types::VolumeList, description = "The volumes")),
 )]
-pub(super) async fn list(
-    State(cp): State<ControlPlane>,
-) -> Result<impl IntoResponse, ServiceError> {
+pub(super) async fn list(State(cp): State<ControlPlane>) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.list_volumes().await?))
 }
 
@@ -84,7 +83,7 @@ pub(super) async fn list(
 pub(super) async fn get_one(
     State(cp): State<ControlPlane>,
     Path(name): Path<String>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.get_volume(&name).await?))
 }
 
@@ -99,7 +98,7 @@ pub(super) async fn get_one(
 pub(super) async fn delete(
     State(cp): State<ControlPlane>,
     Path(name): Path<String>,
-) -> Result<StatusCode, ServiceError> {
+) -> Result<StatusCode, ApiError> {
     cp.delete_volume(&name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -119,12 +118,13 @@ pub(super) async fn write(
     headers: HeaderMap,
     ApiQuery(q): ApiQuery<VolumeWriteQuery>,
     body: Body,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     super::files::upload(&headers, body, |declared, stream| {
         cp.write_volume_file(&name, q, declared, stream)
     })
     .await
     .map(Json)
+    .map_err(ApiError)
 }
 
 #[utoipa::path(
@@ -139,7 +139,7 @@ pub(super) async fn read(
     State(cp): State<ControlPlane>,
     Path(name): Path<String>,
     ApiQuery(q): ApiQuery<VolumeFileQuery>,
-) -> Result<Response, ServiceError> {
+) -> Result<Response, ApiError> {
     let (_info, stream) = cp.read_volume_file(&name, q).await?;
     let mut resp = Body::from_stream(stream).into_response();
     resp.headers_mut().insert(
@@ -161,7 +161,7 @@ pub(super) async fn list_files(
     State(cp): State<ControlPlane>,
     Path(name): Path<String>,
     ApiQuery(q): ApiQuery<VolumeListQuery>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.list_volume_files(&name, q).await?))
 }
 
@@ -177,7 +177,7 @@ pub(super) async fn stat(
     State(cp): State<ControlPlane>,
     Path(name): Path<String>,
     ApiQuery(q): ApiQuery<VolumeFileQuery>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.stat_volume_file(&name, q).await?))
 }
 
@@ -193,7 +193,7 @@ pub(super) async fn remove(
     State(cp): State<ControlPlane>,
     Path(name): Path<String>,
     ApiQuery(q): ApiQuery<VolumeFileQuery>,
-) -> Result<StatusCode, ServiceError> {
+) -> Result<StatusCode, ApiError> {
     cp.remove_volume_file(&name, q).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -211,7 +211,7 @@ pub(super) async fn mkdir(
     State(cp): State<ControlPlane>,
     Path(name): Path<String>,
     ApiJson(req): ApiJson<MakeVolumeDirRequest>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok((
         StatusCode::CREATED,
         Json(cp.make_volume_dir(&name, req).await?),
@@ -232,6 +232,6 @@ pub(super) async fn set_attrs(
     Path(name): Path<String>,
     ApiQuery(q): ApiQuery<VolumeFileQuery>,
     ApiJson(attrs): ApiJson<VolumeFileAttrs>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.set_volume_file_attrs(&name, q, attrs).await?))
 }

@@ -5,9 +5,10 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
 use cove_api_types::BuildReleaseRequest;
+use cove_control_plane::{ControlPlane, ServiceError};
 
 use super::extract::{ApiJson, ApiQuery};
-use crate::{ControlPlane, ServiceError};
+use crate::render::ApiError;
 
 #[utoipa::path(
     get,
@@ -16,9 +17,7 @@ use crate::{ControlPlane, ServiceError};
     description = "List templates with their releases.",
     responses((status = 200, body = cove_api_types::TemplateList, description = "The templates")),
 )]
-pub(super) async fn list(
-    State(cp): State<ControlPlane>,
-) -> Result<impl IntoResponse, ServiceError> {
+pub(super) async fn list(State(cp): State<ControlPlane>) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.list_templates().await?))
 }
 
@@ -33,7 +32,7 @@ pub(super) async fn list(
 pub(super) async fn get_one(
     State(cp): State<ControlPlane>,
     Path(name): Path<String>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.get_template(&name).await?))
 }
 
@@ -50,7 +49,7 @@ pub(super) async fn build(
     State(cp): State<ControlPlane>,
     Path(name): Path<String>,
     ApiJson(req): ApiJson<BuildReleaseRequest>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok((
         StatusCode::ACCEPTED,
         Json(cp.build_release(&name, req).await?),
@@ -73,7 +72,7 @@ pub(super) async fn create(
     State(cp): State<ControlPlane>,
     ApiQuery(q): ApiQuery<cove_api_types::CreateTemplateQuery>,
     body: axum::body::Body,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     let limited = http_body_util::Limited::new(body, MAX_CONTEXT_BYTES);
     let context = http_body_util::BodyExt::collect(limited)
         .await
@@ -100,7 +99,7 @@ pub(super) async fn create(
 pub(super) async fn delete(
     State(cp): State<ControlPlane>,
     Path(name): Path<String>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     cp.delete_template(&name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -116,7 +115,7 @@ pub(super) async fn delete(
 pub(super) async fn delete_release(
     State(cp): State<ControlPlane>,
     Path((name, number)): Path<(String, u32)>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     cp.delete_release(&name, number).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -9,13 +9,14 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::IntoResponse;
+use cove_control_plane::events::EVENTS_PAGE;
+use cove_control_plane::ControlPlane;
 use cove_domain::InvalidInput;
 use serde::Deserialize;
 
 use super::extract::ApiQuery;
 use super::operations::async_stream;
-use crate::events::EVENTS_PAGE;
-use crate::{ControlPlane, ServiceError};
+use crate::render::ApiError;
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -37,7 +38,7 @@ pub(super) async fn stream(
     State(cp): State<ControlPlane>,
     headers: HeaderMap,
     ApiQuery(q): ApiQuery<EventsQuery>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     let after = match q.after {
         Some(after) => after,
         None => match headers.get("last-event-id") {
