@@ -58,6 +58,7 @@ pub use lifecycle::LifecycleVerb;
 pub use operations::Operations;
 pub use repair::AgentRepair;
 pub use retention::Retention;
+pub use templates::TemplateFileBuild;
 pub use volumes::{VolumeFileQuery, VolumeListQuery, VolumeWriteQuery};
 
 /// Settings of the control plane.

@@ -4,8 +4,8 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
-use cove_api_types::BuildReleaseRequest;
-use cove_control_plane::{ControlPlane, ServiceError};
+use cove_api_types::{BuildReleaseRequest, CreateTemplateQuery};
+use cove_control_plane::{ControlPlane, ServiceError, TemplateFileBuild};
 
 use super::extract::{ApiJson, ApiQuery};
 use crate::render::ApiError;
@@ -64,13 +64,13 @@ pub const MAX_CONTEXT_BYTES: usize = 256 << 20;
     path = "/v1/templates",
     tag = "templates",
     description = "Create a template from a template file (a Dockerfile subset: FROM, RUN, COPY/ADD, ENV, WORKDIR, USER, ARG, START, READY) and build its next release (an operation; its log, with each step and its output, streams from `/v1/operations/{id}/logs`). The body is the build context, a tar archive (at most 256 MiB) holding the file. A bad file is a 400 naming its line.",
-    params(cove_api_types::CreateTemplateQuery),
+    params(CreateTemplateQuery),
     request_body(content = Vec<u8>, content_type = "application/x-tar", description = "The build context"),
     responses((status = 202, body = cove_api_types::BuildReleaseResponse, description = "The release being built and its operation")),
 )]
 pub(super) async fn create(
     State(cp): State<ControlPlane>,
-    ApiQuery(q): ApiQuery<cove_api_types::CreateTemplateQuery>,
+    ApiQuery(q): ApiQuery<CreateTemplateQuery>,
     body: axum::body::Body,
 ) -> Result<impl IntoResponse, ApiError> {
     let limited = http_body_util::Limited::new(body, MAX_CONTEXT_BYTES);
@@ -84,8 +84,26 @@ pub(super) async fn create(
         .to_bytes();
     Ok((
         StatusCode::ACCEPTED,
-        Json(cp.create_template_from_file(q, context).await?),
+        Json(cp.create_template_from_file(build_of(q), context).await?),
     ))
+}
+
+/// The build a `POST /v1/templates` query asks for.
+fn build_of(q: CreateTemplateQuery) -> TemplateFileBuild {
+    let CreateTemplateQuery {
+        name,
+        file,
+        no_cache,
+        network,
+        build_args,
+    } = q;
+    TemplateFileBuild {
+        name,
+        file,
+        no_cache,
+        network,
+        build_args,
+    }
 }
 
 #[utoipa::path(
