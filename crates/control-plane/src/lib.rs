@@ -59,7 +59,6 @@ pub use operations::Operations;
 pub use repair::AgentRepair;
 pub use retention::Retention;
 pub use templates::TemplateFileBuild;
-pub use volumes::{VolumeFileQuery, VolumeListQuery, VolumeWriteQuery};
 
 /// Settings of the control plane.
 #[derive(Debug, Clone)]

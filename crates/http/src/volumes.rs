@@ -23,7 +23,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use cove_api_types::{CreateVolumeRequest, MakeVolumeDirRequest, VolumeFileAttrs};
-use cove_control_plane::{ControlPlane, VolumeFileQuery, VolumeListQuery, VolumeWriteQuery};
+use cove_control_plane::ControlPlane;
+use serde::Deserialize;
 
 use super::extract::{ApiJson, ApiQuery};
 use crate::render::ApiError;
@@ -44,6 +45,43 @@ pub(super) fn routes() -> Router<ControlPlane> {
         .route("/v1/volumes/{name}/files:list", get(list_files))
         .route("/v1/volumes/{name}/files:stat", get(stat))
         .route("/v1/volumes/{name}/files:mkdir", post(mkdir))
+}
+
+/// Query of `GET`/`DELETE`/`PATCH /v1/volumes/{name}/files` and `files:stat`.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(super) struct VolumeFileQuery {
+    /// Path in the volume (`/` is its root; relative paths start there too).
+    path: String,
+}
+
+/// Query of `PUT /v1/volumes/{name}/files`.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(super) struct VolumeWriteQuery {
+    /// Path in the volume (`/` is its root; relative paths start there too). Missing parents
+    /// are made (uid and gid 1000, mode 0755); an existing file is replaced.
+    path: String,
+    /// Owner uid of the file (default 1000, `user` of the built-in templates).
+    uid: Option<u32>,
+    /// Owner gid of the file (default 1000).
+    gid: Option<u32>,
+    /// Permission bits of the file (default 0o644 = 420; at most 0o7777).
+    mode: Option<u32>,
+}
+
+/// Query of `GET /v1/volumes/{name}/files:list`.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(super) struct VolumeListQuery {
+    /// Directory in the volume (default `/`, its root).
+    path: Option<String>,
+    /// Levels to list: 1 (default) = the directory's own entries, n = n-1 levels below them
+    /// too, each directory's entries right after it (1 to [`MAX_LIST_DEPTH`]).
+    depth: Option<u32>,
 }
 
 #[utoipa::path(
@@ -120,7 +158,12 @@ pub(super) async fn write(
     body: Body,
 ) -> Result<impl IntoResponse, ApiError> {
     super::files::upload(&headers, body, |declared, stream| {
-        cp.write_volume_file(&name, q, declared, stream)
+        let attrs = VolumeFileAttrs {
+            uid: q.uid,
+            gid: q.gid,
+            mode: q.mode,
+        };
+        cp.write_volume_file(&name, q.path, attrs, declared, stream)
     })
     .await
     .map(Json)
@@ -140,7 +183,7 @@ pub(super) async fn read(
     Path(name): Path<String>,
     ApiQuery(q): ApiQuery<VolumeFileQuery>,
 ) -> Result<Response, ApiError> {
-    let (_info, stream) = cp.read_volume_file(&name, q).await?;
+    let (_info, stream) = cp.read_volume_file(&name, q.path).await?;
     let mut resp = Body::from_stream(stream).into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -162,7 +205,7 @@ pub(super) async fn list_files(
     Path(name): Path<String>,
     ApiQuery(q): ApiQuery<VolumeListQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
-    Ok(Json(cp.list_volume_files(&name, q).await?))
+    Ok(Json(cp.list_volume_files(&name, q.path, q.depth).await?))
 }
 
 #[utoipa::path(
@@ -178,7 +221,7 @@ pub(super) async fn stat(
     Path(name): Path<String>,
     ApiQuery(q): ApiQuery<VolumeFileQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
-    Ok(Json(cp.stat_volume_file(&name, q).await?))
+    Ok(Json(cp.stat_volume_file(&name, q.path).await?))
 }
 
 #[utoipa::path(
@@ -194,7 +237,7 @@ pub(super) async fn remove(
     Path(name): Path<String>,
     ApiQuery(q): ApiQuery<VolumeFileQuery>,
 ) -> Result<StatusCode, ApiError> {
-    cp.remove_volume_file(&name, q).await?;
+    cp.remove_volume_file(&name, q.path).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -233,5 +276,5 @@ pub(super) async fn set_attrs(
     ApiQuery(q): ApiQuery<VolumeFileQuery>,
     ApiJson(attrs): ApiJson<VolumeFileAttrs>,
 ) -> Result<impl IntoResponse, ApiError> {
-    Ok(Json(cp.set_volume_file_attrs(&name, q, attrs).await?))
+    Ok(Json(cp.set_volume_file_attrs(&name, q.path, attrs).await?))
 }
