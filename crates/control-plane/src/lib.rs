@@ -1,8 +1,10 @@
 //! The control plane: desired state, operations and services (lifecycle, commands, files,
-//! templates, warm pools, volumes, auth), and their HTTP surfaces (`http::management_router`, `http::data_plane_router`).
+//! templates, warm pools, volumes, auth).
 //!
 //! Services are methods of [`ControlPlane`], one file per resource. They talk to a node through
-//! [`cove_node_api::NodeApi`] and never touch a runtime or a guest directly.
+//! [`cove_node_api::NodeApi`] and never touch a runtime or a guest directly. The surfaces that
+//! serve them, the REST API (`cove-http`) and the E2B API (`cove-e2b-compat`), depend on this
+//! crate and use its public API only; this crate depends on no HTTP framework.
 
 use std::collections::HashMap;
 use std::sync::Arc;
