@@ -6,6 +6,12 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// Workspace crates and the workspace crates each one depends on (normal dependencies only).
 fn workspace_graph() -> BTreeMap<String, BTreeSet<String>> {
+    crate_graph(true)
+}
+
+/// Workspace crates and the crates each one depends on (normal dependencies only), all of them
+/// when not `workspace_only`.
+fn crate_graph(workspace_only: bool) -> BTreeMap<String, BTreeSet<String>> {
     let out = std::process::Command::new(env!("CARGO"))
         .args([
             "metadata",
@@ -37,7 +43,7 @@ fn workspace_graph() -> BTreeMap<String, BTreeSet<String>> {
                 .flatten()
                 .filter(|d| d["kind"].is_null())
                 .filter_map(|d| d["name"].as_str())
-                .filter(|n| names.contains(*n))
+                .filter(|n| !workspace_only || names.contains(*n))
                 .map(str::to_string)
                 .collect();
             (p["name"].as_str().unwrap_or_default().to_string(), deps)
@@ -72,6 +78,17 @@ fn dependencies_point_inward() {
         !deps("cove-control-plane").contains("cove-node-rpc"),
         "the cluster is transport-agnostic: control-plane reaches nodes through node-api only"
     );
+    assert!(
+        !deps("cove-control-plane").contains("cove-http"),
+        "the services know nothing of HTTP: cove-http depends on control-plane, not the reverse"
+    );
+    let all = crate_graph(false);
+    for framework in ["axum", "hyper", "tower", "tower-http"] {
+        assert!(
+            !all["cove-control-plane"].contains(framework),
+            "control-plane's services speak service types; HTTP ({framework}) is cove-http's"
+        );
+    }
     let cluster: Vec<_> = deps("cove-cluster").iter().collect();
     assert_eq!(
         cluster,

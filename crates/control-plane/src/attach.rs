@@ -1,6 +1,6 @@
 //! The data plane as services: a command's output stream from an offset (following it or not),
-//! stdin writes and close, and terminal sessions. The HTTP data plane (`http::data_plane`,
-//! `http::pty`) and the E2B surface only frame what these return.
+//! stdin writes and close, and terminal sessions. The HTTP data plane (`cove-http`'s
+//! `data_plane.rs` and `pty.rs`) and the E2B surface only frame what these return.
 
 use bytes::Bytes;
 use cove_api_types::Command;

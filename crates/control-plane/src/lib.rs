@@ -1,8 +1,10 @@
 //! The control plane: desired state, operations and services (lifecycle, commands, files,
-//! templates, warm pools, volumes, auth), and their HTTP surfaces (`http::management_router`, `http::data_plane_router`).
+//! templates, warm pools, volumes, auth).
 //!
 //! Services are methods of [`ControlPlane`], one file per resource. They talk to a node through
-//! [`cove_node_api::NodeApi`] and never touch a runtime or a guest directly.
+//! [`cove_node_api::NodeApi`] and never touch a runtime or a guest directly. The surfaces that
+//! serve them, the REST API (`cove-http`) and the E2B API (`cove-e2b-compat`), depend on this
+//! crate and use its public API only; this crate depends on no HTTP framework.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -24,12 +26,11 @@ mod command_output;
 mod commands;
 mod controller;
 pub mod error;
-mod events;
+pub mod events;
 pub mod expiry;
 pub mod features;
 mod files;
 mod ha;
-pub mod http;
 mod lifecycle;
 pub mod metrics;
 pub mod network;
@@ -51,6 +52,7 @@ mod volumes;
 pub use clock::{Clock, SystemClock};
 pub use controller::{Controller, Expiry};
 pub use error::ServiceError;
+pub use events::EventFeed;
 pub use features::{Feature, Features};
 pub use files::{ListQuery, PathQuery, ReadFileQuery, WatchQuery, WriteFileQuery};
 pub use ha::Replica;
@@ -58,7 +60,7 @@ pub use lifecycle::LifecycleVerb;
 pub use operations::Operations;
 pub use repair::AgentRepair;
 pub use retention::Retention;
-pub use volumes::{VolumeFileQuery, VolumeListQuery, VolumeWriteQuery};
+pub use templates::TemplateFileBuild;
 
 /// Settings of the control plane.
 #[derive(Debug, Clone)]

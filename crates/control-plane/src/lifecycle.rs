@@ -110,8 +110,9 @@ impl ControlPlane {
         Ticket { acquire }
     }
 
-    /// Records API or data-plane access to a sandbox (for idle suspends).
-    pub(crate) fn touch(&self, sandbox_id: &str) {
+    /// Records API or data-plane access to a sandbox (for idle suspends): a surface calls it
+    /// when a client reads or uses the sandbox in a way its own service call does not record.
+    pub fn touch(&self, sandbox_id: &str) {
         self.inner
             .activity
             .touch(sandbox_id, self.inner.cfg.clock.now());

@@ -12,7 +12,7 @@
 //! envd traffic for a sandbox that is not running answers the proxy's `502` "The sandbox was
 //! not found" (a paused one created with `autoResume` is woken first: E2B's auto-resume). A
 //! port other than envd's (E2B's `sandbox.get_host(port)`) goes to Cove's port proxy
-//! ([`cove_control_plane::http::serve_port`]) with its rules: a sandbox created through E2B is
+//! ([`cove_http::serve_port`]) with its rules: a sandbox created through E2B is
 //! public unless its create said `network.allowPublicTraffic: false`, and then E2B's
 //! `e2b-traffic-access-token` header (the sandbox's port token) lets a request in; nothing
 //! listening answers the proxy's `502` "The sandbox is running but port is not open" (with
@@ -130,9 +130,9 @@ async fn sandbox_port(e2b: &E2b, cove_id: &str, port: u16, mut req: Request) -> 
     }
     let path = req.uri().path().to_string();
     let e2b_id = e2b_id(cove_id);
-    let resp = cove_control_plane::http::serve_port(
+    let resp = cove_http::serve_port(
         &e2b.cp,
-        cove_control_plane::http::PortSurface::Host,
+        cove_http::PortSurface::Host,
         cove_id,
         port,
         &path,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use cove_control_plane::orgs::scope::as_system;
-use cove_control_plane::{http, ControlPlane, ControlPlaneConfig, Controller};
+use cove_control_plane::{ControlPlane, ControlPlaneConfig, Controller};
 use cove_node_agent::snapshot::SnapshotStore;
 use cove_node_agent::{NodeAgent, NodeConfig};
 
@@ -804,18 +804,18 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         (
             "api",
             api_listener,
-            http::management_router_with(cp.clone(), surfaces),
+            cove_http::management_router_with(cp.clone(), surfaces),
             None,
         ),
         (
             "data-plane",
             dp_listener,
-            http::data_plane_router(cp.clone()),
+            cove_http::data_plane_router(cp.clone()),
             None,
         ),
     ];
     if let Some(listener) = proxy_listener {
-        listeners.push(("proxy", listener, http::ports_router(cp.clone()), None));
+        listeners.push(("proxy", listener, cove_http::ports_router(cp.clone()), None));
     }
     let mut e2b_addr = None;
     if let (Some(listener), Some(settings)) = (e2b_listener, &cfg.e2b) {

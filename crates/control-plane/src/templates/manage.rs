@@ -1,12 +1,12 @@
 //! Templates built from a file: create (a build operation), delete a template or one release.
 
+use std::collections::BTreeMap;
 use std::io::Read;
 
 use bytes::Bytes;
 use chrono::{Duration as ChronoDuration, Utc};
 use cove_api_types::{
-    BuildReleaseResponse, CreateTemplateQuery, OperationKind, ReleaseState, SandboxState,
-    TemplateDefaults,
+    BuildReleaseResponse, EgressPolicy, OperationKind, ReleaseState, SandboxState, TemplateDefaults,
 };
 use cove_domain::{ids, InvalidInput};
 use cove_node_api::{BuildEvent, BuildParent, BuildStage, FileBuild, ReleaseDefaults};
@@ -27,6 +27,24 @@ use crate::{ControlPlane, ServiceError};
 /// Default path of the template file in the context.
 pub const DEFAULT_FILE: &str = "Dockerfile";
 
+/// A build of a file template's next release, as [`ControlPlane::create_template_from_file`]
+/// takes it (the REST API reads it from the query of `POST /v1/templates`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TemplateFileBuild {
+    /// Template name: `[a-z0-9][a-z0-9_-]*`, at most 63 bytes, not a built-in recipe's. An
+    /// existing file template gets its next release.
+    pub name: String,
+    /// Path of the template file inside the build context (default `Dockerfile`).
+    pub file: Option<String>,
+    /// Ignore cached step results.
+    pub no_cache: bool,
+    /// The egress policy of the build's `RUN` steps (default: the internet open, as for a
+    /// sandbox; on a node without sandbox networks only the default is accepted).
+    pub network: Option<EgressPolicy>,
+    /// Build arguments: each replaces the default of the file's `ARG` of that name.
+    pub build_args: BTreeMap<String, String>,
+}
+
 fn invalid(field: &str, message: impl Into<String>) -> ServiceError {
     InvalidInput::new(field, message).into()
 }
@@ -41,7 +59,7 @@ impl ControlPlane {
     /// ready release; `not_implemented` for `FROM oci-archive:` on a node that cannot import.
     pub async fn create_template_from_file(
         &self,
-        q: CreateTemplateQuery,
+        q: TemplateFileBuild,
         context: Bytes,
     ) -> Result<BuildReleaseResponse, ServiceError> {
         check_name(&q.name)?;

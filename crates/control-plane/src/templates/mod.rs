@@ -23,6 +23,8 @@ pub mod file;
 mod manage;
 mod startup;
 
+pub use manage::TemplateFileBuild;
+
 /// Deadline of a release build (1 h: a cold `base` build downloads ~100 MB of packages).
 pub const BUILD_DEADLINE_MIN: i64 = 60;
 

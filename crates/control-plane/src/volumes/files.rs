@@ -16,48 +16,10 @@ use cove_domain::{validate, InvalidInput};
 use cove_node_api::{ByteStream, NodeError, VolumeEntry, VolumeEntryAttrs};
 use futures::stream::BoxStream;
 use futures::StreamExt;
-use serde::Deserialize;
 use tracing::info;
 
 use crate::files::to_api;
 use crate::{ControlPlane, ServiceError};
-
-/// Query of `GET`/`DELETE`/`PATCH /v1/volumes/{name}/files` and `files:stat`.
-#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct VolumeFileQuery {
-    /// Path in the volume (`/` is its root; relative paths start there too).
-    pub path: String,
-}
-
-/// Query of `PUT /v1/volumes/{name}/files`.
-#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct VolumeWriteQuery {
-    /// Path in the volume (`/` is its root; relative paths start there too). Missing parents
-    /// are made (uid and gid 1000, mode 0755); an existing file is replaced.
-    pub path: String,
-    /// Owner uid of the file (default 1000, `user` of the built-in templates).
-    pub uid: Option<u32>,
-    /// Owner gid of the file (default 1000).
-    pub gid: Option<u32>,
-    /// Permission bits of the file (default 0o644 = 420; at most 0o7777).
-    pub mode: Option<u32>,
-}
-
-/// Query of `GET /v1/volumes/{name}/files:list`.
-#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct VolumeListQuery {
-    /// Directory in the volume (default `/`, its root).
-    pub path: Option<String>,
-    /// Levels to list: 1 (default) = the directory's own entries, n = n-1 levels below them
-    /// too, each directory's entries right after it (1 to [`MAX_LIST_DEPTH`]).
-    pub depth: Option<u32>,
-}
 
 /// A volume entry as the API answers it: [`FileInfo`] with `uid`, `gid`, `atime`, `ctime`.
 fn entry_to_api(e: VolumeEntry) -> FileInfo {
@@ -103,23 +65,25 @@ pub(crate) fn volume_err(e: NodeError, name: &str) -> ServiceError {
 }
 
 impl ControlPlane {
-    /// Writes one file of volume `name` from a byte stream, atomically (the file appears
-    /// complete or not at all), owned by `uid`/`gid` (default 1000) with `mode` (default
+    /// Writes one file at `path` of volume `name` from a byte stream, atomically (the file
+    /// appears complete or not at all; missing parents are made with uid and gid 1000, mode
+    /// 0755), owned by `attrs.uid`/`attrs.gid` (default 1000) with `attrs.mode` (default
     /// 0644). `declared_len` is the request's
     /// `Content-Length`: beyond the volume's free space the write is refused at once with
     /// `insufficient_storage`, as is one that fills the volume midway (nothing is left).
     pub async fn write_volume_file(
         &self,
         name: &str,
-        q: VolumeWriteQuery,
+        path: String,
+        attrs: VolumeFileAttrs,
         declared_len: Option<u64>,
         body: ByteStream,
     ) -> Result<FileInfo, ServiceError> {
         self.require_volumes().await?;
         let _not_deleted = self.inner.volume_files_lock.read().await;
         let v = self.volume_record(name).await?;
-        validate::path("path", q.path.as_bytes())?;
-        check_mode(q.mode)?;
+        validate::path("path", path.as_bytes())?;
+        check_mode(attrs.mode)?;
         let node = self.files_node(&v).await?;
         if let Some(len) = declared_len {
             if len > MAX_UPLOAD_BYTES {
@@ -139,50 +103,53 @@ impl ControlPlane {
             }
         }
         let attrs = VolumeEntryAttrs {
-            uid: q.uid,
-            gid: q.gid,
-            mode: q.mode,
+            uid: attrs.uid,
+            gid: attrs.gid,
+            mode: attrs.mode,
         };
         let entry = node
-            .write_volume_file(&v.id, q.path, attrs, body)
+            .write_volume_file(&v.id, path, attrs, body)
             .await
             .map_err(|e| volume_err(e, name))?;
         info!(volume_id = %v.id, bytes = entry.info.size, "volume file written");
         Ok(entry_to_api(entry))
     }
 
-    /// Reads one regular file of volume `name`: its metadata and its bytes.
+    /// Reads the regular file at `path` of volume `name`: its metadata and its bytes.
     pub async fn read_volume_file(
         &self,
         name: &str,
-        q: VolumeFileQuery,
+        path: String,
     ) -> Result<(FileInfo, BoxStream<'static, Result<Bytes, std::io::Error>>), ServiceError> {
         self.require_volumes().await?;
         let _not_deleted = self.inner.volume_files_lock.read().await;
         let v = self.volume_record(name).await?;
-        validate::path("path", q.path.as_bytes())?;
+        validate::path("path", path.as_bytes())?;
         let (info, stream) = self
             .files_node(&v)
             .await?
-            .read_volume_file(&v.id, q.path)
+            .read_volume_file(&v.id, path)
             .await
             .map_err(|e| volume_err(e, name))?;
         let stream = stream.map(|r| r.map_err(std::io::Error::other)).boxed();
         Ok((to_api(info), stream))
     }
 
-    /// The entries of a directory of volume `name`, by name, down to `depth` levels.
+    /// The entries of directory `path` of volume `name` (default `/`, its root), by name,
+    /// down to `depth` levels: 1 (default) = the directory's own entries, n = n-1 levels below
+    /// them too, each directory's entries right after it (1 to [`MAX_LIST_DEPTH`]).
     pub async fn list_volume_files(
         &self,
         name: &str,
-        q: VolumeListQuery,
+        path: Option<String>,
+        depth: Option<u32>,
     ) -> Result<FileList, ServiceError> {
         self.require_volumes().await?;
         let _not_deleted = self.inner.volume_files_lock.read().await;
         let v = self.volume_record(name).await?;
-        let path = q.path.unwrap_or_else(|| "/".into());
+        let path = path.unwrap_or_else(|| "/".into());
         validate::path("path", path.as_bytes())?;
-        let depth = q.depth.unwrap_or(1);
+        let depth = depth.unwrap_or(1);
         if !(1..=MAX_LIST_DEPTH).contains(&depth) {
             return Err(
                 InvalidInput::new("depth", format!("must be 1 to {MAX_LIST_DEPTH}")).into(),
@@ -199,39 +166,35 @@ impl ControlPlane {
         })
     }
 
-    /// Describes a path of volume `name` (`lstat`: a final symlink itself).
+    /// Describes `path` of volume `name` (`lstat`: a final symlink itself).
     pub async fn stat_volume_file(
         &self,
         name: &str,
-        q: VolumeFileQuery,
+        path: String,
     ) -> Result<FileInfo, ServiceError> {
         self.require_volumes().await?;
         let _not_deleted = self.inner.volume_files_lock.read().await;
         let v = self.volume_record(name).await?;
-        validate::path("path", q.path.as_bytes())?;
+        validate::path("path", path.as_bytes())?;
         let entry = self
             .files_node(&v)
             .await?
-            .stat_volume_path(&v.id, q.path)
+            .stat_volume_path(&v.id, path)
             .await
             .map_err(|e| volume_err(e, name))?;
         Ok(entry_to_api(entry))
     }
 
-    /// Removes a path of volume `name`: a file, a symlink (the link only) or a directory with
+    /// Removes `path` of volume `name`: a file, a symlink (the link only) or a directory with
     /// everything below it. The root is `invalid_argument`.
-    pub async fn remove_volume_file(
-        &self,
-        name: &str,
-        q: VolumeFileQuery,
-    ) -> Result<(), ServiceError> {
+    pub async fn remove_volume_file(&self, name: &str, path: String) -> Result<(), ServiceError> {
         self.require_volumes().await?;
         let _not_deleted = self.inner.volume_files_lock.read().await;
         let v = self.volume_record(name).await?;
-        validate::path("path", q.path.as_bytes())?;
+        validate::path("path", path.as_bytes())?;
         self.files_node(&v)
             .await?
-            .remove_volume_path(&v.id, q.path)
+            .remove_volume_path(&v.id, path)
             .await
             .map_err(|e| volume_err(e, name))?;
         info!(volume_id = %v.id, "volume path removed");
@@ -263,25 +226,25 @@ impl ControlPlane {
         Ok(entry_to_api(entry))
     }
 
-    /// Sets the owner and permission bits of a path of volume `name` (what is absent is
+    /// Sets the owner and permission bits of `path` of volume `name` (what is absent is
     /// kept; a final symlink is changed itself, and has no mode: `invalid_argument`).
     pub async fn set_volume_file_attrs(
         &self,
         name: &str,
-        q: VolumeFileQuery,
+        path: String,
         attrs: VolumeFileAttrs,
     ) -> Result<FileInfo, ServiceError> {
         self.require_volumes().await?;
         let _not_deleted = self.inner.volume_files_lock.read().await;
         let v = self.volume_record(name).await?;
-        validate::path("path", q.path.as_bytes())?;
+        validate::path("path", path.as_bytes())?;
         check_mode(attrs.mode)?;
         let entry = self
             .files_node(&v)
             .await?
             .set_volume_attrs(
                 &v.id,
-                q.path,
+                path,
                 VolumeEntryAttrs {
                     uid: attrs.uid,
                     gid: attrs.gid,

@@ -38,8 +38,6 @@ use cove_node_api::LaunchVolume;
 use cove_store::{StoreError, StoreLock, VolumeObject, VolumeRecord};
 use tracing::{info, warn};
 
-pub use files::{VolumeFileQuery, VolumeListQuery, VolumeWriteQuery};
-
 use crate::features::Feature;
 use crate::orgs::scope;
 use crate::{ControlPlane, ServiceError};

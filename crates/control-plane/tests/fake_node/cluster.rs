@@ -228,7 +228,7 @@ async fn a_file_release_builds_on_one_node_and_runs_on_another_by_its_digest() {
         header.set_cksum();
         tar.append_data(&mut header, "Dockerfile", &file[..])
             .expect("append");
-        let q = cove_api_types::CreateTemplateQuery {
+        let q = cove_control_plane::TemplateFileBuild {
             name: "web".into(),
             ..Default::default()
         };

@@ -1,9 +1,8 @@
 //! Templates from a file on the fake node: a file release carries its defaults into creates,
 //! a release in use is not deleted, bad files are refused before anything is recorded.
 
-use cove_api_types::{
-    CreateSandboxRequest, CreateTemplateQuery, EgressPolicy, ErrorCode, OperationState,
-};
+use cove_api_types::{CreateSandboxRequest, EgressPolicy, ErrorCode, OperationState};
+use cove_control_plane::TemplateFileBuild;
 use cove_node_api::{NodeCapabilities, NodeError};
 use cove_test_support::{Call, FakeNode, Fault};
 
@@ -21,8 +20,8 @@ fn context(file: &str) -> bytes::Bytes {
     b.into_inner().expect("tar").into()
 }
 
-fn query(name: &str) -> CreateTemplateQuery {
-    CreateTemplateQuery {
+fn query(name: &str) -> TemplateFileBuild {
+    TemplateFileBuild {
         name: name.into(),
         ..Default::default()
     }

@@ -14,7 +14,6 @@ use cove_api_types::{
 };
 use cove_cluster::{Cluster, ClusterConfig};
 use cove_control_plane::LifecycleVerb::{Suspend, Wake};
-use cove_control_plane::{VolumeFileQuery, VolumeListQuery, VolumeWriteQuery};
 use cove_node_api::{NodeCapabilities, NodeLifecycle, NodeReport};
 use cove_test_support::FakeNode;
 use futures::StreamExt;
@@ -45,8 +44,8 @@ fn mounting(names: &[&str]) -> CreateSandboxRequest {
     }
 }
 
-fn at(path: &str) -> VolumeFileQuery {
-    VolumeFileQuery { path: path.into() }
+fn at(path: &str) -> String {
+    path.into()
 }
 
 /// The node volume `name` was recorded on, which keeps it.
@@ -71,12 +70,14 @@ async fn a_volume_stays_on_its_node_and_so_do_the_sandboxes_that_mount_it() {
 
         // Its files go to its node.
         let body = Box::pin(futures::stream::iter([Ok(Bytes::from_static(b"kept"))]));
-        let q = VolumeWriteQuery {
-            path: "/notes/a.txt".into(),
-            ..Default::default()
-        };
         n.h.cp
-            .write_volume_file("data", q, Some(4), body)
+            .write_volume_file(
+                "data",
+                at("/notes/a.txt"),
+                Default::default(),
+                Some(4),
+                body,
+            )
             .await
             .expect("write");
         let (info, bytes) =
@@ -112,13 +113,7 @@ async fn a_volume_stays_on_its_node_and_so_do_the_sandboxes_that_mount_it() {
         );
         let listed =
             n.h.cp
-                .list_volume_files(
-                    "data",
-                    VolumeListQuery {
-                        path: None,
-                        depth: Some(2),
-                    },
-                )
+                .list_volume_files("data", None, Some(2))
                 .await
                 .expect("list");
         assert_eq!(listed.entries.len(), 2, "{listed:?}");

@@ -10,7 +10,6 @@ use cove_api_types::{
     CreateSandboxRequest, CreateVolumeRequest, ErrorCode, NodeState, VolumeMount, VolumeStorage,
 };
 use cove_control_plane::LifecycleVerb::{Suspend, Wake};
-use cove_control_plane::{VolumeFileQuery, VolumeWriteQuery};
 use cove_node_api::NodeError;
 use cove_test_support::{Call, FakeNode, Fault};
 use futures::StreamExt;
@@ -40,12 +39,14 @@ fn mounting(name: &str) -> CreateSandboxRequest {
 
 async fn write(n: &Nodes, volume: &str, path: &str, data: &'static [u8]) {
     let body = Box::pin(futures::stream::iter([Ok(Bytes::from_static(data))]));
-    let q = VolumeWriteQuery {
-        path: path.into(),
-        ..Default::default()
-    };
     n.h.cp
-        .write_volume_file(volume, q, Some(data.len() as u64), body)
+        .write_volume_file(
+            volume,
+            path.into(),
+            Default::default(),
+            Some(data.len() as u64),
+            body,
+        )
         .await
         .expect("write");
 }
@@ -53,7 +54,7 @@ async fn write(n: &Nodes, volume: &str, path: &str, data: &'static [u8]) {
 async fn read(n: &Nodes, volume: &str, path: &str) -> Vec<u8> {
     let (_, bytes) =
         n.h.cp
-            .read_volume_file(volume, VolumeFileQuery { path: path.into() })
+            .read_volume_file(volume, path.into())
             .await
             .expect("read");
     let read: Vec<Bytes> = bytes.map(|b| b.expect("bytes")).collect().await;
@@ -229,16 +230,7 @@ async fn a_failed_download_attaches_nothing_and_a_lost_node_falls_back_to_the_la
         assert_eq!(n.h.cp.get_volume("data").await.expect("get").node, None);
         assert_eq!(read(&n, "data", "/kept.txt").await, b"kept");
         assert_eq!(
-            code(
-                n.h.cp
-                    .stat_volume_file(
-                        "data",
-                        VolumeFileQuery {
-                            path: "/lost.txt".into()
-                        }
-                    )
-                    .await
-            ),
+            code(n.h.cp.stat_volume_file("data", "/lost.txt".into()).await),
             ErrorCode::FileNotFound
         );
     })

@@ -125,7 +125,7 @@ async fn require_api_key(
         }
         Err(e) => return RestError::from(e).into_response(),
     };
-    if !audit::audited(req.method()) {
+    if !audit::audited(req.method().as_str()) {
         return scope::scoped(caller, next.run(req)).await;
     }
     let action = format!(

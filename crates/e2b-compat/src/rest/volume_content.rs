@@ -30,7 +30,7 @@ use axum::Router;
 use bytes::Bytes;
 use cove_api_types::{FileInfo, FileType, MakeVolumeDirRequest, VolumeFileAttrs};
 use cove_control_plane::orgs::{audit, scope};
-use cove_control_plane::{ServiceError, VolumeFileQuery, VolumeListQuery, VolumeWriteQuery};
+use cove_control_plane::ServiceError;
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -93,7 +93,7 @@ async fn require_volume_token(
         }
         Err(e) => return RestError::from(e).into_response(),
     };
-    if !audit::audited(req.method()) {
+    if !audit::audited(req.method().as_str()) {
         return scope::scoped(caller, next.run(req)).await;
     }
     let action = format!(
@@ -206,10 +206,7 @@ async fn stat(
     q: Result<Query<PathArg>, QueryRejection>,
 ) -> Result<Response, RestError> {
     let q = query(q)?;
-    let info = e2b
-        .cp
-        .stat_volume_file(&id, VolumeFileQuery { path: q.path })
-        .await?;
+    let info = e2b.cp.stat_volume_file(&id, q.path).await?;
     Ok(axum::Json(entry(&info)).into_response())
 }
 
@@ -220,9 +217,7 @@ async fn remove(
     q: Result<Query<PathArg>, QueryRejection>,
 ) -> Result<Response, RestError> {
     let q = query(q)?;
-    e2b.cp
-        .remove_volume_file(&id, VolumeFileQuery { path: q.path })
-        .await?;
+    e2b.cp.remove_volume_file(&id, q.path).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
@@ -239,7 +234,7 @@ async fn set_attrs(
         .cp
         .set_volume_file_attrs(
             &id,
-            VolumeFileQuery { path: q.path },
+            q.path,
             VolumeFileAttrs {
                 uid: b.uid,
                 gid: b.gid,
@@ -261,14 +256,12 @@ async fn list(
         .cp
         .list_volume_files(
             &id,
-            VolumeListQuery {
-                path: Some(q.path),
-                depth: Some(
-                    q.depth
-                        .unwrap_or(1)
-                        .clamp(1, cove_api_types::MAX_LIST_DEPTH),
-                ),
-            },
+            Some(q.path),
+            Some(
+                q.depth
+                    .unwrap_or(1)
+                    .clamp(1, cove_api_types::MAX_LIST_DEPTH),
+            ),
         )
         .await?;
     let out: Vec<Value> = listed.entries.iter().map(entry).collect();
@@ -305,10 +298,7 @@ async fn read(
     q: Result<Query<PathArg>, QueryRejection>,
 ) -> Result<Response, RestError> {
     let q = query(q)?;
-    let (_info, stream) = e2b
-        .cp
-        .read_volume_file(&id, VolumeFileQuery { path: q.path })
-        .await?;
+    let (_info, stream) = e2b.cp.read_volume_file(&id, q.path).await?;
     let mut resp = Body::from_stream(stream).into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -338,8 +328,8 @@ async fn write(
         .cp
         .write_volume_file(
             &id,
-            VolumeWriteQuery {
-                path: q.path,
+            q.path,
+            VolumeFileAttrs {
                 uid: q.uid,
                 gid: q.gid,
                 mode: q.mode,

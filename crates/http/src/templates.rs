@@ -4,10 +4,11 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
-use cove_api_types::BuildReleaseRequest;
+use cove_api_types::{BuildReleaseRequest, CreateTemplateQuery};
+use cove_control_plane::{ControlPlane, ServiceError, TemplateFileBuild};
 
 use super::extract::{ApiJson, ApiQuery};
-use crate::{ControlPlane, ServiceError};
+use crate::render::ApiError;
 
 #[utoipa::path(
     get,
@@ -16,9 +17,7 @@ use crate::{ControlPlane, ServiceError};
     description = "List templates with their releases.",
     responses((status = 200, body = cove_api_types::TemplateList, description = "The templates")),
 )]
-pub(super) async fn list(
-    State(cp): State<ControlPlane>,
-) -> Result<impl IntoResponse, ServiceError> {
+pub(super) async fn list(State(cp): State<ControlPlane>) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.list_templates().await?))
 }
 
@@ -33,7 +32,7 @@ pub(super) async fn list(
 pub(super) async fn get_one(
     State(cp): State<ControlPlane>,
     Path(name): Path<String>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.get_template(&name).await?))
 }
 
@@ -50,7 +49,7 @@ pub(super) async fn build(
     State(cp): State<ControlPlane>,
     Path(name): Path<String>,
     ApiJson(req): ApiJson<BuildReleaseRequest>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok((
         StatusCode::ACCEPTED,
         Json(cp.build_release(&name, req).await?),
@@ -65,15 +64,15 @@ pub const MAX_CONTEXT_BYTES: usize = 256 << 20;
     path = "/v1/templates",
     tag = "templates",
     description = "Create a template from a template file (a Dockerfile subset: FROM, RUN, COPY/ADD, ENV, WORKDIR, USER, ARG, START, READY) and build its next release (an operation; its log, with each step and its output, streams from `/v1/operations/{id}/logs`). The body is the build context, a tar archive (at most 256 MiB) holding the file. A bad file is a 400 naming its line.",
-    params(cove_api_types::CreateTemplateQuery),
+    params(CreateTemplateQuery),
     request_body(content = Vec<u8>, content_type = "application/x-tar", description = "The build context"),
     responses((status = 202, body = cove_api_types::BuildReleaseResponse, description = "The release being built and its operation")),
 )]
 pub(super) async fn create(
     State(cp): State<ControlPlane>,
-    ApiQuery(q): ApiQuery<cove_api_types::CreateTemplateQuery>,
+    ApiQuery(q): ApiQuery<CreateTemplateQuery>,
     body: axum::body::Body,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     let limited = http_body_util::Limited::new(body, MAX_CONTEXT_BYTES);
     let context = http_body_util::BodyExt::collect(limited)
         .await
@@ -85,8 +84,26 @@ pub(super) async fn create(
         .to_bytes();
     Ok((
         StatusCode::ACCEPTED,
-        Json(cp.create_template_from_file(q, context).await?),
+        Json(cp.create_template_from_file(build_of(q), context).await?),
     ))
+}
+
+/// The build a `POST /v1/templates` query asks for.
+fn build_of(q: CreateTemplateQuery) -> TemplateFileBuild {
+    let CreateTemplateQuery {
+        name,
+        file,
+        no_cache,
+        network,
+        build_args,
+    } = q;
+    TemplateFileBuild {
+        name,
+        file,
+        no_cache,
+        network,
+        build_args,
+    }
 }
 
 #[utoipa::path(
@@ -100,7 +117,7 @@ pub(super) async fn create(
 pub(super) async fn delete(
     State(cp): State<ControlPlane>,
     Path(name): Path<String>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     cp.delete_template(&name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -116,7 +133,7 @@ pub(super) async fn delete(
 pub(super) async fn delete_release(
     State(cp): State<ControlPlane>,
     Path((name, number)): Path<(String, u32)>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     cp.delete_release(&name, number).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -5,11 +5,12 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
 use cove_api_types::{CreateSandboxRequest, EgressPolicy, SandboxState};
+use cove_control_plane::ControlPlane;
 use cove_domain::InvalidInput;
 use serde::Deserialize;
 
 use super::extract::{idempotency_key, ApiJson, ApiQuery};
-use crate::{ControlPlane, ServiceError};
+use crate::render::ApiError;
 
 #[utoipa::path(
     post,
@@ -24,7 +25,7 @@ pub(super) async fn create(
     State(cp): State<ControlPlane>,
     headers: HeaderMap,
     ApiJson(req): ApiJson<CreateSandboxRequest>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     let key = idempotency_key(&headers)?;
     let resp = cp.create_sandbox(req, key).await?;
     Ok((StatusCode::ACCEPTED, Json(resp)))
@@ -46,7 +47,7 @@ const METADATA_FILTER: &str = "metadata.";
 pub(super) async fn list(
     State(cp): State<ControlPlane>,
     ApiQuery(pairs): ApiQuery<Vec<(String, String)>>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     let (mut state, mut template, mut limit, mut cursor) = (None, None, None, None);
     let mut metadata = Vec::new();
     for (key, value) in pairs {
@@ -94,7 +95,7 @@ pub(super) async fn list(
 pub(super) async fn get_one(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     let sandbox = cp.get_sandbox(&id).await?;
     cp.touch(&sandbox.id);
     Ok(Json(sandbox))
@@ -120,7 +121,7 @@ pub(super) async fn delete(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<DeleteQuery>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     let op = cp.delete_sandbox(&id, q.deadline_s).await?;
     Ok((StatusCode::ACCEPTED, Json(op)))
 }
@@ -137,7 +138,7 @@ pub(super) async fn delete(
 pub(super) async fn metrics(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.sandbox_metrics(&id).await?))
 }
 
@@ -153,7 +154,7 @@ pub(super) async fn metrics(
 pub(super) async fn network(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.sandbox_network(&id).await?))
 }
 
@@ -171,6 +172,6 @@ pub(super) async fn set_network(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
     ApiJson(policy): ApiJson<EgressPolicy>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.set_sandbox_network(&id, policy).await?))
 }

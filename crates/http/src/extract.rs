@@ -6,11 +6,12 @@ use axum::extract::rejection::QueryRejection;
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::Uri;
+use cove_control_plane::ServiceError;
 use cove_domain::InvalidInput;
 use percent_encoding::percent_decode;
 use serde::de::DeserializeOwned;
 
-use crate::ServiceError;
+use crate::render::ApiError;
 
 /// A JSON body; a malformed body is `invalid_argument` naming the field, an over-large one
 /// `payload_too_large`. An empty body is read as `{}`.
@@ -21,7 +22,7 @@ where
     S: Send + Sync,
     T: DeserializeOwned,
 {
-    type Rejection = ServiceError;
+    type Rejection = ApiError;
 
     async fn from_request(req: Request, _state: &S) -> Result<Self, Self::Rejection> {
         let bytes = read_json_body(req).await?;
@@ -40,7 +41,10 @@ where
                 } else {
                     field
                 };
-                ServiceError::Invalid(InvalidInput::new(field, e.into_inner().to_string()))
+                ApiError(ServiceError::Invalid(InvalidInput::new(
+                    field,
+                    e.into_inner().to_string(),
+                )))
             })
     }
 }
@@ -91,13 +95,13 @@ where
     S: Send + Sync,
     T: DeserializeOwned,
 {
-    type Rejection = ServiceError;
+    type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         check_query_utf8(&parts.uri)?;
         match axum::extract::Query::<T>::from_request_parts(parts, state).await {
             Ok(q) => Ok(ApiQuery(q.0)),
-            Err(e) => Err(query_error(e)),
+            Err(e) => Err(query_error(e).into()),
         }
     }
 }

@@ -8,11 +8,12 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
 use cove_api_types::{CreateCheckpointRequest, ForkRequest, RollbackRequest};
+use cove_control_plane::ControlPlane;
 use futures::{StreamExt, TryStreamExt};
 use serde::Deserialize;
 
 use super::extract::{idempotency_key, ApiJson, ApiQuery};
-use crate::{ControlPlane, ServiceError};
+use crate::render::ApiError;
 
 #[utoipa::path(
     post,
@@ -30,7 +31,7 @@ pub(super) async fn create(
     Path(id): Path<String>,
     headers: HeaderMap,
     ApiJson(req): ApiJson<CreateCheckpointRequest>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     let key = idempotency_key(&headers)?;
     let resp = cp.create_checkpoint(&id, req, key).await?;
     Ok((StatusCode::ACCEPTED, Json(resp)))
@@ -47,7 +48,7 @@ pub(super) async fn create(
 pub(super) async fn list_of_sandbox(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.list_checkpoints(Some(&id)).await?))
 }
 
@@ -58,9 +59,7 @@ pub(super) async fn list_of_sandbox(
     description = "Every checkpoint, newest first.",
     responses((status = 200, body = cove_api_types::CheckpointList, description = "The checkpoints")),
 )]
-pub(super) async fn list(
-    State(cp): State<ControlPlane>,
-) -> Result<impl IntoResponse, ServiceError> {
+pub(super) async fn list(State(cp): State<ControlPlane>) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.list_checkpoints(None).await?))
 }
 
@@ -75,7 +74,7 @@ pub(super) async fn list(
 pub(super) async fn get_one(
     State(cp): State<ControlPlane>,
     Path(cid): Path<String>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.checkpoint(&cid).await?))
 }
 
@@ -90,7 +89,7 @@ pub(super) async fn get_one(
 pub(super) async fn delete(
     State(cp): State<ControlPlane>,
     Path(cid): Path<String>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     cp.delete_checkpoint(&cid).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -110,7 +109,7 @@ pub(super) async fn rollback(
     Path(id): Path<String>,
     headers: HeaderMap,
     ApiJson(req): ApiJson<RollbackRequest>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     let key = idempotency_key(&headers)?;
     let op = cp.rollback(&id, req, key).await?;
     Ok((StatusCode::ACCEPTED, Json(op)))
@@ -130,7 +129,7 @@ pub(super) async fn fork(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
     ApiJson(req): ApiJson<ForkRequest>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     let resp = cp.fork(&id, req).await?;
     Ok((StatusCode::ACCEPTED, Json(resp)))
 }
@@ -148,7 +147,7 @@ pub(super) async fn fork(
 pub(super) async fn archive(
     State(cp): State<ControlPlane>,
     Path(cid): Path<String>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     let (c, body) = cp.export_checkpoint(&cid).await?;
     let mut resp = Body::from_stream(body).into_response();
     let headers = resp.headers_mut();
@@ -189,7 +188,7 @@ pub(super) async fn import(
     State(cp): State<ControlPlane>,
     ApiQuery(q): ApiQuery<ImportQuery>,
     body: Body,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     let stream = body
         .into_data_stream()
         .map_err(std::io::Error::other)

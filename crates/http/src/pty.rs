@@ -17,14 +17,15 @@ use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use cove_api_types::{GapEvent, PtyMessage, PTY_PROTOCOL, PTY_TOKEN_PROTOCOL_PREFIX};
+use cove_control_plane::attach::{OutputEvent, OutputStream};
+use cove_control_plane::ControlPlane;
 use futures::{SinkExt, StreamExt};
 use serde::Deserialize;
 use tracing::{debug, warn};
 
 use super::data_plane::authorize;
 use super::extract::ApiQuery;
-use crate::attach::{OutputEvent, OutputStream};
-use crate::{ControlPlane, ServiceError};
+use crate::render::ApiError;
 
 /// Close code sent when the command's output stream broke (1011: internal error).
 const CLOSE_STREAM_BROKE: u16 = 1011;
@@ -44,7 +45,7 @@ pub(super) async fn session(
     headers: HeaderMap,
     ApiQuery(q): ApiQuery<PtyQuery>,
     ws: WebSocketUpgrade,
-) -> Result<Response, ServiceError> {
+) -> Result<Response, ApiError> {
     let sandbox_id = match protocol_token(&headers) {
         Some(token) if super::bearer(&headers).is_none() => {
             cp.authorize_attachment(&cid, token).await?
@@ -55,9 +56,9 @@ pub(super) async fn session(
         .open_pty(&sandbox_id, &cid, q.offset.unwrap_or(0))
         .await?;
     // The session outlives this handler's scope: it keeps its caller.
-    let caller = crate::orgs::scope::require()?;
+    let caller = cove_control_plane::orgs::scope::require()?;
     Ok(ws.protocols([PTY_PROTOCOL]).on_upgrade(move |socket| {
-        crate::orgs::scope::scoped(caller, run(cp, sandbox_id, cid, events, socket))
+        cove_control_plane::orgs::scope::scoped(caller, run(cp, sandbox_id, cid, events, socket))
     }))
 }
 

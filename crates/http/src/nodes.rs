@@ -4,8 +4,9 @@ use axum::extract::{Path, State};
 use axum::response::IntoResponse;
 use axum::Json;
 use cove_api_types::NodeState;
+use cove_control_plane::ControlPlane;
 
-use crate::{ControlPlane, ServiceError};
+use crate::render::ApiError;
 
 #[utoipa::path(
     get,
@@ -14,9 +15,7 @@ use crate::{ControlPlane, ServiceError};
     description = "List the nodes: state (`ready`, `draining`, `quarantined`, `lost`) and why, runtime, capacity, sandboxes placed and releases held, time since the last heartbeat.",
     responses((status = 200, body = cove_api_types::NodeList, description = "The nodes")),
 )]
-pub(super) async fn list(
-    State(cp): State<ControlPlane>,
-) -> Result<impl IntoResponse, ServiceError> {
+pub(super) async fn list(State(cp): State<ControlPlane>) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.list_nodes().await?))
 }
 
@@ -31,7 +30,7 @@ pub(super) async fn list(
 pub(super) async fn drain(
     State(cp): State<ControlPlane>,
     Path(name): Path<String>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.set_node_state(&name, NodeState::Draining).await?))
 }
 
@@ -46,6 +45,6 @@ pub(super) async fn drain(
 pub(super) async fn ready(
     State(cp): State<ControlPlane>,
     Path(name): Path<String>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.set_node_state(&name, NodeState::Ready).await?))
 }

@@ -8,11 +8,12 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::IntoResponse;
 use axum::Json;
 use cove_api_types::{OperationList, OperationLogEvent};
+use cove_control_plane::ControlPlane;
 use futures::Stream;
 use serde::Deserialize;
 
 use super::extract::{parse_wait, ApiQuery};
-use crate::{ControlPlane, ServiceError};
+use crate::render::ApiError;
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -34,7 +35,7 @@ pub(super) async fn get_one(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<GetQuery>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     let op = match q.wait.as_deref() {
         Some(w) => cp.operations().wait(&id, parse_wait(w)?).await?,
         None => cp.operations().get(&id).await?,
@@ -64,7 +65,7 @@ pub(super) struct ListQuery {
 pub(super) async fn list(
     State(cp): State<ControlPlane>,
     ApiQuery(q): ApiQuery<ListQuery>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     let operations = cp
         .operations()
         .list(q.sandbox_id.as_deref(), q.limit)
@@ -84,7 +85,7 @@ pub(super) async fn list(
 pub(super) async fn cancel(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.operations().cancel(&id).await?))
 }
 
@@ -108,7 +109,7 @@ pub(super) async fn logs(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<LogsQuery>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     cp.operations().get(&id).await?;
     let stream = log_stream(cp, id, q.after.unwrap_or(0));
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
@@ -191,6 +192,6 @@ where
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
     let (tx, rx) = tokio::sync::mpsc::channel(16);
-    tokio::spawn(crate::orgs::scope::carried(f(tx)));
+    tokio::spawn(cove_control_plane::orgs::scope::carried(f(tx)));
     futures::StreamExt::map(tokio_stream::wrappers::ReceiverStream::new(rx), Ok)
 }

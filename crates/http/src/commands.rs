@@ -5,10 +5,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
 use cove_api_types::{CommandState, CreateCommandRequest, KillRequest, SignalRequest};
+use cove_control_plane::ControlPlane;
 use serde::Deserialize;
 
 use super::extract::{idempotency_key, parse_wait, ApiJson, ApiQuery};
-use crate::{ControlPlane, ServiceError};
+use crate::render::ApiError;
 
 #[utoipa::path(
     post,
@@ -24,7 +25,7 @@ pub(super) async fn create(
     Path(id): Path<String>,
     headers: HeaderMap,
     ApiJson(req): ApiJson<CreateCommandRequest>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     let key = idempotency_key(&headers)?;
     Ok((
         StatusCode::CREATED,
@@ -52,7 +53,7 @@ pub(super) async fn list(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<ListQuery>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.list_commands(&id, q.state).await?))
 }
 
@@ -67,7 +68,7 @@ pub(super) async fn list(
 pub(super) async fn forget(
     State(cp): State<ControlPlane>,
     Path((id, cid)): Path<(String, String)>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     cp.forget_command(&id, &cid).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -94,7 +95,7 @@ pub(super) async fn output(
     State(cp): State<ControlPlane>,
     Path((id, cid)): Path<(String, String)>,
     ApiQuery(q): ApiQuery<OutputQuery>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     let wait = q.wait.as_deref().map(parse_wait).transpose()?;
     Ok(Json(cp.command_output(&id, &cid, wait, q.max_bytes).await?))
 }
@@ -119,7 +120,7 @@ pub(super) async fn get_one(
     State(cp): State<ControlPlane>,
     Path((id, cid)): Path<(String, String)>,
     ApiQuery(q): ApiQuery<GetQuery>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     let wait = q.wait.as_deref().map(parse_wait).transpose()?;
     Ok(Json(cp.get_command(&id, &cid, wait).await?))
 }
@@ -137,7 +138,7 @@ pub(super) async fn signal(
     State(cp): State<ControlPlane>,
     Path((id, cid)): Path<(String, String)>,
     ApiJson(req): ApiJson<SignalRequest>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.signal_command(&id, &cid, &req.signal).await?))
 }
 
@@ -154,7 +155,7 @@ pub(super) async fn kill(
     State(cp): State<ControlPlane>,
     Path((id, cid)): Path<(String, String)>,
     ApiJson(req): ApiJson<KillRequest>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.kill_command(&id, &cid, req.grace_ms).await?))
 }
 
@@ -169,7 +170,7 @@ pub(super) async fn kill(
 pub(super) async fn attachment(
     State(cp): State<ControlPlane>,
     Path((id, cid)): Path<(String, String)>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok((
         StatusCode::CREATED,
         Json(cp.new_attachment(&id, &cid).await?),

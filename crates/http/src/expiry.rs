@@ -4,9 +4,10 @@ use axum::extract::{Path, State};
 use axum::response::IntoResponse;
 use axum::Json;
 use cove_api_types::SetExpiryRequest;
+use cove_control_plane::ControlPlane;
 
 use super::extract::ApiJson;
-use crate::{ControlPlane, ServiceError};
+use crate::render::ApiError;
 
 /// `PUT /v1/sandboxes/{id}/expiry` `{expires_at | in_s, on_expiry?}`.
 #[utoipa::path(
@@ -22,7 +23,7 @@ pub(super) async fn set(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
     ApiJson(req): ApiJson<SetExpiryRequest>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.set_expiry(&id, req).await?))
 }
 
@@ -38,6 +39,6 @@ pub(super) async fn set(
 pub(super) async fn clear(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.clear_expiry(&id).await?))
 }

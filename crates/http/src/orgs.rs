@@ -6,10 +6,11 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
 use cove_api_types::{CreateApiKeyRequest, CreateOrgRequest, Quotas, UpdateOrgRequest};
+use cove_control_plane::ControlPlane;
 use serde::Deserialize;
 
 use super::extract::{ApiJson, ApiQuery};
-use crate::{ControlPlane, ServiceError};
+use crate::render::ApiError;
 
 #[utoipa::path(
     post,
@@ -22,7 +23,7 @@ use crate::{ControlPlane, ServiceError};
 pub(super) async fn create(
     State(cp): State<ControlPlane>,
     ApiJson(req): ApiJson<CreateOrgRequest>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok((StatusCode::CREATED, Json(cp.create_org(req).await?)))
 }
 
@@ -33,9 +34,7 @@ pub(super) async fn create(
     description = "List orgs (admin token only).",
     responses((status = 200, body = cove_api_types::OrgList, description = "The orgs")),
 )]
-pub(super) async fn list(
-    State(cp): State<ControlPlane>,
-) -> Result<impl IntoResponse, ServiceError> {
+pub(super) async fn list(State(cp): State<ControlPlane>) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.list_orgs().await?))
 }
 
@@ -50,7 +49,7 @@ pub(super) async fn list(
 pub(super) async fn get_one(
     State(cp): State<ControlPlane>,
     Path(org): Path<String>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.get_org(&org).await?))
 }
 
@@ -67,7 +66,7 @@ pub(super) async fn update(
     State(cp): State<ControlPlane>,
     Path(org): Path<String>,
     ApiJson(req): ApiJson<UpdateOrgRequest>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.update_org(&org, req).await?))
 }
 
@@ -84,7 +83,7 @@ pub(super) async fn set_quotas(
     State(cp): State<ControlPlane>,
     Path(org): Path<String>,
     ApiJson(q): ApiJson<Quotas>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.set_org_quotas(&org, q).await?))
 }
 
@@ -101,7 +100,7 @@ pub(super) async fn create_key(
     State(cp): State<ControlPlane>,
     Path(org): Path<String>,
     ApiJson(req): ApiJson<CreateApiKeyRequest>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok((
         StatusCode::CREATED,
         Json(cp.create_api_key(&org, req).await?),
@@ -119,7 +118,7 @@ pub(super) async fn create_key(
 pub(super) async fn list_keys(
     State(cp): State<ControlPlane>,
     Path(org): Path<String>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.list_api_keys(&org).await?))
 }
 
@@ -134,7 +133,7 @@ pub(super) async fn list_keys(
 pub(super) async fn revoke_key(
     State(cp): State<ControlPlane>,
     Path((org, key)): Path<(String, String)>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.revoke_api_key(&org, &key).await?))
 }
 
@@ -161,7 +160,7 @@ pub(super) struct AuditQuery {
 pub(super) async fn audit(
     State(cp): State<ControlPlane>,
     ApiQuery(q): ApiQuery<AuditQuery>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(
         cp.list_audit(q.after.unwrap_or(0), q.limit, q.org).await?,
     ))

@@ -1,10 +1,10 @@
 //! `docs/openapi.json` is the document the server serves at `/v1/openapi.json`; this fails
 //! when they drift. Regenerate it with
-//! `COVE_UPDATE_OPENAPI=1 cargo test -p cove-control-plane --test openapi`.
+//! `COVE_UPDATE_OPENAPI=1 cargo test -p cove-http --test openapi`.
 
 use std::path::PathBuf;
 
-use cove_control_plane::http::openapi::openapi_pretty_json;
+use cove_http::openapi::openapi_pretty_json;
 
 fn checked_in() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/openapi.json")
@@ -21,7 +21,7 @@ fn checked_in_document_matches_the_code() {
     assert!(
         on_disk == generated,
         "docs/openapi.json differs from the API the code serves; regenerate it with \
-         `COVE_UPDATE_OPENAPI=1 cargo test -p cove-control-plane --test openapi` and commit it"
+         `COVE_UPDATE_OPENAPI=1 cargo test -p cove-http --test openapi` and commit it"
     );
 }
 

@@ -22,17 +22,17 @@ use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use cove_api_types::{PortLinkRequest, SetPortsRequest};
+use cove_control_plane::ports::{
+    passes, PortAccess, PortCredentials, PORT_COOKIE, PORT_LINK_QUERY, PORT_TOKEN_HEADER,
+    PORT_TOKEN_QUERY,
+};
+use cove_control_plane::{ControlPlane, ServiceError};
 use futures::StreamExt;
 use tokio::io::AsyncWriteExt;
 use tracing::debug;
 
-use crate::ports::{
-    passes, PortAccess, PortCredentials, PORT_COOKIE, PORT_LINK_QUERY, PORT_TOKEN_HEADER,
-    PORT_TOKEN_QUERY,
-};
-use crate::{ControlPlane, ServiceError};
-
 use super::extract::ApiJson;
+use crate::render::ApiError;
 
 /// Marks a response that came from a sandbox's port: it keeps its own body whatever its status
 /// (the API's JSON error bodies are for Cove's own answers).
@@ -61,7 +61,7 @@ pub enum PortSurface {
 pub(super) async fn access(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.sandbox_ports(&id).await?))
 }
 
@@ -79,7 +79,7 @@ pub(super) async fn set_access(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
     ApiJson(req): ApiJson<SetPortsRequest>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.set_ports_public(&id, req.public).await?))
 }
 
@@ -97,7 +97,7 @@ pub(super) async fn create_link(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
     ApiJson(req): ApiJson<PortLinkRequest>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok((
         StatusCode::CREATED,
         Json(cp.create_port_link(&id, &req).await?),
@@ -116,7 +116,7 @@ pub(super) async fn proxy(
         .and_then(|p| p.parse::<u16>().ok())
         .filter(|p| *p > 0)
     else {
-        return ServiceError::from(cove_domain::InvalidInput::new("port", "must be 1-65535"))
+        return ApiError::from(cove_domain::InvalidInput::new("port", "must be 1-65535"))
             .into_response();
     };
     // The path as sent (still percent-encoded), after the route's prefix.
@@ -173,10 +173,10 @@ pub async fn serve_port(
 ) -> Response {
     // A port authorises with its own credentials ([`ControlPlane::authorize_port`], which
     // looks the sandbox up itself): the request runs as the server (`orgs::scope`).
-    let served = crate::orgs::scope::as_system(async move {
+    let served = cove_control_plane::orgs::scope::as_system(async move {
         match forward(cp, surface, id, port, path, req).await {
             Ok(r) => r,
-            Err(e) => e.into_response(),
+            Err(e) => ApiError(e).into_response(),
         }
     });
     super::context::with_request_id(served).await
@@ -285,7 +285,7 @@ async fn forward(
         let value = cp.redeem_port_link(id, port, ticket)?;
         let cookie = format!(
             "{PORT_COOKIE}={value}; Path=/; Max-Age={}; HttpOnly; SameSite=Lax",
-            crate::ports::COOKIE_TTL.as_secs()
+            cove_control_plane::ports::COOKIE_TTL.as_secs()
         );
         let mut resp = StatusCode::SEE_OTHER.into_response();
         let headers = resp.headers_mut();

@@ -110,8 +110,9 @@ async fn drop_unusable_id(mut req: Request) -> Request {
     req
 }
 
-/// Records the request in the HTTP series of [`crate::metrics`]: its route template (axum's
-/// matched path; `unmatched` when no route matched), method, status and time to the response head.
+/// Records the request in the HTTP series of [`cove_control_plane::metrics`]: its route
+/// template (axum's matched path; `unmatched` when no route matched), method, status and time
+/// to the response head.
 async fn count_request(listener: &'static str, req: Request, next: Next) -> Response {
     let started = std::time::Instant::now();
     let method = req.method().clone();
@@ -120,9 +121,9 @@ async fn count_request(listener: &'static str, req: Request, next: Next) -> Resp
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
     let resp = next.run(req).await;
-    crate::metrics::http_request(
+    cove_control_plane::metrics::http_request(
         listener,
-        &method,
+        method.as_str(),
         route,
         resp.status().as_u16(),
         started.elapsed(),

@@ -20,14 +20,15 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::IntoResponse;
 use base64::Engine;
 use cove_api_types::GapEvent;
+use cove_control_plane::attach::{OutputEvent, OutputSource};
+use cove_control_plane::{ControlPlane, ServiceError};
 use futures::StreamExt;
 use http_body_util::BodyExt;
 use serde::Deserialize;
 
 use super::extract::ApiQuery;
 use super::operations::async_stream;
-use crate::attach::{OutputEvent, OutputSource};
-use crate::{ControlPlane, ServiceError};
+use crate::render::ApiError;
 
 /// Largest output event in bytes before encoding (32 KiB): larger chunks go out as several
 /// events, which keeps every event cheap to parse for a client however large the read.
@@ -58,7 +59,7 @@ pub(super) async fn attach(
     Path(cid): Path<String>,
     headers: HeaderMap,
     ApiQuery(q): ApiQuery<AttachQuery>,
-) -> Result<axum::response::Response, ServiceError> {
+) -> Result<axum::response::Response, ApiError> {
     let sandbox_id = authorize(&cp, &headers, &cid).await?;
     if wants_octet_stream(&headers) {
         if q.encoding.is_some() {
@@ -115,7 +116,7 @@ pub(super) async fn attach(
                     tracing::warn!(command_id = %cid, error = %e, "attach stream failed");
                     // A dead agent ended the command: say so; else the stream only broke.
                     let body = match &e {
-                        crate::ServiceError::GuestRestarted(_) => serde_json::json!({
+                        cove_control_plane::ServiceError::GuestRestarted(_) => serde_json::json!({
                             "code": e.code().as_str(),
                             "message": e.public_message(),
                         }),
@@ -160,7 +161,7 @@ async fn binary(
     sandbox_id: &str,
     cid: &str,
     offset: u64,
-) -> Result<axum::response::Response, ServiceError> {
+) -> Result<axum::response::Response, ApiError> {
     let stream = cp.attach_stdout(sandbox_id, cid, offset).await?;
     let cid = cid.to_string();
     let body = Body::from_stream(stream.map(move |item| {
@@ -286,7 +287,7 @@ pub(super) async fn stdin_write(
     Path(cid): Path<String>,
     headers: HeaderMap,
     body: Body,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     let sandbox_id = authorize(&cp, &headers, &cid).await?;
     let limited = http_body_util::Limited::new(body, MAX_STDIN_WRITE);
     let data = limited
@@ -302,7 +303,7 @@ pub(super) async fn stdin_close(
     State(cp): State<ControlPlane>,
     Path(cid): Path<String>,
     headers: HeaderMap,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     let sandbox_id = authorize(&cp, &headers, &cid).await?;
     cp.close_stdin(&sandbox_id, &cid).await?;
     Ok(StatusCode::NO_CONTENT)

@@ -4,9 +4,8 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use cove_api_types::{ErrorBody, ErrorCode};
+use cove_control_plane::ServiceError;
 use tracing::{error, info};
-
-use crate::ServiceError;
 
 /// An error body with the current request id.
 pub(crate) fn error_response(status: StatusCode, code: ErrorCode, message: &str) -> Response {
@@ -21,21 +20,41 @@ pub(crate) fn error_response(status: StatusCode, code: ErrorCode, message: &str)
     resp
 }
 
-impl IntoResponse for ServiceError {
+/// A service error as the API answers it: the one place a [`ServiceError`] becomes an HTTP
+/// answer. Its status is its code's ([`ErrorCode::http_status`]), the body is the JSON error
+/// body with the client's message ([`ServiceError::public_message`]; a 5xx's detail goes to the
+/// log), and a quota refusal carries `Retry-After`.
+#[derive(Debug)]
+pub(crate) struct ApiError(pub ServiceError);
+
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> Self {
+        ApiError(e)
+    }
+}
+
+impl From<cove_domain::InvalidInput> for ApiError {
+    fn from(e: cove_domain::InvalidInput) -> Self {
+        ApiError(e.into())
+    }
+}
+
+impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let code = self.code();
+        let ApiError(e) = self;
+        let code = e.code();
         let status =
             StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         if status.is_server_error() {
-            error!(code = code.as_str(), detail = %self, "request failed");
+            error!(code = code.as_str(), detail = %e, "request failed");
         } else {
             info!(code = code.as_str(), "request refused");
         }
-        let retry_after = match &self {
+        let retry_after = match &e {
             ServiceError::QuotaExceeded { retry_after_s, .. } => Some(*retry_after_s),
             _ => None,
         };
-        let mut resp = error_response(status, code, &self.public_message());
+        let mut resp = error_response(status, code, &e.public_message());
         if let Some(s) = retry_after {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, axum::http::HeaderValue::from(s));

@@ -23,9 +23,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use cove_api_types::{CreateVolumeRequest, MakeVolumeDirRequest, VolumeFileAttrs};
+use cove_control_plane::ControlPlane;
+use serde::Deserialize;
 
 use super::extract::{ApiJson, ApiQuery};
-use crate::{ControlPlane, ServiceError, VolumeFileQuery, VolumeListQuery, VolumeWriteQuery};
+use crate::render::ApiError;
 
 /// The volume routes (mounted under the management API's authentication).
 pub(super) fn routes() -> Router<ControlPlane> {
@@ -45,6 +47,43 @@ pub(super) fn routes() -> Router<ControlPlane> {
         .route("/v1/volumes/{name}/files:mkdir", post(mkdir))
 }
 
+/// Query of `GET`/`DELETE`/`PATCH /v1/volumes/{name}/files` and `files:stat`.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(super) struct VolumeFileQuery {
+    /// Path in the volume (`/` is its root; relative paths start there too).
+    path: String,
+}
+
+/// Query of `PUT /v1/volumes/{name}/files`.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(super) struct VolumeWriteQuery {
+    /// Path in the volume (`/` is its root; relative paths start there too). Missing parents
+    /// are made (uid and gid 1000, mode 0755); an existing file is replaced.
+    path: String,
+    /// Owner uid of the file (default 1000, `user` of the built-in templates).
+    uid: Option<u32>,
+    /// Owner gid of the file (default 1000).
+    gid: Option<u32>,
+    /// Permission bits of the file (default 0o644 = 420; at most 0o7777).
+    mode: Option<u32>,
+}
+
+/// Query of `GET /v1/volumes/{name}/files:list`.
+#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(super) struct VolumeListQuery {
+    /// Directory in the volume (default `/`, its root).
+    path: Option<String>,
+    /// Levels to list: 1 (default) = the directory's own entries, n = n-1 levels below them
+    /// too, each directory's entries right after it (1 to [`MAX_LIST_DEPTH`]).
+    depth: Option<u32>,
+}
+
 #[utoipa::path(
     post,
     path = "/v1/volumes",
@@ -56,7 +95,7 @@ pub(super) fn routes() -> Router<ControlPlane> {
 pub(super) async fn create(
     State(cp): State<ControlPlane>,
     ApiJson(req): ApiJson<CreateVolumeRequest>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok((StatusCode::CREATED, Json(cp.create_volume(req).await?)))
 }
 
@@ -67,9 +106,7 @@ pub(super) async fn create(
     description = "List the org's volumes by name, with their use and the sandboxes that mount them.",
     responses((status = 200, body = cove_api_types::VolumeList, description = "The volumes")),
 )]
-pub(super) async fn list(
-    State(cp): State<ControlPlane>,
-) -> Result<impl IntoResponse, ServiceError> {
+pub(super) async fn list(State(cp): State<ControlPlane>) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.list_volumes().await?))
 }
 
@@ -84,7 +121,7 @@ pub(super) async fn list(
 pub(super) async fn get_one(
     State(cp): State<ControlPlane>,
     Path(name): Path<String>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.get_volume(&name).await?))
 }
 
@@ -99,7 +136,7 @@ pub(super) async fn get_one(
 pub(super) async fn delete(
     State(cp): State<ControlPlane>,
     Path(name): Path<String>,
-) -> Result<StatusCode, ServiceError> {
+) -> Result<StatusCode, ApiError> {
     cp.delete_volume(&name).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -119,12 +156,18 @@ pub(super) async fn write(
     headers: HeaderMap,
     ApiQuery(q): ApiQuery<VolumeWriteQuery>,
     body: Body,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     super::files::upload(&headers, body, |declared, stream| {
-        cp.write_volume_file(&name, q, declared, stream)
+        let attrs = VolumeFileAttrs {
+            uid: q.uid,
+            gid: q.gid,
+            mode: q.mode,
+        };
+        cp.write_volume_file(&name, q.path, attrs, declared, stream)
     })
     .await
     .map(Json)
+    .map_err(ApiError)
 }
 
 #[utoipa::path(
@@ -139,8 +182,8 @@ pub(super) async fn read(
     State(cp): State<ControlPlane>,
     Path(name): Path<String>,
     ApiQuery(q): ApiQuery<VolumeFileQuery>,
-) -> Result<Response, ServiceError> {
-    let (_info, stream) = cp.read_volume_file(&name, q).await?;
+) -> Result<Response, ApiError> {
+    let (_info, stream) = cp.read_volume_file(&name, q.path).await?;
     let mut resp = Body::from_stream(stream).into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -161,8 +204,8 @@ pub(super) async fn list_files(
     State(cp): State<ControlPlane>,
     Path(name): Path<String>,
     ApiQuery(q): ApiQuery<VolumeListQuery>,
-) -> Result<impl IntoResponse, ServiceError> {
-    Ok(Json(cp.list_volume_files(&name, q).await?))
+) -> Result<impl IntoResponse, ApiError> {
+    Ok(Json(cp.list_volume_files(&name, q.path, q.depth).await?))
 }
 
 #[utoipa::path(
@@ -177,8 +220,8 @@ pub(super) async fn stat(
     State(cp): State<ControlPlane>,
     Path(name): Path<String>,
     ApiQuery(q): ApiQuery<VolumeFileQuery>,
-) -> Result<impl IntoResponse, ServiceError> {
-    Ok(Json(cp.stat_volume_file(&name, q).await?))
+) -> Result<impl IntoResponse, ApiError> {
+    Ok(Json(cp.stat_volume_file(&name, q.path).await?))
 }
 
 #[utoipa::path(
@@ -193,8 +236,8 @@ pub(super) async fn remove(
     State(cp): State<ControlPlane>,
     Path(name): Path<String>,
     ApiQuery(q): ApiQuery<VolumeFileQuery>,
-) -> Result<StatusCode, ServiceError> {
-    cp.remove_volume_file(&name, q).await?;
+) -> Result<StatusCode, ApiError> {
+    cp.remove_volume_file(&name, q.path).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -211,7 +254,7 @@ pub(super) async fn mkdir(
     State(cp): State<ControlPlane>,
     Path(name): Path<String>,
     ApiJson(req): ApiJson<MakeVolumeDirRequest>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok((
         StatusCode::CREATED,
         Json(cp.make_volume_dir(&name, req).await?),
@@ -232,6 +275,6 @@ pub(super) async fn set_attrs(
     Path(name): Path<String>,
     ApiQuery(q): ApiQuery<VolumeFileQuery>,
     ApiJson(attrs): ApiJson<VolumeFileAttrs>,
-) -> Result<impl IntoResponse, ServiceError> {
-    Ok(Json(cp.set_volume_file_attrs(&name, q, attrs).await?))
+) -> Result<impl IntoResponse, ApiError> {
+    Ok(Json(cp.set_volume_file_attrs(&name, q.path, attrs).await?))
 }

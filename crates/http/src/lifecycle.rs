@@ -5,9 +5,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::Json;
 use cove_api_types::LifecycleRequest;
+use cove_control_plane::{ControlPlane, LifecycleVerb};
 
 use super::extract::{idempotency_key, ApiJson};
-use crate::{ControlPlane, LifecycleVerb, ServiceError};
+use crate::render::ApiError;
 
 async fn call(
     cp: ControlPlane,
@@ -15,7 +16,7 @@ async fn call(
     verb: LifecycleVerb,
     headers: HeaderMap,
     req: LifecycleRequest,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     let key = idempotency_key(&headers)?;
     let op = cp.lifecycle(&id, verb, req, key).await?;
     Ok((StatusCode::ACCEPTED, Json(op)))
@@ -35,7 +36,7 @@ pub(super) async fn pause(
     Path(id): Path<String>,
     headers: HeaderMap,
     ApiJson(req): ApiJson<LifecycleRequest>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     call(cp, id, LifecycleVerb::Pause, headers, req).await
 }
 
@@ -53,7 +54,7 @@ pub(super) async fn resume(
     Path(id): Path<String>,
     headers: HeaderMap,
     ApiJson(req): ApiJson<LifecycleRequest>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     call(cp, id, LifecycleVerb::Resume, headers, req).await
 }
 
@@ -71,7 +72,7 @@ pub(super) async fn suspend(
     Path(id): Path<String>,
     headers: HeaderMap,
     ApiJson(req): ApiJson<LifecycleRequest>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     call(cp, id, LifecycleVerb::Suspend, headers, req).await
 }
 
@@ -89,7 +90,7 @@ pub(super) async fn wake(
     Path(id): Path<String>,
     headers: HeaderMap,
     ApiJson(req): ApiJson<LifecycleRequest>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     call(cp, id, LifecycleVerb::Wake, headers, req).await
 }
 

@@ -9,13 +9,14 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::IntoResponse;
+use cove_control_plane::events::EVENTS_PAGE;
+use cove_control_plane::ControlPlane;
 use cove_domain::InvalidInput;
 use serde::Deserialize;
 
 use super::extract::ApiQuery;
 use super::operations::async_stream;
-use crate::events::EVENTS_PAGE;
-use crate::{ControlPlane, ServiceError};
+use crate::render::ApiError;
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -37,7 +38,7 @@ pub(super) async fn stream(
     State(cp): State<ControlPlane>,
     headers: HeaderMap,
     ApiQuery(q): ApiQuery<EventsQuery>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     let after = match q.after {
         Some(after) => after,
         None => match headers.get("last-event-id") {
@@ -49,19 +50,16 @@ pub(super) async fn stream(
                 .ok_or_else(|| InvalidInput::new("Last-Event-ID", "must be an event seq"))?,
         },
     };
-    // The body is streamed after this handler returns, outside the caller's scope.
-    let org = crate::orgs::scope::listing_org()?;
+    // The body is streamed after this handler returns, outside the caller's scope: the feed
+    // keeps the caller's view.
+    let mut feed = cp.event_feed(after)?;
     let events = async_stream(move |tx| async move {
-        let mut after = after;
-        let mut changes = cp.inner.events.subscribe();
         loop {
-            changes.borrow_and_update();
-            let Ok(page) = cp.inner.events.after(org.as_deref(), after).await else {
+            let Ok(page) = feed.next_page().await else {
                 return;
             };
             let drained = page.len() < EVENTS_PAGE as usize;
             for ev in page {
-                after = ev.seq;
                 let name = match ev.kind {
                     cove_api_types::EventType::NetworkDenied => "network_denied",
                     _ => "lifecycle",
@@ -76,7 +74,7 @@ pub(super) async fn stream(
                 }
             }
             if drained {
-                let _ = tokio::time::timeout(Duration::from_secs(15), changes.changed()).await;
+                feed.wait(Duration::from_secs(15)).await;
             }
             if tx.is_closed() {
                 return;

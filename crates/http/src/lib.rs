@@ -1,5 +1,12 @@
-//! HTTP surfaces: the management API (`/v1`, bearer token) and the data plane (`/v1/attach`,
-//! attachment token), each served on its own listener.
+//! Cove's REST API over HTTP: the management API (`/v1`, bearer token), the data plane
+//! (`/v1/attach`, attachment token) and the proxy listener of sandbox ports, each served on its
+//! own listener, with the API's OpenAPI document ([`openapi`]).
+//!
+//! This crate frames requests and answers only: every handler extracts its input, calls one
+//! service of [`cove_control_plane::ControlPlane`] through its public API, and renders the
+//! result. A [`cove_control_plane::ServiceError`] becomes an HTTP answer in one place
+//! (`render.rs`: status, JSON error body, `Retry-After`). The E2B surface (`cove-e2b-compat`)
+//! sits beside it over the same services and borrows its port proxy framing ([`serve_port`]).
 
 use axum::extract::rejection::RawPathParamsRejection;
 use axum::extract::{MatchedPath, RawPathParams, Request, State};
@@ -8,11 +15,11 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post, put};
 use axum::Router;
-
 use cove_api_types::ErrorCode;
+use cove_control_plane::orgs::{audit, scope};
+use cove_control_plane::{ControlPlane, ServiceError};
 
-use crate::orgs::{audit, scope};
-use crate::{ControlPlane, ServiceError};
+use render::ApiError;
 
 mod checkpoints;
 mod commands;
@@ -205,8 +212,8 @@ async fn as_system(req: Request, next: Next) -> Response {
 }
 
 /// The proxy listener's router (`cove server --proxy-listen`): every request goes to the sandbox
-/// port its host names, `{port}-{sandbox id}.{domain}` (see [`crate::ports`]); any other host
-/// is `404 not_found`.
+/// port its host names, `{port}-{sandbox id}.{domain}` (see [`cove_control_plane::ports`]);
+/// any other host is `404 not_found`.
 pub fn ports_router(cp: ControlPlane) -> Router {
     context::layers(
         Router::new().fallback(ports::by_host).with_state(cp),
@@ -230,7 +237,7 @@ async fn metrics(State(cp): State<ControlPlane>) -> Response {
             cove_api_types::ErrorCode::NotFound,
             "metrics are not enabled on this server",
         ),
-        Err(e) => e.into_response(),
+        Err(e) => ApiError(e).into_response(),
     }
 }
 
@@ -261,8 +268,8 @@ pub(crate) fn bearer(headers: &axum::http::HeaderMap) -> Option<&str> {
 }
 
 /// Authenticates the bearer token and serves the request as its caller (see
-/// [`crate::orgs::scope`]); a request that may change something is then recorded in the audit
-/// log with the resource its route names (the last path parameter).
+/// [`cove_control_plane::orgs::scope`]); a request that may change something is then recorded
+/// in the audit log with the resource its route names (the last path parameter).
 async fn require_token(
     State(cp): State<ControlPlane>,
     matched: Option<MatchedPath>,
@@ -271,13 +278,13 @@ async fn require_token(
     next: Next,
 ) -> Response {
     let Some(token) = bearer(req.headers()) else {
-        return ServiceError::Unauthorized("missing bearer token".into()).into_response();
+        return ApiError(ServiceError::Unauthorized("missing bearer token".into())).into_response();
     };
     let caller = match cp.authenticate(token).await {
         Ok(c) => c,
-        Err(e) => return e.into_response(),
+        Err(e) => return ApiError(e).into_response(),
     };
-    if !audit::audited(req.method()) {
+    if !audit::audited(req.method().as_str()) {
         return scope::scoped(caller, next.run(req)).await;
     }
     let action = format!(

@@ -5,9 +5,10 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::Json;
 use cove_api_types::PutPoolRequest;
+use cove_control_plane::ControlPlane;
 
 use super::extract::ApiJson;
-use crate::{ControlPlane, ServiceError};
+use crate::render::ApiError;
 
 #[utoipa::path(
     get,
@@ -16,9 +17,7 @@ use crate::{ControlPlane, ServiceError};
     description = "List warm pools with their sizes (ready, starting) and hits and misses.",
     responses((status = 200, body = cove_api_types::PoolList, description = "The pools")),
 )]
-pub(super) async fn list(
-    State(cp): State<ControlPlane>,
-) -> Result<impl IntoResponse, ServiceError> {
+pub(super) async fn list(State(cp): State<ControlPlane>) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.list_pools().await?))
 }
 
@@ -33,7 +32,7 @@ pub(super) async fn list(
 pub(super) async fn get_one(
     State(cp): State<ControlPlane>,
     Path(name): Path<String>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.get_pool(&name).await?))
 }
 
@@ -50,7 +49,7 @@ pub(super) async fn put(
     State(cp): State<ControlPlane>,
     Path(name): Path<String>,
     ApiJson(req): ApiJson<PutPoolRequest>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.put_pool(&name, req).await?))
 }
 
@@ -66,7 +65,7 @@ pub(super) async fn put(
 pub(super) async fn delete(
     State(cp): State<ControlPlane>,
     Path(name): Path<String>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     cp.delete_pool(&name).await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -20,6 +20,7 @@ use axum::extract::{Multipart, Path, State};
 use axum::Json;
 use bytes::Bytes;
 use cove_api_types::UploadedFiles;
+use cove_control_plane::{ControlPlane, ServiceError, WriteFileQuery};
 use cove_domain::InvalidInput;
 use futures::StreamExt;
 use serde::Deserialize;
@@ -27,7 +28,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::extract::ApiQuery;
-use crate::{ControlPlane, ServiceError, WriteFileQuery};
+use crate::render::ApiError;
 
 /// Longest text part (`path`, `path_b64`, `mode`), in bytes.
 const MAX_TEXT_PART: usize = 8 * 1024;
@@ -57,7 +58,7 @@ pub(super) async fn upload(
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<UploadQuery>,
     mut multipart: Multipart,
-) -> Result<Json<UploadedFiles>, ServiceError> {
+) -> Result<Json<UploadedFiles>, ApiError> {
     cp.running_sandbox(&id).await?;
     let mut files = Vec::new();
     let (mut path, mut path_b64, mut mode) = (None, None, None);

@@ -28,13 +28,14 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use bytes::Bytes;
 use cove_api_types::{ErrorBody, FileEvent, MakeDirRequest, MoveRequest};
+use cove_control_plane::{
+    ControlPlane, ListQuery, PathQuery, ReadFileQuery, ServiceError, WatchQuery, WriteFileQuery,
+};
 use futures::stream::BoxStream;
 use futures::{stream, StreamExt};
 
 use super::extract::{ApiJson, ApiQuery};
-use crate::{
-    ControlPlane, ListQuery, PathQuery, ReadFileQuery, ServiceError, WatchQuery, WriteFileQuery,
-};
+use crate::render::ApiError;
 
 /// How often an idle watch sends a keep-alive comment (which also notices a client that left).
 const WATCH_KEEP_ALIVE: Duration = Duration::from_secs(5);
@@ -73,12 +74,13 @@ pub(super) async fn write(
     headers: HeaderMap,
     ApiQuery(q): ApiQuery<WriteFileQuery>,
     body: Body,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     upload(&headers, body, |declared, stream| {
         cp.write_file(&id, q, declared, stream)
     })
     .await
     .map(Json)
+    .map_err(ApiError)
 }
 
 /// Most bytes, and longest time, an upload refused early is drained for.
@@ -141,7 +143,7 @@ pub(super) async fn read(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<ReadFileQuery>,
-) -> Result<Response, ServiceError> {
+) -> Result<Response, ApiError> {
     let (offset, length) = (q.offset.unwrap_or(0), q.length);
     let (info, stream) = cp.read_file(&id, q).await?;
     let mut resp = if info.size > 0 {
@@ -193,7 +195,7 @@ pub(super) async fn remove(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
-) -> Result<StatusCode, ServiceError> {
+) -> Result<StatusCode, ApiError> {
     cp.remove_file(&id, q).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -210,7 +212,7 @@ pub(super) async fn list(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<ListQuery>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.list_files(&id, q).await?))
 }
 
@@ -226,7 +228,7 @@ pub(super) async fn stat(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.stat_file(&id, q).await?))
 }
 
@@ -242,7 +244,7 @@ pub(super) async fn exists(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.file_exists(&id, q).await?))
 }
 
@@ -259,7 +261,7 @@ pub(super) async fn mkdir(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
     ApiJson(req): ApiJson<MakeDirRequest>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok((StatusCode::CREATED, Json(cp.make_dir(&id, req).await?)))
 }
 
@@ -276,7 +278,7 @@ pub(super) async fn mv(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
     ApiJson(req): ApiJson<MoveRequest>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     Ok(Json(cp.move_file(&id, req).await?))
 }
 
@@ -292,7 +294,7 @@ pub(super) async fn watch(
     State(cp): State<ControlPlane>,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<WatchQuery>,
-) -> Result<impl IntoResponse, ServiceError> {
+) -> Result<impl IntoResponse, ApiError> {
     let batches = cp.watch_files(&id, q).await?;
     let events = batches.flat_map(|batch| {
         let events: Vec<Result<Event, std::convert::Infallible>> = match batch {
