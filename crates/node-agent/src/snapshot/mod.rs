@@ -151,6 +151,9 @@ impl SnapshotStore {
                 Self::local(&dir)
             }
             "s3" => {
+                // The S3 client's TLS (rustls without a bundled provider) uses the process's
+                // default provider: ring, as everywhere else in Cove. Already set is fine.
+                let _ = rustls::crypto::ring::default_provider().install_default();
                 let (store, prefix) = object_store::parse_url_opts(&parsed, options)
                     .map_err(|e| bad(e.to_string()))?;
                 Ok(SnapshotStore {
