@@ -227,6 +227,14 @@ class CoveServer:
                              capture_output=True, text=True).stdout.split()
         for cid in ids:
             subprocess.run(["runc", "--root", runc_root, "delete", "-f", cid], capture_output=True)
+        # And those of a `--runtime gvisor` server.
+        runsc_root = os.path.join(self.data_dir, "runsc")
+        if os.path.isdir(runsc_root) and shutil.which("runsc"):
+            ids = subprocess.run(["runsc", "--root", runsc_root, "list", "-q"],
+                                 capture_output=True, text=True).stdout.split()
+            for cid in ids:
+                subprocess.run(["runsc", "--root", runsc_root, "delete", "-force", cid],
+                               capture_output=True)
         sandboxes = os.path.join(self.data_dir, "sandboxes")
         if os.path.isdir(sandboxes):
             for d in os.listdir(sandboxes):
