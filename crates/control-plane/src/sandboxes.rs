@@ -197,6 +197,7 @@ impl ControlPlane {
                 &sandbox,
                 latest,
                 unclaimable,
+                &req.secrets,
                 idempotency_key.as_deref(),
                 request_hash.as_deref(),
             )
@@ -440,6 +441,8 @@ impl ControlPlane {
                     )
                 })
                 .collect(),
+            // A pool member boots trusting its gateway CA, so a claim can hand it secrets.
+            arm_secrets: pool.is_some(),
             volumes: match self.launch_volumes(&sandbox.org, &sandbox.volumes).await {
                 Ok(v) => v,
                 Err(e) => {

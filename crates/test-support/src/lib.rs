@@ -344,6 +344,7 @@ impl FakeNode {
             resources: cove_domain::Resources::default(),
             network: Default::default(),
             secrets: Default::default(),
+            arm_secrets: false,
             volumes: Vec::new(),
         };
         let sb = lifecycle::new_sandbox(launch, "/home/user");

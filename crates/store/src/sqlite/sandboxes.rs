@@ -191,6 +191,21 @@ impl SandboxStore for SqliteStore {
         Ok(res.rows_affected() > 0)
     }
 
+    async fn set_sandbox_secrets(
+        &self,
+        id: &str,
+        public: &std::collections::BTreeMap<String, cove_api_types::SandboxSecret>,
+        sealed: &str,
+    ) -> Result<bool, StoreError> {
+        let res = sqlx::query("UPDATE sandboxes SET secrets = ?, secrets_sealed = ? WHERE id = ?")
+            .bind(secrets_json(public)?)
+            .bind(sealed)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(res.rows_affected() > 0)
+    }
+
     async fn sealed_secrets(&self, id: &str) -> Result<Option<String>, StoreError> {
         let row = sqlx::query("SELECT secrets_sealed FROM sandboxes WHERE id = ?")
             .bind(id)
