@@ -190,7 +190,8 @@ impl ControlPlane {
         // charged to the org when it was started: a claim holds nothing more.
         let quota = self.lock_quotas(&sandbox.org).await?;
         self.check_create_rate(&quota, 1)?;
-        let unclaimable = crate::pools::unclaimable(&req, recipe.start.is_some());
+        let attach_volumes = self.volumes_attachable(&req.volumes).await?;
+        let unclaimable = crate::pools::unclaimable(&req, recipe.start.is_some(), attach_volumes);
         let latest = matches!(pin, crate::release_pins::Pin::Latest).then_some(sandbox.release);
         if let Some(served) = self
             .create_from_pool(

@@ -82,6 +82,15 @@ pub trait SandboxStore: Send + Sync {
         sealed: &str,
     ) -> Result<bool, StoreError>;
 
+    /// Sets the volumes sandbox `id` mounts, after it was recorded (a warm pool member claimed
+    /// by a create that mounts volumes; a volume delete then sees them in use). Returns whether
+    /// the sandbox exists.
+    async fn set_sandbox_volumes(
+        &self,
+        id: &str,
+        volumes: &[cove_api_types::VolumeMount],
+    ) -> Result<bool, StoreError>;
+
     /// The sealed values of a sandbox's secrets (`None`: none stored);
     /// [`StoreError::NotFound`] for an unknown sandbox.
     async fn sealed_secrets(&self, id: &str) -> Result<Option<String>, StoreError>;

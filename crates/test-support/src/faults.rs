@@ -99,6 +99,8 @@ pub enum Call {
     SandboxMetrics,
     /// `NodeNetwork::rearm_secrets`.
     RearmSecrets,
+    /// `NodeVolumes::attach_volumes`.
+    AttachVolumes,
     /// `NodeVolumes::download_volume` (its target is the volume id).
     DownloadVolume,
     /// `NodeVolumes::upload_volume` (its target is the volume id).

@@ -150,6 +150,7 @@ impl FakeNode {
             network: true,
             user_namespaces: false,
             volumes: true,
+            attach_volumes: true,
         })
     }
 

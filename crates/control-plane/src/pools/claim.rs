@@ -33,10 +33,19 @@ use crate::{ControlPlane, ServiceError};
 /// placeholders a cold start gives it, so such a release takes another policy or secrets only
 /// at a cold start.
 ///
+/// `attach_volumes`: the node can mount volumes into a running sandbox (runc on a single
+/// server; see [`ControlPlane::volumes_attachable`]): the create's volumes are then mounted
+/// into the member at claim; otherwise (gVisor, VMs, a cluster) a create with volumes
+/// cold-starts.
+///
 /// Every field of the request is named here, so a new one cannot be added without deciding
 /// whether a member can take it at claim time. The answer is the reason label of a miss in
 /// `cove_pool_claims_total`.
-pub(crate) fn unclaimable(req: &CreateSandboxRequest, has_start: bool) -> Option<&'static str> {
+pub(crate) fn unclaimable(
+    req: &CreateSandboxRequest,
+    has_start: bool,
+    attach_volumes: bool,
+) -> Option<&'static str> {
     let CreateSandboxRequest {
         template: _,
         release: _,
@@ -65,8 +74,8 @@ pub(crate) fn unclaimable(req: &CreateSandboxRequest, has_start: bool) -> Option
         Some("checkpoint")
     } else if !secrets.is_empty() && has_start {
         Some("secrets_with_start")
-    } else if !volumes.is_empty() {
-        // Volumes are bound when the sandbox starts.
+    } else if !volumes.is_empty() && !attach_volumes {
+        // Bound when the sandbox starts: this node cannot mount them into a running one.
         Some("volumes")
     } else if policy && has_start {
         Some("policy_with_start")
@@ -259,6 +268,15 @@ impl ControlPlane {
             }
             sandbox.secrets = wanted.secrets.clone();
         }
+        if !wanted.volumes.is_empty() {
+            if let Err(e) = self.claimed_volumes(&sandbox, &wanted.volumes).await {
+                // Nor without its volumes.
+                warn!(sandbox_id = %sandbox.id, error = %e, "cannot attach the volumes to a claimed member; deleting it");
+                self.drop_claimed(&sandbox).await;
+                return Err(e);
+            }
+            sandbox.volumes = wanted.volumes.clone();
+        }
         if wanted.public {
             self.store().set_sandbox_public(&sandbox.id, true).await?;
             sandbox.public = true;
@@ -299,6 +317,41 @@ impl ControlPlane {
             Ok(false) => {}
             Err(e) => warn!(sandbox_id = %s.id, error = %e, "cannot delete a claimed member"),
         }
+    }
+
+    /// Whether a create that mounts `mounts` can take a pool member: the node attaches volumes
+    /// to a running sandbox, and every volume is on the server's own node (on a cluster a
+    /// member may run on another node than the volumes, so such creates cold-start there).
+    pub(crate) async fn volumes_attachable(
+        &self,
+        mounts: &[cove_api_types::VolumeMount],
+    ) -> Result<bool, ServiceError> {
+        if mounts.is_empty() || !self.node().capabilities().attach_volumes {
+            return Ok(false);
+        }
+        for m in mounts {
+            if self.volume_record(&m.name).await?.node.is_some() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Mounts `mounts` into claimed member `s`: its record first (a volume delete then sees
+    /// them in use, and the member's delete releases them), then the node.
+    async fn claimed_volumes(
+        &self,
+        s: &Sandbox,
+        mounts: &[cove_api_types::VolumeMount],
+    ) -> Result<(), ServiceError> {
+        if !self.store().set_sandbox_volumes(&s.id, mounts).await? {
+            return Err(ServiceError::SandboxNotFound(s.id.clone()));
+        }
+        let launch = self.launch_volumes(&s.org, mounts).await?;
+        self.node()
+            .attach_volumes(&s.id, launch)
+            .await
+            .map_err(|e| crate::error::from_node(e, &s.id))
     }
 
     /// Puts egress policy `policy` on claimed member `id`: its record, then the gateway (the
@@ -350,17 +403,17 @@ mod tests {
             secrets: secrets(),
             ..Default::default()
         };
-        assert_eq!(unclaimable(&req, false), None);
-        assert_eq!(unclaimable(&req, true), Some("secrets_with_start"));
+        assert_eq!(unclaimable(&req, false, false), None);
+        assert_eq!(unclaimable(&req, true, false), Some("secrets_with_start"));
         assert_eq!(
-            unclaimable(&CreateSandboxRequest::default(), true),
+            unclaimable(&CreateSandboxRequest::default(), true, false),
             None,
             "nothing to apply: a START release is claimable"
         );
     }
 
     #[test]
-    fn volumes_and_checkpoints_cold_start() {
+    fn volumes_cold_start_only_where_they_cannot_be_attached() {
         let mount = cove_api_types::VolumeMount {
             name: "data".into(),
             path: "/data".into(),
@@ -371,11 +424,12 @@ mod tests {
             secrets: secrets(),
             ..Default::default()
         };
-        assert_eq!(unclaimable(&req, false), Some("volumes"));
+        assert_eq!(unclaimable(&req, false, false), Some("volumes"));
+        assert_eq!(unclaimable(&req, false, true), None, "attached at claim");
         let req = CreateSandboxRequest {
             checkpoint: Some("ck".into()),
             ..Default::default()
         };
-        assert_eq!(unclaimable(&req, false), Some("checkpoint"));
+        assert_eq!(unclaimable(&req, false, true), Some("checkpoint"));
     }
 }

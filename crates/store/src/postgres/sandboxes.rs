@@ -196,6 +196,19 @@ impl SandboxStore for PgStore {
         Ok(res.rows_affected() > 0)
     }
 
+    async fn set_sandbox_volumes(
+        &self,
+        id: &str,
+        volumes: &[cove_api_types::VolumeMount],
+    ) -> Result<bool, StoreError> {
+        let res = sqlx::query("UPDATE sandboxes SET volumes = $1 WHERE id = $2")
+            .bind(crate::volumes::mounts_json(volumes)?)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(res.rows_affected() > 0)
+    }
+
     async fn sealed_secrets(&self, id: &str) -> Result<Option<String>, StoreError> {
         let row = sqlx::query("SELECT secrets_sealed FROM sandboxes WHERE id = $1")
             .bind(id)
