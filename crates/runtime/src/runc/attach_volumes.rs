@@ -20,6 +20,8 @@
 //! Blocking; callers run it on `spawn_blocking`.
 // `unshare` and `setns` are plain libc calls (no safe wrapper in the crates used).
 #![allow(unsafe_code)]
+// The sandbox's tree is reached only through `cove-confine` (docs/security.md).
+#![deny(clippy::disallowed_methods)]
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -60,7 +62,11 @@ pub(crate) fn attach(
     }
     // The sandbox's root owns the directories made on the way, as runc's mount points.
     let owner = range.map(|r| r.host()).unwrap_or(0);
-    let ns: OwnedFd = std::fs::File::open(format!("/proc/{init_pid}/ns/mnt"))?.into();
+    let ns: OwnedFd = rustix::fs::open(
+        format!("/proc/{init_pid}/ns/mnt"),
+        rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )?;
     std::thread::scope(|s| {
         s.spawn(|| -> io::Result<()> {
             // SAFETY: plain system calls on this thread only; `ns` outlives them.
@@ -149,6 +155,8 @@ pub(crate) fn resolve_dir(
 }
 
 #[cfg(test)]
+// The tests plant the tree with plain calls, as root in a sandbox would.
+#[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
 
