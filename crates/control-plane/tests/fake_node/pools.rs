@@ -566,6 +566,12 @@ async fn a_create_with_volumes_is_served_warm_with_the_volumes_attached() {
             ErrorCode::VolumeInUse,
             "mounted by the claimed member"
         );
+        // A wake mounts them at start, as a cold sandbox's.
+        h.apply(&s.id, cove_control_plane::LifecycleVerb::Suspend)
+            .await;
+        h.apply(&s.id, cove_control_plane::LifecycleVerb::Wake)
+            .await;
+        assert_eq!(h.node.launch_of(&s.id).expect("launch").volumes, on_node);
         let op = h.cp.delete_sandbox(&s.id, None).await.expect("delete");
         h.succeeds(&op).await;
         h.cp.delete_volume("data").await.expect("free again");
