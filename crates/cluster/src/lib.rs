@@ -172,6 +172,7 @@ impl Cluster {
             network: false,
             user_namespaces: false,
             volumes: false,
+            attach_volumes: false,
         };
         Arc::new(Cluster {
             cfg,

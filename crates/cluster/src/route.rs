@@ -629,4 +629,17 @@ fn events_of(
 /// A volume call names only the volume's id, and a cluster does not keep where volumes are
 /// (the store does): the control plane addresses each volume call to the volume's node
 /// through [`Placement::volume_node`](crate::Placement::volume_node) instead, and a call made here answers `Unsupported`.
-impl cove_node_api::NodeVolumes for Cluster {}
+/// Attaching volumes to a running sandbox names the sandbox: it goes to the sandbox's node.
+#[async_trait]
+impl cove_node_api::NodeVolumes for Cluster {
+    async fn attach_volumes(
+        &self,
+        sandbox_id: &str,
+        volumes: Vec<cove_node_api::LaunchVolume>,
+    ) -> Result<(), NodeError> {
+        self.api_for(sandbox_id)
+            .await?
+            .attach_volumes(sandbox_id, volumes)
+            .await
+    }
+}

@@ -58,8 +58,8 @@ pub const POOL_MEMBERS: &str = "cove_pool_members";
 /// Ready members every pool keeps, summed (gauge; compare with [`POOL_MEMBERS`]).
 pub const POOL_MIN_READY: &str = "cove_pool_min_ready";
 /// Creates a pool matched (counter, label `result`: `hit` = served by a ready member, `miss` =
-/// started cold, with label `reason`: `empty`, `checkpoint`, `secrets`, `volumes` or
-/// `policy_with_start`), as this replica served them.
+/// started cold, with label `reason`: `empty`, `checkpoint`, `volumes`, `policy_with_start`
+/// or `secrets_with_start`), as this replica served them.
 pub const POOL_CLAIMS: &str = "cove_pool_claims_total";
 
 /// Renders the installed recorder's series in the Prometheus text format; set by the
@@ -143,8 +143,8 @@ pub(crate) fn pool_hit() {
 }
 
 /// Counts a create a pool matched but did not serve (`result="miss"`), with why: `empty` (no
-/// ready member), or what the create asks that a member cannot take (`checkpoint`, `secrets`,
-/// `volumes`, `policy_with_start`).
+/// ready member), or what the create asks that a member cannot take (`checkpoint`, `volumes`,
+/// `policy_with_start`, `secrets_with_start`).
 pub(crate) fn pool_miss(reason: &'static str) {
     metrics::counter!(POOL_CLAIMS, "result" => "miss", "reason" => reason).increment(1);
 }

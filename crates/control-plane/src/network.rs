@@ -188,6 +188,20 @@ pub(crate) fn validate_secrets(
     Ok(())
 }
 
+/// The values of `secrets` sealed with `key` for sandbox `id` (the store's opaque string).
+fn seal_secrets(
+    key: &SecretsKey,
+    id: &str,
+    secrets: &BTreeMap<String, SecretRequest>,
+) -> Result<String, ServiceError> {
+    let values: BTreeMap<&str, &str> = secrets
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.value.as_str()))
+        .collect();
+    let plain = serde_json::to_vec(&values).map_err(|e| ServiceError::Internal(e.to_string()))?;
+    key.seal(id, &plain)
+}
+
 /// The public part of secrets (names and hosts).
 pub(crate) fn public_secrets(
     secrets: &BTreeMap<String, SecretRequest>,
@@ -258,15 +272,48 @@ impl ControlPlane {
             self.inner.cfg.secrets_key.as_ref().ok_or_else(|| {
                 ServiceError::NotImplemented("this server has no secrets key".into())
             })?;
-        let values: BTreeMap<&str, &str> = secrets
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.value.as_str()))
-            .collect();
-        let plain =
-            serde_json::to_vec(&values).map_err(|e| ServiceError::Internal(e.to_string()))?;
-        let sealed = key.seal(id, &plain)?;
+        let sealed = seal_secrets(key, id, secrets)?;
         self.store().set_sealed_secrets(id, &sealed).await?;
         Ok(())
+    }
+
+    /// Gives claimed pool member `id` the secrets of the create that claimed it: their public
+    /// part and sealed values in its record, then the node's gateway (which keeps the CA the
+    /// member trusts and makes placeholders its next commands get). Errors: the node could not
+    /// take them (the caller deletes the member rather than hand it out without them).
+    pub(crate) async fn claimed_secrets(
+        &self,
+        id: &str,
+        secrets: &BTreeMap<String, SecretRequest>,
+    ) -> Result<(), ServiceError> {
+        let key =
+            self.inner.cfg.secrets_key.as_ref().ok_or_else(|| {
+                ServiceError::NotImplemented("this server has no secrets key".into())
+            })?;
+        let sealed = seal_secrets(key, id, secrets)?;
+        if !self
+            .store()
+            .set_sandbox_secrets(id, &public_secrets(secrets), &sealed)
+            .await?
+        {
+            return Err(ServiceError::SandboxNotFound(id.to_string()));
+        }
+        let launch = secrets
+            .iter()
+            .map(|(name, s)| {
+                (
+                    name.clone(),
+                    LaunchSecret {
+                        value: s.value.clone(),
+                        hosts: s.hosts.clone(),
+                    },
+                )
+            })
+            .collect();
+        self.node()
+            .rearm_secrets(id, launch)
+            .await
+            .map_err(|e| crate::error::from_node(e, id))
     }
 
     /// The secrets of a stored sandbox with their values, for the node.
@@ -313,6 +360,9 @@ impl ControlPlane {
             resources: s.resources,
             network: s.network.clone(),
             secrets: self.launch_secrets(s).await?,
+            // A relaunched unclaimed pool member is not armed: a claim with secrets then
+            // fails its re-arm and the member is deleted, not handed out.
+            arm_secrets: false,
             volumes: self.launch_volumes(&s.org, &s.volumes).await?,
         })
     }

@@ -190,13 +190,15 @@ impl ControlPlane {
         // charged to the org when it was started: a claim holds nothing more.
         let quota = self.lock_quotas(&sandbox.org).await?;
         self.check_create_rate(&quota, 1)?;
-        let unclaimable = crate::pools::unclaimable(&req, recipe.start.is_some());
+        let attach_volumes = self.volumes_attachable(&req.volumes).await?;
+        let unclaimable = crate::pools::unclaimable(&req, recipe.start.is_some(), attach_volumes);
         let latest = matches!(pin, crate::release_pins::Pin::Latest).then_some(sandbox.release);
         if let Some(served) = self
             .create_from_pool(
                 &sandbox,
                 latest,
                 unclaimable,
+                &req.secrets,
                 idempotency_key.as_deref(),
                 request_hash.as_deref(),
             )
@@ -440,6 +442,8 @@ impl ControlPlane {
                     )
                 })
                 .collect(),
+            // A pool member boots trusting its gateway CA, so a claim can hand it secrets.
+            arm_secrets: pool.is_some(),
             volumes: match self.launch_volumes(&sandbox.org, &sandbox.volumes).await {
                 Ok(v) => v,
                 Err(e) => {

@@ -80,6 +80,13 @@ pub struct SandboxLaunch {
     /// placeholders. Never logged (see [`LaunchSecret`]'s `Debug`).
     #[serde(default)]
     pub secrets: BTreeMap<String, LaunchSecret>,
+    /// Turns secret substitution on even without `secrets`: the sandbox trusts its gateway CA
+    /// from its boot, so secrets can be handed in while it runs
+    /// ([`NodeNetwork::rearm_secrets`]; a warm pool member claimed by a create with secrets).
+    /// Ignored on a node without sandbox networks. Older nodes ignore it (a claim's re-arm then
+    /// fails and the member is not handed out).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub arm_secrets: bool,
     /// Volumes to mount, in order (the node keeps them: [`NodeVolumes`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<LaunchVolume>,

@@ -30,6 +30,10 @@ pub struct NodeCapabilities {
     /// in this version).
     #[serde(default)]
     pub volumes: bool,
+    /// Volumes can be attached to a running sandbox ([`crate::NodeVolumes::attach_volumes`]:
+    /// runc; a warm pool member takes a create's volumes at its claim). Older nodes: false.
+    #[serde(default)]
+    pub attach_volumes: bool,
 }
 
 /// The result of a suspend.

@@ -117,9 +117,14 @@ pub trait NodeNetwork: Send + Sync + 'static {
     /// default when the node has no sandbox network.
     async fn set_sandbox_network(&self, id: &str, policy: EgressPolicy) -> Result<(), NodeError>;
 
-    /// Turns secret substitution on again for a sandbox adopted after a node restart (the
-    /// node keeps no value across restarts). The sandbox keeps its placeholders and the CA it
-    /// trusts. [`NodeError::SandboxNotFound`] as for [`NodeNetwork::sandbox_network`].
+    /// Hands `secrets` to the gateway of a running sandbox that trusts a gateway CA (started
+    /// with secrets or with [`crate::SandboxLaunch::arm_secrets`]): after a node restart (the
+    /// node keeps no value across restarts) with the same secrets, or to a warm pool member at
+    /// its claim. The sandbox keeps the CA it trusts and the placeholders of names it had;
+    /// new names get new placeholders, which commands started from then on get in their
+    /// environment. [`NodeError::SandboxNotFound`] as for [`NodeNetwork::sandbox_network`];
+    /// [`NodeError::Unsupported`] when the sandbox trusts no gateway CA (it was started
+    /// without secrets and without `arm_secrets`).
     async fn rearm_secrets(
         &self,
         id: &str,

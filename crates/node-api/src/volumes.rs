@@ -111,6 +111,23 @@ pub trait NodeVolumes: Send + Sync + 'static {
         Err(unsupported())
     }
 
+    /// Mounts `volumes` (on this node) into running sandbox `sandbox_id` at their paths, as a
+    /// start with them would have (a warm pool member claimed by a create that mounts
+    /// volumes). Volumes mounted before a failure stay: the caller deletes a sandbox it cannot
+    /// give all its volumes. Errors: `Unsupported` when the runtime cannot (gVisor, VMs),
+    /// `SandboxNotFound` when it does not run here, `FileNotFound` for a volume the node does
+    /// not have, `Runtime` for a path refused in the sandbox's tree (a link or a
+    /// non-directory on the way).
+    async fn attach_volumes(
+        &self,
+        _sandbox_id: &str,
+        _volumes: Vec<crate::LaunchVolume>,
+    ) -> Result<(), NodeError> {
+        Err(NodeError::Unsupported(
+            "this node cannot attach volumes to a running sandbox".into(),
+        ))
+    }
+
     /// How full volume `id` is. Errors: `FileNotFound` when the node has no such volume.
     async fn volume_usage(&self, _id: &str) -> Result<VolumeUsage, NodeError> {
         Err(unsupported())

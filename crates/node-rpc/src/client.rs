@@ -82,6 +82,7 @@ impl RemoteNode {
                 network: false,
                 user_namespaces: false,
                 volumes: false,
+                attach_volumes: false,
             },
             recipes: Vec::new(),
         };

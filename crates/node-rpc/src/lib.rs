@@ -47,8 +47,9 @@ pub use server::NodeService;
 /// moved object volumes to and from the snapshot store (`DOWNLOAD_VOLUME`, `UPLOAD_VOLUME`,
 /// `RELEASE_VOLUME`); version 8 sends a file build's words as written (the node expands
 /// `ENV`, `ARG`, `WORKDIR`, `USER` and `COPY` destinations against the parent's environment)
-/// and adds the `LABEL` and `EXPOSE` steps.
-pub const PROTOCOL_VERSION: u32 = 8;
+/// and adds the `LABEL` and `EXPOSE` steps; version 9 attaches volumes to a running sandbox
+/// (`ATTACH_VOLUMES`, a warm pool member's claim).
+pub const PROTOCOL_VERSION: u32 = 9;
 
 /// Most bytes in one message of a byte stream (file contents, bodies).
 pub const CHUNK_BYTES: usize = 256 * 1024;

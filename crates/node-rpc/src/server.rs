@@ -335,6 +335,10 @@ impl Node for NodeService {
                 let (id, generation): (String, u64) = args(&a)?;
                 reply(n.upload_volume(&id, generation).await)
             }
+            Method::AttachVolumes => {
+                let (id, volumes): (String, Vec<cove_node_api::LaunchVolume>) = args(&a)?;
+                reply(n.attach_volumes(&id, volumes).await)
+            }
             Method::ReleaseVolume => {
                 let (id, keep): (String, u64) = args(&a)?;
                 reply(n.release_volume(&id, keep).await)

@@ -1,6 +1,6 @@
 //! The [`NodeVolumes`] of a [`RemoteNode`]: unary calls (create, delete, usage, list since
 //! protocol v5; the path calls stat, remove, mkdir, owner and mode since v6; an object volume's
-//! download, upload and release since v7), a file read as a
+//! download, upload and release since v7; attaching volumes to a running sandbox since v9), a file read as a
 //! server stream (its `FileInfo`, then its bytes) and a file write as a client stream (the
 //! call, then the bytes), as the sandbox files calls do. The control plane addresses each call
 //! to the node that keeps the volume.
@@ -43,6 +43,15 @@ impl NodeVolumes for RemoteNode {
 
     async fn release_volume(&self, id: &str, keep: u64) -> Result<(), NodeError> {
         self.call(Method::ReleaseVolume, (id, keep)).await
+    }
+
+    async fn attach_volumes(
+        &self,
+        sandbox_id: &str,
+        volumes: Vec<cove_node_api::LaunchVolume>,
+    ) -> Result<(), NodeError> {
+        self.call(Method::AttachVolumes, (sandbox_id, volumes))
+            .await
     }
 
     async fn volume_usage(&self, id: &str) -> Result<VolumeUsage, NodeError> {

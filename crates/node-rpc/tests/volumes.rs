@@ -1,7 +1,7 @@
 //! Volume calls over real gRPC on loopback: a FakeNode served by `NodeService`, called through
 //! `RemoteNode` — create, usage, delete, the file streams (read, write), listings to a depth,
 //! the path calls of protocol v6 (stat, remove, mkdir, owner and mode), and the object volume
-//! moves of v7 (download, upload, release), with their
+//! moves of v7 (download, upload, release), attaching volumes to a running sandbox (v9), with their
 //! arguments and typed errors crossing the wire as they are.
 
 #![allow(clippy::unwrap_used)]
@@ -188,4 +188,42 @@ async fn object_volume_moves_cross_the_wire() {
     ));
     remote.delete_volume(&id).await.unwrap();
     assert!(FakeNode::stored_volume_generations(&id).is_empty());
+}
+
+#[tokio::test]
+async fn attaching_volumes_to_a_running_sandbox_crosses_the_wire() {
+    use cove_node_api::NodeLifecycle;
+    let (fake, remote) = connect().await;
+    assert!(remote.capabilities().attach_volumes, "the node says it can");
+    fake.add_release("base", 1);
+    remote
+        .start_sandbox(common::launch("sb-attach"))
+        .await
+        .unwrap();
+    remote.create_volume("vol-a", 16).await.unwrap();
+    let mount = cove_node_api::LaunchVolume {
+        id: "vol-a".into(),
+        path: "/data".into(),
+        read_only: true,
+        node: None,
+    };
+    remote
+        .attach_volumes("sb-attach", vec![mount.clone()])
+        .await
+        .unwrap();
+    assert_eq!(fake.launch_of("sb-attach").unwrap().volumes, vec![mount]);
+    let missing = cove_node_api::LaunchVolume {
+        id: "vol-nope".into(),
+        path: "/x".into(),
+        read_only: false,
+        node: None,
+    };
+    assert!(matches!(
+        remote.attach_volumes("sb-attach", vec![missing]).await,
+        Err(NodeError::FileNotFound(_))
+    ));
+    assert!(matches!(
+        remote.attach_volumes("sb-none", Vec::new()).await,
+        Err(NodeError::SandboxNotFound(_))
+    ));
 }

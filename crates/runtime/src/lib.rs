@@ -383,6 +383,24 @@ pub trait Runtime: Send + Sync + 'static {
     /// Idempotent.
     async fn stop(&self, id: &str, dir: &std::path::Path) -> Result<(), RuntimeError>;
 
+    /// Binds `volumes` into running sandbox `id` (its directory `dir`) at their targets, with
+    /// what a start's binds have (read-only, `nosuid`, `nodev`, the sandbox's ids): a warm pool
+    /// member claimed by a create that mounts volumes. The targets are resolved in the
+    /// sandbox's tree without following a link; a missing directory is made, anything else
+    /// but a directory refused. Errors: `Unavailable` on a runtime that cannot (the default),
+    /// `NotFound` when the sandbox does not run, `Io` (`InvalidInput`) for a refused target.
+    async fn attach_volumes(
+        &self,
+        _id: &str,
+        _dir: &std::path::Path,
+        _volumes: &[VolumeBind],
+    ) -> Result<(), RuntimeError> {
+        Err(RuntimeError::Unavailable(format!(
+            "the {} runtime cannot attach volumes to a running sandbox",
+            self.kind().as_str()
+        )))
+    }
+
     /// Ids of all sandboxes this runtime has on the node (for reconciliation after a restart).
     async fn list(&self) -> Result<Vec<String>, RuntimeError>;
 

@@ -72,6 +72,25 @@ pub trait SandboxStore: Send + Sync {
     /// plane; never a value in clear). Returns whether the sandbox exists.
     async fn set_sealed_secrets(&self, id: &str, sealed: &str) -> Result<bool, StoreError>;
 
+    /// Gives sandbox `id` secrets after it was recorded (a warm pool member claimed by a
+    /// create with secrets): their public part (`secrets` of the sandbox) and their sealed
+    /// values, in one write. Returns whether the sandbox exists.
+    async fn set_sandbox_secrets(
+        &self,
+        id: &str,
+        public: &std::collections::BTreeMap<String, cove_api_types::SandboxSecret>,
+        sealed: &str,
+    ) -> Result<bool, StoreError>;
+
+    /// Sets the volumes sandbox `id` mounts, after it was recorded (a warm pool member claimed
+    /// by a create that mounts volumes; a volume delete then sees them in use). Returns whether
+    /// the sandbox exists.
+    async fn set_sandbox_volumes(
+        &self,
+        id: &str,
+        volumes: &[cove_api_types::VolumeMount],
+    ) -> Result<bool, StoreError>;
+
     /// The sealed values of a sandbox's secrets (`None`: none stored);
     /// [`StoreError::NotFound`] for an unknown sandbox.
     async fn sealed_secrets(&self, id: &str) -> Result<Option<String>, StoreError>;

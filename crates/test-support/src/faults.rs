@@ -97,6 +97,10 @@ pub enum Call {
     Capacity,
     /// `NodeMetrics::sandbox_metrics`.
     SandboxMetrics,
+    /// `NodeNetwork::rearm_secrets`.
+    RearmSecrets,
+    /// `NodeVolumes::attach_volumes`.
+    AttachVolumes,
     /// `NodeVolumes::download_volume` (its target is the volume id).
     DownloadVolume,
     /// `NodeVolumes::upload_volume` (its target is the volume id).

@@ -150,6 +150,7 @@ impl FakeNode {
             network: true,
             user_namespaces: false,
             volumes: true,
+            attach_volumes: true,
         })
     }
 
@@ -344,6 +345,7 @@ impl FakeNode {
             resources: cove_domain::Resources::default(),
             network: Default::default(),
             secrets: Default::default(),
+            arm_secrets: false,
             volumes: Vec::new(),
         };
         let sb = lifecycle::new_sandbox(launch, "/home/user");

@@ -8,7 +8,7 @@ use cove_node_api::{
 };
 use futures::stream::{BoxStream, StreamExt};
 
-use crate::FakeNode;
+use crate::{Call, FakeNode};
 
 impl FakeNode {
     /// Reports a refused connection of `sandbox_id` toward `destination` (reason `denied`) to
@@ -66,9 +66,18 @@ impl NodeNetwork for FakeNode {
         id: &str,
         secrets: std::collections::BTreeMap<String, cove_node_api::LaunchSecret>,
     ) -> Result<(), NodeError> {
-        let mut st = self.lock();
-        st.sandbox(id)?.launch.secrets = secrets;
-        Ok(())
+        self.run(Call::RearmSecrets, id, None, |st| {
+            let launch = &mut st.sandbox(id)?.launch;
+            // As the real node: a sandbox started without substitution trusts no gateway CA.
+            if launch.secrets.is_empty() && !launch.arm_secrets {
+                return Err(NodeError::Unsupported(
+                    "the sandbox was started without secret substitution".into(),
+                ));
+            }
+            launch.secrets = secrets;
+            Ok(())
+        })
+        .await
     }
 
     /// Answers `200` with `port P METHOD PATH` from a running sandbox; port 1 is closed.

@@ -227,6 +227,26 @@ impl NodeVolumes for FakeNode {
         Ok(())
     }
 
+    async fn attach_volumes(
+        &self,
+        sandbox_id: &str,
+        volumes: Vec<cove_node_api::LaunchVolume>,
+    ) -> Result<(), NodeError> {
+        self.run(crate::Call::AttachVolumes, sandbox_id, None, |st| {
+            for v in &volumes {
+                if !st.volumes.contains_key(&v.id) {
+                    return Err(NodeError::FileNotFound(format!(
+                        "volume {} is not on this node",
+                        v.id
+                    )));
+                }
+            }
+            st.serving(sandbox_id)?.launch.volumes.extend(volumes);
+            Ok(())
+        })
+        .await
+    }
+
     async fn delete_volume(&self, id: &str) -> Result<(), NodeError> {
         self.lock().volumes.remove(id);
         stored().retain(|(v, _), _| v != id);

@@ -2,12 +2,15 @@
 //! create's per-sandbox settings are applied to it, and the create answers `running` with an
 //! operation that already succeeded.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use cove_api_types::{CreateSandboxRequest, CreateSandboxResponse, OperationKind, Sandbox};
+use cove_api_types::{
+    CreateSandboxRequest, CreateSandboxResponse, OperationKind, Sandbox, SecretRequest,
+};
 use cove_domain::ids;
 use cove_store::{NewOperation, PoolClaim, PoolRecord, StoreError};
 use tracing::{info, warn};
@@ -18,19 +21,31 @@ use crate::{ControlPlane, ServiceError};
 /// Why a create cannot be served by a pool member (`None`: it can). A member was booted before
 /// the create came, so only what can be applied afterwards may differ from a cold start: env
 /// defaults, metadata, cwd, user, idle timeout and TTL are records the control plane applies
-/// when a command starts or the controller runs, and an egress policy is the gateway's live
-/// update (as `PUT /v1/sandboxes/{id}/network`), so they are applied at claim. Template,
-/// release and resources must equal the member's (they decide which pool matches).
+/// when a command starts or the controller runs, an egress policy is the gateway's live
+/// update (as `PUT /v1/sandboxes/{id}/network`), and secrets are handed to the gateway of a
+/// member that booted trusting its gateway CA (their placeholders reach the commands started
+/// after the claim), so they are applied at claim. Template, release and resources must equal
+/// the member's (they decide which pool matches).
 ///
 /// `has_start`: the release has a `START` command. Its process ran under the member's default
-/// policy before the claim, and a connection it opened then would outlive a stricter policy
-/// (the gateway applies a new policy to new connections), so such a release takes another
-/// policy only at a cold start.
+/// policy and without secrets before the claim: a connection it opened then would outlive a
+/// stricter policy (the gateway applies a new policy to new connections), and it lacks the
+/// placeholders a cold start gives it, so such a release takes another policy or secrets only
+/// at a cold start.
+///
+/// `attach_volumes`: the node can mount volumes into a running sandbox (runc on a single
+/// server; see [`ControlPlane::volumes_attachable`]): the create's volumes are then mounted
+/// into the member at claim; otherwise (gVisor, VMs, a cluster) a create with volumes
+/// cold-starts.
 ///
 /// Every field of the request is named here, so a new one cannot be added without deciding
 /// whether a member can take it at claim time. The answer is the reason label of a miss in
 /// `cove_pool_claims_total`.
-pub(crate) fn unclaimable(req: &CreateSandboxRequest, has_start: bool) -> Option<&'static str> {
+pub(crate) fn unclaimable(
+    req: &CreateSandboxRequest,
+    has_start: bool,
+    attach_volumes: bool,
+) -> Option<&'static str> {
     let CreateSandboxRequest {
         template: _,
         release: _,
@@ -57,11 +72,10 @@ pub(crate) fn unclaimable(req: &CreateSandboxRequest, has_start: bool) -> Option
     if checkpoint.is_some() {
         // A create from a checkpoint restores the checkpoint's files, which no member has.
         Some("checkpoint")
-    } else if !secrets.is_empty() {
-        // Secrets are wired into the sandbox's network (and its env) before it boots.
-        Some("secrets")
-    } else if !volumes.is_empty() {
-        // Volumes are bound when the sandbox starts.
+    } else if !secrets.is_empty() && has_start {
+        Some("secrets_with_start")
+    } else if !volumes.is_empty() && !attach_volumes {
+        // Bound when the sandbox starts: this node cannot mount them into a running one.
         Some("volumes")
     } else if policy && has_start {
         Some("policy_with_start")
@@ -136,7 +150,8 @@ impl ControlPlane {
     /// counted on each, and the pool controller is woken to refill).
     ///
     /// `unclaimable`: why this create cannot take a member ([`unclaimable`]); with a matching
-    /// pool it counts as a miss with that reason and the create cold-starts. `latest`: the
+    /// pool it counts as a miss with that reason and the create cold-starts. `secrets`: the
+    /// create's (with values), put on the member at claim. `latest`: the
     /// number of `wanted`'s template's latest ready release when the create asked for the
     /// latest (it is `wanted.release`), so a pool that follows the latest needs no lookup.
     pub(crate) async fn create_from_pool(
@@ -144,6 +159,7 @@ impl ControlPlane {
         wanted: &Sandbox,
         latest: Option<u32>,
         unclaimable: Option<&'static str>,
+        secrets: &BTreeMap<String, SecretRequest>,
         idempotency_key: Option<&str>,
         request_hash: Option<&str>,
     ) -> Result<Option<CreateSandboxResponse>, ServiceError> {
@@ -238,17 +254,28 @@ impl ControlPlane {
             if let Err(e) = self.claimed_policy(&sandbox.id, &wanted.network).await {
                 // The member must not serve under a policy other than the one asked for.
                 warn!(sandbox_id = %sandbox.id, error = %e, "cannot apply the egress policy to a claimed member; deleting it");
-                let _ = self
-                    .run_delete(
-                        &sandbox.id,
-                        &sandbox.org,
-                        deadline(),
-                        Some("pool_claim_failed"),
-                    )
-                    .await;
+                self.drop_claimed(&sandbox).await;
                 return Err(e);
             }
             sandbox.network = wanted.network.clone();
+        }
+        if !secrets.is_empty() {
+            if let Err(e) = self.claimed_secrets(&sandbox.id, secrets).await {
+                // Nor without the secrets asked for.
+                warn!(sandbox_id = %sandbox.id, error = %e, "cannot hand the secrets to a claimed member; deleting it");
+                self.drop_claimed(&sandbox).await;
+                return Err(e);
+            }
+            sandbox.secrets = wanted.secrets.clone();
+        }
+        if !wanted.volumes.is_empty() {
+            if let Err(e) = self.claimed_volumes(&sandbox, &wanted.volumes).await {
+                // Nor without its volumes.
+                warn!(sandbox_id = %sandbox.id, error = %e, "cannot attach the volumes to a claimed member; deleting it");
+                self.drop_claimed(&sandbox).await;
+                return Err(e);
+            }
+            sandbox.volumes = wanted.volumes.clone();
         }
         if wanted.public {
             self.store().set_sandbox_public(&sandbox.id, true).await?;
@@ -264,6 +291,67 @@ impl ControlPlane {
         self.touch(&sandbox.id);
         info!(sandbox_id = %sandbox.id, op_id = %operation.id, pool = %member.pool, "sandbox served by a warm pool");
         Ok(Some(CreateSandboxResponse { sandbox, operation }))
+    }
+
+    /// Deletes claimed member `s`, which could not take the create's settings: it is never
+    /// handed out half-configured.
+    async fn drop_claimed(&self, s: &Sandbox) {
+        let why = Some("pool_claim_failed");
+        // The delete runs on a sandbox moved to `deleting` (else it would stay `running` in
+        // the store, gone from the node).
+        match self
+            .transition(
+                &s.id,
+                s.state,
+                cove_api_types::SandboxState::Deleting,
+                why,
+                None,
+            )
+            .await
+        {
+            Ok(true) => {
+                if let Err(e) = self.run_delete(&s.id, &s.org, deadline(), why).await {
+                    warn!(sandbox_id = %s.id, error = %e, "cannot delete a claimed member");
+                }
+            }
+            Ok(false) => {}
+            Err(e) => warn!(sandbox_id = %s.id, error = %e, "cannot delete a claimed member"),
+        }
+    }
+
+    /// Whether a create that mounts `mounts` can take a pool member: the node attaches volumes
+    /// to a running sandbox, and every volume is on the server's own node (on a cluster a
+    /// member may run on another node than the volumes, so such creates cold-start there).
+    pub(crate) async fn volumes_attachable(
+        &self,
+        mounts: &[cove_api_types::VolumeMount],
+    ) -> Result<bool, ServiceError> {
+        if mounts.is_empty() || !self.node().capabilities().attach_volumes {
+            return Ok(false);
+        }
+        for m in mounts {
+            if self.volume_record(&m.name).await?.node.is_some() {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Mounts `mounts` into claimed member `s`: its record first (a volume delete then sees
+    /// them in use, and the member's delete releases them), then the node.
+    async fn claimed_volumes(
+        &self,
+        s: &Sandbox,
+        mounts: &[cove_api_types::VolumeMount],
+    ) -> Result<(), ServiceError> {
+        if !self.store().set_sandbox_volumes(&s.id, mounts).await? {
+            return Err(ServiceError::SandboxNotFound(s.id.clone()));
+        }
+        let launch = self.launch_volumes(&s.org, mounts).await?;
+        self.node()
+            .attach_volumes(&s.id, launch)
+            .await
+            .map_err(|e| crate::error::from_node(e, &s.id))
     }
 
     /// Puts egress policy `policy` on claimed member `id`: its record, then the gateway (the
@@ -292,5 +380,56 @@ impl ControlPlane {
             sandbox,
             operation: op,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secrets() -> BTreeMap<String, SecretRequest> {
+        BTreeMap::from([(
+            "API_KEY".to_string(),
+            SecretRequest {
+                value: "v".into(),
+                hosts: vec!["api.test".parse().expect("host")],
+            },
+        )])
+    }
+
+    #[test]
+    fn secrets_are_claimable_unless_a_start_process_ran_without_them() {
+        let req = CreateSandboxRequest {
+            secrets: secrets(),
+            ..Default::default()
+        };
+        assert_eq!(unclaimable(&req, false, false), None);
+        assert_eq!(unclaimable(&req, true, false), Some("secrets_with_start"));
+        assert_eq!(
+            unclaimable(&CreateSandboxRequest::default(), true, false),
+            None,
+            "nothing to apply: a START release is claimable"
+        );
+    }
+
+    #[test]
+    fn volumes_cold_start_only_where_they_cannot_be_attached() {
+        let mount = cove_api_types::VolumeMount {
+            name: "data".into(),
+            path: "/data".into(),
+            read_only: false,
+        };
+        let req = CreateSandboxRequest {
+            volumes: vec![mount],
+            secrets: secrets(),
+            ..Default::default()
+        };
+        assert_eq!(unclaimable(&req, false, false), Some("volumes"));
+        assert_eq!(unclaimable(&req, false, true), None, "attached at claim");
+        let req = CreateSandboxRequest {
+            checkpoint: Some("ck".into()),
+            ..Default::default()
+        };
+        assert_eq!(unclaimable(&req, false, true), Some("checkpoint"));
     }
 }

@@ -206,8 +206,8 @@ impl ControlPlane {
             on_expiry: cove_api_types::OnExpiry::Delete,
             last_activity_at: Some(now),
             memory_restored: None,
-            // Members boot with the default egress policy; a claim puts the create's on
-            // (see `claim::unclaimable`). Creates with secrets are not claimable.
+            // Members boot with the default egress policy and no secrets (but trusting their
+            // gateway CA); a claim puts the create's on (see `claim::unclaimable`).
             network: Default::default(),
             secrets: Default::default(),
             public: false,

@@ -212,6 +212,7 @@ async fn a_build_policy_needs_a_node_network() {
             network: false,
             user_namespaces: false,
             volumes: false,
+            attach_volumes: false,
         });
         let h = Harness::with(node, |_| {}).await;
         let mut q = query("web");

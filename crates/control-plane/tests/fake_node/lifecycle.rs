@@ -126,6 +126,7 @@ async fn wake_reports_restored_memory_when_the_runtime_saves_it() {
             network: false,
             user_namespaces: false,
             volumes: false,
+            attach_volumes: false,
         });
         let h = Harness::with(node, |_| {}).await;
         assert!(h.cp.capabilities().suspend_memory);

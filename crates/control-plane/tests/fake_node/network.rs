@@ -95,6 +95,7 @@ async fn a_node_without_networks_refuses_policies_and_secrets_up_front() {
             network: false,
             user_namespaces: false,
             volumes: false,
+            attach_volumes: false,
         });
         let h = Harness::with(node, |cfg| {
             cfg.secrets_key = Some(SecretsKey::new(&[1u8; 32]).expect("key"));

@@ -412,3 +412,220 @@ async fn deleting_a_pool_drains_it() {
     })
     .await;
 }
+
+async fn with_key() -> Harness {
+    Harness::with(cove_test_support::FakeNode::new(), |cfg| {
+        cfg.secrets_key =
+            Some(cove_control_plane::network::SecretsKey::new(&[7u8; 32]).expect("key"));
+    })
+    .await
+}
+
+fn with_secret(value: &str) -> CreateSandboxRequest {
+    CreateSandboxRequest {
+        secrets: BTreeMap::from([(
+            "API_KEY".to_string(),
+            cove_api_types::SecretRequest {
+                value: value.into(),
+                hosts: vec!["api.test".parse().expect("host")],
+            },
+        )]),
+        ..Default::default()
+    }
+}
+
+/// A create with secrets takes a ready member (booted trusting its gateway CA) and hands the
+/// secrets to its gateway before it answers: recorded (sealed) and on the node as on a cold
+/// start, and again on a wake.
+#[tokio::test]
+async fn a_create_with_secrets_is_served_warm_with_the_secrets_on_the_member() {
+    as_system(async {
+        let h = with_key().await;
+        h.cp.put_pool("warm", pool_req(1, 2)).await.expect("put");
+        settled(&h, "warm", 1).await;
+        let member = h.node.sandbox_ids()[0].clone();
+        let booted = h.node.launch_of(&member).expect("launch");
+        assert!(
+            booted.arm_secrets && booted.secrets.is_empty(),
+            "armed, no secrets"
+        );
+
+        let (s, op) = h.create_with(with_secret("sk-pooled")).await;
+        assert_eq!(s.id, member, "the ready member was claimed");
+        assert_eq!(s.state, SandboxState::Running);
+        assert_eq!(op.state, OperationState::Succeeded);
+        assert_eq!(s.secrets["API_KEY"].hosts[0].to_string(), "api.test");
+        assert_eq!(h.sandbox(&s.id).await.secrets, s.secrets, "recorded");
+        let sealed =
+            h.cp.store()
+                .sealed_secrets(&s.id)
+                .await
+                .expect("sealed")
+                .expect("stored");
+        assert!(sealed.starts_with("v1:") && !sealed.contains("sk-pooled"));
+        assert_eq!(
+            h.node.launch_of(&s.id).expect("launch").secrets["API_KEY"].value,
+            "sk-pooled",
+            "on the gateway"
+        );
+        assert_eq!(pool(&h, "warm").await.hits, 1);
+
+        // The sealed values open for a wake, as a cold sandbox's do.
+        h.apply(&s.id, cove_control_plane::LifecycleVerb::Suspend)
+            .await;
+        h.apply(&s.id, cove_control_plane::LifecycleVerb::Wake)
+            .await;
+        assert_eq!(
+            h.node.launch_of(&s.id).expect("launch").secrets["API_KEY"].value,
+            "sk-pooled"
+        );
+    })
+    .await;
+}
+
+/// A member whose gateway refuses the secrets is deleted, never handed out without them, and
+/// the pool boots another.
+#[tokio::test]
+async fn a_claimed_member_that_cannot_take_the_secrets_is_deleted() {
+    as_system(async {
+        let h = with_key().await;
+        h.cp.put_pool("warm", pool_req(1, 2)).await.expect("put");
+        settled(&h, "warm", 1).await;
+        let member = h.node.sandbox_ids()[0].clone();
+        h.node.inject(
+            Call::RearmSecrets,
+            Fault::fail(cove_node_api::NodeError::Runtime("gateway gone".into())),
+        );
+        assert!(
+            h.cp.create_sandbox(with_secret("sk-x"), None)
+                .await
+                .is_err(),
+            "the create fails rather than serve without its secrets"
+        );
+        eventually("the member deleted", || async {
+            h.state(&member).await == SandboxState::Deleted
+        })
+        .await;
+        assert!(!listed(&h).await.contains(&member));
+        settled(&h, "warm", 1).await;
+        assert_ne!(h.node.sandbox_ids(), vec![member]);
+    })
+    .await;
+}
+
+fn mounting_data() -> CreateSandboxRequest {
+    CreateSandboxRequest {
+        volumes: vec![cove_api_types::VolumeMount {
+            name: "data".into(),
+            path: "/data".into(),
+            read_only: false,
+        }],
+        ..Default::default()
+    }
+}
+
+async fn data_volume(h: &Harness) {
+    h.cp.create_volume(cove_api_types::CreateVolumeRequest {
+        name: "data".into(),
+        size_mib: 64,
+        storage: Default::default(),
+    })
+    .await
+    .expect("volume");
+}
+
+/// A create that mounts a volume takes a ready member on a node that attaches volumes to a
+/// running sandbox: recorded (so the volume is in use until the sandbox goes) and attached on
+/// the node before the create answers.
+#[tokio::test]
+async fn a_create_with_volumes_is_served_warm_with_the_volumes_attached() {
+    as_system(async {
+        let h = Harness::new().await;
+        h.cp.put_pool("warm", pool_req(1, 2)).await.expect("put");
+        settled(&h, "warm", 1).await;
+        let member = h.node.sandbox_ids()[0].clone();
+        data_volume(&h).await;
+        let (s, op) = h.create_with(mounting_data()).await;
+        assert_eq!(s.id, member, "the ready member was claimed");
+        assert_eq!(
+            (s.state, op.state),
+            (SandboxState::Running, OperationState::Succeeded)
+        );
+        assert_eq!(s.volumes, mounting_data().volumes);
+        assert_eq!(h.sandbox(&s.id).await.volumes, s.volumes, "recorded");
+        let on_node = h.node.launch_of(&s.id).expect("launch").volumes;
+        assert_eq!(on_node.len(), 1);
+        assert_eq!(on_node[0].path, "/data");
+        assert_eq!(
+            h.node.volume_ids(),
+            vec![on_node[0].id.clone()],
+            "the volume's id"
+        );
+        assert_eq!(
+            code(h.cp.delete_volume("data").await),
+            ErrorCode::VolumeInUse,
+            "mounted by the claimed member"
+        );
+        // A wake mounts them at start, as a cold sandbox's.
+        h.apply(&s.id, cove_control_plane::LifecycleVerb::Suspend)
+            .await;
+        h.apply(&s.id, cove_control_plane::LifecycleVerb::Wake)
+            .await;
+        assert_eq!(h.node.launch_of(&s.id).expect("launch").volumes, on_node);
+        let op = h.cp.delete_sandbox(&s.id, None).await.expect("delete");
+        h.succeeds(&op).await;
+        h.cp.delete_volume("data").await.expect("free again");
+    })
+    .await;
+}
+
+/// A member the node cannot give the volumes is deleted, never handed out without them.
+#[tokio::test]
+async fn a_claimed_member_that_cannot_take_the_volumes_is_deleted() {
+    as_system(async {
+        let h = Harness::new().await;
+        h.cp.put_pool("warm", pool_req(1, 2)).await.expect("put");
+        settled(&h, "warm", 1).await;
+        let member = h.node.sandbox_ids()[0].clone();
+        data_volume(&h).await;
+        h.node.inject(
+            Call::AttachVolumes,
+            Fault::fail(cove_node_api::NodeError::Runtime(
+                "volume path /data: a symbolic link is on the way".into(),
+            )),
+        );
+        assert!(h.cp.create_sandbox(mounting_data(), None).await.is_err());
+        eventually("the member deleted", || async {
+            h.state(&member).await == SandboxState::Deleted
+        })
+        .await;
+        h.cp.delete_volume("data")
+            .await
+            .expect("not in use once deleted");
+    })
+    .await;
+}
+
+/// Where the node cannot attach volumes to a running sandbox (gVisor, VMs), a create with
+/// volumes cold-starts (miss reason `volumes`) and the member stays ready.
+#[tokio::test]
+async fn a_node_that_cannot_attach_volumes_cold_starts_creates_with_them() {
+    use cove_node_api::NodeLifecycle as _;
+    as_system(async {
+        let node =
+            cove_test_support::FakeNode::with_capabilities(cove_node_api::NodeCapabilities {
+                attach_volumes: false,
+                ..cove_test_support::FakeNode::new().capabilities()
+            });
+        let h = Harness::with(node, |_| {}).await;
+        h.cp.put_pool("warm", pool_req(1, 1)).await.expect("put");
+        settled(&h, "warm", 1).await;
+        data_volume(&h).await;
+        let (s, op) = h.create_with(mounting_data()).await;
+        assert_eq!(s.state, SandboxState::Creating, "a cold start");
+        h.succeeds(&op).await;
+        assert_eq!(pool(&h, "warm").await.ready, 1, "the member stays ready");
+        assert!(!h.node.launch_of(&s.id).expect("launch").arm_secrets);
+    })
+    .await;
+}

@@ -192,6 +192,7 @@ async fn a_node_that_cannot_mount_volumes_refuses_them_with_unsupported() {
             network: true,
             user_namespaces: false,
             volumes: false,
+            attach_volumes: false,
         });
         let h = Harness::with(node, |_| {}).await;
         let err =

@@ -594,6 +594,7 @@ impl NodeAgent {
             resources: Resources::default(),
             network: st.network.clone(),
             secrets: BTreeMap::new(),
+            arm_secrets: false,
             volumes: Vec::new(),
         };
         let network = match self.attach_network(&launch, None).await {

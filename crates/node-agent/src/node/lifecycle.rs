@@ -260,6 +260,7 @@ impl NodeLifecycle for NodeAgent {
             network: self.network_enabled(),
             user_namespaces: caps.user_namespaces,
             volumes: caps.volumes,
+            attach_volumes: caps.volumes && self.runtime.kind() == cove_runtime::RuntimeKind::Runc,
         }
     }
 }

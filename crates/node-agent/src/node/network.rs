@@ -369,7 +369,9 @@ impl NodeAgent {
                     .add_counters(id, &gateway_counters(c))
                     .map_err(net_err)?;
             }
-            if !launch.secrets.is_empty() {
+            // Without secrets but armed (a pool member), interception intercepts nothing
+            // until secrets are handed in, and the sandbox already trusts its CA then.
+            if !launch.secrets.is_empty() || launch.arm_secrets {
                 let i = node_net
                     .net
                     .intercept(id, gateway_secrets(&launch.secrets))
@@ -568,6 +570,13 @@ impl NodeNetwork for NodeAgent {
         let rec = self
             .read_net_record(id)
             .ok_or_else(|| NodeError::SandboxNotFound(id.to_string()))?;
+        if rec.ca_key_pem.is_none() {
+            // A fresh CA would not be trusted by the sandbox: substitution would fail its TLS.
+            return Err(NodeError::Unsupported(
+                "the sandbox was started without secret substitution: it trusts no gateway CA"
+                    .into(),
+            ));
+        }
         let reuse = Reuse {
             ca_key_pem: rec.ca_key_pem.clone(),
             placeholders: rec.placeholders.clone(),
@@ -587,7 +596,7 @@ impl NodeNetwork for NodeAgent {
                 ..rec
             },
         )?;
-        info!(sandbox_id = %id, secrets = secrets.len(), "secret substitution re-armed");
+        info!(sandbox_id = %id, secrets = secrets.len(), "secret substitution armed");
         Ok(())
     }
 

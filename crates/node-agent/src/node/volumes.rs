@@ -111,6 +111,40 @@ impl NodeVolumes for NodeAgent {
         Ok(())
     }
 
+    async fn attach_volumes(
+        &self,
+        sandbox_id: &str,
+        volumes: Vec<LaunchVolume>,
+    ) -> Result<(), NodeError> {
+        if self.runtime.kind() != cove_runtime::RuntimeKind::Runc {
+            return Err(NodeError::Unsupported(format!(
+                "the {} runtime cannot attach volumes to a running sandbox",
+                self.runtime.kind().as_str()
+            )));
+        }
+        let binds = self.volume_binds(&volumes).await?;
+        let dir = self.sandbox_dir(sandbox_id);
+        match self.runtime.attach_volumes(sandbox_id, &dir, &binds).await {
+            Ok(()) => {
+                tracing::info!(sandbox_id, volumes = binds.len(), "volumes attached");
+                Ok(())
+            }
+            Err(cove_runtime::RuntimeError::NotFound { id }) => Err(NodeError::SandboxNotFound(id)),
+            Err(cove_runtime::RuntimeError::Unavailable(m)) => Err(NodeError::Unsupported(m)),
+            // A path the sandbox's tree refuses (a link or a non-directory on the way): the
+            // message names the path in the sandbox and why, nothing of the host.
+            Err(cove_runtime::RuntimeError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::InvalidInput =>
+            {
+                Err(NodeError::InvalidArgument {
+                    field: "volumes".into(),
+                    message: source.to_string(),
+                })
+            }
+            Err(e) => Err(runtime_err(e)),
+        }
+    }
+
     async fn volume_usage(&self, id: &str) -> Result<VolumeUsage, NodeError> {
         self.mounted_volume(id).await?;
         let disks = self.volumes.clone();

@@ -47,6 +47,7 @@ pub fn launch(id: &str) -> SandboxLaunch {
         },
         network: Default::default(),
         secrets: Default::default(),
+        arm_secrets: false,
         volumes: Vec::new(),
     }
 }

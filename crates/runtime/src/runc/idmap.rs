@@ -57,6 +57,36 @@ fn set_attr(tree: &OwnedFd, attr: &MountAttr) -> std::io::Result<()> {
     Ok(())
 }
 
+/// `MOUNT_ATTR_NOSUID` of `<linux/mount.h>`.
+const MOUNT_ATTR_NOSUID: u64 = 0x0000_0002;
+/// `MOUNT_ATTR_NODEV` of `<linux/mount.h>`.
+const MOUNT_ATTR_NODEV: u64 = 0x0000_0004;
+
+/// Gives the detached mount `tree` (from `open_tree`) what a sandbox's volume bind has:
+/// `nosuid`, `nodev`, read-only when `read_only`, idmapped through `userns` when given.
+pub(crate) fn set_bind_attrs(
+    tree: &OwnedFd,
+    userns: Option<&OwnedFd>,
+    read_only: bool,
+) -> std::io::Result<()> {
+    let mut attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    if read_only {
+        attr_set |= MOUNT_ATTR_RDONLY;
+    }
+    if userns.is_some() {
+        attr_set |= MOUNT_ATTR_IDMAP;
+    }
+    set_attr(
+        tree,
+        &MountAttr {
+            attr_set,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: userns.map_or(0, |u| u.as_raw_fd() as u64),
+        },
+    )
+}
+
 /// Makes the detached mount `tree` (from `open_tree`) read-only.
 pub(crate) fn make_read_only(tree: &OwnedFd) -> std::io::Result<()> {
     set_attr(

@@ -37,6 +37,7 @@ use crate::{
     RuntimeKind, RuntimeState, SandboxSpec, Started,
 };
 
+mod attach_volumes;
 mod boot_id;
 mod cgroups;
 mod cli;
@@ -334,6 +335,40 @@ impl Runtime for RuncRuntime {
             }
         }
         Ok(self.runc.state(id).await?.map(|s| s.status))
+    }
+
+    async fn attach_volumes(
+        &self,
+        id: &str,
+        dir: &Path,
+        volumes: &[crate::VolumeBind],
+    ) -> Result<(), RuntimeError> {
+        if self.runc.is_runsc() {
+            // gVisor's Sentry serves the sandbox's mounts through its gofer: nothing mounted
+            // on the host reaches a running sandbox.
+            return Err(RuntimeError::Unavailable(
+                "gVisor cannot attach volumes to a running sandbox".into(),
+            ));
+        }
+        let pid = self
+            .runc
+            .state(id)
+            .await?
+            .filter(|s| s.pid != 0 && s.status == RuntimeState::Running)
+            .ok_or_else(|| RuntimeError::NotFound { id: id.to_string() })?
+            .pid;
+        let range = userns::Record::read(dir).range;
+        let volumes = volumes.to_vec();
+        tokio::task::spawn_blocking(move || attach_volumes::attach(pid, &volumes, range))
+            .await
+            .map_err(|e| RuntimeError::Io {
+                context: "attach volumes".into(),
+                source: std::io::Error::other(e.to_string()),
+            })?
+            .map_err(|source| RuntimeError::Io {
+                context: format!("attach volumes to sandbox {id}"),
+                source,
+            })
     }
 
     async fn pause(&self, id: &str) -> Result<(), RuntimeError> {

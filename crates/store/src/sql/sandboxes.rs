@@ -171,6 +171,34 @@ impl<S: Backend> SandboxStore for S {
         Ok(res > 0)
     }
 
+    async fn set_sandbox_secrets(
+        &self,
+        id: &str,
+        public: &std::collections::BTreeMap<String, cove_api_types::SandboxSecret>,
+        sealed: &str,
+    ) -> Result<bool, StoreError> {
+        let res = query("UPDATE sandboxes SET secrets = $1, secrets_sealed = $2 WHERE id = $3")
+            .bind(secrets_json(public)?)
+            .bind(sealed)
+            .bind(id)
+            .execute(&mut self.db())
+            .await?;
+        Ok(res > 0)
+    }
+
+    async fn set_sandbox_volumes(
+        &self,
+        id: &str,
+        volumes: &[cove_api_types::VolumeMount],
+    ) -> Result<bool, StoreError> {
+        let res = query("UPDATE sandboxes SET volumes = $1 WHERE id = $2")
+            .bind(crate::volumes::mounts_json(volumes)?)
+            .bind(id)
+            .execute(&mut self.db())
+            .await?;
+        Ok(res > 0)
+    }
+
     async fn sealed_secrets(&self, id: &str) -> Result<Option<String>, StoreError> {
         let row = query("SELECT secrets_sealed FROM sandboxes WHERE id = $1")
             .bind(id)

@@ -372,6 +372,56 @@ pub async fn network_policy_is_replaced_and_secrets_stay_sealed(store: Arc<dyn S
         store.sealed_secrets("sb-none").await,
         Err(StoreError::NotFound)
     ));
+    let public = std::collections::BTreeMap::from([(
+        "API_KEY".to_string(),
+        cove_api_types::SandboxSecret {
+            hosts: vec!["api.example.com".parse().expect("host")],
+        },
+    )]);
+    assert!(store
+        .set_sandbox_secrets("sb-1", &public, "v1:claimed")
+        .await
+        .expect("secrets"));
+    assert_eq!(
+        store.get_sandbox("sb-1").await.expect("get").secrets,
+        public
+    );
+    assert_eq!(
+        store
+            .sealed_secrets("sb-1")
+            .await
+            .expect("sealed")
+            .as_deref(),
+        Some("v1:claimed")
+    );
+    assert!(!store
+        .set_sandbox_secrets("sb-none", &public, "v1:x")
+        .await
+        .expect("unknown"));
+    let mounts = vec![cove_api_types::VolumeMount {
+        name: "data".into(),
+        path: "/data".into(),
+        read_only: true,
+    }];
+    assert!(store
+        .set_sandbox_volumes("sb-1", &mounts)
+        .await
+        .expect("volumes"));
+    assert_eq!(
+        store.get_sandbox("sb-1").await.expect("get").volumes,
+        mounts
+    );
+    assert!(!store
+        .set_sandbox_volumes("sb-none", &mounts)
+        .await
+        .expect("unknown"));
+    assert!(store.set_sandbox_volumes("sb-1", &[]).await.expect("none"));
+    assert!(store
+        .get_sandbox("sb-1")
+        .await
+        .expect("get")
+        .volumes
+        .is_empty());
     // The sealed column is not part of the sandbox as listed.
     let listed = store
         .list_sandboxes(&SandboxFilter {
