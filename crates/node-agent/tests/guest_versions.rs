@@ -118,6 +118,19 @@ fn info(command_id: &str) -> CommandInfo {
     }
 }
 
+/// A `GetXattrs` call (protocol version 2).
+async fn get_xattrs(
+    client: &GuestClient,
+) -> Result<Vec<std::collections::BTreeMap<String, cove_guest_protocol::XattrValue>>, GuestError> {
+    client
+        .get_xattrs(
+            vec![GuestPath(b"/tmp/a".to_vec())],
+            None,
+            "user.e2b.".into(),
+        )
+        .await
+}
+
 fn spawn_request(command_id: &str) -> SpawnRequest {
     SpawnRequest {
         command_id: command_id.into(),
@@ -137,12 +150,7 @@ async fn an_old_agent_is_spoken_to_in_its_version() {
     let seen = Arc::new(Seen::default());
     let (client, _dir) = old_agent(1, seen.clone()).await;
     client.ping().await.expect("version 1 works");
-    let e = client
-        .get_xattrs(
-            vec![GuestPath(b"/tmp/a".to_vec())],
-            None,
-            "user.e2b.".into(),
-        )
+    let e = get_xattrs(&client)
         .await
         .expect_err("the old agent lacks xattrs");
     assert!(matches!(e, GuestError::TooOld(_)), "{e:?}");
@@ -174,12 +182,7 @@ async fn a_version_2_agent_keeps_xattrs() {
     // spoken to in version 1 and keeps what version 2 added.
     let seen = Arc::new(Seen::default());
     let (client, _dir) = old_agent(XATTRS_VERSION, seen.clone()).await;
-    let e = client
-        .get_xattrs(
-            vec![GuestPath(b"/tmp/a".to_vec())],
-            None,
-            "user.e2b.".into(),
-        )
+    let e = get_xattrs(&client)
         .await
         .expect_err("the fake agent does not serve xattrs");
     assert!(!matches!(e, GuestError::TooOld(_)), "{e:?}");

@@ -7,10 +7,10 @@ use serde::{Deserialize, Serialize};
 
 use super::errors::ErrorBody;
 
-/// `Sandbox`: a sandbox just created, connected to, resumed or forked.
+/// What `Sandbox` and `SandboxDetail` both say of a sandbox (flattened into each).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct NewSandbox {
+pub struct SandboxIds {
     /// The template it was made from (Cove's template name).
     #[serde(rename = "templateID")]
     pub template_id: String,
@@ -26,37 +26,34 @@ pub struct NewSandbox {
     pub envd_version: &'static str,
     /// The token envd requests carry (`X-Access-Token`).
     pub envd_access_token: String,
-    /// E2B's `e2b-traffic-access-token` for a sandbox whose ports are private; `null` when
-    /// they are public.
-    pub traffic_access_token: Option<String>,
     /// Domain of `{port}-{id}.{domain}` host names; `null` when none is configured (the SDK
     /// then uses `E2B_DOMAIN`).
     pub domain: Option<String>,
+}
+
+/// `Sandbox`: a sandbox just created, connected to, resumed or forked.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NewSandbox {
+    /// Its ids, envd access and domain.
+    #[serde(flatten)]
+    pub ids: SandboxIds,
+    /// E2B's `e2b-traffic-access-token` for a sandbox whose ports are private; `null` when
+    /// they are public.
+    pub traffic_access_token: Option<String>,
 }
 
 /// `SandboxDetail` / `ListedSandbox`: a sandbox as get and list show it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxDetail {
-    /// The template it was made from.
-    #[serde(rename = "templateID")]
-    pub template_id: String,
-    /// E2B sandbox id.
-    #[serde(rename = "sandboxID")]
-    pub sandbox_id: String,
-    /// The template's alias (the same name).
-    pub alias: String,
-    /// Always `cove`.
-    #[serde(rename = "clientID")]
-    pub client_id: &'static str,
+    /// Its ids, envd access and domain.
+    #[serde(flatten)]
+    pub ids: SandboxIds,
     /// Creation time, RFC 3339 (UTC, microseconds).
     pub started_at: String,
     /// When its timeout ends it, RFC 3339 (far away for a sandbox without one).
     pub end_at: String,
-    /// The envd version ([`crate::ENVD_VERSION`]).
-    pub envd_version: &'static str,
-    /// The token envd requests carry.
-    pub envd_access_token: String,
     /// vCPUs.
     pub cpu_count: u32,
     /// Memory limit, MiB.
@@ -71,8 +68,6 @@ pub struct SandboxDetail {
     pub metadata: BTreeMap<String, String>,
     /// Whether it may reach the internet.
     pub allow_internet_access: bool,
-    /// Domain of `{port}-{id}.{domain}` host names; `null` when none is configured.
-    pub domain: Option<String>,
     /// What its timeout does.
     pub lifecycle: SandboxLifecycle,
     /// Whether envd did not answer when it was paused: always `false` (Cove never snapshots
@@ -137,16 +132,22 @@ mod tests {
     use super::*;
     use crate::model::assert_wire;
 
-    fn new_sandbox(token: Option<&str>) -> NewSandbox {
-        NewSandbox {
+    fn ids(domain: Option<&str>) -> SandboxIds {
+        SandboxIds {
             template_id: "base".into(),
             sandbox_id: "abc".into(),
             alias: "base".into(),
             client_id: "cove",
             envd_version: "0.6.13",
             envd_access_token: "t".into(),
+            domain: domain.map(String::from),
+        }
+    }
+
+    fn new_sandbox(token: Option<&str>) -> NewSandbox {
+        NewSandbox {
+            ids: ids(None),
             traffic_access_token: token.map(String::from),
-            domain: None,
         }
     }
 
@@ -163,21 +164,15 @@ mod tests {
     #[test]
     fn a_detail_leaves_out_pause_mode_and_network_when_unset() {
         let mut d = SandboxDetail {
-            template_id: "base".into(),
-            sandbox_id: "abc".into(),
-            alias: "base".into(),
-            client_id: "cove",
+            ids: ids(Some("e2b.test")),
             started_at: "2026-01-01T00:00:00.000000Z".into(),
             end_at: "2026-01-01T00:05:00.000000Z".into(),
-            envd_version: "0.6.13",
-            envd_access_token: "t".into(),
             cpu_count: 2,
             memory_mb: 512,
             disk_size_mb: 0,
             state: "running",
             metadata: BTreeMap::from([("k".into(), "v".into())]),
             allow_internet_access: true,
-            domain: Some("e2b.test".into()),
             lifecycle: SandboxLifecycle {
                 auto_resume: false,
                 on_timeout: OnTimeout::Kill,

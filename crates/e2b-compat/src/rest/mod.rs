@@ -25,7 +25,7 @@ use serde::Deserialize;
 
 use self::lifecycle::Lifecycle;
 use crate::error::RestError;
-use crate::model::sandboxes::{NewSandbox, SandboxDetail};
+use crate::model::sandboxes::{NewSandbox, SandboxDetail, SandboxIds};
 
 mod create;
 mod fork;
@@ -196,38 +196,39 @@ impl E2b {
             .unwrap_or_else(|| s.created_at + chrono::Duration::days(3650))
     }
 
-    /// `Sandbox` (create, connect and fork answers).
-    pub(crate) fn sandbox_json(&self, s: &Sandbox) -> NewSandbox {
-        NewSandbox {
+    /// What `Sandbox` and `SandboxDetail` both say of `s`.
+    fn sandbox_ids(&self, s: &Sandbox) -> SandboxIds {
+        SandboxIds {
             template_id: s.template.clone(),
             sandbox_id: e2b_id(&s.id).to_string(),
             alias: s.template.clone(),
             client_id: "cove",
             envd_version: ENVD_VERSION,
             envd_access_token: self.access_token(&s.id),
-            traffic_access_token: (!s.public).then(|| self.cp.port_token_for(&s.id)).flatten(),
             domain: self.cfg.answered_domain.clone(),
+        }
+    }
+
+    /// `Sandbox` (create, connect and fork answers).
+    pub(crate) fn sandbox_json(&self, s: &Sandbox) -> NewSandbox {
+        NewSandbox {
+            ids: self.sandbox_ids(s),
+            traffic_access_token: (!s.public).then(|| self.cp.port_token_for(&s.id)).flatten(),
         }
     }
 
     /// `SandboxDetail` / `ListedSandbox`.
     pub(crate) fn detail_json(&self, s: &Sandbox) -> SandboxDetail {
         SandboxDetail {
-            template_id: s.template.clone(),
-            sandbox_id: e2b_id(&s.id).to_string(),
-            alias: s.template.clone(),
-            client_id: "cove",
+            ids: self.sandbox_ids(s),
             started_at: rfc3339(s.created_at),
             end_at: rfc3339(self.end_at(s)),
-            envd_version: ENVD_VERSION,
-            envd_access_token: self.access_token(&s.id),
             cpu_count: s.resources.vcpus,
             memory_mb: s.resources.memory_mib,
             disk_size_mb: s.resources.disk_mib.unwrap_or(0),
             state: e2b_state(s.state).unwrap_or("running"),
             metadata: user_metadata(s),
             allow_internet_access: s.network.internet,
-            domain: self.cfg.answered_domain.clone(),
             lifecycle: Lifecycle::of(s).wire(),
             // Cove never snapshots a guest that does not answer (see `pause`).
             envd_unresponsive_at_pause: false,
