@@ -6,7 +6,8 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use cove_api_types::ErrorCode;
 use cove_control_plane::ServiceError;
-use serde_json::json;
+
+use crate::model::errors::{ConnectErrorBody, ErrorBody, ProxyError};
 
 /// An error of the REST control API, answered as `{"code": <status>, "message": ...}` (what
 /// the SDK's generated client requires on every error status).
@@ -28,6 +29,14 @@ impl RestError {
             status,
             message: message.into(),
             retry_after_s: None,
+        }
+    }
+
+    /// The body it answers with.
+    pub fn body(&self) -> ErrorBody {
+        ErrorBody {
+            code: self.status.as_u16(),
+            message: self.message.clone(),
         }
     }
 
@@ -72,8 +81,7 @@ impl From<ServiceError> for RestError {
 
 impl IntoResponse for RestError {
     fn into_response(self) -> Response {
-        let body = json!({ "code": self.status.as_u16(), "message": self.message });
-        let mut resp = (self.status, axum::Json(body)).into_response();
+        let mut resp = (self.status, axum::Json(self.body())).into_response();
         let headers = resp.headers_mut();
         match retry_advice(self.status, self.retry_after_s) {
             Some(after) => {
@@ -189,9 +197,12 @@ impl ConnectError {
         }
     }
 
-    /// The JSON of the error, as in a unary body or an end-of-stream frame's `error`.
-    pub fn to_json(&self) -> serde_json::Value {
-        json!({ "code": self.code.as_str(), "message": self.message })
+    /// The body of the error, as in a unary answer or an end-of-stream frame's `error`.
+    pub fn body(&self) -> ConnectErrorBody<'_> {
+        ConnectErrorBody {
+            code: self.code.as_str(),
+            message: &self.message,
+        }
     }
 }
 
@@ -228,7 +239,7 @@ impl From<ServiceError> for ConnectError {
 
 impl IntoResponse for ConnectError {
     fn into_response(self) -> Response {
-        (self.code.status(), axum::Json(self.to_json())).into_response()
+        (self.code.status(), axum::Json(self.body())).into_response()
     }
 }
 
@@ -254,7 +265,10 @@ impl EnvdHttpError {
 
 impl IntoResponse for EnvdHttpError {
     fn into_response(self) -> Response {
-        let body = json!({ "code": self.status.as_u16(), "message": self.message });
+        let body = ErrorBody {
+            code: self.status.as_u16(),
+            message: self.message,
+        };
         (self.status, axum::Json(body)).into_response()
     }
 }
@@ -262,25 +276,27 @@ impl IntoResponse for EnvdHttpError {
 /// The proxy's `502` for envd traffic to a sandbox that is not running (killed, expired,
 /// unknown or paused): the SDK matches "was not found" in it.
 pub fn sandbox_not_found(e2b_id: &str) -> Response {
-    proxy_502(json!({
-        "sandboxId": e2b_id,
-        "message": "The sandbox was not found",
-        "code": 502,
-    }))
+    proxy_502(&ProxyError {
+        sandbox_id: e2b_id,
+        message: "The sandbox was not found",
+        port: None,
+        code: 502,
+    })
 }
 
 /// The proxy's `502` for a port of a running sandbox where nothing answers.
 pub fn port_not_open(e2b_id: &str, port: u16) -> Response {
-    proxy_502(json!({
-        "sandboxId": e2b_id,
-        "message": "The sandbox is running but port is not open",
-        "port": port,
-        "code": 502,
-    }))
+    proxy_502(&ProxyError {
+        sandbox_id: e2b_id,
+        message: "The sandbox is running but port is not open",
+        port: Some(port),
+        code: 502,
+    })
 }
 
-fn proxy_502(body: serde_json::Value) -> Response {
-    let mut resp = (StatusCode::BAD_GATEWAY, body.to_string()).into_response();
+fn proxy_502(body: &ProxyError<'_>) -> Response {
+    let body = serde_json::to_string(body).unwrap_or_default();
+    let mut resp = (StatusCode::BAD_GATEWAY, body).into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json; charset=utf-8"),

@@ -5,7 +5,7 @@
 use axum::http::{HeaderMap, HeaderValue};
 use proptest::prelude::*;
 
-use crate::envd::proto;
+use crate::model::envd;
 
 fn any_text() -> impl Strategy<Value = String> {
     proptest::collection::vec(any::<u8>(), 0..200)
@@ -46,12 +46,12 @@ proptest! {
 
     #[test]
     fn request_messages_never_panic(b in proptest::collection::vec(any::<u8>(), 0..300)) {
-        let _ = serde_json::from_slice::<proto::StartRequest>(&b);
-        let _ = serde_json::from_slice::<proto::SendInputRequest>(&b);
-        let _ = serde_json::from_slice::<proto::StreamInputRequest>(&b);
-        let _ = serde_json::from_slice::<proto::SendSignalRequest>(&b);
-        let _ = serde_json::from_slice::<proto::UpdateRequest>(&b);
-        let _ = serde_json::from_slice::<proto::ListDirRequest>(&b);
-        let _ = serde_json::from_slice::<proto::WatchRequest>(&b);
+        let _ = serde_json::from_slice::<envd::StartRequest>(&b);
+        let _ = serde_json::from_slice::<envd::SendInputRequest>(&b);
+        let _ = serde_json::from_slice::<envd::StreamInputRequest>(&b);
+        let _ = serde_json::from_slice::<envd::SendSignalRequest>(&b);
+        let _ = serde_json::from_slice::<envd::UpdateRequest>(&b);
+        let _ = serde_json::from_slice::<envd::ListDirRequest>(&b);
+        let _ = serde_json::from_slice::<envd::WatchRequest>(&b);
     }
 }

@@ -31,6 +31,7 @@ pub mod dispatch;
 pub mod envd;
 pub mod envelope;
 pub mod error;
+pub mod model;
 pub mod rest;
 
 /// Default address of the compatibility listener.

@@ -2,15 +2,16 @@
 
 use std::sync::Arc;
 
-use cove_guest_protocol::{ErrorCode, Request, Response};
+use cove_guest_protocol::{ErrorCode, Request, Response, SPAWN_INFO_VERSION};
 
 use crate::error::AgentError;
 use crate::responder::Responder;
 use crate::state::Agent;
 use crate::{commands, files};
 
-/// Runs one request to its end and sends its response(s).
-pub async fn dispatch(agent: &Arc<Agent>, request: Request, r: &Responder) {
+/// Runs one request to its end and sends its response(s). `version` is the protocol version
+/// the connection speaks: it picks the shape of answers that changed between versions.
+pub async fn dispatch(agent: &Arc<Agent>, version: u32, request: Request, r: &Responder) {
     let ok = |()| Response::Ok;
     let result = match request {
         // Streaming answers: the handler sends its own frames.
@@ -34,7 +35,7 @@ pub async fn dispatch(agent: &Arc<Agent>, request: Request, r: &Responder) {
         Request::Ping => Ok(Response::Ok),
         Request::Spawn(req) => commands::start::start(agent, req)
             .await
-            .map(|pid| Response::Spawned { pid }),
+            .map(|info| spawn_answer(version, info)),
         Request::StdinWrite { command_id, data } => {
             commands::write_stdin::stdin_write(agent, &command_id, &data)
                 .await
@@ -100,4 +101,14 @@ pub async fn dispatch(agent: &Arc<Agent>, request: Request, r: &Responder) {
     };
     r.send(result.unwrap_or_else(AgentError::into_response))
         .await;
+}
+
+/// The answer to a spawn on a connection of `version`: the command's state from
+/// [`SPAWN_INFO_VERSION`] on, its pid alone before.
+fn spawn_answer(version: u32, info: cove_guest_protocol::CommandInfo) -> Response {
+    if version >= SPAWN_INFO_VERSION {
+        Response::SpawnedCommand(info)
+    } else {
+        Response::Spawned { pid: info.pid }
+    }
 }

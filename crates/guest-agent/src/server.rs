@@ -68,11 +68,11 @@ where
     let (tx, rx) = mpsc::channel(WRITE_QUEUE);
     let writer = tokio::spawn(write_loop(wr, rx, cancel.clone()));
     let greeted = tokio::select! {
-        ok = handshake(&mut rd, &tx) => ok,
-        _ = cancel.cancelled() => false,
+        version = handshake(&mut rd, &tx) => version,
+        _ = cancel.cancelled() => None,
     };
-    if greeted {
-        read_loop(&agent, &mut rd, &tx, &cancel).await;
+    if let Some(version) = greeted {
+        read_loop(&agent, version, &mut rd, &tx, &cancel).await;
     }
     drop(tx);
     // Let queued answers (a handshake or protocol error) go out, then stop streams still running.
@@ -84,13 +84,17 @@ where
     let _ = writer.await;
 }
 
-/// Reads `Hello` and answers it; `false` when the connection must close.
-async fn handshake(rd: &mut (impl AsyncRead + Unpin), tx: &mpsc::Sender<GuestFrame>) -> bool {
+/// Reads `Hello` and answers it; the version the connection speaks, or `None` when it must
+/// close.
+async fn handshake(
+    rd: &mut (impl AsyncRead + Unpin),
+    tx: &mpsc::Sender<GuestFrame>,
+) -> Option<u32> {
     let frame: HostFrame = match read_frame(rd).await {
         Ok(f) => f,
         Err(e) => {
             debug!(error = %e, "connection closed before hello");
-            return false;
+            return None;
         }
     };
     let response = match frame.request {
@@ -115,18 +119,22 @@ async fn handshake(rd: &mut (impl AsyncRead + Unpin), tx: &mpsc::Sender<GuestFra
             message: "the first frame must be Hello".into(),
         },
     };
-    let ok = matches!(response, Response::Hello { .. });
+    let spoken = match response {
+        Response::Hello { version, .. } => Some(version),
+        _ => None,
+    };
     let _ = tx
         .send(GuestFrame {
             id: frame.id,
             response,
         })
         .await;
-    ok
+    spoken
 }
 
 async fn read_loop(
     agent: &Arc<Agent>,
+    version: u32,
     rd: &mut (impl AsyncRead + Unpin),
     tx: &mpsc::Sender<GuestFrame>,
     cancel: &CancellationToken,
@@ -181,7 +189,7 @@ async fn read_loop(
                 };
                 let agent = agent.clone();
                 tokio::spawn(async move {
-                    dispatch(&agent, request, &r).await;
+                    dispatch(&agent, version, request, &r).await;
                     drop(permit);
                 });
             }

@@ -136,4 +136,53 @@ mod tests {
         };
         assert!(encode_frame(&f).is_ok());
     }
+
+    fn info() -> crate::CommandInfo {
+        crate::CommandInfo {
+            command_id: "c1".into(),
+            pid: 7,
+            argv: vec!["/bin/true".into()],
+            user: "root".into(),
+            cwd: "/root".into(),
+            started_at_ms: 1,
+            ended_at_ms: None,
+            state: crate::CommandState::Running,
+            exit_code: None,
+            signal: None,
+            timed_out: false,
+            output_bytes: 0,
+            truncated: false,
+            stdin_open: false,
+            oom_killed: false,
+            pty: false,
+        }
+    }
+
+    /// Both spawn answers round-trip, and the old one keeps its exact bytes (variant 2, the
+    /// pid as a varint), so a host of either version decodes what an agent of the other sends
+    /// on the version they agreed on.
+    #[tokio::test]
+    async fn both_spawn_answers_round_trip() {
+        let old = GuestFrame {
+            id: 1,
+            response: Response::Spawned { pid: 7 },
+        };
+        assert_eq!(encode_frame(&old).expect("encode"), [0, 0, 0, 3, 1, 2, 7]);
+        let new = GuestFrame {
+            id: 2,
+            response: Response::SpawnedCommand(info()),
+        };
+        let mut buf = Vec::new();
+        write_frame(&mut buf, &old).await.expect("write");
+        write_frame(&mut buf, &new).await.expect("write");
+        let mut r = &buf[..];
+        assert_eq!(
+            read_frame::<_, GuestFrame>(&mut r).await.expect("read"),
+            old
+        );
+        assert_eq!(
+            read_frame::<_, GuestFrame>(&mut r).await.expect("read"),
+            new
+        );
+    }
 }

@@ -62,18 +62,25 @@ pub use types::*;
 /// - 1: everything but extended attributes.
 /// - 2: adds [`Request::SetXattrs`], [`Request::GetXattrs`] and [`Response::Xattrs`]
 ///   (appended, so every version 1 frame still decodes the same).
+/// - 3: a spawn is answered with [`Response::SpawnedCommand`] (the command's whole
+///   [`CommandInfo`]) instead of [`Response::Spawned`] (its pid alone), so the host needs no
+///   [`Request::GetCommand`] after it (appended; earlier frames decode the same).
 ///
 /// The host offers its newest version in `Hello`; a guest answers with the version both will
 /// speak (the host's, when it speaks it) or `UnsupportedVersion`. A host that meets a guest
-/// too old for its offer (one that answers `UnsupportedVersion`) reconnects offering
-/// [`MIN_PROTOCOL_VERSION`] and leaves out what that version lacks.
-pub const PROTOCOL_VERSION: u32 = 2;
+/// too old for its offer (one that answers `UnsupportedVersion`) reconnects offering the next
+/// older version, down to [`MIN_PROTOCOL_VERSION`], and leaves out what that version lacks.
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// The oldest protocol version this crate still speaks.
 pub const MIN_PROTOCOL_VERSION: u32 = 1;
 
 /// The first version with extended attributes ([`Request::SetXattrs`], [`Request::GetXattrs`]).
 pub const XATTRS_VERSION: u32 = 2;
+
+/// The first version whose spawn answer is [`Response::SpawnedCommand`]; an agent on an older
+/// connection answers [`Response::Spawned`].
+pub const SPAWN_INFO_VERSION: u32 = 3;
 
 /// Most paths in one [`Request::GetXattrs`].
 pub const MAX_XATTR_PATHS: usize = 64;

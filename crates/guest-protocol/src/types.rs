@@ -21,7 +21,9 @@ pub enum Request {
     },
     /// Liveness check; answered with [`Response::Ok`].
     Ping,
-    /// Start a command. Answered with [`Response::Spawned`] once the process runs, or with
+    /// Start a command. Answered once the process runs with [`Response::SpawnedCommand`] on a
+    /// connection of version [`crate::SPAWN_INFO_VERSION`] or later, with [`Response::Spawned`]
+    /// on an older one, or with
     /// [`Response::Error`] (`NotFound` for a missing cwd, `InvalidArgument`, `UnknownUser`, ...)
     /// before anything ran.
     Spawn(SpawnRequest),
@@ -311,7 +313,7 @@ pub enum Response {
     },
     /// Success without a payload.
     Ok,
-    /// The command runs.
+    /// The command runs (the spawn answer before [`crate::SPAWN_INFO_VERSION`]).
     Spawned {
         /// Process id (inside the sandbox's pid namespace) of the command's leader.
         pid: u32,
@@ -371,6 +373,10 @@ pub enum Response {
     /// namespace (keys without the namespace). Each map holds at most
     /// [`crate::MAX_XATTR_BYTES`] bytes of keys and values; attributes past that are left out.
     Xattrs(Vec<BTreeMap<String, XattrValue>>),
+    /// Protocol v3. The command runs: its state just after the start, as
+    /// [`Request::GetCommand`] would answer it (the spawn answer from
+    /// [`crate::SPAWN_INFO_VERSION`] on).
+    SpawnedCommand(CommandInfo),
 }
 
 /// Stable error codes of the guest.

@@ -633,7 +633,7 @@ async fn c07_timeout_kills_the_tree_promptly() {
     );
     r.timeout_ms = Some(1000);
     let t0 = Instant::now();
-    let pid = a.client.spawn(r).await.expect("spawn");
+    let pid = a.client.spawn(r).await.expect("spawn").pid;
     let o = collect(&a.client, "to", 0, true).await;
     let took = t0.elapsed();
     assert!(
@@ -660,14 +660,16 @@ async fn c06_kill_ends_the_whole_tree() {
             "sh -c 'sleep 3001 & sleep 3002 & echo ready; wait'",
         ))
         .await
-        .expect("spawn");
+        .expect("spawn")
+        .pid;
     let q = c
         .spawn(shell(
             "q",
             "sh -c 'trap \"\" TERM; echo ready; while :; do sleep 1; done'",
         ))
         .await
-        .expect("spawn");
+        .expect("spawn")
+        .pid;
     wait_for_output(c, "p", 6).await;
     wait_for_output(c, "q", 6).await;
     assert!(session_members(p).len() >= 3);
@@ -1339,7 +1341,8 @@ async fn background_processes_do_not_hold_the_result() {
     let pid = c
         .spawn(shell("bg", "(sleep 30; echo late) & echo hi"))
         .await
-        .expect("spawn");
+        .expect("spawn")
+        .pid;
     let o = collect(c, "bg", 0, true).await;
     assert_eq!(o.stdout, b"hi\n");
     assert_eq!(o.info().exit_code, Some(0));

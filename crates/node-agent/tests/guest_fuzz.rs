@@ -102,6 +102,7 @@ fn seeds() -> Vec<GuestFrame> {
         },
         Response::Ok,
         Response::Spawned { pid: 7 },
+        Response::SpawnedCommand(info("c0")),
         Response::Output {
             offset: 100,
             stream: Stream::Stderr,

@@ -53,7 +53,7 @@ async fn sh(c: &dyn GuestConnector, id: &str, script: &str) -> String {
         pty: None,
     };
     let r = call(&mut s, 1, Request::Spawn(spawn)).await;
-    assert!(matches!(r, Response::Spawned { .. }), "spawn: {r:?}");
+    assert!(matches!(r, Response::SpawnedCommand(_)), "spawn: {r:?}");
     let mut a = c.connect().await.expect("connect");
     hello(&mut a).await;
     let attach = Request::Attach {
@@ -201,7 +201,7 @@ async fn boots_runs_pauses_suspends_and_restores() {
     };
     assert!(matches!(
         call(&mut s, 1, Request::Spawn(counter)).await,
-        Response::Spawned { .. }
+        Response::SpawnedCommand(_)
     ));
     tokio::time::sleep(Duration::from_millis(800)).await;
     sh(&*c, "w", "echo kept > /root/file; sync").await;

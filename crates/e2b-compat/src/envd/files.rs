@@ -18,7 +18,6 @@ use cove_api_types::{FileType, SandboxState};
 use cove_control_plane::{ReadFileQuery, ServiceError, WriteFileQuery};
 use futures::StreamExt;
 use http_body_util::BodyExt;
-use serde_json::json;
 use sha2::{Digest, Sha256};
 use tokio::sync::mpsc;
 
@@ -27,6 +26,7 @@ use super::filesystem::METADATA_NAMESPACE;
 use super::paths::{base_name, resolve};
 use crate::dispatch::Target;
 use crate::error::EnvdHttpError;
+use crate::model::envd::WrittenEntry;
 use crate::E2b;
 
 /// Largest gzip upload held in memory to decode it (256 MiB compressed and decoded each);
@@ -442,12 +442,13 @@ async fn write_one(
     Ok(())
 }
 
-fn written_entry(abs: &str, metadata: &BTreeMap<String, String>) -> serde_json::Value {
-    let mut entry = json!({ "path": abs, "name": base_name(abs), "type": "file" });
-    if !metadata.is_empty() {
-        entry["metadata"] = json!(metadata);
+fn written_entry(abs: &str, metadata: &BTreeMap<String, String>) -> WrittenEntry {
+    WrittenEntry {
+        path: abs.to_string(),
+        name: base_name(abs).to_string(),
+        file_type: "file",
+        metadata: metadata.clone(),
     }
-    entry
 }
 
 /// Prefix of the upload headers that carry file metadata.

@@ -14,13 +14,14 @@ use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use cove_api_types::{FileInfo, FileType, MakeDirRequest, MoveRequest as CoveMove};
 use cove_control_plane::{ListQuery, PathQuery, ServiceError};
-use serde_json::json;
 
 use super::paths::{clean, parent, resolve};
-use super::proto::{EntryInfo, ListDirRequest, MoveRequest, PathRequest};
 use super::{basic_user, unary_request, unary_response};
 use crate::dispatch::Target;
 use crate::error::{ConnectCode, ConnectError};
+use crate::model::envd::{
+    Empty, EntryInfo, EntryResponse, ListDirRequest, ListDirResponse, MoveRequest, PathRequest,
+};
 use crate::E2b;
 
 /// The user a call acts as, and a path resolved for that user.
@@ -196,7 +197,8 @@ pub async fn stat(
         let (user, path) = user_and_path(&t, &headers, &req.path)?;
         let mut entry = [entry(&e2b, &t, &user, &path).await?];
         add_metadata(&e2b, &t, &user, &mut entry).await;
-        Ok::<_, ConnectError>(unary_response(&json!({ "entry": entry[0] })))
+        let [entry] = entry;
+        Ok::<_, ConnectError>(unary_response(&EntryResponse { entry }))
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -240,7 +242,7 @@ pub async fn make_dir(
             .await
             .map_err(|e| file_error(e, &path))?;
         let entry = to_entry(&e2b, &t, &user, info, None).await;
-        Ok::<_, ConnectError>(unary_response(&json!({ "entry": entry })))
+        Ok::<_, ConnectError>(unary_response(&EntryResponse { entry }))
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -272,7 +274,8 @@ pub async fn rename(
             .map_err(|e| file_error(e, &from))?;
         let mut entry = [to_entry(&e2b, &t, &user, info, None).await];
         add_metadata(&e2b, &t, &user, &mut entry).await;
-        Ok::<_, ConnectError>(unary_response(&json!({ "entry": entry[0] })))
+        let [entry] = entry;
+        Ok::<_, ConnectError>(unary_response(&EntryResponse { entry }))
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -313,7 +316,7 @@ pub async fn list_dir(
             entries.push(to_entry(&e2b, &t, &user, info, None).await);
         }
         add_metadata(&e2b, &t, &user, &mut entries).await;
-        Ok::<_, ConnectError>(unary_response(&json!({ "entries": entries })))
+        Ok::<_, ConnectError>(unary_response(&ListDirResponse { entries }))
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -334,7 +337,7 @@ pub async fn remove(
             user: Some(user),
         };
         match e2b.cp.remove_file(&t.cove_id, q).await {
-            Ok(()) | Err(ServiceError::FileNotFound(_)) => Ok(unary_response(&json!({}))),
+            Ok(()) | Err(ServiceError::FileNotFound(_)) => Ok(unary_response(&Empty {})),
             Err(e) => Err(file_error(e, &path)),
         }
     };

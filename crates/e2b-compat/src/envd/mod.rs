@@ -22,13 +22,13 @@ use serde::Serialize;
 
 use crate::envelope::{self, Decoder, FLAG_END_STREAM, FLAG_MESSAGE};
 use crate::error::{ConnectCode, ConnectError, EnvdHttpError};
+use crate::model::errors::EndOfStream;
 use crate::E2b;
 
 pub mod files;
 pub mod filesystem;
 pub mod paths;
 pub mod process;
-pub mod proto;
 pub mod watchers;
 
 /// Content type of streaming Connect messages (exact: the SDK compares it without parameters).
@@ -268,11 +268,11 @@ pub(crate) fn message_frame<T: Serialize>(msg: &T) -> Bytes {
 
 /// The end-of-stream envelope: `{}` or `{"error": {...}}`.
 pub(crate) fn end_frame(error: Option<&ConnectError>) -> Bytes {
-    let json = match error {
-        None => serde_json::json!({}),
-        Some(e) => serde_json::json!({ "error": e.to_json() }),
+    let end = EndOfStream {
+        error: error.map(ConnectError::body),
     };
-    envelope::encode(FLAG_END_STREAM, json.to_string().as_bytes())
+    let json = serde_json::to_vec(&end).unwrap_or_else(|_| b"{}".to_vec());
+    envelope::encode(FLAG_END_STREAM, &json)
 }
 
 /// A streaming answer from ready-made envelopes.

@@ -23,17 +23,19 @@ use cove_control_plane::{ServiceError, WatchQuery};
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use parking_lot::Mutex;
-use serde_json::json;
 use tokio::sync::mpsc;
 
 use super::filesystem::{entry, user_and_path};
-use super::proto::{FilesystemEvent, WatchRequest, WatcherRequest};
 use super::{
     connect_timeout, end_frame, keepalive_interval, message_frame, stream_error, stream_request,
     stream_response, unary_request, unary_response,
 };
 use crate::dispatch::Target;
 use crate::error::{ConnectCode, ConnectError};
+use crate::model::envd::{
+    CreateWatcherResponse, Empty, FilesystemEvent, WatchDirMessage, WatchRequest, WatcherEvents,
+    WatcherRequest,
+};
 use crate::E2b;
 
 /// Name prefix of the temporary files Cove's guest agent writes uploads to.
@@ -184,7 +186,11 @@ pub async fn watch_dir(
         let (tx, rx) = mpsc::channel::<Bytes>(16);
         // The stream outlives the handler: it keeps the request's caller.
         tokio::spawn(carried(async move {
-            if tx.send(message_frame(&json!({"start": {}}))).await.is_err() {
+            if tx
+                .send(message_frame(&WatchDirMessage::Start {}))
+                .await
+                .is_err()
+            {
                 return;
             }
             loop {
@@ -204,14 +210,16 @@ pub async fn watch_dir(
                         if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
                             continue;
                         }
-                        vec![message_frame(&json!({"keepalive": {}}))]
+                        vec![message_frame(&WatchDirMessage::Keepalive {})]
                     }
                     Ok(Some(Ok(batch))) => {
                         let mut frames = Vec::new();
                         for ev in batch {
                             for fe in to_events(&e2b, &t, &user, &dir, req.include_entry, ev).await
                             {
-                                frames.push(message_frame(&json!({ "filesystem": fe })));
+                                frames.push(message_frame(&WatchDirMessage::Filesystem(Box::new(
+                                    fe,
+                                ))));
                             }
                         }
                         frames
@@ -277,7 +285,7 @@ pub async fn create_watcher(
                 task,
             },
         );
-        Ok::<_, ConnectError>(unary_response(&json!({ "watcherId": id })))
+        Ok::<_, ConnectError>(unary_response(&CreateWatcherResponse { watcher_id: id }))
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -304,7 +312,7 @@ pub async fn get_watcher_events(
             return Err(unknown_watcher(&req.watcher_id));
         };
         let events: Vec<FilesystemEvent> = std::mem::take(&mut *w.events.lock());
-        Ok(unary_response(&json!({ "events": events })))
+        Ok(unary_response(&WatcherEvents { events }))
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -325,7 +333,7 @@ pub async fn remove_watcher(
         if let Some(found) = w.remove(&req.watcher_id) {
             found.task.abort();
         }
-        Ok(unary_response(&json!({})))
+        Ok(unary_response(&Empty {}))
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }

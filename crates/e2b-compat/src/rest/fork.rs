@@ -13,11 +13,11 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use cove_api_types::ForkRequest;
 use serde::Deserialize;
-use serde_json::{json, Value};
 
 use super::lifecycle::Lifecycle;
 use super::{e2b_sandbox, parse_body, user_metadata, E2B_MARKER_KEY};
 use crate::error::RestError;
+use crate::model::sandboxes::ForkResult;
 use crate::{E2b, DEFAULT_TIMEOUT_S};
 
 /// Most forks E2B's API takes in one call.
@@ -53,7 +53,7 @@ pub(super) async fn fork(
     let mut metadata = user_metadata(&s);
     metadata.insert(E2B_MARKER_KEY.to_string(), lifecycle.marker());
     let forked = e2b.cp.fork(&s.id, ForkRequest { count, metadata }).await?;
-    let mut items: Vec<Value> = Vec::with_capacity(forked.sandboxes.len());
+    let mut items: Vec<ForkResult> = Vec::with_capacity(forked.sandboxes.len());
     for f in forked.sandboxes {
         let made = async {
             e2b.finish(&f.operation.id).await?;
@@ -65,11 +65,11 @@ pub(super) async fn fork(
                 if let Err(e) = e2b.live_for(&sb, timeout).await {
                     tracing::warn!(sandbox_id = %sb.id, error = %e, "e2b fork: cannot set the timeout");
                 }
-                items.push(json!({ "sandbox": e2b.sandbox_json(&sb) }));
+                items.push(ForkResult::Made {
+                    sandbox: e2b.sandbox_json(&sb),
+                });
             }
-            Err(e) => {
-                items.push(json!({ "error": { "code": e.status.as_u16(), "message": e.message } }))
-            }
+            Err(e) => items.push(ForkResult::Failed { error: e.body() }),
         }
     }
     tracing::info!(sandbox_id = %s.id, checkpoint_id = %forked.checkpoint.id, count, "e2b fork");

@@ -13,6 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use super::E2B_MARKER_KEY;
 use crate::error::RestError;
+pub use crate::model::sandboxes::OnTimeout;
+use crate::model::sandboxes::SandboxLifecycle;
 use crate::{E2b, DEFAULT_TIMEOUT_S};
 
 /// A sandbox's E2B lifecycle settings.
@@ -35,16 +37,6 @@ pub struct Lifecycle {
 
 fn yes() -> bool {
     true
-}
-
-/// What happens at the end of a sandbox's timeout.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OnTimeout {
-    /// Delete it.
-    Kill,
-    /// Suspend it (E2B's pause).
-    Pause,
 }
 
 impl Default for Lifecycle {
@@ -114,14 +106,11 @@ impl Lifecycle {
     }
 
     /// E2B's `lifecycle` object of a sandbox detail.
-    pub fn to_json(self) -> serde_json::Value {
-        serde_json::json!({
-            "autoResume": self.auto_resume,
-            "onTimeout": match self.on_timeout {
-                OnTimeout::Kill => "kill",
-                OnTimeout::Pause => "pause",
-            },
-        })
+    pub fn wire(self) -> SandboxLifecycle {
+        SandboxLifecycle {
+            auto_resume: self.auto_resume,
+            on_timeout: self.on_timeout,
+        }
     }
 }
 
@@ -186,8 +175,8 @@ mod tests {
         assert_eq!(Lifecycle::default().on_expiry(false), OnExpiry::Delete);
         assert_eq!(Lifecycle::default().on_expiry(true), OnExpiry::Delete);
         assert_eq!(
-            l.to_json(),
-            serde_json::json!({"autoResume": true, "onTimeout": "pause"})
+            serde_json::to_string(&l.wire()).expect("json"),
+            r#"{"autoResume":true,"onTimeout":"pause"}"#
         );
         assert!(serde_json::from_str::<Lifecycle>("1").is_err());
         assert_eq!(Lifecycle::default().timeout, DEFAULT_TIMEOUT_S);

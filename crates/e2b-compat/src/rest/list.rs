@@ -7,10 +7,10 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use chrono::{DateTime, Utc};
 use cove_api_types::Sandbox;
-use serde_json::Value;
 
 use super::{e2b_state, E2B_MARKER_KEY, MAX_LIST_LIMIT};
 use crate::error::RestError;
+use crate::model::sandboxes::SandboxDetail;
 use crate::E2b;
 
 /// The filters of a listing.
@@ -145,7 +145,7 @@ pub(super) async fn list_v2(State(e2b): State<E2b>, req: Request) -> Result<Resp
     let limit = f.limit.unwrap_or(MAX_LIST_LIMIT);
     let page: Vec<&Sandbox> = all.iter().skip(start).take(limit).collect();
     let more = start + page.len() < all.len();
-    let body: Vec<Value> = page.iter().map(|s| e2b.detail_json(s)).collect();
+    let body: Vec<SandboxDetail> = page.iter().map(|s| e2b.detail_json(s)).collect();
     let mut resp = axum::Json(body).into_response();
     if more {
         if let Some(last) = page.last() {
@@ -161,7 +161,7 @@ pub(super) async fn list_v2(State(e2b): State<E2b>, req: Request) -> Result<Resp
 pub(super) async fn list_v1(State(e2b): State<E2b>, req: Request) -> Result<Response, RestError> {
     let f = parse_list_query(req.uri().query())?;
     let all = listed(&e2b, &f).await?;
-    let body: Vec<Value> = all.iter().map(|s| e2b.detail_json(s)).collect();
+    let body: Vec<SandboxDetail> = all.iter().map(|s| e2b.detail_json(s)).collect();
     Ok(axum::Json(body).into_response())
 }
 

@@ -20,10 +20,11 @@ use axum::Json;
 use chrono::{DateTime, TimeZone, Utc};
 use cove_api_types::{Command, CommandState, Sandbox};
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::{e2b_sandbox, rfc3339};
 use crate::error::RestError;
+use crate::model::logs::{LogEntry, LogLine, LogsV1, LogsV2};
 use crate::E2b;
 
 /// Most entries one call answers (E2B's default and bound).
@@ -72,13 +73,13 @@ struct Entry {
 }
 
 impl Entry {
-    fn to_json(&self) -> Value {
-        json!({
-            "timestamp": rfc3339(self.at),
-            "message": self.message,
-            "level": self.level.as_str(),
-            "fields": self.fields,
-        })
+    fn wire(&self) -> LogEntry {
+        LogEntry {
+            timestamp: rfc3339(self.at),
+            message: self.message.clone(),
+            level: self.level.as_str(),
+            fields: self.fields.clone(),
+        }
     }
 }
 
@@ -180,7 +181,7 @@ pub(super) async fn logs_v1(
     State(e2b): State<E2b>,
     Path(id): Path<String>,
     Query(q): Query<V1Query>,
-) -> Result<Json<Value>, RestError> {
+) -> Result<Json<LogsV1>, RestError> {
     let s = e2b_sandbox(&e2b, &id).await?;
     let limit = limit_of(q.limit)?;
     let from = q.start.map(millis).transpose()?;
@@ -190,12 +191,15 @@ pub(super) async fn logs_v1(
         .filter(|e| from.is_none_or(|t| e.at >= t))
         .take(limit)
         .collect();
-    let lines: Vec<Value> = picked
+    let logs = picked
         .iter()
-        .map(|e| json!({ "timestamp": rfc3339(e.at), "line": e.message }))
+        .map(|e| LogLine {
+            timestamp: rfc3339(e.at),
+            line: e.message.clone(),
+        })
         .collect();
-    let structured: Vec<Value> = picked.iter().map(Entry::to_json).collect();
-    Ok(Json(json!({ "logs": lines, "logEntries": structured })))
+    let log_entries = picked.iter().map(Entry::wire).collect();
+    Ok(Json(LogsV1 { logs, log_entries }))
 }
 
 /// The query of v2.
@@ -215,7 +219,7 @@ pub(super) async fn logs_v2(
     State(e2b): State<E2b>,
     Path(id): Path<String>,
     Query(q): Query<V2Query>,
-) -> Result<Json<Value>, RestError> {
+) -> Result<Json<LogsV2>, RestError> {
     let s = e2b_sandbox(&e2b, &id).await?;
     let limit = limit_of(q.limit)?;
     let cursor = q.cursor.map(millis).transpose()?;
@@ -234,7 +238,7 @@ pub(super) async fn logs_v2(
     if backward {
         all.reverse();
     }
-    let picked: Vec<Value> = all
+    let logs: Vec<LogEntry> = all
         .iter()
         .filter(|e| match cursor {
             None => true,
@@ -244,9 +248,9 @@ pub(super) async fn logs_v2(
         .filter(|e| min.is_none_or(|m| e.level >= m))
         .filter(|e| q.search.as_deref().is_none_or(|w| e.message.contains(w)))
         .take(limit)
-        .map(Entry::to_json)
+        .map(Entry::wire)
         .collect();
-    Ok(Json(json!({ "logs": picked })))
+    Ok(Json(LogsV2 { logs }))
 }
 
 #[cfg(test)]

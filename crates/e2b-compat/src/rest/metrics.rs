@@ -13,16 +13,18 @@
 //! of each running sandbox named, as `{"sandboxes": {id: SandboxMetric}}`; ids that are
 //! unknown, gone or paused are left out. At most [`MAX_MANY`] ids.
 
+use std::collections::BTreeMap;
+
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::Json;
 use cove_api_types::{MetricsSample, Sandbox};
 use cove_control_plane::ServiceError;
 use serde::Deserialize;
-use serde_json::{json, Value};
 
 use super::{e2b_sandbox, rfc3339};
 use crate::error::RestError;
+use crate::model::metrics::{SandboxMetric, SandboxesMetrics};
 use crate::E2b;
 
 /// Most sandboxes one `GET /sandboxes/metrics` names.
@@ -43,14 +45,14 @@ pub(crate) async fn sandbox_metrics(
     State(e2b): State<E2b>,
     Path(id): Path<String>,
     Query(window): Query<Window>,
-) -> Result<Json<Value>, RestError> {
+) -> Result<Json<Vec<SandboxMetric>>, RestError> {
     let s = e2b_sandbox(&e2b, &id).await?;
     let m = match e2b.cp.sandbox_metrics(&s.id).await {
         Ok(m) => m,
-        Err(ServiceError::SandboxNotRunning { .. }) => return Ok(Json(json!([]))),
+        Err(ServiceError::SandboxNotRunning { .. }) => return Ok(Json(Vec::new())),
         Err(e) => return Err(e.into()),
     };
-    let samples: Vec<Value> = m
+    let samples: Vec<SandboxMetric> = m
         .history
         .iter()
         .chain(std::iter::once(&m.current))
@@ -58,7 +60,7 @@ pub(crate) async fn sandbox_metrics(
         .filter(|x| window.end.is_none_or(|t| x.at.timestamp() <= t))
         .map(|x| metric(&s, x))
         .collect();
-    Ok(Json(Value::Array(samples)))
+    Ok(Json(samples))
 }
 
 /// `?sandbox_ids=a,b`.
@@ -71,7 +73,7 @@ pub(crate) struct ManyQuery {
 pub(crate) async fn many(
     State(e2b): State<E2b>,
     Query(q): Query<ManyQuery>,
-) -> Result<Json<Value>, RestError> {
+) -> Result<Json<SandboxesMetrics>, RestError> {
     let ids: Vec<&str> = q
         .sandbox_ids
         .as_deref()
@@ -86,7 +88,7 @@ pub(crate) async fn many(
             format!("at most {MAX_MANY} sandbox ids per call"),
         ));
     }
-    let mut out = serde_json::Map::new();
+    let mut out = BTreeMap::new();
     for id in ids {
         let Ok(s) = e2b_sandbox(&e2b, id).await else {
             continue;
@@ -103,11 +105,11 @@ pub(crate) async fn many(
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(Json(json!({ "sandboxes": out })))
+    Ok(Json(SandboxesMetrics { sandboxes: out }))
 }
 
 /// One `SandboxMetric`.
-fn metric(s: &Sandbox, x: &MetricsSample) -> Value {
+fn metric(s: &Sandbox, x: &MetricsSample) -> SandboxMetric {
     let cpus = s.resources.vcpus.max(1);
     let pct = x.cpu.rate.map_or(0.0, |r| r / f64::from(cpus) * 100.0);
     let mem_total = x.memory.limit_bytes.unwrap_or(s.resources.memory_mib * MIB);
@@ -116,15 +118,15 @@ fn metric(s: &Sandbox, x: &MetricsSample) -> Value {
         .limit_bytes
         .or(s.resources.disk_mib.map(|d| d * MIB))
         .unwrap_or(0);
-    json!({
-        "timestamp": rfc3339(x.at),
-        "timestampUnix": x.at.timestamp(),
-        "cpuCount": cpus,
-        "cpuUsedPct": (pct * 100.0).round() / 100.0,
-        "memUsed": x.memory.bytes,
-        "memTotal": mem_total,
-        "memCache": 0,
-        "diskUsed": x.disk.used_bytes.unwrap_or(0),
-        "diskTotal": disk_total,
-    })
+    SandboxMetric {
+        timestamp: rfc3339(x.at),
+        timestamp_unix: x.at.timestamp(),
+        cpu_count: cpus,
+        cpu_used_pct: (pct * 100.0).round() / 100.0,
+        mem_used: x.memory.bytes,
+        mem_total,
+        mem_cache: 0,
+        disk_used: x.disk.used_bytes.unwrap_or(0),
+        disk_total,
+    }
 }

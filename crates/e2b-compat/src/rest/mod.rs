@@ -22,10 +22,10 @@ use cove_api_types::{OperationState, Sandbox, SandboxState};
 use cove_control_plane::orgs::{audit, scope};
 use cove_control_plane::ServiceError;
 use serde::Deserialize;
-use serde_json::{json, Value};
 
 use self::lifecycle::Lifecycle;
 use crate::error::RestError;
+use crate::model::sandboxes::{NewSandbox, SandboxDetail, SandboxIds};
 
 mod create;
 mod fork;
@@ -196,50 +196,45 @@ impl E2b {
             .unwrap_or_else(|| s.created_at + chrono::Duration::days(3650))
     }
 
+    /// What `Sandbox` and `SandboxDetail` both say of `s`.
+    fn sandbox_ids(&self, s: &Sandbox) -> SandboxIds {
+        SandboxIds {
+            template_id: s.template.clone(),
+            sandbox_id: e2b_id(&s.id).to_string(),
+            alias: s.template.clone(),
+            client_id: "cove",
+            envd_version: ENVD_VERSION,
+            envd_access_token: self.access_token(&s.id),
+            domain: self.cfg.answered_domain.clone(),
+        }
+    }
+
     /// `Sandbox` (create, connect and fork answers).
-    pub(crate) fn sandbox_json(&self, s: &Sandbox) -> Value {
-        json!({
-            "templateID": s.template,
-            "sandboxID": e2b_id(&s.id),
-            "alias": s.template,
-            "clientID": "cove",
-            "envdVersion": ENVD_VERSION,
-            "envdAccessToken": self.access_token(&s.id),
-            // Set when the sandbox's ports are private: E2B's `e2b-traffic-access-token`.
-            "trafficAccessToken": (!s.public).then(|| self.cp.port_token_for(&s.id)).flatten(),
-            "domain": self.cfg.answered_domain,
-        })
+    pub(crate) fn sandbox_json(&self, s: &Sandbox) -> NewSandbox {
+        NewSandbox {
+            ids: self.sandbox_ids(s),
+            traffic_access_token: (!s.public).then(|| self.cp.port_token_for(&s.id)).flatten(),
+        }
     }
 
     /// `SandboxDetail` / `ListedSandbox`.
-    pub(crate) fn detail_json(&self, s: &Sandbox) -> Value {
-        let mut detail = json!({
-            "templateID": s.template,
-            "sandboxID": e2b_id(&s.id),
-            "alias": s.template,
-            "clientID": "cove",
-            "startedAt": rfc3339(s.created_at),
-            "endAt": rfc3339(self.end_at(s)),
-            "envdVersion": ENVD_VERSION,
-            "envdAccessToken": self.access_token(&s.id),
-            "cpuCount": s.resources.vcpus,
-            "memoryMB": s.resources.memory_mib,
-            "diskSizeMB": s.resources.disk_mib.unwrap_or(0),
-            "state": e2b_state(s.state).unwrap_or("running"),
-            "metadata": user_metadata(s),
-            "allowInternetAccess": s.network.internet,
-            "domain": self.cfg.answered_domain,
-            "lifecycle": Lifecycle::of(s).to_json(),
+    pub(crate) fn detail_json(&self, s: &Sandbox) -> SandboxDetail {
+        SandboxDetail {
+            ids: self.sandbox_ids(s),
+            started_at: rfc3339(s.created_at),
+            end_at: rfc3339(self.end_at(s)),
+            cpu_count: s.resources.vcpus,
+            memory_mb: s.resources.memory_mib,
+            disk_size_mb: s.resources.disk_mib.unwrap_or(0),
+            state: e2b_state(s.state).unwrap_or("running"),
+            metadata: user_metadata(s),
+            allow_internet_access: s.network.internet,
+            lifecycle: Lifecycle::of(s).wire(),
             // Cove never snapshots a guest that does not answer (see `pause`).
-            "envdUnresponsiveAtPause": false,
-        });
-        if let Some(mode) = self.pause_mode(s) {
-            detail["pauseMode"] = json!(mode);
+            envd_unresponsive_at_pause: false,
+            pause_mode: self.pause_mode(s),
+            network: network::network_json(&s.network),
         }
-        if let Some(n) = network::network_json(&s.network) {
-            detail["network"] = n;
-        }
-        detail
     }
 
     /// Waits for an operation to end; its error as a REST error.

@@ -29,10 +29,11 @@ use axum::response::{IntoResponse, Response};
 use cove_api_types::{EgressPolicy, EgressRule};
 use ipnet::Ipv4Net;
 use serde::Deserialize;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::{e2b_sandbox, parse_body};
 use crate::error::RestError;
+use crate::model::sandboxes::SandboxNetwork;
 use crate::E2b;
 
 /// E2B's "all traffic".
@@ -218,7 +219,7 @@ pub(crate) fn subtract(net: Ipv4Net, hole: Ipv4Net) -> Vec<Ipv4Net> {
 
 /// E2B's `network` of a sandbox detail (`None` for the default policy): the policy read back
 /// in E2B's terms.
-pub(crate) fn network_json(p: &EgressPolicy) -> Option<Value> {
+pub(crate) fn network_json(p: &EgressPolicy) -> Option<SandboxNetwork> {
     if p.is_default() {
         return None;
     }
@@ -228,7 +229,10 @@ pub(crate) fn network_json(p: &EgressPolicy) -> Option<Value> {
     } else {
         vec![ALL_TRAFFIC.to_string()]
     };
-    Some(json!({ "allowOut": list(&p.allow), "denyOut": deny }))
+    Some(SandboxNetwork {
+        allow_out: list(&p.allow),
+        deny_out: deny,
+    })
 }
 
 /// `PUT /sandboxes/{id}/network`: replaces the egress policy of a running or paused sandbox;
@@ -276,7 +280,10 @@ mod tests {
         assert!(p.deny.is_empty());
         assert_eq!(
             network_json(&p),
-            Some(json!({"allowOut": ["allowed.test", "1.1.1.1"], "denyOut": [ALL_TRAFFIC]}))
+            Some(SandboxNetwork {
+                allow_out: vec!["allowed.test".into(), "1.1.1.1".into()],
+                deny_out: vec![ALL_TRAFFIC.into()],
+            })
         );
         let off = policy(Some(false), &NetworkConfig::default()).expect("some");
         assert_eq!(off, EgressPolicy::offline());
@@ -324,7 +331,7 @@ mod tests {
         let e = egress_policy(None, Some(&cfg(&["::1"], &[]))).expect_err("v6");
         assert!(e.message.contains("network.allowOut[0]"), "{}", e.message);
         let proxy = NetworkConfig {
-            egress_proxy: Some(json!({"address": "p:1080"})),
+            egress_proxy: Some(serde_json::json!({"address": "p:1080"})),
             ..Default::default()
         };
         let e = egress_policy(None, Some(&proxy)).expect_err("proxy");

@@ -19,10 +19,10 @@ use base64::Engine;
 use cove_api_types::{Checkpoint, CheckpointState, CreateCheckpointRequest};
 use cove_control_plane::ServiceError;
 use serde::Deserialize;
-use serde_json::{json, Value};
 
 use super::{e2b_sandbox, parse_body};
 use crate::error::RestError;
+use crate::model::snapshots::SnapshotInfo;
 use crate::E2b;
 
 /// Largest page of `GET /snapshots`.
@@ -39,8 +39,11 @@ struct SnapshotRequest {
 }
 
 /// `SnapshotInfo`.
-fn snapshot_json(c: &Checkpoint) -> Value {
-    json!({ "snapshotID": c.id, "names": c.name.iter().collect::<Vec<_>>() })
+fn snapshot_json(c: &Checkpoint) -> SnapshotInfo {
+    SnapshotInfo {
+        snapshot_id: c.id.clone(),
+        names: c.name.iter().cloned().collect(),
+    }
 }
 
 /// Whether `id` has the shape of a Cove checkpoint id.
@@ -137,7 +140,7 @@ pub(super) async fn list(State(e2b): State<E2b>, req: Request) -> Result<Respons
         None => None,
         Some(id) => match crate::cove_id(id) {
             Some(c) => Some(c),
-            None => return Ok(axum::Json(json!([])).into_response()),
+            None => return Ok(axum::Json(Vec::<SnapshotInfo>::new()).into_response()),
         },
     };
     let all = match e2b.cp.list_checkpoints(cove_id.as_deref()).await {
@@ -166,7 +169,7 @@ pub(super) async fn list(State(e2b): State<E2b>, req: Request) -> Result<Respons
     let limit = q.limit.unwrap_or(MAX_SNAPSHOT_PAGE);
     let page: Vec<&Checkpoint> = listed.iter().skip(start).take(limit).collect();
     let more = start + page.len() < listed.len();
-    let body: Vec<Value> = page.iter().map(|c| snapshot_json(c)).collect();
+    let body: Vec<SnapshotInfo> = page.iter().map(|c| snapshot_json(c)).collect();
     let mut resp = axum::Json(body).into_response();
     if more {
         if let Some(last) = page.last() {

@@ -33,10 +33,10 @@ use cove_control_plane::orgs::{audit, scope};
 use cove_control_plane::ServiceError;
 use futures::StreamExt;
 use serde::Deserialize;
-use serde_json::{json, Value};
 
 use super::parse_body;
 use crate::error::RestError;
+use crate::model::volumes::{VolumeEntryStat, VolumeEntryType};
 use crate::E2b;
 
 /// The content routes, behind the volume-token check.
@@ -173,30 +173,27 @@ fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, RestError> {
 }
 
 /// `VolumeEntryStat` of a volume's file.
-fn entry(i: &FileInfo) -> Value {
-    let kind = match i.file_type {
-        FileType::File => "file",
-        FileType::Dir => "directory",
-        FileType::Symlink => "symlink",
-        FileType::Other => "unknown",
+fn entry(i: &FileInfo) -> VolumeEntryStat {
+    let entry_type = match i.file_type {
+        FileType::File => VolumeEntryType::File,
+        FileType::Dir => VolumeEntryType::Directory,
+        FileType::Symlink => VolumeEntryType::Symlink,
+        FileType::Other => VolumeEntryType::Unknown,
     };
     let time = |t: Option<chrono::DateTime<chrono::Utc>>| super::rfc3339(t.unwrap_or(i.mtime));
-    let mut v = json!({
-        "name": i.name,
-        "type": kind,
-        "path": i.path,
-        "size": i.size,
-        "mode": i.mode,
-        "uid": i.uid.unwrap_or_default(),
-        "gid": i.gid.unwrap_or_default(),
-        "atime": time(i.atime),
-        "mtime": super::rfc3339(i.mtime),
-        "ctime": time(i.ctime),
-    });
-    if let Some(t) = &i.symlink_target {
-        v["target"] = json!(t);
+    VolumeEntryStat {
+        name: i.name.clone(),
+        entry_type,
+        path: i.path.clone(),
+        size: i.size,
+        mode: i.mode,
+        uid: i.uid.unwrap_or_default(),
+        gid: i.gid.unwrap_or_default(),
+        atime: time(i.atime),
+        mtime: super::rfc3339(i.mtime),
+        ctime: time(i.ctime),
+        target: i.symlink_target.clone(),
     }
-    v
 }
 
 /// `GET /volumecontent/{id}/path`.
@@ -264,7 +261,7 @@ async fn list(
             ),
         )
         .await?;
-    let out: Vec<Value> = listed.entries.iter().map(entry).collect();
+    let out: Vec<VolumeEntryStat> = listed.entries.iter().map(entry).collect();
     Ok(axum::Json(out).into_response())
 }
 

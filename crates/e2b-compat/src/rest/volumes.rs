@@ -18,10 +18,10 @@ use axum::response::{IntoResponse, Response};
 use cove_api_types::{CreateVolumeRequest, SandboxState, Volume, VolumeMount, VolumeStorage};
 use cove_control_plane::ServiceError;
 use serde::Deserialize;
-use serde_json::{json, Value};
 
 use super::parse_body;
 use crate::error::RestError;
+use crate::model::volumes::{VolumeAndToken, VolumeInfo};
 use crate::E2b;
 
 /// Size of a volume made through E2B, whose API has no size (1 GiB; the image is sparse, so
@@ -56,9 +56,13 @@ pub(super) fn mounts(volume_mounts: Option<Vec<E2bVolumeMount>>) -> Vec<VolumeMo
 }
 
 /// `VolumeAndToken`: the token reaches this volume's content API only.
-async fn with_token(e2b: &E2b, v: &Volume) -> Result<Value, RestError> {
+async fn with_token(e2b: &E2b, v: &Volume) -> Result<VolumeAndToken, RestError> {
     let token = e2b.cp.volume_token(&v.name).await?;
-    Ok(json!({ "volumeID": v.name, "name": v.name, "token": token }))
+    Ok(VolumeAndToken {
+        volume_id: v.name.clone(),
+        name: v.name.clone(),
+        token,
+    })
 }
 
 fn not_found(id: &str) -> RestError {
@@ -83,10 +87,13 @@ pub(super) async fn create(State(e2b): State<E2b>, body: Bytes) -> Result<Respon
 /// `GET /volumes`: the org's volumes, by name.
 pub(super) async fn list(State(e2b): State<E2b>) -> Result<Response, RestError> {
     let all = e2b.cp.list_volumes().await?;
-    let out: Vec<Value> = all
+    let out: Vec<VolumeInfo> = all
         .volumes
         .iter()
-        .map(|v| json!({ "volumeID": v.name, "name": v.name }))
+        .map(|v| VolumeInfo {
+            volume_id: v.name.clone(),
+            name: v.name.clone(),
+        })
         .collect();
     Ok(axum::Json(out).into_response())
 }

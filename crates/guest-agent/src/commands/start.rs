@@ -18,7 +18,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cove_guest_protocol::{ErrorCode, Program, SpawnRequest, Stream};
+use cove_guest_protocol::{CommandInfo, ErrorCode, Program, SpawnRequest, Stream};
 use parking_lot::Mutex;
 use tokio::net::unix::pipe;
 use tokio::sync::watch;
@@ -53,8 +53,8 @@ struct Started {
     cgroup: Option<CommandCgroup>,
 }
 
-/// Starts a command; returns the leader's pid.
-pub async fn start(agent: &Arc<Agent>, req: SpawnRequest) -> Result<u32, AgentError> {
+/// Starts a command; returns its state just after the start (the leader's pid, running).
+pub async fn start(agent: &Arc<Agent>, req: SpawnRequest) -> Result<CommandInfo, AgentError> {
     validate_id(&req.command_id)?;
     let reservation = agent.commands.reserve(&req.command_id)?;
     let timeout = req.timeout_ms.map(Duration::from_millis);
@@ -142,6 +142,7 @@ pub async fn start(agent: &Arc<Agent>, req: SpawnRequest) -> Result<u32, AgentEr
         oom_kills_at_start,
         cgroup,
     });
+    let info = command.info();
     reservation.commit(command.clone());
     tokio::spawn(supervise::supervise(
         command,
@@ -149,7 +150,7 @@ pub async fn start(agent: &Arc<Agent>, req: SpawnRequest) -> Result<u32, AgentEr
         sources,
         timeout,
     ));
-    Ok(pid as u32)
+    Ok(info)
 }
 
 fn validate_id(id: &str) -> Result<(), AgentError> {

@@ -145,13 +145,23 @@ impl GuestClient {
         self.call(Request::Ping, CALL_TIMEOUT, ok).await
     }
 
-    /// Starts a command; returns its leader's pid.
-    pub async fn spawn(&self, req: SpawnRequest) -> Result<u32, GuestError> {
-        self.call(Request::Spawn(req), CALL_TIMEOUT, |r| match r {
-            Response::Spawned { pid } => Ok(pid),
-            r => Err(kind(&r)),
-        })
-        .await
+    /// Starts a command; returns its state just after the start. An agent of protocol version
+    /// [`cove_guest_protocol::SPAWN_INFO_VERSION`] or later says it in its answer (one round trip); an older one
+    /// answers with the pid alone, and the state is asked for after it.
+    pub async fn spawn(&self, req: SpawnRequest) -> Result<CommandInfo, GuestError> {
+        let id = req.command_id.clone();
+        let answer = self
+            .call(Request::Spawn(req), CALL_TIMEOUT, |r| match r {
+                Response::SpawnedCommand(info) if info.command_id == id => Ok(Some(info)),
+                Response::SpawnedCommand(_) => Err("SpawnedCommand of another command"),
+                Response::Spawned { .. } => Ok(None),
+                r => Err(kind(&r)),
+            })
+            .await?;
+        match answer {
+            Some(info) => Ok(info),
+            None => self.get_command(&id).await,
+        }
     }
 
     /// Writes to a command's stdin (in frames of at most [`MAX_CHUNK_BYTES`]). Waits while the

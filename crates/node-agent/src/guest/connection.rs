@@ -48,20 +48,22 @@ pub async fn open(
 }
 
 /// Connects and performs the handshake; returns the stream and the protocol version it
-/// speaks. Offers [`PROTOCOL_VERSION`]; an older agent that refuses it gets a second
-/// connection offering [`MIN_PROTOCOL_VERSION`].
+/// speaks. Offers [`PROTOCOL_VERSION`]; an older agent that refuses it gets a new connection
+/// offering the next older version, down to [`MIN_PROTOCOL_VERSION`] (an agent only ever
+/// refuses versions newer than its own, so this takes one connection per version it lacks).
 pub async fn open_versioned(
     connector: &dyn GuestConnector,
     timeout: Duration,
 ) -> Result<(GuestStream, u32), GuestError> {
-    match handshake(connector, timeout, PROTOCOL_VERSION).await {
-        Err(GuestError::Guest {
-            code: ErrorCode::UnsupportedVersion,
-            ..
-        }) if PROTOCOL_VERSION > MIN_PROTOCOL_VERSION => {
-            handshake(connector, timeout, MIN_PROTOCOL_VERSION).await
+    let mut offer = PROTOCOL_VERSION;
+    loop {
+        match handshake(connector, timeout, offer).await {
+            Err(GuestError::Guest {
+                code: ErrorCode::UnsupportedVersion,
+                ..
+            }) if offer > MIN_PROTOCOL_VERSION => offer -= 1,
+            other => return other,
         }
-        other => other,
     }
 }
 
@@ -143,6 +145,7 @@ pub fn kind(r: &Response) -> &'static str {
         Response::CommandsPart(_) => "CommandsPart",
         Response::Gap { .. } => "Gap",
         Response::Xattrs(_) => "Xattrs",
+        Response::SpawnedCommand(_) => "SpawnedCommand",
         Response::FileEvents(_) => "FileEvents",
     }
 }

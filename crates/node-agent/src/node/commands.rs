@@ -24,14 +24,10 @@ impl NodeCommands for NodeAgent {
                 .entry(name.to_string())
                 .or_insert_with(|| path.to_string());
         }
-        let id = req.command_id.clone();
         g.spawn(convert::spawn(req))
             .await
-            .map_err(|e| guest_err(Call::Spawn, e))?;
-        g.get_command(&id)
-            .await
             .map(convert::command)
-            .map_err(|e| guest_err(Call::Command(&id), e))
+            .map_err(|e| guest_err(Call::Spawn, e))
     }
 
     async fn command(&self, sandbox_id: &str, command_id: &str) -> Result<CommandInfo, NodeError> {

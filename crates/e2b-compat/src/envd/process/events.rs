@@ -10,12 +10,11 @@ use base64::Engine;
 use cove_api_types::Command;
 use cove_control_plane::attach::{OutputEvent, OutputSource, OutputStream};
 use futures::StreamExt;
-use serde_json::json;
 use tokio::sync::mpsc;
 
-use super::super::proto::EndEvent;
 use super::super::{end_frame, message_frame, stream_response};
 use crate::error::{ConnectCode, ConnectError};
+use crate::model::envd::{EndEvent, ProcessData, ProcessEvent, ProcessStreamMessage};
 
 /// Streams `start{pid}`, then the output and the end event, then the end-of-stream frame.
 /// `ended` short-cuts a process that already exited (a `Connect` after its end). With
@@ -33,7 +32,9 @@ pub(super) fn pump(
     let (tx, rx) = mpsc::channel::<Bytes>(16);
     tokio::spawn(async move {
         if tx
-            .send(message_frame(&json!({"event": {"start": {"pid": pid}}})))
+            .send(message_frame(&ProcessStreamMessage {
+                event: ProcessEvent::Start { pid },
+            }))
             .await
             .is_err()
         {
@@ -46,15 +47,19 @@ pub(super) fn pump(
         }
         loop {
             let frame = match tokio::time::timeout(keepalive, events.next()).await {
-                Err(_) => message_frame(&json!({"event": {"keepalive": {}}})),
+                Err(_) => message_frame(&ProcessStreamMessage {
+                    event: ProcessEvent::Keepalive {},
+                }),
                 Ok(Some(Ok(OutputEvent::Output { source, data, .. }))) => {
-                    let key = match (pty, source) {
-                        (true, _) => "pty",
-                        (false, OutputSource::Stdout) => "stdout",
-                        (false, OutputSource::Stderr) => "stderr",
-                    };
                     let b64 = base64::engine::general_purpose::STANDARD.encode(&data);
-                    message_frame(&json!({"event": {"data": {key: b64}}}))
+                    let data = match (pty, source) {
+                        (true, _) => ProcessData::Pty(b64),
+                        (false, OutputSource::Stdout) => ProcessData::Stdout(b64),
+                        (false, OutputSource::Stderr) => ProcessData::Stderr(b64),
+                    };
+                    message_frame(&ProcessStreamMessage {
+                        event: ProcessEvent::Data(data),
+                    })
                 }
                 Ok(Some(Ok(OutputEvent::Gap { .. } | OutputEvent::End))) => continue,
                 Ok(Some(Ok(OutputEvent::Exited(cmd)))) if own_deadline && cmd.timed_out => {
@@ -102,7 +107,9 @@ fn timed_out() -> ConnectError {
 }
 
 fn end_message(cmd: &Command) -> Bytes {
-    message_frame(&json!({"event": {"end": end_event(cmd)}}))
+    message_frame(&ProcessStreamMessage {
+        event: ProcessEvent::End(end_event(cmd)),
+    })
 }
 
 /// Go `ProcessState` semantics: `exit status N`, or `-1` and `signal: killed`.
@@ -151,6 +158,7 @@ fn go_signal_text(sig: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn cmd(exit_code: Option<i32>, signal: Option<&str>) -> Command {
         serde_json::from_value(json!({

@@ -15,19 +15,18 @@ use cove_api_types::{Command, CommandState, CreateCommandRequest};
 use cove_control_plane::ServiceError;
 use futures::StreamExt;
 use parking_lot::Mutex;
-use serde_json::json;
 
 use super::paths::{home_of, resolve};
-use super::proto::{
-    ListResponse, ProcessConfig, ProcessInfo, ProcessSelector, SelectRequest, SendInputRequest,
-    SendSignalRequest, StartRequest, StreamInputRequest, UpdateRequest,
-};
 use super::{
     basic_user, connect_timeout, end_frame, keepalive_interval, message_frame, stream_error,
     stream_messages, stream_request, stream_response, unary_request, unary_response,
 };
 use crate::dispatch::Target;
 use crate::error::{ConnectCode, ConnectError};
+use crate::model::envd::{
+    Empty, ListResponse, ProcessConfig, ProcessInfo, ProcessSelector, SelectRequest,
+    SendInputRequest, SendSignalRequest, StartRequest, StreamInputRequest, UpdateRequest,
+};
 use crate::E2b;
 
 mod events;
@@ -260,7 +259,7 @@ pub async fn send_input(
         let req: SendInputRequest = unary_request(&body)?;
         let cmd = find(&e2b, &t, &req.process, true).await?;
         write_input(&e2b, &t, &cmd, req.input).await?;
-        Ok::<_, ConnectError>(unary_response(&json!({})))
+        Ok::<_, ConnectError>(unary_response(&Empty {}))
     };
     run.await
         .unwrap_or_else(axum::response::IntoResponse::into_response)
@@ -270,7 +269,7 @@ async fn write_input(
     e2b: &E2b,
     t: &Target,
     cmd: &Command,
-    input: super::proto::ProcessInput,
+    input: crate::model::envd::ProcessInput,
 ) -> Result<(), ConnectError> {
     let data = match (input.stdin, input.pty) {
         (Some(d), _) | (None, Some(d)) => d,
@@ -316,7 +315,7 @@ pub async fn stream_input(
             }
         }
         Ok::<_, ConnectError>(stream_response(futures::stream::iter([
-            message_frame(&json!({})),
+            message_frame(&Empty {}),
             end_frame(None),
         ])))
     };
@@ -348,7 +347,7 @@ pub async fn send_signal(
             .signal_command(&t.cove_id, &cmd.id, signal)
             .await
             .map_err(|e| input_error(e, cmd.pid))?;
-        Ok::<_, ConnectError>(unary_response(&json!({})))
+        Ok::<_, ConnectError>(unary_response(&Empty {}))
     };
     run.await
         .unwrap_or_else(axum::response::IntoResponse::into_response)
@@ -371,7 +370,7 @@ pub async fn close_stdin(
             e2b.cp.close_stdin(&t.cove_id, &cmd.id).await
         };
         result.map_err(|e| input_error(e, cmd.pid))?;
-        Ok::<_, ConnectError>(unary_response(&json!({})))
+        Ok::<_, ConnectError>(unary_response(&Empty {}))
     };
     run.await
         .unwrap_or_else(axum::response::IntoResponse::into_response)
@@ -394,7 +393,7 @@ pub async fn update(
                 .await
                 .map_err(|e| input_error(e, cmd.pid))?;
         }
-        Ok::<_, ConnectError>(unary_response(&json!({})))
+        Ok::<_, ConnectError>(unary_response(&Empty {}))
     };
     run.await
         .unwrap_or_else(axum::response::IntoResponse::into_response)

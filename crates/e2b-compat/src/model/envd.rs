@@ -321,6 +321,105 @@ pub struct FilesystemEvent {
     pub entry: Option<EntryInfo>,
 }
 
+// ---- answers and stream messages ----
+
+/// An answer without fields (`{}`): `SendInput`, `SendSignal`, `Update`, `CloseStdin`,
+/// `Remove`, `RemoveWatcher`, and a `StreamInput` stream's first frame.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Empty {}
+
+/// A message of a process stream (`StartResponse`, `ConnectResponse`): `{"event": ...}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProcessStreamMessage {
+    /// The event.
+    pub event: ProcessEvent,
+}
+
+/// `ProcessEvent`: one of start, data, end or keepalive, named by its key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ProcessEvent {
+    /// The process runs: `{"start": {"pid": N}}`.
+    Start {
+        /// Its pid.
+        pid: u32,
+    },
+    /// Output: `{"data": {"stdout" | "stderr" | "pty": base64}}`.
+    Data(ProcessData),
+    /// It ended: `{"end": EndEvent}`.
+    End(EndEvent),
+    /// Nothing happened for a keepalive interval: `{"keepalive": {}}`.
+    Keepalive {},
+}
+
+/// `ProcessEvent.DataEvent`: a chunk of output, keyed by the stream it came from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ProcessData {
+    /// Standard output, base64.
+    Stdout(String),
+    /// Standard error, base64.
+    Stderr(String),
+    /// The terminal of a pty process, base64.
+    Pty(String),
+}
+
+/// A message of a `WatchDir` stream (`WatchDirResponse`), named by its key.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum WatchDirMessage {
+    /// The directory is watched: `{"start": {}}`.
+    Start {},
+    /// Nothing happened for a keepalive interval: `{"keepalive": {}}`.
+    Keepalive {},
+    /// A change: `{"filesystem": FilesystemEvent}`.
+    Filesystem(Box<FilesystemEvent>),
+}
+
+/// `CreateWatcherResponse`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateWatcherResponse {
+    /// The new watcher's id.
+    pub watcher_id: String,
+}
+
+/// `GetWatcherEventsResponse`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WatcherEvents {
+    /// The events since the last call, oldest first.
+    pub events: Vec<FilesystemEvent>,
+}
+
+/// `StatResponse`, `MakeDirResponse`, `MoveResponse`: one entry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EntryResponse {
+    /// The entry.
+    pub entry: EntryInfo,
+}
+
+/// `ListDirResponse`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ListDirResponse {
+    /// The entries.
+    pub entries: Vec<EntryInfo>,
+}
+
+/// `EntryInfo` of a file written through `POST /files` (one per uploaded file).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WrittenEntry {
+    /// Absolute path.
+    pub path: String,
+    /// Base name.
+    pub name: String,
+    /// Always `file`.
+    #[serde(rename = "type")]
+    pub file_type: &'static str,
+    /// The metadata given with it (`X-Metadata-*` headers); omitted when none was.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -354,5 +453,78 @@ mod tests {
             r#"{"exited":true,"status":"exit status 0"}"#
         );
         assert_eq!(b64::decode("YQ").ok(), Some(b"a".to_vec()));
+    }
+
+    #[test]
+    fn stream_messages_are_keyed_by_their_kind() {
+        let msg = |event| serde_json::to_string(&ProcessStreamMessage { event }).expect("json");
+        assert_eq!(
+            msg(ProcessEvent::Start { pid: 7 }),
+            r#"{"event":{"start":{"pid":7}}}"#
+        );
+        assert_eq!(
+            msg(ProcessEvent::Keepalive {}),
+            r#"{"event":{"keepalive":{}}}"#
+        );
+        for (data, key) in [
+            (ProcessData::Stdout("YQ==".into()), "stdout"),
+            (ProcessData::Stderr("YQ==".into()), "stderr"),
+            (ProcessData::Pty("YQ==".into()), "pty"),
+        ] {
+            assert_eq!(
+                msg(ProcessEvent::Data(data)),
+                format!(r#"{{"event":{{"data":{{"{key}":"YQ=="}}}}}}"#)
+            );
+        }
+        let end = EndEvent {
+            exit_code: 1,
+            exited: true,
+            status: "exit status 1".into(),
+            error: Some("exit status 1".into()),
+        };
+        assert_eq!(
+            msg(ProcessEvent::End(end)),
+            r#"{"event":{"end":{"exitCode":1,"exited":true,"status":"exit status 1","error":"exit status 1"}}}"#
+        );
+        let json = |v: &WatchDirMessage| serde_json::to_string(v).expect("json");
+        assert_eq!(json(&WatchDirMessage::Start {}), r#"{"start":{}}"#);
+        assert_eq!(json(&WatchDirMessage::Keepalive {}), r#"{"keepalive":{}}"#);
+        let fe = FilesystemEvent {
+            name: "a".into(),
+            kind: "EVENT_TYPE_CREATE",
+            entry: None,
+        };
+        assert_eq!(
+            json(&WatchDirMessage::Filesystem(Box::new(fe.clone()))),
+            r#"{"filesystem":{"name":"a","type":"EVENT_TYPE_CREATE"}}"#
+        );
+        assert_eq!(serde_json::to_string(&Empty {}).expect("json"), "{}");
+        assert_eq!(
+            serde_json::to_string(&CreateWatcherResponse {
+                watcher_id: "w".into()
+            })
+            .expect("json"),
+            r#"{"watcherId":"w"}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&WatcherEvents { events: vec![fe] }).expect("json"),
+            r#"{"events":[{"name":"a","type":"EVENT_TYPE_CREATE"}]}"#
+        );
+    }
+
+    #[test]
+    fn a_written_entry_leaves_out_empty_metadata() {
+        let mut w = WrittenEntry {
+            path: "/a/b".into(),
+            name: "b".into(),
+            file_type: "file",
+            metadata: BTreeMap::new(),
+        };
+        crate::model::assert_wire(&w, r#"{"path":"/a/b","name":"b","type":"file"}"#);
+        w.metadata.insert("k".into(), "v".into());
+        crate::model::assert_wire(
+            &w,
+            r#"{"path":"/a/b","name":"b","type":"file","metadata":{"k":"v"}}"#,
+        );
     }
 }
