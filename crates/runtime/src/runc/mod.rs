@@ -148,6 +148,10 @@ pub struct RuncRuntime {
     views: std::sync::Arc<views::HostViews>,
     /// User namespaces, when on.
     userns: Option<std::sync::Arc<UserNamespaces>>,
+    /// The spec each sandbox this process started was started with, by sandbox id: a gVisor
+    /// checkpoint that stopped the sandbox and cannot carry it on from its memory starts it
+    /// again from its files with it (`gvisor_memory.rs`). Not kept for adopted sandboxes.
+    specs: std::sync::Arc<parking_lot::Mutex<HashMap<String, SandboxSpec>>>,
 }
 
 impl RuncRuntime {
@@ -183,6 +187,7 @@ impl RuncRuntime {
             host,
             views,
             userns: config.user_namespaces.map(std::sync::Arc::new),
+            specs: Default::default(),
         })
     }
 
@@ -209,7 +214,19 @@ impl RuncRuntime {
             host: config::HostPrivileges::probe(),
             views: std::sync::Arc::new(views::HostViews::probe(None)),
             userns: None,
+            specs: Default::default(),
         })
+    }
+
+    /// Starts a stopped sandbox (a checkpoint stopped it and it cannot carry on from its
+    /// memory) again from its files, in its directory, with the spec it was started with.
+    async fn restart(&self, spec: &SandboxSpec) -> Result<(), RuntimeError> {
+        let layout = layout::Layout::new(&spec.dir);
+        gvisor_memory::clear_for_cold_start(&layout).await?;
+        self.stop(&spec.id, &spec.dir).await?;
+        self.start(spec).await?;
+        tracing::info!(sandbox_id = %spec.id, "sandbox started again from its files");
+        Ok(())
     }
 
     /// The gVisor platform, when this driver runs runsc.
@@ -289,7 +306,13 @@ impl Runtime for RuncRuntime {
 
     async fn start(&self, spec: &SandboxSpec) -> Result<Started, RuntimeError> {
         let layout = layout::Layout::new(&spec.dir);
-        let restoring = self.runc.is_runsc() && gvisor_memory::pending(&layout);
+        let mut restoring = self.runc.is_runsc() && gvisor_memory::pending(&layout);
+        if restoring && !gvisor_memory::owned_by(&layout, &spec.id) {
+            tracing::info!(sandbox_id = %spec.id,
+                "the memory image is another sandbox's (a fork): starting from the files");
+            gvisor_memory::discard(&layout).await;
+            restoring = false;
+        }
         // A failed restore falls back to a cold start inside `start` (`start.rs`).
         let started = start::start(
             &self.runc,
@@ -303,6 +326,7 @@ impl Runtime for RuncRuntime {
             gvisor_memory::discard(&layout).await;
         }
         self.learn_freezer(&spec.id, started.init_pid);
+        self.specs.lock().insert(spec.id.clone(), spec.clone());
         Ok(started)
     }
 
@@ -367,6 +391,37 @@ impl Runtime for RuncRuntime {
         gvisor_memory::checkpoint(&self.runc, id, &layout::Layout::new(dir), &freezer).await
     }
 
+    async fn checkpoint_memory_live(&self, id: &str, dir: &Path) -> Result<bool, RuntimeError> {
+        if !self.runc.is_runsc() {
+            return Ok(false);
+        }
+        layout::validate_id(id)?;
+        let layout = layout::Layout::new(dir);
+        if gvisor_memory::has_network(&layout) {
+            return Ok(false);
+        }
+        // Without its spec (an adopted sandbox) a sandbox that a failed checkpoint stopped
+        // could not be started again: such a sandbox keeps files-only checkpoints.
+        let Some(spec) = self.specs.lock().get(id).cloned() else {
+            return Ok(false);
+        };
+        let freezer = self.freezer(id).await?;
+        if gvisor_memory::checkpoint(&self.runc, id, &layout, &freezer).await? {
+            return Ok(true);
+        }
+        let live = matches!(
+            self.runc.state(id).await?.map(|s| s.status),
+            Some(RuntimeState::Running | RuntimeState::Paused)
+        );
+        if !live {
+            // The failed checkpoint stopped the sandbox: it starts again on its files, paused
+            // for the files-only checkpoint.
+            self.restart(&spec).await?;
+            self.pause(id).await?;
+        }
+        Ok(false)
+    }
+
     async fn undo_checkpoint(&self, id: &str, dir: &Path) -> Result<(), RuntimeError> {
         layout::validate_id(id)?;
         let layout = layout::Layout::new(dir);
@@ -375,10 +430,20 @@ impl Runtime for RuncRuntime {
                 "sandbox {id} has no memory checkpoint to carry on from"
             )));
         }
-        let pid = gvisor_memory::restore_in_place(&self.runc, id, &layout).await?;
-        self.lock_freezers().remove(id);
-        self.learn_freezer(id, pid);
-        Ok(())
+        match gvisor_memory::restore_in_place(&self.runc, id, &layout).await {
+            Ok(pid) => {
+                self.lock_freezers().remove(id);
+                self.learn_freezer(id, pid);
+                Ok(())
+            }
+            Err(error) => {
+                let spec = self.specs.lock().get(id).cloned();
+                let Some(spec) = spec else { return Err(error) };
+                tracing::warn!(sandbox_id = %id, %error,
+                    "cannot carry on from the memory checkpoint: starting from the files");
+                self.restart(&spec).await
+            }
+        }
     }
 
     async fn save_artifact(
@@ -390,7 +455,7 @@ impl Runtime for RuncRuntime {
     ) -> Result<u64, RuntimeError> {
         layout::validate_id(id)?;
         if self.memory_artifacts().iter().any(|a| a.name == name) {
-            return gvisor_memory::save(dir, name, out).await;
+            return gvisor_memory::save(id, dir, name, out).await;
         }
         snapshot::save(dir, name, out).await
     }
@@ -425,6 +490,7 @@ impl Runtime for RuncRuntime {
         )
         .await?;
         self.lock_freezers().remove(id);
+        self.specs.lock().remove(id);
         Ok(())
     }
 
