@@ -195,7 +195,9 @@ pub(crate) async fn restore_in_place(
     id: &str,
     layout: &Layout,
 ) -> Result<u32, RuntimeError> {
+    let began = Instant::now();
     runc.delete_force(id).await?;
+    let deleted_ms = began.elapsed().as_millis() as u64;
     remove_socket(layout).await;
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -215,9 +217,11 @@ pub(crate) async fn restore_in_place(
         });
     }
     let pid = super::start::read_pid(id, &pid_file)?;
+    let restored_ms = began.elapsed().as_millis() as u64;
     relisten(runc, id, layout).await;
     discard(layout).await;
-    info!(sandbox_id = %id, "sandbox carries on after a failed suspend");
+    info!(sandbox_id = %id, deleted_ms, restored_ms, listening_ms = began.elapsed().as_millis() as u64,
+        "sandbox carries on from its memory checkpoint, in place");
     Ok(pid)
 }
 
@@ -438,9 +442,14 @@ mod tests {
                 Ok(())
             }
         }
-        let saved = save("sb", dir.path(), IMAGE_ARTIFACT, Box::new(Shared(out.clone())))
-            .await
-            .expect("save");
+        let saved = save(
+            "sb",
+            dir.path(),
+            IMAGE_ARTIFACT,
+            Box::new(Shared(out.clone())),
+        )
+        .await
+        .expect("save");
         assert_eq!(saved, image.len() as u64);
         assert_eq!(*out.lock().expect("lock"), image);
         discard(&layout).await;
