@@ -19,6 +19,13 @@
 //!    the relisten signal (`USR2`); the agent listens at the same path again (the old socket
 //!    file, which gVisor's agent cannot remove from inside, is not in the packed run dir).
 //!
+//! A checkpoint (the sandbox keeps running) takes the same step 1, saves the same artifacts
+//! while the sandbox is stopped, then carries it on in place from the image
+//! ([`restore_in_place`]); `runsc checkpoint --leave-running` restores in the foreground and is
+//! not used (see `docs/runtimes.md`, "Checkpoints with memory"). Every image names its sandbox
+//! ([`OWNER_ARTIFACT`]): a fork or a create from a checkpoint starts from the files instead,
+//! since a restored kernel keeps the other sandbox's hostname.
+//!
 //! What fails falls back without losing the sandbox: an agent that does not quiesce in time is
 //! told to listen again and the sandbox is frozen as before; a failed `runsc checkpoint`
 //! (something in the sandbox holds a host socket: a unix socket bound on its disk is one) leaves
