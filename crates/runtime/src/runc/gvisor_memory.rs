@@ -203,7 +203,10 @@ pub(crate) async fn restore_in_place(
     layout: &Layout,
 ) -> Result<u32, RuntimeError> {
     let began = Instant::now();
-    runc.delete_force(id).await?;
+    // A checkpoint's container may already be gone (deleted while its artifacts were saved).
+    if runc.exists(id) {
+        runc.delete_force(id).await?;
+    }
     let deleted_ms = began.elapsed().as_millis() as u64;
     remove_socket(layout).await;
     let log = std::fs::OpenOptions::new()

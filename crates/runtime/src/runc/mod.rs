@@ -152,7 +152,16 @@ pub struct RuncRuntime {
     /// checkpoint that stopped the sandbox and cannot carry it on from its memory starts it
     /// again from its files with it (`gvisor_memory.rs`). Not kept for adopted sandboxes.
     specs: std::sync::Arc<parking_lot::Mutex<HashMap<String, SandboxSpec>>>,
+    /// `runsc delete` of a container a checkpoint with memory stopped, by sandbox id: it runs
+    /// while the node saves the checkpoint's artifacts (it waits for the exited sandbox process
+    /// to be reaped, over a second on some hosts), and the restore in place waits for it.
+    deleting: Deleting,
 }
+
+/// See [`RuncRuntime`]'s `deleting`.
+type Deleting = std::sync::Arc<
+    parking_lot::Mutex<HashMap<String, tokio::task::JoinHandle<Result<(), RuntimeError>>>>,
+>;
 
 impl RuncRuntime {
     /// Checks that `runc --version` runs and creates the state root; with user namespaces,
@@ -188,6 +197,7 @@ impl RuncRuntime {
             views,
             userns: config.user_namespaces.map(std::sync::Arc::new),
             specs: Default::default(),
+            deleting: Default::default(),
         })
     }
 
@@ -215,7 +225,25 @@ impl RuncRuntime {
             views: std::sync::Arc::new(views::HostViews::probe(None)),
             userns: None,
             specs: Default::default(),
+            deleting: Default::default(),
         })
+    }
+
+    /// Waits for the `runsc delete` a checkpoint of `id` started, if any (a failed one is logged:
+    /// the restore in place deletes the container again).
+    async fn finish_delete(&self, id: &str) {
+        let task = self.deleting.lock().remove(id);
+        if let Some(task) = task {
+            match task.await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => {
+                    tracing::warn!(sandbox_id = %id, %error, "cannot delete a checkpointed container")
+                }
+                Err(error) => {
+                    tracing::warn!(sandbox_id = %id, %error, "the delete of a checkpointed container failed")
+                }
+            }
+        }
     }
 
     /// Starts a stopped sandbox (a checkpoint stopped it and it cannot carry on from its
@@ -407,6 +435,12 @@ impl Runtime for RuncRuntime {
         };
         let freezer = self.freezer(id).await?;
         if gvisor_memory::checkpoint(&self.runc, id, &layout, &freezer).await? {
+            // The stopped container goes while the artifacts are saved (it touches neither the
+            // files nor the run dir); `undo_checkpoint` waits for it.
+            let runc = self.runc.clone();
+            let stopped = id.to_string();
+            let task = tokio::spawn(async move { runc.delete_force(&stopped).await });
+            self.deleting.lock().insert(id.to_string(), task);
             return Ok(true);
         }
         let live = matches!(
@@ -430,6 +464,7 @@ impl Runtime for RuncRuntime {
                 "sandbox {id} has no memory checkpoint to carry on from"
             )));
         }
+        self.finish_delete(id).await;
         match gvisor_memory::restore_in_place(&self.runc, id, &layout).await {
             Ok(pid) => {
                 self.lock_freezers().remove(id);
@@ -480,6 +515,7 @@ impl Runtime for RuncRuntime {
     }
 
     async fn stop(&self, id: &str, dir: &Path) -> Result<(), RuntimeError> {
+        self.finish_delete(id).await;
         let tracked = self.lock_freezers().get(id).cloned();
         stop::stop(
             &self.runc,
