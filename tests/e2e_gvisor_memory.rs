@@ -2,11 +2,16 @@
 //! sandbox networks (`--network off`), whose suspends checkpoint the whole sandbox with
 //! `runsc checkpoint` and whose wakes `runsc restore` it (see `docs/runtimes.md`, "gVisor").
 //!
+//! Checkpoints keep memory the same way (the sandbox is checkpointed and carries on from its
+//! image in place), a rollback restores it, and a fork starts from the files only.
+//!
 //! Fails under `CI=true` without `runsc`; elsewhere skipped (passes with a message).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use cove_api_types::{Operation, OperationState, SandboxState};
+use cove_api_types::{
+    CreateCheckpointRequest, ForkRequest, Operation, OperationState, SandboxState,
+};
 use cove_client::Client;
 use cove_e2e::{client_of, delete, have_runsc, root_sh, sandbox, server_with, sh, Server};
 
@@ -204,18 +209,13 @@ fn chattr(flag: &str, path: &std::path::Path) {
     assert!(ok, "chattr {flag} {}", path.display());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failed_checkpoint_falls_back_to_the_files() {
-    if !have_runsc() {
-        return;
-    }
-    let c = client_of(gvisor_server());
-    let id = sandbox(&c, "base").await;
-    // A unix socket bound on the sandbox's disk is a host socket (`--host-uds=create`), which
-    // gVisor cannot checkpoint: the suspend keeps the files only.
+/// Writes `/root/file.txt` and `/tmp/gone` in `id` and starts a process that holds a unix socket
+/// bound on the sandbox's disk: a host socket (`--host-uds=create`), which gVisor cannot
+/// checkpoint, so `runsc checkpoint` fails (and stops the sandbox).
+async fn hold_a_host_socket(c: &Client, id: &str) {
     let o = root_sh(
-        &c,
-        &id,
+        c,
+        id,
         "echo kept > /root/file.txt; \
          setsid python3 -c 'import socket, time; s = socket.socket(socket.AF_UNIX); \
          s.bind(\"/root/hold.sock\"); s.listen(); time.sleep(100000)' \
@@ -225,6 +225,16 @@ async fn a_failed_checkpoint_falls_back_to_the_files() {
     )
     .await;
     assert_eq!(o.stdout_text(), "bound\n", "{}", o.stderr_text());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_checkpoint_falls_back_to_the_files() {
+    if !have_runsc() {
+        return;
+    }
+    let c = client_of(gvisor_server());
+    let id = sandbox(&c, "base").await;
+    hold_a_host_socket(&c, &id).await;
 
     assert_eq!(suspend_and_wake(&c, &id).await, Some(false));
     // The sandbox is not lost: its files are back and it runs commands; memory is not
@@ -277,4 +287,192 @@ async fn a_restore_that_fails_starts_the_sandbox_from_its_files() {
     .await;
     assert_eq!(o.stdout_text(), "kept\nfresh\n", "{}", o.stderr_text());
     delete(&c, &id).await;
+}
+
+/// The counter's pid inside the sandbox (gVisor keeps guest pids over a restore).
+async fn counter_pid(c: &Client, id: &str) -> String {
+    let pid = root_sh(c, id, "cat /tmp/pid").await.stdout_text();
+    assert!(!pid.trim().is_empty(), "no counter pid");
+    pid
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_keeps_memory_and_running_and_a_rollback_brings_it_back() {
+    if !have_runsc() {
+        return;
+    }
+    let c = client_of(gvisor_server());
+    let id = sandbox(&c, "base").await;
+    let o = root_sh(
+        &c,
+        &id,
+        "echo before > /root/f; \
+         setsid sh -c 'echo $$ > /tmp/pid; i=0; while :; do i=$((i+1)); echo $i > /tmp/c.new; mv /tmp/c.new /tmp/c; sleep 0.1; done' \
+         </dev/null >/dev/null 2>&1 & echo ok",
+    )
+    .await;
+    assert_eq!(o.stdout_text(), "ok\n", "{}", o.stderr_text());
+    let mut at_checkpoint = 0;
+    for _ in 0..50 {
+        at_checkpoint = root_sh(&c, &id, "cat /tmp/c 2>/dev/null || echo 0")
+            .await
+            .stdout_text()
+            .trim()
+            .parse()
+            .expect("counter");
+        if at_checkpoint >= 5 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(at_checkpoint >= 5, "the counter counts: {at_checkpoint}");
+    let pid = counter_pid(&c, &id).await;
+
+    let r = c
+        .create_checkpoint(&id, &CreateCheckpointRequest::default(), None)
+        .await
+        .expect("checkpoint");
+    done(&c, r.operation).await;
+    let ck = c.get_checkpoint(&r.checkpoint.id).await.expect("get");
+    assert!(
+        ck.memory,
+        "a gVisor sandbox without a network keeps memory: {ck:?}"
+    );
+    eprintln!("gvisor checkpoint pause: {:?} ms", ck.pause_ms);
+    // The sandbox runs on after the checkpoint: the same counter process, counting on.
+    assert_eq!(
+        c.get_sandbox(&id).await.expect("get").state,
+        SandboxState::Running
+    );
+    let after_checkpoint = counter(&c, &id).await;
+    assert!(
+        after_checkpoint >= at_checkpoint,
+        "counter restarted: {at_checkpoint} then {after_checkpoint}"
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let later = counter(&c, &id).await;
+    assert!(
+        later > after_checkpoint,
+        "the counter stopped after the checkpoint ({after_checkpoint} then {later})"
+    );
+    assert_eq!(counter_pid(&c, &id).await, pid);
+    let o = root_sh(&c, &id, "echo after > /root/f; echo ok").await;
+    assert_eq!(o.stdout_text(), "ok\n", "{}", o.stderr_text());
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let before_rollback = counter(&c, &id).await;
+
+    done(&c, c.rollback_sandbox(&id, &ck.id).await.expect("rollback")).await;
+    let s = c.get_sandbox(&id).await.expect("get");
+    assert_eq!(
+        (s.state, s.memory_restored),
+        (SandboxState::Running, Some(true))
+    );
+    assert_eq!(
+        root_sh(&c, &id, "cat /root/f").await.stdout_text(),
+        "before\n"
+    );
+    // The counter is back where the checkpoint caught it, the same process, and counts on.
+    let x = counter(&c, &id).await;
+    assert!(
+        x >= at_checkpoint && x < before_rollback,
+        "the counter went back to the checkpoint ({at_checkpoint}..{after_checkpoint}): {x}, \
+         was {before_rollback}"
+    );
+    assert_eq!(counter_pid(&c, &id).await, pid);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let y = counter(&c, &id).await;
+    assert!(y > x, "the restored counter keeps counting ({x} then {y})");
+
+    // A fork starts from the files of a fresh checkpoint with its own identity: the image
+    // holds the parent's hostname and processes, so it is not restored under another id.
+    let parent_hostname = root_sh(&c, &id, "hostname").await.stdout_text();
+    let f = c
+        .fork_sandbox(
+            &id,
+            &ForkRequest {
+                count: 1,
+                metadata: Default::default(),
+            },
+        )
+        .await
+        .expect("fork");
+    done(&c, f.operation).await;
+    let fork = &f.sandboxes[0];
+    done(&c, fork.operation.clone()).await;
+    let fid = &fork.sandbox.id;
+    let fs = c.get_sandbox(fid).await.expect("get fork");
+    assert_eq!(
+        (fs.state, fs.memory_restored),
+        (SandboxState::Running, Some(false))
+    );
+    let o = root_sh(
+        &c,
+        fid,
+        "cat /root/f; hostname; test -e /tmp/c || echo fresh",
+    )
+    .await;
+    assert_eq!(
+        o.stdout_text(),
+        format!("before\n{fid}\nfresh\n"),
+        "{}",
+        o.stderr_text()
+    );
+    assert_ne!(parent_hostname.trim(), fid.as_str());
+    // The parent ran on through the fork's checkpoint.
+    let z = counter(&c, &id).await;
+    assert!(z >= y, "the parent's counter went back: {y} then {z}");
+    assert_eq!(counter_pid(&c, &id).await, pid);
+
+    delete(&c, fid).await;
+    delete(&c, &id).await;
+    for cid in [&ck.id, &f.checkpoint.id] {
+        c.delete_checkpoint(cid).await.expect("delete checkpoint");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checkpoint_whose_memory_cannot_be_saved_keeps_the_files_and_the_sandbox() {
+    if !have_runsc() {
+        return;
+    }
+    let c = client_of(gvisor_server());
+    let id = sandbox(&c, "base").await;
+    hold_a_host_socket(&c, &id).await;
+    let r = c
+        .create_checkpoint(&id, &CreateCheckpointRequest::default(), None)
+        .await
+        .expect("checkpoint");
+    done(&c, r.operation).await;
+    let ck = c.get_checkpoint(&r.checkpoint.id).await.expect("get");
+    assert!(!ck.memory, "runsc cannot checkpoint a host socket: {ck:?}");
+    eprintln!(
+        "failed memory checkpoint, files only: pause {:?} ms",
+        ck.pause_ms
+    );
+    // The sandbox is not lost: the failed checkpoint stopped it and it started again from
+    // its files (its processes and `/tmp`, gVisor's tmpfs, are new).
+    assert_eq!(
+        c.get_sandbox(&id).await.expect("get").state,
+        SandboxState::Running
+    );
+    let o = root_sh(
+        &c,
+        &id,
+        "cat /root/file.txt; test -e /tmp/gone || echo fresh; echo changed > /root/file.txt",
+    )
+    .await;
+    assert_eq!(o.stdout_text(), "kept\nfresh\n", "{}", o.stderr_text());
+    // The files-only checkpoint rolls back (without memory).
+    done(&c, c.rollback_sandbox(&id, &ck.id).await.expect("rollback")).await;
+    let s = c.get_sandbox(&id).await.expect("get");
+    assert_eq!(
+        (s.state, s.memory_restored),
+        (SandboxState::Running, Some(false))
+    );
+    let o = root_sh(&c, &id, "cat /root/file.txt").await;
+    assert_eq!(o.stdout_text(), "kept\n", "{}", o.stderr_text());
+    delete(&c, &id).await;
+    c.delete_checkpoint(&ck.id)
+        .await
+        .expect("delete checkpoint");
 }

@@ -336,6 +336,21 @@ pub trait Runtime: Send + Sync + 'static {
         Ok(false)
     }
 
+    /// Checkpoint only, after `pause` of a running sandbox: [`Runtime::checkpoint_memory`] for a
+    /// sandbox that must keep running. `Ok(true)`: the memory is saved in `dir` and the sandbox
+    /// is stopped; the node saves the files and [`Runtime::memory_artifacts`], then calls
+    /// [`Runtime::undo_checkpoint`], which carries the sandbox on from that memory (or, when it
+    /// cannot, starts it again from its files). `Ok(false)`: memory is not kept; the sandbox is
+    /// paused (a checkpoint that failed and stopped it started it again from its files). The
+    /// default keeps no memory.
+    async fn checkpoint_memory_live(
+        &self,
+        _id: &str,
+        _dir: &std::path::Path,
+    ) -> Result<bool, RuntimeError> {
+        Ok(false)
+    }
+
     /// After a suspend whose [`Runtime::checkpoint_memory`] succeeded failed later (the
     /// snapshot store): the sandbox carries on from the memory saved in `dir`, in place.
     async fn undo_checkpoint(&self, id: &str, _dir: &std::path::Path) -> Result<(), RuntimeError> {

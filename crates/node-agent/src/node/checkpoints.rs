@@ -35,18 +35,46 @@ impl NodeCheckpoints for NodeAgent {
         if was_running {
             self.runtime.pause(id).await.map_err(runtime_err)?;
         }
-        let saved = self
-            .save_snapshot(&store, checkpoint_id, id, None, &cancel)
-            .await;
-        if was_running {
-            if let Err(e) = self.runtime.resume(id).await {
-                warn!(sandbox_id = %id, error = %e, "cannot thaw after a checkpoint");
-                let _ = store.delete(checkpoint_id).await;
-                return Err(runtime_err(e));
+        // A runtime that keeps memory by stopping the sandbox (gVisor without a network) does
+        // it now and carries the sandbox on from that memory once the artifacts are saved; a
+        // paused sandbox keeps files-only checkpoints (it would not stay paused).
+        let dir = self.sandbox_dir(id);
+        let memory = if was_running {
+            match self.runtime.checkpoint_memory_live(id, &dir).await {
+                Ok(memory) => memory,
+                Err(e) => {
+                    warn!(sandbox_id = %id, error = %e, "memory checkpoint failed");
+                    if let Err(thaw) = self.runtime.resume(id).await {
+                        warn!(sandbox_id = %id, error = %thaw, "cannot thaw after a checkpoint");
+                    }
+                    return Err(runtime_err(e));
+                }
             }
+        } else {
+            false
+        };
+        let extra = if memory {
+            self.runtime.memory_artifacts()
+        } else {
+            &[]
+        };
+        let saved = self
+            .save_snapshot_with(&store, checkpoint_id, id, None, extra, &cancel)
+            .await;
+        let carried_on = if memory {
+            self.runtime.undo_checkpoint(id, &dir).await
+        } else if was_running {
+            self.runtime.resume(id).await
+        } else {
+            Ok(())
+        };
+        if let Err(e) = carried_on {
+            warn!(sandbox_id = %id, error = %e, "cannot carry on after a checkpoint");
+            let _ = store.delete(checkpoint_id).await;
+            return Err(runtime_err(e));
         }
         let pause_ms = if was_running {
-            // Rounded up: the sandbox was frozen at most this long.
+            // Rounded up: the sandbox was frozen (or stopped) at most this long.
             frozen.elapsed().as_micros().div_ceil(1000) as u64
         } else {
             0

@@ -381,24 +381,11 @@ impl NodeAgent {
         })
     }
 
-    /// Saves every artifact of the (frozen) sandbox `id` into `store` under `key` (the sandbox
-    /// id for a suspend, a checkpoint id in the checkpoints' store), then the manifest (with
-    /// `network_counters`, a suspend's); returns the file bytes saved. On failure nothing of
-    /// the snapshot is kept.
-    pub(super) async fn save_snapshot(
-        &self,
-        store: &SnapshotStore,
-        key: &str,
-        id: &str,
-        network_counters: Option<cove_node_api::NetworkCounters>,
-        cancel: &CancellationToken,
-    ) -> Result<u64, SnapshotError> {
-        self.save_snapshot_with(store, key, id, network_counters, &[], cancel)
-            .await
-    }
-
-    /// [`NodeAgent::save_snapshot`] that saves `extra` artifacts after the runtime's own (the
-    /// memory artifacts of a sandbox [`cove_runtime::Runtime::checkpoint_memory`] saved).
+    /// Saves every artifact of the (frozen or checkpointed) sandbox `id` into `store` under
+    /// `key` (the sandbox id for a suspend, a checkpoint id in the checkpoints' store): the
+    /// runtime's own, then `extra` (the memory artifacts of a sandbox whose memory the runtime
+    /// checkpointed), then the manifest (with `network_counters`, a suspend's); returns the
+    /// file bytes saved. On failure nothing of the snapshot is kept.
     pub(super) async fn save_snapshot_with(
         &self,
         store: &SnapshotStore,

@@ -19,6 +19,13 @@
 //!    the relisten signal (`USR2`); the agent listens at the same path again (the old socket
 //!    file, which gVisor's agent cannot remove from inside, is not in the packed run dir).
 //!
+//! A checkpoint (the sandbox keeps running) takes the same step 1, saves the same artifacts
+//! while the sandbox is stopped, then carries it on in place from the image
+//! ([`restore_in_place`]); `runsc checkpoint --leave-running` restores in the foreground and is
+//! not used (see `docs/runtimes.md`, "Checkpoints with memory"). Every image names its sandbox
+//! ([`OWNER_ARTIFACT`]): a fork or a create from a checkpoint starts from the files instead,
+//! since a restored kernel keeps the other sandbox's hostname.
+//!
 //! What fails falls back without losing the sandbox: an agent that does not quiesce in time is
 //! told to listen again and the sandbox is frozen as before; a failed `runsc checkpoint`
 //! (something in the sandbox holds a host socket: a unix socket bound on its disk is one) leaves
@@ -44,7 +51,11 @@ use crate::{ArtifactReader, ArtifactSpec, ArtifactWriter, RuntimeError};
 pub const IMAGE_ARTIFACT: &str = "gvisor-memory.img";
 /// The agent's run dir at the checkpoint, packed like the files.
 pub const RUN_ARTIFACT: &str = "gvisor-run.tar";
-/// What a suspend with memory saves after `fs.tar`.
+/// The id of the sandbox the image was taken of (written by the host, not the sandbox): an
+/// image restores only into that sandbox (a rollback, a wake), never into a fork, which would
+/// carry the other sandbox's hostname and memory.
+pub const OWNER_ARTIFACT: &str = "gvisor-owner";
+/// What a suspend or checkpoint with memory saves after `fs.tar`.
 pub(crate) const ARTIFACTS: &[ArtifactSpec] = &[
     ArtifactSpec {
         name: IMAGE_ARTIFACT,
@@ -52,6 +63,10 @@ pub(crate) const ARTIFACTS: &[ArtifactSpec] = &[
     },
     ArtifactSpec {
         name: RUN_ARTIFACT,
+        memory: true,
+    },
+    ArtifactSpec {
+        name: OWNER_ARTIFACT,
         memory: true,
     },
 ];
@@ -62,6 +77,10 @@ pub(crate) const CHECKPOINT_DIR: &str = "checkpoint";
 const IMAGE_FILE: &str = "checkpoint.img";
 /// The packed run dir in it, unpacked by the restoring start.
 const RUN_FILE: &str = "run.tar";
+/// The owner's id in it ([`OWNER_ARTIFACT`]).
+const OWNER_FILE: &str = "owner";
+/// Largest owner file loaded back (a sandbox id is far shorter).
+const MAX_OWNER_BYTES: u64 = 256;
 /// How long the agent has to close its socket and connections.
 const QUIESCE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How often the socket is looked for meanwhile.
@@ -78,6 +97,17 @@ fn checkpoint_dir(layout: &Layout) -> PathBuf {
 /// Whether the sandbox in `layout` has a memory checkpoint to restore from.
 pub(crate) fn pending(layout: &Layout) -> bool {
     checkpoint_dir(layout).join(IMAGE_FILE).is_file()
+}
+
+/// Whether the pending checkpoint in `layout` may be restored as sandbox `id`: it was taken of
+/// `id` (a wake, a rollback). A checkpoint of another sandbox (a fork, a create from a
+/// checkpoint) is not: gVisor's image holds that sandbox's hostname and processes. A
+/// checkpoint without an owner (a suspend of before owners were saved) is its sandbox's own.
+pub(crate) fn owned_by(layout: &Layout, id: &str) -> bool {
+    match std::fs::read(checkpoint_dir(layout).join(OWNER_FILE)) {
+        Ok(owner) => owner == id.as_bytes(),
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+    }
 }
 
 /// Whether the sandbox joined a node network (its network files were written at start).
@@ -172,7 +202,12 @@ pub(crate) async fn restore_in_place(
     id: &str,
     layout: &Layout,
 ) -> Result<u32, RuntimeError> {
-    runc.delete_force(id).await?;
+    let began = Instant::now();
+    // A checkpoint's container may already be gone (deleted while its artifacts were saved).
+    if runc.exists(id) {
+        runc.delete_force(id).await?;
+    }
+    let deleted_ms = began.elapsed().as_millis() as u64;
     remove_socket(layout).await;
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -192,9 +227,11 @@ pub(crate) async fn restore_in_place(
         });
     }
     let pid = super::start::read_pid(id, &pid_file)?;
+    let restored_ms = began.elapsed().as_millis() as u64;
     relisten(runc, id, layout).await;
     discard(layout).await;
-    info!(sandbox_id = %id, "sandbox carries on after a failed suspend");
+    info!(sandbox_id = %id, deleted_ms, restored_ms, listening_ms = began.elapsed().as_millis() as u64,
+        "sandbox carries on from its memory checkpoint, in place");
     Ok(pid)
 }
 
@@ -215,6 +252,12 @@ pub(crate) async fn undo_restore(
         runc.kill(id).await?;
         runc.delete_force(id).await?;
     }
+    clear_for_cold_start(layout).await
+}
+
+/// Removes what a checkpoint left in the sandbox's directory (the image, the quiesced agent's
+/// socket and marker) so the sandbox can start cold there.
+pub(crate) async fn clear_for_cold_start(layout: &Layout) -> Result<(), RuntimeError> {
     discard(layout).await;
     remove_socket(layout).await;
     match tokio::fs::remove_file(marker(layout)).await {
@@ -275,9 +318,26 @@ async fn wait_for(path: &Path, timeout: Duration) -> Result<(), String> {
 
 /// Writes memory artifact `name` of the checkpointed sandbox in `dir` to `out`; returns its
 /// bytes.
-pub(crate) async fn save(dir: &Path, name: &str, out: ArtifactWriter) -> Result<u64, RuntimeError> {
+pub(crate) async fn save(
+    id: &str,
+    dir: &Path,
+    name: &str,
+    out: ArtifactWriter,
+) -> Result<u64, RuntimeError> {
     let layout = Layout::new(dir);
     match name {
+        OWNER_ARTIFACT => {
+            let owner = id.as_bytes().to_vec();
+            tokio::task::spawn_blocking(move || -> std::io::Result<u64> {
+                let mut out = out;
+                out.write_all(&owner)?;
+                out.flush()?;
+                Ok(owner.len() as u64)
+            })
+            .await
+            .map_err(join_error)?
+            .map_err(io_err("save the gVisor image's owner"))
+        }
         IMAGE_ARTIFACT => {
             let image = checkpoint_dir(&layout).join(IMAGE_FILE);
             tokio::task::spawn_blocking(move || -> std::io::Result<u64> {
@@ -312,6 +372,7 @@ pub(crate) async fn load(
     let (file, max) = match name {
         IMAGE_ARTIFACT => (IMAGE_FILE, MAX_IMAGE_BYTES),
         RUN_ARTIFACT => (RUN_FILE, MAX_RUN_BYTES),
+        OWNER_ARTIFACT => (OWNER_FILE, MAX_OWNER_BYTES),
         other => return Err(unknown(other)),
     };
     let target_dir = checkpoint_dir(&Layout::new(dir));
@@ -391,9 +452,14 @@ mod tests {
                 Ok(())
             }
         }
-        let saved = save(dir.path(), IMAGE_ARTIFACT, Box::new(Shared(out.clone())))
-            .await
-            .expect("save");
+        let saved = save(
+            "sb",
+            dir.path(),
+            IMAGE_ARTIFACT,
+            Box::new(Shared(out.clone())),
+        )
+        .await
+        .expect("save");
         assert_eq!(saved, image.len() as u64);
         assert_eq!(*out.lock().expect("lock"), image);
         discard(&layout).await;
@@ -412,6 +478,45 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn an_image_restores_only_into_the_sandbox_it_was_taken_of() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let layout = Layout::new(dir.path());
+        // No owner saved (a suspend of before): the sandbox's own.
+        assert!(owned_by(&layout, "sb-1"));
+        let out = dir.path().join("saved-owner");
+        let n = save(
+            "sb-1",
+            dir.path(),
+            OWNER_ARTIFACT,
+            Box::new(std::fs::File::create(&out).expect("create")),
+        )
+        .await
+        .expect("save");
+        assert_eq!(n, 4);
+        let saved = std::fs::read(&out).expect("read");
+        assert_eq!(saved, b"sb-1");
+        load(
+            dir.path(),
+            OWNER_ARTIFACT,
+            Box::new(std::io::Cursor::new(saved.clone())),
+        )
+        .await
+        .expect("load");
+        assert!(owned_by(&layout, "sb-1"));
+        assert!(!owned_by(&layout, "sb-2"));
+        assert!(!owned_by(&layout, "sb-"));
+        // An owner file too long for any id is refused on load.
+        let other = tempfile::tempdir().expect("tempdir");
+        assert!(load(
+            other.path(),
+            OWNER_ARTIFACT,
+            Box::new(std::io::Cursor::new(vec![b'a'; 300])),
+        )
+        .await
+        .is_err());
     }
 
     #[test]

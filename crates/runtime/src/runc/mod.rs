@@ -149,7 +149,20 @@ pub struct RuncRuntime {
     views: std::sync::Arc<views::HostViews>,
     /// User namespaces, when on.
     userns: Option<std::sync::Arc<UserNamespaces>>,
+    /// The spec each sandbox this process started was started with, by sandbox id: a gVisor
+    /// checkpoint that stopped the sandbox and cannot carry it on from its memory starts it
+    /// again from its files with it (`gvisor_memory.rs`). Not kept for adopted sandboxes.
+    specs: std::sync::Arc<parking_lot::Mutex<HashMap<String, SandboxSpec>>>,
+    /// `runsc delete` of a container a checkpoint with memory stopped, by sandbox id: it runs
+    /// while the node saves the checkpoint's artifacts (it waits for the exited sandbox process
+    /// to be reaped, over a second on some hosts), and the restore in place waits for it.
+    deleting: Deleting,
 }
+
+/// See [`RuncRuntime`]'s `deleting`.
+type Deleting = std::sync::Arc<
+    parking_lot::Mutex<HashMap<String, tokio::task::JoinHandle<Result<(), RuntimeError>>>>,
+>;
 
 impl RuncRuntime {
     /// Checks that `runc --version` runs and creates the state root; with user namespaces,
@@ -184,6 +197,8 @@ impl RuncRuntime {
             host,
             views,
             userns: config.user_namespaces.map(std::sync::Arc::new),
+            specs: Default::default(),
+            deleting: Default::default(),
         })
     }
 
@@ -210,7 +225,37 @@ impl RuncRuntime {
             host: config::HostPrivileges::probe(),
             views: std::sync::Arc::new(views::HostViews::probe(None)),
             userns: None,
+            specs: Default::default(),
+            deleting: Default::default(),
         })
+    }
+
+    /// Waits for the `runsc delete` a checkpoint of `id` started, if any (a failed one is logged:
+    /// the restore in place deletes the container again).
+    async fn finish_delete(&self, id: &str) {
+        let task = self.deleting.lock().remove(id);
+        if let Some(task) = task {
+            match task.await {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => {
+                    tracing::warn!(sandbox_id = %id, %error, "cannot delete a checkpointed container")
+                }
+                Err(error) => {
+                    tracing::warn!(sandbox_id = %id, %error, "the delete of a checkpointed container failed")
+                }
+            }
+        }
+    }
+
+    /// Starts a stopped sandbox (a checkpoint stopped it and it cannot carry on from its
+    /// memory) again from its files, in its directory, with the spec it was started with.
+    async fn restart(&self, spec: &SandboxSpec) -> Result<(), RuntimeError> {
+        let layout = layout::Layout::new(&spec.dir);
+        gvisor_memory::clear_for_cold_start(&layout).await?;
+        self.stop(&spec.id, &spec.dir).await?;
+        self.start(spec).await?;
+        tracing::info!(sandbox_id = %spec.id, "sandbox started again from its files");
+        Ok(())
     }
 
     /// The gVisor platform, when this driver runs runsc.
@@ -290,7 +335,13 @@ impl Runtime for RuncRuntime {
 
     async fn start(&self, spec: &SandboxSpec) -> Result<Started, RuntimeError> {
         let layout = layout::Layout::new(&spec.dir);
-        let restoring = self.runc.is_runsc() && gvisor_memory::pending(&layout);
+        let mut restoring = self.runc.is_runsc() && gvisor_memory::pending(&layout);
+        if restoring && !gvisor_memory::owned_by(&layout, &spec.id) {
+            tracing::info!(sandbox_id = %spec.id,
+                "the memory image is another sandbox's (a fork): starting from the files");
+            gvisor_memory::discard(&layout).await;
+            restoring = false;
+        }
         // A failed restore falls back to a cold start inside `start` (`start.rs`).
         let started = start::start(
             &self.runc,
@@ -304,6 +355,7 @@ impl Runtime for RuncRuntime {
             gvisor_memory::discard(&layout).await;
         }
         self.learn_freezer(&spec.id, started.init_pid);
+        self.specs.lock().insert(spec.id.clone(), spec.clone());
         Ok(started)
     }
 
@@ -402,6 +454,43 @@ impl Runtime for RuncRuntime {
         gvisor_memory::checkpoint(&self.runc, id, &layout::Layout::new(dir), &freezer).await
     }
 
+    async fn checkpoint_memory_live(&self, id: &str, dir: &Path) -> Result<bool, RuntimeError> {
+        if !self.runc.is_runsc() {
+            return Ok(false);
+        }
+        layout::validate_id(id)?;
+        let layout = layout::Layout::new(dir);
+        if gvisor_memory::has_network(&layout) {
+            return Ok(false);
+        }
+        // Without its spec (an adopted sandbox) a sandbox that a failed checkpoint stopped
+        // could not be started again: such a sandbox keeps files-only checkpoints.
+        let Some(spec) = self.specs.lock().get(id).cloned() else {
+            return Ok(false);
+        };
+        let freezer = self.freezer(id).await?;
+        if gvisor_memory::checkpoint(&self.runc, id, &layout, &freezer).await? {
+            // The stopped container goes while the artifacts are saved (it touches neither the
+            // files nor the run dir); `undo_checkpoint` waits for it.
+            let runc = self.runc.clone();
+            let stopped = id.to_string();
+            let task = tokio::spawn(async move { runc.delete_force(&stopped).await });
+            self.deleting.lock().insert(id.to_string(), task);
+            return Ok(true);
+        }
+        let live = matches!(
+            self.runc.state(id).await?.map(|s| s.status),
+            Some(RuntimeState::Running | RuntimeState::Paused)
+        );
+        if !live {
+            // The failed checkpoint stopped the sandbox: it starts again on its files, paused
+            // for the files-only checkpoint.
+            self.restart(&spec).await?;
+            self.pause(id).await?;
+        }
+        Ok(false)
+    }
+
     async fn undo_checkpoint(&self, id: &str, dir: &Path) -> Result<(), RuntimeError> {
         layout::validate_id(id)?;
         let layout = layout::Layout::new(dir);
@@ -410,10 +499,21 @@ impl Runtime for RuncRuntime {
                 "sandbox {id} has no memory checkpoint to carry on from"
             )));
         }
-        let pid = gvisor_memory::restore_in_place(&self.runc, id, &layout).await?;
-        self.lock_freezers().remove(id);
-        self.learn_freezer(id, pid);
-        Ok(())
+        self.finish_delete(id).await;
+        match gvisor_memory::restore_in_place(&self.runc, id, &layout).await {
+            Ok(pid) => {
+                self.lock_freezers().remove(id);
+                self.learn_freezer(id, pid);
+                Ok(())
+            }
+            Err(error) => {
+                let spec = self.specs.lock().get(id).cloned();
+                let Some(spec) = spec else { return Err(error) };
+                tracing::warn!(sandbox_id = %id, %error,
+                    "cannot carry on from the memory checkpoint: starting from the files");
+                self.restart(&spec).await
+            }
+        }
     }
 
     async fn save_artifact(
@@ -425,7 +525,7 @@ impl Runtime for RuncRuntime {
     ) -> Result<u64, RuntimeError> {
         layout::validate_id(id)?;
         if self.memory_artifacts().iter().any(|a| a.name == name) {
-            return gvisor_memory::save(dir, name, out).await;
+            return gvisor_memory::save(id, dir, name, out).await;
         }
         snapshot::save(dir, name, out).await
     }
@@ -450,6 +550,7 @@ impl Runtime for RuncRuntime {
     }
 
     async fn stop(&self, id: &str, dir: &Path) -> Result<(), RuntimeError> {
+        self.finish_delete(id).await;
         let tracked = self.lock_freezers().get(id).cloned();
         stop::stop(
             &self.runc,
@@ -460,6 +561,7 @@ impl Runtime for RuncRuntime {
         )
         .await?;
         self.lock_freezers().remove(id);
+        self.specs.lock().remove(id);
         Ok(())
     }
 
