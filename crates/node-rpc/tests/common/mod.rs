@@ -16,6 +16,11 @@ pub const TOKEN: &str = "join-token-for-tests";
 
 /// Serves `node` over TLS on a loopback port; returns its `https://` address and certificate.
 pub async fn serve(node: Arc<dyn NodeApi>) -> (String, CertificateDer<'static>) {
+    serve_service(NodeService::new(node, TOKEN)).await
+}
+
+/// Serves `service` (taking [`TOKEN`]) over TLS on a loopback port, as [`serve`].
+pub async fn serve_service(service: NodeService) -> (String, CertificateDer<'static>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let identity = TlsIdentity::generate().unwrap();
@@ -26,7 +31,7 @@ pub async fn serve(node: Arc<dyn NodeApi>) -> (String, CertificateDer<'static>) 
     );
     tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(NodeService::new(node, TOKEN).into_server())
+            .add_service(service.into_server())
             .serve_with_incoming(incoming),
     );
     (format!("https://{addr}"), identity.cert)
