@@ -322,3 +322,14 @@ async fn a_control_plane_that_cannot_prove_the_token_is_not_trusted() {
         Err(MembershipError::Unreachable(_))
     ));
 }
+
+/// The node-contract suite (`cove_test_support::contract`) through the gRPC pair: the same
+/// cases the fake passes in process.
+#[tokio::test]
+async fn the_grpc_pair_keeps_the_node_contract() {
+    let fake = FakeNode::new();
+    cove_test_support::contract::prepare(&fake);
+    let (addr, cert) = serve(Arc::new(fake.clone())).await;
+    let remote = RemoteNode::connect(&addr, TOKEN, cert).await.unwrap();
+    cove_test_support::contract::run(&remote, launch("sbx-contract")).await;
+}

@@ -4,8 +4,7 @@
 
 use std::sync::Arc;
 
-use cove_domain::Resources;
-use cove_node_api::{NodeApi, SandboxLaunch};
+use cove_node_api::NodeApi;
 use cove_node_rpc::tls::TlsIdentity;
 use cove_node_rpc::transport::tls_incoming;
 use cove_node_rpc::NodeService;
@@ -37,22 +36,4 @@ pub async fn serve_service(service: NodeService) -> (String, CertificateDer<'sta
     (format!("https://{addr}"), identity.cert)
 }
 
-/// A launch of sandbox `id` from release 1 of `base`: 1 vCPU, 256 MiB, no network or volumes.
-pub fn launch(id: &str) -> SandboxLaunch {
-    SandboxLaunch {
-        id: id.into(),
-        template: "base".into(),
-        release: 1,
-        release_digest: None,
-        resources: Resources {
-            vcpus: 1,
-            memory_mib: 256,
-            pids_max: 256,
-            disk_mib: None,
-        },
-        network: Default::default(),
-        secrets: Default::default(),
-        arm_secrets: false,
-        volumes: Vec::new(),
-    }
-}
+pub use cove_test_support::contract::launch;
