@@ -1,15 +1,13 @@
 //! [`NodeService`]: serves a node agent's [`NodeApi`] to a control plane.
 
-use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use cove_domain::EgressPolicy;
 use cove_node_api::{
-    AttachEvent, ByteStream, NodeApi, NodeError, PortRequest, PtySize, SandboxLaunch, SandboxPath,
-    SpawnRequest, VolumeEntryAttrs, WatchRequest, WriteFileRequest,
+    AttachEvent, ByteStream, NodeApi, NodeError, PortRequest, SandboxLaunch, SandboxPath,
+    VolumeEntryAttrs, WatchRequest, WriteFileRequest,
 };
 use futures::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
@@ -141,16 +139,14 @@ impl Node for NodeService {
         let method = self.open(&req)?;
         let a = req.into_inner().args;
         let n = &self.node;
+        if let Some(result) = crate::contract::dispatch(&**n, method, &a).await {
+            return Ok(Response::new(Reply {
+                result: result?,
+                version: self.version,
+            }));
+        }
         match method {
             Method::Recipes => self.reply(Ok(n.recipes())),
-            Method::RemoveRelease => {
-                let (t, num): (String, u32) = args(&a)?;
-                self.reply(n.remove_release(&t, num).await)
-            }
-            Method::RemoveStoredRelease => {
-                let (digest,): (String,) = args(&a)?;
-                self.reply(n.remove_stored_release(&digest).await)
-            }
             Method::StartSandbox => {
                 let (launch,): (SandboxLaunch,) = args(&a)?;
                 // Runs to its end even when the caller goes away (a control-plane replica that
@@ -162,14 +158,6 @@ impl Node for NodeService {
                     .unwrap_or_else(|e| Err(NodeError::Internal(format!("start task: {e}"))));
                 self.reply(started)
             }
-            Method::AdoptSandbox => {
-                let (id,): (String,) = args(&a)?;
-                self.reply(n.adopt_sandbox(&id).await)
-            }
-            Method::InspectSandbox => {
-                let (id,): (String,) = args(&a)?;
-                self.reply(n.inspect_sandbox(&id).await)
-            }
             Method::FailureReason => {
                 let (id,): (String,) = args(&a)?;
                 self.reply(Ok(n.failure_reason(&id).await))
@@ -177,18 +165,6 @@ impl Node for NodeService {
             Method::CheckAgent => {
                 let (id, ms): (String, u64) = args(&a)?;
                 self.reply(n.check_agent(&id, Duration::from_millis(ms)).await)
-            }
-            Method::RepairSandbox => {
-                let (launch,): (SandboxLaunch,) = args(&a)?;
-                self.reply(n.repair_sandbox(launch).await)
-            }
-            Method::PauseSandbox => {
-                let (id,): (String,) = args(&a)?;
-                self.reply(n.pause_sandbox(&id).await)
-            }
-            Method::ResumeSandbox => {
-                let (id,): (String,) = args(&a)?;
-                self.reply(n.resume_sandbox(&id).await)
             }
             Method::SuspendSandbox => {
                 let (id,): (String,) = args(&a)?;
@@ -203,111 +179,11 @@ impl Node for NodeService {
                 let _guard = cancel.clone().drop_guard();
                 self.reply(n.wake_sandbox(launch, cancel).await)
             }
-            Method::ReleaseSandbox => {
-                let (id,): (String,) = args(&a)?;
-                self.reply(n.release_sandbox(&id).await)
-            }
-            Method::DestroySandbox => {
-                let (id,): (String,) = args(&a)?;
-                self.reply(n.destroy_sandbox(&id).await)
-            }
-            Method::ListSandboxes => self.reply(n.list_sandboxes().await),
-            Method::HasSnapshot => {
-                let (id,): (String,) = args(&a)?;
-                self.reply(n.has_snapshot(&id).await)
-            }
-            Method::DeleteSnapshot => {
-                let (id,): (String,) = args(&a)?;
-                self.reply(n.delete_snapshot(&id).await)
-            }
-            Method::ListSnapshots => self.reply(n.list_snapshots().await),
-            Method::SweepSnapshots => self.reply(n.sweep_snapshots().await),
             Method::Capabilities => self.reply(Ok(n.capabilities())),
-            Method::Spawn => {
-                let (sid, spawn): (String, SpawnRequest) = args(&a)?;
-                self.reply(n.spawn(&sid, spawn).await)
-            }
-            Method::Command => {
-                let (sid, cid): (String, String) = args(&a)?;
-                self.reply(n.command(&sid, &cid).await)
-            }
-            Method::Commands => {
-                let (sid,): (String,) = args(&a)?;
-                self.reply(n.commands(&sid).await)
-            }
-            Method::Signal => {
-                let (sid, cid, sig): (String, String, i32) = args(&a)?;
-                self.reply(n.signal(&sid, &cid, sig).await)
-            }
-            Method::Kill => {
-                let (sid, cid, grace): (String, String, u64) = args(&a)?;
-                self.reply(n.kill(&sid, &cid, grace).await)
-            }
             Method::StdinWrite => {
                 let (sid, cid, data): (String, String, Vec<u8>) = args(&a)?;
                 self.reply(n.stdin_write(&sid, &cid, Bytes::from(data)).await)
             }
-            Method::StdinClose => {
-                let (sid, cid): (String, String) = args(&a)?;
-                self.reply(n.stdin_close(&sid, &cid).await)
-            }
-            Method::Resize => {
-                let (sid, cid, size): (String, String, PtySize) = args(&a)?;
-                self.reply(n.resize(&sid, &cid, size).await)
-            }
-            Method::Forget => {
-                let (sid, cid): (String, String) = args(&a)?;
-                self.reply(n.forget(&sid, &cid).await)
-            }
-            Method::Stat => {
-                let (sid, path, user): (String, SandboxPath, Option<String>) = args(&a)?;
-                self.reply(n.stat(&sid, path, user).await)
-            }
-            Method::ListDir => {
-                let (sid, path, user, depth): (String, SandboxPath, Option<String>, u32) =
-                    args(&a)?;
-                self.reply(n.list_dir(&sid, path, user, depth).await)
-            }
-            Method::MakeDir => {
-                let (sid, path, user): (String, SandboxPath, Option<String>) = args(&a)?;
-                self.reply(n.make_dir(&sid, path, user).await)
-            }
-            Method::Remove => {
-                let (sid, path, user): (String, SandboxPath, Option<String>) = args(&a)?;
-                self.reply(n.remove(&sid, path, user).await)
-            }
-            Method::Rename => {
-                let (sid, from, to, user): (String, SandboxPath, SandboxPath, Option<String>) =
-                    args(&a)?;
-                self.reply(n.rename(&sid, from, to, user).await)
-            }
-            Method::SetXattrs => {
-                let (sid, set): (String, cove_node_api::SetXattrsRequest) = args(&a)?;
-                self.reply(n.set_xattrs(&sid, set).await)
-            }
-            Method::Xattrs => {
-                let (sid, get): (String, cove_node_api::XattrsRequest) = args(&a)?;
-                self.reply(n.xattrs(&sid, get).await)
-            }
-            Method::Capacity => self.reply(n.capacity().await),
-            Method::SandboxMetrics => {
-                let (id,): (String,) = args(&a)?;
-                self.reply(n.sandbox_metrics(&id).await)
-            }
-            Method::SandboxNetwork => {
-                let (id,): (String,) = args(&a)?;
-                self.reply(n.sandbox_network(&id).await)
-            }
-            Method::SetSandboxNetwork => {
-                let (id, policy): (String, EgressPolicy) = args(&a)?;
-                self.reply(n.set_sandbox_network(&id, policy).await)
-            }
-            Method::RearmSecrets => {
-                let (id, secrets): (String, BTreeMap<String, cove_node_api::LaunchSecret>) =
-                    args(&a)?;
-                self.reply(n.rearm_secrets(&id, secrets).await)
-            }
-            Method::CachedReleases => self.reply(n.cached_releases().await),
             Method::CheckpointSandbox => {
                 let (id, ck): (String, String) = args(&a)?;
                 // Cancelled when the caller goes away: nothing of the checkpoint is kept.
@@ -320,59 +196,6 @@ impl Node for NodeService {
                 let cancel = CancellationToken::new();
                 let _guard = cancel.clone().drop_guard();
                 self.reply(n.restore_checkpoint(launch, &ck, cancel).await)
-            }
-            Method::DeleteCheckpoint => {
-                let (ck,): (String,) = args(&a)?;
-                self.reply(n.delete_checkpoint(&ck).await)
-            }
-            Method::CreateVolume => {
-                let (id, size_mib): (String, u64) = args(&a)?;
-                self.reply(n.create_volume(&id, size_mib).await)
-            }
-            Method::DeleteVolume => {
-                let (id,): (String,) = args(&a)?;
-                self.reply(n.delete_volume(&id).await)
-            }
-            Method::VolumeUsage => {
-                let (id,): (String,) = args(&a)?;
-                self.reply(n.volume_usage(&id).await)
-            }
-            Method::ListVolumeDir => {
-                let (id, path, depth): (String, String, u32) = args(&a)?;
-                self.reply(n.list_volume_dir(&id, path, depth).await)
-            }
-            Method::StatVolumePath => {
-                let (id, path): (String, String) = args(&a)?;
-                self.reply(n.stat_volume_path(&id, path).await)
-            }
-            Method::RemoveVolumePath => {
-                let (id, path): (String, String) = args(&a)?;
-                self.reply(n.remove_volume_path(&id, path).await)
-            }
-            Method::MakeVolumeDir => {
-                let (id, path, parents, attrs): (String, String, bool, VolumeEntryAttrs) =
-                    args(&a)?;
-                self.reply(n.make_volume_dir(&id, path, parents, attrs).await)
-            }
-            Method::SetVolumeAttrs => {
-                let (id, path, attrs): (String, String, VolumeEntryAttrs) = args(&a)?;
-                self.reply(n.set_volume_attrs(&id, path, attrs).await)
-            }
-            Method::DownloadVolume => {
-                let (id, size_mib, generation): (String, u64, u64) = args(&a)?;
-                self.reply(n.download_volume(&id, size_mib, generation).await)
-            }
-            Method::UploadVolume => {
-                let (id, generation): (String, u64) = args(&a)?;
-                self.reply(n.upload_volume(&id, generation).await)
-            }
-            Method::AttachVolumes => {
-                let (id, volumes): (String, Vec<cove_node_api::LaunchVolume>) = args(&a)?;
-                self.reply(n.attach_volumes(&id, volumes).await)
-            }
-            Method::ReleaseVolume => {
-                let (id, keep): (String, u64) = args(&a)?;
-                self.reply(n.release_volume(&id, keep).await)
             }
             _ => Err(Status::unimplemented("not a unary method")),
         }
