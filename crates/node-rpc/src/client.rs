@@ -117,18 +117,8 @@ impl RemoteNode {
     /// The capabilities call, at the floor; its reply carries the node's version (0 from a
     /// v9 node, which predates the field).
     async fn handshake(&self) -> Result<(NodeCapabilities, u32), NodeError> {
-        let req = with_token(self.envelope(Method::Capabilities, ())?, &self.token);
-        let reply = self
-            .client
-            .clone()
-            .unary(req)
-            .await
-            .map_err(unreachable)?
-            .into_inner();
-        Ok((
-            decode::<Result<_, NodeError>>(&reply.result)??,
-            reply.version,
-        ))
+        let (result, version) = self.unary(Method::Capabilities, ()).await?;
+        Ok((result?, version))
     }
 
     /// The call of `method`; `Unsupported` when the version both sides speak lacks it.
@@ -146,6 +136,15 @@ impl RemoteNode {
         method: Method,
         args: impl Serialize,
     ) -> Result<T, NodeError> {
+        self.unary(method, args).await?.0
+    }
+
+    /// A unary call's decoded result and the node's version in its reply.
+    async fn unary<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        args: impl Serialize,
+    ) -> Result<(Result<T, NodeError>, u32), NodeError> {
         let req = with_token(self.envelope(method, args)?, &self.token);
         let reply = self
             .client
@@ -154,7 +153,7 @@ impl RemoteNode {
             .await
             .map_err(unreachable)?
             .into_inner();
-        decode::<Result<T, NodeError>>(&reply.result)?
+        Ok((decode(&reply.result)?, reply.version))
     }
 
     /// A client-stream call: `method` with `args`, then `body`'s bytes; its unary answer.
