@@ -2,7 +2,7 @@
 //! server stream, client stream, bidirectional), the trait method it carries and the protocol
 //! version its current arguments and result appeared in.
 //!
-//! [`contract!`] turns the table into the [`Method`] enum (the wire numbers; `proto/node.proto`
+//! `contract!` turns the table into the [`Method`] enum (the wire numbers; `proto/node.proto`
 //! carries a plain `uint32`), its lookups, and a compile-time check that every row names a
 //! method of [`cove_node_api::NodeApi`]. The client refuses locally a call whose method is newer
 //! than the version both sides speak ([`Method::check`]), and the server refuses a call newer
