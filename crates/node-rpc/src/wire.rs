@@ -81,3 +81,24 @@ pub(crate) fn check_call(version: u32, method: u32) -> Result<Method, Status> {
 pub(crate) fn unreachable(status: Status) -> NodeError {
     NodeError::NodeUnreachable(format!("{:?}: {}", status.code(), status.message()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_serving_side_takes_callers_from_the_floor_and_only_methods_they_know() {
+        let below = check_version(PROTOCOL_FLOOR - 1).expect_err("below the floor");
+        assert_eq!(below.code(), tonic::Code::FailedPrecondition);
+        assert!(below.message().contains(&format!("below {PROTOCOL_FLOOR}")));
+        // A newer caller is taken: it speaks ours.
+        assert!(check_version(PROTOCOL_VERSION + 1).is_ok());
+        let old = check_call(PROTOCOL_FLOOR, Method::AttachVolumes.number());
+        assert_eq!(old.ok(), Some(Method::AttachVolumes));
+        let newer = check_call(PROTOCOL_FLOOR, Method::Xattrs.number()).expect_err("v10 method");
+        assert_eq!(newer.code(), tonic::Code::FailedPrecondition);
+        assert!(newer.message().contains("xattrs"), "{}", newer.message());
+        let unknown = check_call(PROTOCOL_VERSION, 9999).expect_err("no such method");
+        assert_eq!(unknown.code(), tonic::Code::Unimplemented);
+    }
+}
