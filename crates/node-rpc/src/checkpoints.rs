@@ -13,7 +13,7 @@ use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::bytes_after_head;
-use crate::pb::Method;
+use crate::Method;
 use crate::RemoteNode;
 
 #[async_trait]

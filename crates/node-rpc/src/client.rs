@@ -28,9 +28,9 @@ use crate::tls::PinnedVerifier;
 use tonic::Streaming;
 
 use crate::pb::node_client::NodeClient;
-use crate::pb::{upload, Call, Item, Method, Upload};
+use crate::pb::{upload, Call, Item, Upload};
 use crate::wire::{decode, encode, unreachable, with_token};
-use crate::{BuildItem, CHUNK_BYTES, MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
+use crate::{BuildItem, Method, CHUNK_BYTES, MAX_MESSAGE_BYTES, PROTOCOL_FLOOR, PROTOCOL_VERSION};
 
 /// A node agent reached over gRPC. Cheap to clone.
 #[derive(Clone)]
@@ -39,6 +39,8 @@ pub struct RemoteNode {
     pub(crate) token: String,
     capabilities: NodeCapabilities,
     recipes: Vec<RecipeInfo>,
+    /// The protocol version both sides speak (learnt at the handshake).
+    version: u32,
 }
 
 impl RemoteNode {
@@ -53,6 +55,18 @@ impl RemoteNode {
         address: &str,
         token: &str,
         certificate: CertificateDer<'static>,
+    ) -> Result<RemoteNode, NodeError> {
+        Self::connect_speaking(address, token, certificate, PROTOCOL_VERSION).await
+    }
+
+    /// [`RemoteNode::connect`] as a control plane of protocol `version` would (at most
+    /// [`PROTOCOL_VERSION`]): tests of mixed versions.
+    #[doc(hidden)]
+    pub async fn connect_speaking(
+        address: &str,
+        token: &str,
+        certificate: CertificateDer<'static>,
+        version: u32,
     ) -> Result<RemoteNode, NodeError> {
         let endpoint = crate::transport::endpoint(address)
             .map_err(NodeError::Internal)?
@@ -85,18 +99,36 @@ impl RemoteNode {
                 attach_volumes: false,
             },
             recipes: Vec::new(),
+            // The handshake goes out at the floor, which every node accepts.
+            version: PROTOCOL_FLOOR,
         };
-        node.capabilities = node.call(Method::Capabilities, ()).await?;
+        let (capabilities, theirs) = node.handshake().await?;
+        node.capabilities = capabilities;
+        node.version = crate::contract::shared(version, theirs);
         node.recipes = node.call(Method::Recipes, ()).await?;
         Ok(node)
     }
 
-    pub(crate) fn envelope(method: Method, args: impl Serialize) -> Call {
-        Call {
-            version: PROTOCOL_VERSION,
-            method: method as i32,
+    /// The protocol version this node and this control plane share.
+    pub fn protocol_version(&self) -> u32 {
+        self.version
+    }
+
+    /// The capabilities call, at the floor; its reply carries the node's version (0 from a
+    /// v9 node, which predates the field).
+    async fn handshake(&self) -> Result<(NodeCapabilities, u32), NodeError> {
+        let (result, version) = self.unary(Method::Capabilities, ()).await?;
+        Ok((result?, version))
+    }
+
+    /// The call of `method`; `Unsupported` when the version both sides speak lacks it.
+    pub(crate) fn envelope(&self, method: Method, args: impl Serialize) -> Result<Call, NodeError> {
+        method.check(self.version)?;
+        Ok(Call {
+            version: self.version,
+            method: method.number(),
             args: encode(&args),
-        }
+        })
     }
 
     pub(crate) async fn call<T: DeserializeOwned>(
@@ -104,7 +136,16 @@ impl RemoteNode {
         method: Method,
         args: impl Serialize,
     ) -> Result<T, NodeError> {
-        let req = with_token(Self::envelope(method, args), &self.token);
+        self.unary(method, args).await?.0
+    }
+
+    /// A unary call's decoded result and the node's version in its reply.
+    async fn unary<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        args: impl Serialize,
+    ) -> Result<(Result<T, NodeError>, u32), NodeError> {
+        let req = with_token(self.envelope(method, args)?, &self.token);
         let reply = self
             .client
             .clone()
@@ -112,7 +153,7 @@ impl RemoteNode {
             .await
             .map_err(unreachable)?
             .into_inner();
-        decode::<Result<T, NodeError>>(&reply.result)?
+        Ok((decode(&reply.result)?, reply.version))
     }
 
     /// A client-stream call: `method` with `args`, then `body`'s bytes; its unary answer.
@@ -125,7 +166,7 @@ impl RemoteNode {
         body: ByteStream,
         cancel: Option<CancellationToken>,
     ) -> Result<T, NodeError> {
-        let (parts, failed) = uploads(Self::envelope(method, args), body);
+        let (parts, failed) = uploads(self.envelope(method, args)?, body);
         let mut client = self.client.clone();
         let send = client.client_stream(with_token(parts, &self.token));
         let cancelled = async {
@@ -147,7 +188,7 @@ impl RemoteNode {
         method: Method,
         args: impl Serialize,
     ) -> Result<Streaming<Item>, NodeError> {
-        let req = with_token(Self::envelope(method, args), &self.token);
+        let req = with_token(self.envelope(method, args)?, &self.token);
         Ok(self
             .client
             .clone()
@@ -611,16 +652,16 @@ impl NodeFiles for RemoteNode {
         Ok(decoded(items, |_, _| {}))
     }
 
-    async fn set_xattrs(&self, _sandbox_id: &str, _req: SetXattrsRequest) -> Result<(), NodeError> {
-        Err(crate::unsupported::not_carried("file extended attributes"))
+    async fn set_xattrs(&self, sandbox_id: &str, req: SetXattrsRequest) -> Result<(), NodeError> {
+        self.call(Method::SetXattrs, (sandbox_id, req)).await
     }
 
     async fn xattrs(
         &self,
-        _sandbox_id: &str,
-        _req: XattrsRequest,
+        sandbox_id: &str,
+        req: XattrsRequest,
     ) -> Result<Vec<BTreeMap<String, Vec<u8>>>, NodeError> {
-        Err(crate::unsupported::not_carried("file extended attributes"))
+        self.call(Method::Xattrs, (sandbox_id, req)).await
     }
 }
 
@@ -659,7 +700,7 @@ impl NodeNetwork for RemoteNode {
         request: PortRequest,
         body: ByteStream,
     ) -> Result<(PortResponse, ByteStream), NodeError> {
-        let call = Self::envelope(Method::ForwardHttp, (id, request));
+        let call = self.envelope(Method::ForwardHttp, (id, request))?;
         let (parts, _failed) = uploads(call, body);
         let mut items = self
             .client

@@ -16,11 +16,11 @@
 
 mod checkpoints;
 mod client;
+pub mod contract;
 mod membership;
 mod server;
 pub mod tls;
 pub mod transport;
-mod unsupported;
 mod volumes;
 mod wire;
 
@@ -31,12 +31,15 @@ pub mod pb {
 }
 
 pub use client::RemoteNode;
+pub use contract::{Method, Shape};
 pub use membership::{ClusterClient, ClusterService, JoinAnswer, Membership, MembershipError};
 pub use server::NodeService;
 
-/// Version of the wire (`proto/node.proto`); a peer speaking another is refused (at join and
-/// on every call, with a message naming both versions), so an older node never gets a call
-/// it cannot answer. Version 2 added the guest agent check and the repair (`CHECK_AGENT`,
+/// Version of the wire (`proto/node.proto`). Each method has the version it appeared in (the
+/// table in [`contract`]); two peers speak the lower of their versions, and a call to a method
+/// newer than that fails at the caller with `NodeError::Unsupported` naming the method and both
+/// versions, while the methods both know keep working: nodes and the control plane upgrade one
+/// at a time. A peer below [`PROTOCOL_FLOOR`] is refused (at join and on every call). Version 2 added the guest agent check and the repair (`CHECK_AGENT`,
 /// `REPAIR_SANDBOX`); version 3 made the link TLS with pinned certificates (`Discover`,
 /// `JoinRequest.certificate`); version 4 added the release digest in a launch (a node fetches
 /// a file release it lacks from the snapshot store), `REMOVE_STORED_RELEASE` and
@@ -48,8 +51,17 @@ pub use server::NodeService;
 /// `RELEASE_VOLUME`); version 8 sends a file build's words as written (the node expands
 /// `ENV`, `ARG`, `WORKDIR`, `USER` and `COPY` destinations against the parent's environment)
 /// and adds the `LABEL` and `EXPOSE` steps; version 9 attaches volumes to a running sandbox
-/// (`ATTACH_VOLUMES`, a warm pool member's claim).
-pub const PROTOCOL_VERSION: u32 = 9;
+/// (`ATTACH_VOLUMES`, a warm pool member's claim); version 10 negotiates per method (the
+/// serving node's version in every unary reply, `Reply.version`; method numbers from the table,
+/// the wire's `Call.method` a plain number) and carries file extended attributes (`SET_XATTRS`,
+/// `XATTRS`).
+pub const PROTOCOL_VERSION: u32 = 10;
+
+/// The oldest peer version accepted: 9. A v9 node (which refuses any caller but v9 and sends no
+/// version in its replies) is called at v9, so a v10 control plane drives v9 and v10 nodes
+/// alike (without the v10 methods on the v9 ones); upgrade the control plane first, then the
+/// nodes one at a time. From v10 on either side may go first.
+pub const PROTOCOL_FLOOR: u32 = 9;
 
 /// Most bytes in one message of a byte stream (file contents, bodies).
 pub const CHUNK_BYTES: usize = 256 * 1024;

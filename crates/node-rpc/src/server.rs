@@ -1,24 +1,22 @@
 //! [`NodeService`]: serves a node agent's [`NodeApi`] to a control plane.
 
-use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use cove_domain::EgressPolicy;
 use cove_node_api::{
-    AttachEvent, ByteStream, NodeApi, NodeError, PortRequest, PtySize, SandboxLaunch, SandboxPath,
-    SpawnRequest, VolumeEntryAttrs, WatchRequest, WriteFileRequest,
+    AttachEvent, ByteStream, NodeApi, NodeError, PortRequest, SandboxLaunch, SandboxPath,
+    VolumeEntryAttrs, WatchRequest, WriteFileRequest,
 };
 use futures::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::pb::node_server::{Node, NodeServer};
-use crate::pb::{upload, Call, Item, Method, Reply, Upload};
-use crate::wire::{args, check_token, check_version, encode};
-use crate::{BuildItem, CHUNK_BYTES, MAX_MESSAGE_BYTES};
+use crate::pb::{upload, Call, Item, Reply, Upload};
+use crate::wire::{args, check_call, check_token, encode};
+use crate::{BuildItem, Method, CHUNK_BYTES, MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
 
 /// A stream of items to the caller.
 type Items = Pin<Box<dyn Stream<Item = Result<Item, Status>> + Send + 'static>>;
@@ -28,6 +26,7 @@ type Items = Pin<Box<dyn Stream<Item = Result<Item, Status>> + Send + 'static>>;
 pub struct NodeService {
     node: Arc<dyn NodeApi>,
     token: Arc<str>,
+    version: u32,
 }
 
 impl NodeService {
@@ -36,7 +35,16 @@ impl NodeService {
         NodeService {
             node,
             token: token.into(),
+            version: PROTOCOL_VERSION,
         }
+    }
+
+    /// Serves as a node of an older protocol `version` would: it announces that version and
+    /// refuses the methods newer than it (tests of mixed versions; at most [`PROTOCOL_VERSION`]).
+    #[doc(hidden)]
+    pub fn speaking(mut self, version: u32) -> Self {
+        self.version = version.min(PROTOCOL_VERSION);
+        self
     }
 
     /// The tonic service, ready for `tonic::transport::Server::add_service`.
@@ -49,15 +57,28 @@ impl NodeService {
     fn open(&self, req: &Request<Call>) -> Result<Method, Status> {
         check_token(req, &self.token)?;
         let call = req.get_ref();
-        check_version(call.version)?;
-        Method::try_from(call.method).map_err(|_| Status::unimplemented("unknown method"))
+        self.method(call)
     }
-}
 
-fn reply<T: serde::Serialize>(result: Result<T, NodeError>) -> Result<Response<Reply>, Status> {
-    Ok(Response::new(Reply {
-        result: encode(&result),
-    }))
+    /// The call's method, when its caller's version carries it and so does ours.
+    fn method(&self, call: &Call) -> Result<Method, Status> {
+        let method = check_call(call.version, call.method)?;
+        method
+            .check(self.version)
+            .map_err(|e| Status::failed_precondition(e.to_string()))?;
+        Ok(method)
+    }
+
+    /// A unary reply carrying our version (the caller's handshake reads it).
+    fn reply<T: serde::Serialize>(
+        &self,
+        result: Result<T, NodeError>,
+    ) -> Result<Response<Reply>, Status> {
+        Ok(Response::new(Reply {
+            result: encode(&result),
+            version: self.version,
+        }))
+    }
 }
 
 /// An item carrying a result and no bytes.
@@ -118,16 +139,14 @@ impl Node for NodeService {
         let method = self.open(&req)?;
         let a = req.into_inner().args;
         let n = &self.node;
+        if let Some(result) = crate::contract::dispatch(&**n, method, &a).await {
+            return Ok(Response::new(Reply {
+                result: result?,
+                version: self.version,
+            }));
+        }
         match method {
-            Method::Recipes => reply(Ok(n.recipes())),
-            Method::RemoveRelease => {
-                let (t, num): (String, u32) = args(&a)?;
-                reply(n.remove_release(&t, num).await)
-            }
-            Method::RemoveStoredRelease => {
-                let (digest,): (String,) = args(&a)?;
-                reply(n.remove_stored_release(&digest).await)
-            }
+            Method::Recipes => self.reply(Ok(n.recipes())),
             Method::StartSandbox => {
                 let (launch,): (SandboxLaunch,) = args(&a)?;
                 // Runs to its end even when the caller goes away (a control-plane replica that
@@ -137,211 +156,46 @@ impl Node for NodeService {
                 let started = tokio::spawn(async move { node.start_sandbox(launch).await })
                     .await
                     .unwrap_or_else(|e| Err(NodeError::Internal(format!("start task: {e}"))));
-                reply(started)
-            }
-            Method::AdoptSandbox => {
-                let (id,): (String,) = args(&a)?;
-                reply(n.adopt_sandbox(&id).await)
-            }
-            Method::InspectSandbox => {
-                let (id,): (String,) = args(&a)?;
-                reply(n.inspect_sandbox(&id).await)
+                self.reply(started)
             }
             Method::FailureReason => {
                 let (id,): (String,) = args(&a)?;
-                reply(Ok(n.failure_reason(&id).await))
+                self.reply(Ok(n.failure_reason(&id).await))
             }
             Method::CheckAgent => {
                 let (id, ms): (String, u64) = args(&a)?;
-                reply(n.check_agent(&id, Duration::from_millis(ms)).await)
-            }
-            Method::RepairSandbox => {
-                let (launch,): (SandboxLaunch,) = args(&a)?;
-                reply(n.repair_sandbox(launch).await)
-            }
-            Method::PauseSandbox => {
-                let (id,): (String,) = args(&a)?;
-                reply(n.pause_sandbox(&id).await)
-            }
-            Method::ResumeSandbox => {
-                let (id,): (String,) = args(&a)?;
-                reply(n.resume_sandbox(&id).await)
+                self.reply(n.check_agent(&id, Duration::from_millis(ms)).await)
             }
             Method::SuspendSandbox => {
                 let (id,): (String,) = args(&a)?;
                 // Cancelled when the caller goes away (the handler is dropped).
                 let cancel = CancellationToken::new();
                 let _guard = cancel.clone().drop_guard();
-                reply(n.suspend_sandbox(&id, cancel).await)
+                self.reply(n.suspend_sandbox(&id, cancel).await)
             }
             Method::WakeSandbox => {
                 let (launch,): (SandboxLaunch,) = args(&a)?;
                 let cancel = CancellationToken::new();
                 let _guard = cancel.clone().drop_guard();
-                reply(n.wake_sandbox(launch, cancel).await)
+                self.reply(n.wake_sandbox(launch, cancel).await)
             }
-            Method::ReleaseSandbox => {
-                let (id,): (String,) = args(&a)?;
-                reply(n.release_sandbox(&id).await)
-            }
-            Method::DestroySandbox => {
-                let (id,): (String,) = args(&a)?;
-                reply(n.destroy_sandbox(&id).await)
-            }
-            Method::ListSandboxes => reply(n.list_sandboxes().await),
-            Method::HasSnapshot => {
-                let (id,): (String,) = args(&a)?;
-                reply(n.has_snapshot(&id).await)
-            }
-            Method::DeleteSnapshot => {
-                let (id,): (String,) = args(&a)?;
-                reply(n.delete_snapshot(&id).await)
-            }
-            Method::ListSnapshots => reply(n.list_snapshots().await),
-            Method::SweepSnapshots => reply(n.sweep_snapshots().await),
-            Method::Capabilities => reply(Ok(n.capabilities())),
-            Method::Spawn => {
-                let (sid, spawn): (String, SpawnRequest) = args(&a)?;
-                reply(n.spawn(&sid, spawn).await)
-            }
-            Method::Command => {
-                let (sid, cid): (String, String) = args(&a)?;
-                reply(n.command(&sid, &cid).await)
-            }
-            Method::Commands => {
-                let (sid,): (String,) = args(&a)?;
-                reply(n.commands(&sid).await)
-            }
-            Method::Signal => {
-                let (sid, cid, sig): (String, String, i32) = args(&a)?;
-                reply(n.signal(&sid, &cid, sig).await)
-            }
-            Method::Kill => {
-                let (sid, cid, grace): (String, String, u64) = args(&a)?;
-                reply(n.kill(&sid, &cid, grace).await)
-            }
+            Method::Capabilities => self.reply(Ok(n.capabilities())),
             Method::StdinWrite => {
                 let (sid, cid, data): (String, String, Vec<u8>) = args(&a)?;
-                reply(n.stdin_write(&sid, &cid, Bytes::from(data)).await)
+                self.reply(n.stdin_write(&sid, &cid, Bytes::from(data)).await)
             }
-            Method::StdinClose => {
-                let (sid, cid): (String, String) = args(&a)?;
-                reply(n.stdin_close(&sid, &cid).await)
-            }
-            Method::Resize => {
-                let (sid, cid, size): (String, String, PtySize) = args(&a)?;
-                reply(n.resize(&sid, &cid, size).await)
-            }
-            Method::Forget => {
-                let (sid, cid): (String, String) = args(&a)?;
-                reply(n.forget(&sid, &cid).await)
-            }
-            Method::Stat => {
-                let (sid, path, user): (String, SandboxPath, Option<String>) = args(&a)?;
-                reply(n.stat(&sid, path, user).await)
-            }
-            Method::ListDir => {
-                let (sid, path, user, depth): (String, SandboxPath, Option<String>, u32) =
-                    args(&a)?;
-                reply(n.list_dir(&sid, path, user, depth).await)
-            }
-            Method::MakeDir => {
-                let (sid, path, user): (String, SandboxPath, Option<String>) = args(&a)?;
-                reply(n.make_dir(&sid, path, user).await)
-            }
-            Method::Remove => {
-                let (sid, path, user): (String, SandboxPath, Option<String>) = args(&a)?;
-                reply(n.remove(&sid, path, user).await)
-            }
-            Method::Rename => {
-                let (sid, from, to, user): (String, SandboxPath, SandboxPath, Option<String>) =
-                    args(&a)?;
-                reply(n.rename(&sid, from, to, user).await)
-            }
-            Method::Capacity => reply(n.capacity().await),
-            Method::SandboxMetrics => {
-                let (id,): (String,) = args(&a)?;
-                reply(n.sandbox_metrics(&id).await)
-            }
-            Method::SandboxNetwork => {
-                let (id,): (String,) = args(&a)?;
-                reply(n.sandbox_network(&id).await)
-            }
-            Method::SetSandboxNetwork => {
-                let (id, policy): (String, EgressPolicy) = args(&a)?;
-                reply(n.set_sandbox_network(&id, policy).await)
-            }
-            Method::RearmSecrets => {
-                let (id, secrets): (String, BTreeMap<String, cove_node_api::LaunchSecret>) =
-                    args(&a)?;
-                reply(n.rearm_secrets(&id, secrets).await)
-            }
-            Method::CachedReleases => reply(n.cached_releases().await),
             Method::CheckpointSandbox => {
                 let (id, ck): (String, String) = args(&a)?;
                 // Cancelled when the caller goes away: nothing of the checkpoint is kept.
                 let cancel = CancellationToken::new();
                 let _guard = cancel.clone().drop_guard();
-                reply(n.checkpoint_sandbox(&id, &ck, cancel).await)
+                self.reply(n.checkpoint_sandbox(&id, &ck, cancel).await)
             }
             Method::RestoreCheckpoint => {
                 let (launch, ck): (SandboxLaunch, String) = args(&a)?;
                 let cancel = CancellationToken::new();
                 let _guard = cancel.clone().drop_guard();
-                reply(n.restore_checkpoint(launch, &ck, cancel).await)
-            }
-            Method::DeleteCheckpoint => {
-                let (ck,): (String,) = args(&a)?;
-                reply(n.delete_checkpoint(&ck).await)
-            }
-            Method::CreateVolume => {
-                let (id, size_mib): (String, u64) = args(&a)?;
-                reply(n.create_volume(&id, size_mib).await)
-            }
-            Method::DeleteVolume => {
-                let (id,): (String,) = args(&a)?;
-                reply(n.delete_volume(&id).await)
-            }
-            Method::VolumeUsage => {
-                let (id,): (String,) = args(&a)?;
-                reply(n.volume_usage(&id).await)
-            }
-            Method::ListVolumeDir => {
-                let (id, path, depth): (String, String, u32) = args(&a)?;
-                reply(n.list_volume_dir(&id, path, depth).await)
-            }
-            Method::StatVolumePath => {
-                let (id, path): (String, String) = args(&a)?;
-                reply(n.stat_volume_path(&id, path).await)
-            }
-            Method::RemoveVolumePath => {
-                let (id, path): (String, String) = args(&a)?;
-                reply(n.remove_volume_path(&id, path).await)
-            }
-            Method::MakeVolumeDir => {
-                let (id, path, parents, attrs): (String, String, bool, VolumeEntryAttrs) =
-                    args(&a)?;
-                reply(n.make_volume_dir(&id, path, parents, attrs).await)
-            }
-            Method::SetVolumeAttrs => {
-                let (id, path, attrs): (String, String, VolumeEntryAttrs) = args(&a)?;
-                reply(n.set_volume_attrs(&id, path, attrs).await)
-            }
-            Method::DownloadVolume => {
-                let (id, size_mib, generation): (String, u64, u64) = args(&a)?;
-                reply(n.download_volume(&id, size_mib, generation).await)
-            }
-            Method::UploadVolume => {
-                let (id, generation): (String, u64) = args(&a)?;
-                reply(n.upload_volume(&id, generation).await)
-            }
-            Method::AttachVolumes => {
-                let (id, volumes): (String, Vec<cove_node_api::LaunchVolume>) = args(&a)?;
-                reply(n.attach_volumes(&id, volumes).await)
-            }
-            Method::ReleaseVolume => {
-                let (id, keep): (String, u64) = args(&a)?;
-                reply(n.release_volume(&id, keep).await)
+                self.reply(n.restore_checkpoint(launch, &ck, cancel).await)
             }
             _ => Err(Status::unimplemented("not a unary method")),
         }
@@ -460,15 +314,14 @@ impl Node for NodeService {
         check_token(&req, &self.token)?;
         let mut stream = req.into_inner();
         let call = first_call(&mut stream).await?;
-        check_version(call.version)?;
-        match Method::try_from(call.method) {
+        match self.method(&call) {
             Ok(Method::WriteFile) => {
                 let (sid, write): (String, WriteFileRequest) = args(&call.args)?;
-                reply(self.node.write_file(&sid, write, body(stream)).await)
+                self.reply(self.node.write_file(&sid, write, body(stream)).await)
             }
             Ok(Method::WriteVolumeFile) => {
                 let (id, path, attrs): (String, String, VolumeEntryAttrs) = args(&call.args)?;
-                reply(
+                self.reply(
                     self.node
                         .write_volume_file(&id, path, attrs, body(stream))
                         .await,
@@ -483,7 +336,7 @@ impl Node for NodeService {
                     .node
                     .import_checkpoint(&ck, body(stream), max_bytes, cancel)
                     .await;
-                reply(imported)
+                self.reply(imported)
             }
             _ => Err(Status::unimplemented("not a client-streaming method")),
         }
@@ -495,8 +348,7 @@ impl Node for NodeService {
         check_token(&req, &self.token)?;
         let mut stream = req.into_inner();
         let call = first_call(&mut stream).await?;
-        check_version(call.version)?;
-        match Method::try_from(call.method) {
+        match self.method(&call) {
             Ok(Method::ForwardHttp) => {
                 let (id, port_req): (String, PortRequest) = args(&call.args)?;
                 let items: Items = match self.node.forward_http(&id, port_req, body(stream)).await {

@@ -13,8 +13,8 @@ use cove_node_api::{
 use futures::stream::BoxStream;
 
 use crate::client::{bytes_after_head, next};
-use crate::pb::Method;
 use crate::wire::decode;
+use crate::Method;
 use crate::RemoteNode;
 
 #[async_trait]

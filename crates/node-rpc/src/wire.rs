@@ -7,7 +7,7 @@ use serde::Serialize;
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Status};
 
-use crate::PROTOCOL_VERSION;
+use crate::{Method, PROTOCOL_FLOOR, PROTOCOL_VERSION};
 
 /// JSON of a contract value. Serialising the contract's own types cannot fail (no maps with
 /// non-string keys, no foreign serialisers); an error still becomes a value, not a panic.
@@ -53,18 +53,52 @@ pub(crate) fn check_token<T>(req: &Request<T>, token: &str) -> Result<(), Status
     }
 }
 
-/// Refuses another protocol version.
+/// Refuses a peer below the floor ([`PROTOCOL_FLOOR`]); a newer one is taken (it speaks ours).
 pub(crate) fn check_version(version: u32) -> Result<(), Status> {
-    if version == PROTOCOL_VERSION {
+    if version >= PROTOCOL_FLOOR {
         Ok(())
     } else {
         Err(Status::failed_precondition(format!(
-            "protocol version {version} is not {PROTOCOL_VERSION}"
+            "protocol version {version} is below {PROTOCOL_FLOOR}, the oldest this side \
+             (v{PROTOCOL_VERSION}) accepts"
         )))
     }
+}
+
+/// Refuses a call whose method is newer than the version its caller claims (the caller
+/// checks first, so this only meets a misbehaving one) or unknown here.
+pub(crate) fn check_call(version: u32, method: u32) -> Result<Method, Status> {
+    check_version(version)?;
+    let method = Method::from_number(method)
+        .ok_or_else(|| Status::unimplemented(format!("unknown method {method}")))?;
+    method
+        .check(version.min(PROTOCOL_VERSION))
+        .map_err(|e| Status::failed_precondition(e.to_string()))?;
+    Ok(method)
 }
 
 /// A transport failure seen by the caller.
 pub(crate) fn unreachable(status: Status) -> NodeError {
     NodeError::NodeUnreachable(format!("{:?}: {}", status.code(), status.message()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_serving_side_takes_callers_from_the_floor_and_only_methods_they_know() {
+        let below = check_version(PROTOCOL_FLOOR - 1).expect_err("below the floor");
+        assert_eq!(below.code(), tonic::Code::FailedPrecondition);
+        assert!(below.message().contains(&format!("below {PROTOCOL_FLOOR}")));
+        // A newer caller is taken: it speaks ours.
+        assert!(check_version(PROTOCOL_VERSION + 1).is_ok());
+        let old = check_call(PROTOCOL_FLOOR, Method::AttachVolumes.number());
+        assert_eq!(old.ok(), Some(Method::AttachVolumes));
+        let newer = check_call(PROTOCOL_FLOOR, Method::Xattrs.number()).expect_err("v10 method");
+        assert_eq!(newer.code(), tonic::Code::FailedPrecondition);
+        assert!(newer.message().contains("xattrs"), "{}", newer.message());
+        let unknown = check_call(PROTOCOL_VERSION, 9999).expect_err("no such method");
+        assert_eq!(unknown.code(), tonic::Code::Unimplemented);
+    }
 }

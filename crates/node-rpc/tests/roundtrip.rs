@@ -1,7 +1,7 @@
 //! The node contract over real gRPC on loopback: a FakeNode served by `NodeService`, called
 //! through `RemoteNode` — unary calls, typed errors, every kind of stream (attach output, file
-//! read and write, watch, builds, port bodies) and membership, all over TLS with pinned
-//! certificates (a wrong certificate or token is refused).
+//! read and write in the node-contract suite; watch, builds, port bodies) and membership, all
+//! over TLS with pinned certificates (a wrong certificate or token is refused).
 
 #![allow(clippy::unwrap_used)]
 
@@ -11,19 +11,14 @@ use common::{launch, serve, TOKEN};
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use cove_domain::NodeState;
-use cove_node_api::{
-    AttachEvent, NodeCommands, NodeError, NodeFiles, NodeLifecycle, NodeReleases, NodeReport,
-    Program, SandboxPath, SpawnRequest, WriteFileRequest,
-};
+use cove_node_api::{NodeError, NodeLifecycle, NodeReleases, NodeReport};
 use cove_node_rpc::tls::TlsIdentity;
 use cove_node_rpc::transport::tls_incoming;
 use cove_node_rpc::{
     ClusterClient, ClusterService, JoinAnswer, Membership, MembershipError, RemoteNode,
 };
-use cove_test_support::{FakeNode, Script};
-use futures::StreamExt;
+use cove_test_support::FakeNode;
 use rustls::pki_types::CertificateDer;
 
 #[tokio::test]
@@ -66,68 +61,7 @@ async fn the_contract_round_trips_over_grpc() {
         Ok(cove_node_api::AgentHealth::Ok)
     );
 
-    // A command's output, streamed.
-    fake.script("echo", Script::exit(0).stdout("hello\n"));
-    let spawn = SpawnRequest {
-        command_id: "cmd-1".into(),
-        program: Program::Argv(vec!["echo".into()]),
-        env: Default::default(),
-        cwd: None,
-        user: None,
-        stdin: false,
-        timeout_ms: None,
-        pty: None,
-    };
-    remote.spawn("sbx-1", spawn).await.unwrap();
-    let events: Vec<_> = remote
-        .attach("sbx-1", "cmd-1", 0, true)
-        .await
-        .unwrap()
-        .collect()
-        .await;
-    let mut out = Vec::new();
-    for ev in &events {
-        if let Ok(AttachEvent::Output { data, .. }) = ev {
-            out.extend_from_slice(data);
-        }
-    }
-    assert_eq!(out, b"hello\n");
-    assert!(matches!(events.last(), Some(Ok(AttachEvent::Exited(_)))));
-    assert!(matches!(
-        remote.attach("sbx-1", "cmd-none", 0, true).await,
-        Err(NodeError::CommandNotFound(_))
-    ));
-
-    // Files: a streamed write of several chunks, then a streamed read.
-    let big: Vec<u8> = (0..600_000u32).map(|i| (i % 251) as u8).collect();
-    let chunks: Vec<Result<Bytes, std::io::Error>> = big
-        .chunks(100_000)
-        .map(|c| Ok(Bytes::copy_from_slice(c)))
-        .collect();
-    let req = WriteFileRequest {
-        path: SandboxPath::from("/tmp/big"),
-        user: None,
-        mode: None,
-        max_bytes: None,
-    };
-    let info = remote
-        .write_file("sbx-1", req, Box::pin(futures::stream::iter(chunks)))
-        .await
-        .unwrap();
-    assert_eq!(info.size, big.len() as u64);
-    let (info, bytes) = remote
-        .read_file("sbx-1", SandboxPath::from("/tmp/big"), None, 0, None)
-        .await
-        .unwrap();
-    assert_eq!(info.size, big.len() as u64);
-    let read: Vec<u8> = bytes.map(|b| b.unwrap().to_vec()).concat().await;
-    assert_eq!(read, big);
-    assert!(matches!(
-        remote
-            .read_file("sbx-1", SandboxPath::from("/nope"), None, 0, None)
-            .await,
-        Err(NodeError::FileNotFound(_))
-    ));
+    // A command's output and files, streamed: the node-contract suite below.
 
     // A release build streams its events and its result.
     let (tx, mut rx) = tokio::sync::mpsc::channel(16);
@@ -321,4 +255,15 @@ async fn a_control_plane_that_cannot_prove_the_token_is_not_trusted() {
         to_impostor.join("known", "x", &own, &report).await,
         Err(MembershipError::Unreachable(_))
     ));
+}
+
+/// The node-contract suite (`cove_test_support::contract`) through the gRPC pair: the same
+/// cases the fake passes in process.
+#[tokio::test]
+async fn the_grpc_pair_keeps_the_node_contract() {
+    let fake = FakeNode::new();
+    cove_test_support::contract::prepare(&fake);
+    let (addr, cert) = serve(Arc::new(fake.clone())).await;
+    let remote = RemoteNode::connect(&addr, TOKEN, cert).await.unwrap();
+    cove_test_support::contract::run(&remote, launch("sbx-contract")).await;
 }

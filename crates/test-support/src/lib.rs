@@ -20,6 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 mod checkpoints;
 mod commands;
+pub mod contract;
 mod faults;
 mod files;
 mod lifecycle;

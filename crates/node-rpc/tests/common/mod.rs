@@ -4,8 +4,7 @@
 
 use std::sync::Arc;
 
-use cove_domain::Resources;
-use cove_node_api::{NodeApi, SandboxLaunch};
+use cove_node_api::NodeApi;
 use cove_node_rpc::tls::TlsIdentity;
 use cove_node_rpc::transport::tls_incoming;
 use cove_node_rpc::NodeService;
@@ -16,6 +15,11 @@ pub const TOKEN: &str = "join-token-for-tests";
 
 /// Serves `node` over TLS on a loopback port; returns its `https://` address and certificate.
 pub async fn serve(node: Arc<dyn NodeApi>) -> (String, CertificateDer<'static>) {
+    serve_service(NodeService::new(node, TOKEN)).await
+}
+
+/// Serves `service` (taking [`TOKEN`]) over TLS on a loopback port, as [`serve`].
+pub async fn serve_service(service: NodeService) -> (String, CertificateDer<'static>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let identity = TlsIdentity::generate().unwrap();
@@ -26,28 +30,10 @@ pub async fn serve(node: Arc<dyn NodeApi>) -> (String, CertificateDer<'static>) 
     );
     tokio::spawn(
         tonic::transport::Server::builder()
-            .add_service(NodeService::new(node, TOKEN).into_server())
+            .add_service(service.into_server())
             .serve_with_incoming(incoming),
     );
     (format!("https://{addr}"), identity.cert)
 }
 
-/// A launch of sandbox `id` from release 1 of `base`: 1 vCPU, 256 MiB, no network or volumes.
-pub fn launch(id: &str) -> SandboxLaunch {
-    SandboxLaunch {
-        id: id.into(),
-        template: "base".into(),
-        release: 1,
-        release_digest: None,
-        resources: Resources {
-            vcpus: 1,
-            memory_mib: 256,
-            pids_max: 256,
-            disk_mib: None,
-        },
-        network: Default::default(),
-        secrets: Default::default(),
-        arm_secrets: false,
-        volumes: Vec::new(),
-    }
-}
+pub use cove_test_support::contract::launch;
