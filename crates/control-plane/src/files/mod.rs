@@ -3,8 +3,9 @@
 //! watching a directory ([`watch`]), and extended attributes ([`xattrs`]).
 //!
 //! Paths travel as bytes: the services take a [`SandboxPath`] (a REST request names it as
-//! UTF-8, `path`, or as base64 bytes, `path_b64`, which [`guest_path`] decodes); answers render bytes that are not UTF-8 lossily and add the exact bytes as
-//! `*_b64` (see `cove_api_types::file`). The guest agent resolves every path inside the
+//! UTF-8, `path`, or as base64 bytes, `path_b64`, which [`guest_path`] decodes); answers
+//! render bytes that are not UTF-8 lossily and add the exact bytes as `*_b64` (see
+//! `cove_api_types::file`). The guest agent resolves every path inside the
 //! sandbox's own root; this layer only checks the shape (no NUL, components of at most 255
 //! bytes, at most 4096 bytes in all).
 
