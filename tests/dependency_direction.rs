@@ -83,7 +83,7 @@ fn dependencies_point_inward() {
         "the services know nothing of HTTP: cove-http depends on control-plane, not the reverse"
     );
     let all = crate_graph(false);
-    for framework in ["axum", "hyper", "tower", "tower-http"] {
+    for framework in ["axum", "hyper", "tower", "tower-http", "utoipa"] {
         assert!(
             !all["cove-control-plane"].contains(framework),
             "control-plane's services speak service types; HTTP ({framework}) is cove-http's"

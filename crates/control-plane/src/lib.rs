@@ -51,10 +51,11 @@ mod volumes;
 
 pub use clock::{Clock, SystemClock};
 pub use controller::{Controller, Expiry};
+pub use cove_node_api::SandboxPath;
 pub use error::ServiceError;
 pub use events::EventFeed;
 pub use features::{Feature, Features};
-pub use files::{ListQuery, PathQuery, ReadFileQuery, WatchQuery, WriteFileQuery};
+pub use files::{guest_path, ListOptions, ReadOptions, WatchOptions, WriteOptions};
 pub use ha::Replica;
 pub use lifecycle::LifecycleVerb;
 pub use operations::Operations;

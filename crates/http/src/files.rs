@@ -28,13 +28,12 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use bytes::Bytes;
 use cove_api_types::{ErrorBody, FileEvent, MakeDirRequest, MoveRequest};
-use cove_control_plane::{
-    ControlPlane, ListQuery, PathQuery, ReadFileQuery, ServiceError, WatchQuery, WriteFileQuery,
-};
+use cove_control_plane::{ControlPlane, ServiceError};
 use futures::stream::BoxStream;
 use futures::{stream, StreamExt};
 
 use super::extract::{ApiJson, ApiQuery};
+use super::files_query::{ListQuery, PathQuery, ReadFileQuery, WatchQuery, WriteFileQuery};
 use crate::render::ApiError;
 
 /// How often an idle watch sends a keep-alive comment (which also notices a client that left).
@@ -75,8 +74,10 @@ pub(super) async fn write(
     ApiQuery(q): ApiQuery<WriteFileQuery>,
     body: Body,
 ) -> Result<impl IntoResponse, ApiError> {
-    upload(&headers, body, |declared, stream| {
-        cp.write_file(&id, q, declared, stream)
+    upload(&headers, body, |declared, stream| async move {
+        let (path, user, options) = q.into_service()?;
+        cp.write_file(&id, path, user, options, declared, stream)
+            .await
     })
     .await
     .map(Json)
@@ -144,8 +145,9 @@ pub(super) async fn read(
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<ReadFileQuery>,
 ) -> Result<Response, ApiError> {
-    let (offset, length) = (q.offset.unwrap_or(0), q.length);
-    let (info, stream) = cp.read_file(&id, q).await?;
+    let (path, user, options) = q.into_service()?;
+    let (offset, length) = (options.offset.unwrap_or(0), options.length);
+    let (info, stream) = cp.read_file(&id, path, user, options).await?;
     let mut resp = if info.size > 0 {
         // Promise what the file held when opened, and keep the promise: a file that grows
         // while it is read is cut at that length (one that shrinks ends the body early, which
@@ -196,7 +198,8 @@ pub(super) async fn remove(
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
 ) -> Result<StatusCode, ApiError> {
-    cp.remove_file(&id, q).await?;
+    let (path, user) = q.into_service()?;
+    cp.remove_file(&id, path, user).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -213,7 +216,8 @@ pub(super) async fn list(
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
-    Ok(Json(cp.list_files(&id, q).await?))
+    let (path, user, options) = q.into_service()?;
+    Ok(Json(cp.list_files(&id, path, user, options).await?))
 }
 
 #[utoipa::path(
@@ -229,7 +233,8 @@ pub(super) async fn stat(
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
-    Ok(Json(cp.stat_file(&id, q).await?))
+    let (path, user) = q.into_service()?;
+    Ok(Json(cp.stat_file(&id, path, user).await?))
 }
 
 #[utoipa::path(
@@ -245,7 +250,8 @@ pub(super) async fn exists(
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
-    Ok(Json(cp.file_exists(&id, q).await?))
+    let (path, user) = q.into_service()?;
+    Ok(Json(cp.file_exists(&id, path, user).await?))
 }
 
 #[utoipa::path(
@@ -295,7 +301,8 @@ pub(super) async fn watch(
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<WatchQuery>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let batches = cp.watch_files(&id, q).await?;
+    let (path, user, options) = q.into_service()?;
+    let batches = cp.watch_files(&id, path, user, options).await?;
     let events = batches.flat_map(|batch| {
         let events: Vec<Result<Event, std::convert::Infallible>> = match batch {
             Ok(events) => events.iter().map(|e| Ok(sse_event(e))).collect(),

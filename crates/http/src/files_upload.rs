@@ -20,7 +20,7 @@ use axum::extract::{Multipart, Path, State};
 use axum::Json;
 use bytes::Bytes;
 use cove_api_types::UploadedFiles;
-use cove_control_plane::{ControlPlane, ServiceError, WriteFileQuery};
+use cove_control_plane::{ControlPlane, ServiceError};
 use cove_domain::InvalidInput;
 use futures::StreamExt;
 use serde::Deserialize;
@@ -28,6 +28,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::extract::ApiQuery;
+use super::files_query::WriteFileQuery;
 use crate::render::ApiError;
 
 /// Longest text part (`path`, `path_b64`, `mode`), in bytes.
@@ -130,8 +131,10 @@ async fn write_part(
             }
         }
     };
+    let (path, user, options) = q.into_service()?;
     let body = ReceiverStream::new(rx).boxed();
-    let ((), written) = tokio::join!(pump, cp.write_file(id, q, None, body));
+    let write = cp.write_file(id, path, user, options, None, body);
+    let ((), written) = tokio::join!(pump, write);
     written
 }
 

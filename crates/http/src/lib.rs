@@ -29,6 +29,7 @@ mod events;
 mod expiry;
 mod extract;
 mod files;
+mod files_query;
 mod files_upload;
 mod lifecycle;
 mod nodes;

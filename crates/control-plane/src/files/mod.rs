@@ -2,9 +2,10 @@
 //! [`ControlPlane::write_file`] per part), stat, exists, list, mkdir, move, remove ([`ops`]),
 //! watching a directory ([`watch`]), and extended attributes ([`xattrs`]).
 //!
-//! Paths travel as bytes: a request names a path as UTF-8 (`path`) or as base64 bytes
-//! (`path_b64`); answers render bytes that are not UTF-8 lossily and add the exact bytes as
-//! `*_b64` (see `cove_api_types::file`). The guest agent resolves every path inside the
+//! Paths travel as bytes: the services take a [`SandboxPath`] (a REST request names it as
+//! UTF-8, `path`, or as base64 bytes, `path_b64`, which [`guest_path`] decodes); answers
+//! render bytes that are not UTF-8 lossily and add the exact bytes as `*_b64` (see
+//! `cove_api_types::file`). The guest agent resolves every path inside the
 //! sandbox's own root; this layer only checks the shape (no NUL, components of at most 255
 //! bytes, at most 4096 bytes in all).
 
@@ -21,13 +22,15 @@ use cove_node_api::SandboxPath;
 
 use crate::ServiceError;
 
-pub use ops::{ListQuery, PathQuery};
-pub use transfer::{ReadFileQuery, WriteFileQuery};
-pub use watch::WatchQuery;
+pub use ops::ListOptions;
+pub use transfer::{ReadOptions, WriteOptions};
+pub use watch::WatchOptions;
 
-/// The path a request names, from its UTF-8 form or its base64 form (exactly one), checked.
-/// `field` names the UTF-8 form in errors (`path`, `from`, `to`).
-pub(crate) fn guest_path(
+/// The path a request names, from its UTF-8 form or its base64 form (exactly one), checked
+/// as the services check a [`SandboxPath`]. `field` names the UTF-8 form in errors (`path`,
+/// `from`, `to`). The REST routes decode their `path`/`path_b64` query pairs with it, the
+/// services the same pairs in JSON bodies (`MakeDirRequest`, `MoveRequest`).
+pub fn guest_path(
     field: &str,
     text: Option<String>,
     b64: Option<String>,
@@ -48,8 +51,14 @@ pub(crate) fn guest_path(
             .into())
         }
     };
-    validate::path(field, &bytes)?;
-    Ok(SandboxPath(bytes))
+    checked(field, SandboxPath(bytes))
+}
+
+/// A path a service was given, checked for its shape (no NUL, components of at most 255
+/// bytes, at most 4096 bytes in all); `field` names it in errors.
+pub(crate) fn checked(field: &str, path: SandboxPath) -> Result<SandboxPath, ServiceError> {
+    validate::path(field, &path.0)?;
+    Ok(path)
 }
 
 /// Parses a mode: octal with a leading `0` or `0o` (`0644`, `0o644`), else decimal (`420`);

@@ -2,39 +2,17 @@
 
 use cove_api_types::{FileExists, FileInfo, FileList, MakeDirRequest, MoveRequest, MAX_LIST_DEPTH};
 use cove_domain::{validate, InvalidInput};
-use cove_node_api::NodeError;
-use serde::Deserialize;
+use cove_node_api::{NodeError, SandboxPath};
 use tracing::info;
 
-use super::{guest_path, to_api};
+use super::{checked, guest_path, to_api};
 use crate::error::from_node;
 use crate::{ControlPlane, ServiceError};
 
-/// Query naming one path: `files:stat`, `files:exists`, `DELETE files`.
-#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct PathQuery {
-    /// The path (UTF-8).
-    pub path: Option<String>,
-    /// The path as base64 bytes (instead of `path`).
-    pub path_b64: Option<String>,
-    /// Whose home resolves a relative path (default: the sandbox's user).
-    pub user: Option<String>,
-}
-
-/// Query of `files:list`.
-#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct ListQuery {
-    /// Directory to list (UTF-8); a symlink to a directory is followed.
-    pub path: Option<String>,
-    /// The directory as base64 bytes (instead of `path`).
-    pub path_b64: Option<String>,
-    /// Whose home resolves a relative path (default: the sandbox's user).
-    pub user: Option<String>,
-    /// Levels to list: 1 (default) = the directory's own entries, n = n-1 levels below them
+/// How [`ControlPlane::list_files`] lists.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ListOptions {
+    /// Levels to list: 1 (`None`) = the directory's own entries, n = n-1 levels below them
     /// too (1 to [`MAX_LIST_DEPTH`]).
     pub depth: Option<u32>,
 }
@@ -56,10 +34,11 @@ impl ControlPlane {
     pub async fn stat_file(
         &self,
         sandbox_id: &str,
-        q: PathQuery,
+        path: SandboxPath,
+        user: Option<String>,
     ) -> Result<FileInfo, ServiceError> {
-        let user = self.file_user(sandbox_id, q.user).await?;
-        let path = guest_path("path", q.path, q.path_b64)?;
+        let user = self.file_user(sandbox_id, user).await?;
+        let path = checked("path", path)?;
         let info = self
             .node()
             .stat(sandbox_id, path, Some(user))
@@ -73,10 +52,11 @@ impl ControlPlane {
     pub async fn file_exists(
         &self,
         sandbox_id: &str,
-        q: PathQuery,
+        path: SandboxPath,
+        user: Option<String>,
     ) -> Result<FileExists, ServiceError> {
-        let user = self.file_user(sandbox_id, q.user).await?;
-        let path = guest_path("path", q.path, q.path_b64)?;
+        let user = self.file_user(sandbox_id, user).await?;
+        let path = checked("path", path)?;
         match self.node().stat(sandbox_id, path, Some(user)).await {
             Ok(_) => Ok(FileExists { exists: true }),
             Err(NodeError::FileNotFound(_) | NodeError::WrongType { .. }) => {
@@ -90,9 +70,12 @@ impl ControlPlane {
     pub async fn list_files(
         &self,
         sandbox_id: &str,
-        q: ListQuery,
+        path: SandboxPath,
+        user: Option<String>,
+        options: ListOptions,
     ) -> Result<FileList, ServiceError> {
-        let depth = q.depth.unwrap_or(1);
+        let ListOptions { depth } = options;
+        let depth = depth.unwrap_or(1);
         if !(1..=MAX_LIST_DEPTH).contains(&depth) {
             return Err(InvalidInput::new(
                 "depth",
@@ -100,8 +83,8 @@ impl ControlPlane {
             )
             .into());
         }
-        let user = self.file_user(sandbox_id, q.user).await?;
-        let path = guest_path("path", q.path, q.path_b64)?;
+        let user = self.file_user(sandbox_id, user).await?;
+        let path = checked("path", path)?;
         let entries = self
             .node()
             .list_dir(sandbox_id, path, Some(user), depth)
@@ -147,9 +130,14 @@ impl ControlPlane {
     }
 
     /// Removes a file, a symlink (the link only, never its target) or a directory tree.
-    pub async fn remove_file(&self, sandbox_id: &str, q: PathQuery) -> Result<(), ServiceError> {
-        let user = self.file_user(sandbox_id, q.user).await?;
-        let path = guest_path("path", q.path, q.path_b64)?;
+    pub async fn remove_file(
+        &self,
+        sandbox_id: &str,
+        path: SandboxPath,
+        user: Option<String>,
+    ) -> Result<(), ServiceError> {
+        let user = self.file_user(sandbox_id, user).await?;
+        let path = checked("path", path)?;
         self.node()
             .remove(sandbox_id, path, Some(user))
             .await

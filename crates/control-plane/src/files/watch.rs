@@ -2,28 +2,19 @@
 
 use cove_api_types::{FileEvent, FileEventKind};
 use cove_domain::validate;
-use cove_node_api::WatchRequest;
+use cove_node_api::{SandboxPath, WatchRequest};
 use futures::stream::BoxStream;
 use futures::StreamExt;
-use serde::Deserialize;
 
-use super::{guest_path, text_and_b64, to_api_type};
+use super::{checked, text_and_b64, to_api_type};
 use crate::error::from_node;
 use crate::{ControlPlane, ServiceError};
 
-/// Query of `files:watch`.
-#[derive(Debug, Clone, Default, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct WatchQuery {
-    /// Directory to watch (UTF-8); a symlink to a directory is followed.
-    pub path: Option<String>,
-    /// The directory as base64 bytes (instead of `path`).
-    pub path_b64: Option<String>,
-    /// Whose home resolves a relative path (default: the sandbox's user).
-    pub user: Option<String>,
+/// How [`ControlPlane::watch_files`] watches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WatchOptions {
     /// Watch every subdirectory too, including new ones (default false).
-    pub recursive: Option<bool>,
+    pub recursive: bool,
 }
 
 impl ControlPlane {
@@ -34,16 +25,19 @@ impl ControlPlane {
     pub async fn watch_files(
         &self,
         sandbox_id: &str,
-        q: WatchQuery,
+        path: SandboxPath,
+        user: Option<String>,
+        options: WatchOptions,
     ) -> Result<BoxStream<'static, Result<Vec<FileEvent>, ServiceError>>, ServiceError> {
         let sandbox = self.running_sandbox(sandbox_id).await?;
-        let user = q.user.unwrap_or(sandbox.user);
+        let WatchOptions { recursive } = options;
+        let user = user.unwrap_or(sandbox.user);
         validate::user("user", &user)?;
-        let path = guest_path("path", q.path, q.path_b64)?;
+        let path = checked("path", path)?;
         let req = WatchRequest {
             path,
             user: Some(user),
-            recursive: q.recursive.unwrap_or(false),
+            recursive,
         };
         let id = sandbox_id.to_string();
         let events = self

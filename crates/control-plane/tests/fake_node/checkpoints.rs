@@ -7,7 +7,7 @@ use cove_api_types::{
     CheckpointState, CreateCheckpointRequest, CreateSandboxRequest, ErrorCode, ForkRequest,
     OperationKind, OperationState, ResourcesRequest, RollbackRequest, SandboxState,
 };
-use cove_control_plane::{Feature, Features, ReadFileQuery, WriteFileQuery};
+use cove_control_plane::{Feature, Features, ReadOptions, SandboxPath, WriteOptions};
 use cove_node_api::{NodeError, NodeSandboxState};
 use cove_test_support::{Call, FakeNode, Fault};
 use futures::StreamExt;
@@ -16,20 +16,19 @@ use crate::harness::as_system;
 use crate::harness::{code, Harness};
 
 async fn write(h: &Harness, id: &str, path: &str, data: &'static [u8]) {
-    let q = WriteFileQuery {
-        path: Some(path.into()),
-        ..Default::default()
-    };
+    let q = SandboxPath(path.as_bytes().to_vec());
     let body = futures::stream::iter([Ok(Bytes::from_static(data))]).boxed();
-    h.cp.write_file(id, q, None, body).await.expect("write");
+    h.cp.write_file(id, q, None, WriteOptions::default(), None, body)
+        .await
+        .expect("write");
 }
 
 async fn read(h: &Harness, id: &str, path: &str) -> Option<Vec<u8>> {
-    let q = ReadFileQuery {
-        path: Some(path.into()),
-        ..Default::default()
-    };
-    let (_, mut body) = h.cp.read_file(id, q).await.ok()?;
+    let q = SandboxPath(path.as_bytes().to_vec());
+    let (_, mut body) =
+        h.cp.read_file(id, q, None, ReadOptions::default())
+            .await
+            .ok()?;
     let mut out = Vec::new();
     while let Some(chunk) = body.next().await {
         out.extend_from_slice(&chunk.expect("chunk"));

@@ -7,7 +7,7 @@ use cove_api_types::{
     CreateCommandRequest, CreateSandboxRequest, ErrorCode, EventType, LifecycleRequest,
     OperationKind, OperationState, SandboxState,
 };
-use cove_control_plane::{LifecycleVerb::*, PathQuery, Retention};
+use cove_control_plane::{LifecycleVerb::*, Retention, SandboxPath};
 use cove_test_support::{Call, FakeNode, Fault, Script};
 
 use crate::harness::as_system;
@@ -96,11 +96,8 @@ async fn api_access_and_running_commands_keep_a_sandbox_awake() {
             .expect("command");
 
         h.advance(45 * SECOND).await;
-        let q = PathQuery {
-            path: Some("/tmp".into()),
-            ..Default::default()
-        };
-        h.cp.stat_file(&touched, q).await.expect("stat");
+        let tmp = SandboxPath(b"/tmp".to_vec());
+        h.cp.stat_file(&touched, tmp, None).await.expect("stat");
         h.advance(30 * SECOND).await;
         h.controller_pass().await;
         assert!(!idle_suspended(&h, &touched).await, "touched 30 s ago");

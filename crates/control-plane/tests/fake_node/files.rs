@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 use cove_api_types::{ErrorCode, FileType, MakeDirRequest, MoveRequest};
-use cove_control_plane::{ListQuery, PathQuery, ReadFileQuery, ServiceError, WriteFileQuery};
+use cove_control_plane::{ListOptions, ReadOptions, SandboxPath, ServiceError, WriteOptions};
 use cove_node_api::NodeError;
 use cove_test_support::{Call, Fault};
 use futures::StreamExt;
@@ -10,29 +10,24 @@ use futures::StreamExt;
 use crate::harness::as_system;
 use crate::harness::{code, Harness};
 
-fn at(path: &str) -> PathQuery {
-    PathQuery {
-        path: Some(path.into()),
-        ..Default::default()
-    }
+fn at(path: &str) -> SandboxPath {
+    SandboxPath(path.as_bytes().to_vec())
 }
 
 async fn put(h: &Harness, id: &str, path: &str, data: &'static [u8]) -> Result<(), ServiceError> {
-    let q = WriteFileQuery {
-        path: Some(path.into()),
+    let options = WriteOptions {
         mode: Some("0600".into()),
-        ..Default::default()
     };
     let body = futures::stream::iter([Ok(Bytes::from_static(data))]).boxed();
-    h.cp.write_file(id, q, None, body).await.map(|_| ())
+    h.cp.write_file(id, at(path), None, options, None, body)
+        .await
+        .map(|_| ())
 }
 
 async fn get(h: &Harness, id: &str, path: &str) -> Result<Vec<u8>, ServiceError> {
-    let q = ReadFileQuery {
-        path: Some(path.into()),
-        ..Default::default()
-    };
-    let (_, mut body) = h.cp.read_file(id, q).await?;
+    let (_, mut body) =
+        h.cp.read_file(id, at(path), None, ReadOptions::default())
+            .await?;
     let mut out = Vec::new();
     while let Some(chunk) = body.next().await {
         out.extend_from_slice(&chunk.expect("chunk"));
@@ -55,7 +50,7 @@ async fn files_are_written_read_listed_moved_and_removed() {
             b"fn main() {}"
         );
         let info =
-            h.cp.stat_file(&id, at("project/src/main.rs"))
+            h.cp.stat_file(&id, at("project/src/main.rs"), None)
                 .await
                 .expect("stat");
         assert_eq!(
@@ -64,13 +59,9 @@ async fn files_are_written_read_listed_moved_and_removed() {
         );
         assert_eq!(info.owner, "user");
 
-        let q = ListQuery {
-            path: Some("/home/user".into()),
-            depth: Some(3),
-            ..Default::default()
-        };
+        let q = ListOptions { depth: Some(3) };
         let names: Vec<String> =
-            h.cp.list_files(&id, q)
+            h.cp.list_files(&id, at("/home/user"), None, q)
                 .await
                 .expect("list")
                 .entries
@@ -108,15 +99,17 @@ async fn files_are_written_read_listed_moved_and_removed() {
         );
         assert!(
             !h.cp
-                .file_exists(&id, at("project"))
+                .file_exists(&id, at("project"), None)
                 .await
                 .expect("exists")
                 .exists
         );
-        h.cp.remove_file(&id, at("/tmp/a")).await.expect("remove");
+        h.cp.remove_file(&id, at("/tmp/a"), None)
+            .await
+            .expect("remove");
         assert!(
             !h.cp
-                .file_exists(&id, at("/tmp/a/b"))
+                .file_exists(&id, at("/tmp/a/b"), None)
                 .await
                 .expect("exists")
                 .exists
@@ -132,11 +125,11 @@ async fn node_file_errors_map_to_their_api_codes() {
         let id = h.running().await;
         assert_eq!(code(get(&h, &id, "/nope").await), ErrorCode::FileNotFound);
         assert_eq!(
-            code(h.cp.stat_file(&id, at("/nope")).await),
+            code(h.cp.stat_file(&id, at("/nope"), None).await),
             ErrorCode::FileNotFound
         );
         assert_eq!(
-            code(h.cp.remove_file(&id, at("/nope")).await),
+            code(h.cp.remove_file(&id, at("/nope"), None).await),
             ErrorCode::FileNotFound
         );
         // A directory where a file is needed names the field.
@@ -195,7 +188,7 @@ async fn file_calls_need_a_running_sandbox() {
         let id = h.running().await;
         h.apply(&id, cove_control_plane::LifecycleVerb::Pause).await;
         assert_eq!(
-            code(h.cp.stat_file(&id, at("/tmp")).await),
+            code(h.cp.stat_file(&id, at("/tmp"), None).await),
             ErrorCode::SandboxNotRunning
         );
         assert_eq!(h.node.count(Call::Stat), 0);

@@ -3,7 +3,7 @@
 
 use bytes::Bytes;
 use cove_api_types::{ErrorCode, EventType, OperationKind, SandboxState};
-use cove_control_plane::{LifecycleVerb, ReadFileQuery, ServiceError, WriteFileQuery};
+use cove_control_plane::{LifecycleVerb, ReadOptions, SandboxPath, ServiceError, WriteOptions};
 use cove_node_api::{NodeCapabilities, NodeError, NodeSandboxState};
 use cove_test_support::{Call, FakeNode, Fault, Script};
 use futures::StreamExt;
@@ -43,20 +43,19 @@ async fn pause_freezes_and_resume_thaws() {
 }
 
 async fn write(h: &Harness, id: &str, path: &str, data: &'static [u8]) {
-    let q = WriteFileQuery {
-        path: Some(path.into()),
-        ..Default::default()
-    };
+    let q = SandboxPath(path.as_bytes().to_vec());
     let body = futures::stream::iter([Ok(Bytes::from_static(data))]).boxed();
-    h.cp.write_file(id, q, None, body).await.expect("write");
+    h.cp.write_file(id, q, None, WriteOptions::default(), None, body)
+        .await
+        .expect("write");
 }
 
 async fn read(h: &Harness, id: &str, path: &str) -> Vec<u8> {
-    let q = ReadFileQuery {
-        path: Some(path.into()),
-        ..Default::default()
-    };
-    let (_, mut body) = h.cp.read_file(id, q).await.expect("read");
+    let q = SandboxPath(path.as_bytes().to_vec());
+    let (_, mut body) =
+        h.cp.read_file(id, q, None, ReadOptions::default())
+            .await
+            .expect("read");
     let mut out = Vec::new();
     while let Some(chunk) = body.next().await {
         out.extend_from_slice(&chunk.expect("chunk"));

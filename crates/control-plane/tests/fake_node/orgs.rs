@@ -9,7 +9,7 @@ use cove_api_types::{
 };
 use cove_control_plane::orgs::{scope, Actor, Caller};
 use cove_control_plane::ports::PortCredentials;
-use cove_control_plane::{LifecycleVerb, ListQuery, ReadFileQuery};
+use cove_control_plane::{LifecycleVerb, ListOptions, ReadOptions, SandboxPath};
 
 use crate::harness::{as_org, as_system};
 use crate::harness::{code, Harness};
@@ -78,14 +78,14 @@ async fn every_route_family_hides_another_orgs_resources() {
         assert_eq!(code(as_org("b", cp.list_commands(&a, None)).await), nf);
         assert_eq!(code(as_org("b", cp.get_command(&a, &cid, None)).await), nf);
         assert_eq!(code(as_org("b", cp.new_attachment(&a, &cid)).await), nf);
-        let list = cp.list_files(&a, ListQuery::default());
+        let root = SandboxPath(b"/".to_vec());
+        let list = cp.list_files(&a, root, None, ListOptions::default());
         assert_eq!(code(as_org("b", list).await), nf);
         let read = cp.read_file(
             &a,
-            ReadFileQuery {
-                path: Some("/etc/hostname".into()),
-                ..Default::default()
-            },
+            SandboxPath(b"/etc/hostname".to_vec()),
+            None,
+            ReadOptions::default(),
         );
         assert_eq!(as_org("b", read).await.err().map(|e| e.code()), Some(nf));
 

@@ -9,7 +9,7 @@ use cove_api_types::{
     ErrorCode, ForkRequest, LifecycleRequest, Operation, OperationState, OrgUsage, PutPoolRequest,
     Quotas, ResourcesRequest, SandboxState,
 };
-use cove_control_plane::{LifecycleVerb, ServiceError, WriteFileQuery};
+use cove_control_plane::{LifecycleVerb, SandboxPath, ServiceError, WriteOptions};
 use cove_node_api::NodeError;
 use cove_test_support::{Call, Fault};
 use futures::StreamExt;
@@ -357,14 +357,14 @@ async fn usage(h: &Harness) -> OrgUsage {
 
 /// Writes `mib` MiB of zeros at `path` in sandbox `id` of acme.
 async fn fill(h: &Harness, id: &str, path: &str, mib: usize) {
-    let q = WriteFileQuery {
-        path: Some(path.into()),
-        ..Default::default()
-    };
+    let q = SandboxPath(path.as_bytes().to_vec());
     let body = futures::stream::iter([Ok(bytes::Bytes::from(vec![0u8; mib << 20]))]).boxed();
-    as_org("acme", h.cp.write_file(id, q, None, body))
-        .await
-        .expect("write");
+    as_org(
+        "acme",
+        h.cp.write_file(id, q, None, WriteOptions::default(), None, body),
+    )
+    .await
+    .expect("write");
 }
 
 /// A ready checkpoint of acme's sandbox `id`, or the refusal of its create.

@@ -5,7 +5,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
 use bytes::Bytes;
 use cove_api_types::{CommandState, CreateCommandRequest, FileEventKind};
-use cove_control_plane::{WatchQuery, WriteFileQuery};
+use cove_control_plane::{SandboxPath, WatchOptions, WriteOptions};
 use cove_test_support::Script;
 use futures::StreamExt;
 
@@ -63,22 +63,23 @@ async fn a_watch_sees_files_written_in_its_directory() {
     as_system(async {
         let h = Harness::new().await;
         let id = h.running().await;
-        let q = WatchQuery {
-            path: Some("/tmp".into()),
-            ..Default::default()
-        };
-        let mut events = h.cp.watch_files(&id, q).await.expect("watch");
+        let tmp = SandboxPath(b"/tmp".to_vec());
+        let options = WatchOptions::default();
+        let mut events =
+            h.cp.watch_files(&id, tmp, None, options)
+                .await
+                .expect("watch");
         for (path, data) in [
             ("/tmp/a.txt", "1"),
             ("/tmp/a.txt", "2"),
             ("/home/user/b", "3"),
         ] {
-            let w = WriteFileQuery {
-                path: Some(path.into()),
-                ..Default::default()
-            };
+            let w = SandboxPath(path.as_bytes().to_vec());
             let body = futures::stream::iter([Ok(Bytes::from(data))]).boxed();
-            h.cp.write_file(&id, w, None, body).await.expect("write");
+            let options = WriteOptions::default();
+            h.cp.write_file(&id, w, None, options, None, body)
+                .await
+                .expect("write");
         }
         let first = events.next().await.expect("batch").expect("ok");
         assert_eq!(first[0].event, FileEventKind::Create);

@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use base64::Engine;
 use cove_api_types::{FileType, SandboxState};
-use cove_control_plane::{ReadFileQuery, ServiceError, WriteFileQuery};
+use cove_control_plane::{ReadOptions, SandboxPath, ServiceError, WriteOptions};
 use futures::StreamExt;
 use http_body_util::BodyExt;
 use sha2::{Digest, Sha256};
@@ -226,11 +226,8 @@ pub async fn download(
             .cp
             .stat_file(
                 &t.cove_id,
-                cove_control_plane::PathQuery {
-                    path: Some(path.clone()),
-                    path_b64: None,
-                    user: Some(user.clone()),
-                },
+                SandboxPath(path.clone().into_bytes()),
+                Some(user.clone()),
             )
             .await
             .map_err(|e| http_error(e, &path))?;
@@ -244,13 +241,9 @@ pub async fn download(
             .cp
             .read_file(
                 &t.cove_id,
-                ReadFileQuery {
-                    path: Some(path.clone()),
-                    path_b64: None,
-                    user: Some(user),
-                    offset: None,
-                    length: None,
-                },
+                SandboxPath(path.clone().into_bytes()),
+                Some(user),
+                ReadOptions::default(),
             )
             .await
             .map_err(|e| http_error(e, &path))?;
@@ -429,14 +422,15 @@ async fn write_one(
     abs: &str,
     body: ByteStream,
 ) -> Result<(), EnvdHttpError> {
-    let q = WriteFileQuery {
-        path: Some(abs.to_string()),
-        path_b64: None,
-        user: Some(user.to_string()),
-        mode: None,
-    };
     e2b.cp
-        .write_file(&t.cove_id, q, None, body)
+        .write_file(
+            &t.cove_id,
+            SandboxPath(abs.as_bytes().to_vec()),
+            Some(user.to_string()),
+            WriteOptions::default(),
+            None,
+            body,
+        )
         .await
         .map_err(|e| http_error(e, abs))?;
     Ok(())

@@ -13,7 +13,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use cove_api_types::{FileInfo, FileType, MakeDirRequest, MoveRequest as CoveMove};
-use cove_control_plane::{ListQuery, PathQuery, ServiceError};
+use cove_control_plane::{ListOptions, SandboxPath, ServiceError};
 
 use super::paths::{clean, parent, resolve};
 use super::{basic_user, unary_request, unary_response};
@@ -68,11 +68,8 @@ pub(crate) async fn lstat(
     e2b.cp
         .stat_file(
             &t.cove_id,
-            PathQuery {
-                path: Some(path.to_string()),
-                path_b64: None,
-                user: Some(user.to_string()),
-            },
+            SandboxPath(path.as_bytes().to_vec()),
+            Some(user.to_string()),
         )
         .await
         .map_err(|e| file_error(e, path))
@@ -296,10 +293,9 @@ pub async fn list_dir(
             .cp
             .list_files(
                 &t.cove_id,
-                ListQuery {
-                    path: Some(path.clone()),
-                    path_b64: None,
-                    user: Some(user.clone()),
+                SandboxPath(path.clone().into_bytes()),
+                Some(user.clone()),
+                ListOptions {
                     depth: Some(depth.min(cove_api_types::MAX_LIST_DEPTH)),
                 },
             )
@@ -331,12 +327,8 @@ pub async fn remove(
     let run = async {
         let req: PathRequest = unary_request(&body)?;
         let (user, path) = user_and_path(&t, &headers, &req.path)?;
-        let q = PathQuery {
-            path: Some(path.clone()),
-            path_b64: None,
-            user: Some(user),
-        };
-        match e2b.cp.remove_file(&t.cove_id, q).await {
+        let target = SandboxPath(path.clone().into_bytes());
+        match e2b.cp.remove_file(&t.cove_id, target, Some(user)).await {
             Ok(()) | Err(ServiceError::FileNotFound(_)) => Ok(unary_response(&Empty {})),
             Err(e) => Err(file_error(e, &path)),
         }

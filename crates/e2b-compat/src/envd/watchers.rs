@@ -19,7 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Extension;
 use cove_api_types::{FileEvent, FileEventKind};
 use cove_control_plane::orgs::scope::carried;
-use cove_control_plane::{ServiceError, WatchQuery};
+use cove_control_plane::{SandboxPath, ServiceError, WatchOptions};
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use parking_lot::Mutex;
@@ -80,11 +80,10 @@ async fn open(
         .cp
         .watch_files(
             &t.cove_id,
-            WatchQuery {
-                path: Some(dir.clone()),
-                path_b64: None,
-                user: Some(user.clone()),
-                recursive: Some(req.recursive),
+            SandboxPath(dir.clone().into_bytes()),
+            Some(user.clone()),
+            WatchOptions {
+                recursive: req.recursive,
             },
         )
         .await
