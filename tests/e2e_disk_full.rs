@@ -221,9 +221,12 @@ async fn a_full_data_dir_answers_507_no_space_and_recovers() {
         .await
         .expect("the upload succeeds once space returns");
     assert_eq!(c.read_file(&id, path).await.expect("download"), data);
-    let second = create(&c)
-        .await
-        .expect("the create succeeds once space returns");
+    let second = create(&c).await.unwrap_or_else(|e| {
+        panic!(
+            "the create succeeds once space returns: {e:?}\nserver log: {}",
+            server.log_problems()
+        )
+    });
     assert_eq!(
         cove_e2e::sh(&c, &second, "echo ok").await.stdout_text(),
         "ok\n"

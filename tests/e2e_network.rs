@@ -539,7 +539,16 @@ async fn a_secret_reaches_its_host_only_and_never_rests_in_clear() {
     // its system trust store: no --cacert); its echo of the header comes back to the sandbox
     // with the placeholder in the value's place (issue 27, finding 6).
     let auth = "-H \"Authorization: Bearer $API_KEY\"";
-    let received = || fake_internet().seen.authorizations();
+    // This sandbox's only (its value or its placeholder): other tests of this binary send
+    // to the same servers meanwhile.
+    let received = || {
+        fake_internet()
+            .seen
+            .authorizations()
+            .into_iter()
+            .filter(|a| a.contains(VALUE) || a.contains(env.as_str()))
+            .collect::<Vec<_>>()
+    };
     let before = received().len();
     assert_eq!(
         curl(&c, &id, &format!("{auth} https://allowed.test/"))
