@@ -82,6 +82,8 @@ impl ControlPlane {
         } else {
             Some(c.org)
         };
+        // Sequence numbers are signed 64-bit in the store: a cursor past them all lists nothing.
+        let after = after.min(i64::MAX as u64);
         let entries = self
             .store()
             .audit_after(org.as_deref(), after, limit)

@@ -62,6 +62,22 @@ fn validate_retention(r: &CheckpointRetention) -> Result<(), ServiceError> {
     Ok(())
 }
 
+/// Checks an org's quotas: the MiB limits are stored as signed 64-bit integers, so each is at
+/// most `i64::MAX` (`invalid_argument` naming the field; 0 or absent keeps its meaning).
+fn validate_quotas(q: &Quotas) -> Result<(), ServiceError> {
+    let mib = [
+        ("quotas.max_memory_mib", q.max_memory_mib),
+        ("quotas.max_disk_mib", q.max_disk_mib),
+        ("quotas.max_snapshot_mib", q.max_snapshot_mib),
+    ];
+    for (field, v) in mib {
+        if v.is_some_and(|v| i64::try_from(v).is_err()) {
+            return Err(InvalidInput::new(field, format!("must be at most {}", i64::MAX)).into());
+        }
+    }
+    Ok(())
+}
+
 impl ControlPlane {
     /// Resolves a bearer token: the admin token acts in the default org, an API key in its
     /// own. Unknown or revoked: `unauthorized`.
@@ -91,6 +107,7 @@ impl ControlPlane {
             .into());
         }
         validate_retention(&req.checkpoint_retention)?;
+        validate_quotas(&req.quotas)?;
         let org = Org {
             id: req.id,
             quotas: req.quotas,
@@ -141,6 +158,7 @@ impl ControlPlane {
     /// `PUT /v1/orgs/{org}/quotas` (admin): replaces the org's quotas.
     pub async fn set_org_quotas(&self, id: &str, quotas: Quotas) -> Result<Org, ServiceError> {
         require_admin()?;
+        validate_quotas(&quotas)?;
         if !self.store().set_org_quotas(id, &quotas).await? {
             return Err(org_not_found(id));
         }
@@ -154,11 +172,14 @@ impl ControlPlane {
     ///
     /// # Errors
     /// `forbidden` (not the admin token), `not_found` (org), `invalid_argument`
-    /// (`checkpoint_retention`).
+    /// (`checkpoint_retention`, a MiB quota above `i64::MAX`).
     pub async fn update_org(&self, id: &str, req: UpdateOrgRequest) -> Result<Org, ServiceError> {
         require_admin()?;
         if let Some(r) = &req.checkpoint_retention {
             validate_retention(r)?;
+        }
+        if let Some(q) = &req.quotas {
+            validate_quotas(q)?;
         }
         let org = self.get_org(id).await?;
         if let Some(q) = req.quotas {

@@ -218,6 +218,26 @@ async fn org_updates_replace_what_they_name_and_are_admin_only() {
                 ErrorCode::InvalidArgument
             );
         }
+        // A MiB quota must fit the store's signed 64-bit integers, through every route.
+        let huge = Quotas {
+            max_snapshot_mib: Some(1 << 63),
+            ..Quotas::default()
+        };
+        let req = UpdateOrgRequest {
+            quotas: Some(huge),
+            ..Default::default()
+        };
+        assert_eq!(
+            code(h.cp.update_org("acme", req).await),
+            ErrorCode::InvalidArgument
+        );
+        assert_eq!(
+            code(h.cp.set_org_quotas("acme", huge).await),
+            ErrorCode::InvalidArgument
+        );
+        // An audit cursor past every sequence number lists nothing (no store error).
+        let page = h.cp.list_audit(u64::MAX, None, None).await.expect("audit");
+        assert!(page.entries.is_empty());
         let unchanged = h.cp.get_org("acme").await.expect("get");
         assert_eq!(
             unchanged.quotas, quotas,
