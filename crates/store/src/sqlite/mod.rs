@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Sqlite, SqlitePool, Transaction};
+use sqlx::{Sqlite, SqlitePool, Transaction, TransactionManager as _};
 
 use crate::sql::{Backend, XactLock};
 use crate::{Leadership, Store, StoreError};
@@ -51,6 +51,27 @@ impl SqliteStore {
         let pool = SqlitePoolOptions::new()
             .max_connections(8)
             .test_before_acquire(false)
+            // A connection released while sqlx still counts it inside a transaction is closed
+            // (closing rolls back whatever it holds), not reused: after a COMMIT that SQLite
+            // refused and rolled back itself (`SQLITE_FULL` on a full disk), sqlx's ROLLBACK on
+            // drop fails, its count stays at 1, the next `begin` on that connection becomes a
+            // SAVEPOINT and a rollback of it leaves a transaction open, so every other writer
+            // waited out its busy timeout ("database is locked") after the disk had room again.
+            // A release right after a `Transaction` was dropped unawaited may still count it (its
+            // ROLLBACK is queued): that connection is closed too, which costs only a reconnect.
+            .after_release(|conn, _meta| {
+                Box::pin(async move {
+                    let depth =
+                        <Sqlite as sqlx::Database>::TransactionManager::get_transaction_depth(conn);
+                    if depth != 0 {
+                        tracing::debug!(
+                            depth,
+                            "a released store connection is still in a transaction: closed"
+                        );
+                    }
+                    Ok(depth == 0)
+                })
+            })
             .connect_with(opts)
             .await?;
         sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
